@@ -1,0 +1,1 @@
+//! DeerMem remote memory backend over Honcho's v3 HTTP API.

@@ -1,0 +1,1 @@
+//! DeerMem remote memory backend over OpenViking's HTTP API.

@@ -1,0 +1,5 @@
+//! The `deermem` command-line tool.
+
+fn main() {
+    println!("deermem: work in progress");
+}

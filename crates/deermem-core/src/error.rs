@@ -1,0 +1,513 @@
+//! Error types: one `thiserror` enum per port, plus the validation errors of ids, facts and
+//! configuration. Variants are the decisions a caller can act on; adapters keep their detailed
+//! private errors and convert into these.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Invalid user ids, agent names and fact ids. Messages match the reference's where it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// An empty user id.
+    #[error("user_id must be a non-empty string.")]
+    EmptyUserId,
+    /// A user id containing NUL.
+    #[error("user_id must not contain NUL characters")]
+    UserIdNul,
+    /// A user id too long to map to a directory name.
+    #[error("user_id is too long ({len} bytes; at most {max})")]
+    UserIdTooLong {
+        /// Length given.
+        len: usize,
+        /// Longest accepted.
+        max: usize,
+    },
+    /// An empty agent name.
+    #[error("Agent name must be a non-empty string.")]
+    EmptyAgentName,
+    /// An agent name outside the grammar.
+    #[error("Invalid agent name '{name}': names must match ^[A-Za-z0-9-]+$")]
+    InvalidAgentName {
+        /// The rejected name (shortened).
+        name: String,
+    },
+    /// An over-long agent name.
+    #[error("agent name is too long ({len} bytes; at most {max})")]
+    AgentNameTooLong {
+        /// Length given.
+        len: usize,
+        /// Longest accepted.
+        max: usize,
+    },
+    /// An empty fact id.
+    #[error("Fact id must be a non-empty string.")]
+    EmptyFactId,
+    /// A fact id outside `[A-Za-z0-9_-]+`.
+    #[error("Fact id may contain only letters, numbers, '_' and '-'.")]
+    InvalidFactId {
+        /// The rejected id (shortened).
+        id: String,
+    },
+    /// An over-long fact id.
+    #[error("fact id is too long ({len} bytes; at most {max})")]
+    FactIdTooLong {
+        /// Length given.
+        len: usize,
+        /// Longest accepted.
+        max: usize,
+    },
+}
+
+impl IdError {
+    /// The input field the error is about: `user_id`, `agent_name` or `fact_id`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::EmptyUserId | Self::UserIdNul | Self::UserIdTooLong { .. } => "user_id",
+            Self::EmptyAgentName | Self::InvalidAgentName { .. } | Self::AgentNameTooLong { .. } => {
+                "agent_name"
+            }
+            Self::EmptyFactId | Self::InvalidFactId { .. } | Self::FactIdTooLong { .. } => "fact_id",
+        }
+    }
+}
+
+/// Fact validation failures (spec/storage.md §2.3), with the reference's messages.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum FactError {
+    /// The fact is not a mapping.
+    #[error("fact must be an object")]
+    NotAnObject,
+    /// Bad id characters.
+    #[error("fact.id may contain only letters, numbers, '_' and '-'")]
+    InvalidId,
+    /// `content` is not a string.
+    #[error("fact.content must be a string")]
+    ContentNotString,
+    /// `content` is blank.
+    #[error("fact.content must not be empty")]
+    ContentEmpty,
+    /// `category` is not a string.
+    #[error("fact.category must be a string")]
+    CategoryNotString,
+    /// `confidence` is not a number in `[0, 1]`.
+    #[error("fact.confidence must be a number between 0 and 1")]
+    Confidence,
+    /// `status` is not `active`.
+    #[error("fact.status must be 'active'; deletion is physical")]
+    Status,
+    /// `topics` is not a list of strings.
+    #[error("fact.topics must be a list of strings")]
+    Topics,
+    /// `consolidatedFrom` is not a list of strings.
+    #[error("fact.consolidatedFrom must be a list of strings")]
+    ConsolidatedFrom,
+    /// `lastConfirmedAt` is neither null nor a string.
+    #[error("fact.lastConfirmedAt must be a string when present")]
+    LastConfirmedAt,
+    /// `confirmationCount` is neither null nor an integer ≥ 1.
+    #[error("fact.confirmationCount must be an integer >= 1 when present")]
+    ConfirmationCount,
+    /// `revision` is not an integer ≥ 1.
+    #[error("fact.revision must be an integer >= 1")]
+    Revision,
+    /// `source.type` is not a string.
+    #[error("fact.source.type must be a string")]
+    SourceType,
+    /// `source.threadId` is neither null nor a string.
+    #[error("fact.source.threadId must be a string or null")]
+    SourceThreadId,
+    /// `createdAt` / `updatedAt` are not strings.
+    #[error("fact.createdAt and fact.updatedAt must be strings")]
+    Timestamps,
+    /// An update carried a revision different from the stored one.
+    #[error("Expected fact '{id}' revision {expected}, found {}", found.map_or("None".to_owned(), |f| f.to_string()))]
+    RevisionConflict {
+        /// The fact id.
+        id: String,
+        /// The revision the writer expected.
+        expected: u64,
+        /// The stored revision (`None` when the fact is absent).
+        found: Option<u64>,
+    },
+}
+
+impl FactError {
+    /// The fact field the error names.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::NotAnObject => "fact",
+            Self::InvalidId => "id",
+            Self::ContentNotString | Self::ContentEmpty => "content",
+            Self::CategoryNotString => "category",
+            Self::Confidence => "confidence",
+            Self::Status => "status",
+            Self::Topics => "topics",
+            Self::ConsolidatedFrom => "consolidatedFrom",
+            Self::LastConfirmedAt => "lastConfirmedAt",
+            Self::ConfirmationCount => "confirmationCount",
+            Self::Revision | Self::RevisionConflict { .. } => "revision",
+            Self::SourceType => "source.type",
+            Self::SourceThreadId => "source.threadId",
+            Self::Timestamps => "createdAt",
+        }
+    }
+}
+
+/// Errors of the [`crate::ports::MemoryStorage`] port.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The shared user revision differs from the expected one.
+    #[error("Expected user-memory revision {expected}, found {found}")]
+    ManifestConflict {
+        /// Expected revision.
+        expected: u64,
+        /// Stored revision.
+        found: u64,
+    },
+    /// A per-fact revision precondition failed.
+    #[error("{message}")]
+    FactConflict {
+        /// The fact id.
+        id: String,
+        /// The reference-style message ("Expected fact 'x' revision R, found S", "Fact 'x'
+        /// must not already exist").
+        message: String,
+    },
+    /// Persisted memory cannot be read safely; manual repair is needed.
+    #[error("{message}")]
+    Corrupt {
+        /// What is wrong and where (private detail, never shown over HTTP).
+        message: String,
+    },
+    /// The caller's input is invalid.
+    #[error("{message}")]
+    InvalidInput {
+        /// The field or argument at fault (`agent_name`, `fact.content`, `change_set.upserts`...).
+        field: String,
+        /// Human-readable message.
+        message: String,
+    },
+    /// A fact that must exist does not.
+    #[error("Memory fact '{id}' not found")]
+    NotFound {
+        /// The fact id.
+        id: String,
+    },
+    /// The per-user lock was not acquired in time.
+    #[error("Timed out acquiring memory scope lock {lock}")]
+    LockTimeout {
+        /// The lock file.
+        lock: String,
+    },
+    /// The adapter does not support the operation.
+    #[error("{operation} not supported by {adapter}")]
+    Unsupported {
+        /// Operation name.
+        operation: &'static str,
+        /// Adapter name.
+        adapter: &'static str,
+    },
+    /// An I/O failure while persisting (disk full, EIO, read-only folder...).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    /// A corruption error.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Self::Corrupt { message: message.into() }
+    }
+
+    /// An invalid-input error naming a field.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidInput { field: field.into(), message: message.into() }
+    }
+
+    /// Whether this is a manifest or fact revision conflict.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::ManifestConflict { .. } | Self::FactConflict { .. })
+    }
+}
+
+impl From<IdError> for StorageError {
+    fn from(e: IdError) -> Self {
+        Self::InvalidInput { field: e.field().to_owned(), message: e.to_string() }
+    }
+}
+
+impl From<FactError> for StorageError {
+    fn from(e: FactError) -> Self {
+        match e {
+            FactError::RevisionConflict { ref id, .. } => {
+                Self::FactConflict { id: id.clone(), message: e.to_string() }
+            }
+            other => Self::InvalidInput { field: format!("fact.{}", other.field()), message: other.to_string() },
+        }
+    }
+}
+
+/// Errors of the [`crate::ports::Retrieval`] port.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum RetrievalError {
+    /// The input cannot be indexed or searched (bad scope value, blank content...).
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The index is corrupt or unreadable; callers fall back to the substring scan.
+    #[error("retrieval index unavailable: {0}")]
+    Unavailable(String),
+    /// The adapter does not support the operation.
+    #[error("{operation} not supported by {adapter}")]
+    Unsupported {
+        /// Operation name.
+        operation: &'static str,
+        /// Adapter name.
+        adapter: &'static str,
+    },
+    /// Any other adapter failure.
+    #[error("retrieval backend error: {0}")]
+    Backend(String),
+}
+
+/// Errors of the [`crate::ports::LanguageModel`] port.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The request timed out.
+    #[error("language model request timed out after {0:?}")]
+    Timeout(Duration),
+    /// The server rate-limited us (HTTP 429).
+    #[error("language model rate limited (retry after {retry_after:?})")]
+    RateLimited {
+        /// Server's hint, when given.
+        retry_after: Option<Duration>,
+    },
+    /// A server-side failure (5xx).
+    #[error("language model server error {status}: {message}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// Body excerpt.
+        message: String,
+    },
+    /// The connection failed.
+    #[error("language model transport error: {0}")]
+    Transport(String),
+    /// Authentication was refused (401/403).
+    #[error("language model refused the credentials ({status})")]
+    Auth {
+        /// HTTP status.
+        status: u16,
+    },
+    /// The request was rejected (4xx other than 401/403/429).
+    #[error("language model rejected the request {status}: {message}")]
+    InvalidRequest {
+        /// HTTP status.
+        status: u16,
+        /// Body excerpt.
+        message: String,
+    },
+    /// The response could not be understood.
+    #[error("language model returned an invalid response: {0}")]
+    InvalidResponse(String),
+    /// No model is configured.
+    #[error("no language model configured")]
+    NotConfigured,
+}
+
+impl LlmError {
+    /// Whether retrying the same request can help (429, 5xx, transport errors and timeouts).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Timeout(_) | Self::RateLimited { .. } | Self::Server { .. } | Self::Transport(_))
+    }
+}
+
+/// The stable reason code of an invalid-input manager error; the gateway maps these to HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InvalidInputCode {
+    /// Confidence outside `[0, 1]` or not finite (`ValueError("confidence")`).
+    Confidence,
+    /// Empty content (`ValueError("content")`).
+    Content,
+    /// Agent name required or invalid (`ValueError("agent_name")`).
+    AgentName,
+    /// Same content already stored (`ValueError("Duplicate fact")`).
+    DuplicateFact,
+    /// The import document is malformed (`memory_data...`).
+    MemoryData,
+    /// A user id is invalid.
+    UserId,
+    /// A fact id is invalid.
+    FactId,
+    /// Anything else.
+    Other,
+}
+
+/// Errors of the [`crate::ports::MemoryManager`] port: the backend-neutral contract.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// The backend does not implement the operation (HTTP 501).
+    #[error("{operation} not supported by {backend}")]
+    Unsupported {
+        /// Operation label (`get memory`, `create fact`...).
+        operation: &'static str,
+        /// Backend name.
+        backend: String,
+    },
+    /// A write lost an optimistic-concurrency race (HTTP 409).
+    #[error("memory changed concurrently: {message}")]
+    Conflict {
+        /// Private detail.
+        message: String,
+    },
+    /// Persisted memory cannot be read safely (HTTP 500 with a fixed body).
+    #[error("stored memory is corrupted: {message}")]
+    Corruption {
+        /// Private detail, never shown to HTTP clients.
+        message: String,
+    },
+    /// The fact does not exist (HTTP 404).
+    #[error("Memory fact '{fact_id}' not found")]
+    NotFound {
+        /// The fact id.
+        fact_id: String,
+    },
+    /// The input is invalid (HTTP 400, or 409 for duplicates).
+    #[error("{message}")]
+    InvalidInput {
+        /// Stable reason code.
+        code: InvalidInputCode,
+        /// Human-readable message.
+        message: String,
+    },
+    /// A persistence write failed (the reference's `OSError`).
+    #[error("memory persistence failed: {message}")]
+    Storage {
+        /// Detail.
+        message: String,
+    },
+    /// A remote backend or model is unavailable; retrying later may help.
+    #[error("memory backend unavailable: {message}")]
+    Unavailable {
+        /// Detail.
+        message: String,
+    },
+    /// The operation did not finish in time.
+    #[error("memory operation timed out: {message}")]
+    Timeout {
+        /// Detail.
+        message: String,
+    },
+    /// Any other backend failure.
+    #[error("memory backend error: {message}")]
+    Backend {
+        /// Detail.
+        message: String,
+    },
+}
+
+impl ManagerError {
+    /// An unsupported-operation error.
+    pub fn unsupported(operation: &'static str, backend: impl Into<String>) -> Self {
+        Self::Unsupported { operation, backend: backend.into() }
+    }
+
+    /// An invalid-input error.
+    pub fn invalid(code: InvalidInputCode, message: impl Into<String>) -> Self {
+        Self::InvalidInput { code, message: message.into() }
+    }
+}
+
+impl From<IdError> for ManagerError {
+    fn from(e: IdError) -> Self {
+        let code = match e.field() {
+            "user_id" => InvalidInputCode::UserId,
+            "agent_name" => InvalidInputCode::AgentName,
+            _ => InvalidInputCode::FactId,
+        };
+        Self::InvalidInput { code, message: e.to_string() }
+    }
+}
+
+impl From<StorageError> for ManagerError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::ManifestConflict { .. } | StorageError::FactConflict { .. } => {
+                Self::Conflict { message: e.to_string() }
+            }
+            StorageError::Corrupt { message } => Self::Corruption { message },
+            StorageError::NotFound { id } => Self::NotFound { fact_id: id },
+            StorageError::InvalidInput { field, message } => {
+                let code = match field.as_str() {
+                    "fact.confidence" | "confidence" => InvalidInputCode::Confidence,
+                    "fact.content" | "content" => InvalidInputCode::Content,
+                    "agent_name" => InvalidInputCode::AgentName,
+                    "user_id" => InvalidInputCode::UserId,
+                    "fact_id" | "fact.id" => InvalidInputCode::FactId,
+                    _ => InvalidInputCode::Other,
+                };
+                Self::InvalidInput { code, message }
+            }
+            StorageError::LockTimeout { .. } => Self::Timeout { message: e.to_string() },
+            StorageError::Unsupported { operation, adapter } => {
+                Self::Unsupported { operation, backend: adapter.to_owned() }
+            }
+            StorageError::Io { .. } => Self::Storage { message: e.to_string() },
+        }
+    }
+}
+
+/// A configuration value that failed validation, naming the key.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    /// Dotted key path, e.g. `memory.backend_config.max_facts`.
+    pub key: String,
+    /// What is wrong, including the valid range.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// A new error for `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { key: key.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_map_to_manager_contract() {
+        let c: ManagerError = StorageError::ManifestConflict { expected: 1, found: 2 }.into();
+        assert!(matches!(c, ManagerError::Conflict { .. }));
+        let c: ManagerError = StorageError::corrupt("bad").into();
+        assert!(matches!(c, ManagerError::Corruption { .. }));
+        let c: ManagerError = StorageError::from(FactError::Confidence).into();
+        assert!(matches!(c, ManagerError::InvalidInput { code: InvalidInputCode::Confidence, .. }));
+        let e: StorageError = FactError::RevisionConflict { id: "a".into(), expected: 1, found: None }.into();
+        assert_eq!(e.to_string(), "Expected fact 'a' revision 1, found None");
+        assert!(e.is_conflict());
+    }
+
+    #[test]
+    fn retryable_llm_errors() {
+        assert!(LlmError::RateLimited { retry_after: None }.is_retryable());
+        assert!(LlmError::Server { status: 503, message: String::new() }.is_retryable());
+        assert!(!LlmError::Auth { status: 401 }.is_retryable());
+        assert!(!LlmError::InvalidRequest { status: 400, message: String::new() }.is_retryable());
+    }
+}

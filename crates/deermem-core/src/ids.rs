@@ -1,0 +1,483 @@
+//! Identity types: raw user ids and their storage buckets, agent names, fact ids and scopes.
+//!
+//! Every name that ends up in a path is validated here, once, so that adapters can build
+//! paths from these types without re-checking them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::IdError;
+
+/// The user every caller is when authentication is off (`DEFAULT_USER_ID` in the reference).
+pub const DEFAULT_USER_ID: &str = "default";
+
+/// The reserved fact bucket used whenever no agent is named.
+pub const DEFAULT_AGENT_BUCKET: &str = "__default__";
+
+/// The longest directory or file name component most filesystems accept, in bytes.
+const MAX_COMPONENT_BYTES: usize = 255;
+
+/// The longest fact id we accept, in bytes.
+///
+/// A fact file is written through a temporary `.{id}.md.{32 hex}.tmp`, which must itself fit
+/// in one path component, so ids longer than this would fail on write with an OS error.
+pub const MAX_FACT_ID_BYTES: usize = 200;
+
+/// The longest agent name we accept, in bytes.
+pub const MAX_AGENT_NAME_BYTES: usize = 128;
+
+/// The longest raw user id we accept, in bytes (its bucket must fit in one path component).
+pub const MAX_USER_ID_BYTES: usize = 1024;
+
+fn is_safe_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// The storage bucket (directory name) for a raw user id, exactly as the reference's
+/// `safe_user_id` / `make_safe_user_id` derive it.
+///
+/// Every code point outside `[A-Za-z0-9_-]` becomes one `-`; if anything changed, a `-` and the
+/// first 16 hex characters of the SHA-256 of the raw id's UTF-8 bytes are appended.
+///
+/// # Errors
+/// An empty id is rejected with the reference's message.
+pub fn safe_user_id(raw: &str) -> Result<String, IdError> {
+    if raw.is_empty() {
+        return Err(IdError::EmptyUserId);
+    }
+    let mut changed = false;
+    let sanitized: String = raw
+        .chars()
+        .map(|c| {
+            if is_safe_id_char(c) {
+                c
+            } else {
+                changed = true;
+                '-'
+            }
+        })
+        .collect();
+    if !changed {
+        return Ok(sanitized);
+    }
+    let digest = Sha256::digest(raw.as_bytes());
+    let hex = hex::encode(digest);
+    Ok(format!("{sanitized}-{}", &hex[..16]))
+}
+
+/// A raw user id as the host gave it (for example `bob@example.com`), with its storage bucket.
+///
+/// The raw id is what scopes, caches, front matter and the search index record; only the
+/// directory name uses the bucket.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserId {
+    raw: String,
+    bucket: String,
+}
+
+impl UserId {
+    /// Validates a raw user id and derives its bucket.
+    ///
+    /// # Errors
+    /// Empty ids, ids holding NUL, and ids too long for their bucket to be a file name.
+    pub fn new(raw: impl Into<String>) -> Result<Self, IdError> {
+        let raw = raw.into();
+        if raw.contains('\0') {
+            return Err(IdError::UserIdNul);
+        }
+        if raw.len() > MAX_USER_ID_BYTES {
+            return Err(IdError::UserIdTooLong { len: raw.len(), max: MAX_USER_ID_BYTES });
+        }
+        let bucket = safe_user_id(&raw)?;
+        if bucket.len() > MAX_COMPONENT_BYTES {
+            return Err(IdError::UserIdTooLong { len: raw.len(), max: MAX_COMPONENT_BYTES - 17 });
+        }
+        Ok(Self { raw, bucket })
+    }
+
+    /// The `default` user.
+    pub fn default_user() -> Self {
+        Self { raw: DEFAULT_USER_ID.to_owned(), bucket: DEFAULT_USER_ID.to_owned() }
+    }
+
+    /// The raw id, as given.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The directory name under `users/`.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The id made safe the way the gateway makes owner headers safe (`make_safe_user_id`):
+    /// a new `UserId` whose raw id is the bucket.
+    pub fn to_safe(&self) -> Self {
+        Self { raw: self.bucket.clone(), bucket: self.bucket.clone() }
+    }
+}
+
+impl fmt::Debug for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UserId({:?})", self.raw)
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+impl TryFrom<String> for UserId {
+    type Error = IdError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl TryFrom<&str> for UserId {
+    type Error = IdError;
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl Serialize for UserId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.raw)
+    }
+}
+
+impl<'de> Deserialize<'de> for UserId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::new(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An agent bucket name: a custom agent (`^[A-Za-z0-9-]+$`, case-insensitive, stored lowercase)
+/// or the reserved [`DEFAULT_AGENT_BUCKET`].
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct AgentName(String);
+
+impl AgentName {
+    /// Parses a public agent name: lowercases it, then accepts `__default__` or the custom-agent
+    /// grammar (a full match: unlike the reference, a trailing newline is rejected).
+    ///
+    /// # Errors
+    /// Empty names, names outside the grammar, and names longer than [`MAX_AGENT_NAME_BYTES`].
+    pub fn parse(name: &str) -> Result<Self, IdError> {
+        if name.is_empty() {
+            return Err(IdError::EmptyAgentName);
+        }
+        if name.len() > MAX_AGENT_NAME_BYTES {
+            return Err(IdError::AgentNameTooLong { len: name.len(), max: MAX_AGENT_NAME_BYTES });
+        }
+        let lower = name.to_ascii_lowercase();
+        if lower == DEFAULT_AGENT_BUCKET {
+            return Ok(Self(lower));
+        }
+        if lower.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            Ok(Self(lower))
+        } else {
+            Err(IdError::InvalidAgentName { name: truncate_for_message(name) })
+        }
+    }
+
+    /// Parses a custom agent name, refusing the reserved default bucket.
+    ///
+    /// # Errors
+    /// As [`AgentName::parse`], plus the reserved `__default__`.
+    pub fn parse_custom(name: &str) -> Result<Self, IdError> {
+        let parsed = Self::parse(name)?;
+        if parsed.is_default() {
+            return Err(IdError::InvalidAgentName { name: truncate_for_message(name) });
+        }
+        Ok(parsed)
+    }
+
+    /// The reserved default bucket.
+    pub fn default_bucket() -> Self {
+        Self(DEFAULT_AGENT_BUCKET.to_owned())
+    }
+
+    /// Resolves an optional agent the way the manager does: `None` is the default bucket.
+    ///
+    /// # Errors
+    /// As [`AgentName::parse`].
+    pub fn resolve(name: Option<&str>) -> Result<Self, IdError> {
+        match name {
+            None => Ok(Self::default_bucket()),
+            Some(n) => Self::parse(n),
+        }
+    }
+
+    /// Whether this is the reserved default bucket.
+    pub fn is_default(&self) -> bool {
+        self.0 == DEFAULT_AGENT_BUCKET
+    }
+
+    /// The canonical (lowercase) name, also the directory name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AgentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AgentName({:?})", self.0)
+    }
+}
+
+impl fmt::Display for AgentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A fact id: `[A-Za-z0-9_-]+`, ASCII, at most [`MAX_FACT_ID_BYTES`] bytes.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct FactId(String);
+
+impl FactId {
+    /// Validates a fact id.
+    ///
+    /// # Errors
+    /// Empty ids, ids with characters outside the alphabet, and over-long ids.
+    pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(IdError::EmptyFactId);
+        }
+        if id.len() > MAX_FACT_ID_BYTES {
+            return Err(IdError::FactIdTooLong { len: id.len(), max: MAX_FACT_ID_BYTES });
+        }
+        if !id.chars().all(is_safe_id_char) {
+            return Err(IdError::InvalidFactId { id: truncate_for_message(&id) });
+        }
+        Ok(Self(id))
+    }
+
+    /// A manager-style id: `fact_` followed by the first 8 hex characters of `random_hex`.
+    ///
+    /// # Errors
+    /// When `random_hex` holds fewer than 8 hex characters.
+    pub fn short_from_hex(random_hex: &str) -> Result<Self, IdError> {
+        let hex: String = random_hex.chars().filter(char::is_ascii_hexdigit).take(8).collect();
+        if hex.len() < 8 {
+            return Err(IdError::InvalidFactId { id: format!("fact_{hex}") });
+        }
+        Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
+    }
+
+    /// A storage-style id: `fact_` followed by 32 hex characters.
+    ///
+    /// # Errors
+    /// When `random_hex` holds fewer than 32 hex characters.
+    pub fn long_from_hex(random_hex: &str) -> Result<Self, IdError> {
+        let hex: String = random_hex.chars().filter(char::is_ascii_hexdigit).take(32).collect();
+        if hex.len() < 32 {
+            return Err(IdError::InvalidFactId { id: format!("fact_{hex}") });
+        }
+        Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The shard directory: the first two lowercase hex characters of `sha256(id)`.
+    pub fn shard(&self) -> String {
+        let digest = Sha256::digest(self.0.as_bytes());
+        hex::encode(&digest[..1])
+    }
+}
+
+impl fmt::Debug for FactId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FactId({:?})", self.0)
+    }
+}
+
+impl fmt::Display for FactId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<&str> for FactId {
+    type Error = IdError;
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl<'de> Deserialize<'de> for FactId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::new(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::borrow::Borrow<str> for FactId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Where a storage operation reads or writes: one user (or the legacy no-user layout when
+/// `user` is `None`) and optionally one agent bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scope {
+    /// The user, or `None` for the legacy root layout.
+    pub user: Option<UserId>,
+    /// The agent bucket, or `None` for user-level (summaries only) operations.
+    pub agent: Option<AgentName>,
+}
+
+impl Scope {
+    /// A scope for one user and agent.
+    pub fn new(user: Option<UserId>, agent: Option<AgentName>) -> Self {
+        Self { user, agent }
+    }
+
+    /// A scope for one user and one agent.
+    pub fn agent(user: &UserId, agent: &AgentName) -> Self {
+        Self { user: Some(user.clone()), agent: Some(agent.clone()) }
+    }
+
+    /// The scope as facts and the search index record it: raw user id and agent name.
+    pub fn to_fact_scope(&self) -> crate::fact::FactScope {
+        crate::fact::FactScope {
+            user_id: self.user.as_ref().map(|u| u.as_str().to_owned()),
+            agent_name: self.agent.as_ref().map(|a| a.as_str().to_owned()),
+        }
+    }
+}
+
+/// Shortens a hostile input for use in an error message.
+pub(crate) fn truncate_for_message(s: &str) -> String {
+    const MAX: usize = 80;
+    let mut out: String = s.chars().take(MAX).map(|c| if c == '\0' { '\u{2400}' } else { c }).collect();
+    if s.chars().count() > MAX {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_user_id_matches_reference_vectors() {
+        let cases = [
+            ("alice", "alice"),
+            ("-1001234567890", "-1001234567890"),
+            ("feishu|ou_AbC/123", "feishu-ou_AbC-123-bbd8f53c62c2d1ce"),
+            ("a@b.com", "a-b-com-fb98d44ad7501a95"),
+            ("../x", "---x-d6b96a97d147daaa"),
+            ("用户", "---0d0e1a86b3aa7877"),
+            ("a b", "a-b-c8687a08aa5d6ed2"),
+            ("test@example.com", "test-example-com-973dfe463ec85785"),
+            ("Ünïcode", "-n-code-00b24be80c8dd6e9"),
+            ("bob@example.com", "bob-example-com-5ff860bf1190596c"),
+            ("dave@corp.example", "dave-corp-example-24e6e8e886de6c22"),
+        ];
+        for (raw, bucket) in cases {
+            assert_eq!(safe_user_id(raw).unwrap(), bucket, "raw {raw:?}");
+            assert_eq!(UserId::new(raw).unwrap().bucket(), bucket);
+        }
+    }
+
+    #[test]
+    fn safe_user_id_is_idempotent_on_buckets() {
+        for raw in ["a@b.com", "用户", "../x"] {
+            let b = safe_user_id(raw).unwrap();
+            assert_eq!(safe_user_id(&b).unwrap(), b);
+        }
+    }
+
+    #[test]
+    fn empty_user_id_is_rejected_with_reference_message() {
+        assert_eq!(safe_user_id("").unwrap_err().to_string(), "user_id must be a non-empty string.");
+        assert!(UserId::new("").is_err());
+    }
+
+    #[test]
+    fn hostile_user_ids_are_typed_errors_or_safe_buckets() {
+        assert!(matches!(UserId::new("a\0b"), Err(IdError::UserIdNul)));
+        assert!(matches!(UserId::new("x".repeat(5000)), Err(IdError::UserIdTooLong { .. })));
+        let traversal = UserId::new("../../etc/passwd").unwrap();
+        assert!(!traversal.bucket().contains('/'));
+        assert!(!traversal.bucket().contains(".."));
+        // 250 unsafe characters would give a bucket over 255 bytes.
+        assert!(UserId::new("@".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn agent_names_are_lowercased_and_validated() {
+        assert_eq!(AgentName::parse("Coder").unwrap().as_str(), "coder");
+        assert_eq!(AgentName::parse("Lead-Agent").unwrap().as_str(), "lead-agent");
+        assert!(AgentName::parse("__DEFAULT__").unwrap().is_default());
+        assert_eq!(AgentName::resolve(None).unwrap(), AgentName::default_bucket());
+        for bad in ["", "a_b", "../x", "a/b", "agent\n", "a b", "a\0", "__default", "ü"] {
+            assert!(AgentName::parse(bad).is_err(), "{bad:?} must be rejected");
+        }
+        assert!(AgentName::parse_custom("__default__").is_err());
+        assert!(AgentName::parse(&"a".repeat(MAX_AGENT_NAME_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn agent_name_error_messages_match_reference() {
+        assert_eq!(
+            AgentName::parse("").unwrap_err().to_string(),
+            "Agent name must be a non-empty string."
+        );
+        assert_eq!(
+            AgentName::parse("Bad_Name").unwrap_err().to_string(),
+            "Invalid agent name 'Bad_Name': names must match ^[A-Za-z0-9-]+$"
+        );
+    }
+
+    #[test]
+    fn fact_ids_follow_the_alphabet() {
+        assert!(FactId::new("fact_01HZZ-x").is_ok());
+        for bad in ["", "a.b", "../x", "a/b", "a\0", "fact id", "ü"] {
+            assert!(FactId::new(bad).is_err(), "{bad:?} must be rejected");
+        }
+        assert!(FactId::new("a".repeat(MAX_FACT_ID_BYTES + 1)).is_err());
+        assert_eq!(
+            FactId::new("a.b").unwrap_err().to_string(),
+            "Fact id may contain only letters, numbers, '_' and '-'."
+        );
+    }
+
+    #[test]
+    fn shard_is_first_byte_of_sha256() {
+        let id = FactId::new("fact_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
+        assert_eq!(id.shard(), "9e");
+    }
+
+    #[test]
+    fn generated_ids_have_reference_shapes() {
+        let short = FactId::short_from_hex("0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(short.as_str(), "fact_01234567");
+        let long = FactId::long_from_hex("0123456789ABCDEF0123456789abcdef").unwrap();
+        assert_eq!(long.as_str(), "fact_0123456789abcdef0123456789abcdef");
+        assert!(FactId::short_from_hex("xyz").is_err());
+    }
+}

@@ -1,0 +1,38 @@
+//! DeerMem core: the domain types, the ports adapters implement, and the pure policies of the
+//! memory engine. This crate performs no I/O and reads neither the clock nor the environment.
+//!
+//! - [`ids`]: user ids and buckets, agent names, fact ids, scopes.
+//! - [`fact`]: the fact type, its validation and normalisation, the public fact shape.
+//! - [`document`]: summaries, memory documents, change sets.
+//! - [`ports`]: `MemoryStorage`, `Retrieval`, `LanguageModel`, `Clock`, `MemoryManager`.
+//! - [`config`]: the `memory:` configuration with defaults, ranges and `$VAR` resolution.
+//! - [`policy`]: capacity eviction and other pure decisions.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod document;
+pub mod error;
+pub mod fact;
+pub mod ids;
+pub mod message;
+pub mod policy;
+pub mod ports;
+pub mod py;
+pub mod search;
+pub mod time;
+
+pub use config::{DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, TokenCounting};
+pub use document::{
+    ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, PublicMemoryDocument, SummariesSnapshot,
+    SummaryEntry, SummaryPatch, SummarySection,
+};
+pub use error::{
+    ConfigError, FactError, IdError, InvalidInputCode, LlmError, ManagerError, RetrievalError,
+    StorageError,
+};
+pub use fact::{Fact, FactDraft, FactScope, FactSource, PublicFact};
+pub use ids::{AgentName, FactId, Scope, UserId, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID};
+pub use message::{Message, MessageKind};
+pub use search::{MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery};
+pub use time::Timestamp;

@@ -1,0 +1,4 @@
+//! Pure policies over domain types: no I/O, no clock, no environment. Time arrives as an
+//! argument.
+
+pub mod eviction;

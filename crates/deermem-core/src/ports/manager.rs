@@ -1,0 +1,340 @@
+//! The `MemoryManager` port: the backend contract a host calls (spec/api.md §1), in three tiers.
+//! Tier 1 (`add`, `get_context`) is required; tiers 2 and 3 default to a typed `Unsupported`.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::MemoryMode;
+use crate::document::PublicMemoryDocument;
+use crate::error::ManagerError;
+use crate::fact::PublicFact;
+use crate::ids::{AgentName, UserId};
+use crate::message::Message;
+
+/// What a backend supports, declared once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerCapabilities {
+    /// `search` is implemented (required for tool mode).
+    pub search: bool,
+    /// `get_memory` / `export_memory`.
+    pub read_memory: bool,
+    /// `clear_memory`.
+    pub clear_memory: bool,
+    /// `import_memory`.
+    pub import_memory: bool,
+    /// `reload_memory`.
+    pub reload_memory: bool,
+    /// `create_fact`, `update_fact`, `delete_fact`.
+    pub fact_crud: bool,
+    /// The host keeps passive writes (`add`) running in tool mode.
+    pub passive_writes_in_tool_mode: bool,
+    /// Tool mode is allowed at all (OpenViking refuses it).
+    pub tool_mode: bool,
+}
+
+/// The user and agent a call acts for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemoryScope {
+    /// The user; `None` lets the backend apply its default (DeerMem: the legacy root layout,
+    /// or an error under `strict_user_scope`).
+    pub user: Option<UserId>,
+    /// The agent; `None` is the reserved default bucket.
+    pub agent: Option<AgentName>,
+}
+
+impl MemoryScope {
+    /// A scope for a user and optional agent.
+    pub fn new(user: Option<UserId>, agent: Option<AgentName>) -> Self {
+        Self { user, agent }
+    }
+
+    /// A scope for a user's default bucket.
+    pub fn user(user: UserId) -> Self {
+        Self { user: Some(user), agent: None }
+    }
+}
+
+/// A conversation turn to remember.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AddRequest {
+    /// The host thread id.
+    pub thread_id: String,
+    /// The raw, unfiltered conversation (the backend filters it).
+    pub messages: Vec<Message>,
+    /// Who and which agent.
+    pub scope: MemoryScope,
+    /// Trace id for observability.
+    pub trace_id: Option<String>,
+}
+
+/// A request for the injection block.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContextRequest {
+    /// Who and which agent.
+    pub scope: MemoryScope,
+    /// The thread, when known.
+    pub thread_id: Option<String>,
+}
+
+/// A search request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchRequest {
+    /// Query text.
+    pub query: String,
+    /// Result cap (the reference's default is 5).
+    pub top_k: usize,
+    /// Who and which agent.
+    pub scope: MemoryScope,
+    /// Only this category (applied before the cut).
+    pub category: Option<String>,
+}
+
+/// A fact to create manually.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewFact {
+    /// Content (stripped; must not be blank).
+    pub content: String,
+    /// Category (blank means `context`).
+    pub category: String,
+    /// Confidence in `[0, 1]`.
+    pub confidence: f64,
+}
+
+impl NewFact {
+    /// A fact with the reference's defaults: category `context`, confidence 0.5.
+    pub fn new(content: impl Into<String>) -> Self {
+        Self { content: content.into(), category: "context".into(), confidence: 0.5 }
+    }
+}
+
+/// A partial update of a fact: `None` fields are kept.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FactPatch {
+    /// New content.
+    pub content: Option<String>,
+    /// New category.
+    pub category: Option<String>,
+    /// New confidence.
+    pub confidence: Option<f64>,
+    /// Fail with a conflict unless the fact is at this revision.
+    pub expected_revision: Option<u64>,
+}
+
+/// The injection block a run saw, with its identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryContext {
+    /// The backend's plain text (what `get_context` returns); may be empty.
+    pub body: String,
+    /// The exact injected content, `<memory>` wrapper included; empty when nothing is
+    /// injected.
+    pub block: String,
+    /// SHA-256 (hex) of `block`; `None` when nothing is injected.
+    pub content_sha256: Option<String>,
+}
+
+/// Wraps a context body the way the host injects it: `"<memory>\n{body}\n</memory>\n"`, or
+/// nothing for a blank body. Returns the block and its SHA-256.
+pub fn wrap_memory_block(body: &str) -> MemoryContext {
+    let trimmed = crate::py::strip(body);
+    if trimmed.is_empty() {
+        return MemoryContext { body: body.to_owned(), block: String::new(), content_sha256: None };
+    }
+    let block = format!("<memory>\n{trimmed}\n</memory>\n");
+    let sha = hex::encode(Sha256::digest(block.as_bytes()));
+    MemoryContext { body: body.to_owned(), block, content_sha256: Some(sha) }
+}
+
+/// A memory backend (DeerMem, noop, Honcho, OpenViking...).
+///
+/// # Contract
+/// - **Tier 1.** `add` takes the raw conversation, filters it itself and returns at once (the
+///   work is queued); it never fails for backpressure. `get_context` returns plain text ready
+///   for injection (the host adds the `<memory>` wrapper) or `""`, within the backend's own
+///   budget.
+/// - **Tier 2/3 defaults.** Every other operation returns [`ManagerError::Unsupported`] unless
+///   the backend implements it, and [`MemoryManager::capabilities`] says which ones it does.
+///   `add_nowait` defaults to `add` without a trace id; `shutdown_flush` to `true`; `warm` to
+///   `None` ("nothing to warm").
+/// - **Scopes.** An omitted agent is the reserved default bucket; agent names are
+///   case-insensitive. A call for user A never returns or changes user B's data.
+/// - **Errors.** Conflicts, corruption, missing facts and invalid input have their own
+///   variants, so hosts map them without reading message text.
+#[async_trait]
+pub trait MemoryManager: Send + Sync + Debug {
+    /// The backend's name, used in "not supported by" messages (e.g. `DeerMem`).
+    fn name(&self) -> &str;
+
+    /// What the backend supports.
+    fn capabilities(&self) -> ManagerCapabilities;
+
+    /// The mode the backend was built for.
+    fn mode(&self) -> MemoryMode;
+
+    /// Queues a conversation for memory extraction.
+    ///
+    /// # Errors
+    /// Only for invalid input (a bad scope); never for backpressure.
+    async fn add(&self, request: AddRequest) -> Result<(), ManagerError>;
+
+    /// The emergency path (before summarisation drops messages): processed at once, ignoring
+    /// the watermark.
+    ///
+    /// # Errors
+    /// As `add`.
+    async fn add_nowait(&self, request: AddRequest) -> Result<(), ManagerError> {
+        self.add(AddRequest { trace_id: None, ..request }).await
+    }
+
+    /// The injection text, without the `<memory>` wrapper.
+    ///
+    /// # Errors
+    /// Backend failures (most backends degrade to `""` instead).
+    async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError>;
+
+    /// The injection block with the wrapper and its identity (spec/api.md §3.7).
+    ///
+    /// # Errors
+    /// As `get_context`.
+    async fn get_context_block(&self, request: ContextRequest) -> Result<MemoryContext, ManagerError> {
+        let body = self.get_context(request).await?;
+        Ok(wrap_memory_block(&body))
+    }
+
+    /// Ranked facts for a query.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        let _ = request;
+        Err(ManagerError::unsupported("search", self.name()))
+    }
+
+    /// The memory document of a scope.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("get memory", self.name()))
+    }
+
+    /// Re-reads storage (picking up out-of-band edits) and returns the document.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn reload_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("reload memory", self.name()))
+    }
+
+    /// Deletes memory (nothing in the reference calls it).
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn delete_memory(&self, scope: MemoryScope) -> Result<(), ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("delete memory", self.name()))
+    }
+
+    /// Clears memory: with no agent, every agent's facts and the summaries; with an agent, only
+    /// that bucket's facts. Returns the now-empty document.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("clear memory", self.name()))
+    }
+
+    /// Replaces the bucket with the document's facts and summaries.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn import_memory(&self, document: PublicMemoryDocument, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = (document, scope);
+        Err(ManagerError::unsupported("import memory", self.name()))
+    }
+
+    /// The export document.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn export_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("export memory", self.name()))
+    }
+
+    /// Creates a fact. Returns the fresh document and the new id, or `None` when the capacity
+    /// policy evicted the new fact at once (nothing stored).
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn create_fact(&self, fact: NewFact, scope: MemoryScope) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        let _ = (fact, scope);
+        Err(ManagerError::unsupported("create fact", self.name()))
+    }
+
+    /// Updates a fact's non-`None` fields.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn update_fact(&self, fact_id: &str, patch: FactPatch, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = (fact_id, patch, scope);
+        Err(ManagerError::unsupported("update fact", self.name()))
+    }
+
+    /// Deletes a fact.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn delete_fact(&self, fact_id: &str, expected_revision: Option<u64>, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = (fact_id, expected_revision, scope);
+        Err(ManagerError::unsupported("delete fact", self.name()))
+    }
+
+    /// Drains pending work within `timeout`; true only if everything finished in time.
+    async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        let _ = timeout;
+        true
+    }
+
+    /// Warms caches or probes the server: `None` when there is nothing to warm, `Some(false)`
+    /// when warming failed.
+    async fn warm(&self) -> Option<bool> {
+        None
+    }
+
+    /// Hook before the host compresses a conversation; returns text to keep.
+    async fn on_pre_compress(&self, messages: &[Message]) -> String {
+        let _ = messages;
+        String::new()
+    }
+
+    /// Hook at the start of a turn.
+    async fn on_turn_start(&self, turn_number: u64, message: Option<&Message>) {
+        let _ = (turn_number, message);
+    }
+
+    /// Releases resources. Idempotent.
+    async fn close(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_matches_host_injection() {
+        let ctx = wrap_memory_block("User Context:\n- Work: Rust\n");
+        assert_eq!(ctx.block, "<memory>\nUser Context:\n- Work: Rust\n</memory>\n");
+        let expected = hex::encode(Sha256::digest(ctx.block.as_bytes()));
+        assert_eq!(ctx.content_sha256.as_deref(), Some(expected.as_str()));
+        let empty = wrap_memory_block("  \n ");
+        assert!(empty.block.is_empty());
+        assert!(empty.content_sha256.is_none());
+    }
+}

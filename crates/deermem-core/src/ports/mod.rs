@@ -1,0 +1,19 @@
+//! The ports: the traits adapters implement. Each trait's doc comment is its contract, and the
+//! contract suites in `deermem-testkit` assert exactly those sentences.
+
+mod clock;
+mod llm;
+mod manager;
+mod retrieval;
+mod storage;
+
+pub use clock::Clock;
+pub use llm::{ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, TokenUsage};
+pub use manager::{
+    AddRequest, ContextRequest, FactPatch, ManagerCapabilities, MemoryContext, MemoryManager,
+    MemoryScope, NewFact, SearchRequest, wrap_memory_block,
+};
+pub use retrieval::Retrieval;
+pub use storage::{
+    ListQuery, MemoryStorage, MigrationReport, StorageCapabilities,
+};

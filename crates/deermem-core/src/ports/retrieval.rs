@@ -1,0 +1,71 @@
+//! The `Retrieval` port: a derived, rebuildable search index over canonical facts.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::error::RetrievalError;
+use crate::fact::Fact;
+use crate::ids::Scope;
+use crate::search::{RetrievalStats, SearchHit, SearchQuery};
+
+/// A scope-aware search index. It holds only data that can be rebuilt from canonical storage.
+///
+/// # Contract
+/// - **Isolation.** A search returns only facts indexed under one of the query's scopes; scopes
+///   compare the raw user id exactly and the agent name exactly (storage passes canonical
+///   lowercase names).
+/// - **Upsert/remove.** `upsert` replaces any earlier document with the same `(scope, id)`;
+///   `remove` of an absent id is a no-op.
+/// - **Search.** Blank queries and `top_k == 0` return no hits without touching the index. Any
+///   query text is accepted: text that is not valid index syntax is searched as plain words,
+///   never an error. Hits are ordered by descending score; the category filter applies before
+///   the `top_k` cut.
+/// - **Rebuild.** `rebuild(scopes, facts)` atomically replaces the listed scopes' documents (or
+///   the whole index when `scopes` is `None`) with `facts`.
+/// - **Robustness.** A corrupt index is recreated; errors are typed, never panics.
+#[async_trait]
+pub trait Retrieval: Send + Sync + Debug {
+    /// The adapter kind, e.g. `fts5`.
+    fn kind(&self) -> &'static str;
+
+    /// Indexes (or re-indexes) one fact under a scope.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a scope without an agent; `Unavailable`/`Backend` on index failure.
+    async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError>;
+
+    /// Removes one fact from a scope.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError>;
+
+    /// Ranked search.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure (callers fall back to a substring scan).
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError>;
+
+    /// Deletes the documents of the given scopes, or everything.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError>;
+
+    /// Atomically replaces the scopes' documents with `facts` (each with its scope).
+    /// Returns how many documents were written.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an unindexable fact (nothing is replaced); `Unavailable`/`Backend`.
+    async fn rebuild(&self, scopes: Option<&[Scope]>, facts: &[(Scope, Fact)]) -> Result<usize, RetrievalError>;
+
+    /// Index statistics.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend`.
+    async fn stats(&self) -> Result<RetrievalStats, RetrievalError>;
+
+    /// Closes the index. Idempotent; later calls fail with `Unavailable`.
+    async fn close(&self);
+}

@@ -1,0 +1,131 @@
+//! Search and index types shared by the storage and retrieval ports: queries, ranked hits,
+//! rebuild reports and index status.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fact::Fact;
+use crate::ids::Scope;
+
+/// How a hit was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchType {
+    /// FTS5 full-text match ranked by BM25.
+    Fts5,
+    /// The CJK n-gram side index (runs of Chinese/Japanese/Korean text).
+    Cjk,
+    /// Case-insensitive substring scan over canonical facts.
+    Substring,
+    /// A remote backend's own ranking.
+    Remote,
+}
+
+impl MatchType {
+    /// The name the reference reports (`fts5`, `substring`...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fts5 => "fts5",
+            Self::Cjk => "cjk",
+            Self::Substring => "substring",
+            Self::Remote => "remote",
+        }
+    }
+}
+
+/// A search over one or more scopes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchQuery {
+    /// The query text (plain words, or FTS5 syntax when it is valid).
+    pub text: String,
+    /// The scopes to search; results never leave them.
+    pub scopes: Vec<Scope>,
+    /// How many hits to return at most.
+    pub top_k: usize,
+    /// Only facts of this category (filtered before the `top_k` cut).
+    pub category: Option<String>,
+}
+
+impl SearchQuery {
+    /// A query over a single scope.
+    pub fn new(text: impl Into<String>, scope: Scope, top_k: usize) -> Self {
+        Self { text: text.into(), scopes: vec![scope], top_k, category: None }
+    }
+
+    /// Whether the query can have no results (blank text or `top_k == 0`).
+    pub fn is_trivially_empty(&self) -> bool {
+        crate::py::strip(&self.text).is_empty() || self.top_k == 0 || self.scopes.is_empty()
+    }
+}
+
+/// One ranked result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchHit {
+    /// The fact as indexed (its canonical form at index time).
+    pub fact: Fact,
+    /// Higher is better.
+    pub score: f64,
+    /// How it matched.
+    pub match_type: MatchType,
+    /// The raw BM25 relevance (positive), when FTS ranked it.
+    pub bm25: Option<f64>,
+}
+
+/// The outcome of an index rebuild.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildReport {
+    /// Whether a retrieval adapter is configured.
+    pub supported: bool,
+    /// Facts written to the index.
+    pub indexed: usize,
+    /// Facts (or files) that could not be indexed; they are logged and skipped.
+    pub failed: usize,
+    /// The rebuild as a whole failed (the index is unusable; lazy retry stays enabled).
+    pub fatal: bool,
+    /// Why nothing was done, when `supported` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Retrieval configuration and health as storage reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetrievalStatus {
+    /// Whether an index adapter is configured.
+    pub configured: bool,
+    /// `external` (an adapter) or `substring_fallback`.
+    pub mode: String,
+    /// Adapter kind (`fts5`), when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// Rows (documents) in the index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_docs: Option<u64>,
+    /// Scopes waiting for a rebuild, as `user|agent`.
+    #[serde(default)]
+    pub dirty_scopes: Vec<String>,
+    /// The last adapter error, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Index file size in bytes, when on disk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db_bytes: Option<u64>,
+    /// Index file path, when on disk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db_path: Option<String>,
+}
+
+/// Statistics an index adapter reports about itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetrievalStats {
+    /// Adapter kind.
+    pub adapter: String,
+    /// Indexed documents.
+    pub total_docs: u64,
+    /// Index file path, if persistent.
+    pub db_path: Option<String>,
+    /// Index file size in bytes.
+    pub db_bytes: Option<u64>,
+    /// Whether word segmentation for Chinese is compiled in.
+    pub jieba: bool,
+    /// The last error the adapter saw.
+    pub last_error: Option<String>,
+}

@@ -1,0 +1,1 @@
+//! DeerMem HTTP gateway: DeerFlow-compatible /api/memory routes plus extensions.

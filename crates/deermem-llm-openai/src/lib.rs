@@ -1,0 +1,1 @@
+//! DeerMem LanguageModel adapter for OpenAI-compatible chat-completions servers.

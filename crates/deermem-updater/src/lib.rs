@@ -1,0 +1,1 @@
+//! DeerMem memory-update pipeline and the DeerMem manager: filtering, extraction, gates, queue, injection.

@@ -1,0 +1,1 @@
+//! DeerMem facade: configuration loading and backend selection by manager_class.

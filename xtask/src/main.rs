@@ -1,0 +1,3 @@
+//! Project automation: `cargo xtask ci`, `cargo xtask tidy`, `cargo xtask bench`.
+
+fn main() {}
