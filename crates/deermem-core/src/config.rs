@@ -102,8 +102,14 @@ const LEGACY_KEYS: [&str; 21] = [
     "model_name",
 ];
 
-const SHARED_KEYS: [&str; 6] =
-    ["enabled", "mode", "injection_enabled", "shutdown_flush_timeout_seconds", "manager_class", "backend_config"];
+const SHARED_KEYS: [&str; 6] = [
+    "enabled",
+    "mode",
+    "injection_enabled",
+    "shutdown_flush_timeout_seconds",
+    "manager_class",
+    "backend_config",
+];
 
 impl MemoryConfig {
     /// Parses a `memory:` section (already env-resolved), migrating legacy top-level keys into
@@ -127,25 +133,39 @@ impl MemoryConfig {
             cfg.mode = match v.as_str() {
                 Some("middleware") => MemoryMode::Middleware,
                 Some("tool") => MemoryMode::Tool,
-                _ => return Err(ConfigError::new("memory.mode", format!("must be 'middleware' or 'tool' (got {v})"))),
+                _ => {
+                    return Err(ConfigError::new(
+                        "memory.mode",
+                        format!("must be 'middleware' or 'tool' (got {v})"),
+                    ));
+                }
             };
         }
         if let Some(v) = present(map, "injection_enabled") {
             cfg.injection_enabled = lax.bool("injection_enabled", v)?;
         }
         if let Some(v) = present(map, "shutdown_flush_timeout_seconds") {
-            cfg.shutdown_flush_timeout_seconds = lax.float_range("shutdown_flush_timeout_seconds", v, 1.0, 300.0)?;
+            cfg.shutdown_flush_timeout_seconds =
+                lax.float_range("shutdown_flush_timeout_seconds", v, 1.0, 300.0)?;
         }
         if let Some(v) = present(map, "manager_class") {
             cfg.manager_class = lax.string("manager_class", v)?;
             if cfg.manager_class.trim().is_empty() {
-                return Err(ConfigError::new("memory.manager_class", "must not be empty"));
+                return Err(ConfigError::new(
+                    "memory.manager_class",
+                    "must not be empty",
+                ));
             }
         }
         if let Some(v) = present(map, "backend_config") {
             match v {
                 Value::Object(m) => cfg.backend_config = m.clone(),
-                _ => return Err(ConfigError::new("memory.backend_config", "must be a mapping")),
+                _ => {
+                    return Err(ConfigError::new(
+                        "memory.backend_config",
+                        "must be a mapping",
+                    ));
+                }
             }
         }
         for (key, value) in map {
@@ -166,18 +186,25 @@ impl MemoryConfig {
                 continue;
             }
             if key == "model_name" {
-                let model = cfg.backend_config.entry("model").or_insert_with(|| Value::Object(Map::new()));
+                let model = cfg
+                    .backend_config
+                    .entry("model")
+                    .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(m) = model {
                     if !m.contains_key("model") {
                         m.insert("model".into(), value.clone());
-                        warnings.push("memory.model_name moved to memory.backend_config.model.model".into());
+                        warnings.push(
+                            "memory.model_name moved to memory.backend_config.model.model".into(),
+                        );
                     }
                 }
                 continue;
             }
             if !cfg.backend_config.contains_key(key) {
                 cfg.backend_config.insert(key.clone(), value.clone());
-                warnings.push(format!("memory.{key} is a legacy top-level key; moved to memory.backend_config.{key}"));
+                warnings.push(format!(
+                    "memory.{key} is a legacy top-level key; moved to memory.backend_config.{key}"
+                ));
             }
         }
         Ok((cfg, warnings))
@@ -189,16 +216,25 @@ impl MemoryConfig {
     ///
     /// # Errors
     /// Unparseable text, a missing environment variable (named), or an invalid value.
-    pub fn load_str(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig, ConfigError> {
+    pub fn load_str(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<LoadedConfig, ConfigError> {
         let root = parse_config_text(text)?;
         let root = resolve_env(root, "", env)?;
         let section = match &root {
-            Value::Object(m) if m.contains_key("memory") => m.get("memory").cloned().unwrap_or(Value::Null),
+            Value::Object(m) if m.contains_key("memory") => {
+                m.get("memory").cloned().unwrap_or(Value::Null)
+            }
             Value::Object(m) if looks_like_full_config(m) => Value::Null,
             other => other.clone(),
         };
         let (memory, warnings) = Self::from_section(&section)?;
-        Ok(LoadedConfig { memory, root, warnings })
+        Ok(LoadedConfig {
+            memory,
+            root,
+            warnings,
+        })
     }
 
     /// Whether the tool-mode tools are registered (`enabled` and `mode: tool`).
@@ -208,7 +244,9 @@ impl MemoryConfig {
 }
 
 fn looks_like_full_config(m: &Map<String, Value>) -> bool {
-    ["gateway", "models", "tools", "sandbox", "skills"].iter().any(|k| m.contains_key(*k))
+    ["gateway", "models", "tools", "sandbox", "skills"]
+        .iter()
+        .any(|k| m.contains_key(*k))
 }
 
 /// A loaded configuration file: the memory section plus the whole (env-resolved) document, so
@@ -231,9 +269,10 @@ pub fn parse_config_text(text: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Null);
     }
-    let yaml: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))?;
-    serde_json::to_value(yaml).map_err(|e| ConfigError::new("config", format!("unsupported value: {e}")))
+    let yaml: serde_yaml::Value = serde_yaml::from_str(text)
+        .map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))?;
+    serde_json::to_value(yaml)
+        .map_err(|e| ConfigError::new("config", format!("unsupported value: {e}")))
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -246,7 +285,11 @@ fn is_env_name(s: &str) -> bool {
 ///
 /// # Errors
 /// A missing variable, naming it and the key that referenced it.
-pub fn resolve_env(v: Value, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Value, ConfigError> {
+pub fn resolve_env(
+    v: Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Value, ConfigError> {
     Ok(match v {
         Value::String(s) => match s.strip_prefix('$') {
             Some(name) if is_env_name(name) => match env(name) {
@@ -270,7 +313,11 @@ pub fn resolve_env(v: Value, path: &str, env: &dyn Fn(&str) -> Option<String>) -
         Value::Object(m) => Value::Object(
             m.into_iter()
                 .map(|(k, x)| {
-                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
                     resolve_env(x, &p, env).map(|x| (k, x))
                 })
                 .collect::<Result<_, _>>()?,
@@ -316,7 +363,11 @@ impl Lax {
                     Ok(i)
                 } else {
                     let f = n.as_f64().ok_or_else(bad)?;
-                    if f.fract() == 0.0 && f.abs() < 9.0e15 { Ok(f as i64) } else { Err(bad()) }
+                    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                        Ok(f as i64)
+                    } else {
+                        Err(bad())
+                    }
                 }
             }
             Value::String(s) => s.trim().parse::<i64>().map_err(|_| bad()),
@@ -324,7 +375,13 @@ impl Lax {
         }
     }
 
-    fn int_range(&self, key: &str, v: &Value, lo: i64, hi: Option<i64>) -> Result<i64, ConfigError> {
+    fn int_range(
+        &self,
+        key: &str,
+        v: &Value,
+        lo: i64,
+        hi: Option<i64>,
+    ) -> Result<i64, ConfigError> {
         let i = self.int(key, v)?;
         let ok = i >= lo && hi.is_none_or(|h| i <= h);
         if ok {
@@ -348,7 +405,11 @@ impl Lax {
             Value::String(s) => crate::py::parse_float(s).ok_or_else(bad)?,
             _ => return Err(bad()),
         };
-        if f.is_finite() { Ok(f) } else { Err(self.err(key, format!("must be a finite number (got {v})"))) }
+        if f.is_finite() {
+            Ok(f)
+        } else {
+            Err(self.err(key, format!("must be a finite number (got {v})")))
+        }
     }
 
     fn float_range(&self, key: &str, v: &Value, lo: f64, hi: f64) -> Result<f64, ConfigError> {
@@ -356,19 +417,28 @@ impl Lax {
         if (lo..=hi).contains(&f) {
             Ok(f)
         } else {
-            Err(self.err(key, format!("must be a number between {lo} and {hi} (got {f})")))
+            Err(self.err(
+                key,
+                format!("must be a number between {lo} and {hi} (got {f})"),
+            ))
         }
     }
 
     fn string(&self, key: &str, v: &Value) -> Result<String, ConfigError> {
-        v.as_str().map(str::to_owned).ok_or_else(|| self.err(key, format!("must be a string (got {v})")))
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| self.err(key, format!("must be a string (got {v})")))
     }
 
     fn string_list(&self, key: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
         match v {
             Value::Array(items) => items
                 .iter()
-                .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| self.err(key, format!("must be a list of strings (got {v})"))))
+                .map(|i| {
+                    i.as_str().map(str::to_owned).ok_or_else(|| {
+                        self.err(key, format!("must be a list of strings (got {v})"))
+                    })
+                })
                 .collect(),
             _ => Err(self.err(key, format!("must be a list of strings (got {v})"))),
         }
@@ -417,7 +487,12 @@ impl std::fmt::Debug for ModelConfig {
 
 impl ModelConfig {
     fn defaults() -> Self {
-        Self { timeout_seconds: 60.0, connect_timeout_seconds: 10.0, max_retries: 2, ..Self::default() }
+        Self {
+            timeout_seconds: 60.0,
+            connect_timeout_seconds: 10.0,
+            max_retries: 2,
+            ..Self::default()
+        }
     }
 
     /// Whether a model is configured.
@@ -561,7 +636,14 @@ pub const DEERMEM_KEYS: [&str; 39] = [
 ];
 
 /// Keys that secrets live under; redacted wherever configuration is shown.
-pub const SECRET_KEY_NAMES: [&str; 6] = ["api_key", "apikey", "token", "secret", "password", "internal_token"];
+pub const SECRET_KEY_NAMES: [&str; 6] = [
+    "api_key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "internal_token",
+];
 
 /// Returns a copy of a configuration value with every secret-looking key's value replaced by
 /// `"***"` (keys named like [`SECRET_KEY_NAMES`], compared case-insensitively, and any key
@@ -600,14 +682,23 @@ impl DeerMemConfig {
     ///
     /// # Errors
     /// A [`ConfigError`] naming `memory.backend_config.<key>` and its valid range.
-    pub fn from_backend_config(bc: &Map<String, Value>) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
+    pub fn from_backend_config(
+        bc: &Map<String, Value>,
+    ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let mut c = Self::default();
         let mut warnings = Vec::new();
-        let l = Lax { prefix: "memory.backend_config" };
-        let unknown: Vec<&str> =
-            bc.keys().map(String::as_str).filter(|k| !DEERMEM_KEYS.contains(k)).collect();
+        let l = Lax {
+            prefix: "memory.backend_config",
+        };
+        let unknown: Vec<&str> = bc
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !DEERMEM_KEYS.contains(k))
+            .collect();
         if !unknown.is_empty() {
-            warnings.push(format!("Unknown backend_config keys ignored by DeerMem; check for typos: {unknown:?}"));
+            warnings.push(format!(
+                "Unknown backend_config keys ignored by DeerMem; check for typos: {unknown:?}"
+            ));
         }
         let g = |k: &str| present(bc, k);
         let as_u64 = |i: i64| u64::try_from(i).unwrap_or(0);
@@ -631,12 +722,21 @@ impl DeerMemConfig {
         if let Some(v) = g("manifest_filename") {
             c.manifest_filename = l.string("manifest_filename", v)?;
             let name = &c.manifest_filename;
-            if name.contains('/') || name.contains('\\') || !name.ends_with(".json") || name == ".." || name.contains('\0') {
-                return Err(l.err("manifest_filename", "manifest_filename must be a plain .json filename."));
+            if name.contains('/')
+                || name.contains('\\')
+                || !name.ends_with(".json")
+                || name == ".."
+                || name.contains('\0')
+            {
+                return Err(l.err(
+                    "manifest_filename",
+                    "manifest_filename must be a plain .json filename.",
+                ));
             }
         }
         if let Some(v) = g("file_lock_timeout_seconds") {
-            c.file_lock_timeout_seconds = as_u64(l.int_range("file_lock_timeout_seconds", v, 1, Some(120))?);
+            c.file_lock_timeout_seconds =
+                as_u64(l.int_range("file_lock_timeout_seconds", v, 1, Some(120))?);
         }
         if let Some(v) = g("retrieval_adapter") {
             c.retrieval_adapter = l.string("retrieval_adapter", v)?;
@@ -660,54 +760,74 @@ impl DeerMemConfig {
             c.fact_eviction_policy = match v.as_str() {
                 Some("confidence") => EvictionPolicy::Confidence,
                 Some("hybrid-v1") => EvictionPolicy::HybridV1,
-                _ => return Err(l.err("fact_eviction_policy", format!("must be 'confidence' or 'hybrid-v1' (got {v})"))),
+                _ => {
+                    return Err(l.err(
+                        "fact_eviction_policy",
+                        format!("must be 'confidence' or 'hybrid-v1' (got {v})"),
+                    ));
+                }
             };
         }
         if let Some(v) = g("fact_eviction_shadow_enabled") {
             c.fact_eviction_shadow_enabled = l.bool("fact_eviction_shadow_enabled", v)?;
         }
         if let Some(v) = g("eviction_confidence_weight") {
-            c.eviction_confidence_weight = l.float_range("eviction_confidence_weight", v, 0.0, 1.0)?;
+            c.eviction_confidence_weight =
+                l.float_range("eviction_confidence_weight", v, 0.0, 1.0)?;
         }
         if let Some(v) = g("eviction_confirmation_weight") {
-            c.eviction_confirmation_weight = l.float_range("eviction_confirmation_weight", v, 0.0, 1.0)?;
+            c.eviction_confirmation_weight =
+                l.float_range("eviction_confirmation_weight", v, 0.0, 1.0)?;
         }
         if let Some(v) = g("eviction_access_weight") {
             c.eviction_access_weight = l.float_range("eviction_access_weight", v, 0.0, 1.0)?;
         }
         if let Some(v) = g("eviction_confirmation_half_life_days") {
-            c.eviction_confirmation_half_life_days = as_u64(l.int_range("eviction_confirmation_half_life_days", v, 1, Some(3650))?);
+            c.eviction_confirmation_half_life_days =
+                as_u64(l.int_range("eviction_confirmation_half_life_days", v, 1, Some(3650))?);
         }
         if let Some(v) = g("eviction_access_half_life_days") {
-            c.eviction_access_half_life_days = as_u64(l.int_range("eviction_access_half_life_days", v, 1, Some(3650))?);
+            c.eviction_access_half_life_days =
+                as_u64(l.int_range("eviction_access_half_life_days", v, 1, Some(3650))?);
         }
         if let Some(v) = g("eviction_correction_reserved_fraction") {
-            c.eviction_correction_reserved_fraction = l.float_range("eviction_correction_reserved_fraction", v, 0.0, 1.0)?;
+            c.eviction_correction_reserved_fraction =
+                l.float_range("eviction_correction_reserved_fraction", v, 0.0, 1.0)?;
         }
         if let Some(v) = g("eviction_correction_reserved_max") {
-            c.eviction_correction_reserved_max = as_usize(l.int_range("eviction_correction_reserved_max", v, 0, Some(100))?);
+            c.eviction_correction_reserved_max =
+                as_usize(l.int_range("eviction_correction_reserved_max", v, 0, Some(100))?);
         }
         if let Some(v) = g("eviction_audit_max_entries") {
-            c.eviction_audit_max_entries = as_usize(l.int_range("eviction_audit_max_entries", v, 0, Some(10_000))?);
+            c.eviction_audit_max_entries =
+                as_usize(l.int_range("eviction_audit_max_entries", v, 0, Some(10_000))?);
         }
         if let Some(v) = g("fact_confidence_threshold") {
-            c.fact_confidence_threshold = l.float_range("fact_confidence_threshold", v, 0.0, 1.0)?;
+            c.fact_confidence_threshold =
+                l.float_range("fact_confidence_threshold", v, 0.0, 1.0)?;
         }
         if let Some(v) = g("max_injection_tokens") {
-            c.max_injection_tokens = as_usize(l.int_range("max_injection_tokens", v, 100, Some(8000))?);
+            c.max_injection_tokens =
+                as_usize(l.int_range("max_injection_tokens", v, 100, Some(8000))?);
         }
         if let Some(v) = g("token_counting") {
             c.token_counting = match v.as_str() {
                 Some("tiktoken") => TokenCounting::Tiktoken,
                 Some("char") => TokenCounting::Char,
-                _ => return Err(l.err("token_counting", format!("must be 'tiktoken' or 'char' (got {v})"))),
+                _ => {
+                    return Err(l.err(
+                        "token_counting",
+                        format!("must be 'tiktoken' or 'char' (got {v})"),
+                    ));
+                }
             };
         }
         if let Some(v) = g("guaranteed_categories") {
             c.guaranteed_categories = l.string_list("guaranteed_categories", v)?;
         }
         if let Some(v) = g("guaranteed_token_budget") {
-            c.guaranteed_token_budget = as_usize(l.int_range("guaranteed_token_budget", v, 50, Some(2000))?);
+            c.guaranteed_token_budget =
+                as_usize(l.int_range("guaranteed_token_budget", v, 50, Some(2000))?);
         }
         if let Some(v) = g("staleness_review_enabled") {
             c.staleness_review_enabled = l.bool("staleness_review_enabled", v)?;
@@ -716,31 +836,39 @@ impl DeerMemConfig {
             c.staleness_age_days = as_u64(l.int_range("staleness_age_days", v, 30, Some(365))?);
         }
         if let Some(v) = g("staleness_min_candidates") {
-            c.staleness_min_candidates = as_usize(l.int_range("staleness_min_candidates", v, 1, Some(50))?);
+            c.staleness_min_candidates =
+                as_usize(l.int_range("staleness_min_candidates", v, 1, Some(50))?);
         }
         if let Some(v) = g("staleness_max_removals_per_cycle") {
-            c.staleness_max_removals_per_cycle = as_usize(l.int_range("staleness_max_removals_per_cycle", v, 1, Some(50))?);
+            c.staleness_max_removals_per_cycle =
+                as_usize(l.int_range("staleness_max_removals_per_cycle", v, 1, Some(50))?);
         }
         if let Some(v) = g("staleness_protected_categories") {
-            c.staleness_protected_categories = l.string_list("staleness_protected_categories", v)?;
+            c.staleness_protected_categories =
+                l.string_list("staleness_protected_categories", v)?;
         }
         if let Some(v) = g("staleness_max_lifetime_multiplier") {
-            c.staleness_max_lifetime_multiplier = l.float_range("staleness_max_lifetime_multiplier", v, 1.0, 100.0)?;
+            c.staleness_max_lifetime_multiplier =
+                l.float_range("staleness_max_lifetime_multiplier", v, 1.0, 100.0)?;
         }
         if let Some(v) = g("staleness_max_extension_days") {
-            c.staleness_max_extension_days = as_u64(l.int_range("staleness_max_extension_days", v, 90, Some(36_500))?);
+            c.staleness_max_extension_days =
+                as_u64(l.int_range("staleness_max_extension_days", v, 90, Some(36_500))?);
         }
         if let Some(v) = g("consolidation_enabled") {
             c.consolidation_enabled = l.bool("consolidation_enabled", v)?;
         }
         if let Some(v) = g("consolidation_min_facts") {
-            c.consolidation_min_facts = as_usize(l.int_range("consolidation_min_facts", v, 3, Some(30))?);
+            c.consolidation_min_facts =
+                as_usize(l.int_range("consolidation_min_facts", v, 3, Some(30))?);
         }
         if let Some(v) = g("consolidation_max_groups_per_cycle") {
-            c.consolidation_max_groups_per_cycle = as_usize(l.int_range("consolidation_max_groups_per_cycle", v, 1, Some(10))?);
+            c.consolidation_max_groups_per_cycle =
+                as_usize(l.int_range("consolidation_max_groups_per_cycle", v, 1, Some(10))?);
         }
         if let Some(v) = g("consolidation_max_sources") {
-            c.consolidation_max_sources = as_usize(l.int_range("consolidation_max_sources", v, 2, Some(20))?);
+            c.consolidation_max_sources =
+                as_usize(l.int_range("consolidation_max_sources", v, 2, Some(20))?);
         }
         if let Some(v) = g("watermark_max_keys") {
             c.watermark_max_keys = as_usize(l.int_range("watermark_max_keys", v, 0, None)?);
@@ -754,7 +882,9 @@ impl DeerMemConfig {
         if let Some(v) = g("model") {
             c.model = parse_model(v, &mut warnings)?;
         }
-        let sum = c.eviction_confidence_weight + c.eviction_confirmation_weight + c.eviction_access_weight;
+        let sum = c.eviction_confidence_weight
+            + c.eviction_confirmation_weight
+            + c.eviction_access_weight;
         if (sum - 1.0).abs() > 1e-9 {
             return Err(ConfigError::new(
                 "memory.backend_config.eviction_confidence_weight",
@@ -786,10 +916,17 @@ impl DeerMemConfig {
 }
 
 fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConfig, ConfigError> {
-    let l = Lax { prefix: "memory.backend_config.model" };
+    let l = Lax {
+        prefix: "memory.backend_config.model",
+    };
     let m = match v {
         Value::Object(m) => m,
-        _ => return Err(ConfigError::new("memory.backend_config.model", "must be a mapping")),
+        _ => {
+            return Err(ConfigError::new(
+                "memory.backend_config.model",
+                "must be a mapping",
+            ));
+        }
     };
     let mut out = ModelConfig::defaults();
     let known = [
@@ -803,17 +940,32 @@ fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConf
         "max_retries",
         "max_tokens",
     ];
-    let unknown: Vec<&str> = m.keys().map(String::as_str).filter(|k| !known.contains(k)).collect();
+    let unknown: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
     if !unknown.is_empty() {
-        warnings.push(format!("Unknown backend_config.model keys ignored: {unknown:?}"));
+        warnings.push(format!(
+            "Unknown backend_config.model keys ignored: {unknown:?}"
+        ));
     }
     let opt_str = |k: &str| -> Result<Option<String>, ConfigError> {
-        present(m, k).map(|v| l.string(k, v)).transpose().map(|o| o.filter(|s| !s.is_empty()))
+        present(m, k)
+            .map(|v| l.string(k, v))
+            .transpose()
+            .map(|o| o.filter(|s| !s.is_empty()))
     };
     out.provider = opt_str("provider")?;
     if let Some(p) = &out.provider {
-        if !matches!(p.as_str(), "openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp") {
-            return Err(l.err("provider", format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')")));
+        if !matches!(
+            p.as_str(),
+            "openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp"
+        ) {
+            return Err(l.err(
+                "provider",
+                format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')"),
+            ));
         }
     }
     out.model = opt_str("model")?;
@@ -832,7 +984,8 @@ fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConf
         out.max_retries = u32::try_from(l.int_range("max_retries", v, 0, Some(10))?).unwrap_or(0);
     }
     if let Some(v) = present(m, "max_tokens") {
-        out.max_tokens = Some(u32::try_from(l.int_range("max_tokens", v, 1, Some(1_000_000))?).unwrap_or(1));
+        out.max_tokens =
+            Some(u32::try_from(l.int_range("max_tokens", v, 1, Some(1_000_000))?).unwrap_or(1));
     }
     Ok(out)
 }
@@ -918,7 +1071,8 @@ mod tests {
             ("storage_class", json!("pkg.Storage")),
         ];
         for (key, value) in cases {
-            let err = parse(json!({ *key: value.clone() })).expect_err(&format!("{key}={value} must fail"));
+            let err = parse(json!({ *key: value.clone() }))
+                .expect_err(&format!("{key}={value} must fail"));
             assert_eq!(err.key, format!("memory.backend_config.{key}"), "{err}");
         }
     }
@@ -937,12 +1091,17 @@ mod tests {
     fn eviction_weights_must_sum_to_one() {
         let err = parse(json!({"eviction_confidence_weight": 0.5})).unwrap_err();
         assert!(err.message.contains("must sum to 1.0"));
-        assert!(parse(json!({"eviction_confidence_weight": 0.5, "eviction_confirmation_weight": 0.4})).is_ok());
+        assert!(
+            parse(json!({"eviction_confidence_weight": 0.5, "eviction_confirmation_weight": 0.4}))
+                .is_ok()
+        );
     }
 
     #[test]
     fn unknown_keys_warn() {
-        let (_, w) = DeerMemConfig::from_backend_config(json!({"max_fact": 5}).as_object().unwrap()).unwrap();
+        let (_, w) =
+            DeerMemConfig::from_backend_config(json!({"max_fact": 5}).as_object().unwrap())
+                .unwrap();
         assert!(w[0].contains("max_fact"));
     }
 
@@ -954,12 +1113,20 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(c.mode, MemoryMode::Tool);
-        assert_eq!(c.backend_config["max_facts"], 70, "never overwrites backend_config");
+        assert_eq!(
+            c.backend_config["max_facts"], 70,
+            "never overwrites backend_config"
+        );
         assert_eq!(c.backend_config["debounce_seconds"], 10);
         assert_eq!(c.backend_config["model"]["model"], "gpt-x");
         assert!(!c.backend_config.contains_key("storage_path"));
         assert!(w.iter().any(|x| x.contains("looks like a file path")));
-        for (key, value) in [("mode", json!("auto")), ("shutdown_flush_timeout_seconds", json!(0.5)), ("shutdown_flush_timeout_seconds", json!(301)), ("enabled", json!("perhaps"))] {
+        for (key, value) in [
+            ("mode", json!("auto")),
+            ("shutdown_flush_timeout_seconds", json!(0.5)),
+            ("shutdown_flush_timeout_seconds", json!(301)),
+            ("enabled", json!("perhaps")),
+        ] {
             let err = MemoryConfig::from_section(&json!({ key: value })).unwrap_err();
             assert_eq!(err.key, format!("memory.{key}"));
         }
@@ -973,10 +1140,16 @@ mod tests {
         assert_eq!(loaded.memory.mode, MemoryMode::Tool);
         assert_eq!(loaded.memory.backend_config["model"]["api_key"], "sk-test");
         assert_eq!(loaded.root["gateway"]["bind"], "127.0.0.1:1");
-        let bare = MemoryConfig::load_str("{\"enabled\": false, \"manager_class\": \"noop\"}", &no_env).unwrap();
+        let bare =
+            MemoryConfig::load_str("{\"enabled\": false, \"manager_class\": \"noop\"}", &no_env)
+                .unwrap();
         assert!(!bare.memory.enabled);
         assert_eq!(bare.memory.manager_class, "noop");
-        let err = MemoryConfig::load_str("memory:\n  backend_config:\n    model:\n      api_key: $MISSING_KEY\n", &no_env).unwrap_err();
+        let err = MemoryConfig::load_str(
+            "memory:\n  backend_config:\n    model:\n      api_key: $MISSING_KEY\n",
+            &no_env,
+        )
+        .unwrap_err();
         assert!(err.message.contains("MISSING_KEY"));
         assert_eq!(err.key, "memory.backend_config.model.api_key");
         assert!(MemoryConfig::load_str("memory: [unclosed", &no_env).is_err());
@@ -984,7 +1157,8 @@ mod tests {
 
     #[test]
     fn model_config_hides_secrets_and_validates() {
-        let c = parse(json!({"model": {"model": "m", "api_key": "sk-secret", "temperature": 0.2}})).unwrap();
+        let c = parse(json!({"model": {"model": "m", "api_key": "sk-secret", "temperature": 0.2}}))
+            .unwrap();
         assert!(c.model.is_configured());
         assert!(!format!("{c:?}").contains("sk-secret"));
         assert!(parse(json!({"model": {"temperature": 5}})).is_err());
@@ -993,7 +1167,9 @@ mod tests {
 
     #[test]
     fn redaction_hides_secret_values() {
-        let red = redact_secrets(&json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}}));
+        let red = redact_secrets(
+            &json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}}),
+        );
         assert_eq!(red["model"]["api_key"], "***");
         assert_eq!(red["model"]["model"], "m");
         assert_eq!(red["honcho_token"], "***");

@@ -17,7 +17,8 @@ pub const EMPTY_DOCUMENT_VERSION: &str = "1.0";
 /// The children of the `user` summary section.
 pub const USER_SECTION_KEYS: [&str; 3] = ["workContext", "personalContext", "topOfMind"];
 /// The children of the `history` summary section.
-pub const HISTORY_SECTION_KEYS: [&str; 3] = ["recentMonths", "earlierContext", "longTermBackground"];
+pub const HISTORY_SECTION_KEYS: [&str; 3] =
+    ["recentMonths", "earlierContext", "longTermBackground"];
 
 /// One summary: `{"summary": ..., "updatedAt": ...}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +34,10 @@ pub struct SummaryEntry {
 impl SummaryEntry {
     /// An entry written now.
     pub fn new(summary: impl Into<String>, at: Timestamp) -> Self {
-        Self { summary: summary.into(), updated_at: at.to_iso_z() }
+        Self {
+            summary: summary.into(),
+            updated_at: at.to_iso_z(),
+        }
     }
 
     fn to_value(&self) -> Value {
@@ -52,7 +56,11 @@ pub struct SummarySection(pub Map<String, Value>);
 
 impl SummarySection {
     fn with_children(keys: &[&str]) -> Self {
-        Self(keys.iter().map(|k| ((*k).to_owned(), SummaryEntry::default().to_value())).collect())
+        Self(
+            keys.iter()
+                .map(|k| ((*k).to_owned(), SummaryEntry::default().to_value()))
+                .collect(),
+        )
     }
 
     /// The default `user` section: three empty children.
@@ -69,9 +77,16 @@ impl SummarySection {
     pub fn entry(&self, key: &str) -> SummaryEntry {
         let child = self.0.get(key).and_then(Value::as_object);
         let field = |name: &str| {
-            child.and_then(|c| c.get(name)).and_then(Value::as_str).unwrap_or("").to_owned()
+            child
+                .and_then(|c| c.get(name))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
         };
-        SummaryEntry { summary: field("summary"), updated_at: field("updatedAt") }
+        SummaryEntry {
+            summary: field("summary"),
+            updated_at: field("updatedAt"),
+        }
     }
 
     /// Replaces one child.
@@ -86,7 +101,9 @@ impl SummarySection {
 
     /// Whether any child holds a non-empty summary.
     pub fn has_content(&self) -> bool {
-        self.0.keys().any(|k| !self.entry(k).summary.trim().is_empty())
+        self.0
+            .keys()
+            .any(|k| !self.entry(k).summary.trim().is_empty())
     }
 }
 
@@ -352,7 +369,10 @@ mod tests {
         assert_eq!(doc.version, "1.0");
         assert_eq!(doc.revision, 0);
         let public = serde_json::to_value(doc.to_public()).unwrap();
-        assert_eq!(public["user"]["workContext"], serde_json::json!({"summary": "", "updatedAt": ""}));
+        assert_eq!(
+            public["user"]["workContext"],
+            serde_json::json!({"summary": "", "updatedAt": ""})
+        );
         assert_eq!(public["history"]["longTermBackground"]["summary"], "");
         assert_eq!(public["facts"], serde_json::json!([]));
         assert_eq!(
@@ -366,13 +386,20 @@ mod tests {
         let mut s = SummarySection::default_user();
         s.0.insert("workContext".into(), serde_json::json!({"summary": 5}));
         assert_eq!(s.entry("workContext").summary, "");
-        s.set("topOfMind", &SummaryEntry { summary: "Rust".into(), updated_at: "now".into() });
+        s.set(
+            "topOfMind",
+            &SummaryEntry {
+                summary: "Rust".into(),
+                updated_at: "now".into(),
+            },
+        );
         assert!(s.has_content());
     }
 
     #[test]
     fn public_document_defaults_missing_keys() {
-        let doc: PublicMemoryDocument = serde_json::from_str(r#"{"facts":[{"id":"a","content":"x"}], "bogus": 1}"#).unwrap();
+        let doc: PublicMemoryDocument =
+            serde_json::from_str(r#"{"facts":[{"id":"a","content":"x"}], "bogus": 1}"#).unwrap();
         assert_eq!(doc.version, "1.0");
         assert_eq!(doc.facts[0].category, "context");
         assert_eq!(doc.facts[0].confidence, 0.5);

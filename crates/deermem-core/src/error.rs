@@ -65,10 +65,12 @@ impl IdError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::EmptyUserId | Self::UserIdNul | Self::UserIdTooLong { .. } => "user_id",
-            Self::EmptyAgentName | Self::InvalidAgentName { .. } | Self::AgentNameTooLong { .. } => {
-                "agent_name"
+            Self::EmptyAgentName
+            | Self::InvalidAgentName { .. }
+            | Self::AgentNameTooLong { .. } => "agent_name",
+            Self::EmptyFactId | Self::InvalidFactId { .. } | Self::FactIdTooLong { .. } => {
+                "fact_id"
             }
-            Self::EmptyFactId | Self::InvalidFactId { .. } | Self::FactIdTooLong { .. } => "fact_id",
         }
     }
 }
@@ -225,33 +227,48 @@ pub enum StorageError {
 impl StorageError {
     /// A corruption error.
     pub fn corrupt(message: impl Into<String>) -> Self {
-        Self::Corrupt { message: message.into() }
+        Self::Corrupt {
+            message: message.into(),
+        }
     }
 
     /// An invalid-input error naming a field.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidInput { field: field.into(), message: message.into() }
+        Self::InvalidInput {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// Whether this is a manifest or fact revision conflict.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::ManifestConflict { .. } | Self::FactConflict { .. })
+        matches!(
+            self,
+            Self::ManifestConflict { .. } | Self::FactConflict { .. }
+        )
     }
 }
 
 impl From<IdError> for StorageError {
     fn from(e: IdError) -> Self {
-        Self::InvalidInput { field: e.field().to_owned(), message: e.to_string() }
+        Self::InvalidInput {
+            field: e.field().to_owned(),
+            message: e.to_string(),
+        }
     }
 }
 
 impl From<FactError> for StorageError {
     fn from(e: FactError) -> Self {
         match e {
-            FactError::RevisionConflict { ref id, .. } => {
-                Self::FactConflict { id: id.clone(), message: e.to_string() }
-            }
-            other => Self::InvalidInput { field: format!("fact.{}", other.field()), message: other.to_string() },
+            FactError::RevisionConflict { ref id, .. } => Self::FactConflict {
+                id: id.clone(),
+                message: e.to_string(),
+            },
+            other => Self::InvalidInput {
+                field: format!("fact.{}", other.field()),
+                message: other.to_string(),
+            },
         }
     }
 }
@@ -328,7 +345,10 @@ pub enum LlmError {
 impl LlmError {
     /// Whether retrying the same request can help (429, 5xx, transport errors and timeouts).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Timeout(_) | Self::RateLimited { .. } | Self::Server { .. } | Self::Transport(_))
+        matches!(
+            self,
+            Self::Timeout(_) | Self::RateLimited { .. } | Self::Server { .. } | Self::Transport(_)
+        )
     }
 }
 
@@ -421,12 +441,18 @@ pub enum ManagerError {
 impl ManagerError {
     /// An unsupported-operation error.
     pub fn unsupported(operation: &'static str, backend: impl Into<String>) -> Self {
-        Self::Unsupported { operation, backend: backend.into() }
+        Self::Unsupported {
+            operation,
+            backend: backend.into(),
+        }
     }
 
     /// An invalid-input error.
     pub fn invalid(code: InvalidInputCode, message: impl Into<String>) -> Self {
-        Self::InvalidInput { code, message: message.into() }
+        Self::InvalidInput {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -437,7 +463,10 @@ impl From<IdError> for ManagerError {
             "agent_name" => InvalidInputCode::AgentName,
             _ => InvalidInputCode::FactId,
         };
-        Self::InvalidInput { code, message: e.to_string() }
+        Self::InvalidInput {
+            code,
+            message: e.to_string(),
+        }
     }
 }
 
@@ -445,7 +474,9 @@ impl From<StorageError> for ManagerError {
     fn from(e: StorageError) -> Self {
         match e {
             StorageError::ManifestConflict { .. } | StorageError::FactConflict { .. } => {
-                Self::Conflict { message: e.to_string() }
+                Self::Conflict {
+                    message: e.to_string(),
+                }
             }
             StorageError::Corrupt { message } => Self::Corruption { message },
             StorageError::NotFound { id } => Self::NotFound { fact_id: id },
@@ -460,11 +491,16 @@ impl From<StorageError> for ManagerError {
                 };
                 Self::InvalidInput { code, message }
             }
-            StorageError::LockTimeout { .. } => Self::Timeout { message: e.to_string() },
-            StorageError::Unsupported { operation, adapter } => {
-                Self::Unsupported { operation, backend: adapter.to_owned() }
-            }
-            StorageError::Io { .. } => Self::Storage { message: e.to_string() },
+            StorageError::LockTimeout { .. } => Self::Timeout {
+                message: e.to_string(),
+            },
+            StorageError::Unsupported { operation, adapter } => Self::Unsupported {
+                operation,
+                backend: adapter.to_owned(),
+            },
+            StorageError::Io { .. } => Self::Storage {
+                message: e.to_string(),
+            },
         }
     }
 }
@@ -482,7 +518,10 @@ pub struct ConfigError {
 impl ConfigError {
     /// A new error for `key`.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { key: key.into(), message: message.into() }
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -492,13 +531,28 @@ mod tests {
 
     #[test]
     fn storage_errors_map_to_manager_contract() {
-        let c: ManagerError = StorageError::ManifestConflict { expected: 1, found: 2 }.into();
+        let c: ManagerError = StorageError::ManifestConflict {
+            expected: 1,
+            found: 2,
+        }
+        .into();
         assert!(matches!(c, ManagerError::Conflict { .. }));
         let c: ManagerError = StorageError::corrupt("bad").into();
         assert!(matches!(c, ManagerError::Corruption { .. }));
         let c: ManagerError = StorageError::from(FactError::Confidence).into();
-        assert!(matches!(c, ManagerError::InvalidInput { code: InvalidInputCode::Confidence, .. }));
-        let e: StorageError = FactError::RevisionConflict { id: "a".into(), expected: 1, found: None }.into();
+        assert!(matches!(
+            c,
+            ManagerError::InvalidInput {
+                code: InvalidInputCode::Confidence,
+                ..
+            }
+        ));
+        let e: StorageError = FactError::RevisionConflict {
+            id: "a".into(),
+            expected: 1,
+            found: None,
+        }
+        .into();
         assert_eq!(e.to_string(), "Expected fact 'a' revision 1, found None");
         assert!(e.is_conflict());
     }
@@ -506,8 +560,20 @@ mod tests {
     #[test]
     fn retryable_llm_errors() {
         assert!(LlmError::RateLimited { retry_after: None }.is_retryable());
-        assert!(LlmError::Server { status: 503, message: String::new() }.is_retryable());
+        assert!(
+            LlmError::Server {
+                status: 503,
+                message: String::new()
+            }
+            .is_retryable()
+        );
         assert!(!LlmError::Auth { status: 401 }.is_retryable());
-        assert!(!LlmError::InvalidRequest { status: 400, message: String::new() }.is_retryable());
+        assert!(
+            !LlmError::InvalidRequest {
+                status: 400,
+                message: String::new()
+            }
+            .is_retryable()
+        );
     }
 }

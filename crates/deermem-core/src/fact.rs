@@ -76,8 +76,14 @@ impl FactScope {
 
     fn to_value(&self) -> Value {
         let mut m = Map::new();
-        m.insert("userId".into(), self.user_id.clone().map_or(Value::Null, Value::String));
-        m.insert("agentName".into(), self.agent_name.clone().map_or(Value::Null, Value::String));
+        m.insert(
+            "userId".into(),
+            self.user_id.clone().map_or(Value::Null, Value::String),
+        );
+        m.insert(
+            "agentName".into(),
+            self.agent_name.clone().map_or(Value::Null, Value::String),
+        );
         Value::Object(m)
     }
 }
@@ -153,12 +159,19 @@ impl FactSource {
     /// The structured form of a public source string: the four literals map to their type,
     /// anything else (including `""`) is a conversation thread id.
     pub fn from_public_string(s: &str) -> Self {
-        if SOURCE_LITERALS.contains(&s) { Self::literal(s) } else { Self::conversation(s) }
+        if SOURCE_LITERALS.contains(&s) {
+            Self::literal(s)
+        } else {
+            Self::conversation(s)
+        }
     }
 
     /// The `type` field.
     pub fn kind(&self) -> &str {
-        self.0.get("type").and_then(Value::as_str).unwrap_or("unknown")
+        self.0
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
     }
 
     /// The `threadId` field, when it is a string.
@@ -187,7 +200,10 @@ impl FactSource {
     }
 
     fn py_eq(&self, other: &Self) -> bool {
-        py::py_eq(&Value::Object(self.0.clone()), &Value::Object(other.0.clone()))
+        py::py_eq(
+            &Value::Object(self.0.clone()),
+            &Value::Object(other.0.clone()),
+        )
     }
 }
 
@@ -303,7 +319,10 @@ impl fmt::Debug for NormalizeContext<'_> {
 
 fn as_int(v: &Value) -> Option<i128> {
     match v {
-        Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+        Value::Number(n) => n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from)),
         _ => None,
     }
 }
@@ -332,8 +351,15 @@ pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
             return py::prefix_chars(&t.replace('\n', " "), TITLE_MAX_CHARS).to_owned();
         }
     }
-    let first = py::splitlines(content).first().map(|l| py::strip(l)).unwrap_or("");
-    let first = if first.is_empty() { DEFAULT_TITLE } else { first };
+    let first = py::splitlines(content)
+        .first()
+        .map(|l| py::strip(l))
+        .unwrap_or("");
+    let first = if first.is_empty() {
+        DEFAULT_TITLE
+    } else {
+        first
+    };
     py::prefix_chars(first, TITLE_MAX_CHARS).to_owned()
 }
 
@@ -380,11 +406,17 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
     let category = match draft.get("category") {
         None => None,
         Some(Value::String(s)) => {
-            let c = if s.is_empty() { DEFAULT_CATEGORY } else { s.as_str() };
+            let c = if s.is_empty() {
+                DEFAULT_CATEGORY
+            } else {
+                s.as_str()
+            };
             if is_core_category(c) {
                 Some(s.clone())
             } else {
-                if !extra.contains_key("categoryExtension") && !draft.contains_key("categoryExtension") {
+                if !extra.contains_key("categoryExtension")
+                    && !draft.contains_key("categoryExtension")
+                {
                     extra.insert("categoryExtension".into(), Value::String(s.clone()));
                     push_key("categoryExtension", &mut key_order);
                 }
@@ -417,7 +449,8 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
     // 9. topics, consolidatedFrom
     let topics = string_list(draft.get("topics"), FactError::Topics)?;
     push_key("topics", &mut key_order);
-    let consolidated_from = string_list(draft.get("consolidatedFrom"), FactError::ConsolidatedFrom)?;
+    let consolidated_from =
+        string_list(draft.get("consolidatedFrom"), FactError::ConsolidatedFrom)?;
     push_key("consolidatedFrom", &mut key_order);
 
     // 10. lastConfirmedAt
@@ -433,7 +466,9 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         None => None,
         Some(Value::Null) => Some(None),
         Some(v) => match as_int(v) {
-            Some(n) if n >= 1 => Some(Some(u64::try_from(n).map_err(|_| FactError::ConfirmationCount)?)),
+            Some(n) if n >= 1 => Some(Some(
+                u64::try_from(n).map_err(|_| FactError::ConfirmationCount)?,
+            )),
             _ => return Err(FactError::ConfirmationCount),
         },
     };
@@ -507,7 +542,9 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
             fact.created_at = if !existing.created_at.is_empty() {
                 existing.created_at.clone()
             } else {
-                created_in.filter(|c| !c.is_empty()).unwrap_or_else(|| now.clone())
+                created_in
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or_else(|| now.clone())
             };
             // Compare with the updatedAt/revision of the candidate made irrelevant.
             fact.updated_at = existing.updated_at.clone();
@@ -530,7 +567,10 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
 
     // 16. consolidatedAt
     if !fact.consolidated_from.is_empty() && !fact.extra.contains_key("consolidatedAt") {
-        fact.extra.insert("consolidatedAt".into(), Value::String(fact.updated_at.clone()));
+        fact.extra.insert(
+            "consolidatedAt".into(),
+            Value::String(fact.updated_at.clone()),
+        );
         push_key("consolidatedAt", &mut key_order);
     }
 
@@ -606,12 +646,16 @@ impl Fact {
             && self.last_confirmed_at == other.last_confirmed_at
             && self.confirmation_count == other.confirmation_count
             && self.scope == other.scope
-            && py::py_eq(&Value::Object(self.extra.clone()), &Value::Object(other.extra.clone()))
+            && py::py_eq(
+                &Value::Object(self.extra.clone()),
+                &Value::Object(other.extra.clone()),
+            )
     }
 
     fn typed_value(&self, key: &str) -> Option<Value> {
         let opt_str = |o: &Option<Option<String>>| {
-            o.as_ref().map(|v| v.clone().map_or(Value::Null, Value::String))
+            o.as_ref()
+                .map(|v| v.clone().map_or(Value::Null, Value::String))
         };
         match key {
             "id" => Some(Value::String(self.id.as_str().to_owned())),
@@ -627,9 +671,9 @@ impl Fact {
             "topics" => Some(Value::from(self.topics.clone())),
             "consolidatedFrom" => Some(Value::from(self.consolidated_from.clone())),
             "lastConfirmedAt" => opt_str(&self.last_confirmed_at),
-            "confirmationCount" => {
-                self.confirmation_count.map(|v| v.map_or(Value::Null, Value::from))
-            }
+            "confirmationCount" => self
+                .confirmation_count
+                .map(|v| v.map_or(Value::Null, Value::from)),
             "revision" => Some(Value::from(self.revision)),
             "scope" => Some(self.scope.to_value()),
             _ => None,
@@ -639,16 +683,23 @@ impl Fact {
     fn ordered_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = Vec::with_capacity(self.key_order.len() + 4);
         let known = |k: &str| {
-            k == "user_id" || k == "agent_name" || self.extra.contains_key(k) || self.typed_value(k).is_some()
+            k == "user_id"
+                || k == "agent_name"
+                || self.extra.contains_key(k)
+                || self.typed_value(k).is_some()
         };
         for k in &self.key_order {
             if known(k) && !keys.contains(k) {
                 keys.push(k.clone());
             }
         }
-        for k in APPENDED_KEY_ORDER.iter().chain(["revision", "consolidatedAt"].iter()) {
+        for k in APPENDED_KEY_ORDER
+            .iter()
+            .chain(["revision", "consolidatedAt"].iter())
+        {
             let k = (*k).to_owned();
-            if !keys.contains(&k) && (self.typed_value(&k).is_some() || self.extra.contains_key(&k)) {
+            if !keys.contains(&k) && (self.typed_value(&k).is_some() || self.extra.contains_key(&k))
+            {
                 keys.push(k);
             }
         }
@@ -687,8 +738,16 @@ impl Fact {
     /// when the fact had those keys, else at the end).
     pub fn front_matter(&self) -> Map<String, Value> {
         let mut out = Map::new();
-        let user = self.scope.user_id.clone().map_or(Value::Null, Value::String);
-        let agent = self.scope.agent_name.clone().map_or(Value::Null, Value::String);
+        let user = self
+            .scope
+            .user_id
+            .clone()
+            .map_or(Value::Null, Value::String);
+        let agent = self
+            .scope
+            .agent_name
+            .clone()
+            .map_or(Value::Null, Value::String);
         for k in self.ordered_keys() {
             match k.as_str() {
                 "content" | "title" | "scope" => {}
@@ -749,7 +808,9 @@ impl Fact {
 
 impl PartialEq for Fact {
     fn eq(&self, other: &Self) -> bool {
-        self.material_eq(other) && self.revision == other.revision && self.updated_at == other.updated_at
+        self.material_eq(other)
+            && self.revision == other.revision
+            && self.updated_at == other.updated_at
     }
 }
 
@@ -810,7 +871,11 @@ pub struct PublicFact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Review window in days (manager level).
-    #[serde(rename = "expected_valid_days", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "expected_valid_days",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub expected_valid_days: Option<Value>,
     /// Last explicit confirmation (manager level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -857,7 +922,10 @@ impl PublicFact {
             m.insert("confidence".into(), Value::Number(n));
         }
         m.insert("createdAt".into(), Value::String(self.created_at.clone()));
-        m.insert("source".into(), Value::Object(FactSource::from_public_string(&self.source).0));
+        m.insert(
+            "source".into(),
+            Value::Object(FactSource::from_public_string(&self.source).0),
+        );
         if let Some(e) = &self.source_error {
             m.insert("sourceError".into(), Value::String(e.clone()));
         }
@@ -896,7 +964,10 @@ mod tests {
     use super::*;
 
     fn scope() -> FactScope {
-        FactScope { user_id: Some("alice".into()), agent_name: Some("agent-a".into()) }
+        FactScope {
+            user_id: Some("alice".into()),
+            agent_name: Some("agent-a".into()),
+        }
     }
 
     fn now() -> Timestamp {
@@ -909,7 +980,12 @@ mod tests {
 
     fn norm(draft: Value, existing: Option<&Fact>) -> Result<Fact, FactError> {
         let s = scope();
-        let ctx = NormalizeContext { scope: &s, existing, now: now(), new_id: &new_fact_id };
+        let ctx = NormalizeContext {
+            scope: &s,
+            existing,
+            now: now(),
+            new_id: &new_fact_id,
+        };
         normalize_fact(draft.as_object().unwrap(), &ctx)
     }
 
@@ -923,9 +999,20 @@ mod tests {
         assert_eq!(
             keys(&f.front_matter()),
             vec![
-                "category", "source", "confidence", "id", "schemaVersion", "categoryExtension",
-                "status", "topics", "consolidatedFrom", "createdAt", "updatedAt", "revision",
-                "user_id", "agent_name"
+                "category",
+                "source",
+                "confidence",
+                "id",
+                "schemaVersion",
+                "categoryExtension",
+                "status",
+                "topics",
+                "consolidatedFrom",
+                "createdAt",
+                "updatedAt",
+                "revision",
+                "user_id",
+                "agent_name"
             ]
         );
         assert_eq!(f.category.as_deref(), Some("other"));
@@ -951,8 +1038,19 @@ mod tests {
         assert_eq!(
             keys(&f.front_matter()),
             vec![
-                "id", "category", "topics", "confidence", "createdAt", "source", "revision",
-                "schemaVersion", "status", "consolidatedFrom", "updatedAt", "user_id", "agent_name"
+                "id",
+                "category",
+                "topics",
+                "confidence",
+                "createdAt",
+                "source",
+                "revision",
+                "schemaVersion",
+                "status",
+                "consolidatedFrom",
+                "updatedAt",
+                "user_id",
+                "agent_name"
             ]
         );
         assert_eq!(f.title, "Project uses Python 3.12");
@@ -962,33 +1060,103 @@ mod tests {
     fn validation_rejects_malformed_facts_naming_the_field() {
         let cases = [
             (json!({"content": 5}), "fact.content must be a string"),
-            (json!({"content": "  \u{3000} "}), "fact.content must not be empty"),
-            (json!({"content": "x", "category": null}), "fact.category must be a string"),
-            (json!({"content": "x", "confidence": 1.5}), "fact.confidence must be a number between 0 and 1"),
-            (json!({"content": "x", "confidence": -0.1}), "fact.confidence must be a number between 0 and 1"),
-            (json!({"content": "x", "confidence": true}), "fact.confidence must be a number between 0 and 1"),
-            (json!({"content": "x", "confidence": "0.5"}), "fact.confidence must be a number between 0 and 1"),
-            (json!({"content": "x", "status": "deleted"}), "fact.status must be 'active'; deletion is physical"),
-            (json!({"content": "x", "topics": "a"}), "fact.topics must be a list of strings"),
-            (json!({"content": "x", "topics": [1]}), "fact.topics must be a list of strings"),
-            (json!({"content": "x", "consolidatedFrom": [null]}), "fact.consolidatedFrom must be a list of strings"),
-            (json!({"content": "x", "lastConfirmedAt": 5}), "fact.lastConfirmedAt must be a string when present"),
-            (json!({"content": "x", "confirmationCount": 0}), "fact.confirmationCount must be an integer >= 1 when present"),
-            (json!({"content": "x", "confirmationCount": true}), "fact.confirmationCount must be an integer >= 1 when present"),
-            (json!({"content": "x", "confirmationCount": 2.0}), "fact.confirmationCount must be an integer >= 1 when present"),
-            (json!({"content": "x", "revision": 0}), "fact.revision must be an integer >= 1"),
-            (json!({"content": "x", "revision": null}), "fact.revision must be an integer >= 1"),
-            (json!({"content": "x", "revision": true}), "fact.revision must be an integer >= 1"),
-            (json!({"content": "x", "source": {"type": 5}}), "fact.source.type must be a string"),
-            (json!({"content": "x", "source": {"threadId": 5}}), "fact.source.threadId must be a string or null"),
-            (json!({"content": "x", "createdAt": 5}), "fact.createdAt and fact.updatedAt must be strings"),
-            (json!({"content": "x", "id": "a/b"}), "fact.id may contain only letters, numbers, '_' and '-'"),
-            (json!({"content": "x", "id": 1.5}), "fact.id may contain only letters, numbers, '_' and '-'"),
+            (
+                json!({"content": "  \u{3000} "}),
+                "fact.content must not be empty",
+            ),
+            (
+                json!({"content": "x", "category": null}),
+                "fact.category must be a string",
+            ),
+            (
+                json!({"content": "x", "confidence": 1.5}),
+                "fact.confidence must be a number between 0 and 1",
+            ),
+            (
+                json!({"content": "x", "confidence": -0.1}),
+                "fact.confidence must be a number between 0 and 1",
+            ),
+            (
+                json!({"content": "x", "confidence": true}),
+                "fact.confidence must be a number between 0 and 1",
+            ),
+            (
+                json!({"content": "x", "confidence": "0.5"}),
+                "fact.confidence must be a number between 0 and 1",
+            ),
+            (
+                json!({"content": "x", "status": "deleted"}),
+                "fact.status must be 'active'; deletion is physical",
+            ),
+            (
+                json!({"content": "x", "topics": "a"}),
+                "fact.topics must be a list of strings",
+            ),
+            (
+                json!({"content": "x", "topics": [1]}),
+                "fact.topics must be a list of strings",
+            ),
+            (
+                json!({"content": "x", "consolidatedFrom": [null]}),
+                "fact.consolidatedFrom must be a list of strings",
+            ),
+            (
+                json!({"content": "x", "lastConfirmedAt": 5}),
+                "fact.lastConfirmedAt must be a string when present",
+            ),
+            (
+                json!({"content": "x", "confirmationCount": 0}),
+                "fact.confirmationCount must be an integer >= 1 when present",
+            ),
+            (
+                json!({"content": "x", "confirmationCount": true}),
+                "fact.confirmationCount must be an integer >= 1 when present",
+            ),
+            (
+                json!({"content": "x", "confirmationCount": 2.0}),
+                "fact.confirmationCount must be an integer >= 1 when present",
+            ),
+            (
+                json!({"content": "x", "revision": 0}),
+                "fact.revision must be an integer >= 1",
+            ),
+            (
+                json!({"content": "x", "revision": null}),
+                "fact.revision must be an integer >= 1",
+            ),
+            (
+                json!({"content": "x", "revision": true}),
+                "fact.revision must be an integer >= 1",
+            ),
+            (
+                json!({"content": "x", "source": {"type": 5}}),
+                "fact.source.type must be a string",
+            ),
+            (
+                json!({"content": "x", "source": {"threadId": 5}}),
+                "fact.source.threadId must be a string or null",
+            ),
+            (
+                json!({"content": "x", "createdAt": 5}),
+                "fact.createdAt and fact.updatedAt must be strings",
+            ),
+            (
+                json!({"content": "x", "id": "a/b"}),
+                "fact.id may contain only letters, numbers, '_' and '-'",
+            ),
+            (
+                json!({"content": "x", "id": 1.5}),
+                "fact.id may contain only letters, numbers, '_' and '-'",
+            ),
         ];
         for (draft, msg) in cases {
             let err = norm(draft.clone(), None).unwrap_err();
             assert_eq!(err.to_string(), msg, "draft {draft}");
-            assert!(msg.contains(err.field()), "field {} named in {msg}", err.field());
+            assert!(
+                msg.contains(err.field()),
+                "field {} named in {msg}",
+                err.field()
+            );
         }
     }
 
@@ -996,20 +1164,67 @@ mod tests {
     fn lenient_inputs_follow_the_reference() {
         // Missing category stays missing; "" stays "".
         assert_eq!(norm(json!({"content": "x"}), None).unwrap().category, None);
-        assert_eq!(norm(json!({"content": "x", "category": ""}), None).unwrap().category.as_deref(), Some(""));
+        assert_eq!(
+            norm(json!({"content": "x", "category": ""}), None)
+                .unwrap()
+                .category
+                .as_deref(),
+            Some("")
+        );
         // Falsy ids are replaced; ints are stringified; True is "True".
-        assert_eq!(norm(json!({"content": "x", "id": ""}), None).unwrap().id, new_fact_id());
-        assert_eq!(norm(json!({"content": "x", "id": 0}), None).unwrap().id, new_fact_id());
-        assert_eq!(norm(json!({"content": "x", "id": 5}), None).unwrap().id.as_str(), "5");
+        assert_eq!(
+            norm(json!({"content": "x", "id": ""}), None).unwrap().id,
+            new_fact_id()
+        );
+        assert_eq!(
+            norm(json!({"content": "x", "id": 0}), None).unwrap().id,
+            new_fact_id()
+        );
+        assert_eq!(
+            norm(json!({"content": "x", "id": 5}), None)
+                .unwrap()
+                .id
+                .as_str(),
+            "5"
+        );
         // Sources.
-        let s = |v: Value| norm(json!({"content": "x", "source": v}), None).unwrap().source;
-        assert_eq!(s(json!("manual")).as_map(), json!({"type": "manual", "threadId": null}).as_object().unwrap());
-        assert_eq!(s(json!("")).as_map(), json!({"type": "conversation", "threadId": ""}).as_object().unwrap());
-        assert_eq!(s(json!(null)).as_map(), json!({"type": "unknown", "threadId": null}).as_object().unwrap());
+        let s = |v: Value| {
+            norm(json!({"content": "x", "source": v}), None)
+                .unwrap()
+                .source
+        };
+        assert_eq!(
+            s(json!("manual")).as_map(),
+            json!({"type": "manual", "threadId": null})
+                .as_object()
+                .unwrap()
+        );
+        assert_eq!(
+            s(json!("")).as_map(),
+            json!({"type": "conversation", "threadId": ""})
+                .as_object()
+                .unwrap()
+        );
+        assert_eq!(
+            s(json!(null)).as_map(),
+            json!({"type": "unknown", "threadId": null})
+                .as_object()
+                .unwrap()
+        );
         assert_eq!(s(json!(3)).kind(), "unknown");
-        assert_eq!(s(json!({"threadId": "t"})).as_map(), json!({"threadId": "t", "type": "unknown"}).as_object().unwrap());
+        assert_eq!(
+            s(json!({"threadId": "t"})).as_map(),
+            json!({"threadId": "t", "type": "unknown"})
+                .as_object()
+                .unwrap()
+        );
         // Explicit null lastConfirmedAt is kept.
-        assert_eq!(norm(json!({"content": "x", "lastConfirmedAt": null}), None).unwrap().last_confirmed_at, Some(None));
+        assert_eq!(
+            norm(json!({"content": "x", "lastConfirmedAt": null}), None)
+                .unwrap()
+                .last_confirmed_at,
+            Some(None)
+        );
         // Confidence ints become floats; content is stripped.
         let f = norm(json!({"content": "  hi \n", "confidence": 1}), None).unwrap();
         assert_eq!(f.confidence, 1.0);
@@ -1027,7 +1242,11 @@ mod tests {
 
     #[test]
     fn updates_bump_revision_only_on_material_change() {
-        let stored = norm(json!({"id": "a", "content": "v1", "createdAt": "2026-01-01T00:00:00Z"}), None).unwrap();
+        let stored = norm(
+            json!({"id": "a", "content": "v1", "createdAt": "2026-01-01T00:00:00Z"}),
+            None,
+        )
+        .unwrap();
         // Same content: no bump.
         let same = norm(Value::Object(stored.to_draft()), Some(&stored)).unwrap();
         assert_eq!(same.revision, 1);
@@ -1051,23 +1270,36 @@ mod tests {
         assert_eq!(err.to_string(), "Expected fact 'a' revision 1, found 2");
         let mut d = changed.to_draft();
         d.shift_remove("revision");
-        assert!(matches!(norm(Value::Object(d), Some(&changed)), Err(FactError::RevisionConflict { .. })));
+        assert!(matches!(
+            norm(Value::Object(d), Some(&changed)),
+            Err(FactError::RevisionConflict { .. })
+        ));
     }
 
     #[test]
     fn public_projection_of_sources() {
         let p = |v: Value| FactSource::from_value(&v).unwrap().to_public_string();
         assert_eq!(p(json!({"type": "conversation", "threadId": "t1"})), "t1");
-        assert_eq!(p(json!({"type": "manual", "threadId": "thread-1"})), "manual");
+        assert_eq!(
+            p(json!({"type": "manual", "threadId": "thread-1"})),
+            "manual"
+        );
         assert_eq!(p(json!({"type": "", "threadId": "t2"})), "t2");
         assert_eq!(p(json!({"type": "", "threadId": null})), "unknown");
-        assert_eq!(p(json!({"type": "conversation", "threadId": ""})), "conversation");
+        assert_eq!(
+            p(json!({"type": "conversation", "threadId": ""})),
+            "conversation"
+        );
         assert_eq!(p(json!("thread-9")), "thread-9");
     }
 
     #[test]
     fn public_fact_round_trips_through_draft() {
-        let f = norm(json!({"content": "x", "category": "workflow", "source": "t-1", "sourceError": "old"}), None).unwrap();
+        let f = norm(
+            json!({"content": "x", "category": "workflow", "source": "t-1", "sourceError": "old"}),
+            None,
+        )
+        .unwrap();
         let public = f.to_public();
         assert_eq!(public.category, "other");
         assert_eq!(public.category_extension.as_deref(), Some("workflow"));
@@ -1077,12 +1309,19 @@ mod tests {
         assert_eq!(json["sourceError"], "old");
         let back: PublicFact = serde_json::from_value(json).unwrap();
         let draft = back.to_draft();
-        assert_eq!(draft["source"], json!({"type": "conversation", "threadId": "t-1"}));
+        assert_eq!(
+            draft["source"],
+            json!({"type": "conversation", "threadId": "t-1"})
+        );
     }
 
     #[test]
     fn consolidated_facts_get_consolidated_at() {
-        let f = norm(json!({"content": "x", "consolidatedFrom": ["a", "b"]}), None).unwrap();
+        let f = norm(
+            json!({"content": "x", "consolidatedFrom": ["a", "b"]}),
+            None,
+        )
+        .unwrap();
         assert_eq!(f.consolidated_at(), Some(f.updated_at.as_str()));
     }
 }

@@ -88,18 +88,27 @@ impl UserId {
             return Err(IdError::UserIdNul);
         }
         if raw.len() > MAX_USER_ID_BYTES {
-            return Err(IdError::UserIdTooLong { len: raw.len(), max: MAX_USER_ID_BYTES });
+            return Err(IdError::UserIdTooLong {
+                len: raw.len(),
+                max: MAX_USER_ID_BYTES,
+            });
         }
         let bucket = safe_user_id(&raw)?;
         if bucket.len() > MAX_COMPONENT_BYTES {
-            return Err(IdError::UserIdTooLong { len: raw.len(), max: MAX_COMPONENT_BYTES - 17 });
+            return Err(IdError::UserIdTooLong {
+                len: raw.len(),
+                max: MAX_COMPONENT_BYTES - 17,
+            });
         }
         Ok(Self { raw, bucket })
     }
 
     /// The `default` user.
     pub fn default_user() -> Self {
-        Self { raw: DEFAULT_USER_ID.to_owned(), bucket: DEFAULT_USER_ID.to_owned() }
+        Self {
+            raw: DEFAULT_USER_ID.to_owned(),
+            bucket: DEFAULT_USER_ID.to_owned(),
+        }
     }
 
     /// The raw id, as given.
@@ -115,7 +124,10 @@ impl UserId {
     /// The id made safe the way the gateway makes owner headers safe (`make_safe_user_id`):
     /// a new `UserId` whose raw id is the bucket.
     pub fn to_safe(&self) -> Self {
-        Self { raw: self.bucket.clone(), bucket: self.bucket.clone() }
+        Self {
+            raw: self.bucket.clone(),
+            bucket: self.bucket.clone(),
+        }
     }
 }
 
@@ -175,7 +187,10 @@ impl AgentName {
             return Err(IdError::EmptyAgentName);
         }
         if name.len() > MAX_AGENT_NAME_BYTES {
-            return Err(IdError::AgentNameTooLong { len: name.len(), max: MAX_AGENT_NAME_BYTES });
+            return Err(IdError::AgentNameTooLong {
+                len: name.len(),
+                max: MAX_AGENT_NAME_BYTES,
+            });
         }
         let lower = name.to_ascii_lowercase();
         if lower == DEFAULT_AGENT_BUCKET {
@@ -184,7 +199,9 @@ impl AgentName {
         if lower.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             Ok(Self(lower))
         } else {
-            Err(IdError::InvalidAgentName { name: truncate_for_message(name) })
+            Err(IdError::InvalidAgentName {
+                name: truncate_for_message(name),
+            })
         }
     }
 
@@ -195,7 +212,9 @@ impl AgentName {
     pub fn parse_custom(name: &str) -> Result<Self, IdError> {
         let parsed = Self::parse(name)?;
         if parsed.is_default() {
-            return Err(IdError::InvalidAgentName { name: truncate_for_message(name) });
+            return Err(IdError::InvalidAgentName {
+                name: truncate_for_message(name),
+            });
         }
         Ok(parsed)
     }
@@ -262,10 +281,15 @@ impl FactId {
             return Err(IdError::EmptyFactId);
         }
         if id.len() > MAX_FACT_ID_BYTES {
-            return Err(IdError::FactIdTooLong { len: id.len(), max: MAX_FACT_ID_BYTES });
+            return Err(IdError::FactIdTooLong {
+                len: id.len(),
+                max: MAX_FACT_ID_BYTES,
+            });
         }
         if !id.chars().all(is_safe_id_char) {
-            return Err(IdError::InvalidFactId { id: truncate_for_message(&id) });
+            return Err(IdError::InvalidFactId {
+                id: truncate_for_message(&id),
+            });
         }
         Ok(Self(id))
     }
@@ -275,9 +299,15 @@ impl FactId {
     /// # Errors
     /// When `random_hex` holds fewer than 8 hex characters.
     pub fn short_from_hex(random_hex: &str) -> Result<Self, IdError> {
-        let hex: String = random_hex.chars().filter(char::is_ascii_hexdigit).take(8).collect();
+        let hex: String = random_hex
+            .chars()
+            .filter(char::is_ascii_hexdigit)
+            .take(8)
+            .collect();
         if hex.len() < 8 {
-            return Err(IdError::InvalidFactId { id: format!("fact_{hex}") });
+            return Err(IdError::InvalidFactId {
+                id: format!("fact_{hex}"),
+            });
         }
         Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
     }
@@ -287,9 +317,15 @@ impl FactId {
     /// # Errors
     /// When `random_hex` holds fewer than 32 hex characters.
     pub fn long_from_hex(random_hex: &str) -> Result<Self, IdError> {
-        let hex: String = random_hex.chars().filter(char::is_ascii_hexdigit).take(32).collect();
+        let hex: String = random_hex
+            .chars()
+            .filter(char::is_ascii_hexdigit)
+            .take(32)
+            .collect();
         if hex.len() < 32 {
-            return Err(IdError::InvalidFactId { id: format!("fact_{hex}") });
+            return Err(IdError::InvalidFactId {
+                id: format!("fact_{hex}"),
+            });
         }
         Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
     }
@@ -356,7 +392,10 @@ impl Scope {
 
     /// A scope for one user and one agent.
     pub fn agent(user: &UserId, agent: &AgentName) -> Self {
-        Self { user: Some(user.clone()), agent: Some(agent.clone()) }
+        Self {
+            user: Some(user.clone()),
+            agent: Some(agent.clone()),
+        }
     }
 
     /// The scope as facts and the search index record it: raw user id and agent name.
@@ -371,7 +410,11 @@ impl Scope {
 /// Shortens a hostile input for use in an error message.
 pub(crate) fn truncate_for_message(s: &str) -> String {
     const MAX: usize = 80;
-    let mut out: String = s.chars().take(MAX).map(|c| if c == '\0' { '\u{2400}' } else { c }).collect();
+    let mut out: String = s
+        .chars()
+        .take(MAX)
+        .map(|c| if c == '\0' { '\u{2400}' } else { c })
+        .collect();
     if s.chars().count() > MAX {
         out.push('…');
     }
@@ -413,14 +456,20 @@ mod tests {
 
     #[test]
     fn empty_user_id_is_rejected_with_reference_message() {
-        assert_eq!(safe_user_id("").unwrap_err().to_string(), "user_id must be a non-empty string.");
+        assert_eq!(
+            safe_user_id("").unwrap_err().to_string(),
+            "user_id must be a non-empty string."
+        );
         assert!(UserId::new("").is_err());
     }
 
     #[test]
     fn hostile_user_ids_are_typed_errors_or_safe_buckets() {
         assert!(matches!(UserId::new("a\0b"), Err(IdError::UserIdNul)));
-        assert!(matches!(UserId::new("x".repeat(5000)), Err(IdError::UserIdTooLong { .. })));
+        assert!(matches!(
+            UserId::new("x".repeat(5000)),
+            Err(IdError::UserIdTooLong { .. })
+        ));
         let traversal = UserId::new("../../etc/passwd").unwrap();
         assert!(!traversal.bucket().contains('/'));
         assert!(!traversal.bucket().contains(".."));
@@ -431,10 +480,26 @@ mod tests {
     #[test]
     fn agent_names_are_lowercased_and_validated() {
         assert_eq!(AgentName::parse("Coder").unwrap().as_str(), "coder");
-        assert_eq!(AgentName::parse("Lead-Agent").unwrap().as_str(), "lead-agent");
+        assert_eq!(
+            AgentName::parse("Lead-Agent").unwrap().as_str(),
+            "lead-agent"
+        );
         assert!(AgentName::parse("__DEFAULT__").unwrap().is_default());
-        assert_eq!(AgentName::resolve(None).unwrap(), AgentName::default_bucket());
-        for bad in ["", "a_b", "../x", "a/b", "agent\n", "a b", "a\0", "__default", "ü"] {
+        assert_eq!(
+            AgentName::resolve(None).unwrap(),
+            AgentName::default_bucket()
+        );
+        for bad in [
+            "",
+            "a_b",
+            "../x",
+            "a/b",
+            "agent\n",
+            "a b",
+            "a\0",
+            "__default",
+            "ü",
+        ] {
             assert!(AgentName::parse(bad).is_err(), "{bad:?} must be rejected");
         }
         assert!(AgentName::parse_custom("__default__").is_err());

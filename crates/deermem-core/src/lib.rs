@@ -22,7 +22,9 @@ pub mod py;
 pub mod search;
 pub mod time;
 
-pub use config::{DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, TokenCounting};
+pub use config::{
+    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, TokenCounting,
+};
 pub use document::{
     ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, PublicMemoryDocument, SummariesSnapshot,
     SummaryEntry, SummaryPatch, SummarySection,
@@ -32,7 +34,9 @@ pub use error::{
     StorageError,
 };
 pub use fact::{Fact, FactDraft, FactScope, FactSource, PublicFact};
-pub use ids::{AgentName, FactId, Scope, UserId, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID};
+pub use ids::{AgentName, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, FactId, Scope, UserId};
 pub use message::{Message, MessageKind};
-pub use search::{MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery};
+pub use search::{
+    MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery,
+};
 pub use time::Timestamp;

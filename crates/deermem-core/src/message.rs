@@ -118,7 +118,9 @@ impl Message {
 
     /// Whether the host hid this message from its UI.
     pub fn is_hidden(&self) -> bool {
-        self.additional_kwargs.get("hide_from_ui").is_some_and(crate::py::truthy)
+        self.additional_kwargs
+            .get("hide_from_ui")
+            .is_some_and(crate::py::truthy)
     }
 }
 
@@ -188,7 +190,10 @@ impl Serialize for Message {
         m.insert("type".into(), Value::String(self.kind.as_str().to_owned()));
         m.insert("content".into(), self.content.clone());
         if !self.additional_kwargs.is_empty() {
-            m.insert("additional_kwargs".into(), Value::Object(self.additional_kwargs.clone()));
+            m.insert(
+                "additional_kwargs".into(),
+                Value::Object(self.additional_kwargs.clone()),
+            );
         }
         if !self.tool_calls.is_empty() {
             m.insert("tool_calls".into(), Value::Array(self.tool_calls.clone()));

@@ -32,7 +32,18 @@ pub fn lstrip(s: &str) -> &str {
 }
 
 fn is_line_boundary(c: char) -> bool {
-    matches!(c, '\n' | '\r' | '\x0b' | '\x0c' | '\x1c' | '\x1d' | '\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}')
+    matches!(
+        c,
+        '\n' | '\r'
+            | '\x0b'
+            | '\x0c'
+            | '\x1c'
+            | '\x1d'
+            | '\x1e'
+            | '\u{85}'
+            | '\u{2028}'
+            | '\u{2029}'
+    )
 }
 
 /// Python's `str.splitlines()` (without `keepends`).
@@ -114,14 +125,18 @@ pub fn parse_float(s: &str) -> Option<f64> {
         if b == b'_' {
             let prev = i.checked_sub(1).map(|j| bytes[j]);
             let next = bytes.get(i + 1).copied();
-            if !(prev.is_some_and(|p| p.is_ascii_digit()) && next.is_some_and(|n| n.is_ascii_digit())) {
+            if !(prev.is_some_and(|p| p.is_ascii_digit())
+                && next.is_some_and(|n| n.is_ascii_digit()))
+            {
                 return None;
             }
         }
     }
     let cleaned: String = body.chars().filter(|&c| c != '_').collect();
     if cleaned.is_empty()
-        || !cleaned.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
+        || !cleaned
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
         || !cleaned.chars().any(|c| c.is_ascii_digit())
     {
         return None;
@@ -186,10 +201,18 @@ pub fn float_repr(f: f64) -> String {
         return "nan".to_owned();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "inf".to_owned() } else { "-inf".to_owned() };
+        return if f > 0.0 {
+            "inf".to_owned()
+        } else {
+            "-inf".to_owned()
+        };
     }
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0".to_owned() } else { "0.0".to_owned() };
+        return if f.is_sign_negative() {
+            "-0.0".to_owned()
+        } else {
+            "0.0".to_owned()
+        };
     }
     let abs = f.abs();
     if (1e-4..1e16).contains(&abs) {
@@ -240,7 +263,11 @@ mod tests {
     #[test]
     fn strip_uses_python_whitespace() {
         assert_eq!(strip("\x1c\u{3000} hi \u{85}\u{a0}"), "hi");
-        assert_eq!(strip("\u{200b}x"), "\u{200b}x", "zero-width space is not whitespace");
+        assert_eq!(
+            strip("\u{200b}x"),
+            "\u{200b}x",
+            "zero-width space is not whitespace"
+        );
         assert_eq!(rstrip("a \n"), "a");
         assert_eq!(lstrip("\t a"), "a");
     }
@@ -248,7 +275,10 @@ mod tests {
     #[test]
     fn splitlines_matches_python() {
         assert_eq!(splitlines("a\r\nb\rc\nd"), vec!["a", "b", "c", "d"]);
-        assert_eq!(splitlines("a\x0bb\x0cc\x1cd\u{2028}e\u{85}f"), vec!["a", "b", "c", "d", "e", "f"]);
+        assert_eq!(
+            splitlines("a\x0bb\x0cc\x1cd\u{2028}e\u{85}f"),
+            vec!["a", "b", "c", "d", "e", "f"]
+        );
         assert_eq!(splitlines("a\n"), vec!["a"]);
         assert_eq!(splitlines("a\n\nb"), vec!["a", "", "b"]);
         assert!(splitlines("").is_empty());
@@ -278,7 +308,10 @@ mod tests {
         assert!(py_eq(&json!(1), &json!(1.0)));
         assert!(py_eq(&json!(true), &json!(1)));
         assert!(!py_eq(&json!("1"), &json!(1)));
-        assert!(py_eq(&json!({"a": 1, "b": [1, 2]}), &json!({"b": [1.0, 2], "a": true})));
+        assert!(py_eq(
+            &json!({"a": 1, "b": [1, 2]}),
+            &json!({"b": [1.0, 2], "a": true})
+        ));
         assert!(!py_eq(&json!({"a": null}), &json!({})));
     }
 

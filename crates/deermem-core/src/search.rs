@@ -48,7 +48,12 @@ pub struct SearchQuery {
 impl SearchQuery {
     /// A query over a single scope.
     pub fn new(text: impl Into<String>, scope: Scope, top_k: usize) -> Self {
-        Self { text: text.into(), scopes: vec![scope], top_k, category: None }
+        Self {
+            text: text.into(),
+            scopes: vec![scope],
+            top_k,
+            category: None,
+        }
     }
 
     /// Whether the query can have no results (blank text or `top_k == 0`).

@@ -28,7 +28,9 @@ impl Timestamp {
 
     /// The instant `secs` seconds after the Unix epoch.
     pub const fn from_unix_seconds(secs: i64) -> Self {
-        Self { micros: secs * MICROS_PER_SECOND }
+        Self {
+            micros: secs * MICROS_PER_SECOND,
+        }
     }
 
     /// Microseconds since the Unix epoch.
@@ -59,7 +61,9 @@ impl Timestamp {
         }
         let days = days_from_civil(year, month, day);
         let secs = i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second);
-        Some(Self { micros: days * MICROS_PER_DAY + secs * MICROS_PER_SECOND + i64::from(micro) })
+        Some(Self {
+            micros: days * MICROS_PER_DAY + secs * MICROS_PER_SECOND + i64::from(micro),
+        })
     }
 
     /// Calendar fields `(year, month, day, hour, minute, second, microsecond)` in UTC.
@@ -69,7 +73,15 @@ impl Timestamp {
         let (y, m, d) = civil_from_days(days);
         let secs = rem / MICROS_PER_SECOND;
         let micro = (rem % MICROS_PER_SECOND) as u32;
-        (y, m, d, (secs / 3600) as u32, ((secs / 60) % 60) as u32, (secs % 60) as u32, micro)
+        (
+            y,
+            m,
+            d,
+            (secs / 3600) as u32,
+            ((secs / 60) % 60) as u32,
+            (secs % 60) as u32,
+            micro,
+        )
     }
 
     /// The reference's ISO-Z form: `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`.
@@ -105,7 +117,9 @@ impl Timestamp {
 
     /// Adds a signed number of microseconds, saturating.
     pub fn saturating_add_micros(self, micros: i64) -> Self {
-        Self { micros: self.micros.saturating_add(micros) }
+        Self {
+            micros: self.micros.saturating_add(micros),
+        }
     }
 
     /// `(self - earlier)` in fractional days (`total_seconds() / 86400`).
@@ -140,7 +154,8 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Self::parse_iso(&s).ok_or_else(|| serde::de::Error::custom(format!("invalid timestamp {s:?}")))
+        Self::parse_iso(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid timestamp {s:?}")))
     }
 }
 
@@ -375,7 +390,12 @@ fn parse_iso_with_offset(s: &str) -> Option<(Timestamp, bool)> {
             if off >= MICROS_PER_DAY {
                 return None;
             }
-            Some((Timestamp { micros: base.micros - sign * off }, true))
+            Some((
+                Timestamp {
+                    micros: base.micros - sign * off,
+                },
+                true,
+            ))
         }
     }
 }
@@ -400,7 +420,13 @@ mod tests {
 
     #[test]
     fn round_trips_through_iso_z() {
-        for s in ["2026-12-02T09:02:11.225689Z", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z", "2024-02-29T12:00:00Z"] {
+        for s in [
+            "2026-12-02T09:02:11.225689Z",
+            "1970-01-01T00:00:00Z",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999Z",
+            "2024-02-29T12:00:00Z",
+        ] {
             assert_eq!(ts(s).to_iso_z(), s);
         }
     }
@@ -416,26 +442,55 @@ mod tests {
         assert_eq!(ts("2026-08-13T05:30:00+05:30"), base);
         assert_eq!(ts("2026-08-12T19:00:00-05:00"), base);
         assert_eq!(ts("2026-08-13T00:00:00.000000+00:00"), base);
-        assert_eq!(ts("2026-08-13T00:00:00,5Z").unix_micros() - base.unix_micros(), 500_000);
-        assert_eq!(ts("2026-08-13T00:00:00.1234567Z").unix_micros() - base.unix_micros(), 123_456);
+        assert_eq!(
+            ts("2026-08-13T00:00:00,5Z").unix_micros() - base.unix_micros(),
+            500_000
+        );
+        assert_eq!(
+            ts("2026-08-13T00:00:00.1234567Z").unix_micros() - base.unix_micros(),
+            123_456
+        );
         assert_eq!(ts("  2026-08-13T00:00:00Z  "), base);
         // ISO week date: 2026-W33-4 is Thursday 2026-08-13.
         assert_eq!(ts("2026-W33-4"), base);
         assert_eq!(ts("2026W334"), base);
-        assert_eq!(ts("2026-08-13T05:30:15+05:30:15"), ts("2026-08-13T00:00:00Z"));
+        assert_eq!(
+            ts("2026-08-13T05:30:15+05:30:15"),
+            ts("2026-08-13T00:00:00Z")
+        );
     }
 
     #[test]
     fn rejects_what_python_rejects() {
-        for bad in ["", "now", "2026-13-01", "2026-02-30", "2026-08-13T24:00:00", "2026-225", "2026-08-13T1", "abc", "2026-08-13T00:00:00.Z", "0000-01-01"] {
-            assert!(Timestamp::parse_iso(bad).is_none(), "{bad:?} must not parse");
+        for bad in [
+            "",
+            "now",
+            "2026-13-01",
+            "2026-02-30",
+            "2026-08-13T24:00:00",
+            "2026-225",
+            "2026-08-13T1",
+            "abc",
+            "2026-08-13T00:00:00.Z",
+            "0000-01-01",
+        ] {
+            assert!(
+                Timestamp::parse_iso(bad).is_none(),
+                "{bad:?} must not parse"
+            );
         }
     }
 
     #[test]
     fn naive_vs_aware_is_reported() {
-        assert_eq!(Timestamp::parse_iso_aware("2026-08-13T00:00:00").map(|x| x.1), Some(false));
-        assert_eq!(Timestamp::parse_iso_aware("2026-08-13T00:00:00Z").map(|x| x.1), Some(true));
+        assert_eq!(
+            Timestamp::parse_iso_aware("2026-08-13T00:00:00").map(|x| x.1),
+            Some(false)
+        );
+        assert_eq!(
+            Timestamp::parse_iso_aware("2026-08-13T00:00:00Z").map(|x| x.1),
+            Some(true)
+        );
     }
 
     #[test]

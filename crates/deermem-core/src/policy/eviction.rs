@@ -111,19 +111,33 @@ impl EvictionDecision {
 }
 
 fn decay(days: f64, half_life: f64) -> f64 {
-    if half_life <= 0.0 { 0.0 } else { 2f64.powf(-days.max(0.0) / half_life) }
+    if half_life <= 0.0 {
+        0.0
+    } else {
+        2f64.powf(-days.max(0.0) / half_life)
+    }
 }
 
 /// The bounded confidence used for eviction scoring: non-numbers and non-finite values read as
 /// 0.5, the result is clamped to `[0, 1]`.
 pub fn bounded_confidence(v: f64) -> f64 {
-    if v.is_finite() { v.clamp(0.0, 1.0) } else { 0.5 }
+    if v.is_finite() {
+        v.clamp(0.0, 1.0)
+    } else {
+        0.5
+    }
 }
 
 /// Freshness of explicit confirmation: `decay(lastConfirmedAt)`, else half of
 /// `decay(createdAt)`, else 0.
 fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
-    let parse = |s: &str| if s.trim().is_empty() { None } else { Timestamp::parse_iso(s) };
+    let parse = |s: &str| {
+        if s.trim().is_empty() {
+            None
+        } else {
+            Timestamp::parse_iso(s)
+        }
+    };
     if let Some(Some(last)) = &fact.last_confirmed_at {
         if let Some(t) = parse(last) {
             return decay(now.days_since(t), half_life);
@@ -137,10 +151,20 @@ fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
 
 /// Normalised access heat of a usage entry (spec/storage.md §6.2).
 pub fn access_heat(entry: Option<&Value>, now: Timestamp, half_life: f64) -> f64 {
-    let Some(Value::Object(e)) = entry else { return 0.0 };
-    let Some(last) = e.get("lastAccessedAt").and_then(Value::as_str).and_then(|s| {
-        if s.trim().is_empty() { None } else { Timestamp::parse_iso(s) }
-    }) else {
+    let Some(Value::Object(e)) = entry else {
+        return 0.0;
+    };
+    let Some(last) = e
+        .get("lastAccessedAt")
+        .and_then(Value::as_str)
+        .and_then(|s| {
+            if s.trim().is_empty() {
+                None
+            } else {
+                Timestamp::parse_iso(s)
+            }
+        })
+    else {
         return 0.0;
     };
     let heat = match e.get("accessHeat") {
@@ -148,12 +172,19 @@ pub fn access_heat(entry: Option<&Value>, now: Timestamp, half_life: f64) -> f64
         Some(Value::String(s)) => crate::py::parse_float(s),
         _ => None,
     };
-    let Some(heat) = heat.filter(|h| h.is_finite() && *h > 0.0) else { return 0.0 };
+    let Some(heat) = heat.filter(|h| h.is_finite() && *h > 0.0) else {
+        return 0.0;
+    };
     let decayed = heat * decay(now.days_since(last), half_life);
     ((1.0 + decayed).ln() / 9f64.ln()).min(1.0)
 }
 
-fn score(fact: &Fact, usage: &FactUsageMap, now: Timestamp, p: &EvictionParams) -> (f64, Map<String, Value>) {
+fn score(
+    fact: &Fact,
+    usage: &FactUsageMap,
+    now: Timestamp,
+    p: &EvictionParams,
+) -> (f64, Map<String, Value>) {
     let c = bounded_confidence(fact.confidence);
     let num = |x: f64| serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number);
     let mut components = Map::new();
@@ -165,7 +196,10 @@ fn score(fact: &Fact, usage: &FactUsageMap, now: Timestamp, p: &EvictionParams) 
             let a = access_heat(usage.get(fact.id.as_str()), now, p.access_half_life_days);
             components.insert("confirmationFreshness".into(), num(f));
             components.insert("accessHeat".into(), num(a));
-            (p.confidence_weight * c + p.confirmation_weight * f + p.access_weight * a, components)
+            (
+                p.confidence_weight * c + p.confirmation_weight * f + p.access_weight * a,
+                components,
+            )
         }
     }
 }
@@ -208,7 +242,15 @@ pub fn select_facts_for_capacity(
         let corrections: Vec<usize> = ranked
             .iter()
             .copied()
-            .filter(|&i| facts[i].category.as_deref().unwrap_or("").trim().to_lowercase() == "correction")
+            .filter(|&i| {
+                facts[i]
+                    .category
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim()
+                    .to_lowercase()
+                    == "correction"
+            })
             .collect();
         reserved = slots.min(corrections.len()).min(params.max_facts);
         for &i in corrections.iter().take(reserved) {
@@ -225,7 +267,11 @@ pub fn select_facts_for_capacity(
             count += 1;
         }
     }
-    let kept = ranked.iter().filter(|&&i| selected[i]).map(|&i| facts[i].clone()).collect();
+    let kept = ranked
+        .iter()
+        .filter(|&&i| selected[i])
+        .map(|&i| facts[i].clone())
+        .collect();
     let evicted = ranked
         .iter()
         .rev()
@@ -237,7 +283,13 @@ pub fn select_facts_for_capacity(
             components: scored[i].1.clone(),
         })
         .collect();
-    EvictionDecision { kept, evicted, scores, policy: params.policy, reserved_correction_slots: reserved }
+    EvictionDecision {
+        kept,
+        evicted,
+        scores,
+        policy: params.policy,
+        reserved_correction_slots: reserved,
+    }
 }
 
 #[cfg(test)]
@@ -245,24 +297,40 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::fact::{normalize_fact, FactScope, NormalizeContext};
+    use crate::fact::{FactScope, NormalizeContext, normalize_fact};
     use crate::ids::FactId;
 
     fn fact(v: Value) -> Fact {
-        let scope = FactScope { user_id: Some("u".into()), agent_name: Some("a".into()) };
+        let scope = FactScope {
+            user_id: Some("u".into()),
+            agent_name: Some("a".into()),
+        };
         let now = Timestamp::parse_iso("2026-08-13T00:00:00Z").unwrap();
         let new_fact_id = || FactId::new("generated").unwrap();
-        let ctx = NormalizeContext { scope: &scope, existing: None, now, new_id: &new_fact_id };
+        let ctx = NormalizeContext {
+            scope: &scope,
+            existing: None,
+            now,
+            new_id: &new_fact_id,
+        };
         normalize_fact(v.as_object().unwrap(), &ctx).unwrap()
     }
 
     fn worked_example() -> (Vec<Fact>, FactUsageMap, Timestamp) {
         let now = Timestamp::parse_iso("2026-08-13T00:00:00Z").unwrap();
         let facts = vec![
-            fact(json!({"id": "always_kept", "content": "a", "confidence": 1.0, "lastConfirmedAt": "2026-08-13T00:00:00Z", "createdAt": "2026-01-01T00:00:00Z"})),
-            fact(json!({"id": "recent_low", "content": "b", "confidence": 0.6, "category": "correction", "lastConfirmedAt": "2026-08-13T00:00:00Z", "createdAt": "2026-01-01T00:00:00Z"})),
-            fact(json!({"id": "stale_high", "content": "c", "confidence": 0.9, "createdAt": "2025-01-01T00:00:00Z"})),
-            fact(json!({"id": "common_loser", "content": "d", "confidence": 0.1, "category": "preference", "createdAt": "2025-01-01T00:00:00Z"})),
+            fact(
+                json!({"id": "always_kept", "content": "a", "confidence": 1.0, "lastConfirmedAt": "2026-08-13T00:00:00Z", "createdAt": "2026-01-01T00:00:00Z"}),
+            ),
+            fact(
+                json!({"id": "recent_low", "content": "b", "confidence": 0.6, "category": "correction", "lastConfirmedAt": "2026-08-13T00:00:00Z", "createdAt": "2026-01-01T00:00:00Z"}),
+            ),
+            fact(
+                json!({"id": "stale_high", "content": "c", "confidence": 0.9, "createdAt": "2025-01-01T00:00:00Z"}),
+            ),
+            fact(
+                json!({"id": "common_loser", "content": "d", "confidence": 0.1, "category": "preference", "createdAt": "2025-01-01T00:00:00Z"}),
+            ),
         ];
         let usage = json!({"recent_low": {"accessHeat": 3.0, "accessCount": 3, "lastAccessedAt": "2026-08-10T00:00:00Z"}});
         (facts, usage.as_object().unwrap().clone(), now)
@@ -271,7 +339,12 @@ mod tests {
     #[test]
     fn hybrid_worked_example_matches_reference() {
         let (facts, usage, now) = worked_example();
-        let d = select_facts_for_capacity(&facts, &usage, now, &EvictionParams::new(2, EvictionPolicy::HybridV1));
+        let d = select_facts_for_capacity(
+            &facts,
+            &usage,
+            now,
+            &EvictionParams::new(2, EvictionPolicy::HybridV1),
+        );
         let kept: Vec<&str> = d.kept.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(kept, vec!["always_kept", "recent_low"]);
         assert_eq!(d.reserved_correction_slots, 1);
@@ -281,25 +354,42 @@ mod tests {
         assert!((d.scores["common_loser"] - 0.0663).abs() < 1e-3);
         // Lowest score first.
         assert_eq!(d.evicted_ids(), vec!["common_loser", "stale_high"]);
-        let heat = d.evicted.iter().find(|e| e.fact_id == "stale_high").unwrap();
+        let heat = d
+            .evicted
+            .iter()
+            .find(|e| e.fact_id == "stale_high")
+            .unwrap();
         assert!(heat.components.contains_key("accessHeat"));
     }
 
     #[test]
     fn confidence_policy_keeps_most_confident() {
         let (facts, usage, now) = worked_example();
-        let d = select_facts_for_capacity(&facts, &usage, now, &EvictionParams::new(2, EvictionPolicy::Confidence));
+        let d = select_facts_for_capacity(
+            &facts,
+            &usage,
+            now,
+            &EvictionParams::new(2, EvictionPolicy::Confidence),
+        );
         let kept: Vec<&str> = d.kept.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(kept, vec!["always_kept", "stale_high"]);
         assert_eq!(d.evicted_ids(), vec!["common_loser", "recent_low"]);
-        assert_eq!(d.evicted[1].components, *json!({"confidence": 0.6}).as_object().unwrap());
+        assert_eq!(
+            d.evicted[1].components,
+            *json!({"confidence": 0.6}).as_object().unwrap()
+        );
         assert_eq!(d.reserved_correction_slots, 0);
     }
 
     #[test]
     fn under_cap_keeps_input_order() {
         let (facts, usage, now) = worked_example();
-        let d = select_facts_for_capacity(&facts, &usage, now, &EvictionParams::new(10, EvictionPolicy::HybridV1));
+        let d = select_facts_for_capacity(
+            &facts,
+            &usage,
+            now,
+            &EvictionParams::new(10, EvictionPolicy::HybridV1),
+        );
         assert_eq!(d.kept, facts);
         assert!(d.evicted.is_empty());
     }
@@ -309,7 +399,12 @@ mod tests {
         let now = Timestamp::parse_iso("2026-08-13T00:00:00Z").unwrap();
         let e = json!({"accessHeat": 8.0, "lastAccessedAt": "2026-08-13T00:00:00Z"});
         assert!((access_heat(Some(&e), now, 30.0) - 1.0).abs() < 1e-12);
-        for bad in [json!({"accessHeat": true, "lastAccessedAt": "2026-08-13T00:00:00Z"}), json!({"accessHeat": -1, "lastAccessedAt": "2026-08-13T00:00:00Z"}), json!({"accessHeat": 1}), json!("x")] {
+        for bad in [
+            json!({"accessHeat": true, "lastAccessedAt": "2026-08-13T00:00:00Z"}),
+            json!({"accessHeat": -1, "lastAccessedAt": "2026-08-13T00:00:00Z"}),
+            json!({"accessHeat": 1}),
+            json!("x"),
+        ] {
             assert_eq!(access_heat(Some(&bad), now, 30.0), 0.0);
         }
     }

@@ -54,7 +54,10 @@ impl MemoryScope {
 
     /// A scope for a user's default bucket.
     pub fn user(user: UserId) -> Self {
-        Self { user: Some(user), agent: None }
+        Self {
+            user: Some(user),
+            agent: None,
+        }
     }
 }
 
@@ -107,7 +110,11 @@ pub struct NewFact {
 impl NewFact {
     /// A fact with the reference's defaults: category `context`, confidence 0.5.
     pub fn new(content: impl Into<String>) -> Self {
-        Self { content: content.into(), category: "context".into(), confidence: 0.5 }
+        Self {
+            content: content.into(),
+            category: "context".into(),
+            confidence: 0.5,
+        }
     }
 }
 
@@ -141,11 +148,19 @@ pub struct MemoryContext {
 pub fn wrap_memory_block(body: &str) -> MemoryContext {
     let trimmed = crate::py::strip(body);
     if trimmed.is_empty() {
-        return MemoryContext { body: body.to_owned(), block: String::new(), content_sha256: None };
+        return MemoryContext {
+            body: body.to_owned(),
+            block: String::new(),
+            content_sha256: None,
+        };
     }
     let block = format!("<memory>\n{trimmed}\n</memory>\n");
     let sha = hex::encode(Sha256::digest(block.as_bytes()));
-    MemoryContext { body: body.to_owned(), block, content_sha256: Some(sha) }
+    MemoryContext {
+        body: body.to_owned(),
+        block,
+        content_sha256: Some(sha),
+    }
 }
 
 /// A memory backend (DeerMem, noop, Honcho, OpenViking...).
@@ -186,7 +201,11 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// # Errors
     /// As `add`.
     async fn add_nowait(&self, request: AddRequest) -> Result<(), ManagerError> {
-        self.add(AddRequest { trace_id: None, ..request }).await
+        self.add(AddRequest {
+            trace_id: None,
+            ..request
+        })
+        .await
     }
 
     /// The injection text, without the `<memory>` wrapper.
@@ -199,7 +218,10 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// As `get_context`.
-    async fn get_context_block(&self, request: ContextRequest) -> Result<MemoryContext, ManagerError> {
+    async fn get_context_block(
+        &self,
+        request: ContextRequest,
+    ) -> Result<MemoryContext, ManagerError> {
         let body = self.get_context(request).await?;
         Ok(wrap_memory_block(&body))
     }
@@ -226,7 +248,10 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn reload_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn reload_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         let _ = scope;
         Err(ManagerError::unsupported("reload memory", self.name()))
     }
@@ -254,7 +279,11 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn import_memory(&self, document: PublicMemoryDocument, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         let _ = (document, scope);
         Err(ManagerError::unsupported("import memory", self.name()))
     }
@@ -263,7 +292,10 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn export_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn export_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         let _ = scope;
         Err(ManagerError::unsupported("export memory", self.name()))
     }
@@ -273,7 +305,11 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn create_fact(&self, fact: NewFact, scope: MemoryScope) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
         let _ = (fact, scope);
         Err(ManagerError::unsupported("create fact", self.name()))
     }
@@ -282,7 +318,12 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn update_fact(&self, fact_id: &str, patch: FactPatch, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn update_fact(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         let _ = (fact_id, patch, scope);
         Err(ManagerError::unsupported("update fact", self.name()))
     }
@@ -291,7 +332,12 @@ pub trait MemoryManager: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Unsupported` by default.
-    async fn delete_fact(&self, fact_id: &str, expected_revision: Option<u64>, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn delete_fact(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         let _ = (fact_id, expected_revision, scope);
         Err(ManagerError::unsupported("delete fact", self.name()))
     }
@@ -330,7 +376,10 @@ mod tests {
     #[test]
     fn wrapping_matches_host_injection() {
         let ctx = wrap_memory_block("User Context:\n- Work: Rust\n");
-        assert_eq!(ctx.block, "<memory>\nUser Context:\n- Work: Rust\n</memory>\n");
+        assert_eq!(
+            ctx.block,
+            "<memory>\nUser Context:\n- Work: Rust\n</memory>\n"
+        );
         let expected = hex::encode(Sha256::digest(ctx.block.as_bytes()));
         assert_eq!(ctx.content_sha256.as_deref(), Some(expected.as_str()));
         let empty = wrap_memory_block("  \n ");

@@ -14,6 +14,4 @@ pub use manager::{
     MemoryScope, NewFact, SearchRequest, wrap_memory_block,
 };
 pub use retrieval::Retrieval;
-pub use storage::{
-    ListQuery, MemoryStorage, MigrationReport, StorageCapabilities,
-};
+pub use storage::{ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};

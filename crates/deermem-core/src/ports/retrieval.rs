@@ -58,7 +58,11 @@ pub trait Retrieval: Send + Sync + Debug {
     ///
     /// # Errors
     /// `InvalidInput` for an unindexable fact (nothing is replaced); `Unavailable`/`Backend`.
-    async fn rebuild(&self, scopes: Option<&[Scope]>, facts: &[(Scope, Fact)]) -> Result<usize, RetrievalError>;
+    async fn rebuild(
+        &self,
+        scopes: Option<&[Scope]>,
+        facts: &[(Scope, Fact)],
+    ) -> Result<usize, RetrievalError>;
 
     /// Index statistics.
     ///

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::document::{ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummariesSnapshot, SummaryPatch};
+use crate::document::{
+    ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummariesSnapshot, SummaryPatch,
+};
 use crate::error::StorageError;
 use crate::fact::{Fact, FactDraft};
 use crate::ids::{AgentName, FactId, UserId};
@@ -95,26 +97,44 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Corrupt` for unreadable data; `InvalidInput` for scope problems.
-    async fn load(&self, user: Option<&UserId>, agent: Option<&AgentName>) -> Result<MemoryDocument, StorageError>;
+    async fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError>;
 
     /// Like `load` but always re-reads (picking up out-of-band Markdown edits) and rebuilds the
     /// scope's index when an agent is given.
     ///
     /// # Errors
     /// As `load`.
-    async fn reload(&self, user: Option<&UserId>, agent: Option<&AgentName>) -> Result<MemoryDocument, StorageError>;
+    async fn reload(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError>;
 
     /// One fact, or `None`.
     ///
     /// # Errors
     /// `Corrupt` when the fact file is unreadable.
-    async fn get_fact(&self, user: Option<&UserId>, agent: &AgentName, id: &FactId) -> Result<Option<Fact>, StorageError>;
+    async fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Option<Fact>, StorageError>;
 
     /// The agent's facts matching the query, sorted by id.
     ///
     /// # Errors
     /// As `load`.
-    async fn list_facts(&self, user: Option<&UserId>, agent: &AgentName, query: &ListQuery) -> Result<Vec<Fact>, StorageError>;
+    async fn list_facts(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        query: &ListQuery,
+    ) -> Result<Vec<Fact>, StorageError>;
 
     /// Applies a change set atomically (see the contract above).
     ///
@@ -156,8 +176,12 @@ pub trait MemoryStorage: Send + Sync + Debug {
             upsert_revisions: Some([(id, expected_fact_revision)].into_iter().collect()),
             ..ChangeSet::default()
         };
-        let options = ApplyOptions { expected_manifest_revision, allow_manifest_rebase: true };
-        self.apply_changes(user, Some(agent), changes, options).await
+        let options = ApplyOptions {
+            expected_manifest_revision,
+            allow_manifest_rebase: true,
+        };
+        self.apply_changes(user, Some(agent), changes, options)
+            .await
     }
 
     /// Deletes one fact; with `expected_fact_revision` the delete is a point operation that can
@@ -175,11 +199,16 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ) -> Result<ChangeResult, StorageError> {
         let changes = ChangeSet {
             deletes: vec![id.clone()],
-            delete_revisions: expected_fact_revision.map(|r| [(id.clone(), r)].into_iter().collect()),
+            delete_revisions: expected_fact_revision
+                .map(|r| [(id.clone(), r)].into_iter().collect()),
             ..ChangeSet::default()
         };
-        let options = ApplyOptions { expected_manifest_revision, allow_manifest_rebase: true };
-        self.apply_changes(user, Some(agent), changes, options).await
+        let options = ApplyOptions {
+            expected_manifest_revision,
+            allow_manifest_rebase: true,
+        };
+        self.apply_changes(user, Some(agent), changes, options)
+            .await
     }
 
     /// A fresh storage-style fact id (`fact_` + 32 hex).
@@ -202,7 +231,8 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ///
     /// # Errors
     /// As `load`.
-    async fn get_summaries(&self, user: Option<&UserId>) -> Result<SummariesSnapshot, StorageError>;
+    async fn get_summaries(&self, user: Option<&UserId>)
+    -> Result<SummariesSnapshot, StorageError>;
 
     /// Merges summary children and returns the reloaded user document.
     ///
@@ -227,13 +257,22 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ///
     /// # Errors
     /// `Corrupt` for conflicting summaries or mismatched backups (nothing modified).
-    async fn migrate(&self, user: Option<&UserId>, agent: &AgentName, dry_run: bool) -> Result<MigrationReport, StorageError>;
+    async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        dry_run: bool,
+    ) -> Result<MigrationReport, StorageError>;
 
     /// The usage sidecar of the agent (tolerant: unreadable sidecars read as empty).
     ///
     /// # Errors
     /// `LockTimeout` or scope errors.
-    async fn get_fact_usage(&self, user: Option<&UserId>, agent: &AgentName) -> Result<FactUsageMap, StorageError>;
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<FactUsageMap, StorageError>;
 
     /// Records one query access for each existing fact among `ids`.
     ///
@@ -265,7 +304,12 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ///
     /// # Errors
     /// `LockTimeout`, `Io`.
-    async fn clear_fact_metadata(&self, user: Option<&UserId>, agent: &AgentName, ids: Option<&[FactId]>) -> Result<(), StorageError>;
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> Result<(), StorageError>;
 
     /// Ranked search within the query's scopes through the retrieval index, falling back to a
     /// substring scan when no index is configured or the scope is dirty and cannot be rebuilt.
@@ -278,7 +322,10 @@ pub trait MemoryStorage: Send + Sync + Debug {
     ///
     /// # Errors
     /// Scoped rebuilds propagate `Corrupt`; failures of single facts are counted, not raised.
-    async fn rebuild_index(&self, scopes: Option<&[(Option<UserId>, AgentName)]>) -> Result<RebuildReport, StorageError>;
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError>;
 
     /// Index configuration and health.
     async fn retrieval_status(&self) -> RetrievalStatus;
