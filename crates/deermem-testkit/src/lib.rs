@@ -7,3 +7,5 @@
 
 pub mod clock;
 pub mod llm;
+pub mod retrieval;
+pub mod storage;

@@ -1,0 +1,1 @@
+//! The retrieval contract suite and the in-memory substring index fake.

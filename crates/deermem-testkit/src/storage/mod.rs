@@ -1,0 +1,1 @@
+//! The storage contract suite and the in-memory storage fake.
