@@ -1,0 +1,194 @@
+//! Tidy: the project's structural rules, checked mechanically. Core stays I/O-free (dependency
+//! allowlist and banned APIs), every Rust file opens with a `//!` line, every adapter crate runs
+//! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other, and
+//! no stub macros or ignored tests are committed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Dependencies `deermem-core` may use: all of them pure, none does I/O.
+const CORE_ALLOWED_DEPS: &[&str] =
+    &["async-trait", "serde", "serde_json", "serde_yaml", "thiserror", "indexmap", "sha2", "hex", "caseless"];
+
+/// Text that must not appear in core sources (I/O, clock, environment, runtime).
+const CORE_BANNED_APIS: &[&str] = &[
+    "std::fs",
+    "std::net",
+    "std::process",
+    "std::env",
+    "SystemTime::now",
+    "Instant::now",
+    "tokio::",
+    "File::open",
+    "File::create",
+];
+
+/// Crate-name prefixes of adapter crates (each implements one port).
+const ADAPTER_PREFIXES: &[&str] = &["deermem-storage-", "deermem-retrieval-", "deermem-llm-", "deermem-backend-"];
+
+/// Runs every check; returns the list of problems found.
+pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    check_core_dependencies(root, &mut problems);
+    check_core_sources(root, &mut problems);
+    check_rust_files(root, &mut problems);
+    check_adapters(root, &mut problems);
+    if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// The dependency names of one `[section]` of a Cargo.toml (a small line-based reader: our
+/// manifests use one dependency per line).
+fn section_dependencies(manifest: &str, section: &str) -> Vec<String> {
+    let mut deps = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == format!("[{section}]");
+            continue;
+        }
+        if inside && !t.is_empty() && !t.starts_with('#') {
+            if let Some((name, _)) = t.split_once('=') {
+                let name = name.trim().trim_end_matches(".workspace").trim_matches('"');
+                deps.push(name.to_owned());
+            }
+        }
+    }
+    deps
+}
+
+fn check_core_dependencies(root: &Path, problems: &mut Vec<String>) {
+    let path = root.join("crates/deermem-core/Cargo.toml");
+    let Ok(manifest) = fs::read_to_string(&path) else {
+        problems.push(format!("cannot read {}", path.display()));
+        return;
+    };
+    for section in ["dependencies", "build-dependencies"] {
+        for dep in section_dependencies(&manifest, section) {
+            if !CORE_ALLOWED_DEPS.contains(&dep.as_str()) {
+                problems.push(format!(
+                    "deermem-core depends on `{dep}`, which is not on the I/O-free allowlist (xtask/src/tidy.rs CORE_ALLOWED_DEPS)"
+                ));
+            }
+        }
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if path.is_dir() {
+            if name == "target" || name.starts_with('.') || name == "corpus" || name == "artifacts" {
+                continue;
+            }
+            rust_files(&path, out);
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn check_core_sources(root: &Path, problems: &mut Vec<String>) {
+    let mut files = Vec::new();
+    rust_files(&root.join("crates/deermem-core/src"), &mut files);
+    for file in files {
+        let Ok(text) = fs::read_to_string(&file) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for banned in CORE_BANNED_APIS {
+                if code.contains(banned) {
+                    problems.push(format!(
+                        "{}:{}: core must not use `{banned}` (no I/O, clock or environment in deermem-core)",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn check_rust_files(root: &Path, problems: &mut Vec<String>) {
+    let mut files = Vec::new();
+    rust_files(&root.join("crates"), &mut files);
+    rust_files(&root.join("xtask"), &mut files);
+    let this_file = root.join("xtask/src/tidy.rs");
+    let stub_markers = [concat!("todo", "!("), concat!("unimplemented", "!("), concat!("#[", "ignore")];
+    for file in files {
+        let Ok(text) = fs::read_to_string(&file) else {
+            problems.push(format!("cannot read {}", file.display()));
+            continue;
+        };
+        let first = text.lines().next().unwrap_or("");
+        if !first.starts_with("//!") {
+            problems.push(format!("{}: the first line must be a `//!` comment saying what the file is for", file.display()));
+        }
+        if file == this_file {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            for marker in stub_markers {
+                if line.contains(marker) {
+                    problems.push(format!("{}:{}: `{marker}` is not allowed (a stub or a skipped test is a defect)", file.display(), n + 1));
+                }
+            }
+        }
+    }
+}
+
+fn check_adapters(root: &Path, problems: &mut Vec<String>) {
+    let Ok(entries) = fs::read_dir(root.join("crates")) else {
+        problems.push("cannot read crates/".into());
+        return;
+    };
+    let mut adapters = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if ADAPTER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            adapters.push(name);
+        }
+    }
+    adapters.sort();
+    for adapter in &adapters {
+        let dir = root.join("crates").join(adapter);
+        if !dir.join("tests/contract.rs").is_file() {
+            problems.push(format!("crates/{adapter} is an adapter but has no tests/contract.rs running its port's contract suite"));
+        }
+        let Ok(manifest) = fs::read_to_string(dir.join("Cargo.toml")) else { continue };
+        for dep in section_dependencies(&manifest, "dependencies") {
+            if adapters.contains(&dep) && &dep != adapter {
+                problems.push(format!("crates/{adapter} depends on the adapter `{dep}`; adapters must not depend on each other"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_dependency_sections() {
+        let manifest = "[package]\nname = \"x\"\n[dependencies]\nserde.workspace = true\ntokio = { workspace = true }\n# c\n[dev-dependencies]\nproptest.workspace = true\n";
+        assert_eq!(section_dependencies(manifest, "dependencies"), vec!["serde", "tokio"]);
+        assert_eq!(section_dependencies(manifest, "dev-dependencies"), vec!["proptest"]);
+    }
+
+    #[test]
+    fn flags_a_forbidden_core_dependency() {
+        let dir = std::env::temp_dir().join(format!("deermem-tidy-{}", std::process::id()));
+        let core = dir.join("crates/deermem-core");
+        fs::create_dir_all(core.join("src")).unwrap();
+        fs::write(core.join("Cargo.toml"), "[dependencies]\nserde.workspace = true\nreqwest.workspace = true\n").unwrap();
+        fs::write(core.join("src/lib.rs"), "//! Core.\nuse std::fs;\n").unwrap();
+        fs::write(core.join("src/bad.rs"), "fn x() {}\n").unwrap();
+        let problems = run(&dir).unwrap_err();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(problems.iter().any(|p| p.contains("`reqwest`")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("std::fs")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("bad.rs") && p.contains("//!")), "{problems:?}");
+    }
+}
