@@ -7,5 +7,6 @@
 
 pub mod clock;
 pub mod llm;
+pub mod manager;
 pub mod retrieval;
 pub mod storage;

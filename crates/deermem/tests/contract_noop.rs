@@ -1,0 +1,13 @@
+//! The manager contract suite run against the noop backend (tier defaults).
+
+use std::sync::Arc;
+
+use deermem::NoopManager;
+use deermem_core::MemoryMode;
+use deermem_testkit::manager::ManagerFixture;
+
+async fn fixture() -> ManagerFixture {
+    ManagerFixture { manager: Arc::new(NoopManager::new(MemoryMode::Middleware)), guard: Box::new(()) }
+}
+
+deermem_testkit::manager_contract!(fixture());
