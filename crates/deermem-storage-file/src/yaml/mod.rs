@@ -1,12 +1,61 @@
-//! YAML front-matter codec of the file storage, compatible with PyYAML (`safe_load` / `safe_dump`).
+//! YAML front-matter codec of the file storage, compatible with PyYAML in both directions.
 //!
-//! INTERIM implementation backed by `serde_yaml`; the public API below is final.
+//! DeerMem fact files start with a YAML block that the Python reference writes with
+//! `yaml.safe_dump(metadata, allow_unicode=True, sort_keys=False)` and reads with
+//! `yaml.safe_load` (YAML 1.1 implicit typing). This module reproduces both sides:
+//!
+//! * [`parse_front_matter`] / [`parse_mapping`] read a block the way `safe_load` does: block and
+//!   flow collections, all scalar styles, comments, anchors and aliases; PLAIN scalars are typed
+//!   by PyYAML's YAML 1.1 resolver (`yes`/`on`/`off` are booleans, `010` is 8, `1:30` is 90,
+//!   `1.0e5` is a string but `1.0e+5` a float, `2026-01-01` a timestamp, ...). Quoted scalars
+//!   and `!!str` are always strings; `!!int`, `!!float`, `!!bool`, `!!null`, `!!timestamp`,
+//!   `!!seq`, `!!map` and the non-specific `!` are honoured; other tags are errors.
+//! * [`render_mapping`] writes block YAML laid out like `safe_dump` (2-space mapping indent,
+//!   sequences under a key not indented, `[]`/`{}` for empty collections, Python-`repr` floats
+//!   with a `.`, strings plain when PyYAML would read them back as the same string, otherwise
+//!   single-quoted, or double-quoted with escapes for control and non-printable characters,
+//!   long scalars folded at column 80). PyYAML reads the output back to exactly the same values.
+//!
+//! # Values JSON cannot hold
+//!
+//! Two PyYAML types have no JSON equivalent, so [`FrontMatter`] says where they occurred, by
+//! dotted key path (top-level `createdAt` is `"createdAt"`, nested `source.threadId` is
+//! `"source.threadId"`, the second item of `topics` is `"topics.1"`):
+//!
+//! * an unquoted timestamp (`createdAt: 2026-01-01T00:00:00Z`; Python gets a `date` or
+//!   `datetime`) is returned as its original text, listed in [`FrontMatter::unquoted_timestamps`];
+//! * a non-finite float (`.nan`, `.inf`, `-.inf`, or a literal that overflows) is returned as
+//!   the string PyYAML prints for it (`".nan"`, `".inf"`, `"-.inf"`), listed in
+//!   [`FrontMatter::non_finite_floats`].
+//!
+//! The storage treats the fact as corrupt when such a value sits in a key the reference
+//! validates (`createdAt`/`updatedAt`/`lastConfirmedAt` must be strings, `confidence` must be
+//! finite), exactly as the reference does, and keeps it as a string everywhere else.
+//!
+//! # Limits and errors
+//!
+//! Every malformed input is a [`YamlError`], never a panic: characters PyYAML's reader refuses,
+//! syntax errors, more than one document, non-mapping top levels, sequence or mapping keys,
+//! merge keys `<<` and the value key `=` (unquoted), unknown tags, integers outside the 64-bit
+//! range, invalid dates. Nesting is limited to [`MAX_DEPTH`] levels and alias expansion to
+//! [`MAX_ALIAS_NODES`] nodes (no "billion laughs"). Deliberate differences from PyYAML are
+//! listed in `docs/compat-yaml.md`.
+
+mod read;
+mod resolve;
+mod write;
 
 use serde_json::{Map, Value};
 
-/// A parse or render failure, with the 1-based line when known.
+/// Deepest nesting of collections accepted by the reader and the writer.
+pub const MAX_DEPTH: usize = 100;
+
+/// Most nodes that aliases may expand to, in total, in one document.
+pub const MAX_ALIAS_NODES: usize = 100_000;
+
+/// A parse or render failure, with the 1-based line of the front-matter text when known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", match self.line { Some(l) => format!("YAML front matter, line {l}: {}", self.message), None => format!("YAML front matter: {}", self.message) })]
+#[error("{}", self.describe())]
 pub struct YamlError {
     /// What went wrong.
     pub message: String,
@@ -15,49 +64,54 @@ pub struct YamlError {
 }
 
 impl YamlError {
-    /// Builds an error with an optional line number.
+    /// Builds an error with an optional 1-based line number.
     pub fn new(message: impl Into<String>, line: Option<usize>) -> Self {
         Self {
             message: message.into(),
             line,
         }
     }
-}
 
-/// The parsed front matter plus where PyYAML would have produced non-JSON values.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FrontMatter {
-    /// The mapping, keys in document order.
-    pub map: Map<String, Value>,
-    /// Dotted key paths of unquoted timestamps (kept as their original text).
-    pub unquoted_timestamps: Vec<String>,
-    /// Dotted key paths of non-finite floats (kept as `".nan"`, `".inf"`, `"-.inf"`).
-    pub non_finite_floats: Vec<String>,
-}
-
-/// Parses a YAML front-matter block the way PyYAML's `safe_load` reads it.
-pub fn parse_front_matter(text: &str) -> Result<FrontMatter, YamlError> {
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| YamlError::new(e.to_string(), None))?;
-    let json = serde_json::to_value(&value).map_err(|e| YamlError::new(e.to_string(), None))?;
-    match json {
-        Value::Null => Ok(FrontMatter::default()),
-        Value::Object(map) => Ok(FrontMatter {
-            map,
-            ..FrontMatter::default()
-        }),
-        _ => Err(YamlError::new("front matter is not a mapping", None)),
+    fn describe(&self) -> String {
+        match self.line {
+            Some(line) => format!("YAML front matter, line {line}: {}", self.message),
+            None => format!("YAML front matter: {}", self.message),
+        }
     }
 }
 
-/// Parses a YAML front-matter block (the text between the `---` lines) the way PyYAML's safe_load reads it.
+/// The parsed front matter plus where PyYAML would have produced values JSON cannot hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FrontMatter {
+    /// The mapping, keys in document order (a repeated key keeps its first position and its
+    /// last value, like a Python dict).
+    pub map: Map<String, Value>,
+    /// Dotted key paths of unquoted timestamps, kept in `map` as their original text.
+    pub unquoted_timestamps: Vec<String>,
+    /// Dotted key paths of non-finite floats, kept in `map` as `".nan"`, `".inf"` or `"-.inf"`.
+    pub non_finite_floats: Vec<String>,
+}
+
+/// Parses a YAML front-matter block (the text between the `---` lines) the way the reference
+/// reads it: `yaml.safe_load(text) or {}`, which must be a mapping.
+///
+/// An empty document, `null` or any other value Python treats as false (`false`, `0`, `''`,
+/// `[]`) is an empty mapping; any other non-mapping top level is an error
+/// ("front matter is not a mapping").
+pub fn parse_front_matter(text: &str) -> Result<FrontMatter, YamlError> {
+    read::parse(text)
+}
+
+/// Parses a YAML front-matter block (the text between the `---` lines) the way PyYAML's
+/// `safe_load` reads it; see [`parse_front_matter`] for the positions of non-JSON values.
 pub fn parse_mapping(text: &str) -> Result<Map<String, Value>, YamlError> {
     parse_front_matter(text).map(|f| f.map)
 }
 
 /// Renders a mapping as block-style YAML that PyYAML reads back to exactly the same values
-/// (no trailing newline, like PyYAML's output `.strip()`ed).
+/// (no trailing newline, like PyYAML's output `.strip()`ed). An empty mapping is `{}`.
+///
+/// Fails only for values nested deeper than [`MAX_DEPTH`].
 pub fn render_mapping(map: &Map<String, Value>) -> Result<String, YamlError> {
-    let s = serde_yaml::to_string(map).map_err(|e| YamlError::new(e.to_string(), None))?;
-    Ok(s.trim_end().to_owned())
+    write::render(map)
 }

@@ -1,0 +1,351 @@
+//! Front-matter reader: yaml-rust2's event stream typed with PyYAML's YAML 1.1 `safe_load` rules.
+
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+use serde_json::{Map, Number, Value};
+use yaml_rust2::parser::{Event, Parser, Tag};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+use super::resolve::{
+    Implicit, IntError, IntValue, check_timestamp, construct_bool, construct_float,
+    construct_int, resolve_plain,
+};
+use super::{FrontMatter, MAX_ALIAS_NODES, MAX_DEPTH, YamlError};
+
+/// The full tag prefix of the YAML core schema (`!!x` is `tag:yaml.org,2002:x`).
+const CORE: &str = "tag:yaml.org,2002:";
+
+/// What a leaf stood for in Python when JSON has no equivalent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Special {
+    /// An ordinary JSON value.
+    None,
+    /// A `date`/`datetime` in Python; kept as its original text.
+    Timestamp,
+    /// A non-finite float in Python; kept as `.nan`, `.inf` or `-.inf`.
+    NonFinite,
+}
+
+/// A composed node, before the conversion to JSON.
+#[derive(Debug, Clone)]
+enum Node {
+    Leaf(Value, Special),
+    Seq(Vec<Node>),
+    Map(IndexMap<String, Node>),
+}
+
+impl Node {
+    /// Number of nodes in this tree (used to bound alias expansion).
+    fn size(&self) -> usize {
+        match self {
+            Node::Leaf(..) => 1,
+            Node::Seq(items) => items.iter().fold(1, |n, i| n.saturating_add(i.size())),
+            Node::Map(entries) => entries
+                .values()
+                .fold(1_usize, |n, v| n.saturating_add(v.size()).saturating_add(1)),
+        }
+    }
+}
+
+/// A collection under construction.
+#[derive(Debug)]
+enum Frame {
+    Seq {
+        anchor: usize,
+        items: Vec<Node>,
+    },
+    Map {
+        anchor: usize,
+        entries: IndexMap<String, Node>,
+        key: Option<String>,
+    },
+}
+
+fn err_at(message: impl Into<String>, mark: &Marker) -> YamlError {
+    YamlError::new(message, Some(mark.line()))
+}
+
+/// PyYAML's reader refuses these characters before any parsing.
+fn check_printable(text: &str) -> Result<(), YamlError> {
+    let mut line = 1;
+    for c in text.chars() {
+        let ok = matches!(c,
+            '\t' | '\n' | '\r' | '\u{20}'..='\u{7E}' | '\u{85}' | '\u{A0}'..='\u{D7FF}'
+            | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}');
+        if !ok {
+            return Err(YamlError::new(
+                format!(
+                    "unacceptable character #x{:04x}: special characters are not allowed",
+                    u32::from(c)
+                ),
+                Some(line),
+            ));
+        }
+        if c == '\n' {
+            line += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Parses front-matter text into a [`FrontMatter`].
+pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
+    check_printable(text)?;
+    let root = compose(text)?;
+    let root = match root {
+        None => return Ok(FrontMatter::default()),
+        Some(root) => root,
+    };
+    let mut fm = FrontMatter::default();
+    match root {
+        Node::Map(entries) => {
+            let mut path = Vec::new();
+            fm.map = convert_map(entries, &mut path, &mut fm.unquoted_timestamps, &mut fm.non_finite_floats);
+            Ok(fm)
+        }
+        // The reference reads `yaml.safe_load(front) or {}`: every falsy value is an empty mapping.
+        Node::Seq(items) if items.is_empty() => Ok(fm),
+        Node::Leaf(v, Special::None) if !deermem_core::py::truthy(&v) => Ok(fm),
+        _ => Err(YamlError::new("front matter is not a mapping", Some(1))),
+    }
+}
+
+fn convert_map(
+    entries: IndexMap<String, Node>,
+    path: &mut Vec<String>,
+    ts: &mut Vec<String>,
+    nf: &mut Vec<String>,
+) -> Map<String, Value> {
+    let mut out = Map::with_capacity(entries.len());
+    for (k, v) in entries {
+        path.push(k.clone());
+        let value = convert(v, path, ts, nf);
+        path.pop();
+        out.insert(k, value);
+    }
+    out
+}
+
+fn convert(node: Node, path: &mut Vec<String>, ts: &mut Vec<String>, nf: &mut Vec<String>) -> Value {
+    match node {
+        Node::Leaf(v, special) => {
+            match special {
+                Special::None => {}
+                Special::Timestamp => ts.push(path.join(".")),
+                Special::NonFinite => nf.push(path.join(".")),
+            }
+            v
+        }
+        Node::Seq(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                path.push(i.to_string());
+                out.push(convert(item, path, ts, nf));
+                path.pop();
+            }
+            Value::Array(out)
+        }
+        Node::Map(entries) => Value::Object(convert_map(entries, path, ts, nf)),
+    }
+}
+
+/// Builds the node tree of the single document in `text` (`None` for an empty stream).
+fn compose(text: &str) -> Result<Option<Node>, YamlError> {
+    let mut parser = Parser::new_from_str(text);
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    let mut expanded: usize = 0;
+    let mut root: Option<Node> = None;
+    let mut documents = 0_usize;
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| {
+            YamlError::new(e.info().to_owned(), Some(e.marker().line()))
+        })?;
+        let done: Option<(Node, usize)> = match event {
+            Event::StreamEnd => break,
+            Event::StreamStart | Event::Nothing | Event::DocumentEnd => None,
+            Event::DocumentStart => {
+                documents += 1;
+                if documents > 1 {
+                    return Err(err_at(
+                        "expected a single document in the stream, but found another document",
+                        &mark,
+                    ));
+                }
+                None
+            }
+            Event::Alias(id) => {
+                let node = anchors
+                    .get(&id)
+                    .ok_or_else(|| err_at("found undefined alias", &mark))?;
+                expanded = expanded.saturating_add(node.size());
+                if expanded > MAX_ALIAS_NODES {
+                    return Err(err_at(
+                        format!("aliases expand to more than {MAX_ALIAS_NODES} nodes"),
+                        &mark,
+                    ));
+                }
+                Some((node.clone(), 0))
+            }
+            Event::Scalar(value, style, anchor, tag) => {
+                Some((scalar(value, style, tag.as_ref(), &mark)?, anchor))
+            }
+            Event::SequenceStart(anchor, tag) => {
+                check_collection_tag(tag.as_ref(), "seq", &mark)?;
+                if stack.len() >= MAX_DEPTH {
+                    return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
+                }
+                stack.push(Frame::Seq { anchor, items: Vec::new() });
+                None
+            }
+            Event::MappingStart(anchor, tag) => {
+                check_collection_tag(tag.as_ref(), "map", &mark)?;
+                if stack.len() >= MAX_DEPTH {
+                    return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
+                }
+                stack.push(Frame::Map { anchor, entries: IndexMap::new(), key: None });
+                None
+            }
+            Event::SequenceEnd => match stack.pop() {
+                Some(Frame::Seq { anchor, items }) => Some((Node::Seq(items), anchor)),
+                _ => return Err(err_at("unbalanced sequence end", &mark)),
+            },
+            Event::MappingEnd => match stack.pop() {
+                Some(Frame::Map { anchor, entries, key: None }) => Some((Node::Map(entries), anchor)),
+                _ => return Err(err_at("unbalanced mapping end", &mark)),
+            },
+        };
+        let Some((node, anchor)) = done else { continue };
+        if anchor != 0 {
+            anchors.insert(anchor, node.clone());
+        }
+        match stack.last_mut() {
+            None => {
+                if root.is_some() {
+                    return Err(err_at("expected a single document in the stream", &mark));
+                }
+                root = Some(node);
+            }
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map { entries, key, .. }) => match key.take() {
+                None => *key = Some(key_string(node, &mark)?),
+                Some(k) => {
+                    // Python dict semantics: a repeated key keeps its first position, last value wins.
+                    entries.insert(k, node);
+                }
+            },
+        }
+    }
+    Ok(root)
+}
+
+/// Turns a mapping key into the JSON object key.
+fn key_string(node: Node, mark: &Marker) -> Result<String, YamlError> {
+    match node {
+        Node::Leaf(Value::String(s), _) => Ok(s),
+        // Python keeps non-string keys; JSON cannot: they become the text `json.dumps` would use.
+        Node::Leaf(Value::Null, _) => Ok("null".to_owned()),
+        Node::Leaf(Value::Bool(b), _) => Ok(if b { "true" } else { "false" }.to_owned()),
+        Node::Leaf(Value::Number(n), _) => Ok(match n.as_f64() {
+            Some(f) if n.is_f64() => deermem_core::py::float_repr(f),
+            _ => n.to_string(),
+        }),
+        Node::Leaf(other, _) => Ok(other.to_string()),
+        Node::Seq(_) | Node::Map(_) => Err(err_at(
+            "found unhashable key (a sequence or mapping used as a mapping key)",
+            mark,
+        )),
+    }
+}
+
+fn check_collection_tag(tag: Option<&Tag>, kind: &str, mark: &Marker) -> Result<(), YamlError> {
+    let Some(tag) = tag else { return Ok(()) };
+    let full = format!("{}{}", tag.handle, tag.suffix);
+    if full == "!" || full == format!("{CORE}{kind}") {
+        Ok(())
+    } else {
+        Err(err_at(format!("unsupported tag {full:?} on a collection"), mark))
+    }
+}
+
+fn number_node(v: f64) -> Node {
+    match Number::from_f64(v) {
+        Some(n) => Node::Leaf(Value::Number(n), Special::None),
+        None => {
+            let text = if v.is_nan() {
+                ".nan"
+            } else if v > 0.0 {
+                ".inf"
+            } else {
+                "-.inf"
+            };
+            Node::Leaf(Value::String(text.to_owned()), Special::NonFinite)
+        }
+    }
+}
+
+fn int_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+    match construct_int(value) {
+        Ok(IntValue::Signed(i)) => Ok(Node::Leaf(Value::Number(i.into()), Special::None)),
+        Ok(IntValue::Unsigned(u)) => Ok(Node::Leaf(Value::Number(u.into()), Special::None)),
+        Err(IntError::Invalid) => Err(err_at(format!("invalid integer {value:?}"), mark)),
+        Err(IntError::OutOfRange) => Err(err_at(
+            format!("integer {value:?} is outside the 64-bit range this reader supports"),
+            mark,
+        )),
+    }
+}
+
+fn float_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+    construct_float(value)
+        .map(number_node)
+        .ok_or_else(|| err_at(format!("invalid float {value:?}"), mark))
+}
+
+fn timestamp_node(value: String, mark: &Marker) -> Result<Node, YamlError> {
+    check_timestamp(&value).map_err(|why| err_at(format!("invalid timestamp {value:?}: {why}"), mark))?;
+    Ok(Node::Leaf(Value::String(value), Special::Timestamp))
+}
+
+fn bool_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+    construct_bool(value)
+        .map(|b| Node::Leaf(Value::Bool(b), Special::None))
+        .ok_or_else(|| err_at(format!("invalid boolean {value:?}"), mark))
+}
+
+/// Types one scalar: plain scalars by the implicit resolver, quoted ones as strings, tags honoured.
+fn scalar(value: String, style: TScalarStyle, tag: Option<&Tag>, mark: &Marker) -> Result<Node, YamlError> {
+    if let Some(tag) = tag {
+        let full = format!("{}{}", tag.handle, tag.suffix);
+        return match full.strip_prefix(CORE) {
+            Some("str") => Ok(Node::Leaf(Value::String(value), Special::None)),
+            Some("null") => Ok(Node::Leaf(Value::Null, Special::None)),
+            Some("bool") => bool_node(&value, mark),
+            Some("int") => int_node(&value, mark),
+            Some("float") => float_node(&value, mark),
+            Some("timestamp") => timestamp_node(value, mark),
+            _ if full == "!" => Ok(Node::Leaf(Value::String(value), Special::None)),
+            _ => Err(err_at(format!("unsupported tag {full:?} on a scalar"), mark)),
+        };
+    }
+    if style != TScalarStyle::Plain {
+        return Ok(Node::Leaf(Value::String(value), Special::None));
+    }
+    match resolve_plain(&value) {
+        Implicit::Str => Ok(Node::Leaf(Value::String(value), Special::None)),
+        Implicit::Null => Ok(Node::Leaf(Value::Null, Special::None)),
+        Implicit::Bool => bool_node(&value, mark),
+        Implicit::Int => int_node(&value, mark),
+        Implicit::Float => float_node(&value, mark),
+        Implicit::Timestamp => timestamp_node(value, mark),
+        Implicit::Merge => Err(err_at(
+            "merge keys (`<<`) are not supported; quote the text if it is meant as a string",
+            mark,
+        )),
+        Implicit::Value | Implicit::Yaml => Err(err_at(
+            format!("plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"),
+            mark,
+        )),
+    }
+}
