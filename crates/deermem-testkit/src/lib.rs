@@ -10,3 +10,17 @@ pub mod llm;
 pub mod manager;
 pub mod retrieval;
 pub mod storage;
+
+/// Runs a future to completion on a fresh multi-threaded tokio runtime (two workers), so the
+/// suites' generated tests need no tokio dependency in the adapter crate.
+///
+/// # Panics
+/// When the runtime cannot be built (a test-environment failure).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime for a contract test")
+        .block_on(future)
+}

@@ -12,7 +12,9 @@ use std::time::Duration;
 use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
-use deermem_core::{AgentName, InvalidInputCode, ManagerError, Message, PublicMemoryDocument, UserId};
+use deermem_core::{
+    AgentName, InvalidInputCode, ManagerError, Message, PublicMemoryDocument, UserId,
+};
 
 /// The manager under test and the resources that must outlive it.
 pub struct ManagerFixture {
@@ -24,7 +26,9 @@ pub struct ManagerFixture {
 
 impl std::fmt::Debug for ManagerFixture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagerFixture").field("manager", &self.manager.name()).finish_non_exhaustive()
+        f.debug_struct("ManagerFixture")
+            .field("manager", &self.manager.name())
+            .finish_non_exhaustive()
     }
 }
 
@@ -47,7 +51,10 @@ fn is_unsupported<T: std::fmt::Debug>(r: &Result<T, ManagerError>) -> bool {
 fn turn(u: &str) -> AddRequest {
     AddRequest {
         thread_id: "thread-contract".into(),
-        messages: vec![Message::human("I prefer tea over coffee."), Message::ai("Noted, tea it is.")],
+        messages: vec![
+            Message::human("I prefer tea over coffee."),
+            Message::ai("Noted, tea it is."),
+        ],
         scope: scope(u, None),
         trace_id: None,
     }
@@ -64,24 +71,59 @@ pub async fn capabilities_match_behaviour(f: ManagerFixture) {
     let caps = m.capabilities();
     let s = scope("cap-user", None);
     let search = m
-        .search(SearchRequest { query: "tea".into(), top_k: 5, scope: s.clone(), category: None })
+        .search(SearchRequest {
+            query: "tea".into(),
+            top_k: 5,
+            scope: s.clone(),
+            category: None,
+        })
         .await;
-    assert_eq!(is_unsupported(&search), !caps.search, "search vs capabilities: {search:?}");
+    assert_eq!(
+        is_unsupported(&search),
+        !caps.search,
+        "search vs capabilities: {search:?}"
+    );
     let get = m.get_memory(s.clone()).await;
-    assert_eq!(is_unsupported(&get), !caps.read_memory, "get_memory vs capabilities: {get:?}");
+    assert_eq!(
+        is_unsupported(&get),
+        !caps.read_memory,
+        "get_memory vs capabilities: {get:?}"
+    );
     let reload = m.reload_memory(s.clone()).await;
-    assert_eq!(is_unsupported(&reload), !caps.reload_memory, "reload_memory vs capabilities: {reload:?}");
-    let create = m.create_fact(NewFact::new("capability probe"), s.clone()).await;
-    assert_eq!(is_unsupported(&create), !caps.fact_crud, "create_fact vs capabilities: {create:?}");
+    assert_eq!(
+        is_unsupported(&reload),
+        !caps.reload_memory,
+        "reload_memory vs capabilities: {reload:?}"
+    );
+    let create = m
+        .create_fact(NewFact::new("capability probe"), s.clone())
+        .await;
+    assert_eq!(
+        is_unsupported(&create),
+        !caps.fact_crud,
+        "create_fact vs capabilities: {create:?}"
+    );
     if !caps.fact_crud {
-        assert!(is_unsupported(&m.update_fact("fact_x", FactPatch::default(), s.clone()).await));
-        assert!(is_unsupported(&m.delete_fact("fact_x", None, s.clone()).await));
+        assert!(is_unsupported(
+            &m.update_fact("fact_x", FactPatch::default(), s.clone())
+                .await
+        ));
+        assert!(is_unsupported(
+            &m.delete_fact("fact_x", None, s.clone()).await
+        ));
     }
     if !caps.import_memory {
-        assert!(is_unsupported(&m.import_memory(PublicMemoryDocument::empty(), s.clone()).await));
+        assert!(is_unsupported(
+            &m.import_memory(PublicMemoryDocument::empty(), s.clone())
+                .await
+        ));
     }
     let clear = m.clear_memory(s.clone()).await;
-    assert_eq!(is_unsupported(&clear), !caps.clear_memory, "clear_memory vs capabilities: {clear:?}");
+    assert_eq!(
+        is_unsupported(&clear),
+        !caps.clear_memory,
+        "clear_memory vs capabilities: {clear:?}"
+    );
     if let Err(ManagerError::Unsupported { operation, backend }) = m.delete_memory(s).await {
         assert!(!operation.is_empty());
         assert_eq!(backend, m.name());
@@ -92,22 +134,38 @@ pub async fn capabilities_match_behaviour(f: ManagerFixture) {
 /// backend flushes successfully.
 pub async fn add_is_accepted_and_flush_succeeds(f: ManagerFixture) {
     let m = &f.manager;
-    m.add(turn("add-user")).await.unwrap_or_else(|e| panic!("add failed: {e}"));
-    m.add_nowait(turn("add-user")).await.unwrap_or_else(|e| panic!("add_nowait failed: {e}"));
-    assert!(m.shutdown_flush(Duration::from_secs(20)).await, "flush must drain within its budget");
-    assert!(m.shutdown_flush(Duration::from_secs(1)).await, "an idle flush returns true at once");
+    m.add(turn("add-user"))
+        .await
+        .unwrap_or_else(|e| panic!("add failed: {e}"));
+    m.add_nowait(turn("add-user"))
+        .await
+        .unwrap_or_else(|e| panic!("add_nowait failed: {e}"));
+    assert!(
+        m.shutdown_flush(Duration::from_secs(20)).await,
+        "flush must drain within its budget"
+    );
+    assert!(
+        m.shutdown_flush(Duration::from_secs(1)).await,
+        "an idle flush returns true at once"
+    );
 }
 
 /// `get_context` for a user with no memory returns text (possibly empty) and never fails.
 pub async fn context_for_unknown_user_is_ok(f: ManagerFixture) {
     let text = f
         .manager
-        .get_context(ContextRequest { scope: scope("nobody-here", None), thread_id: None })
+        .get_context(ContextRequest {
+            scope: scope("nobody-here", None),
+            thread_id: None,
+        })
         .await
         .unwrap_or_else(|e| panic!("get_context failed: {e}"));
     let block = f
         .manager
-        .get_context_block(ContextRequest { scope: scope("nobody-here", None), thread_id: None })
+        .get_context_block(ContextRequest {
+            scope: scope("nobody-here", None),
+            thread_id: None,
+        })
         .await
         .unwrap_or_else(|e| panic!("get_context_block failed: {e}"));
     assert_eq!(block.block.is_empty(), text.trim().is_empty());
@@ -121,7 +179,12 @@ pub async fn blank_search_is_empty(f: ManagerFixture) {
     }
     for (q, k) in [("", 5), ("   \n", 5), ("tea", 0)] {
         let r = m
-            .search(SearchRequest { query: q.into(), top_k: k, scope: scope("blank-user", None), category: None })
+            .search(SearchRequest {
+                query: q.into(),
+                top_k: k,
+                scope: scope("blank-user", None),
+                category: None,
+            })
             .await
             .unwrap_or_else(|e| panic!("search failed: {e}"));
         assert!(r.is_empty(), "query {q:?} top_k {k} returned {r:?}");
@@ -136,30 +199,65 @@ pub async fn fact_crud_round_trip(f: ManagerFixture) {
     }
     let s = scope("crud-user", None);
     let (doc, id) = m
-        .create_fact(NewFact { content: "  Uses Rust daily  ".into(), category: "behavior".into(), confidence: 0.9 }, s.clone())
+        .create_fact(
+            NewFact {
+                content: "  Uses Rust daily  ".into(),
+                category: "behavior".into(),
+                confidence: 0.9,
+            },
+            s.clone(),
+        )
         .await
         .unwrap_or_else(|e| panic!("create failed: {e}"));
     let id = id.expect("fact stored");
-    let fact = doc.facts.iter().find(|x| x.id == id).expect("created fact in document");
+    let fact = doc
+        .facts
+        .iter()
+        .find(|x| x.id == id)
+        .expect("created fact in document");
     assert_eq!(fact.content, "Uses Rust daily");
     assert_eq!(fact.category, "behavior");
     assert_eq!(fact.source, "manual");
     assert_eq!(fact.revision, Some(1));
     let doc = m
-        .update_fact(&id, FactPatch { content: Some("Uses Rust every day".into()), ..FactPatch::default() }, s.clone())
+        .update_fact(
+            &id,
+            FactPatch {
+                content: Some("Uses Rust every day".into()),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
         .await
         .unwrap_or_else(|e| panic!("update failed: {e}"));
     let fact = doc.facts.iter().find(|x| x.id == id).expect("updated fact");
     assert_eq!(fact.content, "Uses Rust every day");
     assert_eq!(fact.category, "behavior", "omitted fields are kept");
     assert_eq!(fact.revision, Some(2));
-    let doc = m.get_memory(s.clone()).await.unwrap_or_else(|e| panic!("get failed: {e}"));
+    let doc = m
+        .get_memory(s.clone())
+        .await
+        .unwrap_or_else(|e| panic!("get failed: {e}"));
     assert!(ids(&doc).contains(&id));
-    let doc = m.delete_fact(&id, None, s.clone()).await.unwrap_or_else(|e| panic!("delete failed: {e}"));
+    let doc = m
+        .delete_fact(&id, None, s.clone())
+        .await
+        .unwrap_or_else(|e| panic!("delete failed: {e}"));
     assert!(!ids(&doc).contains(&id));
-    assert!(matches!(m.delete_fact(&id, None, s.clone()).await, Err(ManagerError::NotFound { .. })));
     assert!(matches!(
-        m.update_fact(&id, FactPatch { content: Some("x".into()), ..FactPatch::default() }, s).await,
+        m.delete_fact(&id, None, s.clone()).await,
+        Err(ManagerError::NotFound { .. })
+    ));
+    assert!(matches!(
+        m.update_fact(
+            &id,
+            FactPatch {
+                content: Some("x".into()),
+                ..FactPatch::default()
+            },
+            s
+        )
+        .await,
         Err(ManagerError::NotFound { .. })
     ));
 }
@@ -171,16 +269,73 @@ pub async fn invalid_fact_input_is_rejected(f: ManagerFixture) {
         return;
     }
     let s = scope("invalid-user", None);
-    let bad_conf = m.create_fact(NewFact { confidence: 1.5, ..NewFact::new("x") }, s.clone()).await;
-    assert!(matches!(bad_conf, Err(ManagerError::InvalidInput { code: InvalidInputCode::Confidence, .. })), "{bad_conf:?}");
-    let nan = m.create_fact(NewFact { confidence: f64::NAN, ..NewFact::new("x") }, s.clone()).await;
-    assert!(matches!(nan, Err(ManagerError::InvalidInput { code: InvalidInputCode::Confidence, .. })), "{nan:?}");
+    let bad_conf = m
+        .create_fact(
+            NewFact {
+                confidence: 1.5,
+                ..NewFact::new("x")
+            },
+            s.clone(),
+        )
+        .await;
+    assert!(
+        matches!(
+            bad_conf,
+            Err(ManagerError::InvalidInput {
+                code: InvalidInputCode::Confidence,
+                ..
+            })
+        ),
+        "{bad_conf:?}"
+    );
+    let nan = m
+        .create_fact(
+            NewFact {
+                confidence: f64::NAN,
+                ..NewFact::new("x")
+            },
+            s.clone(),
+        )
+        .await;
+    assert!(
+        matches!(
+            nan,
+            Err(ManagerError::InvalidInput {
+                code: InvalidInputCode::Confidence,
+                ..
+            })
+        ),
+        "{nan:?}"
+    );
     let empty = m.create_fact(NewFact::new(" \t "), s.clone()).await;
-    assert!(matches!(empty, Err(ManagerError::InvalidInput { code: InvalidInputCode::Content, .. })), "{empty:?}");
-    let (_, first) = m.create_fact(NewFact::new("Likes green tea"), s.clone()).await.expect("create");
+    assert!(
+        matches!(
+            empty,
+            Err(ManagerError::InvalidInput {
+                code: InvalidInputCode::Content,
+                ..
+            })
+        ),
+        "{empty:?}"
+    );
+    let (_, first) = m
+        .create_fact(NewFact::new("Likes green tea"), s.clone())
+        .await
+        .expect("create");
     assert!(first.is_some());
-    let dup = m.create_fact(NewFact::new("  LIKES GREEN TEA "), s.clone()).await;
-    assert!(matches!(dup, Err(ManagerError::InvalidInput { code: InvalidInputCode::DuplicateFact, .. })), "{dup:?}");
+    let dup = m
+        .create_fact(NewFact::new("  LIKES GREEN TEA "), s.clone())
+        .await;
+    assert!(
+        matches!(
+            dup,
+            Err(ManagerError::InvalidInput {
+                code: InvalidInputCode::DuplicateFact,
+                ..
+            })
+        ),
+        "{dup:?}"
+    );
     let doc = m.get_memory(s).await.expect("get");
     assert_eq!(doc.facts.len(), 1);
 }
@@ -192,17 +347,42 @@ pub async fn stale_revision_is_a_conflict(f: ManagerFixture) {
         return;
     }
     let s = scope("conflict-user", None);
-    let (_, id) = m.create_fact(NewFact::new("Works in Berlin"), s.clone()).await.expect("create");
-    let id = id.expect("stored");
-    m.update_fact(&id, FactPatch { content: Some("Works in Munich".into()), expected_revision: Some(1), ..FactPatch::default() }, s.clone())
+    let (_, id) = m
+        .create_fact(NewFact::new("Works in Berlin"), s.clone())
         .await
-        .expect("first update at revision 1");
+        .expect("create");
+    let id = id.expect("stored");
+    m.update_fact(
+        &id,
+        FactPatch {
+            content: Some("Works in Munich".into()),
+            expected_revision: Some(1),
+            ..FactPatch::default()
+        },
+        s.clone(),
+    )
+    .await
+    .expect("first update at revision 1");
     let stale = m
-        .update_fact(&id, FactPatch { content: Some("Works in Paris".into()), expected_revision: Some(1), ..FactPatch::default() }, s.clone())
+        .update_fact(
+            &id,
+            FactPatch {
+                content: Some("Works in Paris".into()),
+                expected_revision: Some(1),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
         .await;
-    assert!(matches!(stale, Err(ManagerError::Conflict { .. })), "{stale:?}");
+    assert!(
+        matches!(stale, Err(ManagerError::Conflict { .. })),
+        "{stale:?}"
+    );
     let stale_delete = m.delete_fact(&id, Some(1), s.clone()).await;
-    assert!(matches!(stale_delete, Err(ManagerError::Conflict { .. })), "{stale_delete:?}");
+    assert!(
+        matches!(stale_delete, Err(ManagerError::Conflict { .. })),
+        "{stale_delete:?}"
+    );
     let doc = m.get_memory(s).await.expect("get");
     let fact = doc.facts.iter().find(|x| x.id == id).expect("fact kept");
     assert_eq!(fact.content, "Works in Munich");
@@ -215,27 +395,60 @@ pub async fn scopes_are_isolated(f: ManagerFixture) {
     if !m.capabilities().fact_crud {
         return;
     }
-    let (_, a) = m.create_fact(NewFact::new("Alice fact"), scope("alice-iso", None)).await.expect("create");
-    let (_, b) = m.create_fact(NewFact::new("Bob fact"), scope("bob-iso", None)).await.expect("create");
-    let (_, c) = m.create_fact(NewFact::new("Alice coder fact"), scope("alice-iso", Some("Coder"))).await.expect("create");
+    let (_, a) = m
+        .create_fact(NewFact::new("Alice fact"), scope("alice-iso", None))
+        .await
+        .expect("create");
+    let (_, b) = m
+        .create_fact(NewFact::new("Bob fact"), scope("bob-iso", None))
+        .await
+        .expect("create");
+    let (_, c) = m
+        .create_fact(
+            NewFact::new("Alice coder fact"),
+            scope("alice-iso", Some("Coder")),
+        )
+        .await
+        .expect("create");
     let (a, b, c) = (a.expect("a"), b.expect("b"), c.expect("c"));
     let alice = ids(&m.get_memory(scope("alice-iso", None)).await.expect("get"));
     assert_eq!(alice, vec![a.clone()]);
     let bob = ids(&m.get_memory(scope("bob-iso", None)).await.expect("get"));
     assert_eq!(bob, vec![b.clone()]);
-    let coder = ids(&m.get_memory(scope("alice-iso", Some("coder"))).await.expect("get"));
+    let coder = ids(&m
+        .get_memory(scope("alice-iso", Some("coder")))
+        .await
+        .expect("get"));
     assert_eq!(coder, vec![c.clone()]);
-    let default = ids(&m.get_memory(scope("alice-iso", Some("__default__"))).await.expect("get"));
-    assert_eq!(default, vec![a.clone()], "an omitted agent is the __default__ bucket");
+    let default = ids(&m
+        .get_memory(scope("alice-iso", Some("__default__")))
+        .await
+        .expect("get"));
+    assert_eq!(
+        default,
+        vec![a.clone()],
+        "an omitted agent is the __default__ bucket"
+    );
     // Another user's fact id is not found in my scope.
-    assert!(matches!(m.delete_fact(&b, None, scope("alice-iso", None)).await, Err(ManagerError::NotFound { .. })));
+    assert!(matches!(
+        m.delete_fact(&b, None, scope("alice-iso", None)).await,
+        Err(ManagerError::NotFound { .. })
+    ));
     assert!(ids(&m.get_memory(scope("bob-iso", None)).await.expect("get")).contains(&b));
     if m.capabilities().search {
         let hits = m
-            .search(SearchRequest { query: "fact".into(), top_k: 10, scope: scope("bob-iso", None), category: None })
+            .search(SearchRequest {
+                query: "fact".into(),
+                top_k: 10,
+                scope: scope("bob-iso", None),
+                category: None,
+            })
             .await
             .expect("search");
-        assert!(hits.iter().all(|h| h.id == b), "bob's search returned another scope's fact: {hits:?}");
+        assert!(
+            hits.iter().all(|h| h.id == b),
+            "bob's search returned another scope's fact: {hits:?}"
+        );
     }
 }
 
@@ -248,22 +461,49 @@ pub async fn search_finds_created_facts(f: ManagerFixture) {
     }
     let s = scope("search-user", None);
     let (_, tea) = m
-        .create_fact(NewFact { content: "Drinks oolong tea every morning".into(), category: "preference".into(), confidence: 0.9 }, s.clone())
+        .create_fact(
+            NewFact {
+                content: "Drinks oolong tea every morning".into(),
+                category: "preference".into(),
+                confidence: 0.9,
+            },
+            s.clone(),
+        )
         .await
         .expect("create");
-    m.create_fact(NewFact { content: "Has a dog named Pixel".into(), category: "context".into(), confidence: 0.8 }, s.clone())
-        .await
-        .expect("create");
+    m.create_fact(
+        NewFact {
+            content: "Has a dog named Pixel".into(),
+            category: "context".into(),
+            confidence: 0.8,
+        },
+        s.clone(),
+    )
+    .await
+    .expect("create");
     let hits = m
-        .search(SearchRequest { query: "oolong".into(), top_k: 5, scope: s.clone(), category: None })
+        .search(SearchRequest {
+            query: "oolong".into(),
+            top_k: 5,
+            scope: s.clone(),
+            category: None,
+        })
         .await
         .expect("search");
     assert_eq!(hits.first().map(|h| h.id.clone()), tea);
     let filtered = m
-        .search(SearchRequest { query: "oolong".into(), top_k: 5, scope: s, category: Some("context".into()) })
+        .search(SearchRequest {
+            query: "oolong".into(),
+            top_k: 5,
+            scope: s,
+            category: Some("context".into()),
+        })
         .await
         .expect("search");
-    assert!(filtered.is_empty(), "category filter applies before the cut: {filtered:?}");
+    assert!(
+        filtered.is_empty(),
+        "category filter applies before the cut: {filtered:?}"
+    );
 }
 
 /// Clearing a scope leaves an empty document.
@@ -275,7 +515,9 @@ pub async fn clear_empties_memory(f: ManagerFixture) {
     }
     let s = scope("clear-user", None);
     if caps.fact_crud {
-        m.create_fact(NewFact::new("Temporary fact"), s.clone()).await.expect("create");
+        m.create_fact(NewFact::new("Temporary fact"), s.clone())
+            .await
+            .expect("create");
     }
     let doc = m.clear_memory(s.clone()).await.expect("clear");
     assert!(doc.facts.is_empty());
@@ -292,18 +534,38 @@ pub async fn export_import_round_trip(f: ManagerFixture) {
         return;
     }
     let s = scope("roundtrip-user", None);
-    m.create_fact(NewFact { content: "Prefers dark mode".into(), category: "preference".into(), confidence: 0.8 }, s.clone())
-        .await
-        .expect("create");
-    m.create_fact(NewFact { content: "Lives in 東京".into(), category: "context".into(), confidence: 0.95 }, s.clone())
-        .await
-        .expect("create");
+    m.create_fact(
+        NewFact {
+            content: "Prefers dark mode".into(),
+            category: "preference".into(),
+            confidence: 0.8,
+        },
+        s.clone(),
+    )
+    .await
+    .expect("create");
+    m.create_fact(
+        NewFact {
+            content: "Lives in 東京".into(),
+            category: "context".into(),
+            confidence: 0.95,
+        },
+        s.clone(),
+    )
+    .await
+    .expect("create");
     let exported = m.get_memory(s.clone()).await.expect("export");
     m.clear_memory(s.clone()).await.expect("clear");
-    let imported = m.import_memory(exported.clone(), s.clone()).await.expect("import");
+    let imported = m
+        .import_memory(exported.clone(), s.clone())
+        .await
+        .expect("import");
     let key = |d: &PublicMemoryDocument| {
-        let mut v: Vec<(String, String, String)> =
-            d.facts.iter().map(|f| (f.id.clone(), f.content.clone(), f.category.clone())).collect();
+        let mut v: Vec<(String, String, String)> = d
+            .facts
+            .iter()
+            .map(|f| (f.id.clone(), f.content.clone(), f.category.clone()))
+            .collect();
         v.sort();
         v
     };
@@ -314,7 +576,9 @@ pub async fn export_import_round_trip(f: ManagerFixture) {
 /// `warm` never panics and reports a tri-state.
 pub async fn warm_reports(f: ManagerFixture) {
     let _ = f.manager.warm().await;
-    assert!(f.manager.on_pre_compress(&[]).await.is_empty() || f.manager.capabilities().read_memory);
+    assert!(
+        f.manager.on_pre_compress(&[]).await.is_empty() || f.manager.capabilities().read_memory
+    );
 }
 
 /// Expands one `#[tokio::test]` per manager behaviour. `$fixture` is an expression evaluating
@@ -339,10 +603,12 @@ macro_rules! manager_contract {
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
+            #[test]
+            fn $name() {
+                $crate::block_on(async {
                 let fixture = $fixture.await;
                 $crate::manager::$name(fixture).await;
+                });
             }
         )*
     };
