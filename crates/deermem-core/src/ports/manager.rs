@@ -14,6 +14,7 @@ use crate::error::ManagerError;
 use crate::fact::PublicFact;
 use crate::ids::{AgentName, UserId};
 use crate::message::Message;
+use crate::search::MatchType;
 
 /// What a backend supports, declared once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +132,18 @@ pub struct FactPatch {
     pub expected_revision: Option<u64>,
 }
 
+/// A search result with its ranking information (for CLIs and HTTP clients that show scores).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoredFact {
+    /// The fact in the public shape.
+    pub fact: PublicFact,
+    /// The backend's relevance score (higher is better), when it has one.
+    pub score: Option<f64>,
+    /// How the fact matched.
+    #[serde(rename = "matchType")]
+    pub match_type: MatchType,
+}
+
 /// The injection block a run saw, with its identity.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryContext {
@@ -233,6 +246,23 @@ pub trait MemoryManager: Send + Sync + Debug {
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
         let _ = request;
         Err(ManagerError::unsupported("search", self.name()))
+    }
+
+    /// Ranked facts with their scores and match types. Defaults to [`MemoryManager::search`]
+    /// with no score, reported as a remote match.
+    ///
+    /// # Errors
+    /// As `search`.
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        let facts = self.search(request).await?;
+        Ok(facts
+            .into_iter()
+            .map(|fact| ScoredFact {
+                fact,
+                score: None,
+                match_type: MatchType::Remote,
+            })
+            .collect())
     }
 
     /// The memory document of a scope.

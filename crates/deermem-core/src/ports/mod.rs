@@ -11,7 +11,7 @@ pub use clock::Clock;
 pub use llm::{ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, TokenUsage};
 pub use manager::{
     AddRequest, ContextRequest, FactPatch, ManagerCapabilities, MemoryContext, MemoryManager,
-    MemoryScope, NewFact, SearchRequest, wrap_memory_block,
+    MemoryScope, NewFact, ScoredFact, SearchRequest, wrap_memory_block,
 };
 pub use retrieval::Retrieval;
 pub use storage::{ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
