@@ -1,1 +1,34 @@
-//! DeerMem remote memory backend over OpenViking's HTTP API.
+//! DeerMem remote memory backend over OpenViking's HTTP API (`manager_class: openviking`).
+//!
+//! One OpenViking USER API key is bound to one DeerFlow user (`owner_user_id`); requests for
+//! anyone else are refused before any file or network access. Each DeerFlow thread maps to one
+//! stable OpenViking session, and each agent to an actor peer. Captures run in the background:
+//! only the transcript suffix not yet submitted is sent (tracked by a hash-only cursor under
+//! `{storage}/openviking/sessions/`), in batches of at most 100, followed by a commit. Recall
+//! asks a fixed injection query and formats bare `- [category] text` lines under a character
+//! budget.
+//!
+//! - [`config`]: `backend_config` parsing and validation.
+//! - [`scope`]: owner rule, actor peer, session id, target URIs.
+//! - [`client`]: the typed HTTP client and its error model.
+//! - [`convert`]: message filtering, conversion and hashing.
+//! - [`cursor`]: the capture cursor files and session locks.
+//! - [`recall`]: hit selection and formatting.
+//! - [`manager`]: [`OpenVikingManager`], the `MemoryManager` implementation.
+
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod config;
+pub mod convert;
+pub mod cursor;
+pub mod manager;
+pub mod recall;
+pub mod scope;
+
+pub use config::{
+    ApiKey, ContentMode, OpenVikingConfig, ReadFailurePolicy, RetrievalConfig, StartupPolicy,
+    WriteFailurePolicy,
+};
+pub use convert::{HiddenMessageFilter, is_human_clarification_response};
+pub use manager::{BACKEND_NAME, CaptureStats, OpenVikingManager};

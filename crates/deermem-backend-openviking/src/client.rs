@@ -1,0 +1,609 @@
+//! A small typed client for the seven OpenViking endpoints the backend uses
+//! (spec/remote-backends.md §2.3, §2.4, §2.10): `X-API-Key` with the USER key, the per-request
+//! `X-OpenViking-Actor-Peer`, the `{status, result|error}` envelope, and one retry of reads on
+//! recoverable errors (writes are never retried).
+//!
+//! The client reads no ambient configuration: no proxy variables, no `OPENVIKING_*` identity
+//! variables, no `ovcli.conf`, and it sends no header beyond the key, the actor peer and the
+//! JSON content type.
+
+use std::fmt;
+
+use deermem_core::ManagerError;
+use reqwest::StatusCode;
+use serde_json::{Map, Value};
+
+use crate::config::ApiKey;
+
+/// The header carrying the USER API key.
+pub const API_KEY_HEADER: &str = "X-API-Key";
+/// The header naming the actor peer of session and retrieval requests.
+pub const ACTOR_PEER_HEADER: &str = "X-OpenViking-Actor-Peer";
+
+/// Largest response body read (bigger bodies are an error, not an out-of-memory).
+const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+/// Longest server text quoted in an error message.
+const MAX_ERROR_TEXT_CHARS: usize = 500;
+
+/// Characters escaped in a path segment (everything but RFC 3986 unreserved characters).
+const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// What went wrong with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The server answered with an error envelope (or a non-2xx status).
+    Server,
+    /// The connection failed or broke.
+    Transport,
+    /// The request timed out.
+    Timeout,
+    /// The response could not be understood.
+    InvalidResponse,
+}
+
+/// An OpenViking request failure with the server's error code when there is one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenVikingError {
+    /// The failure class.
+    pub kind: ErrorKind,
+    /// The server's code (`NOT_FOUND`, `UNAVAILABLE`...), `INTERNAL` for a non-JSON error body,
+    /// `UNKNOWN` for a JSON error body without one, or `TRANSPORT` / `TIMEOUT` / `INVALID_RESPONSE`.
+    pub code: String,
+    /// Human-readable detail (never the API key).
+    pub message: String,
+    /// The HTTP status, when a response arrived.
+    pub status: Option<u16>,
+}
+
+impl fmt::Display for OpenVikingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for OpenVikingError {}
+
+impl OpenVikingError {
+    fn new(kind: ErrorKind, code: &str, message: impl Into<String>, status: Option<u16>) -> Self {
+        Self {
+            kind,
+            code: code.to_owned(),
+            message: message.into(),
+            status,
+        }
+    }
+
+    /// Whether one retry may help: `UNAVAILABLE`, `DEADLINE_EXCEEDED`, transport errors and
+    /// timeouts.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self.kind, ErrorKind::Transport | ErrorKind::Timeout)
+            || self.code == "UNAVAILABLE"
+            || self.code == "DEADLINE_EXCEEDED"
+    }
+
+    /// Whether the server said the resource does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.code == "NOT_FOUND"
+    }
+
+    /// The manager error for this failure, with `context` prefixed to the message.
+    pub fn to_manager_error(&self, context: &str) -> ManagerError {
+        let message = format!("{context}: {self}");
+        match self.kind {
+            ErrorKind::Timeout => ManagerError::Timeout { message },
+            ErrorKind::Transport => ManagerError::Unavailable { message },
+            _ if self.code == "DEADLINE_EXCEEDED" => ManagerError::Timeout { message },
+            _ if self.code == "UNAVAILABLE" || self.code == "RESOURCE_EXHAUSTED" => {
+                ManagerError::Unavailable { message }
+            }
+            _ => ManagerError::Backend { message },
+        }
+    }
+}
+
+/// The body of a `find` or `search` request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetrievalRequest {
+    /// The query text.
+    pub query: String,
+    /// The memory trees searched.
+    pub target_uri: Vec<String>,
+    /// `Some` switches to `/search/search` with this session.
+    pub session_id: Option<String>,
+    /// Result cap.
+    pub limit: usize,
+    /// Minimum score, left out when `None`.
+    pub score_threshold: Option<f64>,
+    /// Metadata filter, left out when `None`.
+    pub filter: Option<Value>,
+}
+
+impl RetrievalRequest {
+    /// The JSON body, keys in the order the reference's SDK sends them.
+    pub fn body(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("query".into(), Value::String(self.query.clone()));
+        m.insert("target_uri".into(), Value::from(self.target_uri.clone()));
+        if let Some(s) = &self.session_id {
+            m.insert("session_id".into(), Value::String(s.clone()));
+        }
+        m.insert("limit".into(), Value::from(self.limit));
+        if let Some(t) = self.score_threshold {
+            if let Some(n) = serde_json::Number::from_f64(t) {
+                m.insert("score_threshold".into(), Value::Number(n));
+            }
+        }
+        if let Some(f) = &self.filter {
+            m.insert("filter".into(), f.clone());
+        }
+        m.insert("telemetry".into(), Value::Bool(false));
+        Value::Object(m)
+    }
+}
+
+/// The OpenViking HTTP client. `Debug` shows the server, never the key.
+#[derive(Clone)]
+pub struct OpenVikingClient {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: ApiKey,
+}
+
+impl fmt::Debug for OpenVikingClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenVikingClient")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenVikingClient {
+    /// A client for `base_url` (no trailing `/`) with one timeout for connecting and for the
+    /// whole request.
+    ///
+    /// # Errors
+    /// The HTTP stack cannot be initialised (no TLS roots...).
+    pub fn new(
+        base_url: &str,
+        api_key: ApiKey,
+        timeout: std::time::Duration,
+    ) -> Result<Self, ManagerError> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ManagerError::Backend {
+                message: format!("cannot build the OpenViking HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+        })
+    }
+
+    /// The server root.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn session_path(session_id: &str, suffix: &str) -> String {
+        let sid = percent_encoding::utf8_percent_encode(session_id, PATH_SEGMENT);
+        format!("/api/v1/sessions/{sid}{suffix}")
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        peer: Option<&str>,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Option<Value>, OpenVikingError> {
+        let url = format!("{}{path}", self.base_url);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .header(API_KEY_HEADER, self.api_key.expose());
+        if let Some(p) = peer {
+            req = req.header(ACTOR_PEER_HEADER, p);
+        }
+        if !query.is_empty() {
+            req = req.query(query);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.map_err(|e| transport_error(&e))?;
+        let status = resp.status();
+        let bytes = read_capped(resp).await?;
+        parse_envelope(status, &bytes)
+    }
+
+    async fn read_once_retried(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        peer: Option<&str>,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Option<Value>, OpenVikingError> {
+        match self.send(method.clone(), path, peer, query, body).await {
+            Err(e) if e.is_recoverable() => {
+                tracing::warn!(path, error = %e, "OpenViking read failed with a recoverable error; retrying once");
+                self.send(method, path, peer, query, body).await
+            }
+            other => other,
+        }
+    }
+
+    /// `GET /health` (no actor peer): true when the server answers `status: ok`. Any failure,
+    /// after one retry of a recoverable one, is `false`.
+    pub async fn health(&self) -> bool {
+        let url = format!("{}/health", self.base_url);
+        for attempt in 0..2 {
+            let result = async {
+                let resp = self
+                    .http
+                    .get(&url)
+                    .header(API_KEY_HEADER, self.api_key.expose())
+                    .send()
+                    .await
+                    .map_err(|e| transport_error(&e))?;
+                let status = resp.status();
+                let bytes = read_capped(resp).await?;
+                let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                    OpenVikingError::new(
+                        ErrorKind::InvalidResponse,
+                        "INVALID_RESPONSE",
+                        format!("health response is not JSON: {e}"),
+                        Some(status.as_u16()),
+                    )
+                })?;
+                Ok::<bool, OpenVikingError>(
+                    status.is_success() && v.get("status").and_then(Value::as_str) == Some("ok"),
+                )
+            }
+            .await;
+            match result {
+                Ok(healthy) => return healthy,
+                Err(e) if attempt == 0 && e.is_recoverable() => {
+                    tracing::warn!(error = %e, "OpenViking health check failed; retrying once");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "OpenViking health check failed");
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// `POST /api/v1/sessions/{id}/messages/batch` (never retried). The session is created by
+    /// the server on first use.
+    ///
+    /// # Errors
+    /// Any failure.
+    pub async fn add_messages(
+        &self,
+        session_id: &str,
+        peer: &str,
+        messages: &[Value],
+    ) -> Result<(), OpenVikingError> {
+        let mut body = Map::new();
+        body.insert("messages".into(), Value::Array(messages.to_vec()));
+        self.send(
+            reqwest::Method::POST,
+            &Self::session_path(session_id, "/messages/batch"),
+            Some(peer),
+            &[],
+            Some(&Value::Object(body)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `POST /api/v1/sessions/{id}/commit` with `keep_recent_count: 0` (never retried, never
+    /// polled).
+    ///
+    /// # Errors
+    /// Any failure.
+    pub async fn commit(&self, session_id: &str, peer: &str) -> Result<(), OpenVikingError> {
+        let mut body = Map::new();
+        body.insert("keep_recent_count".into(), Value::from(0));
+        body.insert("telemetry".into(), Value::Bool(false));
+        self.send(
+            reqwest::Method::POST,
+            &Self::session_path(session_id, "/commit"),
+            Some(peer),
+            &[],
+            Some(&Value::Object(body)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /api/v1/sessions/{id}`: the session's uncommitted tokens; a missing session has
+    /// none.
+    ///
+    /// # Errors
+    /// Any failure but `NOT_FOUND`.
+    pub async fn pending_tokens(&self, session_id: &str, peer: &str) -> Result<u64, OpenVikingError> {
+        match self
+            .read_once_retried(
+                reqwest::Method::GET,
+                &Self::session_path(session_id, ""),
+                Some(peer),
+                &[],
+                None,
+            )
+            .await
+        {
+            Ok(result) => Ok(result
+                .as_ref()
+                .and_then(|r| r.get("pending_tokens"))
+                .map_or(0, |v| {
+                    v.as_u64()
+                        .or_else(|| v.as_f64().filter(|f| *f > 0.0).map(|f| f.ceil() as u64))
+                        .unwrap_or(0)
+                })),
+            Err(e) if e.is_not_found() => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /api/v1/search/find`, or `/search/search` when the request names a session.
+    /// Returns the `result` object (`{}` when absent).
+    ///
+    /// # Errors
+    /// Any failure (after one retry of a recoverable one).
+    pub async fn retrieve(
+        &self,
+        peer: &str,
+        request: &RetrievalRequest,
+    ) -> Result<Value, OpenVikingError> {
+        let path = if request.session_id.is_some() {
+            "/api/v1/search/search"
+        } else {
+            "/api/v1/search/find"
+        };
+        let body = request.body();
+        self.read_once_retried(reqwest::Method::POST, path, Some(peer), &[], Some(&body))
+            .await
+            .map(|r| r.unwrap_or_else(|| Value::Object(Map::new())))
+    }
+
+    /// `GET /api/v1/content/read?uri=…&offset=0&limit=-1`: the full content of a memory.
+    ///
+    /// # Errors
+    /// Any failure (after one retry of a recoverable one).
+    pub async fn read_content(&self, peer: &str, uri: &str) -> Result<Value, OpenVikingError> {
+        self.read_once_retried(
+            reqwest::Method::GET,
+            "/api/v1/content/read",
+            Some(peer),
+            &[("uri", uri), ("offset", "0"), ("limit", "-1")],
+            None,
+        )
+        .await
+        .map(|r| r.unwrap_or(Value::Null))
+    }
+}
+
+fn transport_error(e: &reqwest::Error) -> OpenVikingError {
+    // reqwest errors name the URL, never headers, so the key cannot leak here.
+    let detail = error_chain(e);
+    if e.is_timeout() {
+        OpenVikingError::new(ErrorKind::Timeout, "TIMEOUT", detail, None)
+    } else {
+        OpenVikingError::new(ErrorKind::Transport, "TRANSPORT", detail, None)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    excerpt(&out)
+}
+
+fn excerpt(s: &str) -> String {
+    if s.chars().count() <= MAX_ERROR_TEXT_CHARS {
+        s.to_owned()
+    } else {
+        let head: String = s.chars().take(MAX_ERROR_TEXT_CHARS).collect();
+        format!("{head}…")
+    }
+}
+
+async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, OpenVikingError> {
+    let status = resp.status().as_u16();
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(&e))? {
+        if out.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(OpenVikingError::new(
+                ErrorKind::InvalidResponse,
+                "INVALID_RESPONSE",
+                format!("response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+                Some(status),
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Reads the `{status, result|error}` envelope: an error envelope raises its code whatever the
+/// HTTP status; a non-JSON body is an `INTERNAL` error on non-2xx and an empty success on 2xx;
+/// other non-2xx JSON is `UNKNOWN`. Returns the `result`, `None` when absent.
+pub(crate) fn parse_envelope(
+    status: StatusCode,
+    bytes: &[u8],
+) -> Result<Option<Value>, OpenVikingError> {
+    let code = status.as_u16();
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        if status.is_success() {
+            return Ok(Some(Value::Object(Map::new())));
+        }
+        let text = String::from_utf8_lossy(bytes);
+        return Err(OpenVikingError::new(
+            ErrorKind::Server,
+            "INTERNAL",
+            format!("HTTP {code}: {}", excerpt(&text)),
+            Some(code),
+        ));
+    };
+    if v.get("status").and_then(Value::as_str) == Some("error") {
+        let err = v.get("error");
+        let err_code = err
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("UNKNOWN");
+        let message = err
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("HTTP {code}"), excerpt);
+        return Err(OpenVikingError::new(
+            ErrorKind::Server,
+            &excerpt(err_code),
+            message,
+            Some(code),
+        ));
+    }
+    if !status.is_success() {
+        let detail = v
+            .get("detail")
+            .map(|d| match d {
+                Value::String(s) => excerpt(s),
+                other => excerpt(&other.to_string()),
+            })
+            .unwrap_or_else(|| format!("HTTP {code}"));
+        return Err(OpenVikingError::new(
+            ErrorKind::Server,
+            "UNKNOWN",
+            detail,
+            Some(code),
+        ));
+    }
+    Ok(v.get("result").filter(|r| !r.is_null()).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn envelope_rules() {
+        let ok = parse_envelope(StatusCode::OK, br#"{"status":"ok","result":{"a":1}}"#).unwrap();
+        assert_eq!(ok, Some(json!({"a": 1})));
+        assert_eq!(parse_envelope(StatusCode::OK, br#"{"status":"ok"}"#).unwrap(), None);
+        assert_eq!(
+            parse_envelope(StatusCode::OK, b"<html>ok</html>").unwrap(),
+            Some(json!({}))
+        );
+        let e = parse_envelope(StatusCode::INTERNAL_SERVER_ERROR, b"<html>boom</html>").unwrap_err();
+        assert_eq!(e.code, "INTERNAL");
+        assert_eq!(e.message, "HTTP 500: <html>boom</html>");
+        assert!(!e.is_recoverable());
+        let e = parse_envelope(
+            StatusCode::OK,
+            br#"{"status":"error","error":{"code":"UNAVAILABLE","message":"busy"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "UNAVAILABLE");
+        assert!(e.is_recoverable(), "an error envelope wins over a 200");
+        let e = parse_envelope(StatusCode::BAD_GATEWAY, br#"{"detail":"bad gateway"}"#).unwrap_err();
+        assert_eq!((e.code.as_str(), e.message.as_str()), ("UNKNOWN", "bad gateway"));
+        let e = parse_envelope(StatusCode::NOT_FOUND, br#"{"status":"error","error":{"code":"NOT_FOUND","message":"no"}}"#).unwrap_err();
+        assert!(e.is_not_found());
+        let huge = format!("{{\"detail\":\"{}\"}}", "x".repeat(100_000));
+        let e = parse_envelope(StatusCode::BAD_REQUEST, huge.as_bytes()).unwrap_err();
+        assert!(e.message.chars().count() <= MAX_ERROR_TEXT_CHARS + 1);
+    }
+
+    #[test]
+    fn error_mapping_to_manager_errors() {
+        let e = |kind, code: &str| OpenVikingError::new(kind, code, "m", None);
+        assert!(matches!(
+            e(ErrorKind::Timeout, "TIMEOUT").to_manager_error("x"),
+            ManagerError::Timeout { .. }
+        ));
+        assert!(matches!(
+            e(ErrorKind::Server, "DEADLINE_EXCEEDED").to_manager_error("x"),
+            ManagerError::Timeout { .. }
+        ));
+        assert!(matches!(
+            e(ErrorKind::Transport, "TRANSPORT").to_manager_error("x"),
+            ManagerError::Unavailable { .. }
+        ));
+        assert!(matches!(
+            e(ErrorKind::Server, "UNAVAILABLE").to_manager_error("x"),
+            ManagerError::Unavailable { .. }
+        ));
+        let b = e(ErrorKind::Server, "PERMISSION_DENIED").to_manager_error("find");
+        assert!(matches!(b, ManagerError::Backend { .. }));
+        assert!(b.to_string().contains("find: [PERMISSION_DENIED] m"));
+    }
+
+    #[test]
+    fn retrieval_body_key_order_and_optional_fields() {
+        let mut r = RetrievalRequest {
+            query: "q".into(),
+            target_uri: vec!["u1".into(), "u2".into()],
+            session_id: Some("df_1".into()),
+            limit: 8,
+            score_threshold: Some(0.5),
+            filter: Some(json!({"op": "must", "field": "category", "conds": ["x"]})),
+        };
+        let keys: Vec<String> = r.body().as_object().unwrap().keys().cloned().collect();
+        assert_eq!(
+            keys,
+            ["query", "target_uri", "session_id", "limit", "score_threshold", "filter", "telemetry"]
+        );
+        r.session_id = None;
+        r.score_threshold = None;
+        r.filter = None;
+        assert_eq!(
+            r.body().to_string(),
+            r#"{"query":"q","target_uri":["u1","u2"],"limit":8,"telemetry":false}"#
+        );
+    }
+
+    #[test]
+    fn session_paths_are_escaped() {
+        assert_eq!(
+            OpenVikingClient::session_path("df_ab12", "/commit"),
+            "/api/v1/sessions/df_ab12/commit"
+        );
+        assert_eq!(
+            OpenVikingClient::session_path("a/../b c", ""),
+            "/api/v1/sessions/a%2F..%2Fb%20c"
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_key() {
+        let c = OpenVikingClient::new(
+            "http://127.0.0.1:1",
+            ApiKey::new("sk-very-secret"),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let d = format!("{c:?}");
+        assert!(!d.contains("sk-very-secret"), "{d}");
+        assert!(d.contains("127.0.0.1"));
+    }
+}

@@ -1,0 +1,459 @@
+//! The hash-only capture cursor (spec/remote-backends.md §2.6): its JSON file under
+//! `{root}/openviking/sessions/{session}.json`, the prefix digest, the append-only and rebase
+//! matching, atomic saves, and the weakly held per-session locks.
+//!
+//! A cursor never holds message text: only SHA-256 hashes of messages, at most
+//! `max_seen_message_ids` of them, a count and a digest of the submitted prefix, and whether a
+//! commit is still owed.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// The cursor schema version.
+pub const CURSOR_SCHEMA_VERSION: u64 = 1;
+
+/// Largest cursor file we read (a full cursor of 10000 hashes is under 1 MB).
+const MAX_CURSOR_BYTES: u64 = 16 * 1024 * 1024;
+
+/// One session's capture progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CursorState {
+    /// Whether the state is `{}` (no file yet).
+    pub empty: bool,
+    /// Hashes of the submitted messages, oldest first, at most `max_seen_message_ids`.
+    pub submitted_signatures: Vec<String>,
+    /// A commit failed and must be retried before new messages are sent.
+    pub commit_pending: bool,
+    /// How many leading messages of the transcript were submitted.
+    pub submitted_prefix_count: Option<u64>,
+    /// [`seq_digest`] of those leading hashes.
+    pub submitted_prefix_digest: Option<String>,
+}
+
+impl CursorState {
+    /// The state of a session nothing was captured for.
+    pub fn new_empty() -> Self {
+        Self {
+            empty: true,
+            ..Self::default()
+        }
+    }
+
+    /// Reads a cursor from its JSON value.
+    ///
+    /// # Errors
+    /// A value that is not a JSON object.
+    pub fn from_json(v: &Value) -> Result<Self, &'static str> {
+        let Value::Object(o) = v else {
+            return Err("not a JSON object");
+        };
+        Ok(Self {
+            empty: o.is_empty(),
+            submitted_signatures: match o.get("submitted_signatures") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            commit_pending: o.get("commit_pending").is_some_and(deermem_core::py::truthy),
+            submitted_prefix_count: o.get("submitted_prefix_count").and_then(Value::as_u64),
+            submitted_prefix_digest: o
+                .get("submitted_prefix_digest")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+
+    /// The JSON the file holds, keys in the reference's order.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("schema_version".into(), Value::from(CURSOR_SCHEMA_VERSION));
+        m.insert(
+            "submitted_signatures".into(),
+            Value::from(self.submitted_signatures.clone()),
+        );
+        m.insert("commit_pending".into(), Value::Bool(self.commit_pending));
+        m.insert(
+            "submitted_prefix_count".into(),
+            self.submitted_prefix_count.map_or(Value::Null, Value::from),
+        );
+        m.insert(
+            "submitted_prefix_digest".into(),
+            self.submitted_prefix_digest
+                .clone()
+                .map_or(Value::Null, Value::String),
+        );
+        Value::Object(m)
+    }
+
+    /// The file text: two-space indented JSON, as the reference writes it.
+    pub fn to_file_text(&self) -> String {
+        serde_json::to_string_pretty(&self.to_json()).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// How many leading transcript messages were already submitted, or `None` when the
+    /// transcript no longer extends what was submitted (compaction or rewrite).
+    pub fn matching_prefix_count(&self, signatures: &[String]) -> Option<usize> {
+        if let (Some(c), Some(digest)) =
+            (self.submitted_prefix_count, self.submitted_prefix_digest.as_deref())
+        {
+            if let Ok(c) = usize::try_from(c) {
+                if c <= signatures.len() {
+                    return (seq_digest(&signatures[..c]) == digest).then_some(c);
+                }
+            }
+        }
+        let subs = &self.submitted_signatures;
+        if !subs.is_empty() && subs.len() <= signatures.len() {
+            let width = subs.len();
+            for s in (0..=signatures.len() - width).rev() {
+                if signatures[s..s + width] == subs[..] {
+                    return Some(s + width);
+                }
+            }
+        }
+        self.empty.then_some(0)
+    }
+
+    /// The next state: `new` hashes appended (keeping the last `max_seen`), the prefix replaced
+    /// when given (kept otherwise), and the commit flag set.
+    pub fn advanced(
+        &self,
+        prefix: Option<&[String]>,
+        new: &[String],
+        max_seen: usize,
+        commit_pending: bool,
+    ) -> Self {
+        let mut sigs: Vec<String> = self
+            .submitted_signatures
+            .iter()
+            .chain(new.iter())
+            .cloned()
+            .collect();
+        if sigs.len() > max_seen {
+            sigs.drain(..sigs.len() - max_seen);
+        }
+        let (count, digest) = match prefix {
+            Some(p) => (Some(p.len() as u64), Some(seq_digest(p))),
+            None => (
+                self.submitted_prefix_count,
+                self.submitted_prefix_digest.clone(),
+            ),
+        };
+        Self {
+            empty: false,
+            submitted_signatures: sigs,
+            commit_pending,
+            submitted_prefix_count: count,
+            submitted_prefix_digest: digest,
+        }
+    }
+}
+
+/// SHA-256 over each hash's 8-byte big-endian UTF-8 length followed by its bytes, as hex.
+pub fn seq_digest(signatures: &[String]) -> String {
+    let mut h = Sha256::new();
+    for s in signatures {
+        h.update((s.len() as u64).to_be_bytes());
+        h.update(s.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// Why a cursor could not be loaded or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum CursorError {
+    /// The file exists but cannot be read.
+    #[error("OpenViking capture cursor is unreadable; refusing unsafe replay (session={session}): {detail}")]
+    Unreadable {
+        /// The session id.
+        session: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// The file is not a JSON object.
+    #[error("OpenViking capture cursor is invalid; refusing unsafe replay (session={session}): {detail}")]
+    Invalid {
+        /// The session id.
+        session: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The cursor could not be written.
+    #[error("Failed to save OpenViking capture cursor (session={session}): {source}")]
+    Save {
+        /// The session id.
+        session: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The cursor files of one storage root.
+#[derive(Debug, Clone)]
+pub struct CursorStore {
+    dir: PathBuf,
+}
+
+impl CursorStore {
+    /// The store under `{root}/openviking/sessions/`.
+    pub fn new(root: &Path) -> Self {
+        Self {
+            dir: root.join("openviking").join("sessions"),
+        }
+    }
+
+    /// The directory holding the cursor files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of a session. Session ids are `df_` plus hex, so they are always one safe
+    /// path component.
+    pub fn path(&self, session_id: &str) -> PathBuf {
+        self.dir.join(format!("{session_id}.json"))
+    }
+
+    /// Loads a session's cursor; a missing file is the empty state.
+    ///
+    /// # Errors
+    /// [`CursorError::Unreadable`] or [`CursorError::Invalid`]: the caller must not send
+    /// anything (replaying history would duplicate it).
+    pub fn load(&self, session_id: &str) -> Result<CursorState, CursorError> {
+        let path = self.path(session_id);
+        let unreadable = |e: io::Error| CursorError::Unreadable {
+            session: session_id.to_owned(),
+            detail: e.to_string(),
+        };
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CursorState::new_empty()),
+            Err(e) => return Err(unreadable(e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_CURSOR_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+        let invalid = |detail: String| CursorError::Invalid {
+            session: session_id.to_owned(),
+            detail,
+        };
+        if bytes.len() as u64 > MAX_CURSOR_BYTES {
+            return Err(invalid(format!("file is larger than {MAX_CURSOR_BYTES} bytes")));
+        }
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
+        CursorState::from_json(&value).map_err(|d| invalid(d.to_owned()))
+    }
+
+    /// Saves a session's cursor atomically: a temporary file in the same directory, fsync,
+    /// rename over the cursor, fsync of the directory. The temporary file never survives a
+    /// failure.
+    ///
+    /// # Errors
+    /// [`CursorError::Save`].
+    pub fn save(&self, session_id: &str, state: &CursorState) -> Result<(), CursorError> {
+        let save_err = |source: io::Error| CursorError::Save {
+            session: session_id.to_owned(),
+            source,
+        };
+        fs::create_dir_all(&self.dir).map_err(save_err)?;
+        let tmp = self.dir.join(format!(
+            ".{session_id}.{}.{}.tmp",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let result = (|| -> io::Result<()> {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(state.to_file_text().as_bytes())?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, self.path(session_id))?;
+            sync_dir(&self.dir)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(save_err)
+    }
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Per-session async locks, held weakly: an entry disappears once no capture uses it.
+#[derive(Debug, Default)]
+pub struct SessionLocks {
+    map: parking_lot::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl SessionLocks {
+    /// The lock of a session (created on first use).
+    pub fn get(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.map.lock();
+        map.retain(|_, w| w.strong_count() > 0);
+        if let Some(lock) = map.get(session_id).and_then(Weak::upgrade) {
+            return lock;
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        map.insert(session_id.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+
+    /// How many session locks are still referenced.
+    pub fn live(&self) -> usize {
+        let mut map = self.map.lock();
+        map.retain(|_, w| w.strong_count() > 0);
+        map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sigs(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn seq_digest_vectors() {
+        assert_eq!(
+            seq_digest(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            seq_digest(&sigs(&["a", "bc"])),
+            "3fafa1cf2f19a7c1129beb20cf0983f73a489a221fc0dd2f16d1be292d089205"
+        );
+        assert_eq!(
+            seq_digest(&sigs(&["ab", "c"])),
+            "601d5476e2ccfe2c87a2bba7a322659734a05749d5b5aa781f513e4912db0d5f"
+        );
+    }
+
+    #[test]
+    fn file_text_has_reference_key_order_and_indent() {
+        let s = CursorState::new_empty().advanced(None, &sigs(&["x", "y"]), 512, false);
+        assert_eq!(
+            s.to_file_text(),
+            "{\n  \"schema_version\": 1,\n  \"submitted_signatures\": [\n    \"x\",\n    \"y\"\n  ],\n  \"commit_pending\": false,\n  \"submitted_prefix_count\": null,\n  \"submitted_prefix_digest\": null\n}"
+        );
+        let back = CursorState::from_json(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn append_only_prefix_matching() {
+        let all = sigs(&["a", "b", "c"]);
+        assert_eq!(CursorState::new_empty().matching_prefix_count(&all), Some(0));
+        let s = CursorState::new_empty().advanced(Some(&all[..2]), &all[..2], 512, false);
+        assert_eq!(s.matching_prefix_count(&all), Some(2));
+        let rewritten = sigs(&["a", "x", "c"]);
+        assert_eq!(s.matching_prefix_count(&rewritten), None);
+        // A prefix count beyond the transcript falls back to the window scan.
+        let shorter = sigs(&["a"]);
+        assert_eq!(s.matching_prefix_count(&shorter), None);
+    }
+
+    #[test]
+    fn window_scan_takes_the_rightmost_match() {
+        let s = CursorState {
+            empty: false,
+            submitted_signatures: sigs(&["a", "b"]),
+            ..CursorState::default()
+        };
+        assert_eq!(s.matching_prefix_count(&sigs(&["a", "b", "x", "a", "b", "y"])), Some(5));
+        assert_eq!(s.matching_prefix_count(&sigs(&["b", "a"])), None);
+        let non_empty_without_data = CursorState {
+            empty: false,
+            ..CursorState::default()
+        };
+        assert_eq!(non_empty_without_data.matching_prefix_count(&sigs(&["a"])), None);
+    }
+
+    #[test]
+    fn advanced_keeps_only_the_last_hashes() {
+        let many: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
+        let s = CursorState::new_empty().advanced(Some(&many), &many, 16, true);
+        assert_eq!(s.submitted_signatures.len(), 16);
+        assert_eq!(s.submitted_signatures[0], "s24");
+        assert_eq!(s.submitted_prefix_count, Some(40));
+        assert!(s.commit_pending);
+        let kept = s.advanced(None, &[], 16, false);
+        assert_eq!(kept.submitted_prefix_count, Some(40));
+        assert_eq!(kept.submitted_prefix_digest, s.submitted_prefix_digest);
+    }
+
+    #[test]
+    fn store_round_trips_and_fails_closed_on_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CursorStore::new(dir.path());
+        assert_eq!(store.load("df_x").unwrap(), CursorState::new_empty());
+        let s = CursorState::new_empty().advanced(Some(&sigs(&["a"])), &sigs(&["a"]), 16, false);
+        store.save("df_x", &s).unwrap();
+        assert_eq!(store.load("df_x").unwrap(), s);
+        let leftovers: Vec<_> = fs::read_dir(store.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(leftovers, vec!["df_x.json".to_owned()]);
+        for garbage in ["not json", "[1, 2]", "\"str\"", "null"] {
+            fs::write(store.path("df_y"), garbage).unwrap();
+            let e = store.load("df_y").unwrap_err();
+            assert!(matches!(e, CursorError::Invalid { .. }), "{garbage}: {e}");
+            assert!(e.to_string().contains("refusing unsafe replay"));
+        }
+        fs::create_dir_all(store.path("df_dir")).unwrap();
+        let e = store.load("df_dir").unwrap_err();
+        assert!(matches!(e, CursorError::Unreadable { .. }), "{e}");
+    }
+
+    #[test]
+    fn save_failure_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CursorStore::new(dir.path());
+        fs::create_dir_all(store.path("df_z")).unwrap();
+        fs::write(store.path("df_z").join("occupied"), "x").unwrap();
+        let e = store
+            .save("df_z", &CursorState::new_empty())
+            .unwrap_err();
+        assert!(matches!(e, CursorError::Save { .. }));
+        let names: Vec<_> = fs::read_dir(store.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["df_z.json".to_owned()]);
+    }
+
+    #[test]
+    fn session_locks_do_not_accumulate() {
+        let locks = SessionLocks::default();
+        let a = locks.get("s1");
+        let a2 = locks.get("s1");
+        assert!(Arc::ptr_eq(&a, &a2));
+        let _b = locks.get("s2");
+        assert_eq!(locks.live(), 2);
+        drop(a);
+        drop(a2);
+        assert_eq!(locks.live(), 1);
+    }
+}

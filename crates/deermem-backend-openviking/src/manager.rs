@@ -1,0 +1,881 @@
+//! `OpenVikingManager`: the `MemoryManager` over an OpenViking server (spec/remote-backends.md
+//! §2): owner-checked scopes, background capture with the hash-only cursor, recall with the
+//! fixed injection query, failure policies, health warm-up and a drain-then-close lifecycle.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deermem_core::ports::{
+    AddRequest, Clock, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope,
+    SearchRequest,
+};
+use deermem_core::{
+    ConfigError, InvalidInputCode, ManagerError, MemoryMode, Message, PublicFact, Timestamp,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+
+use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
+use crate::config::{OpenVikingConfig, ReadFailurePolicy, StartupPolicy, WriteFailurePolicy};
+use crate::convert::{self, HiddenMessageFilter};
+use crate::cursor::{CursorError, CursorState, CursorStore, SessionLocks};
+use crate::recall::{self, RecalledMemory};
+use crate::scope;
+
+/// The backend name used in "not supported by" messages.
+pub const BACKEND_NAME: &str = "OpenVikingMemoryManager";
+
+/// Most payloads sent in one batch request.
+pub const MAX_BATCH_MESSAGES: usize = 100;
+
+/// Captures waiting for the background worker before new ones are dropped (the next turn's
+/// full transcript resends whatever a dropped capture held).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+
+/// Capture counters, for health pages and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// Captures queued or running now.
+    pub in_flight: usize,
+    /// Captures that finished without error.
+    pub completed: u64,
+    /// Captures that failed (whatever the write policy did with the error).
+    pub failed: u64,
+    /// Captures dropped because the queue was full.
+    pub dropped: u64,
+    /// The last failure's message.
+    pub last_failure: Option<String>,
+    /// When the last failure happened.
+    pub last_failure_at: Option<Timestamp>,
+    /// When the last capture succeeded.
+    pub last_success_at: Option<Timestamp>,
+}
+
+/// Counts queued and running operations; shutdown waits for zero.
+#[derive(Debug)]
+struct ActiveCounter {
+    tx: watch::Sender<usize>,
+}
+
+impl ActiveCounter {
+    fn enter(self: &Arc<Self>) -> OpGuard {
+        self.tx.send_modify(|n| *n += 1);
+        OpGuard {
+            counter: Arc::clone(self),
+        }
+    }
+
+    async fn wait_idle(&self, timeout: Duration) -> bool {
+        let mut rx = self.tx.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// One active operation; dropping it ends the operation.
+#[derive(Debug)]
+struct OpGuard {
+    counter: Arc<ActiveCounter>,
+}
+
+impl Drop for OpGuard {
+    fn drop(&mut self) {
+        self.counter.tx.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A queued capture.
+#[derive(Debug)]
+struct Job {
+    session_id: String,
+    peer: String,
+    messages: Vec<Message>,
+    trace_id: Option<String>,
+    _guard: OpGuard,
+}
+
+/// A capture failure, and whether the write policy may swallow it.
+#[derive(Debug)]
+struct CaptureFailure {
+    error: ManagerError,
+    /// Cursor read and save failures always propagate, whatever the policy says.
+    always_raise: bool,
+}
+
+impl CaptureFailure {
+    fn policy(error: ManagerError) -> Self {
+        Self {
+            error,
+            always_raise: false,
+        }
+    }
+
+    fn always(error: ManagerError) -> Self {
+        Self {
+            error,
+            always_raise: true,
+        }
+    }
+}
+
+/// What recording the pending messages achieved.
+#[derive(Debug)]
+enum RecordOutcome {
+    /// Every batch and the commit succeeded (or there was nothing to send).
+    Done,
+    /// The first batch failed: nothing was confirmed.
+    Failed(OpenVikingError),
+    /// A later batch or the commit failed: `consumed` input messages are on the server.
+    Partial {
+        consumed: usize,
+        commit_pending: bool,
+        error: OpenVikingError,
+    },
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    sender: Option<mpsc::Sender<Job>>,
+    started: bool,
+    capacity: usize,
+}
+
+struct Inner {
+    config: OpenVikingConfig,
+    warnings: Vec<String>,
+    mode: MemoryMode,
+    client: OpenVikingClient,
+    cursors: CursorStore,
+    locks: SessionLocks,
+    keep_hidden: parking_lot::RwLock<HiddenMessageFilter>,
+    clock: Arc<dyn Clock>,
+    closed: AtomicBool,
+    active: Arc<ActiveCounter>,
+    queue: parking_lot::Mutex<QueueState>,
+    deferred_error: parking_lot::Mutex<Option<ManagerError>>,
+    stats: parking_lot::Mutex<CaptureStats>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenVikingManager")
+            .field("config", &self.config)
+            .field("mode", &self.mode)
+            .field("cursor_dir", &self.cursors.dir())
+            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The OpenViking memory backend (`manager_class: openviking`, middleware mode only).
+///
+/// `Debug` shows the configuration without the API key.
+#[derive(Clone)]
+pub struct OpenVikingManager {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for OpenVikingManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+fn config_error(e: ConfigError) -> ManagerError {
+    ManagerError::invalid(InvalidInputCode::Other, e.to_string())
+}
+
+fn resolve_storage(storage_root: &Path, storage_path: &str) -> PathBuf {
+    if storage_path.is_empty() {
+        return storage_root.to_path_buf();
+    }
+    let p = Path::new(storage_path);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        storage_root.join(p)
+    }
+}
+
+impl OpenVikingManager {
+    /// Builds the manager. Sends no request and touches no file.
+    ///
+    /// The cursor files live under `{root}/openviking/sessions/`, where `root` is
+    /// `config.storage_path` (relative paths resolve against `storage_root`) or `storage_root`
+    /// when it is empty.
+    ///
+    /// # Errors
+    /// `mode: tool` (OpenViking memory is middleware-only), an invalid configuration, or an HTTP
+    /// stack that cannot start.
+    pub fn new(
+        config: OpenVikingConfig,
+        mode: MemoryMode,
+        storage_root: PathBuf,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ManagerError> {
+        Self::build(config, Vec::new(), mode, storage_root, clock)
+    }
+
+    /// Parses `backend_config` (reading the key through `env`) and builds the manager; the
+    /// facade's entry point. Configuration warnings are logged and kept
+    /// ([`OpenVikingManager::config_warnings`]).
+    ///
+    /// # Errors
+    /// As [`OpenVikingConfig::from_backend_config`] and [`OpenVikingManager::new`].
+    pub fn from_backend_config(
+        backend_config: &Map<String, Value>,
+        mode: MemoryMode,
+        storage_root: PathBuf,
+        clock: Arc<dyn Clock>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ManagerError> {
+        if mode != MemoryMode::Middleware {
+            return Err(tool_mode_error());
+        }
+        let (config, warnings) =
+            OpenVikingConfig::from_backend_config(backend_config, env).map_err(config_error)?;
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        Self::build(config, warnings, mode, storage_root, clock)
+    }
+
+    fn build(
+        config: OpenVikingConfig,
+        warnings: Vec<String>,
+        mode: MemoryMode,
+        storage_root: PathBuf,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ManagerError> {
+        if mode != MemoryMode::Middleware {
+            return Err(tool_mode_error());
+        }
+        config.validate().map_err(config_error)?;
+        let client = OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
+        let root = resolve_storage(&storage_root, &config.storage_path);
+        let (tx, _rx) = watch::channel(0usize);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cursors: CursorStore::new(&root),
+                config,
+                warnings,
+                mode,
+                client,
+                locks: SessionLocks::default(),
+                keep_hidden: parking_lot::RwLock::new(Arc::new(
+                    convert::is_human_clarification_response,
+                )),
+                clock,
+                closed: AtomicBool::new(false),
+                active: Arc::new(ActiveCounter { tx }),
+                queue: parking_lot::Mutex::new(QueueState {
+                    capacity: DEFAULT_QUEUE_CAPACITY,
+                    ..QueueState::default()
+                }),
+                deferred_error: parking_lot::Mutex::new(None),
+                stats: parking_lot::Mutex::new(CaptureStats::default()),
+            }),
+        })
+    }
+
+    /// Replaces the host hook that decides whether a `hide_from_ui` message is still captured
+    /// (the default keeps only human-input clarification answers).
+    pub fn set_hidden_message_filter(&self, filter: HiddenMessageFilter) {
+        *self.inner.keep_hidden.write() = filter;
+    }
+
+    /// Sets how many captures may wait for the background worker (at least 1). Takes effect
+    /// only before the first `add`.
+    pub fn set_queue_capacity(&self, capacity: usize) {
+        let mut q = self.inner.queue.lock();
+        if !q.started {
+            q.capacity = capacity.max(1);
+        }
+    }
+
+    /// The parsed configuration.
+    pub fn config(&self) -> &OpenVikingConfig {
+        &self.inner.config
+    }
+
+    /// Non-fatal configuration notes.
+    pub fn config_warnings(&self) -> &[String] {
+        &self.inner.warnings
+    }
+
+    /// The directory holding the cursor files.
+    pub fn cursor_dir(&self) -> &Path {
+        self.inner.cursors.dir()
+    }
+
+    /// How many per-session locks are still referenced (they vanish once unused).
+    pub fn live_session_locks(&self) -> usize {
+        self.inner.locks.live()
+    }
+
+    /// Capture counters.
+    pub fn stats(&self) -> CaptureStats {
+        let mut s = self.inner.stats.lock().clone();
+        s.in_flight = *self.inner.active.tx.borrow();
+        s
+    }
+
+    /// The actor peer and session of a capture request, checking the owner first.
+    ///
+    /// # Errors
+    /// A missing thread id, another user, or an invalid agent name.
+    pub fn session_for(&self, request: &AddRequest) -> Result<(String, String), ManagerError> {
+        if request.thread_id.is_empty() {
+            return Err(ManagerError::invalid(
+                InvalidInputCode::Other,
+                "OpenViking memory write requires thread_id",
+            ));
+        }
+        let (peer, _) = self.inner.resolve_scope(&request.scope)?;
+        let sid = scope::session_id(&self.inner.config.owner_user_id, &peer, &request.thread_id);
+        Ok((peer, sid))
+    }
+
+    /// Captures a conversation now, awaiting every request, and applies the write policy:
+    /// `raise` returns the failure, `log_and_drop` logs it. Cursor read or save failures are
+    /// always returned.
+    ///
+    /// # Errors
+    /// Invalid scope, and capture failures as described.
+    pub async fn capture(&self, request: AddRequest) -> Result<(), ManagerError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            tracing::info!("OpenViking write ignored after backend shutdown");
+            return Ok(());
+        }
+        let (peer, sid) = self.session_for(&request)?;
+        let _guard = self.inner.active.enter();
+        let result = self
+            .inner
+            .capture_session(&sid, &peer, request.messages)
+            .await;
+        self.inner.finish_capture(&sid, result, request.trace_id.as_deref())
+    }
+
+    /// Waits until every queued and running operation finished, without closing; true when
+    /// that happened within `timeout`.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        self.inner.active.wait_idle(timeout).await
+    }
+
+    /// The startup probe: `GET /health`. Unhealthy under `startup_policy: fail_fast` is an
+    /// error; under `warn` it is `Ok(false)`. A closed backend is `Ok(false)`.
+    ///
+    /// # Errors
+    /// [`ManagerError::Unavailable`] for an unhealthy server under `fail_fast`.
+    pub async fn startup_check(&self) -> Result<bool, ManagerError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        let _guard = self.inner.active.enter();
+        if self.inner.client.health().await {
+            return Ok(true);
+        }
+        match self.inner.config.startup_policy {
+            StartupPolicy::FailFast => Err(ManagerError::Unavailable {
+                message: "OpenViking health check returned an unhealthy response".into(),
+            }),
+            StartupPolicy::Warn => {
+                tracing::warn!(
+                    base_url = %self.inner.client.base_url(),
+                    "OpenViking health check returned an unhealthy response; continuing (startup_policy: warn)"
+                );
+                Ok(false)
+            }
+        }
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.inner.queue.lock();
+        if !q.started {
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                return Err(job);
+            };
+            let (tx, rx) = mpsc::channel(q.capacity);
+            handle.spawn(worker(Arc::downgrade(&self.inner), rx));
+            q.sender = Some(tx);
+            q.started = true;
+        }
+        let Some(tx) = q.sender.as_ref() else {
+            tracing::info!("OpenViking write ignored after backend shutdown");
+            return Ok(());
+        };
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                self.inner.stats.lock().dropped += 1;
+                tracing::warn!(
+                    session = %job.session_id,
+                    "OpenViking capture queue is full; capture dropped (the next turn resends it)"
+                );
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::info!("OpenViking write ignored after backend shutdown");
+                Ok(())
+            }
+        }
+    }
+
+    fn close_queue(&self) {
+        self.inner.queue.lock().sender = None;
+    }
+}
+
+fn tool_mode_error() -> ManagerError {
+    ManagerError::invalid(
+        InvalidInputCode::Other,
+        "The OpenViking memory backend supports only memory.mode: middleware; for tool-style access use OpenViking's MCP server",
+    )
+}
+
+async fn worker(inner: Weak<Inner>, mut rx: mpsc::Receiver<Job>) {
+    while let Some(job) = rx.recv().await {
+        let Some(inner) = inner.upgrade() else {
+            break;
+        };
+        let Job {
+            session_id,
+            peer,
+            messages,
+            trace_id,
+            _guard: guard,
+        } = job;
+        let result = inner.capture_session(&session_id, &peer, messages).await;
+        if let Err(e) = inner.finish_capture(&session_id, result, trace_id.as_deref()) {
+            // Reported by the next add (write policy `raise`, or a cursor failure).
+            *inner.deferred_error.lock() = Some(e);
+        }
+        drop(guard);
+    }
+}
+
+impl Inner {
+    /// The actor peer and target URIs of a scope, after the owner check.
+    fn resolve_scope(&self, scope: &MemoryScope) -> Result<(String, [String; 2]), ManagerError> {
+        scope::check_owner(&self.config.owner_user_id, scope.user.as_ref())?;
+        let peer = scope::canonical_peer_id(
+            scope.agent.as_ref().map(|a| a.as_str()),
+            &self.config.default_peer_id,
+        )?;
+        let uris = scope::target_uris(&peer);
+        Ok((peer, uris))
+    }
+
+    /// Records stats, logs, and applies the write policy to a capture result.
+    fn finish_capture(
+        &self,
+        session_id: &str,
+        result: Result<(), CaptureFailure>,
+        trace_id: Option<&str>,
+    ) -> Result<(), ManagerError> {
+        let now = self.clock.now();
+        match result {
+            Ok(()) => {
+                let mut s = self.stats.lock();
+                s.completed += 1;
+                s.last_success_at = Some(now);
+                Ok(())
+            }
+            Err(failure) => {
+                {
+                    let mut s = self.stats.lock();
+                    s.failed += 1;
+                    s.last_failure = Some(failure.error.to_string());
+                    s.last_failure_at = Some(now);
+                }
+                tracing::error!(
+                    session = session_id,
+                    trace_id = trace_id.unwrap_or(""),
+                    error = %failure.error,
+                    "OpenViking capture failed"
+                );
+                if failure.always_raise || self.config.write_failure_policy == WriteFailurePolicy::Raise {
+                    Err(failure.error)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    async fn load_cursor(
+        &self,
+        session_id: &str,
+        messages: Vec<Message>,
+    ) -> Result<(CursorState, Vec<Message>, Vec<String>), CaptureFailure> {
+        let store = self.cursors.clone();
+        let sid = session_id.to_owned();
+        let keep = self.keep_hidden.read().clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let state = store.load(&sid)?;
+            let messages = convert::captureable(messages, &keep);
+            let sigs: Vec<String> = messages.iter().map(convert::message_signature).collect();
+            Ok::<_, CursorError>((state, messages, sigs))
+        })
+        .await;
+        match joined {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
+            Err(e) => Err(CaptureFailure::always(ManagerError::Backend {
+                message: format!("OpenViking cursor task failed (session={session_id}): {e}"),
+            })),
+        }
+    }
+
+    async fn save_cursor(&self, session_id: &str, state: CursorState) -> Result<(), CaptureFailure> {
+        let store = self.cursors.clone();
+        let sid = session_id.to_owned();
+        match tokio::task::spawn_blocking(move || store.save(&sid, &state)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
+            Err(e) => Err(CaptureFailure::always(ManagerError::Storage {
+                message: format!("OpenViking cursor task failed (session={session_id}): {e}"),
+            })),
+        }
+    }
+
+    /// The capture algorithm of §2.6, under the session lock.
+    async fn capture_session(
+        &self,
+        session_id: &str,
+        peer: &str,
+        messages: Vec<Message>,
+    ) -> Result<(), CaptureFailure> {
+        let lock = self.locks.get(session_id);
+        let _held = lock.lock().await;
+        let (mut state, messages, sigs) = self.load_cursor(session_id, messages).await?;
+        let max_seen = self.config.max_seen_message_ids;
+
+        if state.commit_pending {
+            let retried = async {
+                if self.client.pending_tokens(session_id, peer).await? > 0 {
+                    self.client.commit(session_id, peer).await?;
+                }
+                Ok::<(), OpenVikingError>(())
+            }
+            .await;
+            if let Err(e) = retried {
+                return Err(CaptureFailure::policy(e.to_manager_error(&format!(
+                    "OpenViking pending commit retry failed; preserving capture cursor (session={session_id})"
+                ))));
+            }
+            state.commit_pending = false;
+            state.empty = false;
+            self.save_cursor(session_id, state.clone()).await?;
+        }
+
+        let start = state.matching_prefix_count(&sigs);
+        let pending_idx: Vec<usize> = match start {
+            Some(s) => (s..messages.len()).collect(),
+            None => {
+                let seen: std::collections::HashSet<&str> =
+                    state.submitted_signatures.iter().map(String::as_str).collect();
+                (0..messages.len())
+                    .filter(|i| !seen.contains(sigs[*i].as_str()))
+                    .collect()
+            }
+        };
+        if pending_idx.is_empty() {
+            let next = state.advanced(Some(&sigs), &[], max_seen, false);
+            return self.save_cursor(session_id, next).await;
+        }
+        let pending_sigs: Vec<String> = pending_idx.iter().map(|i| sigs[*i].clone()).collect();
+        let pending: Vec<Message> = pending_idx.iter().map(|i| messages[*i].clone()).collect();
+        drop(messages);
+
+        match self.record(session_id, peer, &pending).await {
+            RecordOutcome::Done => {
+                let next = state.advanced(Some(&sigs), &pending_sigs, max_seen, false);
+                self.save_cursor(session_id, next).await
+            }
+            RecordOutcome::Partial {
+                consumed,
+                commit_pending,
+                error,
+            } => {
+                let consumed = consumed.min(pending_sigs.len());
+                if consumed > 0 || commit_pending {
+                    let prefix = start.map(|s| &sigs[..(s + consumed).min(sigs.len())]);
+                    let next =
+                        state.advanced(prefix, &pending_sigs[..consumed], max_seen, commit_pending);
+                    self.save_cursor(session_id, next).await?;
+                }
+                Err(CaptureFailure::policy(error.to_manager_error(&format!(
+                    "OpenViking partially recorded {consumed} of {} messages; confirmed progress was preserved (session={session_id})",
+                    pending_sigs.len()
+                ))))
+            }
+            RecordOutcome::Failed(error) => Err(CaptureFailure::policy(error.to_manager_error(
+                &format!(
+                    "OpenViking recording failed; capture cursor was not advanced (session={session_id})"
+                ),
+            ))),
+        }
+    }
+
+    /// Sends the pending messages in batches of at most 100 and commits after the last one.
+    async fn record(&self, session_id: &str, peer: &str, pending: &[Message]) -> RecordOutcome {
+        let payloads = convert::to_payloads(pending, peer);
+        if payloads.is_empty() {
+            return RecordOutcome::Done;
+        }
+        let mut consumed = 0usize;
+        for (n, chunk) in payloads.chunks(MAX_BATCH_MESSAGES).enumerate() {
+            let batch: Vec<Value> = chunk.iter().map(|(_, p)| p.clone()).collect();
+            if let Err(error) = self.client.add_messages(session_id, peer, &batch).await {
+                if n == 0 {
+                    return RecordOutcome::Failed(error);
+                }
+                return RecordOutcome::Partial {
+                    consumed,
+                    commit_pending: false,
+                    error,
+                };
+            }
+            if let Some((last, _)) = chunk.last() {
+                consumed = last + 1;
+            }
+        }
+        if let Err(error) = self.client.commit(session_id, peer).await {
+            return RecordOutcome::Partial {
+                consumed: pending.len(),
+                commit_pending: true,
+                error,
+            };
+        }
+        RecordOutcome::Done
+    }
+
+    /// Runs a retrieval and picks each memory's text by `content_mode`.
+    async fn recall(
+        &self,
+        peer: &str,
+        request: &RetrievalRequest,
+    ) -> Result<Vec<RecalledMemory>, OpenVikingError> {
+        let result = self.client.retrieve(peer, request).await?;
+        let max = self.config.retrieval.max_injection_chars;
+        let mode = self.config.retrieval.content_mode;
+        let mut out = Vec::new();
+        for hit in recall::memory_hits(&result) {
+            let mut read = None;
+            if recall::wants_read(&hit, mode) {
+                if let Some(uri) = recall::hit_uri(&hit) {
+                    match self.client.read_content(peer, uri).await {
+                        Ok(v) if deermem_core::py::truthy(&v) => read = Some(v),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(uri, error = %e, "OpenViking content read failed; using the summary");
+                        }
+                    }
+                }
+            }
+            let content = recall::stringify(
+                read.as_ref().or_else(|| recall::summary_content(&hit, mode)),
+                max,
+            );
+            out.push(recall::to_memory(&hit, content));
+        }
+        Ok(out)
+    }
+
+    fn read_failure<T>(&self, op: &str, e: &OpenVikingError, fallback: T) -> Result<T, ManagerError> {
+        match self.config.read_failure_policy {
+            ReadFailurePolicy::Raise => Err(e.to_manager_error(&format!("OpenViking {op} failed"))),
+            ReadFailurePolicy::FailOpen => {
+                tracing::warn!(error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)");
+                Ok(fallback)
+            }
+        }
+    }
+}
+
+fn cursor_error(e: CursorError) -> ManagerError {
+    match e {
+        CursorError::Save { .. } => ManagerError::Storage {
+            message: e.to_string(),
+        },
+        other => ManagerError::Corruption {
+            message: other.to_string(),
+        },
+    }
+}
+
+#[async_trait]
+impl MemoryManager for OpenVikingManager {
+    fn name(&self) -> &str {
+        BACKEND_NAME
+    }
+
+    fn capabilities(&self) -> ManagerCapabilities {
+        ManagerCapabilities {
+            search: true,
+            read_memory: false,
+            clear_memory: false,
+            import_memory: false,
+            reload_memory: false,
+            fact_crud: false,
+            passive_writes_in_tool_mode: false,
+            tool_mode: false,
+        }
+    }
+
+    fn mode(&self) -> MemoryMode {
+        self.inner.mode
+    }
+
+    /// Checks the scope (owner first, before any file or network access) and queues the
+    /// capture; returns at once. Under `failure_policy.write: raise`, a failure of an earlier
+    /// queued capture is returned here (the new capture is still queued).
+    async fn add(&self, request: AddRequest) -> Result<(), ManagerError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            tracing::info!("OpenViking write ignored after backend shutdown");
+            return Ok(());
+        }
+        let (peer, session_id) = self.session_for(&request)?;
+        let job = Job {
+            session_id,
+            peer,
+            messages: request.messages,
+            trace_id: request.trace_id,
+            _guard: self.inner.active.enter(),
+        };
+        if let Err(job) = self.enqueue(job) {
+            // No tokio runtime to run a background task on: capture inline instead.
+            let result = self
+                .inner
+                .capture_session(&job.session_id, &job.peer, job.messages)
+                .await;
+            return self
+                .inner
+                .finish_capture(&job.session_id, result, job.trace_id.as_deref());
+        }
+        match self.inner.deferred_error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Ok(String::new());
+        }
+        let (peer, uris) = self.inner.resolve_scope(&request.scope)?;
+        let _guard = self.inner.active.enter();
+        let session_id = request
+            .thread_id
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(|t| scope::session_id(&self.inner.config.owner_user_id, &peer, t));
+        let r = &self.inner.config.retrieval;
+        let retrieval = RetrievalRequest {
+            query: r.injection_query.clone(),
+            target_uri: uris.to_vec(),
+            session_id,
+            limit: r.top_k,
+            score_threshold: r.score_threshold,
+            filter: None,
+        };
+        match self.inner.recall(&peer, &retrieval).await {
+            Ok(memories) => Ok(recall::format_context(&memories, r.max_injection_chars)),
+            Err(e) => self.inner.read_failure("recall", &e, String::new()),
+        }
+    }
+
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        let query = deermem_core::py::strip(&request.query);
+        if query.is_empty() || self.inner.closed.load(Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let (peer, uris) = self.inner.resolve_scope(&request.scope)?;
+        let _guard = self.inner.active.enter();
+        let retrieval = RetrievalRequest {
+            query: query.to_owned(),
+            target_uri: uris.to_vec(),
+            session_id: None,
+            limit: request.top_k.clamp(1, 100),
+            score_threshold: self.inner.config.retrieval.score_threshold,
+            filter: request
+                .category
+                .as_deref()
+                .filter(|c| !c.is_empty())
+                .map(|c| json!({"op": "must", "field": "category", "conds": [c]})),
+        };
+        match self.inner.recall(&peer, &retrieval).await {
+            Ok(memories) => Ok(memories.into_iter().map(to_public_fact).collect()),
+            Err(e) => self.inner.read_failure("search", &e, Vec::new()),
+        }
+    }
+
+    /// Closes the backend to new work, then waits up to `timeout` for queued and running
+    /// operations. True only when everything drained in time and no queued capture failed
+    /// under `failure_policy.write: raise`; a later call returns true once drained.
+    async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.close_queue();
+        if !self.inner.active.wait_idle(timeout).await {
+            tracing::warn!(
+                in_flight = *self.inner.active.tx.borrow(),
+                "OpenViking shutdown flush timed out; captures still running"
+            );
+            return false;
+        }
+        if let Some(e) = self.inner.deferred_error.lock().take() {
+            tracing::error!(error = %e, "OpenViking capture failed during shutdown flush");
+            return false;
+        }
+        true
+    }
+
+    /// `Some(true)` when `/health` is healthy, `Some(false)` otherwise (and after close). Under
+    /// `startup_policy: fail_fast` an unhealthy server is logged as an error; hosts that must
+    /// refuse to start call [`OpenVikingManager::startup_check`].
+    async fn warm(&self) -> Option<bool> {
+        match self.startup_check().await {
+            Ok(healthy) => Some(healthy),
+            Err(e) => {
+                tracing::error!(error = %e, "OpenViking startup check failed (startup_policy: fail_fast)");
+                Some(false)
+            }
+        }
+    }
+
+    /// Stops accepting work. Captures already queued still drain in the background.
+    async fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.close_queue();
+    }
+}
+
+fn to_public_fact(m: RecalledMemory) -> PublicFact {
+    PublicFact {
+        id: m.uri.clone(),
+        content: m.content,
+        category: m.category.unwrap_or_else(|| "memory".to_owned()),
+        category_extension: None,
+        topics: None,
+        confidence: m.score.unwrap_or(0.0),
+        created_at: String::new(),
+        source: m.uri,
+        source_error: None,
+        schema_version: None,
+        status: None,
+        scope: None,
+        revision: None,
+        updated_at: None,
+        consolidated_at: None,
+        consolidated_from: None,
+        title: None,
+        expected_valid_days: None,
+        last_confirmed_at: None,
+        confirmation_count: None,
+    }
+}

@@ -1,0 +1,228 @@
+//! Recall (spec/remote-backends.md §2.7): reading memory hits from a `find`/`search` result,
+//! choosing each hit's text by `content_mode`, and formatting the injection block under the
+//! character budget (counted in Unicode code points).
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use crate::config::ContentMode;
+
+/// One recalled memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecalledMemory {
+    /// `viking://` uri of the memory (empty when the server sent none).
+    pub uri: String,
+    /// The chosen text, already cut to the per-memory budget.
+    pub content: String,
+    /// The category, when the server sent one (current servers do not).
+    pub category: Option<String>,
+    /// The relevance score, when sent.
+    pub score: Option<f64>,
+}
+
+/// The memory hits of a retrieval result (`result.memories`); resources and skills are ignored,
+/// and entries that are not objects are skipped.
+pub(crate) fn memory_hits(result: &Value) -> Vec<Map<String, Value>> {
+    result
+        .get("memories")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|h| h.as_object().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn truthy_field<'a>(hit: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    hit.get(key).filter(|v| deermem_core::py::truthy(v))
+}
+
+/// The text a mode picks without reading the full content: overview-first for
+/// `overview`/`read`/`auto`, abstract-first for `abstract`.
+pub(crate) fn summary_content(hit: &Map<String, Value>, mode: ContentMode) -> Option<&Value> {
+    match mode {
+        ContentMode::Abstract => {
+            truthy_field(hit, "abstract").or_else(|| truthy_field(hit, "overview"))
+        }
+        _ => truthy_field(hit, "overview").or_else(|| truthy_field(hit, "abstract")),
+    }
+}
+
+/// The hit's uri, when it has a non-empty string one.
+pub(crate) fn hit_uri(hit: &Map<String, Value>) -> Option<&str> {
+    hit.get("uri")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether the mode reads this hit's full content.
+pub(crate) fn wants_read(hit: &Map<String, Value>, mode: ContentMode) -> bool {
+    match mode {
+        ContentMode::Read => hit_uri(hit).is_some(),
+        ContentMode::Auto => {
+            hit_uri(hit).is_some() && hit.get("level").and_then(Value::as_f64) == Some(2.0)
+        }
+        _ => false,
+    }
+}
+
+/// A string as is, other values as two-space indented JSON, `null` as empty; text longer than
+/// `max_chars` becomes its first `max_chars` characters plus `\n...[truncated]`.
+pub(crate) fn stringify(v: Option<&Value>, max_chars: usize) -> String {
+    let text = match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => serde_json::to_string_pretty(other).unwrap_or_default(),
+    };
+    if text.chars().count() > max_chars {
+        format!(
+            "{}\n...[truncated]",
+            deermem_core::py::prefix_chars(&text, max_chars)
+        )
+    } else {
+        text
+    }
+}
+
+/// Builds a recalled memory from a hit and its chosen content.
+pub(crate) fn to_memory(hit: &Map<String, Value>, content: String) -> RecalledMemory {
+    RecalledMemory {
+        uri: hit_uri(hit).unwrap_or_default().to_owned(),
+        content,
+        category: hit
+            .get("category")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+        score: hit.get("score").and_then(Value::as_f64),
+    }
+}
+
+/// Python's `" ".join(s.split())`.
+fn collapse_whitespace(s: &str) -> String {
+    s.split(deermem_core::py::is_space)
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The injection text: one `- [category] content` line per distinct (case-folded) non-empty
+/// memory, stopping before the budget is exceeded; a line that does not fit is cut with `…`
+/// when more than 16 characters remain, so the result is at most `max_chars` characters.
+pub fn format_context(memories: &[RecalledMemory], max_chars: usize) -> String {
+    let mut seen = HashSet::new();
+    let mut lines: Vec<String> = Vec::new();
+    let mut total = 0usize;
+    for m in memories {
+        let content = collapse_whitespace(&m.content);
+        if content.is_empty() || !seen.insert(deermem_core::py::casefold(&content)) {
+            continue;
+        }
+        let line = format!(
+            "- [{}] {content}",
+            m.category.as_deref().unwrap_or("memory")
+        );
+        let sep = usize::from(!lines.is_empty());
+        let line_len = line.chars().count();
+        if total + sep + line_len > max_chars {
+            let remaining = max_chars.saturating_sub(total + sep);
+            if remaining > 16 {
+                let cut = deermem_core::py::prefix_chars(&line, remaining - 1);
+                lines.push(format!("{cut}…"));
+            }
+            break;
+        }
+        total += sep + line_len;
+        lines.push(line);
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn mem(content: &str, category: Option<&str>) -> RecalledMemory {
+        RecalledMemory {
+            uri: String::new(),
+            content: content.into(),
+            category: category.map(str::to_owned),
+            score: None,
+        }
+    }
+
+    #[test]
+    fn formats_collapses_and_dedups() {
+        let out = format_context(
+            &[
+                mem("Prefers  concise\nanswers.", Some("preferences")),
+                mem("prefers concise ANSWERS.", None),
+                mem("   ", None),
+                mem("Uses Vim", None),
+            ],
+            1000,
+        );
+        assert_eq!(
+            out,
+            "- [preferences] Prefers concise answers.\n- [memory] Uses Vim"
+        );
+    }
+
+    #[test]
+    fn truncates_at_exactly_the_budget_with_an_ellipsis() {
+        let first = "a".repeat(240);
+        let out = format_context(&[mem(&first, None), mem(&"é".repeat(100), None)], 300);
+        assert_eq!(out.chars().count(), 300);
+        assert!(out.ends_with('…'));
+        let lines: Vec<&str> = out.split('\n').collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with("- [memory] éé"));
+        // Only 16 characters left: the line is dropped, not cut.
+        let first = "b".repeat(300 - 11 - 17);
+        let out = format_context(&[mem(&first, None), mem("more text here please", None)], 300);
+        assert_eq!(out.chars().count(), 300 - 17);
+        assert!(!out.contains('\n'));
+    }
+
+    #[test]
+    fn stringify_cuts_long_text_on_char_boundaries() {
+        let v = json!("ü".repeat(300));
+        let s = stringify(Some(&v), 256);
+        assert!(s.ends_with("\n...[truncated]"));
+        assert_eq!(s.chars().count(), 256 + "\n...[truncated]".chars().count());
+        assert_eq!(stringify(Some(&json!({"a": 1})), 256), "{\n  \"a\": 1\n}");
+        assert_eq!(stringify(None, 256), "");
+    }
+
+    #[test]
+    fn content_choice_by_mode() {
+        let hit = json!({"uri": "viking://user/memories/a.md", "level": 2, "abstract": "abs", "overview": "ov"});
+        let hit = hit.as_object().unwrap();
+        assert_eq!(summary_content(hit, ContentMode::Overview), Some(&json!("ov")));
+        assert_eq!(summary_content(hit, ContentMode::Abstract), Some(&json!("abs")));
+        let only_abstract = json!({"abstract": "abs", "overview": ""});
+        assert_eq!(
+            summary_content(only_abstract.as_object().unwrap(), ContentMode::Overview),
+            Some(&json!("abs"))
+        );
+        assert!(wants_read(hit, ContentMode::Read));
+        assert!(wants_read(hit, ContentMode::Auto));
+        let l1 = json!({"uri": "u", "level": 1});
+        assert!(!wants_read(l1.as_object().unwrap(), ContentMode::Auto));
+        assert!(!wants_read(hit, ContentMode::Overview));
+    }
+
+    #[test]
+    fn memory_hits_ignore_resources_and_garbage() {
+        let r = json!({"memories": [{"uri": "m"}, 3, "x"], "resources": [{"uri": "r"}]});
+        let hits = memory_hits(&r);
+        assert_eq!(hits.len(), 1);
+        assert!(memory_hits(&json!({})).is_empty());
+        assert!(memory_hits(&json!({"memories": {"a": 1}})).is_empty());
+    }
+}
