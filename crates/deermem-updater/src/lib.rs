@@ -1,1 +1,10 @@
-//! DeerMem memory-update pipeline and the DeerMem manager: filtering, extraction, gates, queue, injection.
+//! DeerMem memory-update pipeline: message filtering and signal detection, the extraction
+//! prompt and the model-response parser, the fail-closed gates that turn a proposal into a
+//! change set, staleness and consolidation lifecycle, the debounced per-conversation queue, and
+//! the injection formatter with its token budgets.
+
+pub mod filter;
+pub mod json;
+pub mod signals;
+pub mod text;
+pub mod uploads;

@@ -1,0 +1,300 @@
+//! Text helpers with the reference's exact semantics: HTML escaping (`html.escape`), Python's
+//! `json.dumps(indent=2, ensure_ascii=False)` layout for the prompt, `str.format`-style template
+//! rendering, dedup keys (strip + casefold) and gate-label normalisation.
+
+use deermem_core::py;
+use serde_json::Value;
+
+/// `html.escape(s, quote)`: `&`, `<`, `>` always; `"` and `'` too when `quote` is true.
+pub fn html_escape(s: &str, quote: bool) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' if quote => out.push_str("&quot;"),
+            '\'' if quote => out.push_str("&#x27;"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The dedup key of a fact's content: stripped and casefolded; `None` when blank.
+///
+/// Inner whitespace is not normalised (`"a  b"` and `"a b"` are different keys), as in the
+/// reference.
+pub fn content_key(content: &str) -> Option<String> {
+    let s = py::strip(content);
+    if s.is_empty() {
+        None
+    } else {
+        Some(py::casefold(s))
+    }
+}
+
+/// A gate label as the gates read it: the stripped, lower-cased string when non-empty.
+pub fn normalize_label(s: &str) -> Option<String> {
+    let t = py::lower(py::strip(s));
+    if t.is_empty() { None } else { Some(t) }
+}
+
+/// Python's `{:.2f}` of a float (Rust's formatting rounds the same way).
+pub fn fmt2(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+/// `json.dumps(value, indent=2, ensure_ascii=False)`: two-space indentation, `", "`-free line
+/// layout, floats in Python `repr` form, non-ASCII text kept as is.
+pub fn json_dumps_pretty(value: &Value) -> String {
+    let mut out = String::new();
+    write_json(value, 0, &mut out);
+    out
+}
+
+fn write_json(v: &Value, level: usize, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                out.push_str(&i.to_string());
+            } else if let Some(u) = n.as_u64() {
+                out.push_str(&u.to_string());
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                out.push_str(&json_float(f));
+            }
+        }
+        Value::String(s) => write_json_string(s, out),
+        Value::Array(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline_indent(level + 1, out);
+                write_json(item, level + 1, out);
+            }
+            newline_indent(level, out);
+            out.push(']');
+        }
+        Value::Object(map) => {
+            if map.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline_indent(level + 1, out);
+                write_json_string(k, out);
+                out.push_str(": ");
+                write_json(item, level + 1, out);
+            }
+            newline_indent(level, out);
+            out.push('}');
+        }
+    }
+}
+
+fn json_float(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".to_owned()
+    } else if f.is_infinite() {
+        if f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+    } else {
+        py::float_repr(f)
+    }
+}
+
+fn newline_indent(level: usize, out: &mut String) {
+    out.push('\n');
+    for _ in 0..level {
+        out.push_str("  ");
+    }
+}
+
+fn write_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Recursively HTML-escapes every string value (never keys) with `quote=True`.
+pub fn escape_json_strings(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(html_escape(s, true)),
+        Value::Array(items) => Value::Array(items.iter().map(escape_json_strings).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), escape_json_strings(x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Why a template could not be rendered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// `{name}` names a variable the template is not given.
+    #[error("unknown placeholder {{{0}}}")]
+    UnknownPlaceholder(String),
+    /// A placeholder other than a plain `{name}` (conversions, format specs, indexing), or an
+    /// unmatched brace.
+    #[error("unsupported or malformed placeholder at byte {at}: {detail}")]
+    Malformed {
+        /// Byte offset in the template.
+        at: usize,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// Renders a template the way Python's `str.format(**vars)` does for plain placeholders:
+/// `{name}` is replaced by the variable's value (values are not re-scanned), `{{` and `}}` are
+/// literal braces. Anything else in braces is refused rather than guessed.
+///
+/// # Errors
+/// A [`FormatError`] naming the placeholder.
+pub fn format_template(
+    template: &str,
+    vars: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, FormatError> {
+    let mut out = String::with_capacity(template.len());
+    let mut chars = template.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '{' => {
+                if let Some(&(_, '{')) = chars.peek() {
+                    chars.next();
+                    out.push('{');
+                    continue;
+                }
+                let mut name = String::new();
+                let mut closed = false;
+                for (_, d) in chars.by_ref() {
+                    if d == '}' {
+                        closed = true;
+                        break;
+                    }
+                    name.push(d);
+                }
+                if !closed {
+                    return Err(FormatError::Malformed {
+                        at: i,
+                        detail: "unclosed '{'".into(),
+                    });
+                }
+                let valid = !name.is_empty()
+                    && name
+                        .chars()
+                        .next()
+                        .is_some_and(|f| f.is_alphabetic() || f == '_')
+                    && name.chars().all(|x| x.is_alphanumeric() || x == '_');
+                if !valid {
+                    return Err(FormatError::Malformed {
+                        at: i,
+                        detail: format!("placeholder {{{name}}} is not a plain variable name"),
+                    });
+                }
+                match vars(&name) {
+                    Some(v) => out.push_str(&v),
+                    None => return Err(FormatError::UnknownPlaceholder(name)),
+                }
+            }
+            '}' => {
+                if let Some(&(_, '}')) = chars.peek() {
+                    chars.next();
+                    out.push('}');
+                } else {
+                    return Err(FormatError::Malformed {
+                        at: i,
+                        detail: "single '}' encountered".into(),
+                    });
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn html_escape_matches_python() {
+        assert_eq!(html_escape("a&b<c>\"d'", true), "a&amp;b&lt;c&gt;&quot;d&#x27;");
+        assert_eq!(html_escape("a&b<c>\"d'", false), "a&amp;b&lt;c&gt;\"d'");
+        assert_eq!(html_escape("&amp;", false), "&amp;amp;");
+    }
+
+    #[test]
+    fn content_keys_strip_and_casefold() {
+        assert_eq!(content_key("  Straße \u{3000}"), Some("strasse".into()));
+        assert_eq!(content_key(" \u{1c} "), None);
+        assert_ne!(content_key("a  b"), content_key("a b"));
+    }
+
+    #[test]
+    fn labels_are_stripped_and_lowered() {
+        assert_eq!(normalize_label(" USER "), Some("user".into()));
+        assert_eq!(normalize_label("  "), None);
+    }
+
+    #[test]
+    fn pretty_json_matches_python_layout() {
+        let v = json!({"a": [1, 0.9, 1e-5, null, true], "b": {}, "c": [], "d": "用户\n\"x\"\u{1}", "e": 1.0});
+        assert_eq!(
+            json_dumps_pretty(&v),
+            "{\n  \"a\": [\n    1,\n    0.9,\n    1e-05,\n    null,\n    true\n  ],\n  \"b\": {},\n  \"c\": [],\n  \"d\": \"用户\\n\\\"x\\\"\\u0001\",\n  \"e\": 1.0\n}"
+        );
+    }
+
+    #[test]
+    fn escape_json_strings_touches_values_only() {
+        let v = json!({"<k>": ["</current_memory>", 1]});
+        assert_eq!(
+            escape_json_strings(&v),
+            json!({"<k>": ["&lt;/current_memory&gt;", 1]})
+        );
+    }
+
+    #[test]
+    fn format_template_follows_str_format() {
+        let vars = |k: &str| (k == "x").then(|| "{y}".to_owned());
+        assert_eq!(format_template("a {x} {{lit}} }}", &vars).unwrap(), "a {y} {lit} }");
+        assert_eq!(
+            format_template("{missing}", &vars),
+            Err(FormatError::UnknownPlaceholder("missing".into()))
+        );
+        for bad in ["{x!r}", "{x:>4}", "{0}", "{", "}", "{x.y}", "{}"] {
+            assert!(format_template(bad, &vars).is_err(), "{bad:?}");
+        }
+    }
+}
