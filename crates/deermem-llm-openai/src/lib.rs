@@ -1,1 +1,21 @@
 //! DeerMem LanguageModel adapter for OpenAI-compatible chat-completions servers.
+//!
+//! [`OpenAiChatModel`] implements [`deermem_core::ports::LanguageModel`] over
+//! `POST {base_url}/chat/completions`, the dialect spoken by OpenAI, DeepSeek, vLLM, llama.cpp's
+//! server and Ollama's OpenAI-compatible endpoint.
+//!
+//! - Configuration comes from [`deermem_core::ModelConfig`] (already `$VAR`-resolved).
+//! - Bounded retries with exponential backoff and jitter happen only for 429 (honouring a capped
+//!   `Retry-After`), 5xx, transport errors and timeouts; other 4xx answers fail at once.
+//! - Every failure is a typed [`deermem_core::LlmError`]; a malformed body is
+//!   [`deermem_core::LlmError::InvalidResponse`], never a panic.
+//! - The API key never appears in `Debug` output, logs or error messages.
+
+#![deny(missing_docs)]
+
+mod client;
+mod retry;
+mod wire;
+
+pub use client::{DEFAULT_BASE_URL, OpenAiChatModel};
+pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
