@@ -1,1 +1,35 @@
-//! DeerMem file storage: Markdown facts and JSON summaries, byte-compatible with the Python reference.
+//! DeerMem file storage: Markdown facts and JSON summaries, byte-compatible with the Python
+//! reference (spec/storage.md). [`FileMemoryStorage`] implements the
+//! [`deermem_core::ports::MemoryStorage`] port over the reference's on-disk layout, with its
+//! journaled commit protocol, its `flock(2)` locking, lazy v1 → v2 migration, the usage and
+//! audit sidecars, and the retrieval-index notifications.
+
+#![deny(missing_docs)]
+
+mod commit;
+mod error;
+pub mod fault;
+mod fsutil;
+mod journal;
+pub mod json;
+mod lock;
+mod manifest;
+mod markdown;
+mod migrate;
+pub mod paths;
+mod sidecar;
+mod storage;
+pub mod yaml;
+
+pub use paths::resolve_root;
+pub use storage::{FileMemoryStorage, FileStorageConfig};
+
+/// The adapter kind.
+pub const KIND: &str = "file";
+
+/// A fresh storage-style fact id: `fact_` followed by 32 random hex digits.
+pub(crate) fn fresh_fact_id() -> deermem_core::FactId {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    deermem_core::FactId::long_from_hex(&hex)
+        .unwrap_or_else(|_| unreachable!("a v4 uuid renders as 32 hex digits"))
+}

@@ -1,0 +1,3 @@
+//! Criterion benchmarks of the file storage.
+
+fn main() {}

@@ -1,0 +1,3 @@
+//! Crash-test helper (built only with the `fault-injection` feature).
+
+fn main() {}

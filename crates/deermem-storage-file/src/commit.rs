@@ -1,0 +1,368 @@
+//! The commit transaction (spec/storage.md §3.3) in the reference's order: manifest revision
+//! check, per-fact preconditions and normalisation, summary merge, no-op exit, durable
+//! pre-images, prepared journal, fact writes and unlinks, manifest, committed journal, cleanup.
+//! The caller holds both locks and has run recovery.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+
+use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::{AgentName, Fact, FactDraft, FactId, Scope, SummarySection, Timestamp, py};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::fsutil;
+use crate::journal::{COMMITTED, Journal, PREPARED};
+use crate::manifest::{self, Manifest};
+use crate::markdown::{self, Expected};
+use crate::paths::{RECOVERY_MANIFEST, UserDir};
+
+/// A retrieval notification queued by a commit, dispatched after the locks are released.
+#[derive(Debug, Clone)]
+pub(crate) enum Notification {
+    /// A fact was written.
+    Upsert { scope: Scope, fact: Fact },
+    /// A fact was deleted.
+    Remove { scope: Scope, id: String },
+}
+
+/// What to commit.
+#[derive(Debug, Default)]
+pub(crate) struct CommitRequest {
+    pub(crate) agent: Option<AgentName>,
+    /// Drafts with their ids already assigned.
+    pub(crate) upserts: Vec<(FactId, FactDraft)>,
+    /// Per-fact expected revision (`None` = must not exist); absent ids are unchecked.
+    pub(crate) upsert_revisions: Option<HashMap<FactId, Option<u64>>>,
+    pub(crate) deletes: Vec<FactId>,
+    pub(crate) delete_revisions: Option<BTreeMap<FactId, u64>>,
+    /// Summary children to merge into `user` and `history`.
+    pub(crate) summaries: Option<(Option<Map<String, Value>>, Option<Map<String, Value>>)>,
+    pub(crate) expected_revision: Option<u64>,
+    /// Set only by the global migration, whose commit rewrites a legacy manifest that still
+    /// holds inline facts; every other commit refuses to drop them.
+    pub(crate) allow_legacy_drop: bool,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone)]
+pub(crate) struct Committed {
+    pub(crate) version: String,
+    pub(crate) revision: u64,
+    pub(crate) last_updated: String,
+    pub(crate) written: Vec<Fact>,
+    pub(crate) deleted: Vec<FactId>,
+    pub(crate) notifications: Vec<Notification>,
+    /// Whether anything was written.
+    pub(crate) wrote: bool,
+}
+
+struct Prepared {
+    fact: Fact,
+    path: PathBuf,
+    rendered: String,
+    existed: bool,
+}
+
+/// Runs one commit.
+///
+/// # Errors
+/// `ManifestConflict`, `FactConflict`, `Invalid`, corruption, `Io`.
+pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Result<Committed> {
+    // 1–2. Manifest and the shared revision precondition.
+    let current = manifest::read_manifest(&udir.manifest())?;
+    let current_rev = current.as_ref().map_or(0, |m| m.revision);
+    if let Some(m) = &current {
+        let holds_facts = m.map.get("facts").is_some_and(py::truthy);
+        if holds_facts && !req.allow_legacy_drop {
+            return Err(Error::Corrupt(format!(
+                "Global memory JSON {} still holds legacy facts; refusing to rewrite it before they are migrated",
+                m.path.display()
+            )));
+        }
+    }
+    if let Some(expected) = req.expected_revision {
+        if expected != current_rev {
+            return Err(Error::ManifestConflict {
+                expected,
+                found: current_rev,
+            });
+        }
+    }
+    // 3. Fact changes need an agent.
+    let has_fact_changes = !req.upserts.is_empty() || !req.deletes.is_empty();
+    let agent = match (&req.agent, has_fact_changes) {
+        (Some(a), _) => Some(a.clone()),
+        (None, true) => {
+            return Err(Error::invalid(
+                "agent_name",
+                "agent_name is required for fact repository changes",
+            ));
+        }
+        (None, false) => None,
+    };
+    let scope = FactScope {
+        user_id: udir.raw_user(),
+        agent_name: agent.as_ref().map(|a| a.as_str().to_owned()),
+    };
+    let note_scope = Scope::new(udir.user.clone(), agent.clone());
+
+    // 4. Upserts.
+    let mut prepared: Vec<Prepared> = Vec::new();
+    let mut seen: HashSet<FactId> = HashSet::new();
+    let upsert_ids: BTreeSet<FactId> = req.upserts.iter().map(|(id, _)| id.clone()).collect();
+    if let Some(agent) = &agent {
+        let expected_scope = Expected {
+            user: udir.user.as_ref(),
+            agent: agent.as_str(),
+        };
+        for (id, draft) in &req.upserts {
+            if !seen.insert(id.clone()) {
+                return Err(Error::invalid(
+                    "change_set.upserts",
+                    format!("Duplicate fact id '{id}' in upserts"),
+                ));
+            }
+            let path = udir.fact(agent, id);
+            let existing = markdown::load_optional(&path, expected_scope, now)?;
+            if let Some(revs) = &req.upsert_revisions {
+                if let Some(expected) = revs.get(id) {
+                    let actual = existing.as_ref().map(|e| e.fact.revision);
+                    match (expected, actual) {
+                        (None, Some(_)) => {
+                            return Err(Error::FactConflict {
+                                id: id.to_string(),
+                                message: format!("Fact '{id}' must not already exist"),
+                            });
+                        }
+                        (Some(e), a) if Some(*e) != a => {
+                            return Err(Error::FactConflict {
+                                id: id.to_string(),
+                                message: format!(
+                                    "Expected fact '{id}' revision {e}, found {}",
+                                    a.map_or("None".to_owned(), |a| a.to_string())
+                                ),
+                            });
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let mut draft = draft.clone();
+            draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+            let ctx = NormalizeContext {
+                scope: &scope,
+                existing: existing.as_ref().map(|e| &e.fact),
+                now,
+                new_id: &crate::fresh_fact_id,
+            };
+            let normalized = normalize_fact(&draft, &ctx)?;
+            let changed = match &existing {
+                None => true,
+                Some(e) => e.foreign_owner || e.fact != normalized,
+            };
+            if changed {
+                let rendered = markdown::render(&normalized)?;
+                prepared.push(Prepared {
+                    fact: normalized,
+                    path,
+                    rendered,
+                    existed: existing.is_some(),
+                });
+            }
+        }
+    }
+
+    // 5. Deletes.
+    let mut removals: Vec<(FactId, PathBuf)> = Vec::new();
+    if let Some(agent) = &agent {
+        let expected_scope = Expected {
+            user: udir.user.as_ref(),
+            agent: agent.as_str(),
+        };
+        let mut seen_del: HashSet<&FactId> = HashSet::new();
+        for id in &req.deletes {
+            if !seen_del.insert(id) {
+                return Err(Error::invalid(
+                    "change_set.deletes",
+                    "Duplicate fact ids are not allowed in deletes",
+                ));
+            }
+            if upsert_ids.contains(id) {
+                return Err(Error::invalid(
+                    "change_set",
+                    format!("Fact '{id}' cannot be upserted and deleted together"),
+                ));
+            }
+            let path = udir.fact(agent, id);
+            let Some(existing) = markdown::load_optional(&path, expected_scope, now)? else {
+                continue;
+            };
+            if let Some(revs) = &req.delete_revisions {
+                if let Some(expected) = revs.get(id) {
+                    if *expected != existing.fact.revision {
+                        return Err(Error::FactConflict {
+                            id: id.to_string(),
+                            message: format!(
+                                "Expected fact '{id}' revision {expected}, found {}",
+                                existing.fact.revision
+                            ),
+                        });
+                    }
+                }
+            }
+            removals.push((id.clone(), path));
+        }
+    }
+
+    // 6. Summaries: shallow per-child merge.
+    let (base_user, base_hist) = match &current {
+        Some(m) => (m.user()?, m.history()?),
+        None => (
+            SummarySection::default_user(),
+            SummarySection::default_history(),
+        ),
+    };
+    let mut user_sec = base_user.0.clone();
+    let mut hist_sec = base_hist.0.clone();
+    if let Some((user_patch, hist_patch)) = &req.summaries {
+        if let Some(p) = user_patch {
+            for (k, v) in p {
+                user_sec.insert(k.clone(), v.clone());
+            }
+        }
+        if let Some(p) = hist_patch {
+            for (k, v) in p {
+                hist_sec.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let summaries_changed = !py::py_eq(
+        &Value::Object(user_sec.clone()),
+        &Value::Object(base_user.0.clone()),
+    ) || !py::py_eq(
+        &Value::Object(hist_sec.clone()),
+        &Value::Object(base_hist.0.clone()),
+    );
+
+    // 7. No-op exit.
+    let needs_cleanup = current.as_ref().is_none_or(Manifest::needs_migration);
+    if prepared.is_empty() && removals.is_empty() && !summaries_changed && !needs_cleanup {
+        let (version, last_updated) = current
+            .as_ref()
+            .map_or((String::new(), String::new()), |m| {
+                (m.version(), m.last_updated())
+            });
+        return Ok(Committed {
+            version,
+            revision: current_rev,
+            last_updated,
+            written: Vec::new(),
+            deleted: Vec::new(),
+            notifications: Vec::new(),
+            wrote: false,
+        });
+    }
+
+    // 8. The journal.
+    let next = current_rev + 1;
+    let op = uuid::Uuid::new_v4().simple().to_string();
+    let agent_dir_name = agent.as_ref().map(|a| a.as_str().to_owned());
+    let mut old_entries: Vec<(String, String)> = Vec::new();
+    if let Some(agent) = &agent {
+        for p in prepared.iter().filter(|p| p.existed) {
+            old_entries.push((p.fact.id.to_string(), udir.fact_rel(agent, &p.fact.id)));
+        }
+        for (id, _) in &removals {
+            old_entries.push((id.to_string(), udir.fact_rel(agent, id)));
+        }
+    }
+    let fact_ids: Vec<String> = prepared
+        .iter()
+        .map(|p| p.fact.id.to_string())
+        .chain(removals.iter().map(|(id, _)| id.to_string()))
+        .collect();
+    let mut journal = Journal {
+        operation_id: op.clone(),
+        state: PREPARED,
+        agent_name: agent_dir_name,
+        expected_revision: current_rev,
+        next_revision: next,
+        fact_ids,
+        old_entries,
+    };
+
+    // 9. Durable pre-images, then the prepared journal.
+    let recovery_root = udir.recovery_root();
+    let op_dir = recovery_root.join(&op);
+    fsutil::create_dir_all(&op_dir)?;
+    let manifest_path = udir.manifest();
+    if current.is_some() {
+        fsutil::durable_copy(&manifest_path, &op_dir.join(RECOVERY_MANIFEST))?;
+    }
+    for p in prepared.iter().filter(|p| p.existed) {
+        fsutil::durable_copy(&p.path, &op_dir.join(format!("{}.md", p.fact.id)))?;
+    }
+    for (id, path) in &removals {
+        fsutil::durable_copy(path, &op_dir.join(format!("{id}.md")))?;
+    }
+    fsutil::fsync_dir(&op_dir)?;
+    fsutil::fsync_dir(&recovery_root)?;
+    fault::point("after-preimages");
+    journal.write(udir)?;
+    fault::point("after-prepared");
+
+    // 10. Fact writes.
+    let mut notifications = Vec::new();
+    let mut written = Vec::new();
+    for (i, p) in prepared.into_iter().enumerate() {
+        fsutil::atomic_write(&p.path, p.rendered.as_bytes())?;
+        fault::point(&format!("after-fact-{}", i + 1));
+        notifications.push(Notification::Upsert {
+            scope: note_scope.clone(),
+            fact: p.fact.clone(),
+        });
+        written.push(p.fact);
+    }
+    // 11. Unlinks.
+    let mut deleted = Vec::new();
+    let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    for (i, (id, path)) in removals.into_iter().enumerate() {
+        fsutil::remove_file_if_exists(&path)?;
+        if let Some(d) = path.parent() {
+            touched_dirs.insert(d.to_path_buf());
+        }
+        fault::point(&format!("after-delete-{}", i + 1));
+        notifications.push(Notification::Remove {
+            scope: note_scope.clone(),
+            id: id.to_string(),
+        });
+        deleted.push(id);
+    }
+    for d in &touched_dirs {
+        fsutil::fsync_dir(d)?;
+    }
+    // 12. Manifest.
+    let last_updated = now.to_iso_z();
+    let text = manifest::render(next, &last_updated, &user_sec, &hist_sec);
+    fsutil::atomic_write(&manifest_path, text.as_bytes())?;
+    fault::point("after-manifest");
+    // 13. Committed journal.
+    journal.state = COMMITTED;
+    journal.write(udir)?;
+    fault::point("after-committed");
+    // 14. Cleanup.
+    let _ = std::fs::remove_dir_all(&op_dir);
+    fsutil::remove_file_if_exists(&udir.journal())?;
+    fault::point("after-cleanup");
+    Ok(Committed {
+        version: deermem_core::document::DOCUMENT_VERSION.to_owned(),
+        revision: next,
+        last_updated,
+        written,
+        deleted,
+        notifications,
+        wrote: true,
+    })
+}

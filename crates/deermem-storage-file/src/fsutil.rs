@@ -1,0 +1,200 @@
+//! Durable file primitives (spec/storage.md §3.1): atomic replace through a same-directory
+//! temporary file with fsync of the file and of its directory, durable copies for pre-images,
+//! and the recognition of our own orphaned temporary files.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The temporary file used to replace `path`: `.{name}.{32 hex}.tmp` in the same directory.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    path.with_file_name(format!(".{name}.{hex}.tmp"))
+}
+
+/// Whether a file name is one of our (or the reference's) atomic-write temporaries.
+pub(crate) fn is_atomic_temp(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    let Some(rest) = rest.strip_suffix(".tmp") else {
+        return false;
+    };
+    let Some((stem, hex)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    !stem.is_empty()
+        && hex.len() == 32
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// fsyncs a directory so a rename or unlink inside it is durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    let f = File::open(dir).map_err(|e| Error::io("Failed to open directory", dir, e))?;
+    f.sync_all()
+        .map_err(|e| Error::io("Failed to fsync directory", dir, e))
+}
+
+/// Creates a directory and its parents.
+pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).map_err(|e| Error::io("Failed to create directory", dir, e))
+}
+
+/// Atomically replaces `path` with `bytes`: parents are created, the bytes go to a temporary
+/// file in the same directory which is fsynced and renamed onto the target, then the directory
+/// is fsynced. The temporary file is removed on failure.
+pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| Error::Corrupt(format!("{} has no parent directory", path.display())))?;
+    create_dir_all(dir)?;
+    let tmp = temp_path(path);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io("Failed to create temporary file", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| Error::io("Failed to write", &tmp, e))?;
+        f.sync_all()
+            .map_err(|e| Error::io("Failed to fsync", &tmp, e))?;
+        drop(f);
+        crate::fault::point("atomic-before-rename");
+        fs::rename(&tmp, path).map_err(|e| Error::io("Failed to replace", path, e))?;
+        fsync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Copies `src` to `dst` durably (the bytes are fsynced; the caller fsyncs the directory).
+/// Used for recovery pre-images, which the reference copied without fsync.
+pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
+    let bytes = fs::read(src).map_err(|e| Error::io("Failed to read", src, e))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dst)
+        .map_err(|e| Error::io("Failed to create", dst, e))?;
+    f.write_all(&bytes)
+        .map_err(|e| Error::io("Failed to write", dst, e))?;
+    f.sync_all().map_err(|e| Error::io("Failed to fsync", dst, e))
+}
+
+/// Reads a file, or `None` when it does not exist.
+pub(crate) fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Unlinks a file; a missing file is fine.
+pub(crate) fn remove_file_if_exists(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("Failed to remove", path, e)),
+    }
+}
+
+/// The entries of a directory (empty when it does not exist), sorted by name.
+pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("Failed to list", dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        out.push(entry.map_err(|e| Error::io("Failed to list", dir, e))?);
+    }
+    out.sort_by_key(fs::DirEntry::file_name);
+    Ok(out)
+}
+
+/// Every `*.md` file at any depth below `dir` (the reference loads any Markdown under
+/// `facts/`), sorted by path. Symlinked directories are not followed.
+pub(crate) fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in sorted_entries(&d)? {
+            let path = entry.path();
+            let ft = entry
+                .file_type()
+                .map_err(|e| Error::io("Failed to stat", &path, e))?;
+            if ft.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") && (ft.is_file() || path.is_file())
+            {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognised() {
+        let t = temp_path(Path::new("/x/memory.json"));
+        let name = t.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(".memory.json."));
+        assert!(is_atomic_temp(name));
+        for other in [
+            "memory.json",
+            ".memory.json.tmp",
+            ".memory.json.0123456789abcdef0123456789ABCDEF.tmp",
+            "..0123456789abcdef0123456789abcdef.tmp",
+            ".a.0123456789abcdef0123456789abcde.tmp",
+        ] {
+            assert!(!is_atomic_temp(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn atomic_write_creates_parents_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("a/b/memory.json");
+        atomic_write(&target, b"one").unwrap();
+        atomic_write(&target, b"two").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(target.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("memory.json")]);
+    }
+
+    #[test]
+    fn failed_atomic_write_removes_its_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target is a non-empty directory: the rename fails.
+        let target = dir.path().join("t");
+        fs::create_dir_all(target.join("inner")).unwrap();
+        assert!(atomic_write(&target, b"x").is_err());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["t".to_owned()]);
+    }
+}

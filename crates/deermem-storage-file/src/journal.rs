@@ -1,0 +1,334 @@
+//! The operation journal (spec/storage.md §2.8) and crash recovery (§3.4). The JSON keys, the
+//! states and the pre-image layout are the reference's, so a Python process can recover a Rust
+//! crash and the other way round.
+
+use std::path::{Path, PathBuf};
+
+use deermem_core::{AgentName, FactId, py};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::json;
+use crate::paths::{RECOVERY_MANIFEST, UserDir};
+
+/// The journal state before any target is touched.
+pub(crate) const PREPARED: &str = "prepared";
+/// The journal state after every target was written.
+pub(crate) const COMMITTED: &str = "committed";
+
+/// One in-flight commit, as written to `<U>/.memory.journal.json`.
+#[derive(Debug, Clone)]
+pub(crate) struct Journal {
+    pub(crate) operation_id: String,
+    pub(crate) state: &'static str,
+    pub(crate) agent_name: Option<String>,
+    pub(crate) expected_revision: u64,
+    pub(crate) next_revision: u64,
+    pub(crate) fact_ids: Vec<String>,
+    /// `(id, path relative to the user dir)` of facts that existed before.
+    pub(crate) old_entries: Vec<(String, String)>,
+}
+
+impl Journal {
+    /// The reference's JSON text, keys in its order.
+    pub(crate) fn render(&self) -> String {
+        let mut m = Map::new();
+        m.insert(
+            "operationId".into(),
+            Value::String(self.operation_id.clone()),
+        );
+        m.insert("state".into(), Value::String(self.state.into()));
+        m.insert(
+            "agentName".into(),
+            self.agent_name.clone().map_or(Value::Null, Value::String),
+        );
+        m.insert(
+            "expectedRevision".into(),
+            Value::from(self.expected_revision),
+        );
+        m.insert("nextRevision".into(), Value::from(self.next_revision));
+        m.insert(
+            "factIds".into(),
+            Value::Array(
+                self.fact_ids
+                    .iter()
+                    .map(|i| Value::String(i.clone()))
+                    .collect(),
+            ),
+        );
+        let old: Map<String, Value> = self
+            .old_entries
+            .iter()
+            .map(|(id, path)| {
+                let mut e = Map::new();
+                e.insert("path".into(), Value::String(path.clone()));
+                (id.clone(), Value::Object(e))
+            })
+            .collect();
+        m.insert("oldEntries".into(), Value::Object(old));
+        json::to_python_json(&Value::Object(m))
+    }
+
+    /// Writes the journal atomically.
+    ///
+    /// # Errors
+    /// `Io` on write failure.
+    pub(crate) fn write(&self, udir: &UserDir) -> Result<()> {
+        fsutil::atomic_write(&udir.journal(), self.render().as_bytes())
+    }
+}
+
+fn journal_error(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Journal {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn is_plain_component(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\\') && !s.contains('\0')
+}
+
+/// What recovery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    /// No journal was present.
+    Nothing,
+    /// A prepared operation was rolled back.
+    RolledBack,
+    /// A committed operation was cleaned up.
+    CleanedUp,
+}
+
+/// Recovers an interrupted commit of the user directory, if a journal exists. The caller holds
+/// both locks.
+///
+/// # Errors
+/// `Journal` corruption for an unreadable or inconsistent journal (every operation of the user
+/// is then blocked until an operator repairs it), path-escape corruption, `Io`.
+pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
+    let path = udir.journal();
+    let bytes = match fsutil::read_optional(&path) {
+        Ok(None) => {
+            sweep_stale_recovery(udir);
+            return Ok(Recovery::Nothing);
+        }
+        Ok(Some(b)) => b,
+        Err(e) => return Err(journal_error(&path, e.to_string())),
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|e| journal_error(&path, e.to_string()))?;
+    let value = json::parse_lenient(text).map_err(|e| journal_error(&path, e.to_string()))?;
+    let Value::Object(j) = value else {
+        return Err(journal_error(&path, "the journal is not an object"));
+    };
+    let op = match j.get("operationId") {
+        Some(Value::String(s)) if is_plain_component(s) => s.clone(),
+        Some(Value::String(_)) => {
+            return Err(journal_error(&path, "operationId is not a plain name"));
+        }
+        _ => return Err(journal_error(&path, "missing operationId")),
+    };
+    let agent = match j.get("agentName") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(AgentName::parse(s).map_err(|e| {
+            journal_error(&path, format!("invalid agentName: {e}"))
+        })?),
+        Some(_) => return Err(journal_error(&path, "agentName must be a string or null")),
+    };
+    let op_dir = udir.recovery_root().join(&op);
+    let state = j.get("state").and_then(Value::as_str).unwrap_or_default();
+    let outcome = match state {
+        PREPARED => {
+            roll_back(udir, &path, &j, &op_dir, agent.as_ref())?;
+            Recovery::RolledBack
+        }
+        COMMITTED => Recovery::CleanedUp,
+        other => {
+            let shown = j.get("state").map_or_else(|| "None".to_owned(), |v| {
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+            });
+            let _ = other;
+            return Err(Error::Corrupt(format!(
+                "Unknown journal state {shown:?} in {}",
+                path.display()
+            )));
+        }
+    };
+    let _ = std::fs::remove_dir_all(&op_dir);
+    fsutil::remove_file_if_exists(&path)?;
+    fsutil::fsync_dir(&udir.dir)?;
+    sweep_temp_files(udir);
+    tracing::info!(journal = %path.display(), operation = %op, ?outcome, "recovered interrupted memory commit");
+    Ok(outcome)
+}
+
+fn lenient_u64(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+            .unwrap_or(0),
+        Some(Value::String(s)) => py::strip(s).parse().unwrap_or(0),
+        Some(Value::Bool(b)) => u64::from(*b),
+        _ => 0,
+    }
+}
+
+fn roll_back(
+    udir: &UserDir,
+    path: &Path,
+    j: &Map<String, Value>,
+    op_dir: &Path,
+    agent: Option<&AgentName>,
+) -> Result<()> {
+    // Validate everything before touching anything.
+    let fact_ids: Vec<String> = match j.get("factIds") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| journal_error(path, "factIds must hold strings"))
+            })
+            .collect::<Result<_>>()?,
+        Some(_) => return Err(journal_error(path, "factIds must be a list")),
+    };
+    let old_entries = j.get("oldEntries").and_then(Value::as_object);
+    let mut restores: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut unlinks: Vec<PathBuf> = Vec::new();
+    if let Some(old) = old_entries {
+        for id in &fact_ids {
+            if old.contains_key(id) {
+                continue;
+            }
+            let Some(agent) = agent else {
+                return Err(journal_error(path, "contains facts without agentName"));
+            };
+            let fid = FactId::new(id.as_str())
+                .map_err(|_| journal_error(path, format!("contains an invalid fact id {id:?}")))?;
+            unlinks.push(udir.fact(agent, &fid));
+        }
+        for (id, entry) in old {
+            FactId::new(id.as_str())
+                .map_err(|_| journal_error(path, format!("contains an invalid fact id {id:?}")))?;
+            let Some(rel) = entry.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            let pre = op_dir.join(format!("{id}.md"));
+            let target = UserDir::resolve_below(&udir.dir, rel, "journal path")?;
+            if pre.is_file() {
+                restores.push((pre, target));
+            }
+        }
+    }
+    let manifest_pre = op_dir.join(RECOVERY_MANIFEST);
+    if manifest_pre.is_file() {
+        let bytes =
+            std::fs::read(&manifest_pre).map_err(|e| Error::io("Failed to read", &manifest_pre, e))?;
+        fsutil::atomic_write(&udir.manifest(), &bytes)?;
+    } else if lenient_u64(j.get("expectedRevision")) == 0 {
+        fsutil::remove_file_if_exists(&udir.manifest())?;
+    }
+    for p in &unlinks {
+        if fsutil::remove_file_if_exists(p)? {
+            if let Some(d) = p.parent() {
+                fsutil::fsync_dir(d)?;
+            }
+        }
+    }
+    for (pre, target) in &restores {
+        let bytes = std::fs::read(pre).map_err(|e| Error::io("Failed to read", pre, e))?;
+        fsutil::atomic_write(target, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Removes leftovers of a commit that crashed before its journal was durable: recovery
+/// directories without a journal (their targets were never touched) and, when any were found,
+/// our orphaned atomic-write temporaries in the user's tree. Best effort; the caller holds the
+/// locks and no journal exists.
+fn sweep_stale_recovery(udir: &UserDir) {
+    let root = udir.recovery_root();
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return;
+    };
+    let mut found = false;
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            found = true;
+            if let Err(err) = std::fs::remove_dir_all(&p) {
+                tracing::warn!(path = %p.display(), error = %err, "could not remove stale recovery directory");
+            }
+        } else if e.file_name().to_str().is_some_and(fsutil::is_atomic_temp) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    if found {
+        sweep_temp_files(udir);
+    }
+}
+
+/// Removes our orphaned atomic-write temporaries (`.<name>.<32 hex>.tmp`) from the user
+/// directory, each agent's fact shards and sidecar directory. Only safe under the user lock.
+pub(crate) fn sweep_temp_files(udir: &UserDir) {
+    let mut dirs = vec![udir.dir.clone(), udir.recovery_root()];
+    if let Ok(agents) = std::fs::read_dir(udir.agents()) {
+        for a in agents.flatten() {
+            let ap = a.path();
+            dirs.push(ap.clone());
+            dirs.push(ap.join(crate::paths::METADATA_DIR));
+            if let Ok(shards) = std::fs::read_dir(ap.join("facts")) {
+                dirs.extend(shards.flatten().map(|s| s.path()));
+            }
+        }
+    }
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_file())
+                && e.file_name().to_str().is_some_and(fsutil::is_atomic_temp)
+            {
+                let p = e.path();
+                match std::fs::remove_file(&p) {
+                    Ok(()) => tracing::info!(path = %p.display(), "removed orphaned temporary file"),
+                    Err(err) => tracing::warn!(path = %p.display(), error = %err, "could not remove orphaned temporary file"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_renders_reference_keys_in_order() {
+        let j = Journal {
+            operation_id: "3419415bbd3848a8b0c033a32bc4aadf".into(),
+            state: PREPARED,
+            agent_name: Some("a".into()),
+            expected_revision: 1,
+            next_revision: 2,
+            fact_ids: vec!["new1".into(), "old1".into()],
+            old_entries: vec![("old1".into(), "agents/a/facts/87/old1.md".into())],
+        };
+        assert_eq!(
+            j.render(),
+            "{\n  \"operationId\": \"3419415bbd3848a8b0c033a32bc4aadf\",\n  \"state\": \"prepared\",\n  \"agentName\": \"a\",\n  \"expectedRevision\": 1,\n  \"nextRevision\": 2,\n  \"factIds\": [\n    \"new1\",\n    \"old1\"\n  ],\n  \"oldEntries\": {\n    \"old1\": {\n      \"path\": \"agents/a/facts/87/old1.md\"\n    }\n  }\n}"
+        );
+    }
+
+    #[test]
+    fn plain_components() {
+        assert!(is_plain_component("abc123"));
+        for bad in ["", ".", "..", "a/b", "a\\b", "a\0"] {
+            assert!(!is_plain_component(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Markdown fact files (spec/storage.md §2.4): rendering a normalised fact as YAML front matter
+//! plus `# title` plus body, and parsing and validating a stored file (§3.9) the way the
+//! reference does, with its exact newline and title rules.
+
+use std::path::Path;
+
+use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::ids::safe_user_id;
+use deermem_core::{AgentName, Fact, FactDraft, Timestamp, UserId, py};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::yaml;
+
+/// Front-matter keys whose values storage validates: an unquoted timestamp or a non-finite
+/// float there makes the fact invalid for the reference (PyYAML types them as `datetime` /
+/// `float('nan')`), so it is corrupt for us too.
+const VALIDATED_KEYS: [&str; 17] = [
+    "id",
+    "content",
+    "title",
+    "category",
+    "confidence",
+    "createdAt",
+    "updatedAt",
+    "source",
+    "schemaVersion",
+    "status",
+    "topics",
+    "consolidatedFrom",
+    "lastConfirmedAt",
+    "confirmationCount",
+    "revision",
+    "user_id",
+    "agent_name",
+];
+
+/// Renders a normalised fact as the bytes of its Markdown file.
+///
+/// # Errors
+/// `Invalid` when a value cannot be written as YAML the reference reads back.
+pub(crate) fn render(fact: &Fact) -> Result<String> {
+    let front = yaml::render_mapping(&fact.front_matter()).map_err(|e| {
+        Error::invalid(
+            "fact",
+            format!("fact '{}' cannot be written as YAML: {e}", fact.id),
+        )
+    })?;
+    let mut out = String::with_capacity(front.len() + fact.content.len() + fact.title.len() + 24);
+    out.push_str("---\n");
+    out.push_str(front.trim_end_matches('\n'));
+    out.push_str("\n---\n\n# ");
+    out.push_str(&fact.title);
+    out.push_str("\n\n");
+    out.push_str(py::rstrip(&fact.content));
+    out.push('\n');
+    Ok(out)
+}
+
+/// A fact file split into its parts, before validation.
+#[derive(Debug)]
+pub(crate) struct ParsedFile {
+    /// Front-matter keys (without `user_id`/`agent_name`), then `title` and `content`.
+    pub(crate) draft: FactDraft,
+    /// The front matter's `user_id` (`Null` when absent).
+    pub(crate) user_id: Value,
+    /// The front matter's `agent_name` (`Null` when absent).
+    pub(crate) agent_name: Value,
+}
+
+fn parse_error(path: &Path, reason: impl Into<String>) -> Error {
+    Error::FactParse {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Splits a fact file into front matter, title and content, exactly like the reference.
+///
+/// # Errors
+/// `FactParse` corruption for invalid UTF-8, a missing or unterminated front matter, invalid
+/// YAML, a non-mapping front matter, or PyYAML-incompatible values in validated keys.
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ParsedFile> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| parse_error(path, format!("'utf-8' codec can't decode: {e}")))?;
+    let text = py::universal_newlines(text);
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return Err(parse_error(path, "missing YAML front matter"));
+    };
+    let Some((front, body)) = rest.split_once("\n---\n") else {
+        return Err(parse_error(
+            path,
+            "the YAML front matter has no closing '---' line",
+        ));
+    };
+    let parsed = yaml::parse_front_matter(front).map_err(|e| parse_error(path, e.to_string()))?;
+    for key_path in parsed
+        .unquoted_timestamps
+        .iter()
+        .chain(parsed.non_finite_floats.iter())
+    {
+        let top = key_path.split('.').next().unwrap_or(key_path);
+        if VALIDATED_KEYS.contains(&top) {
+            return Err(Error::InvalidFact {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "front-matter key {key_path:?} holds a value PyYAML reads as a non-string/non-finite type"
+                ),
+            });
+        }
+    }
+    let mut draft = parsed.map;
+    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
+    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
+
+    let body = body.trim_start_matches('\n');
+    let mut lines = py::splitlines(body);
+    let mut title = String::new();
+    if lines.first().is_some_and(|l| l.starts_with("# ")) {
+        let first = lines.remove(0);
+        title = py::strip(&first[2..]).to_owned();
+        if lines.first().is_some_and(|l| py::strip(l).is_empty()) {
+            lines.remove(0);
+        }
+    }
+    let content = lines.join("\n");
+    let content = content.trim_end_matches('\n');
+    draft.insert("title".into(), Value::String(title));
+    draft.insert("content".into(), Value::String(content.to_owned()));
+    Ok(ParsedFile {
+        draft,
+        user_id,
+        agent_name,
+    })
+}
+
+/// The scope a read expects: the requesting user and agent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Expected<'a> {
+    pub(crate) user: Option<&'a UserId>,
+    pub(crate) agent: &'a str,
+}
+
+/// A validated fact read from disk.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedFact {
+    /// The fact as the caller sees it: owned by the requesting user's raw id.
+    pub(crate) fact: Fact,
+    /// Whether the file records another raw id of the same bucket (for example the bucket name
+    /// written by the reference's `--all-users` migration); the next write of the fact records
+    /// the requester's raw id.
+    pub(crate) foreign_owner: bool,
+}
+
+fn describe_scope(user: &Value, agent: &Value) -> String {
+    serde_json::json!({"userId": user, "agentName": agent}).to_string()
+}
+
+/// Whether a fact's recorded user belongs to the requested user: the same raw id, or (for ids
+/// the bucket mapping made lossy) a raw id with the same bucket.
+pub(crate) fn owner_matches(recorded: &Value, requested: Option<&UserId>) -> bool {
+    match (recorded, requested) {
+        (Value::Null, None) => true,
+        (Value::String(s), Some(u)) => {
+            s == u.as_str() || safe_user_id(s).is_ok_and(|b| b == u.bucket())
+        }
+        _ => false,
+    }
+}
+
+/// Validates a parsed file against the requested scope (§3.9) and normalises it.
+///
+/// # Errors
+/// `FactIdMismatch`, `ScopeMismatch` or `InvalidFact` corruption.
+pub(crate) fn validate(
+    path: &Path,
+    parsed: ParsedFile,
+    expected: Expected<'_>,
+    now: Timestamp,
+) -> Result<LoadedFact> {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    let id_text = parsed.draft.get("id").and_then(py::py_str);
+    if id_text.as_deref() != Some(stem) {
+        return Err(Error::FactIdMismatch {
+            path: path.to_path_buf(),
+        });
+    }
+    let agent_ok = parsed
+        .agent_name
+        .as_str()
+        .is_some_and(|a| py::lower(a) == py::lower(expected.agent));
+    if !agent_ok || !owner_matches(&parsed.user_id, expected.user) {
+        let want_user = expected
+            .user
+            .map_or(Value::Null, |u| Value::String(u.as_str().to_owned()));
+        return Err(Error::ScopeMismatch {
+            path: path.to_path_buf(),
+            expected: describe_scope(&want_user, &Value::String(expected.agent.to_owned())),
+            found: describe_scope(&parsed.user_id, &parsed.agent_name),
+        });
+    }
+    let file_scope = FactScope {
+        user_id: parsed.user_id.as_str().map(str::to_owned),
+        agent_name: parsed.agent_name.as_str().map(str::to_owned),
+    };
+    let new_id = crate::fresh_fact_id;
+    let ctx = NormalizeContext {
+        scope: &file_scope,
+        existing: None,
+        now,
+        new_id: &new_id,
+    };
+    let mut fact = normalize_fact(&parsed.draft, &ctx).map_err(|e| Error::InvalidFact {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let requested_raw = expected.user.map(|u| u.as_str().to_owned());
+    let foreign_owner = fact.scope.user_id != requested_raw;
+    if foreign_owner {
+        fact.scope.user_id = requested_raw;
+    }
+    Ok(LoadedFact {
+        fact,
+        foreign_owner,
+    })
+}
+
+/// Reads, parses and validates one fact file.
+///
+/// # Errors
+/// `FactParse` for unreadable files; as [`validate`].
+pub(crate) fn load_file(path: &Path, expected: Expected<'_>, now: Timestamp) -> Result<LoadedFact> {
+    let bytes = std::fs::read(path).map_err(|e| parse_error(path, e.to_string()))?;
+    let parsed = parse(path, &bytes)?;
+    validate(path, parsed, expected, now)
+}
+
+/// Reads a fact if its file exists.
+///
+/// # Errors
+/// As [`load_file`].
+pub(crate) fn load_optional(
+    path: &Path,
+    expected: Expected<'_>,
+    now: Timestamp,
+) -> Result<Option<LoadedFact>> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let parsed = parse(path, &bytes)?;
+            validate(path, parsed, expected, now).map(Some)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(parse_error(path, e.to_string())),
+    }
+}
+
+/// Every fact of an agent directory (any `*.md` below `facts/`), sorted by id.
+///
+/// # Errors
+/// The first corrupt file fails the whole read, as in the reference.
+pub(crate) fn load_all(
+    facts_dir: &Path,
+    expected: Expected<'_>,
+    now: Timestamp,
+) -> Result<Vec<LoadedFact>> {
+    let mut out = Vec::new();
+    for path in crate::fsutil::markdown_files(facts_dir)? {
+        out.push(load_file(&path, expected, now)?);
+    }
+    out.sort_by(|a, b| a.fact.id.as_str().cmp(b.fact.id.as_str()));
+    Ok(out)
+}
+
+/// The canonical agent name of a directory name, when it is one DeerMem can write.
+pub(crate) fn canonical_agent_dir(name: &str) -> Option<AgentName> {
+    AgentName::parse(name).ok().filter(|a| a.as_str() == name)
+}

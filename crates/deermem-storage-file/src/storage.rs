@@ -1,0 +1,1420 @@
+//! `FileMemoryStorage`: the `MemoryStorage` port over the reference's on-disk layout. Every
+//! public operation is async; the filesystem work (including lock waits) runs on tokio's
+//! blocking pool, and retrieval notifications are dispatched after both locks are released.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deermem_core::document::DOCUMENT_VERSION;
+use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::ports::{
+    Clock, ListQuery, MemoryStorage, MigrationReport, Retrieval, StorageCapabilities,
+};
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
+    MatchType, MemoryDocument, RebuildReport, RetrievalStatus, Scope, SearchHit, SearchQuery,
+    StorageError, SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
+};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::commit::{self, CommitRequest, Committed, Notification};
+use crate::error::{Error, Result};
+use crate::journal;
+use crate::lock::{LockRegistry, UserLock};
+use crate::manifest::{self, Manifest, Signature};
+use crate::markdown::{self, Expected};
+use crate::migrate;
+use crate::paths::{self, AUDIT_FILE, Layout, USAGE_FILE, UserDir};
+use crate::sidecar;
+
+/// Settings of a [`FileMemoryStorage`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileStorageConfig {
+    /// The storage root (`users/<bucket>/...` lives below it).
+    pub root: PathBuf,
+    /// The manifest file name (`memory.json`): a plain name ending in `.json`.
+    pub manifest_filename: String,
+    /// Reject operations without a user (the legacy root layout).
+    pub strict_user_scope: bool,
+    /// How long to wait for the per-user lock.
+    pub lock_timeout: Duration,
+    /// Events kept in the capacity-eviction audit (0 disables it).
+    pub audit_max_entries: usize,
+    /// Half-life of the access heat in the usage sidecar, in days.
+    pub access_half_life_days: f64,
+}
+
+impl FileStorageConfig {
+    /// The reference defaults for a root directory.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            manifest_filename: "memory.json".into(),
+            strict_user_scope: false,
+            lock_timeout: Duration::from_secs(10),
+            audit_max_entries: 200,
+            access_half_life_days: 30.0,
+        }
+    }
+
+    /// The settings a DeerMem configuration selects. The root is `storage_path`, else
+    /// `$DEERMEM_DATA_DIR`, else `~/.deermem`, with the environment and home lookups injected.
+    ///
+    /// # Errors
+    /// `InvalidInput` when no root can be determined.
+    pub fn from_deermem(
+        cfg: &DeerMemConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        home: &dyn Fn() -> Option<PathBuf>,
+    ) -> std::result::Result<Self, StorageError> {
+        let root = paths::resolve_root(&cfg.storage_path, env, home).ok_or_else(|| {
+            StorageError::invalid(
+                "storage_path",
+                "no storage root: storage_path is empty, DEERMEM_DATA_DIR is unset and there is no home directory",
+            )
+        })?;
+        Ok(Self {
+            root,
+            manifest_filename: cfg.manifest_filename.clone(),
+            strict_user_scope: cfg.strict_user_scope,
+            lock_timeout: Duration::from_secs(cfg.file_lock_timeout_seconds),
+            audit_max_entries: cfg.eviction_audit_max_entries,
+            access_half_life_days: cfg.eviction_access_half_life_days as f64,
+        })
+    }
+}
+
+type CacheKey = (Option<UserId>, Option<AgentName>);
+type DirtyKey = (Option<UserId>, AgentName);
+
+#[derive(Debug)]
+struct CacheEntry {
+    doc: MemoryDocument,
+    sig: Signature,
+}
+
+/// The file storage adapter. Cheap to clone; clones share caches and locks.
+#[derive(Debug, Clone)]
+pub struct FileMemoryStorage {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    layout: Layout,
+    config: FileStorageConfig,
+    clock: Arc<dyn Clock>,
+    retrieval: Option<Arc<dyn Retrieval>>,
+    locks: LockRegistry,
+    cache: Mutex<HashMap<CacheKey, CacheEntry>>,
+    dirty: Mutex<BTreeSet<DirtyKey>>,
+    closed: AtomicBool,
+}
+
+impl FileMemoryStorage {
+    /// A storage over `config.root`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a manifest name that is not a plain `.json` file name.
+    pub fn new(
+        config: FileStorageConfig,
+        clock: Arc<dyn Clock>,
+        retrieval: Option<Arc<dyn Retrieval>>,
+    ) -> std::result::Result<Self, StorageError> {
+        paths::validate_manifest_name(&config.manifest_filename)?;
+        let layout = Layout {
+            root: config.root.clone(),
+            manifest_name: config.manifest_filename.clone(),
+            strict_user_scope: config.strict_user_scope,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                layout,
+                config,
+                clock,
+                retrieval,
+                locks: LockRegistry::default(),
+                cache: Mutex::new(HashMap::new()),
+                dirty: Mutex::new(BTreeSet::new()),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// A storage configured from a DeerMem configuration, resolving the root from the process
+    /// environment (`$DEERMEM_DATA_DIR`, `$HOME`) when `storage_path` is empty.
+    ///
+    /// # Errors
+    /// As [`FileStorageConfig::from_deermem`] and [`FileMemoryStorage::new`].
+    pub fn from_config(
+        cfg: &DeerMemConfig,
+        clock: Arc<dyn Clock>,
+        retrieval: Option<Arc<dyn Retrieval>>,
+    ) -> std::result::Result<Self, StorageError> {
+        let config =
+            FileStorageConfig::from_deermem(cfg, &paths::process_env, &paths::process_home)?;
+        Self::new(config, clock, retrieval)
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        &self.inner.layout.root
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &FileStorageConfig {
+        &self.inner.config
+    }
+
+    /// In-process lock entries currently held or awaited (the registry keeps no unused ones).
+    pub fn live_lock_entries(&self) -> usize {
+        self.inner.locks.live_entries()
+    }
+
+    /// Cached documents (for diagnostics and tests).
+    pub fn cached_documents(&self) -> usize {
+        self.inner.cache.lock().len()
+    }
+
+    /// Runs blocking filesystem work off the async runtime's worker threads.
+    async fn run<T, F>(&self, f: F) -> std::result::Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => match handle.spawn_blocking(move || f(&inner)).await {
+                Ok(r) => r.map_err(StorageError::from),
+                Err(e) => Err(StorageError::Io {
+                    context: "memory storage worker failed".into(),
+                    source: std::io::Error::other(e.to_string()),
+                }),
+            },
+            Err(_) => f(&inner).map_err(StorageError::from),
+        }
+    }
+
+    /// Sends queued notifications to the index; failures mark their scope dirty.
+    async fn dispatch(&self, notes: Vec<Notification>) {
+        let Some(retrieval) = &self.inner.retrieval else {
+            return;
+        };
+        for note in notes {
+            let (scope, result) = match &note {
+                Notification::Upsert { scope, fact } => (scope, retrieval.upsert(scope, fact).await),
+                Notification::Remove { scope, id } => (scope, retrieval.remove(scope, id).await),
+            };
+            if let Err(e) = result {
+                tracing::warn!(error = %e, ?scope, "retrieval notification failed; scope marked dirty");
+                if let Some(agent) = &scope.agent {
+                    self.inner
+                        .dirty
+                        .lock()
+                        .insert((scope.user.clone(), agent.clone()));
+                }
+            }
+        }
+    }
+
+    async fn load_impl(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        force: bool,
+    ) -> std::result::Result<MemoryDocument, StorageError> {
+        let (user, agent) = (user.cloned(), agent.cloned());
+        let (doc, notes) = self
+            .run(move |inner| inner.load(user.as_ref(), agent.as_ref(), force))
+            .await?;
+        self.dispatch(notes).await;
+        Ok(doc)
+    }
+
+    async fn substring_search(
+        &self,
+        query: &SearchQuery,
+    ) -> std::result::Result<Vec<SearchHit>, StorageError> {
+        let q = py::lower(py::strip(&query.text));
+        if q.is_empty() || query.top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut hits: Vec<SearchHit> = Vec::new();
+        for scope in &query.scopes {
+            let Some(agent) = &scope.agent else { continue };
+            let doc = self.load_impl(scope.user.as_ref(), Some(agent), false).await?;
+            for fact in doc.facts {
+                if let Some(c) = &query.category {
+                    if fact.category.as_deref() != Some(c.as_str()) {
+                        continue;
+                    }
+                }
+                if !py::lower(&fact.content).contains(&q) {
+                    continue;
+                }
+                let score = if fact.confidence == 0.0 {
+                    0.5
+                } else {
+                    fact.confidence
+                };
+                hits.push(SearchHit {
+                    fact,
+                    score,
+                    match_type: MatchType::Substring,
+                    bm25: None,
+                });
+            }
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(query.top_k);
+        Ok(hits)
+    }
+}
+
+fn empty_sig_ok(sig: &Signature, cached: &Signature) -> bool {
+    sig == cached
+}
+
+/// Validated inputs of `apply_changes`.
+struct PreparedChanges {
+    upserts: Vec<(FactId, FactDraft)>,
+    upsert_revisions: HashMap<FactId, Option<u64>>,
+    deletes: Vec<FactId>,
+    delete_revisions: Option<BTreeMap<FactId, u64>>,
+    summaries: Option<SummaryPatch>,
+}
+
+fn bad_revision() -> Error {
+    Error::invalid(
+        "change_set.upsertRevisions",
+        "change_set.upsertRevisions values must be null or integers >= 1",
+    )
+}
+
+fn prepare_changes(changes: ChangeSet, agent: Option<&AgentName>) -> Result<PreparedChanges> {
+    if changes.has_fact_changes() && agent.is_none() {
+        return Err(Error::invalid(
+            "agent_name",
+            "agent_name is required for fact repository changes",
+        ));
+    }
+    let mut upserts = Vec::with_capacity(changes.upserts.len());
+    let mut seen: HashSet<FactId> = HashSet::new();
+    let mut upsert_revisions = HashMap::new();
+    for mut draft in changes.upserts {
+        let id = match draft.get("id") {
+            Some(v) if py::truthy(v) => {
+                let text = py::py_str(v).unwrap_or_default();
+                FactId::new(text).map_err(|_| {
+                    Error::invalid(
+                        "fact.id",
+                        "fact.id may contain only letters, numbers, '_' and '-'",
+                    )
+                })?
+            }
+            _ => {
+                let id = crate::fresh_fact_id();
+                draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+                id
+            }
+        };
+        if !seen.insert(id.clone()) {
+            return Err(Error::invalid(
+                "change_set.upserts",
+                format!("Duplicate fact id '{id}' in upserts"),
+            ));
+        }
+        let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
+            Some(Some(0)) => return Err(bad_revision()),
+            Some(e) => *e,
+            None => match draft.get("revision") {
+                None | Some(Value::Null) => None,
+                Some(Value::Number(n)) => match n.as_u64() {
+                    Some(r) if r >= 1 => Some(r),
+                    _ => return Err(bad_revision()),
+                },
+                Some(_) => return Err(bad_revision()),
+            },
+        };
+        upsert_revisions.insert(id.clone(), expected);
+        upserts.push((id, draft));
+    }
+    let mut del_seen: HashSet<&FactId> = HashSet::new();
+    for id in &changes.deletes {
+        if !del_seen.insert(id) {
+            return Err(Error::invalid(
+                "change_set.deletes",
+                "Duplicate fact ids are not allowed in deletes",
+            ));
+        }
+        if seen.contains(id) {
+            return Err(Error::invalid(
+                "change_set",
+                format!("Fact '{id}' cannot be upserted and deleted together"),
+            ));
+        }
+    }
+    Ok(PreparedChanges {
+        upserts,
+        upsert_revisions,
+        deletes: changes.deletes,
+        delete_revisions: changes.delete_revisions,
+        summaries: changes.summaries,
+    })
+}
+
+impl Inner {
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn user_dir(&self, user: Option<&UserId>) -> Result<UserDir> {
+        self.layout.user_dir(user)
+    }
+
+    fn lock(&self, udir: &UserDir) -> Result<UserLock> {
+        self.locks.acquire(&udir.lock(), self.config.lock_timeout)
+    }
+
+    fn invalidate_user(&self, user: &Option<UserId>) {
+        self.cache.lock().retain(|(u, _), _| u != user);
+    }
+
+    /// Whether a load must take the locks to recover or migrate first.
+    fn needs_read_migration(
+        &self,
+        udir: &UserDir,
+        agent: Option<&AgentName>,
+        manifest: Option<&Manifest>,
+    ) -> bool {
+        udir.journal().exists()
+            || agent.is_some_and(|a| udir.legacy_agent_doc(a).exists())
+            || manifest.is_some_and(Manifest::needs_migration)
+            || (agent.is_some_and(AgentName::is_default)
+                && migrate::has_legacy_default_bucket(udir))
+    }
+
+    /// Recovery plus the lazy read migrations (§4.2); the caller holds the locks.
+    fn read_migrations_locked(
+        &self,
+        udir: &UserDir,
+        agent: Option<&AgentName>,
+        now: Timestamp,
+    ) -> Result<Vec<Notification>> {
+        let mut notes = Vec::new();
+        journal::recover(udir)?;
+        let global_legacy = manifest::read_manifest(&udir.manifest())?
+            .as_ref()
+            .is_some_and(Manifest::needs_migration);
+        if global_legacy {
+            let out = migrate::migrate_locked(
+                udir,
+                &AgentName::default_bucket(),
+                true,
+                true,
+                false,
+                now,
+            )?;
+            notes.extend(out.notifications);
+        }
+        if let Some(agent) = agent {
+            if udir.legacy_agent_doc(agent).exists() {
+                let out = migrate::migrate_locked(udir, agent, false, true, false, now)?;
+                notes.extend(out.notifications);
+            }
+            if agent.is_default() {
+                notes.extend(migrate::migrate_legacy_default_bucket(udir, now)?);
+            }
+        }
+        if !notes.is_empty() {
+            self.invalidate_user(&udir.user);
+        }
+        Ok(notes)
+    }
+
+    fn read_document_locked(
+        &self,
+        udir: &UserDir,
+        agent: Option<&AgentName>,
+        now: Timestamp,
+    ) -> Result<(MemoryDocument, Signature)> {
+        let (manifest, sig) = manifest::read_with_signature(&udir.manifest())?;
+        let facts = match agent {
+            Some(a) => markdown::load_all(
+                &udir.facts(a),
+                Expected {
+                    user: udir.user.as_ref(),
+                    agent: a.as_str(),
+                },
+                now,
+            )?
+            .into_iter()
+            .map(|l| l.fact)
+            .collect(),
+            None => Vec::new(),
+        };
+        let doc = manifest::document(manifest.as_ref(), facts, now)?;
+        Ok((doc, sig))
+    }
+
+    fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        force: bool,
+    ) -> Result<(MemoryDocument, Vec<Notification>)> {
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let (manifest, mut sig) = manifest::read_with_signature(&udir.manifest())?;
+        let mut notes = Vec::new();
+        if self.needs_read_migration(&udir, agent, manifest.as_ref()) {
+            let _lock = self.lock(&udir)?;
+            notes = self.read_migrations_locked(&udir, agent, now)?;
+            sig = manifest::read_with_signature(&udir.manifest())?.1;
+        }
+        let key: CacheKey = (user.cloned(), agent.cloned());
+        if !force {
+            if let Some(entry) = self.cache.lock().get(&key) {
+                if empty_sig_ok(&sig, &entry.sig) {
+                    return Ok((entry.doc.clone(), notes));
+                }
+            }
+        }
+        // Miss: read a consistent snapshot under the locks (a user never written to needs no
+        // lock and leaves no trace on disk).
+        let (doc, sig) = if udir.dir.is_dir() {
+            let _lock = self.lock(&udir)?;
+            self.read_document_locked(&udir, agent, now)?
+        } else {
+            (MemoryDocument::empty(now), None)
+        };
+        self.cache.lock().insert(
+            key,
+            CacheEntry {
+                doc: doc.clone(),
+                sig,
+            },
+        );
+        Ok((doc, notes))
+    }
+
+    /// Commits under the locks, with recovery, read migrations, and the rebase loop of §3.7.
+    fn apply(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        prepared: PreparedChanges,
+        options: ApplyOptions,
+    ) -> Result<(Committed, Vec<Notification>)> {
+        let udir = self.user_dir(user)?;
+        let has_fact_changes = !prepared.upserts.is_empty() || !prepared.deletes.is_empty();
+        let can_rebase = options.allow_manifest_rebase
+            && has_fact_changes
+            && prepared.summaries.is_none()
+            && (prepared.deletes.is_empty()
+                || prepared
+                    .delete_revisions
+                    .as_ref()
+                    .is_some_and(|r| prepared.deletes.iter().all(|d| r.contains_key(d))));
+        let mut expected = options.expected_manifest_revision;
+        let mut attempt = 0;
+        loop {
+            let now = self.now();
+            let lock = self.lock(&udir)?;
+            let mut notes = self.read_migrations_locked(&udir, agent, now)?;
+            let req = CommitRequest {
+                agent: agent.cloned(),
+                upserts: prepared.upserts.clone(),
+                upsert_revisions: Some(prepared.upsert_revisions.clone()),
+                deletes: prepared.deletes.clone(),
+                delete_revisions: prepared.delete_revisions.clone(),
+                summaries: prepared
+                    .summaries
+                    .as_ref()
+                    .map(|s| (s.user.clone(), s.history.clone())),
+                expected_revision: expected,
+                allow_legacy_drop: false,
+            };
+            match commit::commit(&udir, req, now) {
+                Ok(done) => {
+                    if done.wrote {
+                        self.invalidate_user(&udir.user);
+                    }
+                    if let (Some(agent), false) = (agent, prepared.deletes.is_empty()) {
+                        let ids: Vec<String> =
+                            prepared.deletes.iter().map(|i| i.to_string()).collect();
+                        if let Err(e) = self.clear_metadata_locked(&udir, agent, Some(&ids)) {
+                            tracing::warn!(error = %e, "could not clear sidecar metadata of deleted facts");
+                        }
+                    }
+                    drop(lock);
+                    notes.extend(done.notifications.iter().cloned());
+                    return Ok((done, notes));
+                }
+                Err(Error::ManifestConflict { expected: e, found })
+                    if can_rebase && attempt < 2 =>
+                {
+                    drop(lock);
+                    tracing::debug!(expected = e, found, "rebasing point operation");
+                    expected = Some(found);
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn clear_metadata_locked(
+        &self,
+        udir: &UserDir,
+        agent: &AgentName,
+        ids: Option<&[String]>,
+    ) -> Result<()> {
+        let meta = udir.metadata(agent);
+        match ids {
+            None => match std::fs::remove_dir_all(&meta) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io("Failed to remove", &meta, e)),
+            },
+            Some([]) => Ok(()),
+            Some(ids) => sidecar::clear_ids(&meta.join(USAGE_FILE), &meta.join(AUDIT_FILE), ids),
+        }
+    }
+
+    fn save(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        document: &MemoryDocument,
+        expected_revision: Option<u64>,
+    ) -> Result<(Committed, Vec<Notification>, Vec<FactId>)> {
+        if agent.is_none() && !document.facts.is_empty() {
+            return Err(Error::invalid(
+                "memory_data.facts",
+                "an agent-less save must not contain facts",
+            ));
+        }
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let _lock = self.lock(&udir)?;
+        let mut notes = self.read_migrations_locked(&udir, agent, now)?;
+        let mut ids: HashSet<&str> = HashSet::new();
+        for f in &document.facts {
+            if !ids.insert(f.id.as_str()) {
+                return Err(Error::invalid(
+                    "memory_data.facts",
+                    format!("Duplicate fact id '{}' in facts", f.id),
+                ));
+            }
+        }
+        let mut deletes: Vec<FactId> = Vec::new();
+        if let Some(a) = agent {
+            let existing = markdown::load_all(
+                &udir.facts(a),
+                Expected {
+                    user: udir.user.as_ref(),
+                    agent: a.as_str(),
+                },
+                now,
+            )?;
+            deletes = existing
+                .into_iter()
+                .map(|l| l.fact.id)
+                .filter(|id| !ids.contains(id.as_str()))
+                .collect();
+            deletes.sort();
+        }
+        let summaries = agent
+            .is_none()
+            .then(|| (Some(document.user.0.clone()), Some(document.history.0.clone())));
+        let req = CommitRequest {
+            agent: agent.cloned(),
+            upserts: document
+                .facts
+                .iter()
+                .map(|f| (f.id.clone(), f.to_draft()))
+                .collect(),
+            upsert_revisions: None,
+            deletes: deletes.clone(),
+            delete_revisions: None,
+            summaries,
+            expected_revision,
+            allow_legacy_drop: false,
+        };
+        let done = commit::commit(&udir, req, now)?;
+        if done.wrote {
+            self.invalidate_user(&udir.user);
+        }
+        if let (Some(a), false) = (agent, deletes.is_empty()) {
+            let ids: Vec<String> = deletes.iter().map(|i| i.to_string()).collect();
+            if let Err(e) = self.clear_metadata_locked(&udir, a, Some(&ids)) {
+                tracing::warn!(error = %e, "could not clear sidecar metadata of deleted facts");
+            }
+        }
+        notes.extend(done.notifications.iter().cloned());
+        Ok((done, notes, deletes))
+    }
+
+    fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<(Option<Fact>, Vec<Notification>)> {
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let _lock = self.lock(&udir)?;
+        let notes = self.read_migrations_locked(&udir, Some(agent), now)?;
+        let fact = markdown::load_optional(
+            &udir.fact(agent, id),
+            Expected {
+                user: udir.user.as_ref(),
+                agent: agent.as_str(),
+            },
+            now,
+        )?
+        .map(|l| l.fact);
+        Ok((fact, notes))
+    }
+
+    fn clear_all(&self, user: Option<&UserId>) -> Result<(Vec<Notification>, Vec<AgentName>)> {
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let _lock = self.lock(&udir)?;
+        let mut notes = self.read_migrations_locked(&udir, None, now)?;
+        journal::sweep_temp_files(&udir);
+        let mut agents_seen = Vec::new();
+        for entry in crate::fsutil::sorted_entries(&udir.agents())? {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(agent) = markdown::canonical_agent_dir(&name) else {
+                tracing::warn!(dir = %entry.path().display(), "clear_all skips a directory that is not a DeerMem agent bucket");
+                continue;
+            };
+            if udir.legacy_agent_doc(&agent).exists() {
+                let out = migrate::migrate_locked(&udir, &agent, false, false, false, now)?;
+                notes.extend(out.notifications);
+            }
+            let facts = markdown::load_all(
+                &udir.facts(&agent),
+                Expected {
+                    user: udir.user.as_ref(),
+                    agent: agent.as_str(),
+                },
+                now,
+            )?;
+            if !facts.is_empty() {
+                let current = manifest::read_manifest(&udir.manifest())?.map_or(0, |m| m.revision);
+                let deletes: Vec<FactId> = facts.iter().map(|l| l.fact.id.clone()).collect();
+                let delete_revisions = facts
+                    .iter()
+                    .map(|l| (l.fact.id.clone(), l.fact.revision))
+                    .collect();
+                let done = commit::commit(
+                    &udir,
+                    CommitRequest {
+                        agent: Some(agent.clone()),
+                        deletes,
+                        delete_revisions: Some(delete_revisions),
+                        expected_revision: Some(current),
+                        ..CommitRequest::default()
+                    },
+                    now,
+                )?;
+                notes.extend(done.notifications);
+            }
+            agents_seen.push(agent);
+        }
+        let defaults = (
+            Some(SummarySection::default_user().0),
+            Some(SummarySection::default_history().0),
+        );
+        commit::commit(
+            &udir,
+            CommitRequest {
+                summaries: Some(defaults),
+                ..CommitRequest::default()
+            },
+            now,
+        )?;
+        for agent in &agents_seen {
+            if let Err(e) = self.clear_metadata_locked(&udir, agent, None) {
+                tracing::warn!(error = %e, agent = %agent, "could not remove sidecar metadata");
+            }
+        }
+        self.invalidate_user(&udir.user);
+        Ok((notes, agents_seen))
+    }
+
+    fn migrate(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        dry_run: bool,
+    ) -> Result<(MigrationReport, Vec<Notification>)> {
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let _lock = self.lock(&udir)?;
+        journal::recover(&udir)?;
+        if !dry_run {
+            journal::sweep_temp_files(&udir);
+        }
+        let out = migrate::migrate_locked(&udir, agent, true, true, dry_run, now)?;
+        if out.migrated && !dry_run {
+            self.invalidate_user(&udir.user);
+        }
+        let m = manifest::read_manifest(&udir.manifest())?;
+        let (to_version, revision) = match &m {
+            Some(m) if !dry_run => (m.version(), m.revision),
+            Some(m) => (
+                if out.migrated {
+                    DOCUMENT_VERSION.to_owned()
+                } else {
+                    m.version()
+                },
+                m.revision,
+            ),
+            None => (
+                deermem_core::document::EMPTY_DOCUMENT_VERSION.to_owned(),
+                0,
+            ),
+        };
+        Ok((
+            MigrationReport {
+                migrated: out.migrated,
+                from_version: out.from_version,
+                to_version,
+                revision,
+                migrated_facts: out.facts,
+                dry_run,
+            },
+            out.notifications,
+        ))
+    }
+
+    fn existing_ids(&self, udir: &UserDir, agent: &AgentName, ids: &[FactId]) -> Vec<String> {
+        let mut seen = HashSet::new();
+        ids.iter()
+            .filter(|id| seen.insert(id.as_str().to_owned()))
+            .filter(|id| udir.fact(agent, id).is_file())
+            .map(|id| id.to_string())
+            .collect()
+    }
+
+    /// Every fact file of the layout, for a full index rebuild (§5.6, restricted to the
+    /// memory directories).
+    fn collect_all_for_index(&self) -> (Vec<(Scope, Fact)>, usize) {
+        let now = self.now();
+        let mut records = Vec::new();
+        let mut failed = 0;
+        let mut roots: Vec<(Option<String>, PathBuf)> = vec![(None, self.layout.root.clone())];
+        if let Ok(users) = crate::fsutil::sorted_entries(&self.layout.root.join("users")) {
+            for u in users {
+                if u.file_type().is_ok_and(|t| t.is_dir()) {
+                    roots.push((Some(u.file_name().to_string_lossy().into_owned()), u.path()));
+                }
+            }
+        }
+        for (bucket, dir) in roots {
+            let Ok(agents) = crate::fsutil::sorted_entries(&dir.join("agents")) else {
+                continue;
+            };
+            for a in agents {
+                if !a.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = a.file_name().to_string_lossy().into_owned();
+                let files = match crate::fsutil::markdown_files(&a.path().join("facts")) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list facts for the index");
+                        failed += 1;
+                        continue;
+                    }
+                };
+                for file in files {
+                    match index_record(&file, bucket.as_deref(), &name, now) {
+                        Ok(r) => records.push(r),
+                        Err(e) => {
+                            failed += 1;
+                            tracing::warn!(path = %file.display(), error = %e, "fact not indexed");
+                        }
+                    }
+                }
+            }
+        }
+        (records, failed)
+    }
+
+    fn list_users(&self) -> Result<Vec<UserId>> {
+        let mut out: BTreeSet<UserId> = BTreeSet::new();
+        for u in crate::fsutil::sorted_entries(&self.layout.root.join("users"))? {
+            if !u.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let bucket = u.file_name().to_string_lossy().into_owned();
+            let mut learned: Option<UserId> = None;
+            'agents: for a in crate::fsutil::sorted_entries(&u.path().join("agents"))? {
+                let Ok(files) = crate::fsutil::markdown_files(&a.path().join("facts")) else {
+                    continue;
+                };
+                for f in files {
+                    let Ok(bytes) = std::fs::read(&f) else { continue };
+                    let Ok(parsed) = markdown::parse(&f, &bytes) else {
+                        continue;
+                    };
+                    if let Some(raw) = parsed.user_id.as_str() {
+                        if let Ok(id) = UserId::new(raw) {
+                            if id.bucket() == bucket {
+                                learned = Some(id);
+                                break 'agents;
+                            }
+                        }
+                    }
+                }
+            }
+            match learned.or_else(|| UserId::new(bucket.clone()).ok().filter(|u| u.bucket() == bucket)) {
+                Some(id) => {
+                    out.insert(id);
+                }
+                None => tracing::warn!(bucket = %bucket, "skipping a users/ entry that is not a user bucket"),
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// Parses and validates one file for the full index rebuild: the owner is checked through the
+/// bucket (original ids such as e-mail addresses are accepted).
+fn index_record(
+    path: &Path,
+    bucket: Option<&str>,
+    agent_dir: &str,
+    now: Timestamp,
+) -> Result<(Scope, Fact)> {
+    let bytes = std::fs::read(path).map_err(|e| Error::FactParse {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let parsed = markdown::parse(path, &bytes)?;
+    let user = match (&parsed.user_id, bucket) {
+        (Value::Null, None) => None,
+        (Value::String(s), Some(b)) => {
+            let u = UserId::new(s.as_str())?;
+            if u.bucket() != b {
+                return Err(Error::ScopeMismatch {
+                    path: path.to_path_buf(),
+                    expected: format!("a user of bucket {b:?}"),
+                    found: s.clone(),
+                });
+            }
+            Some(u)
+        }
+        (other, b) => {
+            return Err(Error::ScopeMismatch {
+                path: path.to_path_buf(),
+                expected: format!("user bucket {b:?}"),
+                found: other.to_string(),
+            });
+        }
+    };
+    let agent = AgentName::parse(agent_dir)?;
+    let loaded = markdown::validate(
+        path,
+        parsed,
+        Expected {
+            user: user.as_ref(),
+            agent: agent.as_str(),
+        },
+        now,
+    )?;
+    Ok((Scope::new(user, Some(agent)), loaded.fact))
+}
+
+fn scope_label(user: &Option<UserId>, agent: &AgentName) -> String {
+    format!(
+        "{}|{}",
+        user.as_ref().map_or("", |u| u.as_str()),
+        agent.as_str()
+    )
+}
+
+#[async_trait]
+impl MemoryStorage for FileMemoryStorage {
+    fn capabilities(&self) -> StorageCapabilities {
+        let mut names: BTreeSet<String> = [
+            "file",
+            "markdown-facts",
+            "global-summary-json",
+            "revision",
+            "journal",
+            "fact-repository",
+            "substring-fallback",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        if self.inner.retrieval.is_some() {
+            names.insert("retrieval".into());
+        }
+        StorageCapabilities {
+            names,
+            persistent: true,
+            retrieval: self.inner.retrieval.is_some(),
+        }
+    }
+
+    async fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> std::result::Result<MemoryDocument, StorageError> {
+        self.load_impl(user, agent, false).await
+    }
+
+    async fn reload(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> std::result::Result<MemoryDocument, StorageError> {
+        let doc = self.load_impl(user, agent, true).await?;
+        if let (Some(agent), true) = (agent, self.inner.retrieval.is_some()) {
+            let scopes = [(user.cloned(), agent.clone())];
+            let report = self.rebuild_index(Some(&scopes)).await?;
+            if report.failed > 0 {
+                tracing::warn!(?report, "scope re-index after reload had failures");
+            }
+        }
+        Ok(doc)
+    }
+
+    async fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> std::result::Result<Option<Fact>, StorageError> {
+        let (user, agent, id) = (user.cloned(), agent.clone(), id.clone());
+        let (fact, notes) = self
+            .run(move |inner| inner.get_fact(user.as_ref(), &agent, &id))
+            .await?;
+        self.dispatch(notes).await;
+        Ok(fact)
+    }
+
+    async fn list_facts(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        query: &ListQuery,
+    ) -> std::result::Result<Vec<Fact>, StorageError> {
+        if query.limit == Some(0) {
+            return Err(StorageError::invalid(
+                "limit",
+                "cursor must be >= 0 and limit must be >= 1",
+            ));
+        }
+        let doc = self.load_impl(user, Some(agent), false).await?;
+        let matched = doc.facts.into_iter().filter(|f| {
+            if query.filters.is_empty() {
+                return true;
+            }
+            let m = f.to_internal_map();
+            query
+                .filters
+                .iter()
+                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
+        });
+        let paged = matched.skip(query.cursor);
+        Ok(match query.limit {
+            Some(n) => paged.take(n).collect(),
+            None => paged.collect(),
+        })
+    }
+
+    async fn apply_changes(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        changes: ChangeSet,
+        options: ApplyOptions,
+    ) -> std::result::Result<ChangeResult, StorageError> {
+        let prepared = prepare_changes(changes, agent)?;
+        let (user, agent) = (user.cloned(), agent.cloned());
+        let (done, notes) = self
+            .run(move |inner| inner.apply(user.as_ref(), agent.as_ref(), prepared, options))
+            .await?;
+        self.dispatch(notes).await;
+        Ok(ChangeResult {
+            version: done.version,
+            revision: done.revision,
+            last_updated: done.last_updated,
+            upserted_facts: done.written,
+            deleted_fact_ids: done.deleted,
+        })
+    }
+
+    fn new_fact_id(&self) -> FactId {
+        crate::fresh_fact_id()
+    }
+
+    async fn save(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        document: &MemoryDocument,
+        expected_revision: Option<u64>,
+    ) -> std::result::Result<(), StorageError> {
+        let (user, agent, document) = (user.cloned(), agent.cloned(), document.clone());
+        let (_, notes, _) = self
+            .run(move |inner| {
+                inner.save(user.as_ref(), agent.as_ref(), &document, expected_revision)
+            })
+            .await?;
+        self.dispatch(notes).await;
+        Ok(())
+    }
+
+    async fn get_summaries(
+        &self,
+        user: Option<&UserId>,
+    ) -> std::result::Result<SummariesSnapshot, StorageError> {
+        let doc = self.load_impl(user, None, false).await?;
+        Ok(SummariesSnapshot {
+            user: doc.user,
+            history: doc.history,
+            revision: doc.revision,
+        })
+    }
+
+    async fn update_summaries(
+        &self,
+        user: Option<&UserId>,
+        patch: SummaryPatch,
+        expected_revision: Option<u64>,
+    ) -> std::result::Result<MemoryDocument, StorageError> {
+        let changes = ChangeSet {
+            summaries: Some(patch),
+            ..ChangeSet::default()
+        };
+        self.apply_changes(
+            user,
+            None,
+            changes,
+            ApplyOptions {
+                expected_manifest_revision: expected_revision,
+                allow_manifest_rebase: false,
+            },
+        )
+        .await?;
+        self.load_impl(user, None, true).await
+    }
+
+    async fn clear_all(
+        &self,
+        user: Option<&UserId>,
+    ) -> std::result::Result<MemoryDocument, StorageError> {
+        let u = user.cloned();
+        let (notes, _agents) = self.run(move |inner| inner.clear_all(u.as_ref())).await?;
+        self.dispatch(notes).await;
+        self.load_impl(user, Some(&AgentName::default_bucket()), true)
+            .await
+    }
+
+    async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        dry_run: bool,
+    ) -> std::result::Result<MigrationReport, StorageError> {
+        let (u, a) = (user.cloned(), agent.clone());
+        let (report, notes) = self
+            .run(move |inner| inner.migrate(u.as_ref(), &a, dry_run))
+            .await?;
+        self.dispatch(notes).await;
+        Ok(report)
+    }
+
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> std::result::Result<FactUsageMap, StorageError> {
+        let (u, a) = (user.cloned(), agent.clone());
+        self.run(move |inner| {
+            let udir = inner.user_dir(u.as_ref())?;
+            let _lock = inner.lock(&udir)?;
+            Ok(sidecar::read_usage(&udir.metadata(&a).join(USAGE_FILE)))
+        })
+        .await
+    }
+
+    async fn record_fact_accesses(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: &[FactId],
+        at: Option<Timestamp>,
+    ) -> std::result::Result<(), StorageError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let (u, a, ids) = (user.cloned(), agent.clone(), ids.to_vec());
+        self.run(move |inner| {
+            let udir = inner.user_dir(u.as_ref())?;
+            let now = at.unwrap_or_else(|| inner.now());
+            let _lock = inner.lock(&udir)?;
+            let existing = inner.existing_ids(&udir, &a, &ids);
+            if existing.is_empty() {
+                return Ok(());
+            }
+            sidecar::record_accesses(
+                &udir.metadata(&a).join(USAGE_FILE),
+                &existing,
+                now,
+                inner.config.access_half_life_days,
+            )
+        })
+        .await
+    }
+
+    async fn record_capacity_eviction(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        decision: &EvictionDecision,
+        max_facts: usize,
+        shadow: Option<&EvictionDecision>,
+        at: Option<Timestamp>,
+    ) -> std::result::Result<(), StorageError> {
+        if decision.evicted.is_empty() || self.inner.config.audit_max_entries == 0 {
+            return Ok(());
+        }
+        let (u, a) = (user.cloned(), agent.clone());
+        let (decision, shadow) = (decision.clone(), shadow.cloned());
+        self.run(move |inner| {
+            let udir = inner.user_dir(u.as_ref())?;
+            let now = at.unwrap_or_else(|| inner.now());
+            let _lock = inner.lock(&udir)?;
+            sidecar::record_eviction(
+                &udir.metadata(&a).join(AUDIT_FILE),
+                &decision,
+                max_facts,
+                shadow.as_ref(),
+                now,
+                inner.config.audit_max_entries,
+            )
+        })
+        .await
+    }
+
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> std::result::Result<(), StorageError> {
+        let (u, a) = (user.cloned(), agent.clone());
+        let ids: Option<Vec<String>> = ids.map(|i| i.iter().map(|x| x.to_string()).collect());
+        self.run(move |inner| {
+            let udir = inner.user_dir(u.as_ref())?;
+            let _lock = inner.lock(&udir)?;
+            inner.clear_metadata_locked(&udir, &a, ids.as_deref())
+        })
+        .await
+    }
+
+    async fn search_facts(
+        &self,
+        query: &SearchQuery,
+    ) -> std::result::Result<Vec<SearchHit>, StorageError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        for scope in &query.scopes {
+            // Reject scopes that cannot be resolved (strict mode without a user).
+            self.inner.user_dir(scope.user.as_ref())?;
+        }
+        let Some(retrieval) = self.inner.retrieval.clone() else {
+            return self.substring_search(query).await;
+        };
+        let dirty: Vec<DirtyKey> = {
+            let d = self.inner.dirty.lock();
+            query
+                .scopes
+                .iter()
+                .filter_map(|s| s.agent.as_ref().map(|a| (s.user.clone(), a.clone())))
+                .filter(|k| d.contains(k))
+                .collect()
+        };
+        if !dirty.is_empty() {
+            let rebuilt = self.rebuild_index(Some(&dirty)).await;
+            match rebuilt {
+                Ok(r) if r.failed == 0 && !r.fatal => {}
+                other => {
+                    tracing::warn!(result = ?other.map(|r| r.failed), "dirty scope rebuild failed; using substring fallback");
+                    return self.substring_search(query).await;
+                }
+            }
+        }
+        match retrieval.search(query).await {
+            Ok(hits) => Ok(hits),
+            Err(e) => {
+                tracing::warn!(error = %e, "retrieval search failed; using substring fallback");
+                self.substring_search(query).await
+            }
+        }
+    }
+
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> std::result::Result<RebuildReport, StorageError> {
+        let Some(retrieval) = self.inner.retrieval.clone() else {
+            return Ok(RebuildReport {
+                supported: false,
+                indexed: 0,
+                failed: 0,
+                fatal: false,
+                reason: Some("retrieval_not_configured".into()),
+            });
+        };
+        let (records, mut failed, scope_list): (Vec<(Scope, Fact)>, usize, Option<Vec<Scope>>) =
+            match scopes {
+                None => {
+                    let (r, f) = self.run(|inner| Ok(inner.collect_all_for_index())).await?;
+                    (r, f, None)
+                }
+                Some(list) => {
+                    let mut records = Vec::new();
+                    for (user, agent) in list {
+                        let doc = self.load_impl(user.as_ref(), Some(agent), false).await?;
+                        let scope = Scope::new(user.clone(), Some(agent.clone()));
+                        records.extend(doc.facts.into_iter().map(|f| (scope.clone(), f)));
+                    }
+                    let scopes = list
+                        .iter()
+                        .map(|(u, a)| Scope::new(u.clone(), Some(a.clone())))
+                        .collect();
+                    (records, 0, Some(scopes))
+                }
+            };
+        let mut indexed = 0;
+        match retrieval.rebuild(scope_list.as_deref(), &records).await {
+            Ok(_) => indexed = records.len(),
+            Err(
+                deermem_core::RetrievalError::InvalidInput(_)
+                | deermem_core::RetrievalError::Unsupported { .. },
+            ) => {
+                // Fall back to clear + one upsert per fact, counting failures.
+                if let Err(e) = retrieval.clear(scope_list.as_deref()).await {
+                    tracing::warn!(error = %e, "retrieval clear failed");
+                    return Ok(RebuildReport {
+                        supported: true,
+                        indexed: 0,
+                        failed: failed + records.len().max(1),
+                        fatal: true,
+                        reason: None,
+                    });
+                }
+                for (scope, fact) in &records {
+                    match retrieval.upsert(scope, fact).await {
+                        Ok(()) => indexed += 1,
+                        Err(e) => {
+                            failed += 1;
+                            tracing::warn!(error = %e, id = %fact.id, "fact not indexed");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retrieval rebuild failed");
+                return Ok(RebuildReport {
+                    supported: true,
+                    indexed: 0,
+                    failed: failed + records.len().max(1),
+                    fatal: true,
+                    reason: None,
+                });
+            }
+        }
+        if failed == 0 || scope_list.is_some() {
+            let mut dirty = self.inner.dirty.lock();
+            match &scopes {
+                None if failed == 0 => dirty.clear(),
+                None => {}
+                Some(list) if failed == 0 => {
+                    for k in *list {
+                        dirty.remove(k);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(RebuildReport {
+            supported: true,
+            indexed,
+            failed,
+            fatal: false,
+            reason: None,
+        })
+    }
+
+    async fn retrieval_status(&self) -> RetrievalStatus {
+        let dirty_scopes = self
+            .inner
+            .dirty
+            .lock()
+            .iter()
+            .map(|(u, a)| scope_label(u, a))
+            .collect();
+        let Some(retrieval) = &self.inner.retrieval else {
+            return RetrievalStatus {
+                configured: false,
+                mode: "substring_fallback".into(),
+                dirty_scopes,
+                ..RetrievalStatus::default()
+            };
+        };
+        let mut status = RetrievalStatus {
+            configured: true,
+            mode: "external".into(),
+            adapter: Some(retrieval.kind().to_owned()),
+            dirty_scopes,
+            ..RetrievalStatus::default()
+        };
+        if !self.inner.closed.load(Ordering::SeqCst) {
+            match retrieval.stats().await {
+                Ok(s) => {
+                    status.total_docs = Some(s.total_docs);
+                    status.db_bytes = s.db_bytes;
+                    status.db_path = s.db_path;
+                    status.last_error = s.last_error;
+                }
+                Err(e) => status.last_error = Some(e.to_string()),
+            }
+        }
+        status
+    }
+
+    async fn list_users(&self) -> std::result::Result<Vec<UserId>, StorageError> {
+        self.run(|inner| inner.list_users()).await
+    }
+
+    async fn close(&self) {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(r) = &self.inner.retrieval {
+            r.close().await;
+        }
+    }
+}
