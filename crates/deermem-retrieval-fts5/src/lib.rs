@@ -1,1 +1,644 @@
 //! DeerMem retrieval adapter: a derived SQLite FTS5/BM25 index with CJK n-gram search.
+//!
+//! [`Fts5Retrieval`] implements [`deermem_core::ports::Retrieval`] over a SQLite database
+//! (rusqlite with the bundled SQLite, so FTS5 is always there), either on disk at
+//! `{root}/.retrieval/deermem-fts5-v1.sqlite3` or in memory.
+//!
+//! - **Ranking** is the reference's (spec/storage.md §5.4): `-bm25` with SQLite's defaults, a
+//!   30-day grace then `exp(-0.01 * (days - 30))` decay on `createdAt`, `+ 0.2 * confidence`,
+//!   `4 * top_k` candidates per scope, category filter before the cut, stable ordering.
+//! - **Queries** are sanitised like the reference (§5.3): valid FTS5 syntax passes through,
+//!   anything else becomes a quoted OR of its words, and a syntax error retries as words.
+//! - **CJK**: runs of Han, kana or Hangul are indexed as overlapping bigrams in a second column,
+//!   so `乌龙茶`, `東京` or `住んでいる` find the facts that contain them (the reference's
+//!   `unicode61` makes a whole run one token and finds nothing). With the `zh` feature, Chinese
+//!   query runs are segmented with jieba.
+//! - **Scopes** own disjoint rowid ranges, so a search reads only its scope's postings.
+//! - **Robustness**: a corrupt or unreadable file is deleted and recreated once at open; a
+//!   corrupt file found later is recreated by the next full rebuild; rows that fail to decode
+//!   are logged and skipped; no query text is an error.
+//! - **Concurrency**: one writer connection behind a mutex and a small pool of reader
+//!   connections (WAL: readers see the last committed snapshot while a rebuild runs). SQLite
+//!   work runs on tokio's blocking pool.
+//!
+//! The file name differs from the reference's `memory-fts5.sqlite3` on purpose: the schema
+//! differs (scope ranges, CJK column), and a Python process sharing the root must not break.
+
+#![deny(missing_docs)]
+
+pub mod cjk;
+mod engine;
+pub mod query;
+pub mod score;
+#[cfg(feature = "zh")]
+pub mod zh;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::{
+    Fact, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
+};
+use parking_lot::Mutex;
+use rusqlite::Connection;
+
+pub use engine::SCHEMA_VERSION;
+use engine::{FailureKind, Row, ScopeKeyText, WriteError, Writer};
+use query::Segmenter;
+
+/// The adapter kind reported by [`Retrieval::kind`].
+pub const KIND: &str = "fts5";
+/// The folder under the storage root that holds derived search data.
+pub const INDEX_DIR: &str = ".retrieval";
+/// The index file name inside [`INDEX_DIR`].
+pub const INDEX_FILE_NAME: &str = "deermem-fts5-v1.sqlite3";
+
+/// Tuning knobs; the defaults suit every caller.
+#[derive(Clone, Debug)]
+pub struct Fts5Options {
+    /// How long SQLite waits for a lock held by another connection or process.
+    pub busy_timeout_ms: u64,
+    /// Idle reader connections kept open (file indexes only).
+    pub max_idle_readers: usize,
+}
+
+impl Default for Fts5Options {
+    fn default() -> Self {
+        Self {
+            busy_timeout_ms: 30_000,
+            max_idle_readers: 4,
+        }
+    }
+}
+
+/// Where the index lives.
+#[derive(Clone, Debug)]
+enum Location {
+    Memory,
+    File(PathBuf),
+}
+
+struct State {
+    writer: Option<Connection>,
+}
+
+struct Inner {
+    location: Location,
+    options: Fts5Options,
+    clock: Arc<dyn Clock>,
+    segmenter: Box<dyn Segmenter>,
+    state: Mutex<State>,
+    readers: Mutex<Vec<(u64, Connection)>>,
+    generation: AtomicU64,
+    closed: AtomicBool,
+    corrupt: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+/// The SQLite FTS5 retrieval adapter. Cheap to clone; clones share the index.
+#[derive(Clone)]
+pub struct Fts5Retrieval {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Fts5Retrieval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fts5Retrieval")
+            .field("location", &self.inner.location)
+            .field("closed", &self.inner.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn closed_error() -> RetrievalError {
+    RetrievalError::Unavailable("the FTS5 index is closed".into())
+}
+
+fn default_segmenter() -> Box<dyn Segmenter> {
+    #[cfg(feature = "zh")]
+    {
+        Box::new(zh::JiebaSegmenter)
+    }
+    #[cfg(not(feature = "zh"))]
+    {
+        Box::new(query::NoSegmenter)
+    }
+}
+
+fn db_side_files(path: &Path) -> [PathBuf; 3] {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    [path.to_path_buf(), PathBuf::from(wal), PathBuf::from(shm)]
+}
+
+fn remove_db_files(path: &Path) {
+    for p in db_side_files(path) {
+        match std::fs::remove_file(&p) {
+            Ok(()) => tracing::info!(path = %p.display(), "removed unusable index file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %p.display(), error = %e, "cannot remove index file"),
+        }
+    }
+}
+
+fn open_writer(location: &Location, options: &Fts5Options) -> rusqlite::Result<Connection> {
+    let conn = match location {
+        Location::Memory => Connection::open_in_memory()?,
+        Location::File(path) => Connection::open(path)?,
+    };
+    engine::configure(&conn, true, options.busy_timeout_ms)?;
+    if engine::init_schema(&conn)? {
+        tracing::warn!("FTS5 index had an incompatible schema; it was emptied");
+    }
+    Ok(conn)
+}
+
+impl Fts5Retrieval {
+    /// The index file for a storage root: `{root}/.retrieval/deermem-fts5-v1.sqlite3`.
+    pub fn index_path(root: &Path) -> PathBuf {
+        root.join(INDEX_DIR).join(INDEX_FILE_NAME)
+    }
+
+    /// Opens (creating the folder and file if needed) the index of a storage root.
+    ///
+    /// # Errors
+    /// `Unavailable` when the folder cannot be created or the file cannot be opened even after
+    /// deleting it; the storage then falls back to substring search.
+    pub fn open(root: &Path, clock: Arc<dyn Clock>) -> Result<Self, RetrievalError> {
+        Self::open_file(&Self::index_path(root), clock, Fts5Options::default())
+    }
+
+    /// Opens an index file at an explicit path. A corrupt, foreign or unreadable file is
+    /// deleted (with its `-wal` and `-shm`) and recreated once.
+    ///
+    /// # Errors
+    /// `Unavailable` when the parent folder cannot be created or the retry fails too.
+    pub fn open_file(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        options: Fts5Options,
+    ) -> Result<Self, RetrievalError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                RetrievalError::Unavailable(format!(
+                    "cannot create index folder {}: {e}",
+                    parent.display()
+                ))
+            })?;
+        }
+        let location = Location::File(path.to_path_buf());
+        let writer = match open_writer(&location, &options) {
+            Ok(c) => c,
+            Err(first) => {
+                tracing::warn!(path = %path.display(), error = %first,
+                    "FTS5 index unusable; deleting and recreating it");
+                remove_db_files(path);
+                open_writer(&location, &options).map_err(|e| {
+                    RetrievalError::Unavailable(format!(
+                        "index {} is unusable ({first}) and could not be recreated: {e}",
+                        path.display()
+                    ))
+                })?
+            }
+        };
+        Ok(Self::from_parts(location, options, clock, writer))
+    }
+
+    /// An index that lives in memory only (nothing is written to disk).
+    ///
+    /// # Errors
+    /// `Unavailable` when SQLite cannot create the database.
+    pub fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, RetrievalError> {
+        let options = Fts5Options::default();
+        let writer = open_writer(&Location::Memory, &options).map_err(|e| {
+            RetrievalError::Unavailable(format!("cannot create in-memory index: {e}"))
+        })?;
+        Ok(Self::from_parts(Location::Memory, options, clock, writer))
+    }
+
+    fn from_parts(
+        location: Location,
+        options: Fts5Options,
+        clock: Arc<dyn Clock>,
+        writer: Connection,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                location,
+                options,
+                clock,
+                segmenter: default_segmenter(),
+                state: Mutex::new(State {
+                    writer: Some(writer),
+                }),
+                readers: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                corrupt: AtomicBool::new(false),
+                last_error: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The index file, when on disk.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.inner.location {
+            Location::File(p) => Some(p),
+            Location::Memory => None,
+        }
+    }
+
+    /// Runs `f` on tokio's blocking pool when a runtime is present, inline otherwise.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, RetrievalError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, RetrievalError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(move || f(&inner))
+                .await
+                .map_err(|e| RetrievalError::Backend(format!("index task failed: {e}")))?,
+            Err(_) => f(&inner),
+        }
+    }
+}
+
+/// A reader connection checked out of the pool; returned on drop.
+struct ReaderGuard<'a> {
+    inner: &'a Inner,
+    conn: Option<Connection>,
+    generation: u64,
+}
+
+impl Drop for ReaderGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !self.inner.closed.load(Ordering::Acquire)
+                && self.generation == self.inner.generation.load(Ordering::Acquire)
+            {
+                let mut idle = self.inner.readers.lock();
+                if idle.len() < self.inner.options.max_idle_readers {
+                    idle.push((self.generation, conn));
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn ensure_open(&self) -> Result<(), RetrievalError> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(closed_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn record(&self, e: RetrievalError) -> RetrievalError {
+        tracing::warn!(error = %e, "FTS5 index error");
+        *self.last_error.lock() = Some(e.to_string());
+        e
+    }
+
+    fn record_sqlite(&self, e: &rusqlite::Error) -> RetrievalError {
+        if engine::classify(e) == FailureKind::Corrupt {
+            self.corrupt.store(true, Ordering::Release);
+        }
+        self.record(engine::to_retrieval_error(e))
+    }
+
+    fn with_writer<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, WriteError>,
+    ) -> Result<T, RetrievalError> {
+        self.ensure_open()?;
+        let mut state = self.state.lock();
+        let conn = state.writer.as_mut().ok_or_else(closed_error)?;
+        f(conn).map_err(|e| match e {
+            WriteError::Sqlite(e) => self.record_sqlite(&e),
+            WriteError::Limit(m) => self.record(RetrievalError::Backend(m)),
+        })
+    }
+
+    fn checkout(&self, path: &Path) -> Result<ReaderGuard<'_>, RetrievalError> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let pooled = {
+            let mut idle = self.readers.lock();
+            idle.retain(|(g, _)| *g == generation);
+            idle.pop()
+        };
+        let conn = match pooled {
+            Some((_, c)) => c,
+            None => {
+                let c = Connection::open(path).map_err(|e| self.record_sqlite(&e))?;
+                engine::configure(&c, false, self.options.busy_timeout_ms)
+                    .map_err(|e| self.record_sqlite(&e))?;
+                c
+            }
+        };
+        Ok(ReaderGuard {
+            inner: self,
+            conn: Some(conn),
+            generation,
+        })
+    }
+
+    fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, RetrievalError> {
+        self.ensure_open()?;
+        match &self.location {
+            Location::Memory => {
+                let state = self.state.lock();
+                let conn = state.writer.as_ref().ok_or_else(closed_error)?;
+                f(conn).map_err(|e| self.record_sqlite(&e))
+            }
+            Location::File(path) => {
+                let guard = self.checkout(path)?;
+                let conn = guard.conn.as_ref().ok_or_else(closed_error)?;
+                f(conn).map_err(|e| self.record_sqlite(&e))
+            }
+        }
+    }
+
+    /// Deletes and recreates the database (after corruption was seen).
+    fn recreate(&self) -> Result<(), RetrievalError> {
+        self.ensure_open()?;
+        let mut state = self.state.lock();
+        state.writer = None;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.readers.lock().clear();
+        if let Location::File(path) = &self.location {
+            remove_db_files(path);
+        }
+        let conn = open_writer(&self.location, &self.options).map_err(|e| {
+            self.record(RetrievalError::Unavailable(format!(
+                "cannot recreate the FTS5 index: {e}"
+            )))
+        })?;
+        state.writer = Some(conn);
+        self.corrupt.store(false, Ordering::Release);
+        tracing::warn!("FTS5 index recreated after corruption");
+        Ok(())
+    }
+
+    fn upsert(&self, row: &Row) -> Result<(), RetrievalError> {
+        self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            w.upsert(row)?;
+            w.finish()
+        })
+    }
+
+    fn remove(&self, scope: &ScopeKeyText, id: &str) -> Result<(), RetrievalError> {
+        self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            w.remove(scope, id)?;
+            w.finish()
+        })
+    }
+
+    fn clear(&self, scopes: Option<&[ScopeKeyText]>) -> Result<(), RetrievalError> {
+        if scopes.is_none() && self.corrupt.load(Ordering::Acquire) {
+            return self.recreate();
+        }
+        self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            match scopes {
+                None => w.clear_all()?,
+                Some(list) => {
+                    for s in list {
+                        w.clear_scope(s)?;
+                    }
+                }
+            }
+            w.finish()
+        })
+    }
+
+    fn rebuild(&self, scopes: Option<&[ScopeKeyText]>, rows: &[Row]) -> Result<usize, RetrievalError> {
+        if scopes.is_none() && self.corrupt.load(Ordering::Acquire) {
+            self.recreate()?;
+        }
+        self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            match scopes {
+                None => w.clear_all()?,
+                Some(list) => {
+                    for s in list {
+                        w.clear_scope(s)?;
+                    }
+                }
+            }
+            for row in rows {
+                w.upsert(row)?;
+            }
+            w.finish()?;
+            Ok(rows.len())
+        })
+    }
+
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        self.ensure_open()?;
+        let Some(plan) = query::plan(&query.text, self.segmenter.as_ref()) else {
+            return Ok(Vec::new());
+        };
+        // Each scope once, in order, and only scopes that can hold facts.
+        let mut scopes: Vec<&Scope> = Vec::with_capacity(query.scopes.len());
+        for s in &query.scopes {
+            if s.agent.is_some() && !scopes.contains(&s) {
+                scopes.push(s);
+            }
+        }
+        let keys: Vec<ScopeKeyText> = scopes.iter().map(|s| ScopeKeyText::of(s)).collect();
+        let fact_scopes: Vec<_> = scopes.iter().map(|s| s.to_fact_scope()).collect();
+        let top_k = query.top_k;
+        let per_scope = top_k.saturating_mul(4);
+        let category = query.category.as_deref();
+        let now = self.clock.now();
+        self.with_reader(|conn| {
+            // One read snapshot for the candidates and the facts.
+            let tx = conn.unchecked_transaction()?;
+            let mut expr = plan.first.as_str();
+            let mut retried = false;
+            let mut all: Vec<engine::Candidate> = Vec::new();
+            for (i, key_text) in keys.iter().enumerate() {
+                let Some(key) = engine::scope_key(&tx, key_text)? else {
+                    continue;
+                };
+                let found = loop {
+                    match engine::search_scope(
+                        &tx, key, expr, category, per_scope, plan.has_cjk, now, i,
+                    ) {
+                        Ok(c) => break Some(c),
+                        Err(e) if engine::classify(&e) == FailureKind::Syntax => {
+                            tracing::debug!(error = %e, expression = expr, "FTS5 query rejected");
+                            match (&plan.retry, retried) {
+                                (Some(r), false) => {
+                                    expr = r.as_str();
+                                    retried = true;
+                                }
+                                _ => break None,
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
+                match found {
+                    Some(c) => all.extend(c),
+                    // Neither expression is valid: no results, as the reference.
+                    None => return Ok(Vec::new()),
+                }
+            }
+            all.sort_by(|a, b| b.score.total_cmp(&a.score));
+            let mut hits = Vec::with_capacity(top_k.min(all.len()));
+            for c in all {
+                if hits.len() >= top_k {
+                    break;
+                }
+                let Some((fact_id, json)) = engine::load_doc(&tx, c.id)? else {
+                    continue;
+                };
+                let Some(scope) = fact_scopes.get(c.scope_index) else {
+                    continue;
+                };
+                match engine::decode_fact(&fact_id, &json, scope, now) {
+                    Ok(fact) => hits.push(SearchHit {
+                        fact,
+                        score: c.score,
+                        match_type: if c.cjk_only {
+                            MatchType::Cjk
+                        } else {
+                            MatchType::Fts5
+                        },
+                        bm25: Some(c.rel),
+                    }),
+                    Err(msg) => {
+                        tracing::warn!(doc = c.id, fact_id = %fact_id, error = %msg,
+                            "skipping an index row that does not decode");
+                    }
+                }
+            }
+            drop(tx);
+            Ok(hits)
+        })
+    }
+
+    fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
+        let total_docs = self.with_reader(engine::count_docs)?;
+        let (db_path, db_bytes) = match &self.location {
+            Location::Memory => (None, None),
+            Location::File(path) => {
+                let [db, wal, _] = db_side_files(path);
+                let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                (
+                    Some(path.display().to_string()),
+                    Some(size(&db) + size(&wal)),
+                )
+            }
+        };
+        Ok(RetrievalStats {
+            adapter: KIND.to_owned(),
+            total_docs,
+            db_path,
+            db_bytes,
+            jieba: cfg!(feature = "zh"),
+            last_error: self.last_error.lock().clone(),
+        })
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.readers.lock().clear();
+        let writer = self.state.lock().writer.take();
+        if let Some(conn) = writer {
+            if let Err((_, e)) = conn.close() {
+                tracing::warn!(error = %e, "closing the FTS5 index failed");
+            }
+        }
+    }
+}
+
+fn encode_all(facts: &[(Scope, Fact)]) -> Result<Vec<Row>, RetrievalError> {
+    facts
+        .iter()
+        .map(|(scope, fact)| engine::encode_row(scope, fact))
+        .collect()
+}
+
+#[async_trait]
+impl Retrieval for Fts5Retrieval {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
+        let row = engine::encode_row(scope, fact)?;
+        self.blocking(move |inner| inner.upsert(&row)).await
+    }
+
+    async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
+        if scope.agent.is_none() {
+            self.inner.ensure_open()?;
+            return Ok(());
+        }
+        let key = ScopeKeyText::of(scope);
+        let id = id.to_owned();
+        self.blocking(move |inner| inner.remove(&key, &id)).await
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        let query = query.clone();
+        self.blocking(move |inner| inner.search(&query)).await
+    }
+
+    async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError> {
+        let keys: Option<Vec<ScopeKeyText>> =
+            scopes.map(|s| s.iter().map(ScopeKeyText::of).collect());
+        self.blocking(move |inner| inner.clear(keys.as_deref()))
+            .await
+    }
+
+    async fn rebuild(
+        &self,
+        scopes: Option<&[Scope]>,
+        facts: &[(Scope, Fact)],
+    ) -> Result<usize, RetrievalError> {
+        let rows = encode_all(facts)?;
+        let keys: Option<Vec<ScopeKeyText>> =
+            scopes.map(|s| s.iter().map(ScopeKeyText::of).collect());
+        self.blocking(move |inner| inner.rebuild(keys.as_deref(), &rows))
+            .await
+    }
+
+    async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
+        self.blocking(|inner| inner.stats()).await
+    }
+
+    async fn close(&self) {
+        let inner = Arc::clone(&self.inner);
+        // Closing waits for a running write; keep it off the async threads too.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let _ = handle.spawn_blocking(move || inner.close()).await;
+        } else {
+            inner.close();
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! The synchronous SQLite side of the adapter: schema, row encoding, writes in one transaction
+//! each, and the per-scope BM25 search. Everything here runs on a blocking thread.
+//!
+//! # Schema (version [`SCHEMA_VERSION`])
+//! - `meta(key, value)`: `schema_version`.
+//! - `scopes(scope_key, scope_user, scope_agent, next_seq)`: one row per indexed scope. The user
+//!   and agent are JSON-encoded like the reference's `scope_user`/`scope_agent` (`"alice"` with
+//!   the quotes, or `null`), so no user id can collide with the legacy no-user scope.
+//! - `docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)`: one row per
+//!   indexed fact; `id` is also the FTS rowid, `(scope_key << 32) | seq`, so each scope owns one
+//!   contiguous rowid range and a search reads only its scope's part of every doclist.
+//! - `fts(content, cjk)`: a contentless FTS5 table (`unicode61`, like the reference) holding the
+//!   fact text without its CJK runs in `content` and the runs' bigrams in `cjk`.
+
+use std::collections::HashMap;
+
+use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::{Fact, FactId, FactScope, RetrievalError, Scope, Timestamp};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use serde_json::{Map, Value};
+
+use crate::cjk;
+use crate::score;
+
+/// The schema version recorded in `meta`; a file with another version is rebuilt from empty.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// Largest scope key: keys above it would make rowids negative.
+const MAX_SCOPE_KEY: i64 = (1 << 31) - 1;
+/// Largest per-scope sequence number (the low 32 bits of a rowid).
+const MAX_SEQ: i64 = (1 << 32) - 1;
+
+const CREATE_SQL: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS scopes(
+    scope_key INTEGER PRIMARY KEY,
+    scope_user TEXT NOT NULL,
+    scope_agent TEXT NOT NULL,
+    next_seq INTEGER NOT NULL,
+    UNIQUE(scope_user, scope_agent)
+);
+CREATE TABLE IF NOT EXISTS docs(
+    id INTEGER PRIMARY KEY,
+    scope_key INTEGER NOT NULL,
+    fact_id TEXT NOT NULL,
+    category TEXT NOT NULL,
+    created_us INTEGER,
+    confidence REAL NOT NULL,
+    fact_json TEXT NOT NULL,
+    UNIQUE(scope_key, fact_id)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    content, cjk, content='', contentless_delete=1, tokenize='unicode61'
+);
+";
+
+const DROP_SQL: &str = "
+DROP TABLE IF EXISTS fts;
+DROP TABLE IF EXISTS docs;
+DROP TABLE IF EXISTS scopes;
+DROP TABLE IF EXISTS meta;
+";
+
+/// How a SQLite failure should be reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FailureKind {
+    /// The MATCH expression (or another statement) is not valid: a query problem.
+    Syntax,
+    /// The file is corrupt or not a database: the index must be recreated.
+    Corrupt,
+    /// The file cannot be read or written now (I/O, locks, permissions, disk full).
+    Unavailable,
+    /// Anything else.
+    Other,
+}
+
+/// Classifies a rusqlite error.
+pub(crate) fn classify(e: &rusqlite::Error) -> FailureKind {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => match f.code {
+            ErrorCode::Unknown => FailureKind::Syntax,
+            ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => FailureKind::Corrupt,
+            ErrorCode::CannotOpen
+            | ErrorCode::ReadOnly
+            | ErrorCode::DiskFull
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::PermissionDenied
+            | ErrorCode::FileLockingProtocolFailed
+            | ErrorCode::OutOfMemory => FailureKind::Unavailable,
+            _ => FailureKind::Other,
+        },
+        _ => FailureKind::Other,
+    }
+}
+
+/// Maps a rusqlite error to the port's error.
+pub(crate) fn to_retrieval_error(e: &rusqlite::Error) -> RetrievalError {
+    match classify(e) {
+        FailureKind::Corrupt | FailureKind::Unavailable => {
+            RetrievalError::Unavailable(format!("sqlite: {e}"))
+        }
+        FailureKind::Syntax | FailureKind::Other => RetrievalError::Backend(format!("sqlite: {e}")),
+    }
+}
+
+/// Applies the connection settings: busy timeout, statement cache, and for the writer WAL.
+pub(crate) fn configure(conn: &Connection, writer: bool, busy_ms: u64) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_millis(busy_ms))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    if writer {
+        // In-memory databases answer "memory"; either answer is fine.
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+    } else {
+        conn.execute_batch("PRAGMA query_only=1;")?;
+    }
+    Ok(())
+}
+
+/// Creates the schema, or replaces every table of an incompatible (older or foreign) version.
+/// Returns whether an old schema was dropped.
+pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
+    let has_meta: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta')",
+        [],
+        |r| r.get(0),
+    )?;
+    let has_any: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name IN ('fts','docs','scopes','meta'))",
+        [],
+        |r| r.get(0),
+    )?;
+    let version: Option<String> = if has_meta {
+        conn.query_row(
+            "SELECT value FROM meta WHERE key='schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+    } else {
+        None
+    };
+    let dropped = has_any && version.as_deref() != Some(SCHEMA_VERSION);
+    let mut sql = String::from("BEGIN IMMEDIATE;");
+    if dropped {
+        sql.push_str(DROP_SQL);
+    }
+    sql.push_str(CREATE_SQL);
+    sql.push_str("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '");
+    sql.push_str(SCHEMA_VERSION);
+    sql.push_str("'); COMMIT;");
+    if let Err(e) = conn.execute_batch(&sql) {
+        let _ = conn.execute_batch("ROLLBACK;");
+        return Err(e);
+    }
+    // Touch every table so that a damaged file fails here, at open, rather than later.
+    conn.query_row(
+        "SELECT (SELECT count(*) FROM scopes) + (SELECT count(*) FROM meta)",
+        [],
+        |r| r.get::<_, i64>(0),
+    )?;
+    conn.query_row("SELECT count(*) FROM fts_data", [], |r| r.get::<_, i64>(0))?;
+    Ok(dropped)
+}
+
+/// A scope as stored: the JSON-encoded raw user id and agent name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ScopeKeyText {
+    /// `"alice"` (JSON string) or `null`.
+    pub(crate) user: String,
+    /// `"coder"` (JSON string) or `null`.
+    pub(crate) agent: String,
+}
+
+fn json_text(v: Option<&str>) -> String {
+    match v {
+        Some(s) => Value::String(s.to_owned()).to_string(),
+        None => "null".to_owned(),
+    }
+}
+
+impl ScopeKeyText {
+    /// The stored form of a scope.
+    pub(crate) fn of(scope: &Scope) -> Self {
+        Self {
+            user: json_text(scope.user.as_ref().map(|u| u.as_str())),
+            agent: json_text(scope.agent.as_ref().map(|a| a.as_str())),
+        }
+    }
+}
+
+/// One fact ready to be written.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    /// The stored scope.
+    pub(crate) scope: ScopeKeyText,
+    /// The fact id.
+    pub(crate) fact_id: String,
+    /// `category or "context"`.
+    pub(crate) category: String,
+    /// `createdAt` in microseconds, when aware and parseable.
+    pub(crate) created_us: Option<i64>,
+    /// The confidence as the score reads it.
+    pub(crate) confidence: f64,
+    /// The fact as JSON, with its scope set to the indexing scope.
+    pub(crate) fact_json: String,
+    /// The `content` column.
+    pub(crate) body: String,
+    /// The `cjk` column.
+    pub(crate) grams: String,
+}
+
+/// Encodes a fact for indexing under `scope`.
+///
+/// # Errors
+/// `InvalidInput` when the scope has no agent (facts always live in an agent bucket).
+pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
+    if scope.agent.is_none() {
+        return Err(RetrievalError::InvalidInput(
+            "retrieval scope agentName must be set to index a fact".into(),
+        ));
+    }
+    let fs = scope.to_fact_scope();
+    let mut map = fact.to_internal_map();
+    let mut scope_map = Map::new();
+    scope_map.insert(
+        "userId".into(),
+        fs.user_id.clone().map_or(Value::Null, Value::String),
+    );
+    scope_map.insert(
+        "agentName".into(),
+        fs.agent_name.clone().map_or(Value::Null, Value::String),
+    );
+    map.insert("scope".into(), Value::Object(scope_map));
+    let fact_json = serde_json::to_string(&map)
+        .map_err(|e| RetrievalError::InvalidInput(format!("fact cannot be encoded: {e}")))?;
+    let (body, grams) = cjk::index_columns(&fact.content);
+    Ok(Row {
+        scope: ScopeKeyText::of(scope),
+        fact_id: fact.id.as_str().to_owned(),
+        category: fact.category_or_default().to_owned(),
+        created_us: score::created_micros(&fact.created_at),
+        confidence: score::index_confidence(fact),
+        fact_json,
+        body,
+        grams,
+    })
+}
+
+/// Decodes a stored fact, re-normalising it through core under the indexing scope.
+///
+/// # Errors
+/// A message saying why the stored JSON is not a valid fact.
+pub(crate) fn decode_fact(
+    fact_id: &str,
+    fact_json: &str,
+    scope: &FactScope,
+    now: Timestamp,
+) -> Result<Fact, String> {
+    let map: Map<String, Value> =
+        serde_json::from_str(fact_json).map_err(|e| format!("invalid fact_json: {e}"))?;
+    let fallback = FactId::new(fact_id).map_err(|e| format!("invalid stored fact id: {e}"))?;
+    let new_id = move || fallback.clone();
+    let ctx = NormalizeContext {
+        scope,
+        existing: None,
+        now,
+        new_id: &new_id,
+    };
+    normalize_fact(&map, &ctx).map_err(|e| format!("invalid fact: {e}"))
+}
+
+/// The rowid range `[lo, hi]` of a scope key.
+pub(crate) fn scope_range(key: i64) -> (i64, i64) {
+    (key << 32, (key << 32) | MAX_SEQ)
+}
+
+/// Looks up a scope's key.
+pub(crate) fn scope_key(conn: &Connection, scope: &ScopeKeyText) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT scope_key FROM scopes WHERE scope_user=?1 AND scope_agent=?2")?
+        .query_row(params![scope.user, scope.agent], |r| r.get(0))
+        .optional()
+}
+
+/// A writer inside one transaction: caches scope keys and sequence numbers, and writes them
+/// back at [`Writer::finish`].
+pub(crate) struct Writer<'c> {
+    tx: rusqlite::Transaction<'c>,
+    scopes: HashMap<ScopeKeyText, (i64, i64)>,
+}
+
+/// A write error: a database failure, or a limit of the rowid layout.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// SQLite failed.
+    Sqlite(rusqlite::Error),
+    /// A limit was reached (too many scopes, sequence exhausted).
+    Limit(String),
+}
+
+impl From<rusqlite::Error> for WriteError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sqlite(e)
+    }
+}
+
+impl<'c> Writer<'c> {
+    /// Starts an immediate (write-locking) transaction.
+    pub(crate) fn begin(conn: &'c mut Connection) -> rusqlite::Result<Self> {
+        Ok(Self {
+            tx: conn.transaction_with_behavior(TransactionBehavior::Immediate)?,
+            scopes: HashMap::new(),
+        })
+    }
+
+    fn scope_entry(&mut self, scope: &ScopeKeyText, create: bool) -> Result<Option<i64>, WriteError> {
+        if let Some((key, _)) = self.scopes.get(scope) {
+            return Ok(Some(*key));
+        }
+        let found: Option<(i64, i64)> = self
+            .tx
+            .prepare_cached(
+                "SELECT scope_key, next_seq FROM scopes WHERE scope_user=?1 AND scope_agent=?2",
+            )?
+            .query_row(params![scope.user, scope.agent], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let entry = match found {
+            Some(e) => e,
+            None if create => {
+                self.tx
+                    .prepare_cached(
+                        "INSERT INTO scopes(scope_user, scope_agent, next_seq) VALUES(?1, ?2, 1)",
+                    )?
+                    .execute(params![scope.user, scope.agent])?;
+                let key = self.tx.last_insert_rowid();
+                if !(1..=MAX_SCOPE_KEY).contains(&key) {
+                    return Err(WriteError::Limit(format!(
+                        "scope key {key} is outside the index's rowid layout"
+                    )));
+                }
+                (key, 1)
+            }
+            None => return Ok(None),
+        };
+        self.scopes.insert(scope.clone(), entry);
+        Ok(Some(entry.0))
+    }
+
+    fn delete_doc(&mut self, id: i64) -> rusqlite::Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM fts WHERE rowid=?1")?
+            .execute([id])?;
+        self.tx
+            .prepare_cached("DELETE FROM docs WHERE id=?1")?
+            .execute([id])?;
+        Ok(())
+    }
+
+    /// Inserts or replaces one document.
+    pub(crate) fn upsert(&mut self, row: &Row) -> Result<(), WriteError> {
+        let key = self
+            .scope_entry(&row.scope, true)?
+            .ok_or_else(|| WriteError::Limit("scope could not be created".into()))?;
+        let old: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM docs WHERE scope_key=?1 AND fact_id=?2")?
+            .query_row(params![key, row.fact_id], |r| r.get(0))
+            .optional()?;
+        if let Some(old) = old {
+            self.delete_doc(old)?;
+        }
+        let seq = {
+            let entry = self
+                .scopes
+                .get_mut(&row.scope)
+                .ok_or_else(|| WriteError::Limit("scope cache lost its entry".into()))?;
+            let seq = entry.1;
+            if seq > MAX_SEQ {
+                return Err(WriteError::Limit(format!(
+                    "scope {}|{} used all {MAX_SEQ} sequence numbers; rebuild it",
+                    row.scope.user, row.scope.agent
+                )));
+            }
+            entry.1 += 1;
+            seq
+        };
+        let id = (key << 32) | seq;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                id,
+                key,
+                row.fact_id,
+                row.category,
+                row.created_us,
+                row.confidence,
+                row.fact_json
+            ])?;
+        self.tx
+            .prepare_cached("INSERT INTO fts(rowid, content, cjk) VALUES(?1, ?2, ?3)")?
+            .execute(params![id, row.body, row.grams])?;
+        Ok(())
+    }
+
+    /// Removes one document; absent documents are a no-op.
+    pub(crate) fn remove(&mut self, scope: &ScopeKeyText, fact_id: &str) -> Result<(), WriteError> {
+        let Some(key) = self.scope_entry(scope, false)? else {
+            return Ok(());
+        };
+        let old: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM docs WHERE scope_key=?1 AND fact_id=?2")?
+            .query_row(params![key, fact_id], |r| r.get(0))
+            .optional()?;
+        if let Some(old) = old {
+            self.delete_doc(old)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every document of one scope and forgets the scope.
+    pub(crate) fn clear_scope(&mut self, scope: &ScopeKeyText) -> Result<(), WriteError> {
+        let Some(key) = self.scope_entry(scope, false)? else {
+            return Ok(());
+        };
+        let (lo, hi) = scope_range(key);
+        let ids: Vec<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM docs WHERE id BETWEEN ?1 AND ?2")?
+            .query_map([lo, hi], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for id in ids {
+            self.delete_doc(id)?;
+        }
+        self.tx
+            .prepare_cached("DELETE FROM scopes WHERE scope_key=?1")?
+            .execute([key])?;
+        self.scopes.remove(scope);
+        Ok(())
+    }
+
+    /// Deletes every document of every scope.
+    pub(crate) fn clear_all(&mut self) -> Result<(), WriteError> {
+        self.tx.execute_batch(
+            "DELETE FROM docs; DELETE FROM scopes; INSERT INTO fts(fts) VALUES('delete-all');",
+        )?;
+        self.scopes.clear();
+        Ok(())
+    }
+
+    /// Writes the sequence counters back and commits.
+    pub(crate) fn finish(self) -> Result<(), WriteError> {
+        {
+            let mut stmt = self
+                .tx
+                .prepare_cached("UPDATE scopes SET next_seq=?2 WHERE scope_key=?1")?;
+            for (key, next) in self.scopes.values() {
+                stmt.execute(params![key, next])?;
+            }
+        }
+        self.tx.commit()?;
+        Ok(())
+    }
+}
+
+/// One ranked candidate of a scope search (the fact is decoded later, only for the final hits).
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    /// The document id.
+    pub(crate) id: i64,
+    /// `-bm25`.
+    pub(crate) rel: f64,
+    /// The final score.
+    pub(crate) score: f64,
+    /// Whether only the CJK column matched.
+    pub(crate) cjk_only: bool,
+    /// Index of the scope in the query.
+    pub(crate) scope_index: usize,
+}
+
+/// Runs one MATCH expression within one scope: the reference's engine search with
+/// `top_k_e = per_scope` (SQL limit `2 * per_scope`), scored and cut to `per_scope`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn search_scope(
+    conn: &Connection,
+    key: i64,
+    expr: &str,
+    category: Option<&str>,
+    per_scope: usize,
+    has_cjk: bool,
+    now: Timestamp,
+    scope_index: usize,
+) -> rusqlite::Result<Vec<Candidate>> {
+    let (lo, hi) = scope_range(key);
+    let limit = i64::try_from(per_scope.saturating_mul(2)).unwrap_or(i64::MAX);
+    let sql = format!(
+        "SELECT fts.rowid, bm25(fts), docs.created_us, docs.confidence{extra}
+         FROM fts JOIN docs ON docs.id = fts.rowid
+         WHERE fts MATCH ?1 AND fts.rowid BETWEEN ?2 AND ?3{cat}
+         ORDER BY 2, 1 LIMIT ?4",
+        extra = if has_cjk { ", bm25(fts, 1.0, 0.0)" } else { "" },
+        cat = if category.is_some() {
+            " AND docs.category = ?5"
+        } else {
+            ""
+        },
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let map_row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<Candidate> {
+        let id: i64 = r.get(0)?;
+        let bm25: f64 = r.get(1)?;
+        let created: Option<i64> = r.get(2)?;
+        let confidence: f64 = r.get(3)?;
+        let cjk_only = if has_cjk {
+            let body: f64 = r.get(4)?;
+            body == 0.0
+        } else {
+            false
+        };
+        let rel = -bm25;
+        Ok(Candidate {
+            id,
+            rel,
+            score: score::final_score(rel, score::decay(now, created), confidence),
+            cjk_only,
+            scope_index,
+        })
+    };
+    let mut out: Vec<Candidate> = match category {
+        Some(c) => stmt
+            .query_map(params![expr, lo, hi, limit, c], map_row)?
+            .collect::<rusqlite::Result<_>>()?,
+        None => stmt
+            .query_map(params![expr, lo, hi, limit], map_row)?
+            .collect::<rusqlite::Result<_>>()?,
+    };
+    // Stable: ties keep BM25 order.
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out.truncate(per_scope);
+    Ok(out)
+}
+
+/// The stored id and JSON of a document.
+pub(crate) fn load_doc(conn: &Connection, id: i64) -> rusqlite::Result<Option<(String, String)>> {
+    conn.prepare_cached("SELECT fact_id, fact_json FROM docs WHERE id=?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+}
+
+/// Number of indexed documents.
+pub(crate) fn count_docs(conn: &Connection) -> rusqlite::Result<u64> {
+    let n: i64 = conn
+        .prepare_cached("SELECT count(*) FROM docs")?
+        .query_row([], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
