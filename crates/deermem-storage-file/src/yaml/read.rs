@@ -158,6 +158,9 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
     let mut expanded: usize = 0;
     let mut root: Option<Node> = None;
     let mut documents = 0_usize;
+    // Where a block scalar that ran to the end of an unterminated text sits, while only end
+    // events follow it.
+    let mut eof_block: Option<Vec<Step>> = None;
     loop {
         let (event, mark) = parser.next_token().map_err(|e| {
             YamlError::new(e.info().to_owned(), Some(e.marker().line()))
@@ -176,6 +179,7 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
                 None
             }
             Event::Alias(id) => {
+                eof_block = None;
                 let node = anchors
                     .get(&id)
                     .ok_or_else(|| err_at("found undefined alias", &mark))?;
@@ -189,9 +193,15 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
                 Some((node.clone(), 0))
             }
             Event::Scalar(value, style, anchor, tag) => {
-                Some((scalar(value, style, tag.as_ref(), &mark)?, anchor))
+                let is_key = matches!(stack.last(), Some(Frame::Map { key: None, .. }));
+                eof_block = None;
+                if !is_key && !stack.is_empty() && block_scalar_ends_the_text(text, &value, style) {
+                    eof_block = Some(path_of_next(&stack));
+                }
+                Some((scalar(value, style, tag.as_ref(), is_key, &mark)?, anchor))
             }
             Event::SequenceStart(anchor, tag) => {
+                eof_block = None;
                 check_collection_tag(tag.as_ref(), "seq", &mark)?;
                 if stack.len() >= MAX_DEPTH {
                     return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
@@ -200,6 +210,7 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
                 None
             }
             Event::MappingStart(anchor, tag) => {
+                eof_block = None;
                 check_collection_tag(tag.as_ref(), "map", &mark)?;
                 if stack.len() >= MAX_DEPTH {
                     return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
@@ -237,7 +248,72 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
             },
         }
     }
+    if let (Some(path), Some(root)) = (eof_block, root.as_mut()) {
+        drop_final_line_break(root, &path);
+    }
     Ok(root)
+}
+
+/// One step from a collection to a child.
+#[derive(Debug)]
+enum Step {
+    Index(usize),
+    Key(String),
+}
+
+/// The path from the root to the node the next completed node will become.
+fn path_of_next(stack: &[Frame]) -> Vec<Step> {
+    stack
+        .iter()
+        .map(|f| match f {
+            Frame::Seq { items, .. } => Step::Index(items.len()),
+            Frame::Map { key, .. } => Step::Key(key.clone().unwrap_or_default()),
+        })
+        .collect()
+}
+
+fn drop_final_line_break(root: &mut Node, path: &[Step]) {
+    let mut node = root;
+    for step in path {
+        let next = match (node, step) {
+            (Node::Seq(items), Step::Index(i)) => items.get_mut(*i),
+            (Node::Map(entries), Step::Key(k)) => entries.get_mut(k),
+            _ => None,
+        };
+        match next {
+            Some(n) => node = n,
+            None => return,
+        }
+    }
+    if let Node::Leaf(Value::String(s), _) = node {
+        if s.ends_with('\n') {
+            s.pop();
+        }
+    }
+}
+
+/// PyYAML gives a block scalar whose last content line ends the text without a line break no
+/// final line break (the front matter never ends with one); yaml-rust2 adds it. This says
+/// whether `value` is such a scalar: the text's last line is its last content line.
+fn block_scalar_ends_the_text(text: &str, value: &str, style: TScalarStyle) -> bool {
+    if !matches!(style, TScalarStyle::Literal | TScalarStyle::Folded)
+        || text.ends_with(['\n', '\r'])
+        || !value.ends_with('\n')
+    {
+        return false;
+    }
+    let last_line = text.rsplit(['\n', '\r']).next().unwrap_or(text);
+    let content = last_line.trim_start_matches(' ');
+    if content.trim().is_empty() || content.len() == last_line.len() {
+        return false;
+    }
+    let body = &value[..value.len() - 1];
+    let value_last = body.rsplit('\n').next().unwrap_or(body);
+    match style {
+        TScalarStyle::Literal => last_line.ends_with(value_last) && last_line.len() > value_last.len()
+            && last_line[..last_line.len() - value_last.len()].chars().all(|c| c == ' '),
+        _ => value_last.ends_with(content),
+    }
 }
 
 /// Turns a mapping key into the JSON object key.
@@ -315,8 +391,16 @@ fn bool_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
 }
 
 /// Types one scalar: plain scalars by the implicit resolver, quoted ones as strings, tags honoured.
-fn scalar(value: String, style: TScalarStyle, tag: Option<&Tag>, mark: &Marker) -> Result<Node, YamlError> {
-    if let Some(tag) = tag {
+fn scalar(
+    value: String,
+    style: TScalarStyle,
+    tag: Option<&Tag>,
+    is_key: bool,
+    mark: &Marker,
+) -> Result<Node, YamlError> {
+    // PyYAML resolves a scalar with the non-specific tag `!` like an untagged plain one.
+    let non_specific = tag.is_some_and(|t| format!("{}{}", t.handle, t.suffix) == "!");
+    if let (Some(tag), false) = (tag, non_specific) {
         let full = format!("{}{}", tag.handle, tag.suffix);
         return match full.strip_prefix(CORE) {
             Some("str") => Ok(Node::Leaf(Value::String(value), Special::None)),
@@ -325,12 +409,18 @@ fn scalar(value: String, style: TScalarStyle, tag: Option<&Tag>, mark: &Marker) 
             Some("int") => int_node(&value, mark),
             Some("float") => float_node(&value, mark),
             Some("timestamp") => timestamp_node(value, mark),
-            _ if full == "!" => Ok(Node::Leaf(Value::String(value), Special::None)),
             _ => Err(err_at(format!("unsupported tag {full:?} on a scalar"), mark)),
         };
     }
-    if style != TScalarStyle::Plain {
+    if style != TScalarStyle::Plain && !non_specific {
         return Ok(Node::Leaf(Value::String(value), Special::None));
+    }
+    if style == TScalarStyle::Plain && value.contains('\t') {
+        // PyYAML's scanner ends a plain scalar at a tab and then cannot start a token there.
+        return Err(err_at(
+            "found character '\\t' that cannot start any token (tabs are not allowed in plain scalars)",
+            mark,
+        ));
     }
     match resolve_plain(&value) {
         Implicit::Str => Ok(Node::Leaf(Value::String(value), Special::None)),
@@ -343,6 +433,8 @@ fn scalar(value: String, style: TScalarStyle, tag: Option<&Tag>, mark: &Marker) 
             "merge keys (`<<`) are not supported; quote the text if it is meant as a string",
             mark,
         )),
+        // As a mapping key PyYAML turns the value key `=` into the string "=".
+        Implicit::Value if is_key => Ok(Node::Leaf(Value::String(value), Special::None)),
         Implicit::Value | Implicit::Yaml => Err(err_at(
             format!("plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"),
             mark,
