@@ -1,0 +1,747 @@
+//! `InMemoryStorage`: a `MemoryStorage` fake holding everything in process memory. It is
+//! stricter than production: every stored fact is re-validated through core's normalisation on
+//! every read, and every draft is validated before anything is applied, so a caller that
+//! relies on lenient behaviour fails here first.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::ports::{Clock, ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId,
+    MatchType, MemoryDocument, RebuildReport, RetrievalStatus, SearchHit, SearchQuery,
+    StorageError, SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
+};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Default, Clone)]
+struct UserData {
+    /// `(revision, lastUpdated, user, history)` once something was committed.
+    manifest: Option<(u64, String, SummarySection, SummarySection)>,
+    facts: BTreeMap<AgentName, BTreeMap<String, Fact>>,
+    usage: BTreeMap<AgentName, Map<String, Value>>,
+    audit: BTreeMap<AgentName, Vec<Value>>,
+}
+
+/// An in-memory storage for tests (see the module documentation).
+#[derive(Debug)]
+pub struct InMemoryStorage {
+    clock: Arc<dyn Clock>,
+    users: Mutex<HashMap<Option<UserId>, UserData>>,
+    audit_max_entries: usize,
+    half_life_days: f64,
+}
+
+fn fresh_id() -> FactId {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    FactId::long_from_hex(&hex).unwrap_or_else(|e| panic!("a v4 uuid is 32 hex digits: {e}"))
+}
+
+fn fact_conflict(id: &str, message: String) -> StorageError {
+    StorageError::FactConflict {
+        id: id.to_owned(),
+        message,
+    }
+}
+
+impl InMemoryStorage {
+    /// An empty storage reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            users: Mutex::new(HashMap::new()),
+            audit_max_entries: 200,
+            half_life_days: 30.0,
+        }
+    }
+
+    fn data(&self) -> MutexGuard<'_, HashMap<Option<UserId>, UserData>> {
+        self.users.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn scope(user: Option<&UserId>, agent: &AgentName) -> FactScope {
+        FactScope {
+            user_id: user.map(|u| u.as_str().to_owned()),
+            agent_name: Some(agent.as_str().to_owned()),
+        }
+    }
+
+    /// Re-validates a stored fact (the strictness of this fake).
+    fn revalidate(&self, fact: &Fact) -> Result<Fact, StorageError> {
+        let ctx = NormalizeContext {
+            scope: &fact.scope,
+            existing: None,
+            now: self.clock.now(),
+            new_id: &fresh_id,
+        };
+        let again = normalize_fact(&fact.to_internal_map(), &ctx).map_err(|e| {
+            StorageError::corrupt(format!("stored fact '{}' no longer validates: {e}", fact.id))
+        })?;
+        if &again != fact {
+            return Err(StorageError::corrupt(format!(
+                "stored fact '{}' does not round-trip through normalisation",
+                fact.id
+            )));
+        }
+        Ok(again)
+    }
+
+    fn document(
+        &self,
+        data: Option<&UserData>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
+        let now = self.clock.now();
+        let mut doc = MemoryDocument::empty(now);
+        if let Some((rev, last, user, hist)) = data.and_then(|d| d.manifest.clone()) {
+            doc.version = "2.0".into();
+            doc.revision = rev;
+            doc.last_updated = last;
+            doc.user = user;
+            doc.history = hist;
+        }
+        if let (Some(d), Some(a)) = (data, agent) {
+            if let Some(facts) = d.facts.get(a) {
+                for f in facts.values() {
+                    doc.facts.push(self.revalidate(f)?);
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn commit(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        changes: &ChangeSet,
+        expected: Option<u64>,
+        upsert_revisions: &HashMap<FactId, Option<u64>>,
+    ) -> Result<ChangeResult, StorageError> {
+        let now = self.clock.now();
+        let mut all = self.data();
+        let data = all.entry(user.cloned()).or_default();
+        let current = data.manifest.as_ref().map_or(0, |m| m.0);
+        if let Some(e) = expected {
+            if e != current {
+                return Err(StorageError::ManifestConflict {
+                    expected: e,
+                    found: current,
+                });
+            }
+        }
+        let mut written: Vec<Fact> = Vec::new();
+        let mut deleted: Vec<FactId> = Vec::new();
+        if let Some(agent) = agent {
+            let scope = Self::scope(user, agent);
+            let bucket = data.facts.get(agent).cloned().unwrap_or_default();
+            for draft in &changes.upserts {
+                let id = draft
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .and_then(|s| FactId::new(s).ok())
+                    .ok_or_else(|| StorageError::from(FactError::InvalidId))?;
+                let existing = bucket.get(id.as_str());
+                if let Some(exp) = upsert_revisions.get(&id) {
+                    match (exp, existing.map(|e| e.revision)) {
+                        (None, Some(_)) => {
+                            return Err(fact_conflict(
+                                id.as_str(),
+                                format!("Fact '{id}' must not already exist"),
+                            ));
+                        }
+                        (Some(e), a) if Some(*e) != a => {
+                            return Err(fact_conflict(
+                                id.as_str(),
+                                format!(
+                                    "Expected fact '{id}' revision {e}, found {}",
+                                    a.map_or("None".to_owned(), |x| x.to_string())
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                let ctx = NormalizeContext {
+                    scope: &scope,
+                    existing,
+                    now,
+                    new_id: &fresh_id,
+                };
+                let fact = normalize_fact(draft, &ctx)?;
+                if existing != Some(&fact) {
+                    written.push(fact);
+                }
+            }
+            for id in &changes.deletes {
+                let Some(existing) = bucket.get(id.as_str()) else {
+                    continue;
+                };
+                if let Some(exp) = changes.delete_revisions.as_ref().and_then(|m| m.get(id)) {
+                    if *exp != existing.revision {
+                        return Err(fact_conflict(
+                            id.as_str(),
+                            format!(
+                                "Expected fact '{id}' revision {exp}, found {}",
+                                existing.revision
+                            ),
+                        ));
+                    }
+                }
+                deleted.push(id.clone());
+            }
+        }
+        let (base_user, base_hist) = data.manifest.as_ref().map_or_else(
+            || {
+                (
+                    SummarySection::default_user(),
+                    SummarySection::default_history(),
+                )
+            },
+            |m| (m.2.clone(), m.3.clone()),
+        );
+        let (mut new_user, mut new_hist) = (base_user.clone(), base_hist.clone());
+        if let Some(p) = &changes.summaries {
+            for (k, v) in p.user.iter().flatten() {
+                new_user.0.insert(k.clone(), v.clone());
+            }
+            for (k, v) in p.history.iter().flatten() {
+                new_hist.0.insert(k.clone(), v.clone());
+            }
+        }
+        let summaries_changed = !py::py_eq(
+            &Value::Object(new_user.0.clone()),
+            &Value::Object(base_user.0.clone()),
+        ) || !py::py_eq(
+            &Value::Object(new_hist.0.clone()),
+            &Value::Object(base_hist.0.clone()),
+        );
+        if written.is_empty() && deleted.is_empty() && !summaries_changed && data.manifest.is_some()
+        {
+            let (rev, last, ..) = data.manifest.clone().unwrap_or_default();
+            return Ok(ChangeResult {
+                version: "2.0".into(),
+                revision: rev,
+                last_updated: last,
+                upserted_facts: Vec::new(),
+                deleted_fact_ids: Vec::new(),
+            });
+        }
+        if let Some(agent) = agent {
+            let bucket = data.facts.entry(agent.clone()).or_default();
+            for f in &written {
+                bucket.insert(f.id.to_string(), f.clone());
+            }
+            for id in &deleted {
+                bucket.remove(id.as_str());
+            }
+            if !deleted.is_empty() {
+                let gone: Vec<String> = deleted.iter().map(ToString::to_string).collect();
+                if let Some(u) = data.usage.get_mut(agent) {
+                    u.retain(|k, _| !gone.contains(k));
+                }
+            }
+        }
+        let last = now.to_iso_z();
+        data.manifest = Some((current + 1, last.clone(), new_user, new_hist));
+        Ok(ChangeResult {
+            version: "2.0".into(),
+            revision: current + 1,
+            last_updated: last,
+            upserted_facts: written,
+            deleted_fact_ids: deleted,
+        })
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> StorageError {
+    StorageError::invalid(field, message)
+}
+
+fn bad_revision() -> StorageError {
+    invalid(
+        "change_set.upsertRevisions",
+        "change_set.upsertRevisions values must be null or integers >= 1",
+    )
+}
+
+#[async_trait]
+impl MemoryStorage for InMemoryStorage {
+    fn capabilities(&self) -> StorageCapabilities {
+        StorageCapabilities {
+            names: ["revision", "fact-repository", "substring-fallback"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            persistent: false,
+            retrieval: false,
+        }
+    }
+
+    async fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
+        let all = self.data();
+        self.document(all.get(&user.cloned()), agent)
+    }
+
+    async fn reload(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
+        self.load(user, agent).await
+    }
+
+    async fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Option<Fact>, StorageError> {
+        let all = self.data();
+        match all
+            .get(&user.cloned())
+            .and_then(|d| d.facts.get(agent))
+            .and_then(|b| b.get(id.as_str()))
+        {
+            Some(f) => self.revalidate(f).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_facts(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        query: &ListQuery,
+    ) -> Result<Vec<Fact>, StorageError> {
+        if query.limit == Some(0) {
+            return Err(invalid(
+                "limit",
+                "cursor must be >= 0 and limit must be >= 1",
+            ));
+        }
+        let doc = self.load(user, Some(agent)).await?;
+        let matched = doc.facts.into_iter().filter(|f| {
+            let m = f.to_internal_map();
+            query
+                .filters
+                .iter()
+                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
+        });
+        let paged = matched.skip(query.cursor);
+        Ok(match query.limit {
+            Some(n) => paged.take(n).collect(),
+            None => paged.collect(),
+        })
+    }
+
+    async fn apply_changes(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        mut changes: ChangeSet,
+        options: ApplyOptions,
+    ) -> Result<ChangeResult, StorageError> {
+        if changes.has_fact_changes() && agent.is_none() {
+            return Err(invalid(
+                "agent_name",
+                "agent_name is required for fact repository changes",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut upsert_revisions = HashMap::new();
+        let scope = agent.map(|a| Self::scope(user, a)).unwrap_or_default();
+        for d in &mut changes.upserts {
+            let id = match d.get("id") {
+                Some(v) if py::truthy(v) => {
+                    FactId::new(py::py_str(v).unwrap_or_default()).map_err(|_| {
+                        StorageError::from(FactError::InvalidId)
+                    })?
+                }
+                _ => {
+                    let id = fresh_id();
+                    d.insert("id".into(), Value::String(id.to_string()));
+                    id
+                }
+            };
+            if !seen.insert(id.clone()) {
+                return Err(invalid(
+                    "change_set.upserts",
+                    format!("Duplicate fact id '{id}' in upserts"),
+                ));
+            }
+            // Strict: every draft must validate on its own before anything is applied.
+            let ctx = NormalizeContext {
+                scope: &scope,
+                existing: None,
+                now: self.clock.now(),
+                new_id: &fresh_id,
+            };
+            normalize_fact(d, &ctx)?;
+            let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
+                Some(Some(0)) => return Err(bad_revision()),
+                Some(e) => *e,
+                None => match d.get("revision") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Number(n)) => match n.as_u64() {
+                        Some(r) if r >= 1 => Some(r),
+                        _ => return Err(bad_revision()),
+                    },
+                    Some(_) => return Err(bad_revision()),
+                },
+            };
+            upsert_revisions.insert(id, expected);
+        }
+        let mut del_seen = BTreeSet::new();
+        for id in &changes.deletes {
+            if !del_seen.insert(id.clone()) {
+                return Err(invalid(
+                    "change_set.deletes",
+                    "Duplicate fact ids are not allowed in deletes",
+                ));
+            }
+            if seen.contains(id) {
+                return Err(invalid(
+                    "change_set",
+                    format!("Fact '{id}' cannot be upserted and deleted together"),
+                ));
+            }
+        }
+        let can_rebase = options.allow_manifest_rebase
+            && changes.has_fact_changes()
+            && changes.summaries.is_none()
+            && (changes.deletes.is_empty()
+                || changes
+                    .delete_revisions
+                    .as_ref()
+                    .is_some_and(|r| changes.deletes.iter().all(|d| r.contains_key(d))));
+        let mut expected = options.expected_manifest_revision;
+        let mut attempt = 0;
+        loop {
+            match self.commit(user, agent, &changes, expected, &upsert_revisions) {
+                Err(StorageError::ManifestConflict { found, .. }) if can_rebase && attempt < 2 => {
+                    expected = Some(found);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn new_fact_id(&self) -> FactId {
+        fresh_id()
+    }
+
+    async fn save(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        document: &MemoryDocument,
+        expected_revision: Option<u64>,
+    ) -> Result<(), StorageError> {
+        if agent.is_none() && !document.facts.is_empty() {
+            return Err(invalid(
+                "memory_data.facts",
+                "an agent-less save must not contain facts",
+            ));
+        }
+        let keep: HashSet<&str> = document.facts.iter().map(|f| f.id.as_str()).collect();
+        if keep.len() != document.facts.len() {
+            return Err(invalid("memory_data.facts", "Duplicate fact id in facts"));
+        }
+        let deletes: Vec<FactId> = match agent {
+            Some(a) => self
+                .load(user, Some(a))
+                .await?
+                .facts
+                .into_iter()
+                .map(|f| f.id)
+                .filter(|id| !keep.contains(id.as_str()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let changes = ChangeSet {
+            upserts: document.facts.iter().map(Fact::to_draft).collect(),
+            deletes,
+            summaries: agent.is_none().then(|| SummaryPatch {
+                user: Some(document.user.0.clone()),
+                history: Some(document.history.0.clone()),
+            }),
+            ..ChangeSet::default()
+        };
+        let no_checks = HashMap::new();
+        self.commit(user, agent, &changes, expected_revision, &no_checks)
+            .map(|_| ())
+    }
+
+    async fn get_summaries(&self, user: Option<&UserId>) -> Result<SummariesSnapshot, StorageError> {
+        let doc = self.load(user, None).await?;
+        Ok(SummariesSnapshot {
+            user: doc.user,
+            history: doc.history,
+            revision: doc.revision,
+        })
+    }
+
+    async fn update_summaries(
+        &self,
+        user: Option<&UserId>,
+        patch: SummaryPatch,
+        expected_revision: Option<u64>,
+    ) -> Result<MemoryDocument, StorageError> {
+        self.apply_changes(
+            user,
+            None,
+            ChangeSet {
+                summaries: Some(patch),
+                ..ChangeSet::default()
+            },
+            ApplyOptions {
+                expected_manifest_revision: expected_revision,
+                allow_manifest_rebase: false,
+            },
+        )
+        .await?;
+        self.load(user, None).await
+    }
+
+    async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
+        let agents: Vec<AgentName> = self
+            .data()
+            .get(&user.cloned())
+            .map(|d| d.facts.keys().cloned().collect())
+            .unwrap_or_default();
+        for a in &agents {
+            let ids: Vec<FactId> = self.load(user, Some(a)).await?.facts.into_iter().map(|f| f.id).collect();
+            if !ids.is_empty() {
+                self.apply_changes(
+                    user,
+                    Some(a),
+                    ChangeSet {
+                        deletes: ids,
+                        ..ChangeSet::default()
+                    },
+                    ApplyOptions::default(),
+                )
+                .await?;
+            }
+        }
+        self.update_summaries(
+            user,
+            SummaryPatch {
+                user: Some(SummarySection::default_user().0),
+                history: Some(SummarySection::default_history().0),
+            },
+            None,
+        )
+        .await?;
+        if let Some(d) = self.data().get_mut(&user.cloned()) {
+            d.usage.clear();
+            d.audit.clear();
+        }
+        self.load(user, Some(&AgentName::default_bucket())).await
+    }
+
+    async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        _agent: &AgentName,
+        dry_run: bool,
+    ) -> Result<MigrationReport, StorageError> {
+        let doc = self.load(user, None).await?;
+        Ok(MigrationReport {
+            migrated: false,
+            from_version: (doc.revision > 0).then(|| doc.version.clone()),
+            to_version: doc.version,
+            revision: doc.revision,
+            migrated_facts: 0,
+            dry_run,
+        })
+    }
+
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<FactUsageMap, StorageError> {
+        Ok(self
+            .data()
+            .get(&user.cloned())
+            .and_then(|d| d.usage.get(agent).cloned())
+            .unwrap_or_default())
+    }
+
+    async fn record_fact_accesses(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: &[FactId],
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError> {
+        let now = at.unwrap_or_else(|| self.clock.now());
+        let mut all = self.data();
+        let Some(data) = all.get_mut(&user.cloned()) else {
+            return Ok(());
+        };
+        let existing: Vec<String> = {
+            let bucket = data.facts.get(agent);
+            let mut seen = HashSet::new();
+            ids.iter()
+                .filter(|i| seen.insert(i.as_str().to_owned()))
+                .filter(|i| bucket.is_some_and(|b| b.contains_key(i.as_str())))
+                .map(ToString::to_string)
+                .collect()
+        };
+        if existing.is_empty() {
+            return Ok(());
+        }
+        let usage = data.usage.entry(agent.clone()).or_default();
+        for id in existing {
+            let prev = usage.get(&id).and_then(Value::as_object);
+            let heat = prev
+                .and_then(|p| p.get("accessHeat"))
+                .and_then(Value::as_f64)
+                .filter(|h| h.is_finite() && *h >= 0.0)
+                .unwrap_or(0.0);
+            let decayed = match prev
+                .and_then(|p| p.get("lastAccessedAt"))
+                .and_then(Value::as_str)
+                .and_then(Timestamp::parse_iso)
+            {
+                Some(t) => heat * 2f64.powf(-now.days_since(t).max(0.0) / self.half_life_days),
+                None => 0.0,
+            };
+            let count = prev
+                .and_then(|p| p.get("accessCount"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            usage.insert(
+                id,
+                serde_json::json!({"accessHeat": decayed + 1.0, "accessCount": count + 1, "lastAccessedAt": now.to_iso_z()}),
+            );
+        }
+        Ok(())
+    }
+
+    async fn record_capacity_eviction(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        decision: &EvictionDecision,
+        max_facts: usize,
+        _shadow: Option<&EvictionDecision>,
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError> {
+        if decision.evicted.is_empty() || self.audit_max_entries == 0 {
+            return Ok(());
+        }
+        let now = at.unwrap_or_else(|| self.clock.now());
+        let mut all = self.data();
+        let events = all
+            .entry(user.cloned())
+            .or_default()
+            .audit
+            .entry(agent.clone())
+            .or_default();
+        events.push(serde_json::json!({
+            "occurredAt": now.to_iso_z(),
+            "maxFacts": max_facts,
+            "evicted": decision.evicted_ids(),
+        }));
+        let excess = events.len().saturating_sub(self.audit_max_entries);
+        events.drain(..excess);
+        Ok(())
+    }
+
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> Result<(), StorageError> {
+        let mut all = self.data();
+        let Some(data) = all.get_mut(&user.cloned()) else {
+            return Ok(());
+        };
+        match ids {
+            None => {
+                data.usage.remove(agent);
+                data.audit.remove(agent);
+            }
+            Some(ids) => {
+                let gone: Vec<&str> = ids.iter().map(FactId::as_str).collect();
+                if let Some(u) = data.usage.get_mut(agent) {
+                    u.retain(|k, _| !gone.contains(&k.as_str()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        let q = py::lower(py::strip(&query.text));
+        let mut hits = Vec::new();
+        for scope in &query.scopes {
+            let Some(agent) = &scope.agent else { continue };
+            for fact in self.load(scope.user.as_ref(), Some(agent)).await?.facts {
+                if query
+                    .category
+                    .as_ref()
+                    .is_some_and(|c| fact.category.as_deref() != Some(c.as_str()))
+                {
+                    continue;
+                }
+                if py::lower(&fact.content).contains(&q) {
+                    let score = if fact.confidence == 0.0 { 0.5 } else { fact.confidence };
+                    hits.push(SearchHit {
+                        fact,
+                        score,
+                        match_type: MatchType::Substring,
+                        bm25: None,
+                    });
+                }
+            }
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(query.top_k);
+        Ok(hits)
+    }
+
+    async fn rebuild_index(
+        &self,
+        _scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError> {
+        Ok(RebuildReport {
+            supported: false,
+            reason: Some("retrieval_not_configured".into()),
+            ..RebuildReport::default()
+        })
+    }
+
+    async fn retrieval_status(&self) -> RetrievalStatus {
+        RetrievalStatus {
+            configured: false,
+            mode: "substring_fallback".into(),
+            ..RetrievalStatus::default()
+        }
+    }
+
+    async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
+        let mut users: Vec<UserId> = self.data().keys().flatten().cloned().collect();
+        users.sort();
+        Ok(users)
+    }
+
+    async fn close(&self) {}
+}
