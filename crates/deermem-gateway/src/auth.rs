@@ -1,0 +1,367 @@
+//! Caller identity (spec/api.md §2.1, §3): bearer tokens mapped to users, the internal-caller
+//! token that unlocks the owner header, and the loopback `Host`/`Origin` guard of the
+//! unauthenticated mode. Every user id is made safe with `safe_user_id`.
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use deermem_core::UserId;
+use sha2::{Digest, Sha256};
+
+use crate::config::{AuthMode, GatewayConfig, safe_user};
+use crate::error::GatewayError;
+use crate::state::GatewayState;
+
+/// The header internal callers (IM channel workers) authenticate with.
+pub const INTERNAL_TOKEN_HEADER: &str = "x-deerflow-internal-token";
+/// The header naming the user an internal caller acts for.
+pub const OWNER_HEADER: &str = "x-deerflow-owner-user-id";
+
+/// How a caller was identified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallerKind {
+    /// Authentication is off (`auth.mode: none`): the caller is user `default`.
+    Anonymous,
+    /// A bearer token.
+    Token,
+    /// A valid internal token: the owner header, when present, names the user.
+    Internal,
+}
+
+/// The resolved caller of a request: every manager call of the request is scoped to `user`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The user the request acts for (already safe).
+    pub user: UserId,
+    /// How the caller was identified.
+    pub kind: CallerKind,
+}
+
+/// Compares two secrets in time independent of where they differ (and of their lengths: the
+/// SHA-256 digests are compared).
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    digest_eq(&digest(a), &digest(b))
+}
+
+fn digest(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+/// The configured tokens, pre-hashed for constant-time lookup.
+#[derive(Clone)]
+pub(crate) struct TokenTable {
+    tokens: Vec<([u8; 32], UserId)>,
+    internal: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for TokenTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenTable({} token(s))", self.tokens.len())
+    }
+}
+
+impl TokenTable {
+    pub(crate) fn new(cfg: &GatewayConfig) -> Self {
+        Self {
+            tokens: cfg
+                .auth
+                .tokens
+                .iter()
+                .map(|(t, u)| (digest(t), u.clone()))
+                .collect(),
+            internal: cfg.auth.internal_token.as_ref().map(|s| digest(s.expose())),
+        }
+    }
+
+    /// The user of a bearer token; every configured token is compared, no early exit.
+    fn lookup(&self, token: &str) -> Option<UserId> {
+        let given = digest(token);
+        let mut found = None;
+        for (d, user) in &self.tokens {
+            if digest_eq(d, &given) {
+                found = Some(user.clone());
+            }
+        }
+        found
+    }
+
+    fn internal_matches(&self, token: &str) -> bool {
+        let given = digest(token);
+        match &self.internal {
+            Some(d) => digest_eq(d, &given),
+            None => {
+                // Same work either way.
+                let _ = digest_eq(&given, &given);
+                false
+            }
+        }
+    }
+}
+
+/// Resolves the caller of a request from its headers.
+///
+/// # Errors
+/// 401 without a valid bearer token (token mode) or with a wrong internal token; 403 for a
+/// non-loopback `Host`/`Origin` in unauthenticated loopback-only mode; 400 for an owner
+/// header that cannot be a user id.
+pub(crate) fn authenticate(
+    cfg: &GatewayConfig,
+    table: &TokenTable,
+    headers: &HeaderMap,
+) -> Result<Caller, GatewayError> {
+    if cfg.loopback_only() {
+        check_loopback_request(headers)?;
+    }
+    if let Some(raw) = headers.get(INTERNAL_TOKEN_HEADER) {
+        let ok = raw.to_str().is_ok_and(|t| table.internal_matches(t));
+        if !ok {
+            return Err(GatewayError::InvalidInternalToken);
+        }
+        let user = match headers.get(OWNER_HEADER) {
+            None => UserId::default_user(),
+            Some(v) => {
+                let owner = v.to_str().map_err(|_| {
+                    GatewayError::BadRequest(
+                        "The X-DeerFlow-Owner-User-Id header must be visible ASCII text.".into(),
+                    )
+                })?;
+                let owner = owner.trim();
+                if owner.is_empty() {
+                    UserId::default_user()
+                } else {
+                    safe_user(owner).map_err(|m| {
+                        GatewayError::BadRequest(format!(
+                            "Invalid X-DeerFlow-Owner-User-Id header: {m}"
+                        ))
+                    })?
+                }
+            }
+        };
+        return Ok(Caller {
+            user,
+            kind: CallerKind::Internal,
+        });
+    }
+    match cfg.auth.mode {
+        AuthMode::None => Ok(Caller {
+            user: UserId::default_user(),
+            kind: CallerKind::Anonymous,
+        }),
+        AuthMode::Token => {
+            let token = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_token)
+                .ok_or(GatewayError::NotAuthenticated)?;
+            let user = table.lookup(token).ok_or(GatewayError::NotAuthenticated)?;
+            Ok(Caller {
+                user,
+                kind: CallerKind::Token,
+            })
+        }
+    }
+}
+
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let tok = rest.trim();
+    (!tok.is_empty()).then_some(tok)
+}
+
+/// Whether a host name (without port) is a loopback name: `localhost`, `127.0.0.0/8`, `::1`.
+fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    if h.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    h.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The host part of a `Host` header value (`name[:port]`, `[v6][:port]`).
+fn host_name(authority: &str) -> &str {
+    let a = authority.trim();
+    if let Some(rest) = a.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    match a.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => a,
+    }
+}
+
+fn check_loopback_request(headers: &HeaderMap) -> Result<(), GatewayError> {
+    if let Some(host) = headers.get(axum::http::header::HOST) {
+        let name = host.to_str().map(host_name).unwrap_or("");
+        if !is_loopback_host(name) {
+            return Err(GatewayError::Forbidden(
+                "Host is not a loopback name: without authentication the gateway only answers \
+                 requests addressed to localhost (set gateway.auth.mode: token to serve other \
+                 hosts)."
+                    .into(),
+            ));
+        }
+    }
+    if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+        let ok = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .is_some_and(|(_, rest)| is_loopback_host(host_name(rest)));
+        if !ok {
+            return Err(GatewayError::Forbidden(
+                "Cross-origin requests are refused: without authentication the gateway only \
+                 answers pages served from localhost."
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Middleware on every `/api` route: resolves the [`Caller`] and stores it in the request.
+pub(crate) async fn require_caller(
+    State(state): State<GatewayState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    match authenticate(state.gateway_config(), state.token_table(), req.headers()) {
+        Ok(caller) => {
+            tracing::Span::current().record("user", caller.user.as_str());
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => {
+            tracing::info!(
+                status = e.status_and_detail().0.as_u16(),
+                "request refused by authentication"
+            );
+            e.into_response()
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            GatewayError::Internal("route is missing the authentication layer".into())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_secrets() {
+        assert!(constant_time_eq("abc", "abc"));
+        assert!(!constant_time_eq("abc", "abd"));
+        assert!(!constant_time_eq("abc", "abcd"));
+        assert!(!constant_time_eq("", "a"));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer_token("Bearer tok"), Some("tok"));
+        assert_eq!(bearer_token("bearer   tok  "), Some("tok"));
+        assert_eq!(bearer_token("Basic tok"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("tok"), None);
+    }
+
+    #[test]
+    fn host_names() {
+        assert_eq!(host_name("localhost:8765"), "localhost");
+        assert_eq!(host_name("[::1]:80"), "::1");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert!(is_loopback_host("LOCALHOST"));
+        assert!(is_loopback_host("127.1.2.3"));
+        assert!(is_loopback_host("::1"));
+        assert!(!is_loopback_host("evil.example"));
+        assert!(!is_loopback_host("localhost.evil.example"));
+        assert!(!is_loopback_host("10.0.0.1"));
+    }
+
+    #[test]
+    fn token_mode_resolves_users_and_refuses_strangers() {
+        let cfg = GatewayConfig::with_tokens([("tok-a", "alice"), ("tok-b", "bob")]).unwrap();
+        let table = TokenTable::new(&cfg);
+        let c = authenticate(&cfg, &table, &headers(&[("authorization", "Bearer tok-b")])).unwrap();
+        assert_eq!((c.user.as_str(), c.kind), ("bob", CallerKind::Token));
+        for bad in [
+            vec![],
+            vec![("authorization", "Bearer nope")],
+            vec![("authorization", "tok-a")],
+        ] {
+            assert!(matches!(
+                authenticate(&cfg, &table, &headers(&bad)),
+                Err(GatewayError::NotAuthenticated)
+            ));
+        }
+    }
+
+    #[test]
+    fn loopback_guard_applies_only_without_auth() {
+        let cfg = GatewayConfig::default();
+        let table = TokenTable::new(&cfg);
+        assert!(authenticate(&cfg, &table, &headers(&[("host", "localhost:8765")])).is_ok());
+        assert!(authenticate(&cfg, &table, &headers(&[("host", "127.0.0.1:1")])).is_ok());
+        assert!(matches!(
+            authenticate(
+                &cfg,
+                &table,
+                &headers(&[("host", "rebind.evil.example:8765")])
+            ),
+            Err(GatewayError::Forbidden(_))
+        ));
+        assert!(matches!(
+            authenticate(
+                &cfg,
+                &table,
+                &headers(&[("origin", "https://evil.example")])
+            ),
+            Err(GatewayError::Forbidden(_))
+        ));
+        assert!(matches!(
+            authenticate(&cfg, &table, &headers(&[("origin", "null")])),
+            Err(GatewayError::Forbidden(_))
+        ));
+        assert!(
+            authenticate(
+                &cfg,
+                &table,
+                &headers(&[("origin", "http://localhost:3000")])
+            )
+            .is_ok()
+        );
+        let tok = GatewayConfig::with_tokens([("t", "alice")]).unwrap();
+        let ttable = TokenTable::new(&tok);
+        let h = headers(&[("host", "memory.example"), ("authorization", "Bearer t")]);
+        assert!(authenticate(&tok, &ttable, &h).is_ok());
+    }
+}

@@ -1,0 +1,416 @@
+//! The gateway's error type and its one mapping to HTTP: every status code and `detail` string
+//! a route can answer with is decided here, in [`GatewayError::into_response`].
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use deermem_core::{InvalidInputCode, ManagerError};
+use serde_json::{Value, json};
+
+/// The fixed body of a corruption error: the private detail is never shown.
+pub const CORRUPTED_DETAIL: &str = "Stored memory data is corrupted.";
+/// The detail of a concurrency conflict.
+pub const CONFLICT_DETAIL: &str = "Memory changed concurrently; reload and retry.";
+/// The detail when a created fact was evicted at once by the capacity policy.
+pub const CAPACITY_EVICTED_DETAIL: &str =
+    "Fact was not stored because the configured memory.max_facts capacity policy evicted it";
+/// The detail when authentication is missing or wrong.
+pub const NOT_AUTHENTICATED_DETAIL: &str = "Not authenticated";
+/// The detail when an `X-DeerFlow-Internal-Token` header does not match.
+pub const INVALID_INTERNAL_TOKEN_DETAIL: &str = "Invalid internal token";
+/// The detail of every route when `memory.enabled` is false.
+pub const DISABLED_DETAIL: &str = "Memory is disabled (memory.enabled is false).";
+
+/// A manager operation a route performs; names the operation in 501 and 500 messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// `GET /api/memory`.
+    GetMemory,
+    /// `POST /api/memory/reload`.
+    ReloadMemory,
+    /// `DELETE /api/memory`.
+    ClearMemory,
+    /// `POST /api/memory/facts`.
+    CreateFact,
+    /// `DELETE /api/memory/facts/{id}`.
+    DeleteFact,
+    /// `PATCH /api/memory/facts/{id}`.
+    UpdateFact,
+    /// `GET /api/memory/export`.
+    ExportMemory,
+    /// `POST /api/memory/import`.
+    ImportMemory,
+    /// `GET /api/memory/status`.
+    GetMemoryStatus,
+    /// `POST /api/memory/messages`.
+    AddMessages,
+    /// `GET /api/memory/context`.
+    GetContext,
+    /// `GET /api/memory/search`.
+    Search,
+    /// `POST /api/memory/index/rebuild`.
+    RebuildIndex,
+}
+
+impl Operation {
+    /// The label used in `Operation '<label>' not supported by memory backend '<Name>'.`
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::GetMemory => "get memory",
+            Self::ReloadMemory => "reload memory",
+            Self::ClearMemory => "clear memory",
+            Self::CreateFact => "create fact",
+            Self::DeleteFact => "delete fact",
+            Self::UpdateFact => "update fact",
+            Self::ExportMemory => "export memory",
+            Self::ImportMemory => "import memory",
+            Self::GetMemoryStatus => "get memory status",
+            Self::AddMessages => "add messages",
+            Self::GetContext => "get memory context",
+            Self::Search => "search memory",
+            Self::RebuildIndex => "rebuild index",
+        }
+    }
+
+    /// The 500 detail for a persistence failure (the reference's `OSError` messages where it
+    /// has one).
+    pub fn storage_failure_detail(self) -> &'static str {
+        match self {
+            Self::ClearMemory => "Failed to clear memory data.",
+            Self::CreateFact => "Failed to create memory fact.",
+            Self::DeleteFact => "Failed to delete memory fact.",
+            Self::UpdateFact => "Failed to update memory fact.",
+            Self::ImportMemory => "Failed to import memory data.",
+            Self::ReloadMemory => "Failed to reload memory data.",
+            Self::GetMemory | Self::ExportMemory | Self::GetMemoryStatus => {
+                "Failed to read memory data."
+            }
+            Self::AddMessages => "Failed to queue the conversation for memory.",
+            Self::GetContext => "Failed to build the memory context.",
+            Self::Search => "Failed to search memory.",
+            Self::RebuildIndex => "Failed to rebuild the memory index.",
+        }
+    }
+}
+
+/// One pydantic-style validation problem (`{"type", "loc", "msg", "input"?, "ctx"?}`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidationItem {
+    /// Machine-readable kind (`missing`, `string_type`, `json_invalid`...).
+    pub kind: &'static str,
+    /// Where: `["body", "content"]`, `["query", "top_k"]`...
+    pub loc: Vec<Value>,
+    /// Human-readable message.
+    pub msg: String,
+    /// The offending input, when small enough to echo.
+    pub input: Option<Value>,
+    /// Constraint parameters (`{"le": 1.0}`).
+    pub ctx: Option<Value>,
+}
+
+impl ValidationItem {
+    /// A new item.
+    pub fn new(kind: &'static str, loc: Vec<Value>, msg: impl Into<String>) -> Self {
+        Self {
+            kind,
+            loc,
+            msg: msg.into(),
+            input: None,
+            ctx: None,
+        }
+    }
+
+    /// Attaches the input, unless it is too large to echo back.
+    #[must_use]
+    pub fn with_input(mut self, input: &Value) -> Self {
+        const MAX_ECHO: usize = 256;
+        if serde_json::to_string(input).is_ok_and(|s| s.len() <= MAX_ECHO) {
+            self.input = Some(input.clone());
+        }
+        self
+    }
+
+    /// Attaches the constraint parameters.
+    #[must_use]
+    pub fn with_ctx(mut self, ctx: Value) -> Self {
+        self.ctx = Some(ctx);
+        self
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("type".into(), Value::String(self.kind.into()));
+        m.insert("loc".into(), Value::Array(self.loc.clone()));
+        m.insert("msg".into(), Value::String(self.msg.clone()));
+        if let Some(i) = &self.input {
+            m.insert("input".into(), i.clone());
+        }
+        if let Some(c) = &self.ctx {
+            m.insert("ctx".into(), c.clone());
+        }
+        Value::Object(m)
+    }
+}
+
+/// Everything a gateway route can fail with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The manager failed; mapped by variant and, for invalid input, by code.
+    Manager {
+        /// What the route was doing.
+        op: Operation,
+        /// The backend's name, for 501 messages.
+        backend: String,
+        /// The error.
+        error: ManagerError,
+    },
+    /// `create_fact` stored nothing because the capacity policy evicted the new fact (409).
+    CapacityEvicted,
+    /// The request does not match the schema (422).
+    Validation(Vec<ValidationItem>),
+    /// A bad id, agent name or argument (400).
+    BadRequest(String),
+    /// No valid bearer token (401).
+    NotAuthenticated,
+    /// An `X-DeerFlow-Internal-Token` that does not match the configured one (401).
+    InvalidInternalToken,
+    /// The request is refused (403), e.g. a non-loopback `Host` in unauthenticated mode.
+    Forbidden(String),
+    /// `memory.enabled` is false (503).
+    Disabled,
+    /// The body is larger than `gateway.max_body_bytes` (413).
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// An index rebuild is already running (409).
+    RebuildRunning,
+    /// `warm()` reported failure (500).
+    RebuildFailed,
+    /// A bug or a panicking backend (500); the detail is logged, never shown.
+    Internal(String),
+}
+
+impl GatewayError {
+    /// Wraps a manager error for an operation.
+    pub fn manager(op: Operation, backend: impl Into<String>, error: ManagerError) -> Self {
+        Self::Manager {
+            op,
+            backend: backend.into(),
+            error,
+        }
+    }
+
+    /// A single validation problem.
+    pub fn validation(item: ValidationItem) -> Self {
+        Self::Validation(vec![item])
+    }
+
+    /// The status code and the `detail` value.
+    pub fn status_and_detail(&self) -> (StatusCode, Value) {
+        let s = |code: StatusCode, d: &str| (code, Value::String(d.to_owned()));
+        match self {
+            Self::Manager { op, backend, error } => manager_status(*op, backend, error),
+            Self::CapacityEvicted => s(StatusCode::CONFLICT, CAPACITY_EVICTED_DETAIL),
+            Self::Validation(items) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Value::Array(items.iter().map(ValidationItem::to_json).collect()),
+            ),
+            Self::BadRequest(m) => s(StatusCode::BAD_REQUEST, m),
+            Self::NotAuthenticated => s(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),
+            Self::InvalidInternalToken => {
+                s(StatusCode::UNAUTHORIZED, INVALID_INTERNAL_TOKEN_DETAIL)
+            }
+            Self::Forbidden(m) => s(StatusCode::FORBIDDEN, m),
+            Self::Disabled => s(StatusCode::SERVICE_UNAVAILABLE, DISABLED_DETAIL),
+            Self::PayloadTooLarge { limit } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::String(format!(
+                    "Request body is larger than the limit of {limit} bytes."
+                )),
+            ),
+            Self::RebuildRunning => s(
+                StatusCode::CONFLICT,
+                "An index rebuild is already running; try again when it finishes.",
+            ),
+            Self::RebuildFailed => s(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Memory index rebuild failed; see the server log.",
+            ),
+            Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+        }
+    }
+}
+
+fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (StatusCode, Value) {
+    let s = |code: StatusCode, d: String| (code, Value::String(d));
+    match error {
+        ManagerError::Unsupported { .. } => s(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "Operation '{}' not supported by memory backend '{backend}'.",
+                op.label()
+            ),
+        ),
+        ManagerError::Conflict { .. } => s(StatusCode::CONFLICT, CONFLICT_DETAIL.into()),
+        ManagerError::Corruption { .. } => {
+            s(StatusCode::INTERNAL_SERVER_ERROR, CORRUPTED_DETAIL.into())
+        }
+        ManagerError::NotFound { fact_id } => s(
+            StatusCode::NOT_FOUND,
+            format!("Memory fact '{fact_id}' not found."),
+        ),
+        ManagerError::InvalidInput { code, message } => invalid_input(*code, message),
+        ManagerError::Storage { .. } => s(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            op.storage_failure_detail().into(),
+        ),
+        ManagerError::Unavailable { .. } => s(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Memory backend is unavailable; retry later.".into(),
+        ),
+        ManagerError::Timeout { .. } => s(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Memory backend timed out; retry later.".into(),
+        ),
+        _ => s(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            op.storage_failure_detail().into(),
+        ),
+    }
+}
+
+fn invalid_input(code: InvalidInputCode, message: &str) -> (StatusCode, Value) {
+    let bad = |d: String| (StatusCode::BAD_REQUEST, Value::String(d));
+    match code {
+        InvalidInputCode::Confidence => {
+            bad("Invalid confidence value; must be between 0 and 1.".into())
+        }
+        InvalidInputCode::Content => bad("Memory fact content cannot be empty.".into()),
+        InvalidInputCode::AgentName => bad(
+            "An agent name is required for fact operations; user-global memory stores summaries only."
+                .into(),
+        ),
+        InvalidInputCode::DuplicateFact => (
+            StatusCode::CONFLICT,
+            Value::String("A fact with the same content already exists.".into()),
+        ),
+        InvalidInputCode::MemoryData => bad(format!("Invalid memory data: {message}")),
+        InvalidInputCode::UserId => bad(format!("Invalid user id: {message}")),
+        InvalidInputCode::FactId => bad(format!("Invalid fact id: {message}")),
+        _ => bad(format!("Invalid input: {message}")),
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let (status, detail) = self.status_and_detail();
+        if status.is_server_error() {
+            // The private detail goes to the log (with the request id of the current span),
+            // never to the client.
+            match &self {
+                Self::Manager { op, error, .. } => {
+                    tracing::error!(operation = op.label(), error = %error, "memory operation failed");
+                }
+                Self::Internal(d) => tracing::error!(error = %d, "internal error"),
+                other => tracing::error!(error = ?other, "request failed"),
+            }
+        } else if let Self::Manager { op, error, .. } = &self {
+            tracing::debug!(operation = op.label(), error = %error, "memory operation refused");
+        }
+        let mut resp = (status, axum::Json(json!({ "detail": detail }))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(e: GatewayError) -> (u16, String) {
+        let (s, d) = e.status_and_detail();
+        (s.as_u16(), d.as_str().unwrap_or_default().to_owned())
+    }
+
+    #[test]
+    fn invalid_input_codes_map_precisely() {
+        let m = |code| {
+            detail(GatewayError::manager(
+                Operation::DeleteFact,
+                "X",
+                ManagerError::invalid(code, "bad thing"),
+            ))
+        };
+        assert_eq!(m(InvalidInputCode::DuplicateFact).0, 409);
+        assert_eq!(
+            m(InvalidInputCode::Content).1,
+            "Memory fact content cannot be empty."
+        );
+        assert_eq!(
+            m(InvalidInputCode::Other),
+            (400, "Invalid input: bad thing".into())
+        );
+        assert_eq!(
+            m(InvalidInputCode::FactId),
+            (400, "Invalid fact id: bad thing".into())
+        );
+        assert_eq!(
+            m(InvalidInputCode::MemoryData).1,
+            "Invalid memory data: bad thing"
+        );
+        assert_eq!(m(InvalidInputCode::UserId).1, "Invalid user id: bad thing");
+    }
+
+    #[test]
+    fn private_details_never_reach_the_body() {
+        for error in [
+            ManagerError::Corruption {
+                message: "private /secret/path".into(),
+            },
+            ManagerError::Storage {
+                message: "private /secret/path".into(),
+            },
+            ManagerError::Backend {
+                message: "private /secret/path".into(),
+            },
+            ManagerError::Unavailable {
+                message: "private /secret/path".into(),
+            },
+            ManagerError::Timeout {
+                message: "private /secret/path".into(),
+            },
+            ManagerError::Conflict {
+                message: "private /secret/path".into(),
+            },
+        ] {
+            let (_, d) = detail(GatewayError::manager(Operation::GetMemory, "X", error));
+            assert!(!d.contains("private"), "{d}");
+        }
+        let (s, d) = detail(GatewayError::Internal("private".into()));
+        assert_eq!((s, d.as_str()), (500, "Internal Server Error"));
+    }
+
+    #[test]
+    fn validation_items_serialise_like_fastapi() {
+        let item = ValidationItem::new(
+            "missing",
+            vec!["body".into(), "content".into()],
+            "Field required",
+        )
+        .with_input(&json!({"category": "x"}));
+        let (s, d) = GatewayError::validation(item).status_and_detail();
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            d,
+            json!([{"type": "missing", "loc": ["body", "content"], "msg": "Field required",
+                    "input": {"category": "x"}}])
+        );
+        let big =
+            ValidationItem::new("string_type", vec![], "x").with_input(&json!("y".repeat(1000)));
+        assert!(big.input.is_none());
+    }
+}

@@ -1,0 +1,217 @@
+//! Request extraction with FastAPI's conventions: a JSON body (read under the size limit,
+//! decoded only for a JSON or missing `Content-Type`), query parameters, and the validated
+//! `agent` and fact-id parameters (400 for bad ids, before any manager call).
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use deermem_core::{AgentName, FactId};
+use serde_json::{Value, json};
+
+use crate::error::{GatewayError, ValidationItem};
+use crate::state::GatewayState;
+
+/// A request body parsed as JSON; failures are 413 (too large) or 422 (pydantic-style).
+#[derive(Debug)]
+pub(crate) struct JsonBody(pub(crate) Value);
+
+fn is_length_limit(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Whether FastAPI would decode the body as JSON: no content type, or `application/json` /
+/// `application/*+json`.
+fn is_json_content_type(ct: Option<&str>) -> bool {
+    let Some(ct) = ct else { return true };
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match essence.split_once('/') {
+        Some(("application", sub)) => sub == "json" || sub.ends_with("+json"),
+        _ => false,
+    }
+}
+
+/// The byte offset of a serde_json error (line and column are 1-based).
+fn error_offset(bytes: &[u8], line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in bytes.split(|b| *b == b'\n').enumerate() {
+        if i + 1 == line {
+            return offset + column.saturating_sub(1);
+        }
+        offset += l.len() + 1;
+    }
+    offset
+}
+
+impl FromRequest<GatewayState> for JsonBody {
+    type Rejection = GatewayError;
+
+    async fn from_request(req: Request, state: &GatewayState) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap_or("application/octet-stream").to_owned());
+        let limit = state.gateway_config().max_body_bytes;
+        let bytes = axum::body::to_bytes(req.into_body(), limit.saturating_add(1))
+            .await
+            .map_err(|e| {
+                if is_length_limit(&e) {
+                    GatewayError::PayloadTooLarge { limit }
+                } else {
+                    GatewayError::BadRequest("Failed to read the request body.".into())
+                }
+            })?;
+        if bytes.len() > limit {
+            return Err(GatewayError::PayloadTooLarge { limit });
+        }
+        if bytes.is_empty() {
+            return Err(GatewayError::validation(
+                ValidationItem::new("missing", vec![json!("body")], "Field required")
+                    .with_input(&Value::Null),
+            ));
+        }
+        if !is_json_content_type(content_type.as_deref()) {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            return Err(GatewayError::validation(
+                ValidationItem::new(
+                    "model_attributes_type",
+                    vec![json!("body")],
+                    "Input should be a valid dictionary or object to extract fields from",
+                )
+                .with_input(&Value::String(text)),
+            ));
+        }
+        serde_json::from_slice::<Value>(&bytes)
+            .map(JsonBody)
+            .map_err(|e| {
+                let offset = error_offset(&bytes, e.line(), e.column());
+                GatewayError::validation(
+                    ValidationItem::new(
+                        "json_invalid",
+                        vec![json!("body"), json!(offset)],
+                        "JSON decode error",
+                    )
+                    .with_input(&json!({}))
+                    .with_ctx(json!({ "error": e.to_string() })),
+                )
+            })
+    }
+}
+
+/// The decoded query string (repeated keys: the last value wins).
+#[derive(Debug, Default)]
+pub(crate) struct QueryParams(Vec<(String, String)>);
+
+impl QueryParams {
+    /// The value of `key`, if present.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `agent` parameter: absent or empty means the default bucket (`None`); anything
+    /// else must be a valid agent name (400 otherwise).
+    pub(crate) fn agent(&self) -> Result<Option<AgentName>, GatewayError> {
+        parse_agent(self.get("agent"))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let pairs = parts
+            .uri
+            .query()
+            .map(|q| {
+                url::form_urlencoded::parse(q.as_bytes())
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Self(pairs))
+    }
+}
+
+/// Validates an optional agent name (`None` or `""`: the default bucket).
+pub(crate) fn parse_agent(raw: Option<&str>) -> Result<Option<AgentName>, GatewayError> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(name) => AgentName::parse(name)
+            .map(Some)
+            .map_err(|e| GatewayError::BadRequest(e.to_string())),
+    }
+}
+
+/// Validates a fact id taken from the path.
+pub(crate) fn parse_fact_id(raw: &str) -> Result<FactId, GatewayError> {
+    FactId::new(raw).map_err(|e| GatewayError::BadRequest(format!("Invalid fact id: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_follow_fastapi() {
+        assert!(is_json_content_type(None));
+        assert!(is_json_content_type(Some("application/json")));
+        assert!(is_json_content_type(Some(
+            "Application/JSON; charset=utf-8"
+        )));
+        assert!(is_json_content_type(Some("application/merge-patch+json")));
+        assert!(!is_json_content_type(Some("text/plain")));
+        assert!(!is_json_content_type(Some(
+            "application/x-www-form-urlencoded"
+        )));
+    }
+
+    #[test]
+    fn error_offsets_count_bytes() {
+        assert_eq!(error_offset(b"{\n  x", 2, 3), 4);
+        assert_eq!(error_offset(b"{x", 1, 2), 1);
+    }
+
+    #[test]
+    fn agent_parameter_validation() {
+        assert_eq!(parse_agent(None).unwrap(), None);
+        assert_eq!(parse_agent(Some("")).unwrap(), None);
+        assert_eq!(
+            parse_agent(Some("Coder")).unwrap().unwrap().as_str(),
+            "coder"
+        );
+        assert!(
+            parse_agent(Some("__default__"))
+                .unwrap()
+                .unwrap()
+                .is_default()
+        );
+        for bad in ["../x", "a/b", "a\0", "a_b", "agent\n"] {
+            assert!(
+                matches!(parse_agent(Some(bad)), Err(GatewayError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(parse_fact_id("fact_ok-1").is_ok());
+        for bad in ["../etc", "a.b", "x\0", &"a".repeat(500)] {
+            assert!(matches!(
+                parse_fact_id(bad),
+                Err(GatewayError::BadRequest(_))
+            ));
+        }
+    }
+}

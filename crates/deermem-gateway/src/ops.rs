@@ -1,0 +1,50 @@
+//! Operational routes: liveness, readiness, Prometheus metrics and the OpenAPI document.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::state::{GatewayState, Lifecycle};
+
+/// `GET /healthz`: the process is up.
+pub(crate) async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
+/// draining.
+pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
+    match state.lifecycle() {
+        Lifecycle::Ready => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+        Lifecycle::Starting => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "starting" })),
+        )
+            .into_response(),
+        Lifecycle::Stopping => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "stopping" })),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
+    let body = state
+        .metrics()
+        .render(state.lifecycle() == Lifecycle::Ready);
+    let mut resp = body.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    resp
+}
+
+/// `GET /openapi.json`.
+pub(crate) async fn openapi() -> Json<Value> {
+    Json(crate::openapi::document())
+}

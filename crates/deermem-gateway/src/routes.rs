@@ -1,0 +1,371 @@
+//! The `/api/memory*` handlers: the DeerFlow-compatible routes (spec/api.md §2.3) and the
+//! extensions (agent selection, conversation turns, context block, search, index rebuild).
+//! Handlers validate input, call the `MemoryManager` port on a spawned task (so a timed-out
+//! request never cancels a write half-way) and answer in the public shapes.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use deermem_core::config::redact_secrets;
+use deermem_core::ports::{
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
+};
+use deermem_core::{AgentName, ManagerError, PublicMemoryDocument};
+use serde_json::{Value, json};
+use tracing::Instrument as _;
+
+use crate::auth::Caller;
+use crate::error::{GatewayError, Operation};
+use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
+use crate::schema::{self, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS};
+use crate::state::{ContextServed, GatewayState, spawn_warm};
+
+type Result<T, E = GatewayError> = std::result::Result<T, E>;
+
+/// Runs a manager call on its own task, in the request's span, and maps its error.
+async fn run<T, F>(state: &GatewayState, op: Operation, fut: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, ManagerError>> + Send + 'static,
+{
+    match tokio::spawn(fut.in_current_span()).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(GatewayError::manager(op, state.manager().name(), e)),
+        Err(join) => Err(GatewayError::Internal(format!(
+            "memory backend task failed during '{}': {join}",
+            op.label()
+        ))),
+    }
+}
+
+fn manager(state: &GatewayState) -> Arc<dyn MemoryManager> {
+    Arc::clone(state.manager())
+}
+
+fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
+    MemoryScope::new(Some(caller.user.clone()), agent)
+}
+
+fn document(doc: PublicMemoryDocument) -> Json<PublicMemoryDocument> {
+    Json(doc.for_http())
+}
+
+/// `GET /api/memory`.
+pub(crate) async fn get_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<PublicMemoryDocument>> {
+    read_document(&state, &caller, &q, Operation::GetMemory).await
+}
+
+/// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format).
+pub(crate) async fn export_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<PublicMemoryDocument>> {
+    read_document(&state, &caller, &q, Operation::ExportMemory).await
+}
+
+async fn read_document(
+    state: &GatewayState,
+    caller: &Caller,
+    q: &QueryParams,
+    op: Operation,
+) -> Result<Json<PublicMemoryDocument>> {
+    let scope = scope(caller, q.agent()?);
+    let m = manager(state);
+    let doc = run(state, op, async move { m.get_memory(scope).await }).await?;
+    Ok(document(doc))
+}
+
+/// `POST /api/memory/reload`: re-reads storage; falls back to `get_memory` when the backend
+/// cannot reload (501 only when both are unsupported).
+pub(crate) async fn reload_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<PublicMemoryDocument>> {
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::ReloadMemory, async move {
+        match m.reload_memory(scope.clone()).await {
+            Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
+            other => other,
+        }
+    })
+    .await?;
+    Ok(document(doc))
+}
+
+/// `DELETE /api/memory`: without `agent`, every agent's facts and the summaries; with
+/// `agent`, only that bucket's facts.
+pub(crate) async fn clear_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<PublicMemoryDocument>> {
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::ClearMemory, async move {
+        m.clear_memory(scope).await
+    })
+    .await?;
+    Ok(document(doc))
+}
+
+/// `POST /api/memory/facts`: returns the whole document; 409 when the capacity policy evicted
+/// the new fact at once.
+pub(crate) async fn create_fact(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    JsonBody(body): JsonBody,
+) -> Result<Json<PublicMemoryDocument>> {
+    let input = schema::fact_create(&body)?;
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let fact = NewFact {
+        content: input.content,
+        category: input.category,
+        confidence: input.confidence,
+    };
+    let (doc, id) = run(&state, Operation::CreateFact, async move {
+        m.create_fact(fact, scope).await
+    })
+    .await?;
+    match id {
+        Some(_) => Ok(document(doc)),
+        None => Err(GatewayError::CapacityEvicted),
+    }
+}
+
+fn path_fact_id(path: Result<Path<String>, PathRejection>) -> Result<deermem_core::FactId> {
+    let Path(raw) =
+        path.map_err(|_| GatewayError::BadRequest("Invalid fact id in the path.".into()))?;
+    parse_fact_id(&raw)
+}
+
+/// `PATCH /api/memory/facts/{fact_id}`: fields left out (or `null`) are passed as `None`.
+pub(crate) async fn update_fact(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    path: Result<Path<String>, PathRejection>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<PublicMemoryDocument>> {
+    let fact_id = path_fact_id(path)?;
+    let input = schema::fact_patch(&body)?;
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let patch = FactPatch {
+        content: input.content,
+        category: input.category,
+        confidence: input.confidence,
+        expected_revision: None,
+    };
+    let doc = run(&state, Operation::UpdateFact, async move {
+        m.update_fact(fact_id.as_str(), patch, scope).await
+    })
+    .await?;
+    Ok(document(doc))
+}
+
+/// `DELETE /api/memory/facts/{fact_id}`.
+pub(crate) async fn delete_fact(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<PublicMemoryDocument>> {
+    let fact_id = path_fact_id(path)?;
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::DeleteFact, async move {
+        m.delete_fact(fact_id.as_str(), None, scope).await
+    })
+    .await?;
+    Ok(document(doc))
+}
+
+/// `POST /api/memory/import`: replaces the bucket with the document.
+pub(crate) async fn import_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    JsonBody(body): JsonBody,
+) -> Result<Json<PublicMemoryDocument>> {
+    let incoming = schema::import_document(&body)?;
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::ImportMemory, async move {
+        m.import_memory(incoming, scope).await
+    })
+    .await?;
+    Ok(document(doc))
+}
+
+/// The `/config` body: the `memory:` section with secrets in `backend_config` redacted.
+fn config_json(state: &GatewayState) -> Value {
+    let cfg = state.memory_config();
+    json!({
+        "enabled": cfg.enabled,
+        "mode": cfg.mode.as_str(),
+        "injection_enabled": cfg.injection_enabled,
+        "shutdown_flush_timeout_seconds": cfg.shutdown_flush_timeout_seconds,
+        "manager_class": cfg.manager_class,
+        "backend_config": redact_secrets(&Value::Object(cfg.backend_config.clone())),
+    })
+}
+
+/// `GET /api/memory/config` (answers even when memory is disabled).
+pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<Value> {
+    Json(config_json(&state))
+}
+
+/// `GET /api/memory/status`: the config plus the caller's document.
+pub(crate) async fn memory_status(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<Value>> {
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::GetMemoryStatus, async move {
+        m.get_memory(scope).await
+    })
+    .await?;
+    let data = serde_json::to_value(doc.for_http())
+        .map_err(|e| GatewayError::Internal(format!("cannot serialise the document: {e}")))?;
+    Ok(Json(json!({ "config": config_json(&state), "data": data })))
+}
+
+/// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.
+pub(crate) async fn add_messages(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    JsonBody(body): JsonBody,
+) -> Result<Response> {
+    let input = schema::messages_body(&body)?;
+    let from_body = parse_agent(input.agent.as_deref())?;
+    let from_query = q.agent()?;
+    let agent = match (from_body, from_query) {
+        (Some(b), Some(qa)) if b != qa => {
+            return Err(GatewayError::BadRequest(
+                "The agent in the body and the agent query parameter differ.".into(),
+            ));
+        }
+        (b, qa) => b.or(qa),
+    };
+    let request = AddRequest {
+        thread_id: input.thread_id,
+        messages: input.messages,
+        scope: scope(&caller, agent),
+        trace_id: input.trace_id,
+    };
+    let m = manager(&state);
+    run(&state, Operation::AddMessages, async move {
+        m.add(request).await
+    })
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))).into_response())
+}
+
+/// `GET /api/memory/context`: the injection block with its `<memory>` wrapper and SHA-256.
+/// With `memory.injection_enabled: false` the block is empty, as the host would inject
+/// nothing.
+pub(crate) async fn memory_context(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<Value>> {
+    let agent = q.agent()?;
+    let thread_id = schema::id_param(&q, "thread_id", MAX_THREAD_ID_CHARS)?;
+    let run_id = schema::id_param(&q, "run_id", MAX_TRACE_ID_CHARS)?;
+    if run_id.is_some() && thread_id.is_none() {
+        return Err(GatewayError::BadRequest(
+            "run_id needs a thread_id: a run belongs to a thread.".into(),
+        ));
+    }
+    if !state.memory_config().injection_enabled {
+        return Ok(Json(json!({ "context": "", "content_sha256": null })));
+    }
+    let request = ContextRequest {
+        scope: scope(&caller, agent.clone()),
+        thread_id: thread_id.clone(),
+    };
+    let m = manager(&state);
+    let ctx = run(&state, Operation::GetContext, async move {
+        m.get_context_block(request).await
+    })
+    .await?;
+    if let (Some(observer), Some(thread_id), Some(run_id), Some(sha)) = (
+        state.observer(),
+        thread_id.as_deref(),
+        run_id.as_deref(),
+        ctx.content_sha256.as_deref(),
+    ) {
+        observer.context_served(&ContextServed {
+            user: &caller.user,
+            agent: agent.as_ref(),
+            thread_id,
+            run_id,
+            content_sha256: sha,
+        });
+    }
+    Ok(Json(json!({
+        "context": ctx.block,
+        "content_sha256": ctx.content_sha256,
+    })))
+}
+
+/// `GET /api/memory/search`: `{"results": [fact...], "count": n}`.
+pub(crate) async fn search_memory(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+) -> Result<Json<Value>> {
+    let params = schema::search_params(&q)?;
+    let request = SearchRequest {
+        query: params.query,
+        top_k: params.top_k,
+        scope: scope(&caller, q.agent()?),
+        category: params.category,
+    };
+    let m = manager(&state);
+    let facts = run(
+        &state,
+        Operation::Search,
+        async move { m.search(request).await },
+    )
+    .await?;
+    let results: Vec<_> = facts
+        .into_iter()
+        .map(deermem_core::PublicFact::for_http)
+        .collect();
+    let count = results.len();
+    Ok(Json(json!({ "results": results, "count": count })))
+}
+
+/// `POST /api/memory/index/rebuild`: runs the manager's `warm()` (DeerMem rebuilds its derived
+/// search index) and reports the outcome; 409 while another rebuild runs.
+pub(crate) async fn rebuild_index(State(state): State<GatewayState>) -> Result<Json<Value>> {
+    let Some(task) = spawn_warm(&state) else {
+        return Err(GatewayError::RebuildRunning);
+    };
+    match task.await {
+        Ok(Some(true)) => Ok(Json(json!({ "status": "ok", "warmed": true }))),
+        Ok(None) => Ok(Json(json!({ "status": "nothing_to_warm", "warmed": null }))),
+        Ok(Some(false)) => Err(GatewayError::RebuildFailed),
+        Err(join) => Err(GatewayError::Internal(format!(
+            "index rebuild task failed: {join}"
+        ))),
+    }
+}

@@ -1,0 +1,960 @@
+//! Request schemas and their validation, reproducing pydantic's lax rules and error items
+//! (`type`, `loc`, `msg`): fact create and patch bodies, the import document (the
+//! `MemoryResponse` shape), the conversation-turn body, and the search query.
+
+use deermem_core::fact::FactSource;
+use deermem_core::{Message, PublicMemoryDocument};
+use serde_json::{Map, Value, json};
+
+use crate::error::{GatewayError, ValidationItem};
+use crate::extract::QueryParams;
+
+/// The longest accepted `thread_id`, in characters.
+pub(crate) const MAX_THREAD_ID_CHARS: usize = 512;
+/// The longest accepted `trace_id` / `run_id`, in characters.
+pub(crate) const MAX_TRACE_ID_CHARS: usize = 256;
+/// The largest accepted `top_k`.
+pub(crate) const MAX_TOP_K: i64 = 100;
+
+/// Collects validation problems, pydantic style, so one response lists them all.
+#[derive(Debug, Default)]
+struct Checker {
+    errors: Vec<ValidationItem>,
+}
+
+fn at(base: &[Value], key: impl Into<Value>) -> Vec<Value> {
+    let mut l = base.to_vec();
+    l.push(key.into());
+    l
+}
+
+impl Checker {
+    fn push(&mut self, item: ValidationItem) {
+        self.errors.push(item);
+    }
+
+    fn finish<T>(self, value: T) -> Result<T, GatewayError> {
+        if self.errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(GatewayError::Validation(self.errors))
+        }
+    }
+
+    /// The body (or a nested model) as an object.
+    fn model<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
+        match v {
+            Value::Object(m) => Some(m),
+            other => {
+                self.push(
+                    ValidationItem::new(
+                        "model_attributes_type",
+                        loc,
+                        "Input should be a valid dictionary or object to extract fields from",
+                    )
+                    .with_input(other),
+                );
+                None
+            }
+        }
+    }
+
+    fn missing(&mut self, loc: Vec<Value>, parent: &Map<String, Value>) {
+        self.push(
+            ValidationItem::new("missing", loc, "Field required")
+                .with_input(&Value::Object(parent.clone())),
+        );
+    }
+
+    fn string(&mut self, v: &Value, loc: Vec<Value>) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                self.push(
+                    ValidationItem::new("string_type", loc, "Input should be a valid string")
+                        .with_input(other),
+                );
+                None
+            }
+        }
+    }
+
+    /// A required string field.
+    fn required_str(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        base: &[Value],
+    ) -> Option<String> {
+        match m.get(key) {
+            None => {
+                self.missing(at(base, key), m);
+                None
+            }
+            Some(v) => self.string(v, at(base, key)),
+        }
+    }
+
+    /// A string field with a default (`null` is an error, as for a non-optional pydantic
+    /// field).
+    fn str_or(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        base: &[Value],
+        default: &str,
+    ) -> Option<String> {
+        match m.get(key) {
+            None => Some(default.to_owned()),
+            Some(v) => self.string(v, at(base, key)),
+        }
+    }
+
+    /// An optional string field (`null` and absent are `None`). The outer `Option` is `None`
+    /// when the field is invalid.
+    fn opt_str(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        base: &[Value],
+    ) -> Option<Option<String>> {
+        match m.get(key) {
+            None | Some(Value::Null) => Some(None),
+            Some(v) => self.string(v, at(base, key)).map(Some),
+        }
+    }
+
+    fn min_len(&mut self, s: &str, min: usize, loc: Vec<Value>) -> bool {
+        if s.chars().count() < min {
+            self.push(
+                ValidationItem::new(
+                    "string_too_short",
+                    loc,
+                    format!(
+                        "String should have at least {min} character{}",
+                        if min == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_input(&Value::String(s.to_owned()))
+                .with_ctx(json!({ "min_length": min })),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn max_len(&mut self, s: &str, max: usize, loc: Vec<Value>) -> bool {
+        if s.chars().count() > max {
+            self.push(
+                ValidationItem::new(
+                    "string_too_long",
+                    loc,
+                    format!("String should have at most {max} characters"),
+                )
+                .with_input(&Value::String(s.to_owned()))
+                .with_ctx(json!({ "max_length": max })),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// A float (lax: numbers and numeric strings), finite.
+    fn float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
+        let f = match v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => match deermem_core::py::parse_float(s) {
+                Some(f) => Some(f),
+                None => {
+                    self.push(
+                        ValidationItem::new(
+                            "float_parsing",
+                            loc,
+                            "Input should be a valid number, unable to parse string as a number",
+                        )
+                        .with_input(v),
+                    );
+                    return None;
+                }
+            },
+            _ => None,
+        };
+        match f {
+            Some(f) if f.is_finite() => Some(f),
+            Some(_) => {
+                self.push(
+                    ValidationItem::new("finite_number", loc, "Input should be a finite number")
+                        .with_input(v),
+                );
+                None
+            }
+            None => {
+                self.push(
+                    ValidationItem::new("float_type", loc, "Input should be a valid number")
+                        .with_input(v),
+                );
+                None
+            }
+        }
+    }
+
+    /// A float constrained to `[0, 1]`.
+    fn unit_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
+        let f = self.float(v, loc.clone())?;
+        if f < 0.0 {
+            self.push(
+                ValidationItem::new(
+                    "greater_than_equal",
+                    loc,
+                    "Input should be greater than or equal to 0",
+                )
+                .with_input(v)
+                .with_ctx(json!({ "ge": 0.0 })),
+            );
+            return None;
+        }
+        if f > 1.0 {
+            self.push(
+                ValidationItem::new(
+                    "less_than_equal",
+                    loc,
+                    "Input should be less than or equal to 1",
+                )
+                .with_input(v)
+                .with_ctx(json!({ "le": 1.0 })),
+            );
+            return None;
+        }
+        Some(f)
+    }
+
+    /// An integer (lax: integral floats and digit strings).
+    fn int(&mut self, v: &Value, loc: Vec<Value>) -> Option<i64> {
+        match v {
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    return Some(i);
+                }
+                if let Some(f) = n.as_f64() {
+                    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                        return Some(f as i64);
+                    }
+                    self.push(
+                        ValidationItem::new(
+                            "int_from_float",
+                            loc,
+                            "Input should be a valid integer, got a number with a fractional part",
+                        )
+                        .with_input(v),
+                    );
+                    return None;
+                }
+                self.push(
+                    ValidationItem::new("int_type", loc, "Input should be a valid integer")
+                        .with_input(v),
+                );
+                None
+            }
+            Value::String(s) => match s.trim().parse::<i64>() {
+                Ok(i) => Some(i),
+                Err(_) => {
+                    self.push(
+                        ValidationItem::new(
+                            "int_parsing",
+                            loc,
+                            "Input should be a valid integer, unable to parse string as an integer",
+                        )
+                        .with_input(v),
+                    );
+                    None
+                }
+            },
+            other => {
+                self.push(
+                    ValidationItem::new("int_type", loc, "Input should be a valid integer")
+                        .with_input(other),
+                );
+                None
+            }
+        }
+    }
+
+    /// A non-negative integer (revisions, schema versions).
+    fn uint(&mut self, v: &Value, loc: Vec<Value>) -> Option<u64> {
+        let i = self.int(v, loc.clone())?;
+        match u64::try_from(i) {
+            Ok(u) => Some(u),
+            Err(_) => {
+                self.push(
+                    ValidationItem::new(
+                        "greater_than_equal",
+                        loc,
+                        "Input should be greater than or equal to 0",
+                    )
+                    .with_input(v)
+                    .with_ctx(json!({ "ge": 0 })),
+                );
+                None
+            }
+        }
+    }
+
+    fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Vec<Value>> {
+        match v {
+            Value::Array(a) => Some(a),
+            other => {
+                self.push(
+                    ValidationItem::new("list_type", loc, "Input should be a valid list")
+                        .with_input(other),
+                );
+                None
+            }
+        }
+    }
+
+    fn string_list(&mut self, v: &Value, loc: Vec<Value>) -> Option<Vec<String>> {
+        let items = self.list(v, loc.clone())?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            match self.string(item, at(&loc, i)) {
+                Some(s) => out.push(s),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn dict<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
+        match v {
+            Value::Object(m) => Some(m),
+            other => {
+                self.push(
+                    ValidationItem::new("dict_type", loc, "Input should be a valid dictionary")
+                        .with_input(other),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// `POST /api/memory/facts`: `{content (min 1 char), category = "context", confidence = 0.5
+/// in [0, 1]}`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FactCreateBody {
+    pub(crate) content: String,
+    pub(crate) category: String,
+    pub(crate) confidence: f64,
+}
+
+pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> {
+    let mut c = Checker::default();
+    let base = [json!("body")];
+    let Some(m) = c.model(body, base.to_vec()) else {
+        return Err(GatewayError::Validation(c.errors));
+    };
+    let content = c.required_str(m, "content", &base);
+    if let Some(s) = &content {
+        c.min_len(s, 1, at(&base, "content"));
+    }
+    let category = c.str_or(m, "category", &base, "context");
+    let confidence = match m.get("confidence") {
+        None => Some(0.5),
+        Some(v) => c.unit_float(v, at(&base, "confidence")),
+    };
+    let out = match (content, category, confidence) {
+        (Some(content), Some(category), Some(confidence)) => Some(FactCreateBody {
+            content,
+            category,
+            confidence,
+        }),
+        _ => None,
+    };
+    match out {
+        Some(v) if c.errors.is_empty() => Ok(v),
+        _ => Err(GatewayError::Validation(c.errors)),
+    }
+}
+
+/// `PATCH /api/memory/facts/{id}`: every field optional; `null` or absent keeps the value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct FactPatchBody {
+    pub(crate) content: Option<String>,
+    pub(crate) category: Option<String>,
+    pub(crate) confidence: Option<f64>,
+}
+
+pub(crate) fn fact_patch(body: &Value) -> Result<FactPatchBody, GatewayError> {
+    let mut c = Checker::default();
+    let base = [json!("body")];
+    let Some(m) = c.model(body, base.to_vec()) else {
+        return Err(GatewayError::Validation(c.errors));
+    };
+    let content = c.opt_str(m, "content", &base).flatten();
+    if let Some(s) = &content {
+        c.min_len(s, 1, at(&base, "content"));
+    }
+    let category = c.opt_str(m, "category", &base).flatten();
+    let confidence = match m.get("confidence") {
+        None | Some(Value::Null) => None,
+        Some(v) => c.unit_float(v, at(&base, "confidence")),
+    };
+    c.finish(FactPatchBody {
+        content,
+        category,
+        confidence,
+    })
+}
+
+/// Manager-level fact fields the reference's HTTP model does not have: dropped on import.
+const MANAGER_ONLY_FACT_KEYS: [&str; 4] = [
+    "title",
+    "expected_valid_days",
+    "lastConfirmedAt",
+    "confirmationCount",
+];
+
+fn summary_section(
+    c: &mut Checker,
+    v: &Value,
+    loc: &[Value],
+    keys: &[&str],
+) -> Option<Map<String, Value>> {
+    let m = c.model(v, loc.to_vec())?;
+    let mut out = Map::new();
+    for key in keys {
+        let Some(child) = m.get(*key) else { continue };
+        let cloc = at(loc, *key);
+        let Some(cm) = c.model(child, cloc.clone()) else {
+            continue;
+        };
+        let mut entry = Map::new();
+        for field in ["summary", "updatedAt"] {
+            if let Some(s) = c.str_or(cm, field, &cloc, "") {
+                entry.insert(field.into(), Value::String(s));
+            }
+        }
+        out.insert((*key).to_owned(), Value::Object(entry));
+    }
+    Some(out)
+}
+
+fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
+    let m = c.model(v, loc.to_vec())?;
+    let before = c.errors.len();
+    let mut out = Map::new();
+    if let Some(id) = c.required_str(m, "id", loc) {
+        out.insert("id".into(), Value::String(id));
+    }
+    if let Some(content) = c.required_str(m, "content", loc) {
+        out.insert("content".into(), Value::String(content));
+    }
+    for (key, default) in [("category", "context"), ("createdAt", "")] {
+        if let Some(s) = c.str_or(m, key, loc, default) {
+            out.insert(key.into(), Value::String(s));
+        }
+    }
+    for key in [
+        "categoryExtension",
+        "sourceError",
+        "status",
+        "updatedAt",
+        "consolidatedAt",
+    ] {
+        if let Some(Some(s)) = c.opt_str(m, key, loc) {
+            out.insert(key.into(), Value::String(s));
+        }
+    }
+    for key in ["topics", "consolidatedFrom"] {
+        if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+            if let Some(list) = c.string_list(v, at(loc, key)) {
+                out.insert(key.into(), Value::from(list));
+            }
+        }
+    }
+    match m.get("confidence") {
+        None => {}
+        Some(v) => {
+            if let Some(f) = c.float(v, at(loc, "confidence")) {
+                out.insert("confidence".into(), json!(f));
+            }
+        }
+    }
+    for key in ["schemaVersion", "revision"] {
+        if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+            if let Some(u) = c.uint(v, at(loc, key)) {
+                out.insert(key.into(), json!(u));
+            }
+        }
+    }
+    // The reference's model forces `source` to its public string form.
+    match m.get("source") {
+        None => {}
+        Some(Value::String(s)) => {
+            out.insert("source".into(), Value::String(s.clone()));
+        }
+        Some(v @ Value::Object(_)) => match FactSource::from_value(v) {
+            Ok(src) => {
+                out.insert("source".into(), Value::String(src.to_public_string()));
+            }
+            Err(e) => c.push(
+                ValidationItem::new(
+                    "value_error",
+                    at(loc, "source"),
+                    format!("Value error, {e}"),
+                )
+                .with_input(v),
+            ),
+        },
+        Some(other) => {
+            c.string(other, at(loc, "source"));
+        }
+    }
+    if let Some(v) = m.get("scope").filter(|v| !v.is_null()) {
+        let sloc = at(loc, "scope");
+        if let Some(sm) = c.dict(v, sloc.clone()) {
+            let mut scope = Map::new();
+            for (k, x) in sm {
+                match x {
+                    Value::Null | Value::String(_) => {
+                        scope.insert(k.clone(), x.clone());
+                    }
+                    other => {
+                        c.string(other, at(&sloc, k.as_str()));
+                    }
+                }
+            }
+            out.insert("scope".into(), Value::Object(scope));
+        }
+    }
+    for key in MANAGER_ONLY_FACT_KEYS {
+        out.remove(key);
+    }
+    (c.errors.len() == before).then_some(Value::Object(out))
+}
+
+/// `POST /api/memory/import`: the `MemoryResponse` shape. Unknown keys are dropped, `null`
+/// optional fields are removed, `source` objects are projected to their string form, and each
+/// fact needs `id` and `content`.
+pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, GatewayError> {
+    let mut c = Checker::default();
+    let base = [json!("body")];
+    let Some(m) = c.model(body, base.to_vec()) else {
+        return Err(GatewayError::Validation(c.errors));
+    };
+    let mut out = Map::new();
+    for (key, default) in [("version", "1.0"), ("lastUpdated", "")] {
+        if let Some(s) = c.str_or(m, key, &base, default) {
+            out.insert(key.into(), Value::String(s));
+        }
+    }
+    if let Some(v) = m.get("revision").filter(|v| !v.is_null()) {
+        if let Some(u) = c.uint(v, at(&base, "revision")) {
+            out.insert("revision".into(), json!(u));
+        }
+    }
+    let sections: [(&str, &[&str]); 2] = [
+        ("user", &deermem_core::document::USER_SECTION_KEYS),
+        ("history", &deermem_core::document::HISTORY_SECTION_KEYS),
+    ];
+    for (key, children) in sections {
+        if let Some(v) = m.get(key) {
+            if let Some(section) = summary_section(&mut c, v, &at(&base, key), children) {
+                out.insert(key.into(), Value::Object(section));
+            }
+        }
+    }
+    if let Some(v) = m.get("facts") {
+        let floc = at(&base, "facts");
+        if let Some(items) = c.list(v, floc.clone()) {
+            let facts: Vec<Value> = items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| import_fact(&mut c, f, &at(&floc, i)))
+                .collect();
+            out.insert("facts".into(), Value::Array(facts));
+        }
+    }
+    if !c.errors.is_empty() {
+        return Err(GatewayError::Validation(c.errors));
+    }
+    serde_json::from_value(Value::Object(out)).map_err(|e| {
+        GatewayError::validation(ValidationItem::new(
+            "value_error",
+            base.to_vec(),
+            format!("Value error, {e}"),
+        ))
+    })
+}
+
+/// `POST /api/memory/messages`: one conversation turn to remember.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MessagesBody {
+    pub(crate) thread_id: String,
+    pub(crate) agent: Option<String>,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) trace_id: Option<String>,
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> {
+    let mut c = Checker::default();
+    let base = [json!("body")];
+    let Some(m) = c.model(body, base.to_vec()) else {
+        return Err(GatewayError::Validation(c.errors));
+    };
+    let thread_id = c.required_str(m, "thread_id", &base);
+    if let Some(t) = &thread_id {
+        let loc = at(&base, "thread_id");
+        if c.min_len(t, 1, loc.clone())
+            && c.max_len(t, MAX_THREAD_ID_CHARS, loc.clone())
+            && has_control(t)
+        {
+            c.push(
+                ValidationItem::new(
+                    "value_error",
+                    loc,
+                    "Value error, thread_id must not contain control characters",
+                )
+                .with_input(&Value::String(t.clone())),
+            );
+        }
+    }
+    let agent = c.opt_str(m, "agent", &base).flatten();
+    let trace_id = c.opt_str(m, "trace_id", &base).flatten();
+    if let Some(t) = &trace_id {
+        let loc = at(&base, "trace_id");
+        if c.max_len(t, MAX_TRACE_ID_CHARS, loc.clone())
+            && !t.chars().all(|ch| ch.is_ascii_graphic() || ch == ' ')
+        {
+            c.push(
+                ValidationItem::new(
+                    "value_error",
+                    loc,
+                    "Value error, trace_id must be printable ASCII",
+                )
+                .with_input(&Value::String(t.clone())),
+            );
+        }
+    }
+    let mut messages = Vec::new();
+    match m.get("messages") {
+        None => c.missing(at(&base, "messages"), m),
+        Some(v) => {
+            let mloc = at(&base, "messages");
+            if let Some(items) = c.list(v, mloc.clone()) {
+                for (i, item) in items.iter().enumerate() {
+                    match serde_json::from_value::<Message>(item.clone()) {
+                        Ok(msg) => messages.push(msg),
+                        Err(e) => c.push(
+                            ValidationItem::new(
+                                "value_error",
+                                at(&mloc, i),
+                                format!("Value error, {e}"),
+                            )
+                            .with_input(item),
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    match thread_id {
+        Some(thread_id) if c.errors.is_empty() => Ok(MessagesBody {
+            thread_id,
+            agent,
+            messages,
+            trace_id,
+        }),
+        _ => Err(GatewayError::Validation(c.errors)),
+    }
+}
+
+/// `GET /api/memory/search`: `q` (required), `top_k` (1–100, default 5), `category`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SearchParams {
+    pub(crate) query: String,
+    pub(crate) top_k: usize,
+    pub(crate) category: Option<String>,
+}
+
+pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayError> {
+    let mut c = Checker::default();
+    let query = q.get("q").map(str::to_owned);
+    if query.is_none() {
+        c.push(
+            ValidationItem::new(
+                "missing",
+                vec![json!("query"), json!("q")],
+                "Field required",
+            )
+            .with_input(&Value::Null),
+        );
+    }
+    let mut top_k = 5usize;
+    if let Some(raw) = q.get("top_k") {
+        let loc = vec![json!("query"), json!("top_k")];
+        let v = Value::String(raw.to_owned());
+        if let Some(i) = c.int(&v, loc.clone()) {
+            if i < 1 {
+                c.push(
+                    ValidationItem::new(
+                        "greater_than_equal",
+                        loc,
+                        "Input should be greater than or equal to 1",
+                    )
+                    .with_input(&v)
+                    .with_ctx(json!({ "ge": 1 })),
+                );
+            } else if i > MAX_TOP_K {
+                c.push(
+                    ValidationItem::new(
+                        "less_than_equal",
+                        loc,
+                        format!("Input should be less than or equal to {MAX_TOP_K}"),
+                    )
+                    .with_input(&v)
+                    .with_ctx(json!({ "le": MAX_TOP_K })),
+                );
+            } else {
+                top_k = usize::try_from(i).unwrap_or(5);
+            }
+        }
+    }
+    let category = q
+        .get("category")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    match query {
+        Some(query) if c.errors.is_empty() => Ok(SearchParams {
+            query,
+            top_k,
+            category,
+        }),
+        _ => Err(GatewayError::Validation(c.errors)),
+    }
+}
+
+/// Validates an optional identifier query parameter (`thread_id`, `run_id`): at most `max`
+/// characters, no control characters; empty means absent.
+pub(crate) fn id_param(
+    q: &QueryParams,
+    key: &'static str,
+    max: usize,
+) -> Result<Option<String>, GatewayError> {
+    let Some(v) = q.get(key).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let mut c = Checker::default();
+    let loc = vec![json!("query"), json!(key)];
+    if c.max_len(v, max, loc.clone()) && has_control(v) {
+        c.push(
+            ValidationItem::new(
+                "value_error",
+                loc,
+                format!("Value error, {key} must not contain control characters"),
+            )
+            .with_input(&Value::String(v.to_owned())),
+        );
+    }
+    c.finish(Some(v.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(r: Result<impl std::fmt::Debug, GatewayError>) -> Vec<(String, Vec<Value>)> {
+        match r {
+            Err(GatewayError::Validation(items)) => items
+                .into_iter()
+                .map(|i| (i.kind.to_owned(), i.loc))
+                .collect(),
+            other => panic!("expected validation error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fact_create_defaults_and_errors() {
+        let ok = fact_create(&json!({"content": "x"})).unwrap();
+        assert_eq!(
+            ok,
+            FactCreateBody {
+                content: "x".into(),
+                category: "context".into(),
+                confidence: 0.5
+            }
+        );
+        let lax = fact_create(&json!({"content": "x", "confidence": "0.25"})).unwrap();
+        assert_eq!(lax.confidence, 0.25);
+        assert_eq!(
+            items(fact_create(&json!({}))),
+            vec![("missing".into(), vec![json!("body"), json!("content")])]
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": ""})))[0].0,
+            "string_too_short"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": 5})))[0].0,
+            "string_type"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": "x", "confidence": 1.5})))[0].0,
+            "less_than_equal"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": "x", "confidence": -0.1})))[0].0,
+            "greater_than_equal"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": "x", "confidence": true})))[0].0,
+            "float_type"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": "x", "confidence": "abc"})))[0].0,
+            "float_parsing"
+        );
+        assert_eq!(
+            items(fact_create(&json!({"content": "x", "category": null})))[0].0,
+            "string_type"
+        );
+        assert_eq!(
+            items(fact_create(&json!([1])))[0].0,
+            "model_attributes_type"
+        );
+        // Every problem is reported at once.
+        assert_eq!(
+            items(fact_create(&json!({"category": 1, "confidence": 9}))).len(),
+            3
+        );
+    }
+
+    #[test]
+    fn fact_patch_keeps_omitted_and_null_fields() {
+        assert_eq!(fact_patch(&json!({})).unwrap(), FactPatchBody::default());
+        let p =
+            fact_patch(&json!({"content": "new", "category": null, "confidence": null})).unwrap();
+        assert_eq!(
+            p,
+            FactPatchBody {
+                content: Some("new".into()),
+                ..FactPatchBody::default()
+            }
+        );
+        assert_eq!(
+            items(fact_patch(&json!({"content": ""})))[0].0,
+            "string_too_short"
+        );
+        assert_eq!(
+            items(fact_patch(&json!({"confidence": 2})))[0].0,
+            "less_than_equal"
+        );
+    }
+
+    #[test]
+    fn import_document_normalises_like_the_reference_model() {
+        let doc = import_document(&json!({
+            "version": "2.0", "revision": 4, "lastUpdated": "t", "bogus": 1,
+            "user": {"workContext": {"summary": "Rust", "updatedAt": "u", "extra": 1}},
+            "facts": [
+                {"id": "fact_a", "content": "A", "source": {"type": "conversation", "threadId": "th-1"},
+                 "sourceError": null, "title": "dropped", "confirmationCount": 3, "scope": {"userId": "u", "agentName": null}},
+                {"id": "fact_b", "content": "B", "source": "manual", "confidence": "0.9", "revision": 2}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(doc.version, "2.0");
+        assert_eq!(doc.revision, Some(4));
+        assert_eq!(doc.user.work_context.summary, "Rust");
+        assert_eq!(doc.facts[0].source, "th-1");
+        assert_eq!(doc.facts[0].title, None);
+        assert_eq!(doc.facts[0].confirmation_count, None);
+        assert_eq!(doc.facts[0].source_error, None);
+        assert_eq!(doc.facts[1].confidence, 0.9);
+        assert_eq!(doc.facts[1].revision, Some(2));
+        let errs = items(import_document(
+            &json!({"facts": [{"content": "no id"}, {"id": "x"}, 5]}),
+        ));
+        assert_eq!(
+            errs,
+            vec![
+                (
+                    "missing".into(),
+                    vec![json!("body"), json!("facts"), json!(0), json!("id")]
+                ),
+                (
+                    "missing".into(),
+                    vec![json!("body"), json!("facts"), json!(1), json!("content")]
+                ),
+                (
+                    "model_attributes_type".into(),
+                    vec![json!("body"), json!("facts"), json!(2)]
+                ),
+            ]
+        );
+        assert_eq!(
+            items(import_document(&json!({"facts": {}})))[0].0,
+            "list_type"
+        );
+        assert_eq!(
+            items(import_document(&json!({"revision": -1})))[0].0,
+            "greater_than_equal"
+        );
+        assert_eq!(
+            items(import_document(
+                &json!({"facts": [{"id": "a", "content": "b", "topics": [1]}]})
+            ))[0]
+                .1,
+            vec![
+                json!("body"),
+                json!("facts"),
+                json!(0),
+                json!("topics"),
+                json!(0)
+            ]
+        );
+    }
+
+    #[test]
+    fn messages_body_accepts_every_message_spelling() {
+        let b = messages_body(&json!({"thread_id": "t1", "agent": "coder", "messages": [
+            {"role": "user", "content": "hi"},
+            {"type": "ai", "content": "hello"},
+            {"type": "human", "data": {"content": "dumped"}}
+        ]}))
+        .unwrap();
+        assert_eq!(b.messages.len(), 3);
+        assert_eq!(b.agent.as_deref(), Some("coder"));
+        let errs = items(messages_body(
+            &json!({"thread_id": "", "messages": [{"content": "no role"}]}),
+        ));
+        assert_eq!(errs[0].0, "string_too_short");
+        assert_eq!(
+            errs[1],
+            (
+                "value_error".into(),
+                vec![json!("body"), json!("messages"), json!(0)]
+            )
+        );
+        assert_eq!(
+            items(messages_body(&json!({"thread_id": "a\nb", "messages": []})))[0].0,
+            "value_error"
+        );
+        assert_eq!(
+            items(messages_body(&json!({"thread_id": "t"})))[0].0,
+            "missing"
+        );
+        assert_eq!(
+            items(messages_body(
+                &json!({"thread_id": "t", "messages": [], "trace_id": "\u{7}"})
+            ))[0]
+                .0,
+            "value_error"
+        );
+    }
+}

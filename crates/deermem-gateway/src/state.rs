@@ -1,0 +1,207 @@
+//! The state every route shares: the memory manager (only through the `MemoryManager` port),
+//! the `memory:` and `gateway:` configuration, the metrics registry, the lifecycle flags and
+//! the optional context observer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use deermem_core::ports::MemoryManager;
+use deermem_core::{AgentName, MemoryConfig, UserId};
+use tokio::task::JoinHandle;
+use tracing::Instrument as _;
+
+use crate::auth::TokenTable;
+use crate::config::GatewayConfig;
+use crate::metrics::Metrics;
+
+/// Where the gateway is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Not yet serving (`/readyz` answers 503 `starting`).
+    Starting,
+    /// Serving (`/readyz` answers 200).
+    Ready,
+    /// Draining before exit (`/readyz` answers 503 `stopping`).
+    Stopping,
+}
+
+/// One served context block, for hosts that record run-level memory identity
+/// (spec/api.md §3.7).
+#[derive(Clone, Copy, Debug)]
+pub struct ContextServed<'a> {
+    /// The user the block was built for.
+    pub user: &'a UserId,
+    /// The agent bucket (`None`: the default bucket).
+    pub agent: Option<&'a AgentName>,
+    /// The thread the caller named.
+    pub thread_id: &'a str,
+    /// The run the caller named.
+    pub run_id: &'a str,
+    /// SHA-256 (hex) of the exact block, `<memory>` wrapper included.
+    pub content_sha256: &'a str,
+}
+
+/// Receives every context block served by `GET /api/memory/context` when the caller names both
+/// a `thread_id` and a `run_id` and the block is not empty: the seam where a run journal
+/// records one `context:memory` event per run. Called on the request path, so it must not
+/// block; spawn a task for slow work.
+pub trait ContextObserver: Send + Sync + std::fmt::Debug {
+    /// A block was served for a run.
+    fn context_served(&self, event: &ContextServed<'_>);
+}
+
+#[derive(Debug)]
+struct Flags {
+    lifecycle: AtomicU8,
+    rebuild_running: AtomicBool,
+}
+
+/// What the router and `serve` share. Cheap to clone.
+#[derive(Clone)]
+pub struct GatewayState {
+    manager: Arc<dyn MemoryManager>,
+    memory: Arc<MemoryConfig>,
+    gateway: Arc<GatewayConfig>,
+    tokens: Arc<TokenTable>,
+    metrics: Metrics,
+    flags: Arc<Flags>,
+    observer: Option<Arc<dyn ContextObserver>>,
+}
+
+impl std::fmt::Debug for GatewayState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The memory config's backend_config may hold secrets: show only what is safe.
+        f.debug_struct("GatewayState")
+            .field("manager", &self.manager.name())
+            .field("memory_enabled", &self.memory.enabled)
+            .field("manager_class", &self.memory.manager_class)
+            .field("gateway", &self.gateway)
+            .field("lifecycle", &self.lifecycle())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayState {
+    /// State for a manager, the `memory:` section and the `gateway:` section, with a fresh
+    /// metrics registry. The gateway starts in [`Lifecycle::Starting`]; [`crate::serve`] marks
+    /// it ready once listening (a host mounting [`crate::router`] itself calls
+    /// [`GatewayState::mark_ready`]).
+    pub fn new(
+        manager: Arc<dyn MemoryManager>,
+        memory: MemoryConfig,
+        gateway: GatewayConfig,
+    ) -> Self {
+        let tokens = TokenTable::new(&gateway);
+        Self {
+            manager,
+            memory: Arc::new(memory),
+            gateway: Arc::new(gateway),
+            tokens: Arc::new(tokens),
+            metrics: Metrics::new(),
+            flags: Arc::new(Flags {
+                lifecycle: AtomicU8::new(0),
+                rebuild_running: AtomicBool::new(false),
+            }),
+            observer: None,
+        }
+    }
+
+    /// Uses a metrics registry the host also holds (to feed queue depth, outcomes, gates).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Installs the observer of served context blocks.
+    #[must_use]
+    pub fn with_context_observer(mut self, observer: Arc<dyn ContextObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The memory backend.
+    pub fn manager(&self) -> &Arc<dyn MemoryManager> {
+        &self.manager
+    }
+
+    /// The `memory:` section.
+    pub fn memory_config(&self) -> &MemoryConfig {
+        &self.memory
+    }
+
+    /// The `gateway:` section.
+    pub fn gateway_config(&self) -> &GatewayConfig {
+        &self.gateway
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub(crate) fn token_table(&self) -> &TokenTable {
+        &self.tokens
+    }
+
+    pub(crate) fn observer(&self) -> Option<&Arc<dyn ContextObserver>> {
+        self.observer.as_ref()
+    }
+
+    /// The current lifecycle stage.
+    pub fn lifecycle(&self) -> Lifecycle {
+        match self.flags.lifecycle.load(Ordering::Acquire) {
+            0 => Lifecycle::Starting,
+            1 => Lifecycle::Ready,
+            _ => Lifecycle::Stopping,
+        }
+    }
+
+    /// Marks the gateway ready (`/readyz` 200). Index warm-up does not delay this.
+    pub fn mark_ready(&self) {
+        self.flags.lifecycle.store(1, Ordering::Release);
+    }
+
+    /// Marks the gateway as draining (`/readyz` 503).
+    pub fn mark_stopping(&self) {
+        self.flags.lifecycle.store(2, Ordering::Release);
+    }
+
+    /// Whether an index rebuild (`warm`) is running.
+    pub fn rebuild_running(&self) -> bool {
+        self.flags.rebuild_running.load(Ordering::Acquire)
+    }
+}
+
+/// Runs the manager's `warm()` (for DeerMem: the full rebuild of the derived search index) in
+/// the background. Returns `None` when a warm-up is already running. Readiness never waits
+/// for it; the task logs its outcome.
+pub fn spawn_warm(state: &GatewayState) -> Option<JoinHandle<Option<bool>>> {
+    if state
+        .flags
+        .rebuild_running
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return None;
+    }
+    let manager = Arc::clone(&state.manager);
+    let flags = Arc::clone(&state.flags);
+    let task = async move {
+        struct Clear(Arc<Flags>);
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                self.0.rebuild_running.store(false, Ordering::Release);
+            }
+        }
+        let _clear = Clear(flags);
+        let outcome = manager.warm().await;
+        match outcome {
+            Some(true) => tracing::info!("memory backend warm-up finished"),
+            Some(false) => tracing::warn!("memory backend warm-up failed"),
+            None => tracing::debug!("memory backend has nothing to warm"),
+        }
+        outcome
+    };
+    Some(tokio::spawn(task.in_current_span()))
+}
