@@ -254,6 +254,12 @@ impl Fts5Retrieval {
         }
     }
 
+    /// The last error the index saw (also reported by `stats`), readable even when the index
+    /// is too damaged to answer `stats`.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.last_error.lock().clone()
+    }
+
     /// Runs `f` on tokio's blocking pool when a runtime is present, inline otherwise.
     async fn blocking<T, F>(&self, f: F) -> Result<T, RetrievalError>
     where

@@ -1,0 +1,680 @@
+//! FTS5 adapter tests beyond the port contract: parity with the Python reference's search
+//! results (`expected.json`), CJK search, scoring, robustness of the index file, persistence,
+//! concurrency, and a property test over arbitrary query text.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::ports::Retrieval;
+use deermem_core::{
+    AgentName, Fact, FactId, FactScope, MatchType, RetrievalError, Scope, SearchQuery, Timestamp,
+    UserId,
+};
+use deermem_retrieval_fts5::{Fts5Retrieval, INDEX_DIR, INDEX_FILE_NAME};
+use deermem_testkit::clock::ManualClock;
+use deermem_testkit::retrieval::{fact, fact_with, scope};
+use serde_json::{Value, json};
+
+fn clock(at: &str) -> Arc<ManualClock> {
+    Arc::new(ManualClock::at(at))
+}
+
+fn memory_index() -> Fts5Retrieval {
+    Fts5Retrieval::in_memory(clock("2026-01-02T00:00:00Z")).expect("in-memory index")
+}
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    deermem_testkit::block_on(f)
+}
+
+async fn ids_for(index: &Fts5Retrieval, text: &str, s: &Scope, top_k: usize) -> Vec<String> {
+    index
+        .search(&SearchQuery::new(text, s.clone(), top_k))
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|h| h.fact.id.as_str().to_owned())
+        .collect()
+}
+
+/// The reference's fixture: facts per `user|agent` scope and its top-5 search hits.
+mod reference_parity {
+    use super::*;
+
+    fn expected_json() -> Value {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/python-deermem/expected.json");
+        let raw = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reference fixture {} missing: {e}", path.display()));
+        serde_json::from_str(&raw).expect("expected.json parses")
+    }
+
+    fn load_fact(raw: &Value, fs: &FactScope) -> Fact {
+        let draft = raw.as_object().expect("fact object").clone();
+        let id = FactId::new(draft["id"].as_str().expect("id")).expect("fact id");
+        let new_id = move || id.clone();
+        let ctx = NormalizeContext {
+            scope: fs,
+            existing: None,
+            now: Timestamp::parse_iso("2026-12-02T10:00:00Z").expect("time"),
+            new_id: &new_id,
+        };
+        normalize_fact(&draft, &ctx).expect("reference fact normalises")
+    }
+
+    const CJK_QUERIES: [&str; 3] = ["乌龙茶", "東京", "住んでいる"];
+
+    #[test]
+    fn english_queries_find_the_reference_hits_and_cjk_queries_find_more() {
+        let expected = expected_json();
+        let mut english_checked = 0;
+        let mut cjk_found = 0;
+        for (group, scopes) in expected.as_object().expect("groups") {
+            let index =
+                Fts5Retrieval::in_memory(clock("2026-12-02T10:00:00Z")).expect("index");
+            let mut all: Vec<(Scope, Fact, String)> = Vec::new();
+            let mut searches: Vec<(Scope, &serde_json::Map<String, Value>)> = Vec::new();
+            for (key, view) in scopes.as_object().expect("scopes") {
+                let (user, agent) = key.rsplit_once('|').expect("user|agent");
+                let s = Scope::new(
+                    Some(UserId::new(user).expect("user")),
+                    Some(AgentName::parse(agent).expect("agent")),
+                );
+                let fs = s.to_fact_scope();
+                for raw in view["facts"].as_array().expect("facts") {
+                    let f = load_fact(raw, &fs);
+                    all.push((s.clone(), f, key.clone()));
+                }
+                searches.push((s, view["search"].as_object().expect("search")));
+            }
+            let facts: Vec<(Scope, Fact)> =
+                all.iter().map(|(s, f, _)| (s.clone(), f.clone())).collect();
+            run(async {
+                let n = index.rebuild(None, &facts).await.expect("rebuild");
+                assert_eq!(n, facts.len());
+                for (s, queries) in &searches {
+                    for (q, hits) in *queries {
+                        let ours = ids_for(&index, q, s, 5).await;
+                        let theirs: Vec<&str> = hits
+                            .as_array()
+                            .expect("hits")
+                            .iter()
+                            .map(|h| h["id"].as_str().expect("hit id"))
+                            .collect();
+                        if CJK_QUERIES.contains(&q.as_str()) {
+                            assert!(theirs.is_empty(), "the reference finds no CJK hits");
+                            let want: Vec<&str> = all
+                                .iter()
+                                .filter(|(fs, f, _)| fs == s && f.content.contains(q.as_str()))
+                                .map(|(_, f, _)| f.id.as_str())
+                                .collect();
+                            for w in &want {
+                                assert!(
+                                    ours.iter().any(|o| o == w),
+                                    "{group} {s:?} {q:?}: {w} contains the query; got {ours:?}"
+                                );
+                            }
+                            cjk_found += want.len();
+                            continue;
+                        }
+                        for t in &theirs {
+                            assert!(
+                                ours.iter().any(|o| o == t),
+                                "{group} {s:?} {q:?}: reference hit {t} missing from {ours:?}"
+                            );
+                        }
+                        // Same words, same tokenizer: nothing else matches either.
+                        assert_eq!(
+                            ours.len(),
+                            theirs.len(),
+                            "{group} {s:?} {q:?}: ours {ours:?}, reference {theirs:?}"
+                        );
+                        english_checked += 1;
+                    }
+                }
+            });
+        }
+        assert!(english_checked > 100, "checked {english_checked} English searches");
+        assert!(cjk_found >= 10, "found {cjk_found} CJK facts the reference misses");
+    }
+
+    #[test]
+    fn cjk_hits_are_reported_as_cjk_matches() {
+        let index = memory_index();
+        let s = scope(Some("dave@corp.example"), "__default__");
+        run(async {
+            index
+                .upsert(&s, &fact(&s, "tea", "用户喜欢喝乌龙茶，不喜欢咖啡。", "identity", 0.6))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "jp", "日本語のテキストも扱う。東京に住んでいる。", "context", 1.0))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "rust", "Prefers Rust for systems work.", "goal", 0.9))
+                .await
+                .expect("upsert");
+            let hits = index
+                .search(&SearchQuery::new("乌龙茶", s.clone(), 5))
+                .await
+                .expect("search");
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].fact.id.as_str(), "tea");
+            assert_eq!(hits[0].match_type, MatchType::Cjk);
+            // Mixed queries find both scripts; English hits stay fts5.
+            let mixed = index
+                .search(&SearchQuery::new("Rust 東京", s.clone(), 5))
+                .await
+                .expect("search");
+            let mut got: Vec<(&str, MatchType)> = mixed
+                .iter()
+                .map(|h| (h.fact.id.as_str(), h.match_type))
+                .collect();
+            got.sort_by_key(|(id, _)| id.to_string());
+            assert_eq!(got, vec![("jp", MatchType::Cjk), ("rust", MatchType::Fts5)]);
+            // Single characters, kana, sub-phrases and Korean.
+            assert_eq!(ids_for(&index, "茶", &s, 5).await, vec!["tea"]);
+            assert_eq!(ids_for(&index, "住んで", &s, 5).await, vec!["jp"]);
+            assert_eq!(ids_for(&index, "テキスト", &s, 5).await, vec!["jp"]);
+            assert!(ids_for(&index, "北京", &s, 5).await.is_empty());
+            index
+                .upsert(&s, &fact(&s, "ko", "서울에서 일하고 있습니다", "context", 0.5))
+                .await
+                .expect("upsert");
+            assert_eq!(ids_for(&index, "서울", &s, 5).await, vec!["ko"]);
+            assert_eq!(ids_for(&index, "일하고", &s, 5).await, vec!["ko"]);
+            // Advanced syntax with CJK runs.
+            assert_eq!(ids_for(&index, "乌龙茶 AND 咖啡", &s, 5).await, vec!["tea"]);
+            assert!(ids_for(&index, "乌龙茶 AND Rust", &s, 5).await.is_empty());
+            assert_eq!(ids_for(&index, "\"東京に住\"", &s, 5).await, vec!["jp"]);
+        });
+    }
+
+    #[test]
+    fn exact_substring_ranks_above_partial_bigram_matches() {
+        let index = memory_index();
+        let s = scope(Some("u"), "a");
+        run(async {
+            // Unrelated documents give the bigrams a meaningful IDF.
+            for i in 0..20 {
+                let f = fact(&s, &format!("filler{i}"), &format!("filler text {i}"), "context", 0.5);
+                index.upsert(&s, &f).await.expect("upsert");
+            }
+            index
+                .upsert(&s, &fact(&s, "partial", "龙茶很好", "context", 0.6))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "exact", "我喝乌龙茶", "context", 0.3))
+                .await
+                .expect("upsert");
+            assert_eq!(ids_for(&index, "乌龙茶", &s, 5).await, vec!["exact", "partial"]);
+        });
+    }
+}
+
+/// Scoring details that the port contract does not pin.
+mod scoring {
+    use super::*;
+
+    #[test]
+    fn recent_facts_outrank_old_ones_and_zero_confidence_counts_as_half() {
+        let index = Fts5Retrieval::in_memory(clock("2026-12-02T00:00:00Z")).expect("index");
+        let s = scope(Some("u"), "a");
+        let old = fact_with(
+            &s,
+            "old",
+            "alpha beta",
+            json!({"confidence": 0.5, "createdAt": "2020-01-01T00:00:00Z"}),
+        );
+        let new = fact_with(
+            &s,
+            "new",
+            "alpha beta",
+            json!({"confidence": 0.5, "createdAt": "2026-12-01T00:00:00Z"}),
+        );
+        let naive = fact_with(
+            &s,
+            "naive",
+            "alpha beta",
+            json!({"confidence": 0.0, "createdAt": "2020-01-01T00:00:00"}),
+        );
+        run(async {
+            for f in [&old, &new, &naive] {
+                index.upsert(&s, f).await.expect("upsert");
+            }
+            let hits = index
+                .search(&SearchQuery::new("\"alpha beta\"", s.clone(), 5))
+                .await
+                .expect("phrase query");
+            let ids: Vec<&str> = hits.iter().map(|h| h.fact.id.as_str()).collect();
+            // The naive timestamp skips decay, and 0.0 scores as 0.5: it ties with "new".
+            assert_eq!(ids, vec!["new", "naive", "old"]);
+            assert!((hits[0].score - hits[1].score).abs() < 1e-12);
+            let rel = hits[0].bm25.expect("bm25");
+            assert!(rel > 0.0);
+            assert!((hits[0].score - (rel + 0.1)).abs() < 1e-9);
+            assert!(hits[2].score < hits[1].score);
+        });
+    }
+
+    #[test]
+    fn per_scope_candidates_merge_by_score_across_scopes() {
+        let index = memory_index();
+        let a = scope(Some("u"), "a");
+        let b = scope(Some("u"), "b");
+        run(async {
+            index.upsert(&a, &fact(&a, "a1", "lima", "context", 0.1)).await.expect("upsert");
+            index.upsert(&b, &fact(&b, "b1", "lima", "context", 0.9)).await.expect("upsert");
+            let q = SearchQuery {
+                text: "lima".into(),
+                scopes: vec![a.clone(), b.clone(), a.clone()],
+                top_k: 5,
+                category: None,
+            };
+            let hits = index.search(&q).await.expect("search");
+            let ids: Vec<&str> = hits.iter().map(|h| h.fact.id.as_str()).collect();
+            assert_eq!(ids, vec!["b1", "a1"], "duplicate scopes are searched once");
+            assert_eq!(hits[1].fact.scope.agent_name.as_deref(), Some("a"));
+        });
+    }
+
+    #[test]
+    fn advanced_syntax_passes_through_and_invalid_syntax_retries_as_words() {
+        let index = memory_index();
+        let s = scope(Some("u"), "a");
+        run(async {
+            index.upsert(&s, &fact(&s, "p", "python and rust", "context", 0.5)).await.expect("upsert");
+            index.upsert(&s, &fact(&s, "q", "python only", "context", 0.5)).await.expect("upsert");
+            assert_eq!(ids_for(&index, "python AND rust", &s, 5).await, vec!["p"]);
+            assert_eq!(ids_for(&index, "pyth*", &s, 5).await.len(), 2);
+            assert_eq!(ids_for(&index, "python NOT rust", &s, 5).await, vec!["q"]);
+            // Unbalanced: retried as the quoted words "(rust" and "python".
+            let mut got = ids_for(&index, "(rust python", &s, 5).await;
+            got.sort();
+            assert_eq!(got, vec!["p", "q"]);
+            // `C++ OR Rust` is valid syntax for the reference too.
+            assert_eq!(ids_for(&index, "C++ OR Rust", &s, 5).await, vec!["p"]);
+        });
+    }
+}
+
+/// The index file: location, corruption, permissions, schema versions, persistence.
+mod robustness {
+    use super::*;
+
+    fn index_file(root: &std::path::Path) -> PathBuf {
+        root.join(INDEX_DIR).join(INDEX_FILE_NAME)
+    }
+
+    async fn assert_works(index: &Fts5Retrieval) {
+        let s = scope(Some("alice"), "coder");
+        index
+            .upsert(&s, &fact(&s, "f", "robust search works", "context", 0.5))
+            .await
+            .expect("upsert");
+        assert_eq!(ids_for(index, "robust", &s, 5).await, vec!["f"]);
+    }
+
+    #[test]
+    fn missing_folder_is_created() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("not/yet/there");
+        let index = Fts5Retrieval::open(&root, clock("2026-01-01T00:00:00Z")).expect("open");
+        assert_eq!(index.path(), Some(index_file(&root).as_path()));
+        run(async {
+            assert_works(&index).await;
+            let stats = index.stats().await.expect("stats");
+            assert_eq!(stats.adapter, "fts5");
+            assert_eq!(stats.db_path.as_deref(), Some(index_file(&root).to_str().expect("utf8")));
+            assert!(stats.db_bytes.unwrap_or(0) > 0);
+            assert_eq!(stats.jieba, cfg!(feature = "zh"));
+        });
+        assert!(index_file(&root).is_file());
+    }
+
+    #[test]
+    fn corrupt_file_is_deleted_and_recreated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, b"this is not a sqlite database at all, just garbage....").expect("write");
+        let mut wal = file.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::write(&wal, b"garbage wal").expect("write wal");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
+        run(async {
+            assert_eq!(index.stats().await.expect("stats").total_docs, 0);
+            assert_works(&index).await;
+        });
+    }
+
+    #[test]
+    fn truncated_database_is_recreated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+            run(async {
+                assert_works(&index).await;
+                index.close().await;
+            });
+        }
+        let file = index_file(dir.path());
+        let bytes = std::fs::read(&file).expect("read");
+        // Keep the header, destroy the pages.
+        let mut damaged = bytes[..100.min(bytes.len())].to_vec();
+        damaged.extend(std::iter::repeat_n(0xA5u8, 8192));
+        std::fs::write(&file, damaged).expect("write");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
+        run(assert_works(&index));
+    }
+
+    #[test]
+    fn unusable_locations_fail_cleanly_with_unavailable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // `.retrieval` is a file, so the folder cannot be created (even as root).
+        std::fs::write(dir.path().join(INDEX_DIR), b"x").expect("write");
+        let err = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect_err("no folder");
+        assert!(matches!(err, RetrievalError::Unavailable(_)), "{err:?}");
+        // The index path is a folder: deleting it fails, so the retry fails too.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(index_file(dir.path())).expect("mkdir");
+        let err = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect_err("dir");
+        assert!(matches!(err, RetrievalError::Unavailable(_)), "{err:?}");
+        assert!(err.to_string().contains(INDEX_FILE_NAME), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn read_only_folder_still_answers_or_fails_cleanly() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path().join(INDEX_DIR);
+        std::fs::create_dir_all(&folder).expect("mkdir");
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        // Root may still write there; anyone else gets a clean `Unavailable`.
+        match Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")) {
+            Ok(index) => run(assert_works(&index)),
+            Err(e) => assert!(matches!(e, RetrievalError::Unavailable(_)), "{e:?}"),
+        }
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+
+    #[test]
+    fn incompatible_schema_version_is_rebuilt_and_foreign_tables_survive() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        {
+            let conn = rusqlite_conn(&file);
+            conn.execute_batch(
+                "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 INSERT INTO meta VALUES('schema_version', '0');
+                 CREATE TABLE docs(x);
+                 CREATE TABLE unrelated(y); INSERT INTO unrelated VALUES(7);",
+            )
+            .expect("old schema");
+        }
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(assert_works(&index));
+        run(index.close());
+        let conn = rusqlite_conn(&file);
+        let v: String = conn
+            .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
+            .expect("version");
+        assert_eq!(v, deermem_retrieval_fts5::SCHEMA_VERSION);
+        let y: i64 = conn.query_row("SELECT y FROM unrelated", [], |r| r.get(0)).expect("kept");
+        assert_eq!(y, 7);
+    }
+
+    fn rusqlite_conn(path: &std::path::Path) -> rusqlite::Connection {
+        rusqlite::Connection::open(path).expect("open sqlite")
+    }
+
+    #[test]
+    fn malformed_rows_are_skipped_not_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            index.upsert(&s, &fact(&s, "good", "mike shared", "context", 0.4)).await.expect("upsert");
+            index.upsert(&s, &fact(&s, "bad", "mike shared", "context", 0.9)).await.expect("upsert");
+            index.upsert(&s, &fact(&s, "worse", "mike shared", "context", 0.8)).await.expect("upsert");
+        });
+        {
+            let conn = rusqlite_conn(&index_file(dir.path()));
+            conn.execute("UPDATE docs SET fact_json='{not json' WHERE fact_id='bad'", [])
+                .expect("damage");
+            conn.execute(
+                "UPDATE docs SET fact_json='{\"id\":\"worse\",\"content\":5}' WHERE fact_id='worse'",
+                [],
+            )
+            .expect("damage");
+        }
+        run(async {
+            assert_eq!(ids_for(&index, "mike", &s, 5).await, vec!["good"]);
+            assert_eq!(ids_for(&index, "mike", &s, 1).await, vec!["good"], "skips backfill");
+        });
+    }
+
+    #[test]
+    fn index_persists_across_restart_with_category_filter() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scope(Some("alice"), "coder");
+        {
+            let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+            run(async {
+                index.upsert(&s, &fact(&s, "one", "november one", "preference", 0.5)).await.expect("upsert");
+                index.upsert(&s, &fact(&s, "two", "november two", "context", 0.9)).await.expect("upsert");
+                index.close().await;
+            });
+        }
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("reopen");
+        run(async {
+            let q = SearchQuery {
+                text: "november".into(),
+                scopes: vec![s.clone()],
+                top_k: 5,
+                category: Some("preference".into()),
+            };
+            let hits = index.search(&q).await.expect("search");
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].fact.id.as_str(), "one");
+            assert_eq!(hits[0].match_type, MatchType::Fts5);
+            // New documents after a restart do not collide with old rowids.
+            index.upsert(&s, &fact(&s, "three", "november three", "context", 0.1)).await.expect("upsert");
+            assert_eq!(ids_for(&index, "november", &s, 5).await, vec!["two", "one", "three"]);
+        });
+    }
+
+    #[test]
+    fn corruption_found_later_is_healed_by_a_full_rebuild() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            index.upsert(&s, &fact(&s, "a", "oscar", "context", 0.4)).await.expect("upsert");
+        });
+        {
+            // Move everything into the main file, then destroy every page but the first,
+            // behind the adapter's back.
+            let file = index_file(dir.path());
+            let conn = rusqlite_conn(&file);
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .expect("checkpoint");
+            drop(conn);
+            let bytes = std::fs::read(&file).expect("read");
+            let mut damaged = bytes[..4096].to_vec();
+            damaged.extend(std::iter::repeat_n(0xA5u8, bytes.len() - 4096));
+            std::fs::write(&file, damaged).expect("write");
+        }
+        run(async {
+            let r = index.search(&SearchQuery::new("oscar", s.clone(), 5)).await;
+            assert!(
+                matches!(r, Err(RetrievalError::Unavailable(_))),
+                "corruption is reported for the substring fallback: {r:?}"
+            );
+            assert!(matches!(index.stats().await, Err(RetrievalError::Unavailable(_))));
+            let last = index.last_error().expect("the failure is remembered");
+            assert!(last.contains("malformed"), "{last}");
+            let facts = vec![(s.clone(), fact(&s, "a", "oscar", "context", 0.4))];
+            assert_eq!(index.rebuild(None, &facts).await.expect("heal"), 1);
+            assert_eq!(ids_for(&index, "oscar", &s, 5).await, vec!["a"]);
+            assert_eq!(index.stats().await.expect("stats").total_docs, 1);
+        });
+    }
+}
+
+/// Several tasks and threads at once.
+mod concurrency {
+    use super::*;
+
+    #[test]
+    fn concurrent_upserts_are_all_searchable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        let s = scope(Some("alice"), "coder");
+        run(async {
+            let mut tasks = Vec::new();
+            for t in 0..8 {
+                let index = index.clone();
+                let s = s.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..5 {
+                        let id = format!("f{t}_{i}");
+                        let f = fact(&s, &id, "concurrent memory write", "context", 0.5);
+                        index.upsert(&s, &f).await.expect("upsert");
+                        let _ = index.search(&SearchQuery::new("concurrent", s.clone(), 3)).await.expect("search");
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.expect("task");
+            }
+            let hits = index
+                .search(&SearchQuery::new("concurrent memory", s.clone(), 100))
+                .await
+                .expect("search");
+            assert_eq!(hits.len(), 40);
+        });
+    }
+
+    #[test]
+    fn reads_of_other_scopes_see_committed_data_during_rebuilds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        let a = scope(Some("alice"), "coder");
+        let b = scope(Some("bob"), "coder");
+        run(async {
+            index.upsert(&b, &fact(&b, "keep", "papa stays", "context", 0.5)).await.expect("upsert");
+            let big: Vec<(Scope, Fact)> = (0..3000)
+                .map(|i| (a.clone(), fact(&a, &format!("r{i}"), &format!("quebec {i}"), "context", 0.5)))
+                .collect();
+            let writer = {
+                let index = index.clone();
+                let a = a.clone();
+                tokio::spawn(async move {
+                    for _ in 0..3 {
+                        index.rebuild(Some(std::slice::from_ref(&a)), &big).await.expect("rebuild");
+                    }
+                })
+            };
+            for _ in 0..50 {
+                assert_eq!(ids_for(&index, "papa", &b, 5).await, vec!["keep"]);
+                let n = ids_for(&index, "quebec", &a, 5000).await.len();
+                assert!(n == 0 || n == 3000, "a reader sees all or nothing of a rebuild: {n}");
+            }
+            writer.await.expect("writer");
+            assert_eq!(ids_for(&index, "quebec", &a, 5000).await.len(), 3000);
+        });
+    }
+
+    #[test]
+    fn works_without_a_tokio_runtime() {
+        let index = memory_index();
+        let s = scope(Some("u"), "a");
+        futures_lite_block_on(async {
+            index.upsert(&s, &fact(&s, "x", "romeo", "context", 0.5)).await.expect("upsert");
+            assert_eq!(ids_for(&index, "romeo", &s, 5).await, vec!["x"]);
+            index.close().await;
+        });
+    }
+
+    /// A minimal executor (no tokio context) for futures that never wait.
+    fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+}
+
+/// Arbitrary query text never errors and never panics.
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn seeded() -> (Fts5Retrieval, Scope) {
+        let index = memory_index();
+        let s = scope(Some("alice"), "coder");
+        run(async {
+            for (i, c) in [
+                "Prefers Rust for systems work",
+                "用户喜欢喝乌龙茶，不喜欢咖啡。",
+                "東京に住んでいる",
+                "Quotes 'single' and \"double\" and back\\slash.",
+                "C++ OR (AND) NOT NEAR*",
+            ]
+            .iter()
+            .enumerate()
+            {
+                index
+                    .upsert(&s, &fact(&s, &format!("p{i}"), c, "context", 0.5))
+                    .await
+                    .expect("upsert");
+            }
+        });
+        (index, s)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_query_text_is_answered(text in "\\PC{0,64}", top_k in 0usize..20) {
+            let (index, s) = seeded();
+            let hits = run(index.search(&SearchQuery::new(text, s, top_k)));
+            let hits = hits.expect("search never errors on query text");
+            prop_assert!(hits.len() <= top_k);
+            prop_assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+        }
+
+        #[test]
+        fn syntax_heavy_queries_are_answered(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("\"".to_owned()), Just("(".to_owned()), Just(")".to_owned()),
+                    Just("*".to_owned()), Just(" AND ".to_owned()), Just(" OR ".to_owned()),
+                    Just(" NOT ".to_owned()), Just("NEAR(".to_owned()), Just(":".to_owned()),
+                    Just("^".to_owned()), Just("東京".to_owned()), Just("乌".to_owned()),
+                    Just("rust".to_owned()), Just(" ".to_owned()), Just("\0".to_owned()),
+                    Just("{".to_owned()), Just("}".to_owned()), Just("-".to_owned()),
+                    "[a-z]{1,5}",
+                ],
+                0..24,
+            ),
+        ) {
+            let (index, s) = seeded();
+            let text: String = parts.concat();
+            let hits = run(index.search(&SearchQuery::new(text, s, 10)));
+            prop_assert!(hits.is_ok(), "{hits:?}");
+        }
+    }
+}
