@@ -132,10 +132,10 @@ impl RetrievalRequest {
             m.insert("session_id".into(), Value::String(s.clone()));
         }
         m.insert("limit".into(), Value::from(self.limit));
-        if let Some(t) = self.score_threshold {
-            if let Some(n) = serde_json::Number::from_f64(t) {
-                m.insert("score_threshold".into(), Value::Number(n));
-            }
+        if let Some(t) = self.score_threshold
+            && let Some(n) = serde_json::Number::from_f64(t)
+        {
+            m.insert("score_threshold".into(), Value::Number(n));
         }
         if let Some(f) = &self.filter {
             m.insert("filter".into(), f.clone());
@@ -259,17 +259,9 @@ impl OpenVikingClient {
                     .map_err(|e| transport_error(&e))?;
                 let status = resp.status();
                 let bytes = read_capped(resp).await?;
-                let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                    OpenVikingError::new(
-                        ErrorKind::InvalidResponse,
-                        "INVALID_RESPONSE",
-                        format!("health response is not JSON: {e}"),
-                        Some(status.as_u16()),
-                    )
-                })?;
-                Ok::<bool, OpenVikingError>(
-                    status.is_success() && v.get("status").and_then(Value::as_str) == Some("ok"),
-                )
+                parse_envelope(status, &bytes)?;
+                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                Ok::<bool, OpenVikingError>(v.get("status").and_then(Value::as_str) == Some("ok"))
             }
             .await;
             match result {
@@ -335,7 +327,11 @@ impl OpenVikingClient {
     ///
     /// # Errors
     /// Any failure but `NOT_FOUND`.
-    pub async fn pending_tokens(&self, session_id: &str, peer: &str) -> Result<u64, OpenVikingError> {
+    pub async fn pending_tokens(
+        &self,
+        session_id: &str,
+        peer: &str,
+    ) -> Result<u64, OpenVikingError> {
         match self
             .read_once_retried(
                 reqwest::Method::GET,
@@ -509,12 +505,16 @@ mod tests {
     fn envelope_rules() {
         let ok = parse_envelope(StatusCode::OK, br#"{"status":"ok","result":{"a":1}}"#).unwrap();
         assert_eq!(ok, Some(json!({"a": 1})));
-        assert_eq!(parse_envelope(StatusCode::OK, br#"{"status":"ok"}"#).unwrap(), None);
+        assert_eq!(
+            parse_envelope(StatusCode::OK, br#"{"status":"ok"}"#).unwrap(),
+            None
+        );
         assert_eq!(
             parse_envelope(StatusCode::OK, b"<html>ok</html>").unwrap(),
             Some(json!({}))
         );
-        let e = parse_envelope(StatusCode::INTERNAL_SERVER_ERROR, b"<html>boom</html>").unwrap_err();
+        let e =
+            parse_envelope(StatusCode::INTERNAL_SERVER_ERROR, b"<html>boom</html>").unwrap_err();
         assert_eq!(e.code, "INTERNAL");
         assert_eq!(e.message, "HTTP 500: <html>boom</html>");
         assert!(!e.is_recoverable());
@@ -525,9 +525,17 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.code, "UNAVAILABLE");
         assert!(e.is_recoverable(), "an error envelope wins over a 200");
-        let e = parse_envelope(StatusCode::BAD_GATEWAY, br#"{"detail":"bad gateway"}"#).unwrap_err();
-        assert_eq!((e.code.as_str(), e.message.as_str()), ("UNKNOWN", "bad gateway"));
-        let e = parse_envelope(StatusCode::NOT_FOUND, br#"{"status":"error","error":{"code":"NOT_FOUND","message":"no"}}"#).unwrap_err();
+        let e =
+            parse_envelope(StatusCode::BAD_GATEWAY, br#"{"detail":"bad gateway"}"#).unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("UNKNOWN", "bad gateway")
+        );
+        let e = parse_envelope(
+            StatusCode::NOT_FOUND,
+            br#"{"status":"error","error":{"code":"NOT_FOUND","message":"no"}}"#,
+        )
+        .unwrap_err();
         assert!(e.is_not_found());
         let huge = format!("{{\"detail\":\"{}\"}}", "x".repeat(100_000));
         let e = parse_envelope(StatusCode::BAD_REQUEST, huge.as_bytes()).unwrap_err();
@@ -571,7 +579,15 @@ mod tests {
         let keys: Vec<String> = r.body().as_object().unwrap().keys().cloned().collect();
         assert_eq!(
             keys,
-            ["query", "target_uri", "session_id", "limit", "score_threshold", "filter", "telemetry"]
+            [
+                "query",
+                "target_uri",
+                "session_id",
+                "limit",
+                "score_threshold",
+                "filter",
+                "telemetry"
+            ]
         );
         r.session_id = None;
         r.score_threshold = None;

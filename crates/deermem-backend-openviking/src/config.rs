@@ -17,8 +17,7 @@ pub const DEFAULT_PEER_ID: &str = "deerflow";
 /// The prefix reserved for hashed agent peers.
 pub const RESERVED_PEER_PREFIX: &str = "df-agent-";
 /// The fixed recall query (the user's message is never used as the query).
-pub const DEFAULT_INJECTION_QUERY: &str =
-    "user profile preferences important entities events ongoing goals constraints and prior decisions";
+pub const DEFAULT_INJECTION_QUERY: &str = "user profile preferences important entities events ongoing goals constraints and prior decisions";
 
 const PREFIX: &str = "memory.backend_config";
 
@@ -277,12 +276,15 @@ impl OpenVikingConfig {
         if let Some(v) = get("base_url") {
             c.base_url = scalar_string("base_url", v)?;
         }
-        c.base_url = deermem_core::py::strip(&c.base_url).trim_end_matches('/').to_owned();
+        c.base_url = deermem_core::py::strip(&c.base_url)
+            .trim_end_matches('/')
+            .to_owned();
         if let Some(w) = check_base_url(&c.base_url, c.allow_insecure_http)? {
             warnings.push(w);
         }
         if let Some(v) = get("owner_user_id") {
-            c.owner_user_id = deermem_core::py::strip(&scalar_string("owner_user_id", v)?).to_owned();
+            c.owner_user_id =
+                deermem_core::py::strip(&scalar_string("owner_user_id", v)?).to_owned();
         }
         if c.owner_user_id.is_empty() {
             return Err(key_err(
@@ -448,7 +450,10 @@ impl OpenVikingConfig {
         if self.api_key.is_empty() {
             return Err(key_err(
                 "api_key_env",
-                format!("OpenViking USER API key is missing; set {}", self.api_key_env),
+                format!(
+                    "OpenViking USER API key is missing; set {}",
+                    self.api_key_env
+                ),
             ));
         }
         check_api_key(&self.api_key, &self.api_key_env)?;
@@ -555,7 +560,12 @@ fn parse_float(key: &str, v: &Value) -> Result<f64, ConfigError> {
 }
 
 fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, ConfigError> {
-    let bad = || key_err(key, format!("must be an integer between {lo} and {hi} (got {v})"));
+    let bad = || {
+        key_err(
+            key,
+            format!("must be an integer between {lo} and {hi} (got {v})"),
+        )
+    };
     let i = match v {
         Value::Number(n) => match n.as_i64() {
             Some(i) => i,
@@ -567,7 +577,9 @@ fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, Conf
                 f as i64
             }
         },
-        Value::String(s) => deermem_core::py::strip(s).parse::<i64>().map_err(|_| bad())?,
+        Value::String(s) => deermem_core::py::strip(s)
+            .parse::<i64>()
+            .map_err(|_| bad())?,
         _ => return Err(bad()),
     };
     if (lo..=hi).contains(&i) {
@@ -578,7 +590,10 @@ fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, Conf
 }
 
 /// Checks the scheme, host and plain-http rule; returns a warning for an opted-in insecure URL.
-fn check_base_url(base_url: &str, allow_insecure_http: bool) -> Result<Option<String>, ConfigError> {
+fn check_base_url(
+    base_url: &str,
+    allow_insecure_http: bool,
+) -> Result<Option<String>, ConfigError> {
     let parsed = url::Url::parse(base_url).map_err(|e| {
         key_err(
             "base_url",
@@ -773,15 +788,19 @@ mod tests {
         );
         let e = parse(json!({"owner_user_id": "a", "account": "acme"})).unwrap_err();
         assert!(e.message.contains("trusted mode"), "{e}");
-        let e = parse(json!({"owner_user_id": "a", "max_retries": 3, "connect_timeout_seconds": 1}))
-            .unwrap_err();
+        let e =
+            parse(json!({"owner_user_id": "a", "max_retries": 3, "connect_timeout_seconds": 1}))
+                .unwrap_err();
         assert_eq!(
             e.message,
             "OpenViking custom HTTP client fields are no longer supported: connect_timeout_seconds, max_retries"
         );
         for key in REMOVED_HTTP_KEYS {
             let e = parse(json!({"owner_user_id": "a", key: 1})).unwrap_err();
-            assert!(e.message.contains("custom HTTP client fields"), "{key}: {e}");
+            assert!(
+                e.message.contains("custom HTTP client fields"),
+                "{key}: {e}"
+            );
         }
         let e = parse(json!({"owner_user_id": "a", "retrieval": [1]})).unwrap_err();
         assert_eq!(e.message, "OpenViking retrieval must be a mapping");
@@ -915,7 +934,11 @@ mod tests {
         for (section, key, value) in nested {
             let e = parse(json!({"owner_user_id": "a", *section: {*key: value.clone()}}))
                 .expect_err(&format!("{section}.{key}={value} must fail"));
-            assert_eq!(e.key, format!("memory.backend_config.{section}.{key}"), "{e}");
+            assert_eq!(
+                e.key,
+                format!("memory.backend_config.{section}.{key}"),
+                "{e}"
+            );
         }
     }
 

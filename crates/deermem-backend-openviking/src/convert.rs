@@ -46,7 +46,10 @@ pub fn is_human_clarification_response(kwargs: &Map<String, Value>) -> bool {
 
 /// The messages DeerFlow lets through to the recorder: everything but `hide_from_ui` messages
 /// the hook does not keep. Tool calls and tool results are kept.
-pub(crate) fn captureable(messages: Vec<Message>, keep_hidden: &HiddenMessageFilter) -> Vec<Message> {
+pub(crate) fn captureable(
+    messages: Vec<Message>,
+    keep_hidden: &HiddenMessageFilter,
+) -> Vec<Message> {
     messages
         .into_iter()
         .filter(|m| !m.is_hidden() || keep_hidden(&m.additional_kwargs))
@@ -64,10 +67,10 @@ pub(crate) fn message_text(content: &Value) -> String {
             .filter_map(|item| match item {
                 Value::String(s) => Some(s.as_str()),
                 Value::Object(o) => {
-                    if o.get("type").and_then(Value::as_str) == Some("text") {
-                        if let Some(t) = o.get("text").and_then(Value::as_str) {
-                            return Some(t);
-                        }
+                    if o.get("type").and_then(Value::as_str) == Some("text")
+                        && let Some(t) = o.get("text").and_then(Value::as_str)
+                    {
+                        return Some(t);
                     }
                     o.get("content").and_then(Value::as_str)
                 }
@@ -88,8 +91,7 @@ pub(crate) fn is_recordable(m: &Message) -> bool {
     if m.additional_kwargs.get("lc_source").and_then(Value::as_str) == Some("summarization") {
         return false;
     }
-    if m.kind == MessageKind::Ai && message_text(&m.content).is_empty() && m.tool_calls.is_empty()
-    {
+    if m.kind == MessageKind::Ai && message_text(&m.content).is_empty() && m.tool_calls.is_empty() {
         return false;
     }
     true
@@ -283,7 +285,10 @@ mod tests {
     #[test]
     fn canonical_json_sorts_nested_keys() {
         let mut out = String::new();
-        canonical_json(&json!({"b": {"z": 1, "a": [true, null, "é\n"]}, "a": 1.5}), &mut out);
+        canonical_json(
+            &json!({"b": {"z": 1, "a": [true, null, "é\n"]}, "a": 1.5}),
+            &mut out,
+        );
         assert_eq!(out, r#"{"a":1.5,"b":{"a":[true,null,"é\n"],"z":1}}"#);
     }
 
@@ -295,8 +300,10 @@ mod tests {
             msg(json!({"type": "ai", "content": "", "tool_calls": [
                 {"name": "web_search", "args": {"q": "vim"}, "id": "call-1", "type": "tool_call"}
             ]})),
-            msg(json!({"type": "tool", "content": "search output", "name": "web_search",
-                        "additional_kwargs": {"tool_call_id": "call-1"}})),
+            msg(
+                json!({"type": "tool", "content": "search output", "name": "web_search",
+                        "additional_kwargs": {"tool_call_id": "call-1"}}),
+            ),
             Message::ai("Noted."),
         ];
         let payloads: Vec<Value> = to_payloads(&messages, "deerflow")
@@ -312,7 +319,10 @@ mod tests {
              {"role":"assistant","parts":[{"type":"text","text":"Noted."}],"peer_id":"deerflow"}
             ])
         );
-        let indices: Vec<usize> = to_payloads(&messages, "p").into_iter().map(|(i, _)| i).collect();
+        let indices: Vec<usize> = to_payloads(&messages, "p")
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
         assert_eq!(indices, vec![1, 2, 3, 4]);
     }
 
@@ -337,33 +347,49 @@ mod tests {
 
     #[test]
     fn ai_text_and_tool_calls_and_odd_args() {
-        let m = msg(json!({"role": "assistant", "content": [{"type": "text", "text": "a"}, "", {"content": "b"}, 3],
+        let m = msg(
+            json!({"role": "assistant", "content": [{"type": "text", "text": "a"}, "", {"content": "b"}, 3],
             "additional_kwargs": {"tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
                 {"id": 7, "type": "function", "function": {"name": "g", "arguments": "[1]"}}
-            ]}}));
+            ]}}),
+        );
         let p = to_payload(&m).unwrap();
         assert_eq!(p["parts"][0], json!({"type": "text", "text": "a\nb"}));
         assert_eq!(p["parts"][1]["tool_input"], json!({"x": 1}));
         assert_eq!(p["parts"][1]["tool_name"], "f");
         assert_eq!(p["parts"][2]["tool_input"], json!({"value": [1]}));
         assert_eq!(p["parts"][2]["tool_id"], "7");
-        let none_args = msg(json!({"type": "ai", "content": "", "tool_calls": [{"name": "n", "args": null}]}));
+        let none_args =
+            msg(json!({"type": "ai", "content": "", "tool_calls": [{"name": "n", "args": null}]}));
         let p = to_payload(&none_args).unwrap();
-        assert_eq!(p["parts"], json!([{"type":"tool","tool_id":"","tool_name":"n","tool_input":{},"tool_status":"pending"}]));
-        let err_tool = msg(json!({"type": "tool", "content": "boom", "additional_kwargs": {"status": "error"}}));
-        assert_eq!(to_payload(&err_tool).unwrap()["parts"][0]["tool_status"], "error");
+        assert_eq!(
+            p["parts"],
+            json!([{"type":"tool","tool_id":"","tool_name":"n","tool_input":{},"tool_status":"pending"}])
+        );
+        let err_tool = msg(
+            json!({"type": "tool", "content": "boom", "additional_kwargs": {"status": "error"}}),
+        );
+        assert_eq!(
+            to_payload(&err_tool).unwrap()["parts"][0]["tool_status"],
+            "error"
+        );
     }
 
     #[test]
     fn hidden_messages_are_dropped_unless_kept() {
         let keep: HiddenMessageFilter = Arc::new(is_human_clarification_response);
-        let hidden = msg(json!({"type": "human", "content": "<memory>x</memory>", "additional_kwargs": {"hide_from_ui": true}}));
-        let answer = msg(json!({"type": "human", "content": "B", "additional_kwargs": {"hide_from_ui": true,
+        let hidden = msg(
+            json!({"type": "human", "content": "<memory>x</memory>", "additional_kwargs": {"hide_from_ui": true}}),
+        );
+        let answer = msg(
+            json!({"type": "human", "content": "B", "additional_kwargs": {"hide_from_ui": true,
             "human_input_response": {"version": 1, "kind": "human_input_response", "source": "ui",
-            "request_id": "r1", "value": "B", "response_kind": "option", "option_id": "o2"}}}));
+            "request_id": "r1", "value": "B", "response_kind": "option", "option_id": "o2"}}}),
+        );
         let mut bad_answer = answer.clone();
-        if let Some(Value::Object(r)) = bad_answer.additional_kwargs.get_mut("human_input_response") {
+        if let Some(Value::Object(r)) = bad_answer.additional_kwargs.get_mut("human_input_response")
+        {
             r.remove("option_id");
         }
         let out = captureable(

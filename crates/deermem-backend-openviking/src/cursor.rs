@@ -62,7 +62,9 @@ impl CursorState {
                     .collect(),
                 _ => Vec::new(),
             },
-            commit_pending: o.get("commit_pending").is_some_and(deermem_core::py::truthy),
+            commit_pending: o
+                .get("commit_pending")
+                .is_some_and(deermem_core::py::truthy),
             submitted_prefix_count: o.get("submitted_prefix_count").and_then(Value::as_u64),
             submitted_prefix_digest: o
                 .get("submitted_prefix_digest")
@@ -101,14 +103,13 @@ impl CursorState {
     /// How many leading transcript messages were already submitted, or `None` when the
     /// transcript no longer extends what was submitted (compaction or rewrite).
     pub fn matching_prefix_count(&self, signatures: &[String]) -> Option<usize> {
-        if let (Some(c), Some(digest)) =
-            (self.submitted_prefix_count, self.submitted_prefix_digest.as_deref())
+        if let (Some(c), Some(digest)) = (
+            self.submitted_prefix_count,
+            self.submitted_prefix_digest.as_deref(),
+        ) && let Ok(c) = usize::try_from(c)
+            && c <= signatures.len()
         {
-            if let Ok(c) = usize::try_from(c) {
-                if c <= signatures.len() {
-                    return (seq_digest(&signatures[..c]) == digest).then_some(c);
-                }
-            }
+            return (seq_digest(&signatures[..c]) == digest).then_some(c);
         }
         let subs = &self.submitted_signatures;
         if !subs.is_empty() && subs.len() <= signatures.len() {
@@ -171,7 +172,9 @@ pub fn seq_digest(signatures: &[String]) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum CursorError {
     /// The file exists but cannot be read.
-    #[error("OpenViking capture cursor is unreadable; refusing unsafe replay (session={session}): {detail}")]
+    #[error(
+        "OpenViking capture cursor is unreadable; refusing unsafe replay (session={session}): {detail}"
+    )]
     Unreadable {
         /// The session id.
         session: String,
@@ -179,7 +182,9 @@ pub enum CursorError {
         detail: String,
     },
     /// The file is not a JSON object.
-    #[error("OpenViking capture cursor is invalid; refusing unsafe replay (session={session}): {detail}")]
+    #[error(
+        "OpenViking capture cursor is invalid; refusing unsafe replay (session={session}): {detail}"
+    )]
     Invalid {
         /// The session id.
         session: String,
@@ -247,7 +252,9 @@ impl CursorStore {
             detail,
         };
         if bytes.len() as u64 > MAX_CURSOR_BYTES {
-            return Err(invalid(format!("file is larger than {MAX_CURSOR_BYTES} bytes")));
+            return Err(invalid(format!(
+                "file is larger than {MAX_CURSOR_BYTES} bytes"
+            )));
         }
         let value: Value =
             serde_json::from_slice(&bytes).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
@@ -364,7 +371,10 @@ mod tests {
     #[test]
     fn append_only_prefix_matching() {
         let all = sigs(&["a", "b", "c"]);
-        assert_eq!(CursorState::new_empty().matching_prefix_count(&all), Some(0));
+        assert_eq!(
+            CursorState::new_empty().matching_prefix_count(&all),
+            Some(0)
+        );
         let s = CursorState::new_empty().advanced(Some(&all[..2]), &all[..2], 512, false);
         assert_eq!(s.matching_prefix_count(&all), Some(2));
         let rewritten = sigs(&["a", "x", "c"]);
@@ -381,13 +391,19 @@ mod tests {
             submitted_signatures: sigs(&["a", "b"]),
             ..CursorState::default()
         };
-        assert_eq!(s.matching_prefix_count(&sigs(&["a", "b", "x", "a", "b", "y"])), Some(5));
+        assert_eq!(
+            s.matching_prefix_count(&sigs(&["a", "b", "x", "a", "b", "y"])),
+            Some(5)
+        );
         assert_eq!(s.matching_prefix_count(&sigs(&["b", "a"])), None);
         let non_empty_without_data = CursorState {
             empty: false,
             ..CursorState::default()
         };
-        assert_eq!(non_empty_without_data.matching_prefix_count(&sigs(&["a"])), None);
+        assert_eq!(
+            non_empty_without_data.matching_prefix_count(&sigs(&["a"])),
+            None
+        );
     }
 
     #[test]
@@ -433,9 +449,7 @@ mod tests {
         let store = CursorStore::new(dir.path());
         fs::create_dir_all(store.path("df_z")).unwrap();
         fs::write(store.path("df_z").join("occupied"), "x").unwrap();
-        let e = store
-            .save("df_z", &CursorState::new_empty())
-            .unwrap_err();
+        let e = store.save("df_z", &CursorState::new_empty()).unwrap_err();
         assert!(matches!(e, CursorError::Save { .. }));
         let names: Vec<_> = fs::read_dir(store.dir())
             .unwrap()

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope,
+    AddRequest, Clock, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope, ScoredFact,
     SearchRequest,
 };
+use deermem_core::search::MatchType;
 use deermem_core::{
     ConfigError, InvalidInputCode, ManagerError, MemoryMode, Message, PublicFact, Timestamp,
 };
@@ -255,7 +256,8 @@ impl OpenVikingManager {
             return Err(tool_mode_error());
         }
         config.validate().map_err(config_error)?;
-        let client = OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
+        let client =
+            OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
         let root = resolve_storage(&storage_root, &config.storage_path);
         let (tx, _rx) = watch::channel(0usize);
         Ok(Self {
@@ -357,7 +359,8 @@ impl OpenVikingManager {
             .inner
             .capture_session(&sid, &peer, request.messages)
             .await;
-        self.inner.finish_capture(&sid, result, request.trace_id.as_deref())
+        self.inner
+            .finish_capture(&sid, result, request.trace_id.as_deref())
     }
 
     /// Waits until every queued and running operation finished, without closing; true when
@@ -390,6 +393,39 @@ impl OpenVikingManager {
                 );
                 Ok(false)
             }
+        }
+    }
+
+    /// The recalled memories of a search (no dedup, no total cap): an empty query returns
+    /// nothing before the owner check, a closed backend returns nothing.
+    ///
+    /// # Errors
+    /// Invalid scope; backend failures under `failure_policy.read: raise`.
+    pub async fn search_memories(
+        &self,
+        request: SearchRequest,
+    ) -> Result<Vec<RecalledMemory>, ManagerError> {
+        let query = deermem_core::py::strip(&request.query);
+        if query.is_empty() || self.inner.closed.load(Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let (peer, uris) = self.inner.resolve_scope(&request.scope)?;
+        let _guard = self.inner.active.enter();
+        let retrieval = RetrievalRequest {
+            query: query.to_owned(),
+            target_uri: uris.to_vec(),
+            session_id: None,
+            limit: request.top_k.clamp(1, 100),
+            score_threshold: self.inner.config.retrieval.score_threshold,
+            filter: request
+                .category
+                .as_deref()
+                .filter(|c| !c.is_empty())
+                .map(|c| json!({"op": "must", "field": "category", "conds": [c]})),
+        };
+        match self.inner.recall(&peer, &retrieval).await {
+            Ok(memories) => Ok(memories),
+            Err(e) => self.inner.read_failure("search", &e, Vec::new()),
         }
     }
 
@@ -498,7 +534,9 @@ impl Inner {
                     error = %failure.error,
                     "OpenViking capture failed"
                 );
-                if failure.always_raise || self.config.write_failure_policy == WriteFailurePolicy::Raise {
+                if failure.always_raise
+                    || self.config.write_failure_policy == WriteFailurePolicy::Raise
+                {
                     Err(failure.error)
                 } else {
                     Ok(())
@@ -531,7 +569,11 @@ impl Inner {
         }
     }
 
-    async fn save_cursor(&self, session_id: &str, state: CursorState) -> Result<(), CaptureFailure> {
+    async fn save_cursor(
+        &self,
+        session_id: &str,
+        state: CursorState,
+    ) -> Result<(), CaptureFailure> {
         let store = self.cursors.clone();
         let sid = session_id.to_owned();
         match tokio::task::spawn_blocking(move || store.save(&sid, &state)).await {
@@ -577,8 +619,11 @@ impl Inner {
         let pending_idx: Vec<usize> = match start {
             Some(s) => (s..messages.len()).collect(),
             None => {
-                let seen: std::collections::HashSet<&str> =
-                    state.submitted_signatures.iter().map(String::as_str).collect();
+                let seen: std::collections::HashSet<&str> = state
+                    .submitted_signatures
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
                 (0..messages.len())
                     .filter(|i| !seen.contains(sigs[*i].as_str()))
                     .collect()
@@ -667,19 +712,20 @@ impl Inner {
         let mut out = Vec::new();
         for hit in recall::memory_hits(&result) {
             let mut read = None;
-            if recall::wants_read(&hit, mode) {
-                if let Some(uri) = recall::hit_uri(&hit) {
-                    match self.client.read_content(peer, uri).await {
-                        Ok(v) if deermem_core::py::truthy(&v) => read = Some(v),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(uri, error = %e, "OpenViking content read failed; using the summary");
-                        }
+            if recall::wants_read(&hit, mode)
+                && let Some(uri) = recall::hit_uri(&hit)
+            {
+                match self.client.read_content(peer, uri).await {
+                    Ok(v) if deermem_core::py::truthy(&v) => read = Some(v),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(uri, error = %e, "OpenViking content read failed; using the summary");
                     }
                 }
             }
             let content = recall::stringify(
-                read.as_ref().or_else(|| recall::summary_content(&hit, mode)),
+                read.as_ref()
+                    .or_else(|| recall::summary_content(&hit, mode)),
                 max,
             );
             out.push(recall::to_memory(&hit, content));
@@ -687,7 +733,12 @@ impl Inner {
         Ok(out)
     }
 
-    fn read_failure<T>(&self, op: &str, e: &OpenVikingError, fallback: T) -> Result<T, ManagerError> {
+    fn read_failure<T>(
+        &self,
+        op: &str,
+        e: &OpenVikingError,
+        fallback: T,
+    ) -> Result<T, ManagerError> {
         match self.config.read_failure_policy {
             ReadFailurePolicy::Raise => Err(e.to_manager_error(&format!("OpenViking {op} failed"))),
             ReadFailurePolicy::FailOpen => {
@@ -791,28 +842,23 @@ impl MemoryManager for OpenVikingManager {
     }
 
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        let query = deermem_core::py::strip(&request.query);
-        if query.is_empty() || self.inner.closed.load(Ordering::SeqCst) {
-            return Ok(Vec::new());
-        }
-        let (peer, uris) = self.inner.resolve_scope(&request.scope)?;
-        let _guard = self.inner.active.enter();
-        let retrieval = RetrievalRequest {
-            query: query.to_owned(),
-            target_uri: uris.to_vec(),
-            session_id: None,
-            limit: request.top_k.clamp(1, 100),
-            score_threshold: self.inner.config.retrieval.score_threshold,
-            filter: request
-                .category
-                .as_deref()
-                .filter(|c| !c.is_empty())
-                .map(|c| json!({"op": "must", "field": "category", "conds": [c]})),
-        };
-        match self.inner.recall(&peer, &retrieval).await {
-            Ok(memories) => Ok(memories.into_iter().map(to_public_fact).collect()),
-            Err(e) => self.inner.read_failure("search", &e, Vec::new()),
-        }
+        let memories = self.search_memories(request).await?;
+        Ok(memories.into_iter().map(to_public_fact).collect())
+    }
+
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        let memories = self.search_memories(request).await?;
+        Ok(memories
+            .into_iter()
+            .map(|m| {
+                let score = m.score;
+                ScoredFact {
+                    fact: to_public_fact(m),
+                    score,
+                    match_type: MatchType::Remote,
+                }
+            })
+            .collect())
     }
 
     /// Closes the backend to new work, then waits up to `timeout` for queued and running

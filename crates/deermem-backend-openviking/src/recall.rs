@@ -184,7 +184,10 @@ mod tests {
         assert!(lines[1].starts_with("- [memory] éé"));
         // Only 16 characters left: the line is dropped, not cut.
         let first = "b".repeat(300 - 11 - 17);
-        let out = format_context(&[mem(&first, None), mem("more text here please", None)], 300);
+        let out = format_context(
+            &[mem(&first, None), mem("more text here please", None)],
+            300,
+        );
         assert_eq!(out.chars().count(), 300 - 17);
         assert!(!out.contains('\n'));
     }
@@ -203,8 +206,14 @@ mod tests {
     fn content_choice_by_mode() {
         let hit = json!({"uri": "viking://user/memories/a.md", "level": 2, "abstract": "abs", "overview": "ov"});
         let hit = hit.as_object().unwrap();
-        assert_eq!(summary_content(hit, ContentMode::Overview), Some(&json!("ov")));
-        assert_eq!(summary_content(hit, ContentMode::Abstract), Some(&json!("abs")));
+        assert_eq!(
+            summary_content(hit, ContentMode::Overview),
+            Some(&json!("ov"))
+        );
+        assert_eq!(
+            summary_content(hit, ContentMode::Abstract),
+            Some(&json!("abs"))
+        );
         let only_abstract = json!({"abstract": "abs", "overview": ""});
         assert_eq!(
             summary_content(only_abstract.as_object().unwrap(), ContentMode::Overview),

@@ -107,12 +107,18 @@ mod tests {
         let d = "deerflow";
         assert_eq!(canonical_peer_id(None, d).unwrap(), "deerflow");
         assert_eq!(canonical_peer_id(Some("Research"), d).unwrap(), "research");
-        assert_eq!(canonical_peer_id(Some(" Research\n"), d).unwrap(), "research");
+        assert_eq!(
+            canonical_peer_id(Some(" Research\n"), d).unwrap(),
+            "research"
+        );
         let cases = [
             ("deerflow", "df-agent-ea44dcc4367369f986dee4986c0d1a3c"),
             ("DeerFlow", "df-agent-ea44dcc4367369f986dee4986c0d1a3c"),
             ("-research", "df-agent-bae6b8f0e1ba865a2ce9fc8c18ff9081"),
-            ("df-agent-custom", "df-agent-e263580004e16e6de841e8d2dc70b2d7"),
+            (
+                "df-agent-custom",
+                "df-agent-e263580004e16e6de841e8d2dc70b2d7",
+            ),
             ("my agent", "df-agent-8cae0b6284ac92403eee714c869f124a"),
         ];
         for (name, want) in cases {
@@ -123,16 +129,25 @@ mod tests {
             canonical_peer_id(Some(&long), d).unwrap(),
             "df-agent-635361c48bb9eab14198e76ea8ab7f1a"
         );
-        assert_eq!(canonical_peer_id(Some(&"a".repeat(64)), d).unwrap(), "a".repeat(64));
+        assert_eq!(
+            canonical_peer_id(Some(&"a".repeat(64)), d).unwrap(),
+            "a".repeat(64)
+        );
     }
 
     #[test]
     fn peer_namespaces_are_disjoint() {
         let d = "deerflow";
-        let ids: Vec<String> = [None, Some("research"), Some("deerflow"), Some("-x"), Some("df-agent-x")]
-            .into_iter()
-            .map(|a| canonical_peer_id(a, d).unwrap())
-            .collect();
+        let ids: Vec<String> = [
+            None,
+            Some("research"),
+            Some("deerflow"),
+            Some("-x"),
+            Some("df-agent-x"),
+        ]
+        .into_iter()
+        .map(|a| canonical_peer_id(a, d).unwrap())
+        .collect();
         let mut unique = ids.clone();
         unique.sort();
         unique.dedup();

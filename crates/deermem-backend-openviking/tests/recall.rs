@@ -1,0 +1,596 @@
+//! Recall, search and lifecycle contract tests against the fake OpenViking server: the fixed
+//! injection query through `find`/`search`, request bodies and headers, content modes,
+//! formatting, read failure policy and retry, warm-up, capabilities and unsupported operations.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+
+use deermem_backend_openviking::{BACKEND_NAME, OpenVikingConfig, OpenVikingManager};
+use deermem_core::ports::{ContextRequest, MemoryManager, MemoryScope, NewFact, SearchRequest};
+use deermem_core::{AgentName, ManagerError, MemoryMode, UserId};
+use serde_json::{Value, json};
+use support::{FakeOv, manager};
+
+const QUERY: &str = "user profile preferences important entities events ongoing goals constraints and prior decisions";
+
+fn alice(agent: Option<&str>) -> MemoryScope {
+    MemoryScope::new(
+        Some(UserId::new("alice").unwrap()),
+        agent.map(|a| AgentName::parse(a).unwrap()),
+    )
+}
+
+fn ctx(agent: Option<&str>, thread: Option<&str>) -> ContextRequest {
+    ContextRequest {
+        scope: alice(agent),
+        thread_id: thread.map(str::to_owned),
+    }
+}
+
+fn search_req(query: &str, top_k: usize, category: Option<&str>) -> SearchRequest {
+    SearchRequest {
+        query: query.into(),
+        top_k,
+        scope: alice(Some("research")),
+        category: category.map(str::to_owned),
+    }
+}
+
+fn hit(uri: &str, overview: Option<&str>, abstract_: &str, category: Option<&str>) -> Value {
+    let mut h = json!({"context_type": "memory", "uri": uri, "level": 2, "score": 0.8, "abstract": abstract_});
+    if let Some(o) = overview {
+        h["overview"] = json!(o);
+    }
+    if let Some(c) = category {
+        h["category"] = json!(c);
+    }
+    h
+}
+
+#[tokio::test]
+async fn context_without_thread_uses_find_with_the_fixed_query() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    fake.set_hits(vec![hit(
+        "viking://user/memories/preferences/concise.md",
+        Some("Prefers concise answers."),
+        "concise",
+        Some("preferences"),
+    )]);
+    let out = m.get_context(ctx(Some("Research"), None)).await.unwrap();
+    assert_eq!(out, "- [preferences] Prefers concise answers.");
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].line(), "POST /api/v1/search/find");
+    assert_eq!(reqs[0].header("x-openviking-actor-peer"), Some("research"));
+    assert_eq!(
+        reqs[0].body.as_ref().unwrap().to_string(),
+        json!({"query": QUERY,
+               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "limit": 8, "telemetry": false})
+        .to_string(),
+        "exact keys in the SDK's order"
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn context_with_thread_uses_search_with_the_session() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"retrieval": {"top_k": 3, "score_threshold": 0.35}}),
+    );
+    fake.set_hits(vec![hit(
+        "viking://user/memories/a.md",
+        None,
+        "Uses Vim daily.",
+        None,
+    )]);
+    let out = m
+        .get_context(ctx(Some("research"), Some("thread-1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        out, "- [memory] Uses Vim daily.",
+        "abstract when overview is absent"
+    );
+    let reqs = fake.requests();
+    assert_eq!(reqs[0].line(), "POST /api/v1/search/search");
+    assert_eq!(
+        reqs[0].body.as_ref().unwrap().to_string(),
+        json!({"query": QUERY,
+               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "session_id": "df_37a681a43a6b7c1cea6b092d50b00150bb780f0c09bec010",
+               "limit": 3, "score_threshold": 0.35, "telemetry": false})
+        .to_string()
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn context_formatting_dedups_and_fits_the_budget() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"retrieval": {"max_injection_chars": 256}}),
+    );
+    let long = "word ".repeat(100);
+    fake.set_hits(vec![
+        hit(
+            "viking://user/memories/1.md",
+            Some("Likes  tea.\n"),
+            "",
+            Some("preferences"),
+        ),
+        hit(
+            "viking://user/memories/2.md",
+            Some("likes TEA."),
+            "",
+            Some("preferences"),
+        ),
+        hit("viking://user/memories/3.md", Some(""), "", None),
+        hit("viking://user/memories/4.md", Some(&long), "", None),
+    ]);
+    let out = m.get_context(ctx(None, None)).await.unwrap();
+    assert_eq!(out.chars().count(), 256);
+    assert!(out.starts_with("- [preferences] Likes tea.\n- [memory] word word"));
+    assert!(out.ends_with('…'));
+    assert!(!out.contains("RESOURCE TEXT"), "resources are ignored");
+}
+
+#[tokio::test]
+async fn read_content_mode_reads_each_hit_and_falls_back_on_errors() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"retrieval": {"content_mode": "read"}}),
+    );
+    fake.set_hits(vec![
+        hit(
+            "viking://user/memories/full.md",
+            Some("overview one"),
+            "abs one",
+            None,
+        ),
+        hit(
+            "viking://user/memories/missing.md",
+            Some("overview two"),
+            "abs two",
+            None,
+        ),
+    ]);
+    fake.state.contents.lock().unwrap().insert(
+        "viking://user/memories/full.md".into(),
+        json!("The full text of memory one."),
+    );
+    let out = m.get_context(ctx(None, None)).await.unwrap();
+    assert_eq!(
+        out,
+        "- [memory] The full text of memory one.\n- [memory] overview two"
+    );
+    let reqs = fake.requests();
+    let reads: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.path == "/api/v1/content/read")
+        .collect();
+    assert_eq!(reads.len(), 2);
+    assert_eq!(
+        reads[0].query.as_deref(),
+        Some("uri=viking%3A%2F%2Fuser%2Fmemories%2Ffull.md&offset=0&limit=-1")
+    );
+    assert!(
+        reads
+            .iter()
+            .all(|r| r.header("x-openviking-actor-peer") == Some("deerflow"))
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn auto_content_mode_reads_only_level_2_hits() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"retrieval": {"content_mode": "auto"}}),
+    );
+    let mut l1 = hit(
+        "viking://user/memories/dir",
+        Some("a directory overview"),
+        "",
+        None,
+    );
+    l1["level"] = json!(1);
+    fake.set_hits(vec![
+        l1,
+        hit("viking://user/memories/f.md", Some("ov"), "", None),
+    ]);
+    fake.state
+        .contents
+        .lock()
+        .unwrap()
+        .insert("viking://user/memories/f.md".into(), json!("file body"));
+    let out = m.get_context(ctx(None, None)).await.unwrap();
+    assert_eq!(out, "- [memory] a directory overview\n- [memory] file body");
+    assert_eq!(
+        fake.lines()
+            .iter()
+            .filter(|l| l.contains("content/read"))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn reads_are_retried_once_on_unavailable() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"failure_policy": {"read": "raise"}}),
+    );
+    fake.set_hits(vec![hit(
+        "viking://user/memories/a.md",
+        Some("Uses Rust."),
+        "",
+        None,
+    )]);
+    fake.state.unavailable_reads.store(1, Ordering::SeqCst);
+    assert_eq!(
+        m.get_context(ctx(None, None)).await.unwrap(),
+        "- [memory] Uses Rust."
+    );
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "one retry");
+    assert_eq!(reqs[0].body, reqs[1].body, "identical retry");
+
+    fake.clear();
+    fake.state.unavailable_reads.store(2, Ordering::SeqCst);
+    let e = m.get_context(ctx(None, None)).await.unwrap_err();
+    assert!(matches!(e, ManagerError::Unavailable { .. }), "{e}");
+    assert_eq!(fake.requests().len(), 2, "only one retry");
+
+    // Non-recoverable errors are not retried.
+    fake.clear();
+    fake.state.failing_retrievals.store(1, Ordering::SeqCst);
+    let e = m.search(search_req("vim", 5, None)).await.unwrap_err();
+    assert!(matches!(e, ManagerError::Backend { .. }), "{e}");
+    assert!(e.to_string().contains("INTERNAL"), "{e}");
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn read_failures_fail_open_by_default() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    fake.state.failing_retrievals.store(2, Ordering::SeqCst);
+    assert_eq!(m.get_context(ctx(None, Some("t"))).await.unwrap(), "");
+    assert!(
+        m.search(search_req("vim", 5, None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // An unreachable server is a failure too.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut cfg = serde_json::Map::new();
+    cfg.insert("base_url".into(), json!(format!("http://127.0.0.1:{dead}")));
+    cfg.insert("owner_user_id".into(), json!("alice"));
+    cfg.insert("timeout_seconds".into(), json!(5));
+    let m = OpenVikingManager::from_backend_config(
+        &cfg,
+        MemoryMode::Middleware,
+        dir.path().to_path_buf(),
+        support::clock(),
+        &support::env,
+    )
+    .unwrap();
+    assert_eq!(m.get_context(ctx(None, None)).await.unwrap(), "");
+    cfg.insert("failure_policy".into(), json!({"read": "raise"}));
+    let m = OpenVikingManager::from_backend_config(
+        &cfg,
+        MemoryMode::Middleware,
+        dir.path().to_path_buf(),
+        support::clock(),
+        &support::env,
+    )
+    .unwrap();
+    let e = m.get_context(ctx(None, None)).await.unwrap_err();
+    assert!(matches!(e, ManagerError::Unavailable { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn search_sends_category_filter_and_threshold_and_maps_results() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"retrieval": {"score_threshold": 0.2}}),
+    );
+    fake.set_hits(vec![
+        hit(
+            "viking://user/memories/a.md",
+            Some("Uses Vim."),
+            "",
+            Some("preferences"),
+        ),
+        hit("viking://user/memories/b.md", Some("uses vim."), "", None),
+    ]);
+    let facts = m
+        .search(search_req("  editor  ", 500, Some("preferences")))
+        .await
+        .unwrap();
+    let body = fake.requests()[0].body.clone().unwrap();
+    assert_eq!(
+        body.to_string(),
+        json!({"query": "editor",
+               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "limit": 100, "score_threshold": 0.2,
+               "filter": {"op": "must", "field": "category", "conds": ["preferences"]},
+               "telemetry": false})
+        .to_string()
+    );
+    assert_eq!(fake.requests()[0].line(), "POST /api/v1/search/find");
+    assert_eq!(facts.len(), 2, "no dedup in search");
+    assert_eq!(facts[0].id, "viking://user/memories/a.md");
+    assert_eq!(facts[0].source, "viking://user/memories/a.md");
+    assert_eq!(facts[0].content, "Uses Vim.");
+    assert_eq!(facts[0].category, "preferences");
+    assert_eq!(facts[0].confidence, 0.8);
+    assert_eq!(facts[1].category, "memory");
+
+    let scored = m
+        .search_scored(search_req("editor", 0, None))
+        .await
+        .unwrap();
+    assert_eq!(scored[0].score, Some(0.8));
+    let body = fake.requests()[1].body.clone().unwrap();
+    assert_eq!(body["limit"], 1, "top_k clamped to 1..=100");
+    assert!(body.get("filter").is_none());
+
+    fake.clear();
+    assert!(
+        m.search(search_req("   ", 5, None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(fake.requests().is_empty(), "blank query sends nothing");
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn blank_search_is_empty_even_for_another_user() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    let req = SearchRequest {
+        query: " ".into(),
+        top_k: 5,
+        scope: MemoryScope::user(UserId::new("bob").unwrap()),
+        category: None,
+    };
+    assert!(m.search(req).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn warm_probes_health_without_the_actor_header() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    assert_eq!(m.warm().await, Some(true));
+    let reqs = fake.requests();
+    assert_eq!(reqs[0].line(), "GET /health");
+    assert_eq!(reqs[0].header("x-openviking-actor-peer"), None);
+    assert_eq!(reqs[0].header("x-api-key"), Some(support::API_KEY));
+
+    fake.state.unhealthy.store(true, Ordering::SeqCst);
+    let e = m.startup_check().await.unwrap_err();
+    assert!(e.to_string().contains("unhealthy response"), "{e}");
+    assert_eq!(m.warm().await, Some(false));
+    let warn = manager(&fake, dir.path(), json!({"startup_policy": "warn"}));
+    assert!(!warn.startup_check().await.unwrap());
+    assert_eq!(warn.warm().await, Some(false));
+
+    fake.state.unhealthy.store(false, Ordering::SeqCst);
+    fake.state.unavailable_reads.store(1, Ordering::SeqCst);
+    fake.clear();
+    assert_eq!(m.warm().await, Some(true), "health is a read: retried once");
+    assert_eq!(fake.requests().len(), 2);
+
+    m.close().await;
+    fake.clear();
+    assert_eq!(m.warm().await, Some(false));
+    assert!(fake.requests().is_empty());
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn capabilities_and_unsupported_operations() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    let caps = m.capabilities();
+    assert!(caps.search);
+    assert!(!caps.tool_mode);
+    assert!(!caps.passive_writes_in_tool_mode);
+    assert!(!caps.read_memory && !caps.clear_memory && !caps.import_memory);
+    assert!(!caps.reload_memory && !caps.fact_crud);
+    assert_eq!(m.mode(), MemoryMode::Middleware);
+    assert_eq!(m.name(), BACKEND_NAME);
+    let scope = alice(None);
+    let errors = [
+        ("get memory", m.get_memory(scope.clone()).await.unwrap_err()),
+        (
+            "reload memory",
+            m.reload_memory(scope.clone()).await.unwrap_err(),
+        ),
+        (
+            "clear memory",
+            m.clear_memory(scope.clone()).await.unwrap_err(),
+        ),
+        (
+            "export memory",
+            m.export_memory(scope.clone()).await.unwrap_err(),
+        ),
+        (
+            "delete memory",
+            m.delete_memory(scope.clone()).await.unwrap_err(),
+        ),
+        (
+            "create fact",
+            m.create_fact(NewFact::new("x"), scope.clone())
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "delete fact",
+            m.delete_fact("f", None, scope.clone()).await.unwrap_err(),
+        ),
+    ];
+    for (label, e) in errors {
+        assert!(matches!(e, ManagerError::Unsupported { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("{label} not supported by OpenVikingMemoryManager")
+        );
+    }
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
+async fn tool_mode_is_refused_at_construction() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({"owner_user_id": "alice"});
+    let e = OpenVikingManager::from_backend_config(
+        cfg.as_object().unwrap(),
+        MemoryMode::Tool,
+        dir.path().to_path_buf(),
+        support::clock(),
+        &support::env,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("middleware"), "{e}");
+    let e = OpenVikingManager::new(
+        OpenVikingConfig::new("alice", "k"),
+        MemoryMode::Tool,
+        dir.path().to_path_buf(),
+        support::clock(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("MCP"), "{e}");
+}
+
+#[tokio::test]
+async fn construction_rejects_bad_config_and_sends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (cfg, needle) in [
+        (
+            json!({"owner_user_id": "a", "auth_mode": "trusted"}),
+            "trusted mode",
+        ),
+        (
+            json!({"owner_user_id": "a", "max_connections": 5}),
+            "custom HTTP client fields",
+        ),
+        (
+            json!({"owner_user_id": "a", "retreival": {}}),
+            "Unknown OpenViking backend_config fields: retreival",
+        ),
+        (
+            json!({"owner_user_id": "a", "base_url": "http://ov.example.com"}),
+            "allow_insecure_http",
+        ),
+        (json!({}), "owner_user_id"),
+    ] {
+        let e = OpenVikingManager::from_backend_config(
+            cfg.as_object().unwrap(),
+            MemoryMode::Middleware,
+            dir.path().to_path_buf(),
+            support::clock(),
+            &support::env,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains(needle), "{cfg}: {e}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn storage_path_resolves_against_the_storage_root() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rel = manager(&fake, dir.path(), json!({"storage_path": "ov-data"}));
+    assert_eq!(
+        rel.cursor_dir(),
+        dir.path()
+            .join("ov-data")
+            .join("openviking")
+            .join("sessions")
+    );
+    let other = tempfile::tempdir().unwrap();
+    let abs = manager(
+        &fake,
+        dir.path(),
+        json!({"storage_path": other.path().to_str().unwrap()}),
+    );
+    assert_eq!(
+        abs.cursor_dir(),
+        other.path().join("openviking").join("sessions")
+    );
+    let none = manager(&fake, dir.path(), json!({}));
+    assert_eq!(
+        none.cursor_dir(),
+        dir.path().join("openviking").join("sessions")
+    );
+}
+
+#[tokio::test]
+async fn secrets_never_appear_in_debug_or_errors() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"failure_policy": {"read": "raise"}}),
+    );
+    let dbg = format!("{m:?} {:?}", m.config());
+    assert!(!dbg.contains(support::API_KEY), "{dbg}");
+    assert!(dbg.contains("alice"));
+    fake.state.failing_retrievals.store(1, Ordering::SeqCst);
+    let e = m.get_context(ctx(None, None)).await.unwrap_err();
+    assert!(!format!("{e} {e:?}").contains(support::API_KEY));
+    // A server that rejects the key: the error names the code, not the key.
+    let mut cfg = serde_json::Map::new();
+    cfg.insert("base_url".into(), json!(fake.url()));
+    cfg.insert("owner_user_id".into(), json!("alice"));
+    cfg.insert("failure_policy".into(), json!({"read": "raise"}));
+    let wrong_env = |_: &str| Some("wrong-key-123".to_owned());
+    let wrong = OpenVikingManager::from_backend_config(
+        &cfg,
+        MemoryMode::Middleware,
+        dir.path().to_path_buf(),
+        support::clock(),
+        &wrong_env,
+    )
+    .unwrap();
+    let e = wrong.get_context(ctx(None, None)).await.unwrap_err();
+    assert!(e.to_string().contains("UNAUTHENTICATED"), "{e}");
+    assert!(!format!("{e} {e:?} {wrong:?}").contains("wrong-key-123"));
+}
