@@ -24,6 +24,16 @@ pub mod yaml;
 pub use paths::resolve_root;
 pub use storage::{FileMemoryStorage, FileStorageConfig};
 
+/// Renders a fact as the exact bytes of its Markdown file (what the storage writes).
+///
+/// # Errors
+/// `InvalidInput` when a value cannot be written as YAML that the reference reads back.
+pub fn render_fact_markdown(
+    fact: &deermem_core::Fact,
+) -> Result<String, deermem_core::StorageError> {
+    markdown::render(fact).map_err(Into::into)
+}
+
 /// The adapter kind.
 pub const KIND: &str = "file";
 

@@ -1,0 +1,7 @@
+//! Integration tests of the file storage beyond the contract suite: the reference's fixtures,
+//! layout and format details, migration, crash recovery, concurrency, hostile input, Python
+//! interoperability and the retrieval integration.
+
+mod fixtures;
+#[allow(dead_code)]
+mod support;
