@@ -3,12 +3,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-// Included by path so the bench builds whether or not lib.rs exports the module yet.
-#[allow(dead_code, unreachable_pub)]
-#[path = "../src/yaml/mod.rs"]
-mod yaml;
-
-use yaml::{parse_front_matter, render_mapping};
+use deermem_storage_file::yaml::{parse_front_matter, render_mapping};
 
 /// A front matter as the reference writes it for a consolidated, confirmed fact.
 const TYPICAL: &str = "id: fact_6624de2e72f548599395858571fc9ab6

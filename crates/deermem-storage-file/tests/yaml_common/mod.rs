@@ -9,10 +9,8 @@ use std::process::{Command, Stdio};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-/// The codec under test, included by path so these tests build whether or not lib.rs exports
-/// it yet (same source file as `deermem_storage_file::yaml`).
-#[path = "../../src/yaml/mod.rs"]
-pub mod yaml;
+/// The codec under test.
+pub use deermem_storage_file::yaml;
 
 use yaml::FrontMatter;
 
