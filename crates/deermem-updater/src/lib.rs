@@ -8,3 +8,12 @@ pub mod json;
 pub mod signals;
 pub mod text;
 pub mod uploads;
+pub mod facts;
+pub mod parse;
+pub mod staleness;
+
+#[cfg(test)]
+mod testutil;
+pub mod apply;
+pub mod consolidation;
+pub mod diff;

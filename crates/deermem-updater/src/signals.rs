@@ -245,7 +245,7 @@ impl PatternSet {
         source: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, PatternError> {
         let path_of = |name: &str| PathBuf::from(origin).join(format!("{name}.yaml"));
-        let mut load = |name: &str| -> Result<Vec<Regex>, PatternError> {
+        let load = |name: &str| -> Result<Vec<Regex>, PatternError> {
             let path = path_of(name);
             let text = source(name).ok_or_else(|| PatternError::MissingFile { path: path.clone() })?;
             parse_pattern_file(&path, &text)

@@ -1,0 +1,802 @@
+//! Applying a proposed update to a memory snapshot (spec/updater.md §8, §9.1): every gate and
+//! guardrail in the reference's order, producing the updated document, the drafts of the facts
+//! it creates, the capacity decisions to audit after the commit, and the gate metrics.
+//!
+//! The function is pure: time, ids and the usage sidecar arrive in an [`ApplyContext`], and the
+//! input snapshot is never modified, so a commit conflict can re-apply the same proposal to a
+//! fresh snapshot.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::policy::eviction::{
+    EvictionDecision, EvictionPolicy, FactUsageMap, select_facts_for_capacity,
+};
+use deermem_core::{DeerMemConfig, Fact, FactDraft, FactId, FactScope, MemoryDocument, Timestamp};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::consolidation::select_consolidation_candidates;
+use crate::facts::FactIdSource;
+use crate::parse::{
+    DEFAULT_CONSOLIDATION_CONFIDENCE, ProposedUpdate, ReplacementRef, SectionKind,
+};
+use crate::signals::{Signal, SignalSet};
+use crate::staleness::{
+    effective_age_days, parse_fact_datetime, review_reference, safe_add_days,
+    select_stale_candidates,
+};
+use crate::text::content_key;
+use crate::uploads;
+
+/// Everything [`apply_update`] needs besides the snapshot and the proposal.
+#[derive(Debug)]
+pub struct ApplyContext<'a> {
+    /// The DeerMem configuration.
+    pub config: &'a DeerMemConfig,
+    /// The time written into every timestamp of this apply.
+    pub now: Timestamp,
+    /// The conversation the proposal came from (the new facts' source).
+    pub thread_id: &'a str,
+    /// Signals of the extraction batch (the reinforcement gate reads them).
+    pub signals: SignalSet,
+    /// The scope the facts belong to.
+    pub scope: &'a FactScope,
+    /// The usage sidecar (read by the caller only when the hybrid policy or shadow mode needs
+    /// it; otherwise empty).
+    pub usage: &'a FactUsageMap,
+    /// Fresh fact ids.
+    pub ids: &'a FactIdSource,
+    /// The fact ids the prompt offered for consolidation; a merge may consume only these.
+    /// `None` allows every fact of a qualifying category (the reference's rule).
+    pub consolidation_allowed: Option<&'a BTreeSet<String>>,
+}
+
+/// Rejections of the fact and consolidation gates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FactGateCounts {
+    /// A label is missing.
+    pub missing: usize,
+    /// The scope is not `user`.
+    pub scope: usize,
+    /// The durability is not `durable`.
+    pub durability: usize,
+    /// The authority is not `descriptive`.
+    pub authority: usize,
+}
+
+impl FactGateCounts {
+    fn total(&self) -> usize {
+        self.missing + self.scope + self.durability + self.authority
+    }
+}
+
+/// Rejections of the summary gate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SummaryGateCounts {
+    /// A label is missing.
+    pub missing: usize,
+    /// The scope is not `user`.
+    pub scope: usize,
+    /// The authority is not `descriptive`.
+    pub authority: usize,
+}
+
+/// Rejections of the removal gate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RemovalGateCounts {
+    /// Scope or reason missing.
+    pub missing: usize,
+    /// The scope is not `user`.
+    pub scope: usize,
+    /// The replacement did not survive.
+    pub replacement: usize,
+}
+
+/// Every scope-gate counter, in the reference's shape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ScopeGateRejections {
+    /// New facts.
+    pub facts: FactGateCounts,
+    /// Summaries.
+    pub summaries: SummaryGateCounts,
+    /// Contradiction removals.
+    pub removals: RemovalGateCounts,
+    /// Consolidations.
+    pub consolidations: FactGateCounts,
+}
+
+impl ScopeGateRejections {
+    /// The sum of all fourteen counters.
+    pub fn total(&self) -> usize {
+        self.facts.total()
+            + self.summaries.missing
+            + self.summaries.scope
+            + self.summaries.authority
+            + self.removals.missing
+            + self.removals.scope
+            + self.removals.replacement
+            + self.consolidations.total()
+    }
+}
+
+/// The extraction metrics of one update (the reference's callback payload keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UpdateMetrics {
+    /// New facts after normalisation.
+    pub facts_extracted: usize,
+    /// New facts at or above the confidence threshold (counted before the scope gate).
+    pub facts_passed_confidence: usize,
+    /// `facts_extracted - facts_passed_confidence`.
+    pub rejected_low_confidence: usize,
+    /// New facts not rejected by the scope gate.
+    pub facts_passed_scope_gate: usize,
+    /// Sum of every scope-gate counter.
+    pub rejected_by_scope_gate: usize,
+    /// The counters.
+    pub scope_gate_rejections: ScopeGateRejections,
+    /// Items the parser dropped as malformed (new facts and summaries).
+    pub dropped_malformed: usize,
+}
+
+impl UpdateMetrics {
+    /// The warnings the reference's default observer logs: more than 60% of the extracted
+    /// facts below the confidence threshold, or rejected by the scope gate.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.facts_extracted == 0 {
+            return out;
+        }
+        let n = self.facts_extracted as f64;
+        let low = self.rejected_low_confidence as f64 / n;
+        if low > 0.6 {
+            out.push(format!(
+                "memory extraction rejection rate {:.0}% exceeds 60% ({} of {} facts below the confidence threshold)",
+                low * 100.0,
+                self.rejected_low_confidence,
+                self.facts_extracted
+            ));
+        }
+        let scope = self.scope_gate_rejections.facts.total() as f64 / n;
+        if scope > 0.6 {
+            out.push(format!(
+                "memory extraction scope-gate rejection rate {:.0}% exceeds 60% ({} of {} facts rejected; check that custom prompts ask for scope/durability/authority labels)",
+                scope * 100.0,
+                self.scope_gate_rejections.facts.total(),
+                self.facts_extracted
+            ));
+        }
+        out
+    }
+}
+
+/// A capacity eviction to audit after a successful commit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityDecision {
+    /// What the configured policy did.
+    pub decision: EvictionDecision,
+    /// The hybrid policy's opinion in shadow mode.
+    pub shadow: Option<EvictionDecision>,
+}
+
+/// What an apply did, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ApplyReport {
+    /// Facts whose confirmation was recorded.
+    pub reinforced: Vec<String>,
+    /// Summaries replaced, as `section.key`.
+    pub summaries_updated: Vec<String>,
+    /// Facts removed by staleness review.
+    pub stale_removed: Vec<String>,
+    /// Facts whose review window was extended, with the new window.
+    pub stale_extended: Vec<(String, i64)>,
+    /// New facts created (before capacity).
+    pub created: Vec<String>,
+    /// Facts evicted by capacity.
+    pub evicted: Vec<String>,
+    /// Facts removed as contradicted.
+    pub removed: Vec<String>,
+    /// Merged facts and their sources.
+    pub consolidated: Vec<(String, Vec<String>)>,
+    /// Facts removed because they describe upload events.
+    pub upload_removed: Vec<String>,
+}
+
+/// The result of [`apply_update`].
+#[derive(Clone, Debug)]
+pub struct ApplyOutcome {
+    /// The updated document.
+    pub document: MemoryDocument,
+    /// Drafts of the facts this apply created, by id (what is sent to storage for them).
+    pub new_drafts: BTreeMap<String, FactDraft>,
+    /// Gate metrics.
+    pub metrics: UpdateMetrics,
+    /// Capacity decisions to audit after the commit.
+    pub capacity: Vec<CapacityDecision>,
+    /// What happened.
+    pub report: ApplyReport,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Pass,
+    Missing,
+    Scope,
+    Durability,
+    Authority,
+}
+
+fn fact_gate(scope: Option<&str>, durability: Option<&str>, authority: Option<&str>) -> Gate {
+    match (scope, durability, authority) {
+        (Some(s), Some(d), Some(a)) => {
+            if s != "user" {
+                Gate::Scope
+            } else if d != "durable" {
+                Gate::Durability
+            } else if a != "descriptive" {
+                Gate::Authority
+            } else {
+                Gate::Pass
+            }
+        }
+        _ => Gate::Missing,
+    }
+}
+
+fn count(counts: &mut FactGateCounts, gate: Gate) {
+    match gate {
+        Gate::Pass => {}
+        Gate::Missing => counts.missing += 1,
+        Gate::Scope => counts.scope += 1,
+        Gate::Durability => counts.durability += 1,
+        Gate::Authority => counts.authority += 1,
+    }
+}
+
+struct Builder<'a> {
+    ctx: &'a ApplyContext<'a>,
+    doc: MemoryDocument,
+    drafts: BTreeMap<String, FactDraft>,
+    metrics: UpdateMetrics,
+    capacity: Vec<CapacityDecision>,
+    report: ApplyReport,
+    now_iso: String,
+}
+
+/// Applies a proposal to a snapshot: reinforcement, summaries, staleness removals and
+/// extensions, new facts, capacity, contradiction removals, consolidation, then upload-mention
+/// stripping, in that order (§8).
+pub fn apply_update(
+    current: &MemoryDocument,
+    update: &ProposedUpdate,
+    ctx: &ApplyContext<'_>,
+) -> ApplyOutcome {
+    let mut b = Builder {
+        ctx,
+        doc: current.clone(),
+        drafts: BTreeMap::new(),
+        metrics: UpdateMetrics {
+            facts_extracted: update.new_facts.len(),
+            dropped_malformed: update.dropped_new_facts + update.dropped_summaries,
+            ..UpdateMetrics::default()
+        },
+        capacity: Vec::new(),
+        report: ApplyReport::default(),
+        now_iso: ctx.now.to_iso_z(),
+    };
+    b.reinforce(update);
+    b.summaries(update);
+    b.staleness(update);
+    let replacement_keys = b.new_facts(update);
+    b.enforce_capacity();
+    b.removals(update, &replacement_keys);
+    b.consolidate(update);
+    b.strip_uploads();
+    b.metrics.rejected_by_scope_gate = b.metrics.scope_gate_rejections.total();
+    ApplyOutcome {
+        document: b.doc,
+        new_drafts: b.drafts,
+        metrics: b.metrics,
+        capacity: b.capacity,
+        report: b.report,
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn cfg(&self) -> &'a DeerMemConfig {
+        self.ctx.config
+    }
+
+    /// §8.1: explicit confirmations, only with a deterministic reinforcement signal in the
+    /// batch and only when confirmation metadata is tracked.
+    fn reinforce(&mut self, update: &ProposedUpdate) {
+        if !(self.cfg().tracks_usage() && self.ctx.signals.contains(Signal::Reinforcement)) {
+            return;
+        }
+        let ids: HashSet<&str> = update
+            .facts_to_reinforce
+            .iter()
+            .filter(|e| e.scope.as_deref() == Some("user") && e.reason.is_some())
+            .map(|e| e.id.as_str())
+            .collect();
+        for f in &mut self.doc.facts {
+            if ids.contains(f.id.as_str()) {
+                let prior = f.confirmation_count.flatten().unwrap_or(0);
+                f.last_confirmed_at = Some(Some(self.now_iso.clone()));
+                f.confirmation_count = Some(Some(prior.saturating_add(1)));
+                self.report.reinforced.push(f.id.as_str().to_owned());
+            }
+        }
+    }
+
+    /// §8.2: summary replacements behind the scope/authority gate.
+    fn summaries(&mut self, update: &ProposedUpdate) {
+        for p in &update.summaries {
+            let counts = &mut self.metrics.scope_gate_rejections.summaries;
+            match (p.scope.as_deref(), p.authority.as_deref()) {
+                (Some(s), Some(a)) => {
+                    if s != "user" {
+                        counts.scope += 1;
+                        continue;
+                    }
+                    if a != "descriptive" {
+                        counts.authority += 1;
+                        continue;
+                    }
+                }
+                _ => {
+                    counts.missing += 1;
+                    continue;
+                }
+            }
+            let mut child = Map::new();
+            child.insert("summary".into(), Value::String(p.summary.clone()));
+            child.insert("updatedAt".into(), Value::String(self.now_iso.clone()));
+            let section = match p.section {
+                SectionKind::User => &mut self.doc.user,
+                SectionKind::History => &mut self.doc.history,
+            };
+            section.0.insert(p.key.clone(), Value::Object(child));
+            self.report
+                .summaries_updated
+                .push(format!("{}.{}", p.section.as_str(), p.key));
+        }
+    }
+
+    /// §8.3: staleness removals and extensions, intersected with the current candidates.
+    fn staleness(&mut self, update: &ProposedUpdate) {
+        if update.stale_facts_to_remove.is_empty() && update.stale_facts_to_extend.is_empty() {
+            return;
+        }
+        let now = self.ctx.now;
+        let candidate_ids: HashSet<String> =
+            select_stale_candidates(&self.doc.facts, self.cfg(), now)
+                .iter()
+                .map(|f| f.id.as_str().to_owned())
+                .collect();
+        let proposed: HashSet<&str> = update
+            .stale_facts_to_remove
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect();
+        let mut matching: Vec<&Fact> = self
+            .doc
+            .facts
+            .iter()
+            .filter(|f| proposed.contains(f.id.as_str()) && candidate_ids.contains(f.id.as_str()))
+            .collect();
+        // Lowest confidence goes first when the model asks for more than the cap (stable).
+        matching.sort_by(|a, b| a.confidence.total_cmp(&b.confidence));
+        let remove: HashSet<String> = matching
+            .iter()
+            .take(self.cfg().staleness_max_removals_per_cycle)
+            .map(|f| f.id.as_str().to_owned())
+            .collect();
+        if !remove.is_empty() {
+            for e in &update.stale_facts_to_remove {
+                if remove.contains(&e.id) {
+                    tracing::info!(fact_id = %e.id, reason = %e.reason, "staleness review removed a fact");
+                }
+            }
+            self.doc.facts.retain(|f| !remove.contains(f.id.as_str()));
+            let mut removed: Vec<String> = remove.into_iter().collect();
+            removed.sort();
+            self.report.stale_removed.extend(removed);
+        }
+
+        // Every proposed removal is excluded from extension, even one spared by the cap.
+        let mut ext: HashMap<&str, i128> = HashMap::new();
+        for e in &update.stale_facts_to_extend {
+            if candidate_ids.contains(&e.id) && !proposed.contains(e.id.as_str()) {
+                ext.insert(e.id.as_str(), e.extend_by_days);
+            }
+        }
+        let ceiling = i128::from(self.cfg().staleness_max_extension_days);
+        for f in &mut self.doc.facts {
+            let Some(&by) = ext.get(f.id.as_str()) else {
+                continue;
+            };
+            if by <= 0 {
+                continue;
+            }
+            // Measured from the same instant the review window runs from (§16 item 10).
+            let Some((reference, _)) = review_reference(f) else {
+                continue;
+            };
+            let since = i128::from(now.whole_days_since(reference));
+            let days = since.saturating_add(by).min(ceiling).max(1);
+            let days = i64::try_from(days).unwrap_or(i64::MAX);
+            f.set_extra("expected_valid_days", Some(Value::from(days)));
+            self.report
+                .stale_extended
+                .push((f.id.as_str().to_owned(), days));
+        }
+    }
+
+    fn fresh_id(&self) -> Option<FactId> {
+        for _ in 0..32 {
+            let id = self.ctx.ids.next_id();
+            let taken = self.doc.facts.iter().any(|f| f.id == id)
+                || self.drafts.contains_key(id.as_str());
+            if !taken {
+                return Some(id);
+            }
+        }
+        tracing::warn!("could not draw an unused fact id; skipping a new fact");
+        None
+    }
+
+    fn creation_cap(&self) -> i128 {
+        let cap = self.cfg().staleness_age_days as f64 * self.cfg().staleness_max_lifetime_multiplier;
+        cap.trunc() as i128
+    }
+
+    /// Normalises a draft into a fact of this scope and records the draft.
+    fn push_new(&mut self, draft: FactDraft) -> Option<String> {
+        // Drafts always carry an id; the generator is never called.
+        let ids = self.ctx.ids;
+        let fallback = || ids.next_id();
+        let ctx = NormalizeContext {
+            scope: self.ctx.scope,
+            existing: None,
+            now: self.ctx.now,
+            new_id: &fallback,
+        };
+        match normalize_fact(&draft, &ctx) {
+            Ok(fact) => {
+                let id = fact.id.as_str().to_owned();
+                self.doc.facts.push(fact);
+                self.drafts.insert(id.clone(), draft);
+                Some(id)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a proposed fact failed validation and was skipped");
+                None
+            }
+        }
+    }
+
+    fn source_value(&self) -> Value {
+        if self.ctx.thread_id.is_empty() {
+            Value::String("unknown".into())
+        } else {
+            // Structured, so a thread literally named "manual" stays a conversation source.
+            let mut m = Map::new();
+            m.insert("type".into(), Value::String("conversation".into()));
+            m.insert("threadId".into(), Value::String(self.ctx.thread_id.to_owned()));
+            Value::Object(m)
+        }
+    }
+
+    /// §8.4: new facts through the threshold count, the scope gate, the threshold and dedup.
+    /// Returns the content key of every fact that passed the gates, by the model's index.
+    fn new_facts(&mut self, update: &ProposedUpdate) -> HashMap<usize, String> {
+        let threshold = self.cfg().fact_confidence_threshold;
+        let mut existing: HashSet<String> = self
+            .doc
+            .facts
+            .iter()
+            .filter_map(|f| content_key(&f.content))
+            .collect();
+        let cap = self.creation_cap();
+        let mut replacement_keys = HashMap::new();
+        let mut passed = 0usize;
+        for nf in &update.new_facts {
+            if nf.confidence >= threshold {
+                passed += 1;
+            }
+            let gate = fact_gate(
+                nf.scope.as_deref(),
+                nf.durability.as_deref(),
+                nf.authority.as_deref(),
+            );
+            if gate != Gate::Pass {
+                count(&mut self.metrics.scope_gate_rejections.facts, gate);
+                continue;
+            }
+            if nf.confidence < threshold {
+                continue;
+            }
+            let Some(key) = content_key(&nf.content) else {
+                continue;
+            };
+            replacement_keys.insert(nf.index, key.clone());
+            if existing.contains(&key) {
+                continue;
+            }
+            let Some(id) = self.fresh_id() else {
+                continue;
+            };
+            let mut d = Map::new();
+            d.insert("id".into(), Value::String(id.as_str().to_owned()));
+            d.insert("content".into(), Value::String(nf.content.clone()));
+            d.insert("category".into(), Value::String(nf.category.clone()));
+            d.insert("confidence".into(), json_f64(nf.confidence));
+            d.insert("createdAt".into(), Value::String(self.now_iso.clone()));
+            d.insert("source".into(), self.source_value());
+            if let Some(se) = &nf.source_error {
+                d.insert("sourceError".into(), Value::String(se.clone()));
+            }
+            if let Some(evd) = nf.expected_valid_days {
+                d.insert("expected_valid_days".into(), json_i128(evd.min(cap)));
+            }
+            if let Some(id) = self.push_new(d) {
+                existing.insert(key);
+                self.report.created.push(id);
+            }
+        }
+        let n = update.new_facts.len();
+        let m = &mut self.metrics;
+        m.facts_passed_confidence = passed;
+        m.rejected_low_confidence = n - passed;
+        m.facts_passed_scope_gate = n.saturating_sub(m.scope_gate_rejections.facts.total());
+        replacement_keys
+    }
+
+    /// §8.5: capacity eviction through the core policy.
+    fn enforce_capacity(&mut self) {
+        let cfg = self.cfg();
+        if self.doc.facts.len() <= cfg.max_facts {
+            return;
+        }
+        let empty = FactUsageMap::new();
+        let usage = if cfg.tracks_usage() { self.ctx.usage } else { &empty };
+        let decision = select_facts_for_capacity(
+            &self.doc.facts,
+            usage,
+            self.ctx.now,
+            &cfg.eviction_params(cfg.fact_eviction_policy),
+        );
+        let shadow = (cfg.fact_eviction_shadow_enabled
+            && cfg.fact_eviction_policy == EvictionPolicy::Confidence)
+            .then(|| {
+                select_facts_for_capacity(
+                    &self.doc.facts,
+                    usage,
+                    self.ctx.now,
+                    &cfg.eviction_params(EvictionPolicy::HybridV1),
+                )
+            });
+        self.report.evicted.extend(decision.evicted_ids());
+        self.doc.facts = decision.kept.clone();
+        self.capacity.push(CapacityDecision { decision, shadow });
+    }
+
+    /// §8.6: contradiction removals; a paired removal needs its replacement to have survived.
+    fn removals(&mut self, update: &ProposedUpdate, replacement_keys: &HashMap<usize, String>) {
+        let mut marked: HashSet<String> = HashSet::new();
+        for e in &update.facts_to_remove {
+            let counts = &mut self.metrics.scope_gate_rejections.removals;
+            let (Some(scope), Some(_reason)) = (e.scope.as_deref(), e.reason.as_deref()) else {
+                counts.missing += 1;
+                continue;
+            };
+            if scope != "user" {
+                counts.scope += 1;
+                continue;
+            }
+            if e.id.is_empty() {
+                counts.missing += 1;
+                continue;
+            }
+            match e.replacement {
+                ReplacementRef::None => {}
+                ReplacementRef::Invalid => {
+                    counts.replacement += 1;
+                    continue;
+                }
+                ReplacementRef::Index(i) => {
+                    let survived = replacement_keys.get(&i).is_some_and(|key| {
+                        self.doc.facts.iter().any(|f| {
+                            f.id.as_str() != e.id && content_key(&f.content).as_ref() == Some(key)
+                        })
+                    });
+                    if !survived {
+                        counts.replacement += 1;
+                        continue;
+                    }
+                }
+            }
+            marked.insert(e.id.clone());
+        }
+        if marked.is_empty() {
+            return;
+        }
+        let before: Vec<String> = self
+            .doc
+            .facts
+            .iter()
+            .filter(|f| marked.contains(f.id.as_str()))
+            .map(|f| f.id.as_str().to_owned())
+            .collect();
+        self.doc.facts.retain(|f| !marked.contains(f.id.as_str()));
+        self.report.removed.extend(before);
+    }
+
+    /// §8.7: consolidation with its guardrails.
+    fn consolidate(&mut self, update: &ProposedUpdate) {
+        let cfg = self.cfg();
+        if !cfg.consolidation_enabled || update.facts_to_consolidate.is_empty() {
+            return;
+        }
+        let allowed: HashSet<String> = select_consolidation_candidates(&self.doc.facts, cfg)
+            .values()
+            .flatten()
+            .map(|f| f.id.as_str().to_owned())
+            .filter(|id| self.ctx.consolidation_allowed.is_none_or(|shown| shown.contains(id)))
+            .collect();
+        let threshold = cfg.fact_confidence_threshold;
+        let cap = self.creation_cap();
+        let now = self.ctx.now;
+        let mut consumed: HashSet<String> = HashSet::new();
+        let mut merged: Vec<FactDraft> = Vec::new();
+        let mut merges = 0usize;
+        for p in &update.facts_to_consolidate {
+            if merges >= cfg.consolidation_max_groups_per_cycle {
+                break;
+            }
+            let sources: Vec<&Fact> = p
+                .source_ids
+                .iter()
+                .filter_map(|id| self.doc.facts.iter().find(|f| f.id.as_str() == id))
+                .collect();
+            let usable = sources.len() == p.source_ids.len()
+                && p.source_ids
+                    .iter()
+                    .all(|id| !consumed.contains(id) && allowed.contains(id));
+            if !usable {
+                continue;
+            }
+            if !(2..=cfg.consolidation_max_sources).contains(&p.source_ids.len()) {
+                continue;
+            }
+            let gate = fact_gate(p.scope.as_deref(), p.durability.as_deref(), p.authority.as_deref());
+            if gate != Gate::Pass {
+                count(&mut self.metrics.scope_gate_rejections.consolidations, gate);
+                continue;
+            }
+            let max_src = sources
+                .iter()
+                .map(|f| bounded(f.confidence))
+                .fold(f64::NEG_INFINITY, f64::max);
+            // One rule for every path (§16 item 13): a missing confidence is 0.9, and the
+            // merged fact is never more confident than its most confident source.
+            let model = p.confidence.unwrap_or(DEFAULT_CONSOLIDATION_CONFIDENCE);
+            let conf = model.clamp(0.0, 1.0).min(max_src);
+            if conf < threshold {
+                continue;
+            }
+            let created: Vec<Timestamp> = sources
+                .iter()
+                .map(|f| parse_fact_datetime(&f.created_at).unwrap_or(now))
+                .collect();
+            let newest = created.iter().copied().max().unwrap_or(now);
+            let deadline = sources
+                .iter()
+                .zip(&created)
+                .map(|(f, &c)| {
+                    safe_add_days(c, effective_age_days(f, cfg.staleness_age_days))
+                        .or_else(|| safe_add_days(c, i128::from(cfg.staleness_age_days)))
+                        .unwrap_or(newest)
+                })
+                .min()
+                .unwrap_or(newest);
+            let days = i128::from(deadline.whole_days_since(newest));
+            let evd = days.max(1).min(cap);
+            let mut source_errors: Vec<&str> = Vec::new();
+            for f in &sources {
+                if let Some(se) = f.source_error() {
+                    if !se.trim().is_empty() && !source_errors.contains(&se) {
+                        source_errors.push(se);
+                    }
+                }
+            }
+            let Some(id) = self.fresh_id() else {
+                continue;
+            };
+            let mut d = Map::new();
+            d.insert("id".into(), Value::String(id.as_str().to_owned()));
+            d.insert("content".into(), Value::String(p.content.clone()));
+            d.insert("category".into(), Value::String(p.category.clone()));
+            d.insert("confidence".into(), json_f64(conf));
+            // Always UTC ISO-Z, whatever the sources' offsets (§16 item 4).
+            d.insert("createdAt".into(), Value::String(newest.to_iso_z()));
+            d.insert("source".into(), Value::String("consolidation".into()));
+            d.insert(
+                "consolidatedFrom".into(),
+                Value::from(p.source_ids.clone()),
+            );
+            d.insert("consolidatedAt".into(), Value::String(self.now_iso.clone()));
+            if !source_errors.is_empty() {
+                d.insert("sourceError".into(), Value::String(source_errors.join("\n")));
+            }
+            d.insert("expected_valid_days".into(), json_i128(evd));
+            for id in &p.source_ids {
+                consumed.insert(id.clone());
+            }
+            self.report
+                .consolidated
+                .push((id.as_str().to_owned(), p.source_ids.clone()));
+            merged.push(d);
+            merges += 1;
+        }
+        if consumed.is_empty() {
+            return;
+        }
+        self.doc.facts.retain(|f| !consumed.contains(f.id.as_str()));
+        for d in merged {
+            self.push_new(d);
+        }
+    }
+
+    /// §9.1: upload-event sentences leave the summaries, upload-event facts are deleted.
+    fn strip_uploads(&mut self) {
+        for section in [&mut self.doc.user, &mut self.doc.history] {
+            for child in section.0.values_mut() {
+                let Some(obj) = child.as_object_mut() else {
+                    continue;
+                };
+                // Non-string summaries are left alone (they used to abort the update).
+                if let Some(Value::String(s)) = obj.get("summary") {
+                    let cleaned = uploads::strip_upload_sentences(s);
+                    if cleaned != *s {
+                        obj.insert("summary".into(), Value::String(cleaned));
+                    }
+                }
+            }
+        }
+        let removed: Vec<String> = self
+            .doc
+            .facts
+            .iter()
+            .filter(|f| uploads::mentions_upload_event(&f.content))
+            .map(|f| f.id.as_str().to_owned())
+            .collect();
+        if !removed.is_empty() {
+            self.doc
+                .facts
+                .retain(|f| !uploads::mentions_upload_event(&f.content));
+            for id in &removed {
+                self.drafts.remove(id);
+            }
+            self.report.upload_removed.extend(removed);
+        }
+    }
+}
+
+/// The reference's source-confidence coercion for a stored (always numeric) confidence.
+fn bounded(c: f64) -> f64 {
+    if c.is_finite() { c.clamp(0.0, 1.0) } else { 0.5 }
+}
+
+fn json_f64(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+fn json_i128(x: i128) -> Value {
+    i64::try_from(x).map_or_else(|_| Value::from(i64::MAX), Value::from)
+}
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;
