@@ -3,5 +3,6 @@
 //! interoperability and the retrieval integration.
 
 mod fixtures;
+mod layout;
 #[allow(dead_code)]
 mod support;
