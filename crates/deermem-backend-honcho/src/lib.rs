@@ -1,1 +1,25 @@
-//! DeerMem remote memory backend over Honcho's v3 HTTP API.
+//! DeerMem remote memory backend over Honcho's v3 HTTP API (`manager_class: honcho`).
+//!
+//! - [`HonchoConfig`] parses the `backend_config` keys with the reference's defaults and
+//!   validation; the API key never appears in `Debug` output or logs.
+//! - Identity (spec/remote-backends.md §1.2): one workspace per user, the user's peer, the
+//!   assistant's peer, one session per thread ([`identity`]). A missing user means no memory
+//!   and no request.
+//! - [`HonchoManager::add`] never blocks on HTTP: captures go to a bounded queue served by one
+//!   background task, which sends only the messages a durable per-thread cursor has not seen,
+//!   in batches of at most 100, each within Honcho's message size limit.
+//! - Reads (`get_context`, `get_memory`, `search`) follow `failure_policy.read`.
+//!
+//! Deliberate differences from the Python reference are listed in `docs/compat-honcho.md`.
+
+#![deny(missing_docs)]
+
+mod capture;
+mod client;
+pub mod config;
+mod cursor;
+pub mod identity;
+mod manager;
+
+pub use config::{HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, ReadFailurePolicy, Secret};
+pub use manager::{BACKEND_NAME, HonchoManager, from_backend_config};

@@ -1,0 +1,373 @@
+//! The Honcho v3 HTTP client: JSON POSTs under `{base_url}/v3/...` with percent-encoded path
+//! segments, connect and read timeouts, bearer auth only when a key is set, typed errors, and
+//! logs that carry sizes and statuses but never bodies or the key.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use serde_json::Value;
+
+use crate::config::HonchoConfig;
+
+/// Everything but RFC 3986 unreserved characters is escaped inside a path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// The largest response body read.
+const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A failed Honcho call.
+#[derive(Debug, Clone)]
+pub(crate) enum HonchoError {
+    /// An id cannot be used as a path segment (empty, `.` or `..`).
+    InvalidId { what: &'static str },
+    /// The request timed out.
+    Timeout { path: String, after: Duration },
+    /// Connecting or reading failed.
+    Transport { path: String, message: String },
+    /// A non-2xx status.
+    Status {
+        path: String,
+        status: u16,
+        detail: String,
+        retry_after: Option<Duration>,
+    },
+    /// A 2xx body that is not JSON (or too large).
+    InvalidBody { path: String, message: String },
+}
+
+impl fmt::Display for HonchoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidId { what } => write!(
+                f,
+                "Honcho request refused: the {what} id cannot be used in a URL path (empty, '.' or '..')"
+            ),
+            Self::Timeout { path, after } => {
+                write!(
+                    f,
+                    "Honcho request failed: POST {path}: timed out after {after:?}"
+                )
+            }
+            Self::Transport { path, message } => {
+                write!(f, "Honcho request failed: POST {path}: {message}")
+            }
+            Self::Status {
+                path,
+                status,
+                detail,
+                ..
+            } => write!(
+                f,
+                "Honcho request failed: POST {path}: HTTP {status}: {detail}"
+            ),
+            Self::InvalidBody { path, message } => {
+                write!(
+                    f,
+                    "Honcho returned an invalid response for POST {path}: {message}"
+                )
+            }
+        }
+    }
+}
+
+impl HonchoError {
+    /// Whether trying again may help (timeouts, transport errors, 429 and 5xx).
+    pub(crate) fn is_retryable(&self) -> bool {
+        match self {
+            Self::Timeout { .. } | Self::Transport { .. } => true,
+            Self::Status { status, .. } => *status == 429 || *status >= 500,
+            Self::InvalidId { .. } | Self::InvalidBody { .. } => false,
+        }
+    }
+
+    /// The HTTP status, for status errors.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            Self::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The server's `Retry-After` hint.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Whether this is a timeout.
+    pub(crate) fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
+    }
+}
+
+/// Percent-encodes one path segment; refuses segments URL parsers treat specially.
+pub(crate) fn encode_segment(id: &str, what: &'static str) -> Result<String, HonchoError> {
+    if id.is_empty() || id == "." || id == ".." {
+        return Err(HonchoError::InvalidId { what });
+    }
+    Ok(utf8_percent_encode(id, SEGMENT).to_string())
+}
+
+fn excerpt(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// The HTTP client. `Debug` never shows the key.
+pub(crate) struct HonchoClient {
+    http: reqwest::Client,
+    base_url: String,
+    auth: Option<HeaderValue>,
+    /// Kept only to scrub it from server messages that might echo it.
+    secret: Option<String>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for HonchoClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HonchoClient")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.auth.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HonchoClient {
+    /// Builds the client.
+    pub(crate) fn new(config: &HonchoConfig) -> Result<Self, String> {
+        let auth = match &config.api_key {
+            Some(k) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(
+                    |_| {
+                        "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
+                    },
+                )?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout())
+            .connect_timeout(config.connect_timeout())
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("deermem-rs/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
+        Ok(Self {
+            http,
+            base_url: config.base_url.clone(),
+            auth,
+            secret: config.api_key.as_ref().map(|k| k.expose().to_owned()),
+            timeout: config.timeout(),
+        })
+    }
+
+    /// POSTs `body` to `/v3/{segments...}` (each segment already encoded). Returns the JSON
+    /// response, or `None` for an empty 2xx body.
+    pub(crate) async fn post(
+        &self,
+        encoded_segments: &[&str],
+        body: &Value,
+    ) -> Result<Option<Value>, HonchoError> {
+        let path = format!("/v3/{}", encoded_segments.join("/"));
+        let url = format!("{}{path}", self.base_url);
+        let payload = serde_json::to_vec(body).map_err(|e| HonchoError::InvalidBody {
+            path: path.clone(),
+            message: format!("cannot encode the request: {e}"),
+        })?;
+        let started = Instant::now();
+        let mut req = self
+            .http
+            .post(&url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(payload.clone());
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let result = self.exchange(req, &path).await.map_err(|e| self.scrub(e));
+        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &result {
+            Ok((status, bytes, _)) => tracing::debug!(
+                path = %path,
+                status,
+                latency_ms,
+                request_bytes = payload.len(),
+                response_bytes = bytes,
+                "honcho request"
+            ),
+            Err(e) => tracing::debug!(
+                path = %path,
+                status = e.status().unwrap_or(0),
+                latency_ms,
+                request_bytes = payload.len(),
+                error = %e,
+                "honcho request failed"
+            ),
+        }
+        result.map(|(_, _, v)| v)
+    }
+
+    fn scrub(&self, e: HonchoError) -> HonchoError {
+        let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) else {
+            return e;
+        };
+        let clean = |s: String| s.replace(secret, "<redacted>");
+        match e {
+            HonchoError::Status {
+                path,
+                status,
+                detail,
+                retry_after,
+            } => HonchoError::Status {
+                path,
+                status,
+                detail: clean(detail),
+                retry_after,
+            },
+            HonchoError::InvalidBody { path, message } => HonchoError::InvalidBody {
+                path,
+                message: clean(message),
+            },
+            HonchoError::Transport { path, message } => HonchoError::Transport {
+                path,
+                message: clean(message),
+            },
+            other => other,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        req: reqwest::RequestBuilder,
+        path: &str,
+    ) -> Result<(u16, usize, Option<Value>), HonchoError> {
+        let transport = |e: reqwest::Error| {
+            if e.is_timeout() {
+                HonchoError::Timeout {
+                    path: path.to_owned(),
+                    after: self.timeout,
+                }
+            } else {
+                let e = e.without_url();
+                let mut message = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    message.push_str(": ");
+                    message.push_str(&s.to_string());
+                    source = s.source();
+                }
+                HonchoError::Transport {
+                    path: path.to_owned(),
+                    message,
+                }
+            }
+        };
+        let mut resp = req.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s.min(3600.0)).ok());
+        let mut buf = Vec::new();
+        let mut too_large = false;
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            if buf.len() + chunk.len() > MAX_BODY_BYTES {
+                too_large = true;
+                break;
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        if !(200..300).contains(&status) {
+            let text = String::from_utf8_lossy(&buf);
+            let detail = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v.get("detail").cloned())
+                .map(|d| match d {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .unwrap_or_else(|| text.trim().to_owned());
+            return Err(HonchoError::Status {
+                path: path.to_owned(),
+                status,
+                detail: excerpt(&detail, 300),
+                retry_after,
+            });
+        }
+        if too_large {
+            return Err(HonchoError::InvalidBody {
+                path: path.to_owned(),
+                message: format!("response body exceeds {MAX_BODY_BYTES} bytes"),
+            });
+        }
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            return Ok((status, buf.len(), None));
+        }
+        serde_json::from_slice(&buf)
+            .map(|v| (status, buf.len(), Some(v)))
+            .map_err(|e| HonchoError::InvalidBody {
+                path: path.to_owned(),
+                message: format!(
+                    "non-JSON response ({e}): {}",
+                    excerpt(&String::from_utf8_lossy(&buf), 120)
+                ),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_percent_encoded() {
+        assert_eq!(encode_segment("team ws?x", "w").unwrap(), "team%20ws%3Fx");
+        assert_eq!(encode_segment("alice/b", "p").unwrap(), "alice%2Fb");
+        assert_eq!(encode_segment("../etc", "p").unwrap(), "..%2Fetc");
+        assert_eq!(encode_segment("a\0b", "p").unwrap(), "a%00b");
+        assert_eq!(encode_segment("日本", "p").unwrap(), "%E6%97%A5%E6%9C%AC");
+        assert_eq!(encode_segment("ok-id_1.~", "p").unwrap(), "ok-id_1.~");
+        for bad in ["", ".", ".."] {
+            assert!(matches!(
+                encode_segment(bad, "peer"),
+                Err(HonchoError::InvalidId { what: "peer" })
+            ));
+        }
+    }
+
+    #[test]
+    fn retryable_classification() {
+        let status = |s| HonchoError::Status {
+            path: String::new(),
+            status: s,
+            detail: String::new(),
+            retry_after: None,
+        };
+        assert!(status(500).is_retryable());
+        assert!(status(429).is_retryable());
+        assert!(!status(422).is_retryable());
+        assert!(!status(401).is_retryable());
+        assert!(
+            HonchoError::Timeout {
+                path: String::new(),
+                after: Duration::ZERO
+            }
+            .is_retryable()
+        );
+    }
+}

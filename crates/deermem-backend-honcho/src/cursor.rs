@@ -1,0 +1,354 @@
+//! The per-thread capture cursor: which captured messages Honcho already accepted, kept as
+//! hashes only (never message text), bounded, and stored durably under
+//! `{storage_root}/honcho/cursors/` with atomic writes, so each turn sends only new messages
+//! and a restart does not replay a thread.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// How many recent message signatures a cursor remembers (for rewritten transcripts).
+pub(crate) const MAX_RECENT: usize = 1024;
+/// The cursor format version.
+const SCHEMA_VERSION: u32 = 1;
+/// A cursor file larger than this is not a cursor.
+const MAX_CURSOR_BYTES: u64 = 1024 * 1024;
+
+/// `sha256` over each signature's 8-byte big-endian length and bytes, as hex.
+pub(crate) fn seq_digest<S: AsRef<str>>(sigs: &[S]) -> String {
+    let mut h = Sha256::new();
+    for s in sigs {
+        let b = s.as_ref().as_bytes();
+        h.update((b.len() as u64).to_be_bytes());
+        h.update(b);
+    }
+    hex::encode(h.finalize())
+}
+
+/// The saved progress of one Honcho session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CursorState {
+    /// Format version (1).
+    pub(crate) schema_version: u32,
+    /// The workspace the session lives in.
+    pub(crate) workspace: String,
+    /// The Honcho session id.
+    pub(crate) session: String,
+    /// The peers added to the session once it was set up (`None`: not set up yet).
+    pub(crate) session_peers: Option<Vec<String>>,
+    /// How many leading captured messages of the transcript are known to be accepted.
+    pub(crate) prefix_count: usize,
+    /// [`seq_digest`] of those leading signatures.
+    pub(crate) prefix_digest: String,
+    /// The most recent accepted signatures, oldest first, at most [`MAX_RECENT`].
+    pub(crate) recent: Vec<String>,
+}
+
+impl CursorState {
+    /// The state of a session nothing was sent to.
+    pub(crate) fn fresh(workspace: &str, session: &str) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            workspace: workspace.to_owned(),
+            session: session.to_owned(),
+            session_peers: None,
+            prefix_count: 0,
+            prefix_digest: seq_digest::<&str>(&[]),
+            recent: Vec::new(),
+        }
+    }
+
+    /// Records accepted signatures and, when known, the new accepted prefix.
+    pub(crate) fn accept(&mut self, accepted: &[String], prefix: Option<&[String]>) {
+        self.recent.extend(accepted.iter().cloned());
+        if self.recent.len() > MAX_RECENT {
+            let excess = self.recent.len() - MAX_RECENT;
+            self.recent.drain(..excess);
+        }
+        if let Some(p) = prefix {
+            self.prefix_count = p.len();
+            self.prefix_digest = seq_digest(p);
+        }
+    }
+
+    fn check(&self, workspace: &str, session: &str) -> Result<(), String> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(format!("unknown schema_version {}", self.schema_version));
+        }
+        if self.workspace != workspace || self.session != session {
+            return Err("the cursor belongs to another workspace or session".into());
+        }
+        let hex_ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex_ok(&self.prefix_digest, 64) {
+            return Err("prefix_digest is not a SHA-256 hex digest".into());
+        }
+        if self.recent.len() > MAX_RECENT || !self.recent.iter().all(|s| hex_ok(s, 32)) {
+            return Err("recent holds something other than message signatures".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which captured messages still need sending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// `Some(start)` when the transcript extends the accepted prefix (append-only); `None`
+    /// when it was rewritten and pending messages were found by signature.
+    pub(crate) start: Option<usize>,
+    /// Indices of the messages to send, in order.
+    pub(crate) pending: Vec<usize>,
+}
+
+/// Decides what to send for a transcript with these signatures.
+pub(crate) fn plan(state: &CursorState, sigs: &[String]) -> Plan {
+    let count = state.prefix_count;
+    if count <= sigs.len() && seq_digest(&sigs[..count]) == state.prefix_digest {
+        return Plan {
+            start: Some(count),
+            pending: (count..sigs.len()).collect(),
+        };
+    }
+    let seen: HashSet<&str> = state.recent.iter().map(String::as_str).collect();
+    Plan {
+        start: None,
+        pending: sigs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !seen.contains(s.as_str()))
+            .map(|(i, _)| i)
+            .collect(),
+    }
+}
+
+/// A cursor that cannot be used.
+#[derive(Debug)]
+pub(crate) enum CursorError {
+    /// The file exists but is not a valid cursor for this session.
+    Corrupt { path: PathBuf, reason: String },
+    /// Reading or writing failed.
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for CursorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Corrupt { path, reason } => write!(
+                f,
+                "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
+                path.display()
+            ),
+            Self::Io { path, error } => {
+                write!(f, "Honcho capture cursor {}: {error}", path.display())
+            }
+        }
+    }
+}
+
+/// Cursor files under one directory, one per (workspace, session), named by a hash so that
+/// no id ever becomes a path.
+#[derive(Clone, Debug)]
+pub(crate) struct CursorStore {
+    dir: PathBuf,
+}
+
+impl CursorStore {
+    /// Cursors under `{storage_root}/honcho/cursors`.
+    pub(crate) fn new(storage_root: &Path) -> Self {
+        Self {
+            dir: storage_root.join("honcho").join("cursors"),
+        }
+    }
+
+    /// The file of a session.
+    pub(crate) fn path_for(&self, workspace: &str, session: &str) -> PathBuf {
+        let mut h = Sha256::new();
+        h.update(workspace.as_bytes());
+        h.update([0u8]);
+        h.update(session.as_bytes());
+        self.dir.join(format!("{}.json", hex::encode(h.finalize())))
+    }
+
+    /// Loads a session's cursor; a fresh state when there is none.
+    pub(crate) fn load(&self, workspace: &str, session: &str) -> Result<CursorState, CursorError> {
+        let path = self.path_for(workspace, session);
+        let meta = match fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(CursorState::fresh(workspace, session));
+            }
+            Err(error) => return Err(CursorError::Io { path, error }),
+        };
+        if !meta.is_file() || meta.len() > MAX_CURSOR_BYTES {
+            return Err(CursorError::Corrupt {
+                path,
+                reason: "not a regular file of cursor size".into(),
+            });
+        }
+        let bytes = fs::read(&path).map_err(|error| CursorError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        let state: CursorState =
+            serde_json::from_slice(&bytes).map_err(|e| CursorError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        state
+            .check(workspace, session)
+            .map_err(|reason| CursorError::Corrupt { path, reason })?;
+        Ok(state)
+    }
+
+    /// Writes a cursor atomically: a temporary file in the same folder, flushed to disk, then
+    /// renamed over the old one.
+    pub(crate) fn save(&self, state: &CursorState) -> Result<(), CursorError> {
+        let path = self.path_for(&state.workspace, &state.session);
+        let io = |error| CursorError::Io {
+            path: path.clone(),
+            error,
+        };
+        fs::create_dir_all(&self.dir).map_err(io)?;
+        let bytes = serde_json::to_vec_pretty(state)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = self.dir.join(format!(
+            ".{name}.{}.{:016x}.tmp",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let result = (|| {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, &path)?;
+            #[cfg(unix)]
+            if let Ok(d) = fs::File::open(&self.dir) {
+                // Best effort: make the rename itself durable.
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sigs(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{i:032x}")).collect()
+    }
+
+    #[test]
+    fn digest_vectors() {
+        assert_eq!(
+            seq_digest::<&str>(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_ne!(seq_digest(&["ab", "c"]), seq_digest(&["a", "bc"]));
+    }
+
+    #[test]
+    fn append_only_plans_send_the_suffix() {
+        let s = sigs(5);
+        let mut st = CursorState::fresh("w", "s");
+        assert_eq!(
+            plan(&st, &s),
+            Plan {
+                start: Some(0),
+                pending: vec![0, 1, 2, 3, 4]
+            }
+        );
+        st.accept(&s[..3], Some(&s[..3]));
+        assert_eq!(
+            plan(&st, &s),
+            Plan {
+                start: Some(3),
+                pending: vec![3, 4]
+            }
+        );
+        st.accept(&s[3..], Some(&s));
+        assert!(plan(&st, &s).pending.is_empty());
+    }
+
+    #[test]
+    fn rewritten_transcripts_send_only_unseen_messages() {
+        let s = sigs(6);
+        let mut st = CursorState::fresh("w", "s");
+        st.accept(&s[..4], Some(&s[..4]));
+        // Compaction dropped the first three messages and two new ones arrived.
+        let rewritten = vec![s[3].clone(), s[4].clone(), s[5].clone()];
+        assert_eq!(
+            plan(&st, &rewritten),
+            Plan {
+                start: None,
+                pending: vec![1, 2]
+            }
+        );
+    }
+
+    #[test]
+    fn recent_is_bounded() {
+        let mut st = CursorState::fresh("w", "s");
+        let s = sigs(MAX_RECENT + 10);
+        st.accept(&s, Some(&s));
+        assert_eq!(st.recent.len(), MAX_RECENT);
+        assert_eq!(st.recent[0], s[10]);
+        assert_eq!(st.prefix_count, MAX_RECENT + 10);
+    }
+
+    #[test]
+    fn save_load_round_trip_and_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CursorStore::new(dir.path());
+        assert_eq!(store.load("w", "s").unwrap(), CursorState::fresh("w", "s"));
+        let mut st = CursorState::fresh("w", "s");
+        st.session_peers = Some(vec!["u".into(), "a".into()]);
+        st.accept(&sigs(2), Some(&sigs(2)));
+        store.save(&st).unwrap();
+        assert_eq!(store.load("w", "s").unwrap(), st);
+        // Hostile ids never become paths.
+        let p = store.path_for("../../etc", "x/../../y");
+        assert_eq!(
+            p.parent().unwrap(),
+            dir.path().join("honcho").join("cursors")
+        );
+        // Leftover temporaries are not left behind.
+        let names: Vec<_> = fs::read_dir(dir.path().join("honcho/cursors"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1);
+
+        for bad in [&b"not json"[..], b"[]", br#"{"schema_version": 9}"#] {
+            fs::write(store.path_for("w", "s"), bad).unwrap();
+            assert!(matches!(
+                store.load("w", "s"),
+                Err(CursorError::Corrupt { .. })
+            ));
+        }
+        // A cursor copied from another session is refused.
+        store.save(&CursorState::fresh("w", "other")).unwrap();
+        fs::copy(store.path_for("w", "other"), store.path_for("w", "s")).unwrap();
+        assert!(matches!(
+            store.load("w", "s"),
+            Err(CursorError::Corrupt { .. })
+        ));
+    }
+}
