@@ -4,5 +4,6 @@
 
 mod fixtures;
 mod layout;
+mod migration;
 #[allow(dead_code)]
 mod support;
