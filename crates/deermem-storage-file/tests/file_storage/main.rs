@@ -5,5 +5,6 @@
 mod fixtures;
 mod layout;
 mod migration;
+mod retrieval;
 #[allow(dead_code)]
 mod support;
