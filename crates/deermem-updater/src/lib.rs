@@ -17,3 +17,4 @@ mod testutil;
 pub mod apply;
 pub mod consolidation;
 pub mod diff;
+pub mod prompt;
