@@ -489,6 +489,9 @@ impl Inner {
         // lock and leaves no trace on disk).
         let (doc, sig) = if udir.dir.is_dir() {
             let _lock = self.lock(&udir)?;
+            // A journal may have appeared since the check above; recovery also sweeps leftovers
+            // of commits that crashed before their journal was durable.
+            notes.extend(self.read_migrations_locked(&udir, agent, now)?);
             self.read_document_locked(&udir, agent, now)?
         } else {
             (MemoryDocument::empty(now), None)

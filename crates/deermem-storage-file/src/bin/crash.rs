@@ -1,3 +1,79 @@
-//! Crash-test helper (built only with the `fault-injection` feature).
+//! Crash-test helper (built only with the `fault-injection` feature): applies one fixed
+//! multi-fact commit to `<root>` for user `alice`, agent `agent-a`. The integration tests run
+//! it with `DEERMEM_FAULT_STEP` naming the protocol step at which the process aborts.
 
-fn main() {}
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use deermem_core::ports::{Clock, MemoryStorage};
+use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, Timestamp, UserId};
+use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use serde_json::json;
+
+#[derive(Debug)]
+struct FixedClock;
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_seconds(1_800_000_000)
+    }
+}
+
+async fn run(root: &str) -> Result<u64, String> {
+    let storage = FileMemoryStorage::new(FileStorageConfig::new(root), Arc::new(FixedClock), None)
+        .map_err(|e| e.to_string())?;
+    let user = UserId::new("alice").map_err(|e| e.to_string())?;
+    let agent = AgentName::parse("agent-a").map_err(|e| e.to_string())?;
+    let f1 = storage
+        .get_fact(Some(&user), &agent, &FactId::new("f1").map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("f1 missing")?;
+    let mut d1 = f1.to_draft();
+    d1.insert("content".into(), json!("f1 rewritten by the crashing commit"));
+    d1.insert("title".into(), json!(""));
+    let d4 = json!({"id": "f4", "content": "created by the crashing commit"});
+    let mut user_patch = serde_json::Map::new();
+    user_patch.insert(
+        "workContext".into(),
+        json!({"summary": "crashing commit", "updatedAt": "now"}),
+    );
+    let changes = ChangeSet {
+        upserts: vec![d1, d4.as_object().cloned().unwrap_or_default()],
+        deletes: vec![FactId::new("f2").map_err(|e| e.to_string())?],
+        summaries: Some(SummaryPatch {
+            user: Some(user_patch),
+            history: None,
+        }),
+        ..ChangeSet::default()
+    };
+    let r = storage
+        .apply_changes(Some(&user), Some(&agent), changes, ApplyOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(r.revision)
+}
+
+fn main() -> ExitCode {
+    let Some(root) = std::env::args().nth(1) else {
+        eprintln!("usage: deermem-storage-crash <root>");
+        return ExitCode::from(2);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(&root)) {
+        Ok(rev) => {
+            println!("committed revision {rev}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
