@@ -423,8 +423,11 @@ fn schemas() -> Value {
         "ContextResponse": { "type": "object", "properties": {
             "context": {"type": "string", "description": "The exact block, <memory> wrapper included; empty when nothing is injected"},
             "content_sha256": {"type": ["string", "null"]} } },
+        "SearchHit": { "allOf": [ schema_ref("Fact"), { "type": "object", "properties": {
+            "score": {"type": ["number", "null"], "description": "The backend's relevance score (higher is better), when it has one"},
+            "matchType": {"type": "string", "enum": ["fts5", "cjk", "substring", "remote"]} } } ] },
         "SearchResponse": { "type": "object", "properties": {
-            "results": {"type": "array", "items": schema_ref("Fact")}, "count": {"type": "integer"} } },
+            "results": {"type": "array", "items": schema_ref("SearchHit")}, "count": {"type": "integer"} } },
         "RebuildResponse": { "type": "object", "properties": {
             "status": {"type": "string", "enum": ["ok", "nothing_to_warm"]}, "warmed": {"type": ["boolean", "null"]} } },
         "Health": { "type": "object", "properties": { "status": {"type": "string"} } },

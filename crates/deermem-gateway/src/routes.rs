@@ -326,7 +326,7 @@ pub(crate) async fn memory_context(
     })))
 }
 
-/// `GET /api/memory/search`: `{"results": [fact...], "count": n}`.
+/// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`.
 pub(crate) async fn search_memory(
     State(state): State<GatewayState>,
     caller: Caller,
@@ -340,16 +340,20 @@ pub(crate) async fn search_memory(
         category: params.category,
     };
     let m = manager(&state);
-    let facts = run(
-        &state,
-        Operation::Search,
-        async move { m.search(request).await },
-    )
+    let hits = run(&state, Operation::Search, async move {
+        m.search_scored(request).await
+    })
     .await?;
-    let results: Vec<_> = facts
-        .into_iter()
-        .map(deermem_core::PublicFact::for_http)
-        .collect();
+    let mut results = Vec::with_capacity(hits.len());
+    for hit in hits {
+        let mut fact = serde_json::to_value(hit.fact.for_http())
+            .map_err(|e| GatewayError::Internal(format!("cannot serialise a fact: {e}")))?;
+        if let Value::Object(m) = &mut fact {
+            m.insert("score".into(), json!(hit.score));
+            m.insert("matchType".into(), json!(hit.match_type.as_str()));
+        }
+        results.push(fact);
+    }
     let count = results.len();
     Ok(Json(json!({ "results": results, "count": count })))
 }
