@@ -5,6 +5,7 @@
 mod concurrency;
 mod crash;
 mod fixtures;
+mod hostile;
 mod layout;
 mod migration;
 mod retrieval;
