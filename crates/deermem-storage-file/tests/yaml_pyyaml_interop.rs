@@ -9,7 +9,9 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use serde_json::{Map, Value};
 use yaml_common::yaml::{parse_front_matter, render_mapping};
-use yaml_common::{as_oracle_value, dump_req, floats_marked, load_req, mapping, oracle, python_front_matter};
+use yaml_common::{
+    as_oracle_value, dump_req, floats_marked, load_req, mapping, oracle, python_front_matter,
+};
 
 const CASES: usize = 1500;
 
@@ -20,9 +22,11 @@ fn without_yaml11_breaks(v: &Value) -> Value {
     match v {
         Value::String(s) => Value::String(fix(s)),
         Value::Array(a) => Value::Array(a.iter().map(without_yaml11_breaks).collect()),
-        Value::Object(m) => {
-            Value::Object(m.iter().map(|(k, v)| (fix(k), without_yaml11_breaks(v))).collect())
-        }
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (fix(k), without_yaml11_breaks(v)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
@@ -45,17 +49,24 @@ fn pyyaml_reads_our_output_back_and_we_match_its_bytes() {
             _ => unreachable!("an object stays an object"),
         })
         .collect();
-    let rendered: Vec<String> = maps.iter().map(|m| render_mapping(m).expect("render")).collect();
+    let rendered: Vec<String> = maps
+        .iter()
+        .map(|m| render_mapping(m).expect("render"))
+        .collect();
     let mut requests = Vec::new();
     for (text, plain) in rendered.iter().zip(&plain_maps) {
         requests.push(load_req(text));
         requests.push(dump_req(plain));
     }
-    let Some(answers) = oracle(&requests) else { return };
+    let Some(answers) = oracle(&requests) else {
+        return;
+    };
     let mut multi_line = 0;
     for (i, ((m, ours), plain)) in maps.iter().zip(&rendered).zip(&plain_maps).enumerate() {
         // PyYAML reads what we wrote back to the intended values.
-        let loaded = answers[2 * i].clone().unwrap_or_else(|e| panic!("PyYAML cannot read\n{ours}\n{e}"));
+        let loaded = answers[2 * i]
+            .clone()
+            .unwrap_or_else(|e| panic!("PyYAML cannot read\n{ours}\n{e}"));
         let intended = Value::Object(m.clone());
         assert_eq!(
             python_front_matter(&loaded),
@@ -63,19 +74,31 @@ fn pyyaml_reads_our_output_back_and_we_match_its_bytes() {
             "PyYAML read back\n{ours}"
         );
         // Our layout is safe_dump's, byte for byte.
-        let theirs = answers[2 * i + 1].clone().expect("PyYAML dumps JSON values");
+        let theirs = answers[2 * i + 1]
+            .clone()
+            .expect("PyYAML dumps JSON values");
         let theirs = theirs.as_str().expect("dump is text").to_owned();
         let ours_plain = render_mapping(plain).expect("render");
-        assert_eq!(ours_plain, theirs, "our rendering differs from safe_dump for {plain:?}");
+        assert_eq!(
+            ours_plain, theirs,
+            "our rendering differs from safe_dump for {plain:?}"
+        );
         if theirs.lines().count() > plain.len() + 1 {
             multi_line += 1;
         }
         // And we read safe_dump's own text back to the same values.
         let back = parse_front_matter(&theirs).unwrap_or_else(|e| panic!("{theirs}\n{e}"));
-        assert_eq!(Value::Object(back.map), Value::Object(plain.clone()), "reading safe_dump output\n{theirs}");
+        assert_eq!(
+            Value::Object(back.map),
+            Value::Object(plain.clone()),
+            "reading safe_dump output\n{theirs}"
+        );
     }
     // The generator does exercise nesting and folding, not only one-line documents.
-    assert!(multi_line > CASES / 4, "only {multi_line} multi-line documents");
+    assert!(
+        multi_line > CASES / 4,
+        "only {multi_line} multi-line documents"
+    );
 }
 
 /// Hand-edited front matters: each must parse to what `safe_load` gives, or fail where it fails.
@@ -184,7 +207,9 @@ const KNOWN_DIFFERENT: &[&str] = &["1: int key\ntrue: bool key\n~: null key\n1.5
 #[test]
 fn hand_edited_documents_parse_like_safe_load() {
     let requests: Vec<_> = HAND_EDITED.iter().map(|t| load_req(t)).collect();
-    let Some(answers) = oracle(&requests) else { return };
+    let Some(answers) = oracle(&requests) else {
+        return;
+    };
     let mut failures = Vec::new();
     for (text, answer) in HAND_EDITED.iter().zip(answers) {
         let ours = parse_front_matter(text);
@@ -192,9 +217,15 @@ fn hand_edited_documents_parse_like_safe_load() {
             (Ok(fm), Ok(py)) => {
                 let py = python_front_matter(py);
                 if !py.is_object() {
-                    failures.push(format!("{text:?}: PyYAML gives a non-mapping {py}, we give {:?}", fm.map));
+                    failures.push(format!(
+                        "{text:?}: PyYAML gives a non-mapping {py}, we give {:?}",
+                        fm.map
+                    ));
                 } else if as_oracle_value(fm) != py && !KNOWN_DIFFERENT.contains(text) {
-                    failures.push(format!("{text:?}:\n  ours {}\n  py   {py}", as_oracle_value(fm)));
+                    failures.push(format!(
+                        "{text:?}:\n  ours {}\n  py   {py}",
+                        as_oracle_value(fm)
+                    ));
                 }
             }
             (Err(_), Err(_)) => {}
@@ -207,10 +238,18 @@ fn hand_edited_documents_parse_like_safe_load() {
             }
             (Ok(fm), Err(e)) => {
                 if !KNOWN_LAXER.contains(text) {
-                    failures.push(format!("{text:?}: PyYAML fails ({e}) but we give {:?}", fm.map));
+                    failures.push(format!(
+                        "{text:?}: PyYAML fails ({e}) but we give {:?}",
+                        fm.map
+                    ));
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{} divergences:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} divergences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

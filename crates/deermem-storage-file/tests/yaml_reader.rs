@@ -65,11 +65,16 @@ fn plain_scalars_are_typed_like_pyyaml() {
 
 #[test]
 fn unquoted_timestamps_keep_their_text_and_are_located() {
-    let f = fm("createdAt: 2026-01-01T00:00:00Z\nupdatedAt: '2026-01-01T00:00:00Z'\nsource:\n  type: conversation\n  threadId: 2026-01-02\ntopics:\n- a\n- 2026-01-01 10:00:00.5 +05:00");
+    let f = fm(
+        "createdAt: 2026-01-01T00:00:00Z\nupdatedAt: '2026-01-01T00:00:00Z'\nsource:\n  type: conversation\n  threadId: 2026-01-02\ntopics:\n- a\n- 2026-01-01 10:00:00.5 +05:00",
+    );
     assert_eq!(f.map["createdAt"], json!("2026-01-01T00:00:00Z"));
     assert_eq!(f.map["source"]["threadId"], json!("2026-01-02"));
     assert_eq!(f.map["topics"][1], json!("2026-01-01 10:00:00.5 +05:00"));
-    assert_eq!(f.unquoted_timestamps, ["createdAt", "source.threadId", "topics.1"]);
+    assert_eq!(
+        f.unquoted_timestamps,
+        ["createdAt", "source.threadId", "topics.1"]
+    );
     assert!(f.non_finite_floats.is_empty());
 }
 
@@ -123,12 +128,26 @@ fn keys_keep_document_order_and_python_dict_semantics() {
 
 #[test]
 fn top_level_shapes_follow_the_reference() {
-    for empty in ["", "# comment only", "~", "null", "false", "0", "''", "[]", "{}", "---\n..."] {
+    for empty in [
+        "",
+        "# comment only",
+        "~",
+        "null",
+        "false",
+        "0",
+        "''",
+        "[]",
+        "{}",
+        "---\n...",
+    ] {
         assert!(fm(empty).map.is_empty(), "{empty:?}");
     }
     for not_a_mapping in ["- a", "text", "1", "true", "[1]"] {
         let err = parse_mapping(not_a_mapping).expect_err(not_a_mapping);
-        assert!(err.message.contains("not a mapping"), "{not_a_mapping:?}: {err}");
+        assert!(
+            err.message.contains("not a mapping"),
+            "{not_a_mapping:?}: {err}"
+        );
     }
 }
 
@@ -156,6 +175,9 @@ fn malformed_input_is_a_typed_error_with_a_line() {
         let err = parse_front_matter(text).expect_err(text);
         assert!(err.message.contains(needle), "{text:?}: {err}");
         assert!(err.line.is_some(), "{text:?}: {err} has no line");
-        assert!(err.to_string().starts_with("YAML front matter, line "), "{err}");
+        assert!(
+            err.to_string().starts_with("YAML front matter, line "),
+            "{err}"
+        );
     }
 }

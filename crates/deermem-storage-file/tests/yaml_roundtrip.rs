@@ -70,9 +70,17 @@ proptest! {
 #[test]
 fn every_lookalike_string_round_trips_as_a_string() {
     for s in LOOKALIKES {
-        for m in [one("k", json!(s)), one(s, json!(1)), one("k", json!([s, {"n": s}]))] {
+        for m in [
+            one("k", json!(s)),
+            one(s, json!(1)),
+            one("k", json!([s, {"n": s}])),
+        ] {
             let text = render_mapping(&m).expect("render");
-            assert_eq!(parse_mapping(&text).expect("parse"), m, "{s:?} rendered as\n{text}");
+            assert_eq!(
+                parse_mapping(&text).expect("parse"),
+                m,
+                "{s:?} rendered as\n{text}"
+            );
         }
     }
 }
@@ -95,10 +103,16 @@ fn deep_nesting_is_a_clean_error_both_ways() {
     let deep_flow = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
     let err = parse_mapping(&deep_flow).expect_err("too deep");
     // Our depth bound or the scanner's own recursion bound, whichever trips first.
-    assert!(err.message.contains("nesting") || err.message.contains("recursion limit"), "{err}");
+    assert!(
+        err.message.contains("nesting") || err.message.contains("recursion limit"),
+        "{err}"
+    );
     let deep_flow_map = format!("a: {}{}", "{b: ".repeat(1_000), "}".repeat(1_000));
     let err = parse_mapping(&deep_flow_map).expect_err("too deep");
-    assert!(err.message.contains("nesting") || err.message.contains("recursion limit"), "{err}");
+    assert!(
+        err.message.contains("nesting") || err.message.contains("recursion limit"),
+        "{err}"
+    );
 
     let mut deep_block = String::new();
     for i in 0..(MAX_DEPTH + 5) {
@@ -121,7 +135,10 @@ fn deep_nesting_is_a_clean_error_both_ways() {
         v = json!({"k": v});
     }
     let m = one("k", v);
-    assert_eq!(parse_mapping(&render_mapping(&m).expect("render")).expect("parse"), m);
+    assert_eq!(
+        parse_mapping(&render_mapping(&m).expect("render")).expect("parse"),
+        m
+    );
 }
 
 #[test]
@@ -138,7 +155,8 @@ fn billion_laughs_is_refused() {
 
 #[test]
 fn small_alias_use_is_expanded() {
-    let m = parse_mapping("base: &b {type: manual, threadId: null}\ncopy: *b\nlist: [&i 1, *i]").expect("parse");
+    let m = parse_mapping("base: &b {type: manual, threadId: null}\ncopy: *b\nlist: [&i 1, *i]")
+        .expect("parse");
     assert_eq!(m["copy"], json!({"type": "manual", "threadId": null}));
     assert_eq!(m["list"], json!([1, 1]));
 }

@@ -8,8 +8,8 @@ use yaml_rust2::parser::{Event, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::resolve::{
-    Implicit, IntError, IntValue, check_timestamp, construct_bool, construct_float,
-    construct_int, resolve_plain,
+    Implicit, IntError, IntValue, check_timestamp, construct_bool, construct_float, construct_int,
+    resolve_plain,
 };
 use super::{FrontMatter, MAX_ALIAS_NODES, MAX_DEPTH, YamlError};
 
@@ -101,7 +101,12 @@ pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
     match root {
         Node::Map(entries) => {
             let mut path = Vec::new();
-            fm.map = convert_map(entries, &mut path, &mut fm.unquoted_timestamps, &mut fm.non_finite_floats);
+            fm.map = convert_map(
+                entries,
+                &mut path,
+                &mut fm.unquoted_timestamps,
+                &mut fm.non_finite_floats,
+            );
             Ok(fm)
         }
         // The reference reads `yaml.safe_load(front) or {}`: every falsy value is an empty mapping.
@@ -127,7 +132,12 @@ fn convert_map(
     out
 }
 
-fn convert(node: Node, path: &mut Vec<String>, ts: &mut Vec<String>, nf: &mut Vec<String>) -> Value {
+fn convert(
+    node: Node,
+    path: &mut Vec<String>,
+    ts: &mut Vec<String>,
+    nf: &mut Vec<String>,
+) -> Value {
     match node {
         Node::Leaf(v, special) => {
             match special {
@@ -162,9 +172,9 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
     // events follow it.
     let mut eof_block: Option<Vec<Step>> = None;
     loop {
-        let (event, mark) = parser.next_token().map_err(|e| {
-            YamlError::new(e.info().to_owned(), Some(e.marker().line()))
-        })?;
+        let (event, mark) = parser
+            .next_token()
+            .map_err(|e| YamlError::new(e.info().to_owned(), Some(e.marker().line())))?;
         let done: Option<(Node, usize)> = match event {
             Event::StreamEnd => break,
             Event::StreamStart | Event::Nothing | Event::DocumentEnd => None,
@@ -204,18 +214,31 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
                 eof_block = None;
                 check_collection_tag(tag.as_ref(), "seq", &mark)?;
                 if stack.len() >= MAX_DEPTH {
-                    return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
+                    return Err(err_at(
+                        format!("nesting deeper than {MAX_DEPTH} levels"),
+                        &mark,
+                    ));
                 }
-                stack.push(Frame::Seq { anchor, items: Vec::new() });
+                stack.push(Frame::Seq {
+                    anchor,
+                    items: Vec::new(),
+                });
                 None
             }
             Event::MappingStart(anchor, tag) => {
                 eof_block = None;
                 check_collection_tag(tag.as_ref(), "map", &mark)?;
                 if stack.len() >= MAX_DEPTH {
-                    return Err(err_at(format!("nesting deeper than {MAX_DEPTH} levels"), &mark));
+                    return Err(err_at(
+                        format!("nesting deeper than {MAX_DEPTH} levels"),
+                        &mark,
+                    ));
                 }
-                stack.push(Frame::Map { anchor, entries: IndexMap::new(), key: None });
+                stack.push(Frame::Map {
+                    anchor,
+                    entries: IndexMap::new(),
+                    key: None,
+                });
                 None
             }
             Event::SequenceEnd => match stack.pop() {
@@ -223,7 +246,11 @@ fn compose(text: &str) -> Result<Option<Node>, YamlError> {
                 _ => return Err(err_at("unbalanced sequence end", &mark)),
             },
             Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map { anchor, entries, key: None }) => Some((Node::Map(entries), anchor)),
+                Some(Frame::Map {
+                    anchor,
+                    entries,
+                    key: None,
+                }) => Some((Node::Map(entries), anchor)),
                 _ => return Err(err_at("unbalanced mapping end", &mark)),
             },
         };
@@ -285,10 +312,10 @@ fn drop_final_line_break(root: &mut Node, path: &[Step]) {
             None => return,
         }
     }
-    if let Node::Leaf(Value::String(s), _) = node {
-        if s.ends_with('\n') {
-            s.pop();
-        }
+    if let Node::Leaf(Value::String(s), _) = node
+        && s.ends_with('\n')
+    {
+        s.pop();
     }
 }
 
@@ -310,8 +337,13 @@ fn block_scalar_ends_the_text(text: &str, value: &str, style: TScalarStyle) -> b
     let body = &value[..value.len() - 1];
     let value_last = body.rsplit('\n').next().unwrap_or(body);
     match style {
-        TScalarStyle::Literal => last_line.ends_with(value_last) && last_line.len() > value_last.len()
-            && last_line[..last_line.len() - value_last.len()].chars().all(|c| c == ' '),
+        TScalarStyle::Literal => {
+            last_line.ends_with(value_last)
+                && last_line.len() > value_last.len()
+                && last_line[..last_line.len() - value_last.len()]
+                    .chars()
+                    .all(|c| c == ' ')
+        }
         _ => value_last.ends_with(content),
     }
 }
@@ -341,7 +373,10 @@ fn check_collection_tag(tag: Option<&Tag>, kind: &str, mark: &Marker) -> Result<
     if full == "!" || full == format!("{CORE}{kind}") {
         Ok(())
     } else {
-        Err(err_at(format!("unsupported tag {full:?} on a collection"), mark))
+        Err(err_at(
+            format!("unsupported tag {full:?} on a collection"),
+            mark,
+        ))
     }
 }
 
@@ -380,7 +415,8 @@ fn float_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
 }
 
 fn timestamp_node(value: String, mark: &Marker) -> Result<Node, YamlError> {
-    check_timestamp(&value).map_err(|why| err_at(format!("invalid timestamp {value:?}: {why}"), mark))?;
+    check_timestamp(&value)
+        .map_err(|why| err_at(format!("invalid timestamp {value:?}: {why}"), mark))?;
     Ok(Node::Leaf(Value::String(value), Special::Timestamp))
 }
 
@@ -409,7 +445,10 @@ fn scalar(
             Some("int") => int_node(&value, mark),
             Some("float") => float_node(&value, mark),
             Some("timestamp") => timestamp_node(value, mark),
-            _ => Err(err_at(format!("unsupported tag {full:?} on a scalar"), mark)),
+            _ => Err(err_at(
+                format!("unsupported tag {full:?} on a scalar"),
+                mark,
+            )),
         };
     }
     if style != TScalarStyle::Plain && !non_specific {
@@ -436,7 +475,9 @@ fn scalar(
         // As a mapping key PyYAML turns the value key `=` into the string "=".
         Implicit::Value if is_key => Ok(Node::Leaf(Value::String(value), Special::None)),
         Implicit::Value | Implicit::Yaml => Err(err_at(
-            format!("plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"),
+            format!(
+                "plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"
+            ),
             mark,
         )),
     }

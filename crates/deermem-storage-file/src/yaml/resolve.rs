@@ -250,7 +250,8 @@ fn days_in_month(year: u32, month: u32) -> u32 {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
         _ => {
-            let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+            let leap =
+                (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400);
             if leap { 29 } else { 28 }
         }
     }
@@ -372,7 +373,10 @@ mod tests {
             construct_int("18446744073709551616"),
             Err(IntError::OutOfRange)
         );
-        assert_eq!(construct_int("-9223372036854775809"), Err(IntError::OutOfRange));
+        assert_eq!(
+            construct_int("-9223372036854775809"),
+            Err(IntError::OutOfRange)
+        );
     }
 
     #[test]

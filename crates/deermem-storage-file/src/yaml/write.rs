@@ -235,7 +235,13 @@ impl Emitter {
         }
     }
 
-    fn write_indicator(&mut self, indicator: &str, need_ws: bool, whitespace: bool, indention: bool) {
+    fn write_indicator(
+        &mut self,
+        indicator: &str,
+        need_ws: bool,
+        whitespace: bool,
+        indention: bool,
+    ) {
         if !self.whitespace && need_ws {
             self.write(" ", 1);
         }
@@ -251,7 +257,13 @@ impl Emitter {
     }
 
     /// `expect_node` for a value; `mapping` is PyYAML's mapping context (indentless sequences).
-    fn node(&mut self, v: &Value, mapping: bool, simple_key: bool, depth: usize) -> Result<(), YamlError> {
+    fn node(
+        &mut self,
+        v: &Value,
+        mapping: bool,
+        simple_key: bool,
+        depth: usize,
+    ) -> Result<(), YamlError> {
         if depth > MAX_DEPTH {
             return Err(YamlError::new(
                 format!("value nests deeper than {MAX_DEPTH} levels"),
@@ -433,10 +445,12 @@ impl Emitter {
             let needs_escape = match ch {
                 None => true,
                 Some(c) => {
-                    matches!(c, '"' | '\\' | '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{FEFF}')
-                        || !(('\u{20}'..='\u{7E}').contains(&c)
-                            || ('\u{A0}'..='\u{D7FF}').contains(&c)
-                            || ('\u{E000}'..='\u{FFFD}').contains(&c))
+                    matches!(
+                        c,
+                        '"' | '\\' | '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{FEFF}'
+                    ) || !(('\u{20}'..='\u{7E}').contains(&c)
+                        || ('\u{A0}'..='\u{D7FF}').contains(&c)
+                        || ('\u{E000}'..='\u{FFFD}').contains(&c))
                 }
             };
             if needs_escape {

@@ -54,7 +54,9 @@ pub fn oracle(requests: &[Value]) -> Option<Vec<Result<Value, String>>> {
         .collect();
     // Feed from another thread so neither pipe can fill up and block the other side.
     let feeder = std::thread::spawn(move || {
-        stdin.write_all(payload.as_bytes()).expect("write to the oracle");
+        stdin
+            .write_all(payload.as_bytes())
+            .expect("write to the oracle");
     });
     let stdout = child.stdout.take().expect("oracle stdout");
     let mut answers = Vec::with_capacity(requests.len());
@@ -104,7 +106,11 @@ pub fn floats_marked(v: &Value) -> Value {
             json!({"__float__": deermem_core::py::float_repr(n.as_f64().unwrap_or(f64::NAN))})
         }
         Value::Array(a) => Value::Array(a.iter().map(floats_marked).collect()),
-        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), floats_marked(v))).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), floats_marked(v)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
@@ -134,9 +140,10 @@ pub fn python_front_matter(loaded: &Value) -> Value {
         Value::Null => true,
         Value::Bool(b) => !b,
         Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::Object(m) if m.len() == 1 && m.contains_key("__float__") => {
-            m.get("__float__").and_then(Value::as_str).is_some_and(|r| r == "0.0" || r == "-0.0")
-        }
+        Value::Object(m) if m.len() == 1 && m.contains_key("__float__") => m
+            .get("__float__")
+            .and_then(Value::as_str)
+            .is_some_and(|r| r == "0.0" || r == "-0.0"),
         Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(m) => m.is_empty(),
@@ -180,36 +187,199 @@ pub fn fixture_fact_files() -> Vec<PathBuf> {
 
 /// The front matter of a fact file, split the way the reference splits it.
 pub fn front_matter_of(text: &str) -> &str {
-    let rest = text.strip_prefix("---\n").expect("fact file starts with ---");
-    rest.split_once("\n---\n").expect("front matter terminator").0
+    let rest = text
+        .strip_prefix("---\n")
+        .expect("fact file starts with ---");
+    rest.split_once("\n---\n")
+        .expect("front matter terminator")
+        .0
 }
 
 // ---------------------------------------------------------------- generators
 
 /// Strings that YAML 1.1 or YAML syntax would misread unless the writer quotes them.
 pub const LOOKALIKES: &[&str] = &[
-    "yes", "Yes", "YES", "no", "NO", "on", "On", "ON", "off", "OFF", "true", "False", "y", "n",
-    "~", "null", "Null", "NULL", "", " ", "0", "-0", "0123", "010", "08", "0o10", "0x1F", "0b101",
-    "0b_", "1_000", "1:30", "-1:30", "190:20:30", ".5", "1.", "1e-5", "1.0e5", "1.0e+5", "-1.0e-05",
-    "1_000.5", "1:30.5", "2026-01-02", "2026-1-2", "2026-01-01T00:00:00Z",
-    "2026-01-01 00:00:00.5 +05:00", "2026-13-45", ".inf", "-.inf", "+.inf", ".nan", ".NaN", "-.nan",
-    "<<", "=", "!", "&", "*", "- dash", "-", "--", "---", "...", "--- x", "? q", "?x", ": c", ":x",
-    "a: b", "a:b", "a #b", "a#b", "#hash", "'quoted'", "'''", "\"dq\"", "[x]", "{y}", "a, b",
-    "@at", "`tick", "%pct", "|pipe", ">gt", "&anchor", "*alias", "!tag", "trailing ",
-    " leading", "tab\there", "a\tb", "back\\slash", "\\", "中文", "emoji 🦌", "\u{85}", "a\u{85}b",
-    "\u{2028}", "x\u{2029}y", "\u{feff}bom", "\u{a0}nbsp", "line\nbreak", "\n", "two\n\nbreaks",
-    "trail\n", "\nlead", "sp \nbreak", "break\n sp", "\r", "cr\rlf\r\n", "\0nul", "\u{7f}",
-    "\u{1b}esc", "\u{10FFFF}", "\u{FFFE}", "\u{3000}", "x\u{3000}",
+    "yes",
+    "Yes",
+    "YES",
+    "no",
+    "NO",
+    "on",
+    "On",
+    "ON",
+    "off",
+    "OFF",
+    "true",
+    "False",
+    "y",
+    "n",
+    "~",
+    "null",
+    "Null",
+    "NULL",
+    "",
+    " ",
+    "0",
+    "-0",
+    "0123",
+    "010",
+    "08",
+    "0o10",
+    "0x1F",
+    "0b101",
+    "0b_",
+    "1_000",
+    "1:30",
+    "-1:30",
+    "190:20:30",
+    ".5",
+    "1.",
+    "1e-5",
+    "1.0e5",
+    "1.0e+5",
+    "-1.0e-05",
+    "1_000.5",
+    "1:30.5",
+    "2026-01-02",
+    "2026-1-2",
+    "2026-01-01T00:00:00Z",
+    "2026-01-01 00:00:00.5 +05:00",
+    "2026-13-45",
+    ".inf",
+    "-.inf",
+    "+.inf",
+    ".nan",
+    ".NaN",
+    "-.nan",
+    "<<",
+    "=",
+    "!",
+    "&",
+    "*",
+    "- dash",
+    "-",
+    "--",
+    "---",
+    "...",
+    "--- x",
+    "? q",
+    "?x",
+    ": c",
+    ":x",
+    "a: b",
+    "a:b",
+    "a #b",
+    "a#b",
+    "#hash",
+    "'quoted'",
+    "'''",
+    "\"dq\"",
+    "[x]",
+    "{y}",
+    "a, b",
+    "@at",
+    "`tick",
+    "%pct",
+    "|pipe",
+    ">gt",
+    "&anchor",
+    "*alias",
+    "!tag",
+    "trailing ",
+    " leading",
+    "tab\there",
+    "a\tb",
+    "back\\slash",
+    "\\",
+    "中文",
+    "emoji 🦌",
+    "\u{85}",
+    "a\u{85}b",
+    "\u{2028}",
+    "x\u{2029}y",
+    "\u{feff}bom",
+    "\u{a0}nbsp",
+    "line\nbreak",
+    "\n",
+    "two\n\nbreaks",
+    "trail\n",
+    "\nlead",
+    "sp \nbreak",
+    "break\n sp",
+    "\r",
+    "cr\rlf\r\n",
+    "\0nul",
+    "\u{7f}",
+    "\u{1b}esc",
+    "\u{10FFFF}",
+    "\u{FFFE}",
+    "\u{3000}",
+    "x\u{3000}",
 ];
 
 /// A hostile string: a look-alike, random text from a hostile alphabet, or a long line.
 pub fn hostile_string() -> impl Strategy<Value = String> {
     let pieces = prop::sample::select(vec![
-        "a", "b", "Z", "0", "1", "9", " ", "  ", ":", ": ", "#", " #", "'", "\"", "\\", "\t", "\n",
-        "\r", "-", "- ", "?", ",", "[", "]", "{", "}", "&", "*", "!", "|", ">", "%", "@", "`", ".",
-        "e", "+", "_", "x", "中", "文", "🦌", "😀", "\u{85}", "\u{2028}", "\u{2029}", "\u{a0}",
-        "\u{feff}", "\u{7}", "\u{0}", "\u{1f}", "é", "yes", "null", "~", "2026-01-02", ".inf",
-        "0x", "1:30", "word ",
+        "a",
+        "b",
+        "Z",
+        "0",
+        "1",
+        "9",
+        " ",
+        "  ",
+        ":",
+        ": ",
+        "#",
+        " #",
+        "'",
+        "\"",
+        "\\",
+        "\t",
+        "\n",
+        "\r",
+        "-",
+        "- ",
+        "?",
+        ",",
+        "[",
+        "]",
+        "{",
+        "}",
+        "&",
+        "*",
+        "!",
+        "|",
+        ">",
+        "%",
+        "@",
+        "`",
+        ".",
+        "e",
+        "+",
+        "_",
+        "x",
+        "中",
+        "文",
+        "🦌",
+        "😀",
+        "\u{85}",
+        "\u{2028}",
+        "\u{2029}",
+        "\u{a0}",
+        "\u{feff}",
+        "\u{7}",
+        "\u{0}",
+        "\u{1f}",
+        "é",
+        "yes",
+        "null",
+        "~",
+        "2026-01-02",
+        ".inf",
+        "0x",
+        "1:30",
+        "word ",
     ]);
     prop_oneof![
         3 => prop::sample::select(LOOKALIKES.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
@@ -231,8 +401,19 @@ pub fn leaf() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
         prop::num::f64::NORMAL.prop_map(Value::from),
-        prop::sample::select(vec![0.0, -0.0, 0.95, 1.0, 1e-5, 1e16, 1.5e20, 0.1, 123456789.125, 5e-324])
-            .prop_map(Value::from),
+        prop::sample::select(vec![
+            0.0,
+            -0.0,
+            0.95,
+            1.0,
+            1e-5,
+            1e16,
+            1.5e20,
+            0.1,
+            123456789.125,
+            5e-324
+        ])
+        .prop_map(Value::from),
         hostile_string().prop_map(Value::String),
         hostile_string().prop_map(Value::String),
     ]
@@ -254,4 +435,3 @@ pub fn mapping() -> impl Strategy<Value = Map<String, Value>> {
     prop::collection::vec((hostile_string(), nested_value()), 0..8)
         .prop_map(|kv| kv.into_iter().collect())
 }
-
