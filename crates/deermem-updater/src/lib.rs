@@ -18,3 +18,5 @@ pub mod apply;
 pub mod consolidation;
 pub mod diff;
 pub mod prompt;
+pub mod inject;
+pub mod tokens;

@@ -1,0 +1,121 @@
+//! Token counting for the injection budget (spec/updater.md §12.5): BPE counting with the
+//! `cl100k_base` encoding bundled in `tiktoken-rs` (nothing is downloaded; the table is parsed
+//! once, lazily), or the network-free CJK-aware character estimate.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+
+use deermem_core::TokenCounting;
+use tiktoken_rs::CoreBPE;
+
+static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+fn encoding() -> Option<&'static CoreBPE> {
+    CL100K
+        .get_or_init(|| match tiktoken_rs::cl100k_base() {
+            Ok(bpe) => Some(bpe),
+            Err(e) => {
+                tracing::warn!(error = %e, "cl100k_base encoding unavailable; counting tokens by characters");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// The exact character estimate: `(code points − cjk) // 4 + cjk // 2`, where CJK counts
+/// U+4E00–U+9FFF, U+3040–U+30FF and U+AC00–U+D7A3.
+pub fn char_estimate(text: &str) -> usize {
+    let mut total = 0usize;
+    let mut cjk = 0usize;
+    for c in text.chars() {
+        total += 1;
+        if matches!(c, '\u{4E00}'..='\u{9FFF}' | '\u{3040}'..='\u{30FF}' | '\u{AC00}'..='\u{D7A3}') {
+            cjk += 1;
+        }
+    }
+    (total - cjk) / 4 + cjk / 2
+}
+
+/// A token counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenCounter {
+    mode: TokenCounting,
+}
+
+impl TokenCounter {
+    /// A counter in the given mode.
+    pub fn new(mode: TokenCounting) -> Self {
+        Self { mode }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> TokenCounting {
+        self.mode
+    }
+
+    /// Counts the tokens of `text`. In `tiktoken` mode the encoding is loaded on first use;
+    /// if it cannot be loaded, or encoding fails, the character estimate is used.
+    pub fn count(&self, text: &str) -> usize {
+        match self.mode {
+            TokenCounting::Char => char_estimate(text),
+            TokenCounting::Tiktoken => match encoding() {
+                Some(bpe) => catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len()))
+                    .unwrap_or_else(|_| char_estimate(text)),
+                None => char_estimate(text),
+            },
+        }
+    }
+
+    /// Loads the encoding now (on the calling thread) and says whether counting is exact.
+    /// `char` mode is always ready and never touches the encoding.
+    pub fn warm(&self) -> bool {
+        match self.mode {
+            TokenCounting::Char => true,
+            TokenCounting::Tiktoken => encoding().is_some(),
+        }
+    }
+
+    /// [`TokenCounter::warm`] on a blocking thread, so an async caller is not stalled while
+    /// the table is parsed.
+    pub async fn warm_async(&self) -> bool {
+        let me = *self;
+        tokio::task::spawn_blocking(move || me.warm())
+            .await
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn char_estimate_matches_the_reference() {
+        assert_eq!(char_estimate("hello world"), 2);
+        assert_eq!(char_estimate("你好世界abc"), 2);
+        assert_eq!(char_estimate("Facts:\n"), 1);
+        assert_eq!(char_estimate("\n"), 0);
+        assert_eq!(char_estimate("ひらがなカタカナ한국어"), 5);
+        assert_eq!(char_estimate(""), 0);
+    }
+
+    #[test]
+    fn tiktoken_counts_with_the_bundled_encoding() {
+        let t = TokenCounter::new(TokenCounting::Tiktoken);
+        assert!(t.warm());
+        assert_eq!(t.count("hello world"), 2);
+        assert_eq!(t.count(""), 0);
+        // Special-token text is counted as ordinary text, never an error.
+        assert!(t.count("<|endoftext|>") > 1);
+        assert!(t.count("用户喜欢喝茶") >= 3);
+        let c = TokenCounter::new(TokenCounting::Char);
+        assert!(c.warm());
+        assert_eq!(c.count("hello world"), 2);
+    }
+
+    #[tokio::test]
+    async fn warm_async_reports_readiness() {
+        assert!(TokenCounter::new(TokenCounting::Tiktoken).warm_async().await);
+        assert!(TokenCounter::new(TokenCounting::Char).warm_async().await);
+    }
+}
