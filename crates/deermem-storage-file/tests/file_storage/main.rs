@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod fixtures;
 mod hostile;
+mod interop;
 mod layout;
 mod migration;
 mod retrieval;
