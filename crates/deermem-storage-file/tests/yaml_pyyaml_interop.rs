@@ -186,6 +186,13 @@ const HAND_EDITED: &[&str] = &[
     "a: 'x\n\n\n  y'",
     "a: >\n\n  leading blank\n",
     "a: |\n  \n  x",
+    "a: '\u{85}  x'\nb: 'x\u{85}  y'\nc: \"x\u{85} y\"\nd: 'x\u{85}\u{85}  y'",
+    "c: \"x\u{85}y\"",
+    "c: 'x\ny'",
+    "a: x\u{85}  y",
+    "a: |\n  x\u{85}  y\n",
+    "a: 'x\u{2028}  y'",
+    "a: \"x\u{2029}y\"",
 ];
 
 /// Hand-edited inputs PyYAML accepts and we reject on purpose (docs/compat-yaml.md).
@@ -194,6 +201,10 @@ const KNOWN_STRICTER: &[&str] = &[
     "a: !!binary aGVsbG8=",
     "a: !!set {x}",
     "a: 99999999999999999999",
+    // A quoted scalar's continuation line must be indented past its key (yaml-rust2 checks it,
+    // PyYAML does not); PyYAML itself always indents continuation lines.
+    "c: \"x\u{85}y\"",
+    "c: 'x\ny'",
 ];
 
 /// Hand-edited inputs PyYAML rejects and we accept (docs/compat-yaml.md): tabs used as
@@ -202,7 +213,12 @@ const KNOWN_LAXER: &[&str] = &["\ta: tab indent", "a: x  \nb: y\t"];
 
 /// Hand-edited inputs both accept with different values (docs/compat-yaml.md): Python's
 /// `1 == True` merges those keys, JSON keys are text.
-const KNOWN_DIFFERENT: &[&str] = &["1: int key\ntrue: bool key\n~: null key\n1.5: float key"];
+/// Raw LS and PS are line breaks for PyYAML (kept as LS/PS, surrounding indentation dropped),
+/// content for us; PyYAML only writes them in single quotes, which we never do.
+const KNOWN_DIFFERENT: &[&str] = &[
+    "1: int key\ntrue: bool key\n~: null key\n1.5: float key",
+    "a: 'x\u{2028}  y'",
+];
 
 #[test]
 fn hand_edited_documents_parse_like_safe_load() {

@@ -92,7 +92,15 @@ fn check_printable(text: &str) -> Result<(), YamlError> {
 /// Parses front-matter text into a [`FrontMatter`].
 pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
     check_printable(text)?;
-    let root = compose(text)?;
+    // YAML 1.1 (PyYAML) reads a raw NEL as a line break everywhere, exactly like `\n`; yaml-rust2
+    // follows YAML 1.2, where it is content. Substituting it gives PyYAML's values (including
+    // its quirk of reading a quoted string that starts with NEL back with a space).
+    let text: std::borrow::Cow<'_, str> = if text.contains('\u{85}') {
+        std::borrow::Cow::Owned(text.replace('\u{85}', "\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
+    let root = compose(&text)?;
     let root = match root {
         None => return Ok(FrontMatter::default()),
         Some(root) => root,
