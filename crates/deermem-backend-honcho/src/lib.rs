@@ -5,7 +5,7 @@
 //! - Identity (spec/remote-backends.md §1.2): one workspace per user, the user's peer, the
 //!   assistant's peer, one session per thread ([`identity`]). A missing user means no memory
 //!   and no request.
-//! - [`HonchoManager::add`] never blocks on HTTP: captures go to a bounded queue served by one
+//! - [`HonchoManager`]'s `add` never blocks on HTTP: captures go to a bounded queue served by one
 //!   background task, which sends only the messages a durable per-thread cursor has not seen,
 //!   in batches of at most 100, each within Honcho's message size limit.
 //! - Reads (`get_context`, `get_memory`, `search`) follow `failure_policy.read`.
