@@ -1,132 +1,19 @@
 //! End-to-end tests of the OpenAI-compatible client against a fake chat-completions server on
 //! 127.0.0.1: request shape, content parsing, the retry rules and secret hygiene.
 
-use std::collections::VecDeque;
+mod fake;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use deermem_core::LlmError;
 use deermem_core::ModelConfig;
 use deermem_core::ports::{ChatMessage, ChatRequest, LanguageModel};
 use deermem_llm_openai::{OpenAiChatModel, RetryPolicy, Sleeper};
-use serde_json::{Value, json};
-
-/// One scripted answer of the fake server.
-#[derive(Clone, Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: String,
-    delay: Duration,
-}
-
-impl Reply {
-    fn json(status: u16, body: Value) -> Self {
-        Self {
-            status,
-            headers: vec![("content-type", "application/json".into())],
-            body: body.to_string(),
-            delay: Duration::ZERO,
-        }
-    }
-
-    fn raw(status: u16, body: &str) -> Self {
-        Self {
-            status,
-            headers: Vec::new(),
-            body: body.to_owned(),
-            delay: Duration::ZERO,
-        }
-    }
-
-    fn ok(content: &str) -> Self {
-        Self::json(
-            200,
-            json!({"id": "c1", "model": "served-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
-                   "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}}),
-        )
-    }
-
-    fn header(mut self, name: &'static str, value: &str) -> Self {
-        self.headers.push((name, value.to_owned()));
-        self
-    }
-
-    fn delayed(mut self, d: Duration) -> Self {
-        self.delay = d;
-        self
-    }
-}
-
-/// What the fake saw.
-#[derive(Clone, Debug)]
-struct Seen {
-    headers: HeaderMap,
-    body: Value,
-}
-
-#[derive(Clone, Default)]
-struct Fake {
-    script: Arc<Mutex<VecDeque<Reply>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Fake {
-    fn requests(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn handle(State(fake): State<Fake>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    fake.seen.lock().unwrap().push(Seen {
-        headers,
-        body: parsed,
-    });
-    let reply = fake
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or_else(|| Reply::ok("default"));
-    if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
-    }
-    let mut resp = (
-        StatusCode::from_u16(reply.status).unwrap(),
-        reply.body.clone(),
-    )
-        .into_response();
-    for (k, v) in reply.headers {
-        resp.headers_mut().insert(k, v.parse().unwrap());
-    }
-    resp
-}
-
-/// Starts the fake on an ephemeral loopback port; returns its `/v1` base URL.
-async fn start(replies: Vec<Reply>) -> (Fake, String) {
-    let fake = Fake {
-        script: Arc::new(Mutex::new(replies.into())),
-        seen: Arc::default(),
-    };
-    let app = Router::new()
-        .route("/v1/chat/completions", post(handle))
-        .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    (fake, format!("http://{addr}/v1"))
-}
+use fake::{Reply, start};
+use serde_json::json;
 
 /// Records requested delays and returns at once.
 #[derive(Debug, Default)]
