@@ -551,7 +551,7 @@ impl MemoryManager for HonchoManager {
         let Some(id) = self.identity(&request.scope) else {
             return Ok(Vec::new());
         };
-        if request.top_k == 0 {
+        if request.top_k == 0 || py::strip(&request.query).is_empty() {
             return Ok(Vec::new());
         }
         let limit = request.top_k.min(MAX_SEARCH_LIMIT);

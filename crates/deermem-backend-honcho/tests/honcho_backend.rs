@@ -547,7 +547,16 @@ async fn search_is_workspace_scoped_and_mapped() {
             .unwrap()
             .is_empty()
     );
-    assert!(fake.requests().is_empty());
+    assert!(
+        m.search(search_req(" \n\t", 5, None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        fake.requests().is_empty(),
+        "blank queries and top_k 0 send nothing"
+    );
 }
 
 #[tokio::test]
