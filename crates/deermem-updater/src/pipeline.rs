@@ -1,0 +1,163 @@
+//! The pipeline as a manager sees it: admission (filter, trivial turns, signals) in front of
+//! the queue for `add` and `add_nowait`, the queue's worker running the updater, the drain at
+//! shutdown, and the injection text for `get_context`. A `MemoryManager` is a thin layer over
+//! this.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deermem_core::{AgentName, MemoryMode, Message, StorageError, UserId};
+
+use crate::filter::{HiddenMessagePolicy, admit};
+use crate::inject::{InjectionOptions, format_memory_for_injection};
+use crate::queue::{QueueConfig, QueueError, UpdateQueue};
+use crate::signals::SignalSet;
+use crate::updater::{MemoryUpdater, UpdateRequest};
+
+/// What happened to a submitted conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// Queued, with the signals seen at admission.
+    Queued {
+        /// Signals of the last six filtered messages.
+        signals: SignalSet,
+    },
+    /// Nothing to learn from: no user turn or no assistant turn survived filtering.
+    NotAdmitted,
+    /// Refused by the queue (backpressure or closed); the turn is picked up again with the
+    /// conversation's next turn, because the watermark did not move.
+    Refused(QueueError),
+}
+
+/// Who and where a conversation belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    /// The host thread id.
+    pub thread_id: String,
+    /// The user, captured now (the worker has no request context).
+    pub user: Option<UserId>,
+    /// The agent bucket.
+    pub agent: AgentName,
+    /// The host's trace id.
+    pub trace_id: Option<String>,
+}
+
+/// Admission, queue and updater wired together.
+#[derive(Debug, Clone)]
+pub struct UpdatePipeline {
+    updater: Arc<MemoryUpdater>,
+    hidden: HiddenMessagePolicy,
+    queue: UpdateQueue,
+}
+
+impl UpdatePipeline {
+    /// Starts the queue on the current tokio runtime with the updater as its worker.
+    ///
+    /// # Errors
+    /// [`QueueError::NoRuntime`] outside a runtime.
+    pub fn new(
+        updater: Arc<MemoryUpdater>,
+        hidden: HiddenMessagePolicy,
+        queue: QueueConfig,
+    ) -> Result<Self, QueueError> {
+        let q = UpdateQueue::new(updater.clone(), queue)?;
+        Ok(Self {
+            updater,
+            hidden,
+            queue: q,
+        })
+    }
+
+    fn request(&self, s: Submission, messages: Vec<Message>, signals: SignalSet) -> UpdateRequest {
+        UpdateRequest {
+            thread_id: s.thread_id,
+            messages,
+            user: s.user,
+            agent: s.agent,
+            trace_id: s.trace_id,
+            bypass_watermark: false,
+            signals,
+        }
+    }
+
+    /// `add`: filters the raw conversation and queues it. Never fails; a refusal is logged
+    /// and reported.
+    pub fn submit(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
+        let Some(admitted) = admit(messages, &self.hidden, self.updater.patterns()) else {
+            return SubmitOutcome::NotAdmitted;
+        };
+        let signals = admitted.signals;
+        let thread = submission.thread_id.clone();
+        match self
+            .queue
+            .add(self.request(submission, admitted.messages, signals))
+        {
+            Ok(()) => SubmitOutcome::Queued { signals },
+            Err(e) => {
+                tracing::warn!(thread_id = %thread, error = %e, "memory update rejected under backpressure");
+                SubmitOutcome::Refused(e)
+            }
+        }
+    }
+
+    /// `add_nowait`: the emergency path before messages are summarised away; processed at
+    /// once, ignoring the watermark.
+    pub fn submit_emergency(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
+        let Some(admitted) = admit(messages, &self.hidden, self.updater.patterns()) else {
+            return SubmitOutcome::NotAdmitted;
+        };
+        let signals = admitted.signals;
+        let thread = submission.thread_id.clone();
+        match self
+            .queue
+            .add_nowait(self.request(submission, admitted.messages, signals))
+        {
+            Ok(()) => SubmitOutcome::Queued { signals },
+            Err(e) => {
+                tracing::warn!(thread_id = %thread, error = %e, "emergency memory update refused");
+                SubmitOutcome::Refused(e)
+            }
+        }
+    }
+
+    /// Drains the queue within `timeout`; true only if everything finished.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        self.queue.flush(timeout).await
+    }
+
+    /// The shutdown drain (see [`UpdateQueue::shutdown_flush`]).
+    pub async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        self.queue.shutdown_flush(timeout).await
+    }
+
+    /// The injection text for a user and agent: summaries plus the agent's facts in
+    /// middleware mode, summaries only in tool mode, nothing when injection is disabled.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub async fn context(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        mode: MemoryMode,
+        injection_enabled: bool,
+    ) -> Result<String, StorageError> {
+        let opts = InjectionOptions::from_config(self.updater.config(), mode, injection_enabled);
+        if !opts.enabled {
+            return Ok(String::new());
+        }
+        let bucket = (mode == MemoryMode::Middleware).then_some(agent);
+        let doc = self.updater.storage().load(user, bucket).await?;
+        Ok(format_memory_for_injection(&doc, &opts))
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &UpdateQueue {
+        &self.queue
+    }
+
+    /// The updater.
+    pub fn updater(&self) -> &Arc<MemoryUpdater> {
+        &self.updater
+    }
+}

@@ -1,0 +1,416 @@
+//! The debounced update queue (spec/updater.md §4), on tokio.
+//!
+//! Items coalesce per `(thread, user, agent)`: the latest messages win and signals are
+//! unioned. Unlike the reference's single global timer, every conversation has its own
+//! deadline, so one busy thread never delays the others (§16 item 7). Emergency items
+//! (`bypass_watermark`) are due at once and never replace a normal item. Items of one
+//! conversation run one at a time; by default items run one at a time overall, like the
+//! reference. A processor error or panic is logged and counted; the queue keeps going.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use deermem_core::DeerMemConfig;
+use tokio::sync::{Notify, watch};
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::updater::{UpdateProcessor, UpdateRequest};
+use crate::watermark::ConversationKey;
+
+/// Queue settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// How long a conversation stays quiet before it is processed.
+    pub debounce: Duration,
+    /// Pending items beyond which non-signal items of new conversations are refused
+    /// (0 = unlimited).
+    pub max_depth: u64,
+    /// Conversations processed at the same time (at least 1; items of one conversation never
+    /// overlap).
+    pub max_concurrency: usize,
+}
+
+impl QueueConfig {
+    /// The settings of a DeerMem configuration (`debounce_seconds`, `queue_max_depth`), one
+    /// item at a time.
+    pub fn from_config(cfg: &DeerMemConfig) -> Self {
+        Self {
+            debounce: Duration::from_secs(cfg.debounce_seconds),
+            max_depth: cfg.queue_max_depth,
+            max_concurrency: 1,
+        }
+    }
+}
+
+/// Why an item was not queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// Backpressure: the queue is full and the item carries no signal.
+    #[error("memory update queue is full (depth {depth} >= {max}); non-signal update for thread {thread_id} rejected")]
+    Full {
+        /// Pending items.
+        depth: usize,
+        /// The limit.
+        max: u64,
+        /// The refused thread.
+        thread_id: String,
+    },
+    /// The queue was closed.
+    #[error("memory update queue is closed")]
+    Closed,
+    /// The queue was created outside a tokio runtime.
+    #[error("memory update queue needs a tokio runtime")]
+    NoRuntime,
+}
+
+/// Counters since the queue started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Items queued (new or coalesced).
+    pub enqueued: u64,
+    /// Items that replaced a pending item of the same conversation.
+    pub coalesced: u64,
+    /// Items refused by backpressure.
+    pub rejected: u64,
+    /// Items processed successfully.
+    pub succeeded: u64,
+    /// Items whose processing returned an error.
+    pub failed: u64,
+    /// Items whose processing panicked.
+    pub panicked: u64,
+}
+
+struct Pending {
+    key: ConversationKey,
+    request: UpdateRequest,
+    due: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    pending: Vec<Pending>,
+    in_flight: HashSet<ConversationKey>,
+    flushing: usize,
+    shutting_down: bool,
+    closed: bool,
+    stats: QueueStats,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    wake: Notify,
+    progress: watch::Sender<u64>,
+    processor: Arc<dyn UpdateProcessor>,
+    config: QueueConfig,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.progress.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+struct WorkerGuard(AbortHandle);
+
+impl Drop for WorkerGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The queue handle. Cheap to clone; the worker stops when the last handle is dropped.
+#[derive(Clone)]
+pub struct UpdateQueue {
+    inner: Arc<Inner>,
+    _worker: Arc<WorkerGuard>,
+}
+
+impl fmt::Debug for UpdateQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.inner.lock();
+        f.debug_struct("UpdateQueue")
+            .field("config", &self.inner.config)
+            .field("pending", &s.pending.len())
+            .field("in_flight", &s.in_flight.len())
+            .field("stats", &s.stats)
+            .finish()
+    }
+}
+
+struct FlushGuard<'a>(&'a Inner);
+
+impl Drop for FlushGuard<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.flushing = s.flushing.saturating_sub(1);
+    }
+}
+
+impl UpdateQueue {
+    /// Starts a queue (and its worker task) on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`QueueError::NoRuntime`] outside a runtime.
+    pub fn new(processor: Arc<dyn UpdateProcessor>, config: QueueConfig) -> Result<Self, QueueError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| QueueError::NoRuntime)?;
+        let config = QueueConfig {
+            max_concurrency: config.max_concurrency.max(1),
+            ..config
+        };
+        let (progress, _) = watch::channel(0u64);
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            progress,
+            processor,
+            config,
+        });
+        let worker = handle.spawn(run(inner.clone()));
+        Ok(Self {
+            inner,
+            _worker: Arc::new(WorkerGuard(worker.abort_handle())),
+        })
+    }
+
+    /// Queues a normal update: it replaces a pending update of the same conversation (the new
+    /// messages win, signals are unioned) and is processed after the debounce.
+    ///
+    /// # Errors
+    /// [`QueueError::Full`] under backpressure (never for an item carrying a signal or an
+    /// emergency item), [`QueueError::Closed`] after [`UpdateQueue::close`].
+    pub fn add(&self, request: UpdateRequest) -> Result<(), QueueError> {
+        self.enqueue(request)
+    }
+
+    /// Queues an emergency update (`bypass_watermark` is set): processed at once, beside (not
+    /// instead of) a pending normal update, and never refused for depth.
+    ///
+    /// # Errors
+    /// [`QueueError::Closed`] after [`UpdateQueue::close`].
+    pub fn add_nowait(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
+        request.bypass_watermark = true;
+        self.enqueue(request)
+    }
+
+    fn enqueue(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
+        let now = Instant::now();
+        let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
+        {
+            let mut s = self.inner.lock();
+            if s.closed {
+                return Err(QueueError::Closed);
+            }
+            let existing = s
+                .pending
+                .iter()
+                .position(|p| p.key == key && p.request.bypass_watermark == request.bypass_watermark);
+            let max = self.inner.config.max_depth;
+            if existing.is_none()
+                && !request.bypass_watermark
+                && request.signals.is_empty()
+                && max > 0
+                && s.pending.len() as u64 >= max
+            {
+                s.stats.rejected += 1;
+                return Err(QueueError::Full {
+                    depth: s.pending.len(),
+                    max,
+                    thread_id: request.thread_id,
+                });
+            }
+            if let Some(i) = existing {
+                let old = s.pending.remove(i);
+                request.signals = request.signals.union(old.request.signals);
+                s.stats.coalesced += 1;
+            }
+            let immediate = request.bypass_watermark || s.flushing > 0 || s.shutting_down;
+            let due = if immediate {
+                now
+            } else {
+                now + self.inner.config.debounce
+            };
+            s.stats.enqueued += 1;
+            s.pending.push(Pending { key, request, due });
+        }
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    /// Makes every pending item due now without waiting (the reference's `flush_nowait`).
+    pub fn flush_now(&self) {
+        {
+            let mut s = self.inner.lock();
+            let now = Instant::now();
+            for p in &mut s.pending {
+                p.due = now;
+            }
+        }
+        self.inner.wake.notify_one();
+    }
+
+    /// Processes everything pending now (and anything queued meanwhile) and waits until the
+    /// queue is idle or `timeout` passes. Returns true only if it drained completely; items
+    /// not finished in time keep running in the background.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.progress.subscribe();
+        {
+            let mut s = self.inner.lock();
+            s.flushing += 1;
+        }
+        let _guard = FlushGuard(&self.inner);
+        self.flush_now();
+        let inner = &self.inner;
+        tokio::time::timeout(timeout, async move {
+            loop {
+                rx.borrow_and_update();
+                {
+                    let s = inner.lock();
+                    if s.pending.is_empty() && s.in_flight.is_empty() {
+                        return;
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    // The worker is gone; nothing will drain.
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// The shutdown drain: like [`UpdateQueue::flush`], and from now on items are processed
+    /// as soon as they arrive (no debounce), so turns that come in during shutdown are not
+    /// left waiting.
+    pub async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        self.inner.lock().shutting_down = true;
+        self.flush(timeout).await
+    }
+
+    /// Refuses new items from now on (pending and running items still complete).
+    pub fn close(&self) {
+        self.inner.lock().closed = true;
+    }
+
+    /// Drops every pending item (running ones complete); returns how many were dropped.
+    pub fn clear(&self) -> usize {
+        let n = {
+            let mut s = self.inner.lock();
+            let n = s.pending.len();
+            s.pending.clear();
+            n
+        };
+        self.inner.bump();
+        n
+    }
+
+    /// Items waiting to be processed.
+    pub fn pending_count(&self) -> usize {
+        self.inner.lock().pending.len()
+    }
+
+    /// Whether an item is being processed.
+    pub fn is_processing(&self) -> bool {
+        !self.inner.lock().in_flight.is_empty()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> QueueStats {
+        self.inner.lock().stats
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> QueueConfig {
+        self.inner.config
+    }
+}
+
+/// Takes the items that may start now, in queue order: due, conversation not running, within
+/// the concurrency limit. Returns them and the next deadline among the rest.
+fn take_ready(s: &mut State, now: Instant, limit: usize) -> (Vec<Pending>, Option<Instant>) {
+    let mut ready = Vec::new();
+    let mut next: Option<Instant> = None;
+    let mut i = 0;
+    while i < s.pending.len() {
+        let p = &s.pending[i];
+        let blocked = s.in_flight.contains(&p.key);
+        if p.due <= now && !blocked && s.in_flight.len() < limit {
+            let p = s.pending.remove(i);
+            s.in_flight.insert(p.key.clone());
+            ready.push(p);
+            continue;
+        }
+        if !blocked && p.due > now {
+            next = Some(next.map_or(p.due, |n| n.min(p.due)));
+        }
+        i += 1;
+    }
+    (ready, next)
+}
+
+async fn run(inner: Arc<Inner>) {
+    let mut tasks: JoinSet<bool> = JoinSet::new();
+    let mut running: HashMap<tokio::task::Id, ConversationKey> = HashMap::new();
+    loop {
+        let (ready, next) = {
+            let mut s = inner.lock();
+            take_ready(&mut s, Instant::now(), inner.config.max_concurrency)
+        };
+        for p in ready {
+            let processor = inner.processor.clone();
+            let key = p.key.clone();
+            let handle = tasks.spawn(async move {
+                let thread = p.request.thread_id.clone();
+                match processor.process(p.request).await {
+                    Ok(outcome) => {
+                        tracing::debug!(thread_id = %thread, status = ?outcome.status, "memory update processed");
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(thread_id = %thread, error = %e, "memory update failed");
+                        false
+                    }
+                }
+            });
+            running.insert(handle.id(), key);
+        }
+        inner.bump();
+        tokio::select! {
+            () = inner.wake.notified() => {}
+            () = sleep_until_opt(next) => {}
+            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let (id, outcome) = match done {
+                    Ok((id, ok)) => (id, Some(ok)),
+                    Err(e) => (e.id(), None),
+                };
+                let mut s = inner.lock();
+                if let Some(key) = running.remove(&id) {
+                    s.in_flight.remove(&key);
+                }
+                match outcome {
+                    Some(true) => s.stats.succeeded += 1,
+                    Some(false) => s.stats.failed += 1,
+                    None => {
+                        s.stats.panicked += 1;
+                        tracing::error!("memory update task panicked; the queue carries on");
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
