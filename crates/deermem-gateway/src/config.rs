@@ -287,10 +287,10 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
-    if let Some(port) = s.strip_prefix("localhost:") {
-        if let Ok(p) = port.parse::<u16>() {
-            return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p));
-        }
+    if let Some(port) = s.strip_prefix("localhost:")
+        && let Ok(p) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p));
     }
     Err(format!(
         "must be an IP address and port such as 127.0.0.1:8765 (got {s:?})"
@@ -337,10 +337,10 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
             ConfigError::new("gateway.auth.tokens_file", "must be a non-empty path")
         })?;
         let mut path = PathBuf::from(raw);
-        if path.is_relative() {
-            if let Some(base) = base_dir {
-                path = base.join(path);
-            }
+        if path.is_relative()
+            && let Some(base) = base_dir
+        {
+            path = base.join(path);
         }
         let text = std::fs::read_to_string(&path).map_err(|e| {
             ConfigError::new(

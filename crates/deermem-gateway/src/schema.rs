@@ -467,10 +467,10 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
         }
     }
     for key in ["topics", "consolidatedFrom"] {
-        if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
-            if let Some(list) = c.string_list(v, at(loc, key)) {
-                out.insert(key.into(), Value::from(list));
-            }
+        if let Some(v) = m.get(key).filter(|v| !v.is_null())
+            && let Some(list) = c.string_list(v, at(loc, key))
+        {
+            out.insert(key.into(), Value::from(list));
         }
     }
     match m.get("confidence") {
@@ -482,10 +482,10 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
         }
     }
     for key in ["schemaVersion", "revision"] {
-        if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
-            if let Some(u) = c.uint(v, at(loc, key)) {
-                out.insert(key.into(), json!(u));
-            }
+        if let Some(v) = m.get(key).filter(|v| !v.is_null())
+            && let Some(u) = c.uint(v, at(loc, key))
+        {
+            out.insert(key.into(), json!(u));
         }
     }
     // The reference's model forces `source` to its public string form.
@@ -549,20 +549,20 @@ pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, Gate
             out.insert(key.into(), Value::String(s));
         }
     }
-    if let Some(v) = m.get("revision").filter(|v| !v.is_null()) {
-        if let Some(u) = c.uint(v, at(&base, "revision")) {
-            out.insert("revision".into(), json!(u));
-        }
+    if let Some(v) = m.get("revision").filter(|v| !v.is_null())
+        && let Some(u) = c.uint(v, at(&base, "revision"))
+    {
+        out.insert("revision".into(), json!(u));
     }
     let sections: [(&str, &[&str]); 2] = [
         ("user", &deermem_core::document::USER_SECTION_KEYS),
         ("history", &deermem_core::document::HISTORY_SECTION_KEYS),
     ];
     for (key, children) in sections {
-        if let Some(v) = m.get(key) {
-            if let Some(section) = summary_section(&mut c, v, &at(&base, key), children) {
-                out.insert(key.into(), Value::Object(section));
-            }
+        if let Some(v) = m.get(key)
+            && let Some(section) = summary_section(&mut c, v, &at(&base, key), children)
+        {
+            out.insert(key.into(), Value::Object(section));
         }
     }
     if let Some(v) = m.get("facts") {

@@ -70,14 +70,13 @@ where
 /// The shutdown sequence after the last request: bounded warm-up wait, flush, close.
 async fn drain(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) {
     let mut warm_running = false;
-    if let Some(mut handle) = warm {
-        if tokio::time::timeout(WARM_SHUTDOWN_WAIT, &mut handle)
+    if let Some(mut handle) = warm
+        && tokio::time::timeout(WARM_SHUTDOWN_WAIT, &mut handle)
             .await
             .is_err()
-        {
-            warm_running = true;
-            tracing::warn!("memory warm-up still running at shutdown; not waiting for it");
-        }
+    {
+        warm_running = true;
+        tracing::warn!("memory warm-up still running at shutdown; not waiting for it");
     }
     let manager = state.manager();
     if state.memory_config().enabled {

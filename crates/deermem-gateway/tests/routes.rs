@@ -367,15 +367,15 @@ async fn import_schema_errors_are_422_and_never_reach_the_manager() {
 #[tokio::test]
 async fn config_echoes_the_memory_section_with_secrets_redacted() {
     let m = FakeManager::new();
-    let mut memory = MemoryConfig::default();
-    memory.backend_config = json!({
+    let backend_config = json!({
         "storage_path": "/data/mem", "max_facts": 50,
         "model": {"model": "gpt-x", "api_key": "sk-live-SECRET", "base_url": "http://llm"},
         "honcho": {"api_key": "hk-SECRET", "workspace_token": "wt-SECRET"}
-    })
-    .as_object()
-    .cloned()
-    .unwrap_or_default();
+    });
+    let memory = MemoryConfig {
+        backend_config: backend_config.as_object().cloned().unwrap_or_default(),
+        ..MemoryConfig::default()
+    };
     let a = router(ready_state(m.clone(), memory, GatewayConfig::default()));
     let r = send(&a, empty(Method::GET, "/api/memory/config")).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -547,7 +547,10 @@ async fn messages_are_queued_with_202() {
 }
 
 #[derive(Debug, Default)]
-struct RecordingObserver(Mutex<Vec<(String, Option<String>, String, String, String)>>);
+struct RecordingObserver(Mutex<Vec<Served>>);
+
+/// (user, agent, thread, run, sha256) of one served block.
+type Served = (String, Option<String>, String, String, String);
 
 impl ContextObserver for RecordingObserver {
     fn context_served(&self, e: &ContextServed<'_>) {

@@ -501,10 +501,10 @@ impl MemoryManager for FakeManager {
             confidence: patch.confidence,
         });
         self.enter("update_fact").await?;
-        if let Some(c) = &patch.content {
-            if c.trim().is_empty() {
-                return Err(ManagerError::invalid(InvalidInputCode::Content, "content"));
-            }
+        if let Some(c) = &patch.content
+            && c.trim().is_empty()
+        {
+            return Err(ManagerError::invalid(InvalidInputCode::Content, "content"));
         }
         {
             let mut store = self.store.lock();

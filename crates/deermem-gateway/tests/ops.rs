@@ -1,0 +1,375 @@
+//! Operational behaviour: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` (checked against
+//! the router), request ids, JSON error bodies, the request timeout, the `memory.enabled`
+//! gate, and `serve` on a real loopback listener (warm-up in the background, graceful
+//! shutdown, flush and close, refusal of remote addresses without auth).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use common::{Call, FakeManager, app, empty, json_req, ready_state, send};
+use deermem_core::MemoryConfig;
+use deermem_gateway::openapi::ROUTES;
+use deermem_gateway::{GatewayConfig, GatewayState, Metrics, router, serve};
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+#[tokio::test]
+async fn healthz_and_readyz_follow_the_lifecycle() {
+    let m = FakeManager::new();
+    let state = GatewayState::new(m, MemoryConfig::default(), GatewayConfig::default());
+    let a = router(state.clone());
+    assert_eq!(
+        send(&a, empty(Method::GET, "/healthz")).await.body,
+        json!({"status": "ok"})
+    );
+    let r = send(&a, empty(Method::GET, "/readyz")).await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "starting"})
+        )
+    );
+    state.mark_ready();
+    let r = send(&a, empty(Method::GET, "/readyz")).await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::OK, json!({"status": "ready"}))
+    );
+    state.mark_stopping();
+    let r = send(&a, empty(Method::GET, "/readyz")).await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "stopping"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_status() {
+    let m = FakeManager::new();
+    let metrics = Metrics::new();
+    let state = ready_state(m, MemoryConfig::default(), GatewayConfig::default())
+        .with_metrics(metrics.clone());
+    let a = router(state);
+    send(&a, empty(Method::GET, "/api/memory")).await;
+    send(&a, empty(Method::GET, "/api/memory")).await;
+    send(&a, empty(Method::DELETE, "/api/memory/facts/fact_missing")).await;
+    send(&a, empty(Method::GET, "/no/such/route/12345")).await;
+    metrics.set_queue_depth(4);
+    metrics.inc_extraction_outcome("committed");
+    metrics.inc_gate_rejection("scope");
+    let r = send(&a, empty(Method::GET, "/metrics")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = r.text;
+    for line in [
+        "deermem_http_requests_total{route=\"/api/memory\",method=\"GET\",status=\"200\"} 2",
+        "deermem_http_requests_total{route=\"/api/memory/facts/{fact_id}\",method=\"DELETE\",status=\"404\"} 1",
+        "deermem_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1",
+        "deermem_http_request_duration_seconds_count{route=\"/api/memory\",method=\"GET\"} 2",
+        "deermem_http_requests_in_flight 1",
+        "deermem_memory_queue_depth 4",
+        "deermem_extraction_outcomes_total{outcome=\"committed\"} 1",
+        "deermem_gate_rejections_total{gate=\"scope\"} 1",
+        "deermem_gateway_ready 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(!text.contains("12345"), "raw paths never become labels");
+    assert_eq!(metrics.in_flight(), 0);
+}
+
+fn concrete(path: &str) -> String {
+    path.replace("{fact_id}", "fact_probe")
+}
+
+#[tokio::test]
+async fn openapi_lists_exactly_the_served_routes() {
+    let m = FakeManager::new();
+    let a = app(m);
+    let r = send(&a, empty(Method::GET, "/openapi.json")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["openapi"], "3.1.0");
+    let paths = r.body["paths"].as_object().cloned().unwrap_or_default();
+    let documented: usize = paths
+        .values()
+        .map(|p| p.as_object().map_or(0, |o| o.len()))
+        .sum();
+    assert_eq!(documented, ROUTES.len());
+    for route in ROUTES {
+        assert!(
+            paths[route.path][route.method.to_ascii_lowercase()].is_object(),
+            "{route:?} not in the document"
+        );
+        // The router serves it: not the router's 404/405.
+        let method = Method::from_bytes(route.method.as_bytes()).expect("method");
+        let req = if route.method == "POST" || route.method == "PATCH" {
+            json_req(method, &concrete(route.path), &json!({}))
+        } else {
+            empty(method, &concrete(route.path))
+        };
+        let resp = send(&a, req).await;
+        assert_ne!(resp.status, StatusCode::METHOD_NOT_ALLOWED, "{route:?}");
+        assert_ne!(resp.detail(), "Not Found", "{route:?} is not served");
+    }
+    // And on every documented path, the undocumented methods are refused.
+    for path in paths.keys() {
+        for method in ["GET", "POST", "PATCH", "DELETE", "PUT"] {
+            if ROUTES.iter().any(|r| r.path == path && r.method == method) {
+                continue;
+            }
+            let resp = send(
+                &a,
+                empty(
+                    Method::from_bytes(method.as_bytes()).expect("m"),
+                    &concrete(path),
+                ),
+            )
+            .await;
+            assert_eq!(
+                resp.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path} is served but undocumented"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed_or_generated() {
+    let a = app(FakeManager::new());
+    let r = send(&a, empty(Method::GET, "/healthz")).await;
+    let generated = r.headers["x-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert_eq!(generated.len(), 36, "a UUID: {generated}");
+    let mut req = empty(Method::GET, "/api/memory");
+    req.headers_mut()
+        .insert("x-request-id", "client-req-1".parse().expect("header"));
+    assert_eq!(send(&a, req).await.headers["x-request-id"], "client-req-1");
+    let mut bad = empty(Method::GET, "/healthz");
+    bad.headers_mut()
+        .insert("x-request-id", "has spaces in it".parse().expect("header"));
+    let r = send(&a, bad).await;
+    assert_ne!(r.headers["x-request-id"], "has spaces in it");
+}
+
+#[tokio::test]
+async fn router_errors_have_json_details() {
+    let a = app(FakeManager::new());
+    let r = send(&a, empty(Method::GET, "/api/nothing")).await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::NOT_FOUND, json!({"detail": "Not Found"}))
+    );
+    let r = send(&a, empty(Method::PUT, "/api/memory")).await;
+    assert_eq!(
+        (r.status, r.body.clone()),
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({"detail": "Method Not Allowed"})
+        )
+    );
+    assert!(r.headers.contains_key("allow"));
+}
+
+#[tokio::test]
+async fn slow_requests_time_out_without_cancelling_the_write() {
+    let m = FakeManager::new();
+    let gate = m.pause("create_fact");
+    let cfg = GatewayConfig {
+        request_timeout: Duration::from_millis(200),
+        ..GatewayConfig::default()
+    };
+    let a = router(ready_state(m.clone(), MemoryConfig::default(), cfg));
+    let r = send(
+        &a,
+        json_req(
+            Method::POST,
+            "/api/memory/facts",
+            &json!({"content": "slow write"}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(r.detail(), "Request timed out after 0.2 seconds.");
+    gate.open();
+    // The manager call runs on its own task: it completes after the client gave up.
+    let mut stored = false;
+    for _ in 0..200 {
+        let r = send(&a, empty(Method::GET, "/api/memory")).await;
+        if common::fact_contents(&r.body) == vec!["slow write".to_owned()] {
+            stored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(stored, "the write must not be cancelled by the timeout");
+}
+
+#[tokio::test]
+async fn disabled_memory_answers_503_except_config() {
+    let m = FakeManager::new();
+    let memory = MemoryConfig {
+        enabled: false,
+        ..MemoryConfig::default()
+    };
+    let a = router(ready_state(m.clone(), memory, GatewayConfig::default()));
+    for route in ROUTES.iter().filter(|r| r.path.starts_with("/api/")) {
+        let method = Method::from_bytes(route.method.as_bytes()).expect("method");
+        let r = send(
+            &a,
+            json_req(method, &concrete(route.path), &json!({"content": "x"})),
+        )
+        .await;
+        if route.needs_enabled {
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{route:?}");
+            assert_eq!(r.detail(), "Memory is disabled (memory.enabled is false).");
+        } else {
+            assert_eq!(r.status, StatusCode::OK, "{route:?}");
+            assert_eq!(r.body["enabled"], false);
+        }
+    }
+    assert!(m.calls().is_empty());
+}
+
+// ----------------------------------------------------------------------------------------
+// serve() on a real loopback listener.
+
+async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+#[tokio::test]
+async fn serve_drains_in_flight_requests_then_flushes_and_closes() {
+    let m = FakeManager::new();
+    let gate = m.pause("get_memory");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let memory = MemoryConfig {
+        shutdown_flush_timeout_seconds: 7.0,
+        ..MemoryConfig::default()
+    };
+    let state = GatewayState::new(m.clone(), memory, GatewayConfig::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    let client = tokio::spawn(async move { http(addr, "GET", "/api/memory").await });
+    gate.entered.notified().await;
+    stop_tx.send(()).expect("stop");
+    // Give a wrong implementation the chance to flush before the request finishes.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !m.calls().contains(&Call::Close),
+        "closed with a request in flight"
+    );
+    gate.open();
+    let (status, body) = client.await.expect("client");
+    assert_eq!(status, 200, "{body}");
+    server.await.expect("server task").expect("serve");
+    let calls = m.calls();
+    let pos = |c: &Call| calls.iter().position(|x| x == c);
+    let get = pos(&Call::GetMemory {
+        user: Some("default".into()),
+        agent: None,
+    })
+    .expect("get");
+    let flush = pos(&Call::ShutdownFlush(Duration::from_secs(7))).expect("flush");
+    let close = pos(&Call::Close).expect("close");
+    assert!(get < flush && flush < close, "{calls:?}");
+    assert_eq!(close, calls.len() - 1);
+    assert!(calls.contains(&Call::Warm), "warm-up ran at start");
+    assert_eq!(state.lifecycle(), deermem_gateway::Lifecycle::Stopping);
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn readiness_does_not_wait_for_the_warm_up() {
+    let m = FakeManager::new();
+    let gate = m.pause("warm");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let state = GatewayState::new(m.clone(), MemoryConfig::default(), GatewayConfig::default());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+    gate.entered.notified().await;
+    let (status, body) = http(addr, "GET", "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "{\"status\":\"ready\"}"));
+    let (status, _) = http(addr, "POST", "/api/memory/index/rebuild").await;
+    assert_eq!(status, 409, "the start-up warm-up is still running");
+    gate.open();
+    stop_tx.send(()).expect("stop");
+    server.await.expect("server task").expect("serve");
+    assert_eq!(m.calls().last(), Some(&Call::Close));
+}
+
+#[tokio::test]
+async fn disabled_memory_skips_warm_up_and_flush() {
+    let m = FakeManager::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let memory = MemoryConfig {
+        enabled: false,
+        ..MemoryConfig::default()
+    };
+    let state = GatewayState::new(m.clone(), memory, GatewayConfig::default());
+    serve(listener, state, async {}).await.expect("serve");
+    assert_eq!(m.calls(), vec![Call::Close]);
+}
+
+#[tokio::test]
+async fn serve_refuses_remote_addresses_without_authentication() {
+    let m = FakeManager::new();
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let state = GatewayState::new(m.clone(), MemoryConfig::default(), GatewayConfig::default());
+    let err = serve(listener, state, async {})
+        .await
+        .expect_err("must refuse");
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(
+        err.to_string().contains("gateway.auth.mode: token"),
+        "{err}"
+    );
+    assert!(m.calls().is_empty(), "nothing started");
+    // With token auth the same address is fine.
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let cfg = GatewayConfig::with_tokens([("t", "alice")]).expect("tokens");
+    let state = GatewayState::new(Arc::clone(&m) as _, MemoryConfig::default(), cfg);
+    serve(listener, state, async {})
+        .await
+        .expect("serve with auth");
+}
