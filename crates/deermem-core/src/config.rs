@@ -190,14 +190,13 @@ impl MemoryConfig {
                     .backend_config
                     .entry("model")
                     .or_insert_with(|| Value::Object(Map::new()));
-                if let Value::Object(m) = model {
-                    if !m.contains_key("model") {
+                if let Value::Object(m) = model
+                    && !m.contains_key("model") {
                         m.insert("model".into(), value.clone());
                         warnings.push(
                             "memory.model_name moved to memory.backend_config.model.model".into(),
                         );
                     }
-                }
                 continue;
             }
             if !cfg.backend_config.contains_key(key) {
@@ -957,8 +956,8 @@ fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConf
             .map(|o| o.filter(|s| !s.is_empty()))
     };
     out.provider = opt_str("provider")?;
-    if let Some(p) = &out.provider {
-        if !matches!(
+    if let Some(p) = &out.provider
+        && !matches!(
             p.as_str(),
             "openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp"
         ) {
@@ -967,7 +966,6 @@ fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConf
                 format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')"),
             ));
         }
-    }
     out.model = opt_str("model")?;
     out.api_key = opt_str("api_key")?;
     out.base_url = opt_str("base_url")?;

@@ -145,11 +145,10 @@ impl FactSource {
                 if !m.get("type").is_some_and(Value::is_string) {
                     return Err(FactError::SourceType);
                 }
-                if let Some(t) = m.get("threadId") {
-                    if !(t.is_null() || t.is_string()) {
+                if let Some(t) = m.get("threadId")
+                    && !(t.is_null() || t.is_string()) {
                         return Err(FactError::SourceThreadId);
                     }
-                }
                 Ok(Self(m))
             }
             _ => Ok(Self::unknown()),
@@ -183,11 +182,10 @@ impl FactSource {
     pub fn to_public_string(&self) -> String {
         let kind = self.kind();
         let thread = self.thread_id().filter(|t| !t.is_empty());
-        if kind == "conversation" {
-            if let Some(t) = thread {
+        if kind == "conversation"
+            && let Some(t) = thread {
                 return t.to_owned();
             }
-        }
         if !kind.is_empty() {
             return kind.to_owned();
         }
@@ -724,11 +722,10 @@ impl Fact {
             }
         }
         for k in ["title", "content", "scope"] {
-            if !out.contains_key(k) {
-                if let Some(v) = self.typed_value(k) {
+            if !out.contains_key(k)
+                && let Some(v) = self.typed_value(k) {
                     out.insert(k.to_owned(), v);
                 }
-            }
         }
         out
     }

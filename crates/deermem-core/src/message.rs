@@ -163,11 +163,10 @@ impl<'de> Deserialize<'de> for Message {
         let mut additional_kwargs = raw.additional_kwargs.unwrap_or_default();
         // Chat-completions tool calls may also sit in additional_kwargs.
         let mut tool_calls = raw.tool_calls.unwrap_or_default();
-        if tool_calls.is_empty() {
-            if let Some(Value::Array(calls)) = additional_kwargs.get("tool_calls") {
+        if tool_calls.is_empty()
+            && let Some(Value::Array(calls)) = additional_kwargs.get("tool_calls") {
                 tool_calls = calls.clone();
             }
-        }
         additional_kwargs.shift_remove("tool_calls");
         Ok(Self {
             kind: MessageKind::parse(&kind_name),

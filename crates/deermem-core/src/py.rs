@@ -55,12 +55,11 @@ pub fn splitlines(s: &str) -> Vec<&str> {
         if is_line_boundary(c) {
             out.push(&s[start..i]);
             let mut end = i + c.len_utf8();
-            if c == '\r' {
-                if let Some(&(j, '\n')) = chars.peek() {
+            if c == '\r'
+                && let Some(&(j, '\n')) = chars.peek() {
                     end = j + 1;
                     chars.next();
                 }
-            }
             start = end;
         }
     }

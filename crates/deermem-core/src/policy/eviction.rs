@@ -138,11 +138,10 @@ fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
             Timestamp::parse_iso(s)
         }
     };
-    if let Some(Some(last)) = &fact.last_confirmed_at {
-        if let Some(t) = parse(last) {
+    if let Some(Some(last)) = &fact.last_confirmed_at
+        && let Some(t) = parse(last) {
             return decay(now.days_since(t), half_life);
         }
-    }
     match parse(&fact.created_at) {
         Some(t) => 0.5 * decay(now.days_since(t), half_life),
         None => 0.0,
