@@ -665,6 +665,35 @@ async fn search_forwards_query_top_k_and_category() {
 }
 
 #[tokio::test]
+async fn search_hits_are_http_facts_with_score_and_match_type() {
+    let m = FakeManager::new();
+    let a = app(m.clone());
+    send(
+        &a,
+        json_req(
+            Method::POST,
+            "/api/memory/facts",
+            &json!({"content": "Drinks green tea"}),
+        ),
+    )
+    .await;
+    let r = send(&a, empty(Method::GET, "/api/memory/search?q=tea")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["count"], 1);
+    let hit = &r.body["results"][0];
+    assert_eq!(hit["content"], "Drinks green tea");
+    assert_eq!(
+        hit["matchType"], "remote",
+        "the port's default for backends without scores"
+    );
+    assert_eq!(hit["score"], Value::Null);
+    assert!(
+        hit.get("title").is_none() && hit.get("confirmationCount").is_none(),
+        "{hit}"
+    );
+}
+
+#[tokio::test]
 async fn search_query_validation_is_422() {
     let m = FakeManager::new();
     let a = app(m.clone());

@@ -1,0 +1,37 @@
+//! Serves the gateway over the in-memory recording manager the tests use, to try the HTTP API
+//! with curl: `cargo run -p deermem-gateway --example demo -- [config.yaml]`. The config file
+//! is a DeerFlow `config.yaml` (its `memory:` and `gateway:` sections); without one the
+//! defaults apply (no auth, 127.0.0.1:8765). Stop it with Ctrl-C.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::error::Error;
+use std::path::Path;
+
+use deermem_core::MemoryConfig;
+use deermem_gateway::{GatewayConfig, GatewayState, serve};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let path = std::env::args().nth(1);
+    let text = match &path {
+        Some(p) => std::fs::read_to_string(p)?,
+        None => String::new(),
+    };
+    let loaded = MemoryConfig::load_str(&text, &|k| std::env::var(k).ok())?;
+    let base = path.as_deref().and_then(|p| Path::new(p).parent());
+    let gateway = GatewayConfig::from_root_in(&loaded.root, base)?;
+    let listener = tokio::net::TcpListener::bind(gateway.bind).await?;
+    let state = GatewayState::new(common::FakeManager::new(), loaded.memory, gateway);
+    serve(listener, state, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}
