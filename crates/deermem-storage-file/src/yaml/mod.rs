@@ -20,7 +20,8 @@
 //!
 //! Two PyYAML types have no JSON equivalent, so [`FrontMatter`] says where they occurred, by
 //! dotted key path (top-level `createdAt` is `"createdAt"`, nested `source.threadId` is
-//! `"source.threadId"`, the second item of `topics` is `"topics.1"`):
+//! `"source.threadId"`, the second item of `topics` is `"topics.1"`; keys are joined as they
+//! are, so a key that itself contains a `.` makes the path ambiguous):
 //!
 //! * an unquoted timestamp (`createdAt: 2026-01-01T00:00:00Z`; Python gets a `date` or
 //!   `datetime`) is returned as its original text, listed in [`FrontMatter::unquoted_timestamps`];

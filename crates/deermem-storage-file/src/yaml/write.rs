@@ -538,3 +538,43 @@ pub(crate) fn float_text(f: f64) -> String {
         repr
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_are_written_like_represent_float() {
+        for (f, want) in [
+            (0.95, "0.95"),
+            (1.0, "1.0"),
+            (-0.0, "-0.0"),
+            (1e-5, "1.0e-05"),
+            (1e16, "1.0e+16"),
+            (1.5e20, "1.5e+20"),
+            (f64::NAN, ".nan"),
+            (f64::INFINITY, ".inf"),
+            (f64::NEG_INFINITY, "-.inf"),
+        ] {
+            assert_eq!(float_text(f), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn simple_keys_stop_at_123_characters_and_line_breaks() {
+        assert!(simple_key_ok(&"k".repeat(122)));
+        assert!(!simple_key_ok(&"k".repeat(123)));
+        assert!(!simple_key_ok(""));
+        assert!(!simple_key_ok("a\nb"));
+        assert!(!simple_key_ok("a\u{2028}b"));
+    }
+
+    #[test]
+    fn escapes_match_pyyaml() {
+        assert_eq!(escape('\t'), "\\t");
+        assert_eq!(escape('\u{85}'), "\\N");
+        assert_eq!(escape('\u{7f}'), "\\x7F");
+        assert_eq!(escape('\u{feff}'), "\\uFEFF");
+        assert_eq!(escape('\u{1F98C}'), "\\U0001F98C");
+    }
+}
