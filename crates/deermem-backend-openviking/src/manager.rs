@@ -396,8 +396,9 @@ impl OpenVikingManager {
         }
     }
 
-    /// The recalled memories of a search (no dedup, no total cap): an empty query returns
-    /// nothing before the owner check, a closed backend returns nothing.
+    /// The recalled memories of a search (no dedup, no total cap): a blank query or
+    /// `top_k == 0` returns nothing before the owner check and without a request, a closed
+    /// backend returns nothing; other `top_k` values are clamped to 1–100.
     ///
     /// # Errors
     /// Invalid scope; backend failures under `failure_policy.read: raise`.
@@ -406,7 +407,7 @@ impl OpenVikingManager {
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
         let query = deermem_core::py::strip(&request.query);
-        if query.is_empty() || self.inner.closed.load(Ordering::SeqCst) {
+        if query.is_empty() || request.top_k == 0 || self.inner.closed.load(Ordering::SeqCst) {
             return Ok(Vec::new());
         }
         let (peer, uris) = self.inner.resolve_scope(&request.scope)?;

@@ -356,13 +356,23 @@ async fn search_sends_category_filter_and_threshold_and_maps_results() {
     assert_eq!(facts[1].category, "memory");
 
     let scored = m
-        .search_scored(search_req("editor", 0, None))
+        .search_scored(search_req("editor", 1, Some("")))
         .await
         .unwrap();
     assert_eq!(scored[0].score, Some(0.8));
     let body = fake.requests()[1].body.clone().unwrap();
-    assert_eq!(body["limit"], 1, "top_k clamped to 1..=100");
-    assert!(body.get("filter").is_none());
+    assert_eq!(body["limit"], 1);
+    assert!(
+        body.get("filter").is_none(),
+        "an empty category is no filter"
+    );
+    assert!(
+        m.search(search_req("editor", 0, None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(fake.requests().len(), 2, "top_k 0 sends nothing");
 
     fake.clear();
     assert!(

@@ -1,0 +1,63 @@
+//! Runs the `MemoryManager` contract suite from deermem-testkit against the OpenViking backend
+//! and the fake server on 127.0.0.1.
+//!
+//! The suite's behaviours use a different user each; because one OpenViking USER key serves
+//! exactly one owner, each behaviour gets a fixture whose `owner_user_id` is that user (the
+//! `manager_contract!` macro would give every behaviour the same owner). Behaviours gated on
+//! capabilities this backend does not declare (fact CRUD, clear, import/export) return at once.
+
+mod support;
+
+use std::sync::Arc;
+
+use deermem_backend_openviking::OpenVikingManager;
+use deermem_core::MemoryMode;
+use deermem_testkit::manager::{self, ManagerFixture};
+use serde_json::json;
+use support::FakeOv;
+
+async fn fixture(owner: &str) -> ManagerFixture {
+    let fake = FakeOv::start().await;
+    fake.set_hits(vec![
+        json!({"context_type": "memory", "uri": "viking://user/memories/tea.md",
+        "level": 2, "score": 0.7, "abstract": "Prefers tea over coffee."}),
+    ]);
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let cfg = json!({"base_url": fake.url(), "owner_user_id": owner});
+    let m = OpenVikingManager::from_backend_config(
+        cfg.as_object().unwrap_or_else(|| panic!("object literal")),
+        MemoryMode::Middleware,
+        root.path().to_path_buf(),
+        support::clock(),
+        &support::env,
+    )
+    .unwrap_or_else(|e| panic!("openviking backend: {e}"));
+    ManagerFixture {
+        manager: Arc::new(m),
+        guard: Box::new((fake, root)),
+    }
+}
+
+macro_rules! behaviour {
+    ($name:ident, $owner:expr) => {
+        #[test]
+        fn $name() {
+            deermem_testkit::block_on(async {
+                manager::$name(fixture($owner).await).await;
+            });
+        }
+    };
+}
+
+behaviour!(capabilities_match_behaviour, "cap-user");
+behaviour!(add_is_accepted_and_flush_succeeds, "add-user");
+behaviour!(context_for_unknown_user_is_ok, "nobody-here");
+behaviour!(blank_search_is_empty, "blank-user");
+behaviour!(fact_crud_round_trip, "crud-user");
+behaviour!(invalid_fact_input_is_rejected, "invalid-user");
+behaviour!(stale_revision_is_a_conflict, "stale-user");
+behaviour!(scopes_are_isolated, "alice-iso");
+behaviour!(search_finds_created_facts, "search-user");
+behaviour!(clear_empties_memory, "clear-user");
+behaviour!(export_import_round_trip, "export-user");
+behaviour!(warm_reports, "default");
