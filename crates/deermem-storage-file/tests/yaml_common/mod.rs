@@ -37,7 +37,8 @@ pub fn pyyaml_unavailable() -> Option<String> {
 /// when PyYAML is unavailable.
 pub fn oracle(requests: &[Value]) -> Option<Vec<Result<Value, String>>> {
     if let Some(reason) = pyyaml_unavailable() {
-        eprintln!("SKIPPED PyYAML interop check: {reason}");
+        // Written to the real stderr (not the test harness's capture) so the skip is visible.
+        let _ = writeln!(std::io::stderr(), "SKIPPED PyYAML interop check: {reason}");
         return None;
     }
     let mut child = Command::new("python3")
