@@ -143,7 +143,9 @@ mod tests {
             "Invalid memory operation journal /r/.memory.journal.json: bad"
         );
         let e: StorageError = Error::from(FactError::Confidence).into();
-        assert!(matches!(e, StorageError::InvalidInput { ref field, .. } if field == "fact.confidence"));
+        assert!(
+            matches!(e, StorageError::InvalidInput { ref field, .. } if field == "fact.confidence")
+        );
         let e: StorageError = Error::LockTimeout {
             lock: PathBuf::from("/r/.memory.lock"),
         }

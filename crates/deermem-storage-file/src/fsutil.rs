@@ -90,7 +90,8 @@ pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
         .map_err(|e| Error::io("Failed to create", dst, e))?;
     f.write_all(&bytes)
         .map_err(|e| Error::io("Failed to write", dst, e))?;
-    f.sync_all().map_err(|e| Error::io("Failed to fsync", dst, e))
+    f.sync_all()
+        .map_err(|e| Error::io("Failed to fsync", dst, e))
 }
 
 /// Reads a file, or `None` when it does not exist.
@@ -139,7 +140,8 @@ pub(crate) fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 .map_err(|e| Error::io("Failed to stat", &path, e))?;
             if ft.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") && (ft.is_file() || path.is_file())
+            } else if path.extension().is_some_and(|e| e == "md")
+                && (ft.is_file() || path.is_file())
             {
                 out.push(path);
             }

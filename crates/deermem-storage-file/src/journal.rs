@@ -87,7 +87,12 @@ fn journal_error(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 fn is_plain_component(s: &str) -> bool {
-    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\\') && !s.contains('\0')
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && !s.contains('/')
+        && !s.contains('\\')
+        && !s.contains('\0')
 }
 
 /// What recovery did.
@@ -131,9 +136,10 @@ pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
     };
     let agent = match j.get("agentName") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(AgentName::parse(s).map_err(|e| {
-            journal_error(&path, format!("invalid agentName: {e}"))
-        })?),
+        Some(Value::String(s)) => Some(
+            AgentName::parse(s)
+                .map_err(|e| journal_error(&path, format!("invalid agentName: {e}")))?,
+        ),
         Some(_) => return Err(journal_error(&path, "agentName must be a string or null")),
     };
     let op_dir = udir.recovery_root().join(&op);
@@ -145,9 +151,10 @@ pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
         }
         COMMITTED => Recovery::CleanedUp,
         other => {
-            let shown = j.get("state").map_or_else(|| "None".to_owned(), |v| {
-                v.as_str().map_or_else(|| v.to_string(), str::to_owned)
-            });
+            let shown = j.get("state").map_or_else(
+                || "None".to_owned(),
+                |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+            );
             let _ = other;
             return Err(Error::Corrupt(format!(
                 "Unknown journal state {shown:?} in {}",
@@ -225,8 +232,8 @@ fn roll_back(
     }
     let manifest_pre = op_dir.join(RECOVERY_MANIFEST);
     if manifest_pre.is_file() {
-        let bytes =
-            std::fs::read(&manifest_pre).map_err(|e| Error::io("Failed to read", &manifest_pre, e))?;
+        let bytes = std::fs::read(&manifest_pre)
+            .map_err(|e| Error::io("Failed to read", &manifest_pre, e))?;
         fsutil::atomic_write(&udir.manifest(), &bytes)?;
     } else if lenient_u64(j.get("expectedRevision")) == 0 {
         fsutil::remove_file_if_exists(&udir.manifest())?;
@@ -295,8 +302,12 @@ pub(crate) fn sweep_temp_files(udir: &UserDir) {
             {
                 let p = e.path();
                 match std::fs::remove_file(&p) {
-                    Ok(()) => tracing::info!(path = %p.display(), "removed orphaned temporary file"),
-                    Err(err) => tracing::warn!(path = %p.display(), error = %err, "could not remove orphaned temporary file"),
+                    Ok(()) => {
+                        tracing::info!(path = %p.display(), "removed orphaned temporary file")
+                    }
+                    Err(err) => {
+                        tracing::warn!(path = %p.display(), error = %err, "could not remove orphaned temporary file")
+                    }
                 }
             }
         }

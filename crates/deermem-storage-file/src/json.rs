@@ -148,11 +148,7 @@ impl Parser<'_> {
     fn error(&self, message: &str) -> JsonError {
         let before = &self.text[..self.pos.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
-        let column = before
-            .rsplit('\n')
-            .next()
-            .map_or(0, |l| l.chars().count())
-            + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
         JsonError {
             message: message.to_owned(),
             line,
@@ -269,7 +265,8 @@ impl Parser<'_> {
             .get(self.pos..end)
             .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))
             .ok_or_else(|| self.error("Invalid \\uXXXX escape"))?;
-        let v = u32::from_str_radix(digits, 16).map_err(|_| self.error("Invalid \\uXXXX escape"))?;
+        let v =
+            u32::from_str_radix(digits, 16).map_err(|_| self.error("Invalid \\uXXXX escape"))?;
         self.pos = end;
         Ok(v)
     }
@@ -429,7 +426,10 @@ mod tests {
             parse_lenient("\"\\ud83d\\ude00\\u00e9\"").unwrap(),
             json!("😀é")
         );
-        assert_eq!(parse_lenient(" [1, 2.5, -3] ").unwrap(), json!([1, 2.5, -3]));
+        assert_eq!(
+            parse_lenient(" [1, 2.5, -3] ").unwrap(),
+            json!([1, 2.5, -3])
+        );
         assert_eq!(
             parse_lenient("123456789012345678901234567890").unwrap(),
             json!(1.2345678901234568e29)
@@ -459,7 +459,8 @@ mod tests {
 
     #[test]
     fn round_trip_is_stable() {
-        let v = json!({"k": ["é", {"n": null, "t": true, "x": -0.5}], "big": 18446744073709551615u64});
+        let v =
+            json!({"k": ["é", {"n": null, "t": true, "x": -0.5}], "big": 18446744073709551615u64});
         let s = to_python_json(&v);
         assert_eq!(parse_lenient(&s).unwrap(), v);
     }

@@ -69,10 +69,11 @@ pub(crate) fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest> {
             reason: "is not an object".into(),
         });
     };
-    let revision = lenient_revision(map.get("revision")).map_err(|reason| Error::ManifestShape {
-        path: path.to_path_buf(),
-        reason,
-    })?;
+    let revision =
+        lenient_revision(map.get("revision")).map_err(|reason| Error::ManifestShape {
+            path: path.to_path_buf(),
+            reason,
+        })?;
     Ok(Manifest {
         path: path.to_path_buf(),
         map,
@@ -270,7 +271,9 @@ mod tests {
         let v2 = parse_manifest(p, text.as_bytes()).unwrap();
         assert!(!v2.needs_migration());
         assert_eq!(v2.revision, 1);
-        assert!(text.starts_with("{\n  \"version\": \"2.0\",\n  \"revision\": 1,\n  \"lastUpdated\""));
+        assert!(
+            text.starts_with("{\n  \"version\": \"2.0\",\n  \"revision\": 1,\n  \"lastUpdated\"")
+        );
         assert!(!text.ends_with('\n'));
         assert!(matches!(
             parse_manifest(p, b"{broken"),

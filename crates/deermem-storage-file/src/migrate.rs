@@ -178,7 +178,10 @@ fn ensure_backup(source: &Source) -> Result<()> {
         ))),
         Ok(None) => fsutil::atomic_write(&bak, &source.bytes).map_err(|e| match e {
             Error::Io { source: io, .. } => Error::Io {
-                context: format!("Failed to create durable migration backup {}", bak.display()),
+                context: format!(
+                    "Failed to create durable migration backup {}",
+                    bak.display()
+                ),
                 source: io,
             },
             other => other,
@@ -481,7 +484,9 @@ mod tests {
     #[test]
     fn meaningful_follows_python_falsiness() {
         assert!(!meaningful(&json!({"a": {"summary": "", "updatedAt": ""}})));
-        assert!(!meaningful(&json!({"a": 0, "b": 0.0, "c": false, "d": null, "e": []})));
+        assert!(!meaningful(
+            &json!({"a": 0, "b": 0.0, "c": false, "d": null, "e": []})
+        ));
         assert!(meaningful(&json!({"a": {"summary": "x"}})));
         assert!(meaningful(&json!([true])));
     }
@@ -493,7 +498,11 @@ mod tests {
         std::fs::write(&p, "{\"facts\": [], \"version\": \"1.0\"}").unwrap();
         let s = read_legacy_doc(&p).unwrap().unwrap();
         assert_eq!(s.doc["version"], "1.0");
-        assert!(read_legacy_doc(&dir.path().join("absent.json")).unwrap().is_none());
+        assert!(
+            read_legacy_doc(&dir.path().join("absent.json"))
+                .unwrap()
+                .is_none()
+        );
         std::fs::write(&p, "[1]").unwrap();
         assert!(read_legacy_doc(&p).is_err());
     }

@@ -196,7 +196,8 @@ impl UserDir {
     /// Corruption naming the offending path.
     pub(crate) fn resolve_below(base: &Path, rel: &str, what: &str) -> Result<PathBuf> {
         let p = Path::new(rel);
-        let escapes = || Error::Corrupt(format!("{what} escapes the user memory directory: {rel:?}"));
+        let escapes =
+            || Error::Corrupt(format!("{what} escapes the user memory directory: {rel:?}"));
         if rel.is_empty() || rel.contains('\0') || p.is_absolute() {
             return Err(escapes());
         }
@@ -257,7 +258,14 @@ mod tests {
         for ok in ["memory.json", "index.json", ".json"] {
             assert!(validate_manifest_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["a/b.json", "memory.JSON", "memory", "../x.json", "", "a\0.json"] {
+        for bad in [
+            "a/b.json",
+            "memory.JSON",
+            "memory",
+            "../x.json",
+            "",
+            "a\0.json",
+        ] {
             assert!(validate_manifest_name(bad).is_err(), "{bad}");
         }
     }
@@ -275,13 +283,18 @@ mod tests {
         let id = FactId::new("fact_01HZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
         assert_eq!(
             d.fact(&a, &id),
-            PathBuf::from("/r/users/alice/agents/agent-a/facts/9e/fact_01HZZZZZZZZZZZZZZZZZZZZZZZ.md")
+            PathBuf::from(
+                "/r/users/alice/agents/agent-a/facts/9e/fact_01HZZZZZZZZZZZZZZZZZZZZZZZ.md"
+            )
         );
         assert_eq!(
             d.fact_rel(&a, &id),
             "agents/agent-a/facts/9e/fact_01HZZZZZZZZZZZZZZZZZZZZZZZ.md"
         );
-        assert_eq!(layout.user_dir(None).unwrap().manifest(), PathBuf::from("/r/memory.json"));
+        assert_eq!(
+            layout.user_dir(None).unwrap().manifest(),
+            PathBuf::from("/r/memory.json")
+        );
         let strict = Layout {
             strict_user_scope: true,
             ..layout

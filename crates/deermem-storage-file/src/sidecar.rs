@@ -280,9 +280,16 @@ mod tests {
         assert_eq!(u["recent_low"]["lastAccessedAt"], "2026-08-31T00:00:00Z");
         std::fs::write(&p, "{not json").unwrap();
         assert!(read_usage(&p).is_empty());
-        std::fs::write(&p, r#"{"a": {"accessHeat": "x", "accessCount": true, "lastAccessedAt": "bad"}}"#).unwrap();
+        std::fs::write(
+            &p,
+            r#"{"a": {"accessHeat": "x", "accessCount": true, "lastAccessedAt": "bad"}}"#,
+        )
+        .unwrap();
         record_accesses(&p, &["a".into()], ts("2026-08-31T00:00:00Z"), 30.0).unwrap();
-        assert_eq!(read_usage(&p)["a"], json!({"accessHeat": 1.0, "accessCount": 1, "lastAccessedAt": "2026-08-31T00:00:00Z"}));
+        assert_eq!(
+            read_usage(&p)["a"],
+            json!({"accessHeat": 1.0, "accessCount": 1, "lastAccessedAt": "2026-08-31T00:00:00Z"})
+        );
     }
 
     fn decision(ids: &[&str], policy: EvictionPolicy) -> EvictionDecision {
@@ -313,20 +320,26 @@ mod tests {
         let shadow = decision(&["stale_high", "common_loser"], EvictionPolicy::HybridV1);
         record_eviction(&audit, &actual, 2, Some(&shadow), t, 1).unwrap();
         record_eviction(&audit, &actual, 2, Some(&shadow), t, 1).unwrap();
-        let events: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
+        let events: Vec<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
         assert_eq!(events.len(), 1);
-        assert_eq!(events[0]["shadow"]["wouldEvict"], json!(["common_loser", "stale_high"]));
+        assert_eq!(
+            events[0]["shadow"]["wouldEvict"],
+            json!(["common_loser", "stale_high"])
+        );
         assert_eq!(events[0]["shadow"]["disagrees"], true);
         assert!(!std::fs::read_to_string(&audit).unwrap().contains("content"));
         clear_ids(&usage, &audit, &["recent_low".into(), "stale_high".into()]).unwrap();
-        let events: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
+        let events: Vec<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
         assert_eq!(events[0]["evicted"].as_array().unwrap().len(), 1);
         assert_eq!(events[0]["shadow"]["wouldEvict"], json!(["common_loser"]));
         assert_eq!(events[0]["shadow"]["disagrees"], false);
         // Malformed events and shadows are dropped; an audit left empty is unlinked.
         std::fs::write(&audit, r#"[{"evicted": null}, 5, {"evicted": [{"factId": 1}, {"factId": "k"}], "shadow": {"wouldEvict": null}}]"#).unwrap();
         clear_ids(&usage, &audit, &[]).unwrap();
-        let events: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
+        let events: Vec<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
         assert_eq!(events, vec![json!({"evicted": [{"factId": "k"}]})]);
         clear_ids(&usage, &audit, &["k".into()]).unwrap();
         assert!(!audit.exists());

@@ -207,7 +207,9 @@ impl FileMemoryStorage {
         };
         for note in notes {
             let (scope, result) = match &note {
-                Notification::Upsert { scope, fact } => (scope, retrieval.upsert(scope, fact).await),
+                Notification::Upsert { scope, fact } => {
+                    (scope, retrieval.upsert(scope, fact).await)
+                }
                 Notification::Remove { scope, id } => (scope, retrieval.remove(scope, id).await),
             };
             if let Err(e) = result {
@@ -247,7 +249,9 @@ impl FileMemoryStorage {
         let mut hits: Vec<SearchHit> = Vec::new();
         for scope in &query.scopes {
             let Some(agent) = &scope.agent else { continue };
-            let doc = self.load_impl(scope.user.as_ref(), Some(agent), false).await?;
+            let doc = self
+                .load_impl(scope.user.as_ref(), Some(agent), false)
+                .await?;
             for fact in doc.facts {
                 if let Some(c) = &query.category {
                     if fact.category.as_deref() != Some(c.as_str()) {
@@ -633,9 +637,12 @@ impl Inner {
                 .collect();
             deletes.sort();
         }
-        let summaries = agent
-            .is_none()
-            .then(|| (Some(document.user.0.clone()), Some(document.history.0.clone())));
+        let summaries = agent.is_none().then(|| {
+            (
+                Some(document.user.0.clone()),
+                Some(document.history.0.clone()),
+            )
+        });
         let req = CommitRequest {
             agent: agent.cloned(),
             upserts: document
@@ -785,10 +792,7 @@ impl Inner {
                 },
                 m.revision,
             ),
-            None => (
-                deermem_core::document::EMPTY_DOCUMENT_VERSION.to_owned(),
-                0,
-            ),
+            None => (deermem_core::document::EMPTY_DOCUMENT_VERSION.to_owned(), 0),
         };
         Ok((
             MigrationReport {
@@ -870,7 +874,9 @@ impl Inner {
                     continue;
                 };
                 for f in files {
-                    let Ok(bytes) = std::fs::read(&f) else { continue };
+                    let Ok(bytes) = std::fs::read(&f) else {
+                        continue;
+                    };
                     let Ok(parsed) = markdown::parse(&f, &bytes) else {
                         continue;
                     };
@@ -884,11 +890,17 @@ impl Inner {
                     }
                 }
             }
-            match learned.or_else(|| UserId::new(bucket.clone()).ok().filter(|u| u.bucket() == bucket)) {
+            match learned.or_else(|| {
+                UserId::new(bucket.clone())
+                    .ok()
+                    .filter(|u| u.bucket() == bucket)
+            }) {
                 Some(id) => {
                     out.insert(id);
                 }
-                None => tracing::warn!(bucket = %bucket, "skipping a users/ entry that is not a user bucket"),
+                None => {
+                    tracing::warn!(bucket = %bucket, "skipping a users/ entry that is not a user bucket")
+                }
             }
         }
         Ok(out.into_iter().collect())

@@ -11,7 +11,11 @@ async fn fixture() -> StorageFixture {
     let clock = Arc::new(ManualClock::at(START));
     let storage = FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None)
         .expect("storage");
-    StorageFixture { storage: Arc::new(storage), clock, guard: Box::new(dir) }
+    StorageFixture {
+        storage: Arc::new(storage),
+        clock,
+        guard: Box::new(dir),
+    }
 }
 
 deermem_testkit::storage_contract!(fixture());

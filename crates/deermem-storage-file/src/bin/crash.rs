@@ -25,12 +25,19 @@ async fn run(root: &str) -> Result<u64, String> {
     let user = UserId::new("alice").map_err(|e| e.to_string())?;
     let agent = AgentName::parse("agent-a").map_err(|e| e.to_string())?;
     let f1 = storage
-        .get_fact(Some(&user), &agent, &FactId::new("f1").map_err(|e| e.to_string())?)
+        .get_fact(
+            Some(&user),
+            &agent,
+            &FactId::new("f1").map_err(|e| e.to_string())?,
+        )
         .await
         .map_err(|e| e.to_string())?
         .ok_or("f1 missing")?;
     let mut d1 = f1.to_draft();
-    d1.insert("content".into(), json!("f1 rewritten by the crashing commit"));
+    d1.insert(
+        "content".into(),
+        json!("f1 rewritten by the crashing commit"),
+    );
     d1.insert("title".into(), json!(""));
     let d4 = json!({"id": "f4", "content": "created by the crashing commit"});
     let mut user_patch = serde_json::Map::new();

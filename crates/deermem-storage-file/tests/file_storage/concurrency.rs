@@ -23,7 +23,10 @@ fn two_instances_on_threads_never_lose_a_write() {
             let applied = applied.clone();
             let conflicts = conflicts.clone();
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async move {
                     let c = clock();
                     let s = open(&root, &c);
@@ -34,7 +37,11 @@ fn two_instances_on_threads_never_lose_a_write() {
                         let existing = doc.fact("counter").cloned();
                         let (d, expected_fact) = match &existing {
                             Some(f) => {
-                                let n = f.content.trim_start_matches("count ").parse::<u64>().unwrap();
+                                let n = f
+                                    .content
+                                    .trim_start_matches("count ")
+                                    .parse::<u64>()
+                                    .unwrap();
                                 let mut d = f.to_draft();
                                 d.insert("content".into(), json!(format!("count {}", n + 1)));
                                 d.insert("title".into(), json!(""));
@@ -42,17 +49,27 @@ fn two_instances_on_threads_never_lose_a_write() {
                             }
                             None => (fact("counter", "count 1"), None),
                         };
-                        match s.upsert_fact(Some(&u), &a, d, Some(doc.revision), expected_fact).await {
-                            Ok(r) => applied.lock().unwrap().push((format!("w{w}-{i}"), r.revision)),
+                        match s
+                            .upsert_fact(Some(&u), &a, d, Some(doc.revision), expected_fact)
+                            .await
+                        {
+                            Ok(r) => applied
+                                .lock()
+                                .unwrap()
+                                .push((format!("w{w}-{i}"), r.revision)),
                             Err(e) if e.is_conflict() => *conflicts.lock().unwrap() += 1,
                             Err(e) => panic!("unexpected error {e}"),
                         }
                         // Disjoint per-writer facts rebase over each other and always land.
                         let own = format!("w{w}_{i}");
-                        let r = s.upsert_fact(Some(&u), &a, fact(&own, &own), Some(doc.revision), None).await;
+                        let r = s
+                            .upsert_fact(Some(&u), &a, fact(&own, &own), Some(doc.revision), None)
+                            .await;
                         match r {
                             Ok(r) => applied.lock().unwrap().push((own, r.revision)),
-                            Err(StorageError::ManifestConflict { .. }) => *conflicts.lock().unwrap() += 1,
+                            Err(StorageError::ManifestConflict { .. }) => {
+                                *conflicts.lock().unwrap() += 1
+                            }
                             Err(e) => panic!("unexpected error {e}"),
                         }
                     }
@@ -63,7 +80,10 @@ fn two_instances_on_threads_never_lose_a_write() {
     for h in handles {
         h.join().unwrap();
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let c = clock();
         let s = open(&root, &c);
@@ -77,7 +97,11 @@ fn two_instances_on_threads_never_lose_a_write() {
         revs.dedup();
         assert_eq!(revs.len(), before, "two commits reported the same revision");
         assert_eq!(doc.revision, *revs.last().unwrap());
-        assert_eq!(doc.revision as usize, applied.len(), "every revision belongs to an applied write");
+        assert_eq!(
+            doc.revision as usize,
+            applied.len(),
+            "every revision belongs to an applied write"
+        );
         // The counter equals the number of applied counter writes: no lost update.
         let counter_writes = applied.iter().filter(|(k, _)| k.contains('-')).count();
         let counter = doc.fact("counter").unwrap();
@@ -87,7 +111,12 @@ fn two_instances_on_threads_never_lose_a_write() {
         let present: BTreeMap<&str, ()> = doc.facts.iter().map(|f| (f.id.as_str(), ())).collect();
         for (k, _) in applied.iter().filter(|(k, _)| k.contains('_')) {
             assert!(present.contains_key(k.as_str()), "{k} lost");
-            assert!(s.get_fact(Some(&u), &a, &FactId::new(k.as_str()).unwrap()).await.unwrap().is_some());
+            assert!(
+                s.get_fact(Some(&u), &a, &FactId::new(k.as_str()).unwrap())
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
         }
         let total = applied.len() + *conflicts.lock().unwrap();
         assert_eq!(total, 60, "every attempt was applied or reported");

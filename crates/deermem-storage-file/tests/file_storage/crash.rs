@@ -27,11 +27,26 @@ async fn seed(root: &Path) -> u64 {
     let s = open(root, &c);
     let (u, a) = (user("alice"), agent("agent-a"));
     for (id, text) in [("f1", "first"), ("f2", "second"), ("f3", "third")] {
-        s.upsert_fact(Some(&u), &a, fact(id, text), None, None).await.unwrap();
+        s.upsert_fact(Some(&u), &a, fact(id, text), None, None)
+            .await
+            .unwrap();
     }
     let mut p = serde_json::Map::new();
-    p.insert("workContext".into(), json!({"summary": "acknowledged", "updatedAt": "t"}));
-    s.update_summaries(Some(&u), SummaryPatch { user: Some(p), history: None }, None).await.unwrap().revision
+    p.insert(
+        "workContext".into(),
+        json!({"summary": "acknowledged", "updatedAt": "t"}),
+    );
+    s.update_summaries(
+        Some(&u),
+        SummaryPatch {
+            user: Some(p),
+            history: None,
+        },
+        None,
+    )
+    .await
+    .unwrap()
+    .revision
 }
 
 fn run_child(root: &Path, step: Option<&str>) -> std::process::Output {
@@ -61,33 +76,57 @@ async fn a_crash_at_any_step_rolls_back_or_forward() {
         let tmp = tempfile::tempdir().unwrap();
         let before_rev = seed(tmp.path()).await;
         let out = run_child(tmp.path(), Some(step));
-        assert!(!out.status.success(), "{step}: the child must have aborted: {out:?}");
+        assert!(
+            !out.status.success(),
+            "{step}: the child must have aborted: {out:?}"
+        );
         // A fresh instance recovers on first access.
         let c = clock();
         let s = open(tmp.path(), &c);
         let (u, a) = (user("alice"), agent("agent-a"));
-        let doc = s.load(Some(&u), Some(&a)).await.unwrap_or_else(|e| panic!("{step}: {e}"));
+        let doc = s
+            .load(Some(&u), Some(&a))
+            .await
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
         let ids: Vec<&str> = doc.facts.iter().map(|f| f.id.as_str()).collect();
         if STEPS_ROLLED_BACK.contains(step) {
             assert_eq!(doc.revision, before_rev, "{step}");
             assert_eq!(ids, vec!["f1", "f2", "f3"], "{step}");
             assert_eq!(doc.facts[0].content, "first", "{step}");
             assert_eq!(doc.facts[0].revision, 1, "{step}");
-            assert_eq!(doc.user.entry("workContext").summary, "acknowledged", "{step}");
+            assert_eq!(
+                doc.user.entry("workContext").summary,
+                "acknowledged",
+                "{step}"
+            );
         } else {
             assert_eq!(doc.revision, before_rev + 1, "{step}");
             assert_eq!(ids, vec!["f1", "f3", "f4"], "{step}");
-            assert_eq!(doc.facts[0].content, "f1 rewritten by the crashing commit", "{step}");
+            assert_eq!(
+                doc.facts[0].content, "f1 rewritten by the crashing commit",
+                "{step}"
+            );
             assert_eq!(doc.facts[0].revision, 2, "{step}");
-            assert_eq!(doc.user.entry("workContext").summary, "crashing commit", "{step}");
+            assert_eq!(
+                doc.user.entry("workContext").summary,
+                "crashing commit",
+                "{step}"
+            );
         }
         assert_clean(tmp.path());
         // Every fact file parses and is readable at its shard path.
         for f in &doc.facts {
-            assert!(s.get_fact(Some(&u), &a, &f.id).await.unwrap().is_some(), "{step}: {}", f.id);
+            assert!(
+                s.get_fact(Some(&u), &a, &f.id).await.unwrap().is_some(),
+                "{step}: {}",
+                f.id
+            );
         }
         // The storage keeps working after recovery.
-        let r = s.upsert_fact(Some(&u), &a, fact("after", "post-crash write"), None, None).await.unwrap();
+        let r = s
+            .upsert_fact(Some(&u), &a, fact("after", "post-crash write"), None, None)
+            .await
+            .unwrap();
         assert_eq!(r.revision, doc.revision + 1, "{step}");
         let _ = FactId::new("f1");
     }
@@ -99,6 +138,9 @@ async fn the_child_commits_normally_without_a_fault() {
     let before = seed(tmp.path()).await;
     let out = run_child(tmp.path(), None);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("committed revision {}", before + 1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("committed revision {}", before + 1)
+    );
     assert_clean(tmp.path());
 }

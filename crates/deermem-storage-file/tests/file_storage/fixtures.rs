@@ -34,7 +34,10 @@ fn assert_facts(label: &str, got: &[Fact], want: &Value, ignore: &[&str]) {
             g.as_object_mut().unwrap().shift_remove(*k);
             w.as_object_mut().unwrap().shift_remove(*k);
         }
-        assert!(py::py_eq(&g, &w), "{label}: fact differs\n got {g}\nwant {w}");
+        assert!(
+            py::py_eq(&g, &w),
+            "{label}: fact differs\n got {g}\nwant {w}"
+        );
     }
 }
 
@@ -59,12 +62,21 @@ async fn v2_root_loads_exactly_like_the_reference() {
         let doc = s.load(Some(&u), Some(&a)).await.unwrap();
         assert_eq!(doc.version, want["version"], "{key}");
         assert_eq!(Value::from(doc.revision), want["revision"], "{key}");
-        assert!(py::py_eq(&Value::Object(doc.user.0.clone()), &want["user"]), "{key}: user");
-        assert!(py::py_eq(&Value::Object(doc.history.0.clone()), &want["history"]), "{key}: history");
+        assert!(
+            py::py_eq(&Value::Object(doc.user.0.clone()), &want["user"]),
+            "{key}: user"
+        );
+        assert!(
+            py::py_eq(&Value::Object(doc.history.0.clone()), &want["history"]),
+            "{key}: history"
+        );
         assert_facts(key, &doc.facts, &want["facts"], &[]);
         // Every fact is also reachable by id at its shard path.
         for f in &doc.facts {
-            assert_eq!(s.get_fact(Some(&u), &a, &f.id).await.unwrap().as_ref(), Some(f));
+            assert_eq!(
+                s.get_fact(Some(&u), &a, &f.id).await.unwrap().as_ref(),
+                Some(f)
+            );
         }
         checked += doc.facts.len();
     }
@@ -89,7 +101,11 @@ async fn v2_root_files_rewrite_byte_identically() {
     for (rel, bytes) in files.iter().filter(|(k, _)| k.ends_with(".json")) {
         let text = std::str::from_utf8(bytes).unwrap();
         let v = deermem_storage_file::json::parse_lenient(text).unwrap();
-        assert_eq!(deermem_storage_file::json::to_python_json(&v), text, "{rel}");
+        assert_eq!(
+            deermem_storage_file::json::to_python_json(&v),
+            text,
+            "{rel}"
+        );
         json_files += 1;
     }
     assert!(json_files >= 20);
@@ -102,7 +118,13 @@ async fn v2_root_files_rewrite_byte_identically() {
     for key in exp["v2"].as_object().unwrap().keys() {
         let (u, a) = split_key(key);
         for f in s.load(Some(&u), Some(&a)).await.unwrap().facts {
-            let rel = format!("users/{}/agents/{}/facts/{}/{}.md", u.bucket(), a, f.id.shard(), f.id);
+            let rel = format!(
+                "users/{}/agents/{}/facts/{}/{}.md",
+                u.bucket(),
+                a,
+                f.id.shard(),
+                f.id
+            );
             let want = std::str::from_utf8(&files[&rel]).unwrap().to_owned();
             let got = deermem_storage_file::render_fact_markdown(&f).unwrap();
             if got != want {
@@ -112,7 +134,12 @@ async fn v2_root_files_rewrite_byte_identically() {
         }
     }
     assert!(md_files > 50);
-    assert!(mismatches.is_empty(), "{} of {md_files} facts differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of {md_files} facts differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }
 
 #[tokio::test]
@@ -128,8 +155,15 @@ async fn v1_root_migrates_to_what_the_reference_produced() {
         let (u, a) = split_key(key);
         let doc = s.load(Some(&u), Some(&a)).await.unwrap();
         assert_eq!(doc.version, "2.0", "{key}");
-        assert!(py::py_eq(&Value::Object(doc.user.0.clone()), &want["user"]), "{key}: user {:?}", doc.user);
-        assert!(py::py_eq(&Value::Object(doc.history.0.clone()), &want["history"]), "{key}: history");
+        assert!(
+            py::py_eq(&Value::Object(doc.user.0.clone()), &want["user"]),
+            "{key}: user {:?}",
+            doc.user
+        );
+        assert!(
+            py::py_eq(&Value::Object(doc.history.0.clone()), &want["history"]),
+            "{key}: history"
+        );
         assert_facts(key, &doc.facts, &want["facts"], &[]);
     }
     // Backups are byte-exact copies of the v1 sources, like the reference's.
@@ -138,17 +172,30 @@ async fn v1_root_migrates_to_what_the_reference_produced() {
     for (rel, bytes) in &sources {
         let bak = format!("{rel}.v1.bak");
         assert_eq!(now.get(&bak), Some(bytes), "{bak} holds the original bytes");
-        assert_eq!(migrated_ref.get(&bak), Some(bytes), "the reference's {bak} matches too");
+        assert_eq!(
+            migrated_ref.get(&bak),
+            Some(bytes),
+            "the reference's {bak} matches too"
+        );
     }
     // The same fact files exist at the same shard paths, and no legacy per-agent file stays.
     let md = |m: &std::collections::BTreeMap<String, Vec<u8>>| {
-        m.keys().filter(|k| k.ends_with(".md")).cloned().collect::<Vec<_>>()
+        m.keys()
+            .filter(|k| k.ends_with(".md"))
+            .cloned()
+            .collect::<Vec<_>>()
     };
     assert_eq!(md(&now), md(&migrated_ref));
-    assert!(!now.keys().any(|k| k.ends_with("agents/researcher/memory.json")));
+    assert!(
+        !now.keys()
+            .any(|k| k.ends_with("agents/researcher/memory.json"))
+    );
     // Migration is idempotent: an explicit migrate afterwards reports nothing to do.
     for u in ["carol", "dave@corp.example"] {
-        let r = s.migrate(Some(&user(u)), &AgentName::default_bucket(), false).await.unwrap();
+        let r = s
+            .migrate(Some(&user(u)), &AgentName::default_bucket(), false)
+            .await
+            .unwrap();
         assert!(!r.migrated, "{u}: second migration is a no-op");
         assert_eq!(r.to_version, "2.0");
     }
@@ -165,14 +212,34 @@ async fn lossy_user_ids_read_through_their_bucket() {
     assert_eq!(bob.bucket(), "bob-example-com-5ff860bf1190596c");
     let doc = s.load(Some(&bob), Some(&agent("coder"))).await.unwrap();
     assert_eq!(doc.facts.len(), 7);
-    assert!(doc.facts.iter().all(|f| f.scope.user_id.as_deref() == Some("bob@example.com")));
+    assert!(
+        doc.facts
+            .iter()
+            .all(|f| f.scope.user_id.as_deref() == Some("bob@example.com"))
+    );
     // The bucket name used as an id (the reference's --all-users) reads the same facts,
     // reported under the requester's id.
     let as_bucket = user("bob-example-com-5ff860bf1190596c");
-    let doc2 = s.load(Some(&as_bucket), Some(&agent("coder"))).await.unwrap();
+    let doc2 = s
+        .load(Some(&as_bucket), Some(&agent("coder")))
+        .await
+        .unwrap();
     assert_eq!(doc2.facts.len(), 7);
-    assert!(doc2.facts.iter().all(|f| f.scope.user_id.as_deref() == Some("bob-example-com-5ff860bf1190596c")));
+    assert!(
+        doc2.facts
+            .iter()
+            .all(|f| f.scope.user_id.as_deref() == Some("bob-example-com-5ff860bf1190596c"))
+    );
     // list_users names raw ids learned from front matter.
-    let users: Vec<String> = s.list_users().await.unwrap().iter().map(|u| u.as_str().to_owned()).collect();
-    assert_eq!(users, vec!["Team_Lead-7", "alice", "bob@example.com", "default", "用户"]);
+    let users: Vec<String> = s
+        .list_users()
+        .await
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        users,
+        vec!["Team_Lead-7", "alice", "bob@example.com", "default", "用户"]
+    );
 }

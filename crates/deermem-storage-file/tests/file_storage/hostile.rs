@@ -33,8 +33,13 @@ async fn traversal_ids_never_leave_the_root() {
     // Hostile but valid user ids map to safe buckets.
     for raw in ["../../etc", "..", "/abs/path", "a/../../b", "用户/.."] {
         let u = UserId::new(raw).unwrap();
-        s.upsert_fact(Some(&u), &agent("a"), fact("f", raw), None, None).await.unwrap();
-        assert_eq!(s.load(Some(&u), Some(&agent("a"))).await.unwrap().facts[0].content, raw);
+        s.upsert_fact(Some(&u), &agent("a"), fact("f", raw), None, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.load(Some(&u), Some(&agent("a"))).await.unwrap().facts[0].content,
+            raw
+        );
     }
     // Hostile draft ids are typed errors.
     for bad in ["../../sentinel", "a/b", "x\u{0}y", "é"] {
@@ -42,12 +47,18 @@ async fn traversal_ids_never_leave_the_root() {
             .apply_changes(
                 Some(&user("u")),
                 Some(&agent("a")),
-                ChangeSet { upserts: vec![draft(json!({"id": bad, "content": "x"}))], ..ChangeSet::default() },
+                ChangeSet {
+                    upserts: vec![draft(json!({"id": bad, "content": "x"}))],
+                    ..ChangeSet::default()
+                },
                 ApplyOptions::default(),
             )
             .await
             .unwrap_err();
-        assert!(matches!(&err, StorageError::InvalidInput { field, .. } if field == "fact.id"), "{bad:?}: {err:?}");
+        assert!(
+            matches!(&err, StorageError::InvalidInput { field, .. } if field == "fact.id"),
+            "{bad:?}: {err:?}"
+        );
     }
     let entries: Vec<String> = std::fs::read_dir(outer.path())
         .unwrap()
@@ -56,7 +67,10 @@ async fn traversal_ids_never_leave_the_root() {
     let mut entries = entries;
     entries.sort();
     assert_eq!(entries, vec!["root", "sentinel"]);
-    assert_eq!(std::fs::read_to_string(outer.path().join("sentinel")).unwrap(), "keep");
+    assert_eq!(
+        std::fs::read_to_string(outer.path().join("sentinel")).unwrap(),
+        "keep"
+    );
 }
 
 #[tokio::test]
@@ -66,17 +80,35 @@ async fn huge_and_strange_content_round_trips() {
     let s = open(tmp.path(), &c);
     let (u, a) = (user("alice"), agent("agent-a"));
     let big = "x".repeat(10 * 1024 * 1024);
-    s.upsert_fact(Some(&u), &a, fact("big", &big), None, None).await.unwrap();
-    let got = s.get_fact(Some(&u), &a, &FactId::new("big").unwrap()).await.unwrap().unwrap();
+    s.upsert_fact(Some(&u), &a, fact("big", &big), None, None)
+        .await
+        .unwrap();
+    let got = s
+        .get_fact(Some(&u), &a, &FactId::new("big").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.content.len(), big.len());
     assert_eq!(got.title.chars().count(), 160);
     let strange = "---\nnot front matter\n---\n# heading\n\ttabs \u{1F600} \u{202E}rtl \\ \"q\" 'q' : # yes no ~ null";
-    s.upsert_fact(Some(&u), &a, fact("strange", strange), None, None).await.unwrap();
-    let got = s.get_fact(Some(&u), &a, &FactId::new("strange").unwrap()).await.unwrap().unwrap();
+    s.upsert_fact(Some(&u), &a, fact("strange", strange), None, None)
+        .await
+        .unwrap();
+    let got = s
+        .get_fact(Some(&u), &a, &FactId::new("strange").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.content, strange);
     let huge_title = draft(json!({"id": "t", "content": "c", "title": "T".repeat(5000)}));
-    s.upsert_fact(Some(&u), &a, huge_title, None, None).await.unwrap();
-    let t = s.get_fact(Some(&u), &a, &FactId::new("t").unwrap()).await.unwrap().unwrap();
+    s.upsert_fact(Some(&u), &a, huge_title, None, None)
+        .await
+        .unwrap();
+    let t = s
+        .get_fact(Some(&u), &a, &FactId::new("t").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(t.title.len(), 160);
 }
 
@@ -86,7 +118,9 @@ async fn malformed_fact_files_are_typed_corruption_and_untouched() {
     let c = clock();
     let s = open(tmp.path(), &c);
     let (u, a) = (user("alice"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None).await.unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None)
+        .await
+        .unwrap();
     let path = fact_path(tmp.path(), "alice", "agent-a", "f1");
     let good = std::fs::read(&path).unwrap();
     let good_text = String::from_utf8(good.clone()).unwrap();
@@ -96,23 +130,68 @@ async fn malformed_fact_files_are_typed_corruption_and_untouched() {
         ("bom", [b"\xEF\xBB\xBF".as_slice(), &good].concat()),
         ("no front matter", b"# title\n\nbody\n".to_vec()),
         ("unterminated", b"---\nid: f1\n".to_vec()),
-        ("bad yaml", b"---\nid: [unclosed\n---\n\n# t\n\nb\n".to_vec()),
-        ("not a mapping", b"---\n- a\n- b\n---\n\n# t\n\nb\n".to_vec()),
-        ("invalid utf-8", [&good[..10], b"\xff\xfe".as_slice(), &good[10..]].concat()),
-        ("id mismatch", good_text.replace("id: f1", "id: other").into_bytes()),
-        ("bad confidence", good_text.replace("confidence: 0.9", "confidence: 7.0").into_bytes()),
-        ("unquoted timestamp", good_text.replace("createdAt: '2026-01-01T00:00:00Z'", "createdAt: 2026-01-01T00:00:00Z").into_bytes()),
-        ("status", good_text.replace("status: active", "status: deleted").into_bytes()),
+        (
+            "bad yaml",
+            b"---\nid: [unclosed\n---\n\n# t\n\nb\n".to_vec(),
+        ),
+        (
+            "not a mapping",
+            b"---\n- a\n- b\n---\n\n# t\n\nb\n".to_vec(),
+        ),
+        (
+            "invalid utf-8",
+            [&good[..10], b"\xff\xfe".as_slice(), &good[10..]].concat(),
+        ),
+        (
+            "id mismatch",
+            good_text.replace("id: f1", "id: other").into_bytes(),
+        ),
+        (
+            "bad confidence",
+            good_text
+                .replace("confidence: 0.9", "confidence: 7.0")
+                .into_bytes(),
+        ),
+        (
+            "unquoted timestamp",
+            good_text
+                .replace(
+                    "createdAt: '2026-01-01T00:00:00Z'",
+                    "createdAt: 2026-01-01T00:00:00Z",
+                )
+                .into_bytes(),
+        ),
+        (
+            "status",
+            good_text
+                .replace("status: active", "status: deleted")
+                .into_bytes(),
+        ),
     ];
     for (name, bytes) in cases {
         std::fs::write(&path, &bytes).unwrap();
         let before = snapshot(tmp.path());
         let err = s.reload(Some(&u), Some(&a)).await.unwrap_err();
-        assert!(matches!(err, StorageError::Corrupt { .. }), "{name}: {err:?}");
-        let err = s.get_fact(Some(&u), &a, &FactId::new("f1").unwrap()).await.unwrap_err();
-        assert!(matches!(err, StorageError::Corrupt { .. }), "{name}: {err:?}");
-        let err = s.delete_fact(Some(&u), &a, &FactId::new("f1").unwrap(), None, None).await.unwrap_err();
-        assert!(matches!(err, StorageError::Corrupt { .. }), "{name}: {err:?}");
+        assert!(
+            matches!(err, StorageError::Corrupt { .. }),
+            "{name}: {err:?}"
+        );
+        let err = s
+            .get_fact(Some(&u), &a, &FactId::new("f1").unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StorageError::Corrupt { .. }),
+            "{name}: {err:?}"
+        );
+        let err = s
+            .delete_fact(Some(&u), &a, &FactId::new("f1").unwrap(), None, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StorageError::Corrupt { .. }),
+            "{name}: {err:?}"
+        );
         let after: std::collections::BTreeMap<_, _> = snapshot(tmp.path());
         assert_eq!(after, before, "{name}: nothing touched");
     }
@@ -120,7 +199,10 @@ async fn malformed_fact_files_are_typed_corruption_and_untouched() {
     assert_eq!(s.reload(Some(&u), Some(&a)).await.unwrap().facts.len(), 1);
     // CRLF files are accepted (universal newlines).
     std::fs::write(&path, good_text.replace('\n', "\r\n")).unwrap();
-    assert_eq!(s.reload(Some(&u), Some(&a)).await.unwrap().facts[0].content, "one");
+    assert_eq!(
+        s.reload(Some(&u), Some(&a)).await.unwrap().facts[0].content,
+        "one"
+    );
 }
 
 #[tokio::test]
@@ -129,12 +211,19 @@ async fn a_fact_in_the_wrong_shard_is_listed_but_not_addressable() {
     let c = clock();
     let s = open(tmp.path(), &c);
     let (u, a) = (user("alice"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None).await.unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None)
+        .await
+        .unwrap();
     let path = fact_path(tmp.path(), "alice", "agent-a", "f1");
     let wrong = tmp.path().join("users/alice/agents/agent-a/facts/zz/f1.md");
     std::fs::create_dir_all(wrong.parent().unwrap()).unwrap();
     std::fs::rename(&path, &wrong).unwrap();
     let doc = s.reload(Some(&u), Some(&a)).await.unwrap();
     assert_eq!(doc.facts.len(), 1, "listed like the reference");
-    assert!(s.get_fact(Some(&u), &a, &FactId::new("f1").unwrap()).await.unwrap().is_none());
+    assert!(
+        s.get_fact(Some(&u), &a, &FactId::new("f1").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

@@ -15,11 +15,22 @@ async fn commits_notify_upserts_and_removes_with_raw_scope() {
     let rec = Arc::new(Recording::default());
     let s = open_with(tmp.path(), &c, rec.clone());
     let (u, a) = (user("bob@example.com"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None).await.unwrap();
-    let f2 = s.upsert_fact(Some(&u), &a, fact("f2", "two"), None, None).await.unwrap().upserted_facts[0].clone();
+    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None)
+        .await
+        .unwrap();
+    let f2 = s
+        .upsert_fact(Some(&u), &a, fact("f2", "two"), None, None)
+        .await
+        .unwrap()
+        .upserted_facts[0]
+        .clone();
     // A no-op writes and notifies nothing.
-    s.upsert_fact(Some(&u), &a, f2.to_draft(), None, Some(1)).await.unwrap();
-    s.delete_fact(Some(&u), &a, &FactId::new("f1").unwrap(), None, None).await.unwrap();
+    s.upsert_fact(Some(&u), &a, f2.to_draft(), None, Some(1))
+        .await
+        .unwrap();
+    s.delete_fact(Some(&u), &a, &FactId::new("f1").unwrap(), None, None)
+        .await
+        .unwrap();
     let raw = Some("bob@example.com".to_owned());
     assert_eq!(
         rec.calls(),
@@ -29,9 +40,16 @@ async fn commits_notify_upserts_and_removes_with_raw_scope() {
             Call::Remove(raw, "agent-a".into(), "f1".into()),
         ]
     );
-    let hits = s.search_facts(&SearchQuery::new("two", Scope::agent(&u, &a), 5)).await.unwrap();
+    let hits = s
+        .search_facts(&SearchQuery::new("two", Scope::agent(&u, &a), 5))
+        .await
+        .unwrap();
     assert_eq!(hits.len(), 1);
-    assert_eq!(hits[0].match_type, deermem_core::MatchType::Fts5, "the adapter's result is returned as is");
+    assert_eq!(
+        hits[0].match_type,
+        deermem_core::MatchType::Fts5,
+        "the adapter's result is returned as is"
+    );
     let status = s.retrieval_status().await;
     assert!(status.configured);
     assert_eq!(status.mode, "external");
@@ -46,10 +64,18 @@ async fn failed_notification_marks_scope_dirty_and_search_rebuilds_it() {
     rec.fail_upserts.lock().unwrap().push("f1".into());
     let s = open_with(tmp.path(), &c, rec.clone());
     let (u, a) = (user("alice"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("f1", "findable words"), None, None).await.unwrap();
-    assert_eq!(s.retrieval_status().await.dirty_scopes, vec!["alice|agent-a".to_owned()]);
+    s.upsert_fact(Some(&u), &a, fact("f1", "findable words"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.retrieval_status().await.dirty_scopes,
+        vec!["alice|agent-a".to_owned()]
+    );
     rec.fail_upserts.lock().unwrap().clear();
-    let hits = s.search_facts(&SearchQuery::new("findable", Scope::agent(&u, &a), 5)).await.unwrap();
+    let hits = s
+        .search_facts(&SearchQuery::new("findable", Scope::agent(&u, &a), 5))
+        .await
+        .unwrap();
     assert_eq!(hits.len(), 1);
     assert!(rec.calls().contains(&Call::Rebuild(1)));
     assert!(s.retrieval_status().await.dirty_scopes.is_empty());
@@ -59,13 +85,23 @@ async fn failed_notification_marks_scope_dirty_and_search_rebuilds_it() {
 async fn per_fact_rebuild_counts_failures_and_continues() {
     let tmp = tempfile::tempdir().unwrap();
     let c = clock();
-    let rec = Arc::new(Recording { bulk_unsupported: true, ..Recording::default() });
+    let rec = Arc::new(Recording {
+        bulk_unsupported: true,
+        ..Recording::default()
+    });
     let s = open_with(tmp.path(), &c, rec.clone());
     let (u, a) = (user("alice"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("good", "one"), None, None).await.unwrap();
-    s.upsert_fact(Some(&u), &a, fact("bad", "two"), None, None).await.unwrap();
+    s.upsert_fact(Some(&u), &a, fact("good", "one"), None, None)
+        .await
+        .unwrap();
+    s.upsert_fact(Some(&u), &a, fact("bad", "two"), None, None)
+        .await
+        .unwrap();
     rec.fail_upserts.lock().unwrap().push("bad".into());
-    let r = s.rebuild_index(Some(&[(Some(u.clone()), a.clone())])).await.unwrap();
+    let r = s
+        .rebuild_index(Some(&[(Some(u.clone()), a.clone())]))
+        .await
+        .unwrap();
     assert!(r.supported && !r.fatal);
     assert_eq!((r.indexed, r.failed), (1, 1));
     assert!(rec.calls().contains(&Call::Clear));
@@ -78,12 +114,32 @@ async fn full_rebuild_walks_only_memory_directories_and_accepts_original_ids() {
     let rec = Arc::new(Recording::default());
     let s = open_with(tmp.path(), &c, rec.clone());
     let u = user("test@example.com");
-    s.upsert_fact(Some(&u), &agent("agent-a"), fact("f1", "one"), None, None).await.unwrap();
-    s.upsert_fact(None, &agent("agent-b"), fact("f2", "legacy layout"), None, None).await.unwrap();
-    let bulk = (0..120).map(|i| fact(&format!("m{i:03}"), "bulk")).collect();
-    s.apply_changes(Some(&user("many")), Some(&agent("a")), ChangeSet { upserts: bulk, ..ChangeSet::default() }, ApplyOptions::default())
+    s.upsert_fact(Some(&u), &agent("agent-a"), fact("f1", "one"), None, None)
         .await
         .unwrap();
+    s.upsert_fact(
+        None,
+        &agent("agent-b"),
+        fact("f2", "legacy layout"),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let bulk = (0..120)
+        .map(|i| fact(&format!("m{i:03}"), "bulk"))
+        .collect();
+    s.apply_changes(
+        Some(&user("many")),
+        Some(&agent("a")),
+        ChangeSet {
+            upserts: bulk,
+            ..ChangeSet::default()
+        },
+        ApplyOptions::default(),
+    )
+    .await
+    .unwrap();
     // Non-memory Markdown in the shared DeerFlow home is not part of the walk.
     let thread_md = tmp.path().join("threads/t1/facts/notes.md");
     std::fs::create_dir_all(thread_md.parent().unwrap()).unwrap();
@@ -96,10 +152,17 @@ async fn full_rebuild_walks_only_memory_directories_and_accepts_original_ids() {
     assert_eq!((r.indexed, r.failed, r.fatal), (122, 1, false));
     // Scoped rebuilds have no hidden 100-fact cap.
     std::fs::remove_file(&broken).unwrap();
-    let r = s.rebuild_index(Some(&[(Some(user("many")), agent("a"))])).await.unwrap();
+    let r = s
+        .rebuild_index(Some(&[(Some(user("many")), agent("a"))]))
+        .await
+        .unwrap();
     assert_eq!(r.indexed, 120);
     let hits = s
-        .search_facts(&SearchQuery::new("bulk", Scope::agent(&user("many"), &agent("a")), 200))
+        .search_facts(&SearchQuery::new(
+            "bulk",
+            Scope::agent(&user("many"), &agent("a")),
+            200,
+        ))
         .await
         .unwrap();
     assert_eq!(hits.len(), 120);
@@ -111,11 +174,24 @@ async fn without_an_adapter_search_scans_all_facts() {
     let c = clock();
     let s = open(tmp.path(), &c);
     let (u, a) = (user("alice"), agent("agent-a"));
-    let many = (0..130).map(|i| fact(&format!("f{i:03}"), "needle in a haystack")).collect();
-    s.apply_changes(Some(&u), Some(&a), ChangeSet { upserts: many, ..ChangeSet::default() }, ApplyOptions::default())
+    let many = (0..130)
+        .map(|i| fact(&format!("f{i:03}"), "needle in a haystack"))
+        .collect();
+    s.apply_changes(
+        Some(&u),
+        Some(&a),
+        ChangeSet {
+            upserts: many,
+            ..ChangeSet::default()
+        },
+        ApplyOptions::default(),
+    )
+    .await
+    .unwrap();
+    let hits = s
+        .search_facts(&SearchQuery::new("NEEDLE", Scope::agent(&u, &a), 500))
         .await
         .unwrap();
-    let hits = s.search_facts(&SearchQuery::new("NEEDLE", Scope::agent(&u, &a), 500)).await.unwrap();
     assert_eq!(hits.len(), 130);
     assert_eq!(s.retrieval_status().await.mode, "substring_fallback");
     let r = s.rebuild_index(None).await.unwrap();
@@ -142,12 +218,28 @@ async fn reload_reindexes_the_scope_after_out_of_band_edits() {
     let rec = Arc::new(Recording::default());
     let s = open_with(tmp.path(), &c, rec.clone());
     let (u, a) = (user("alice"), agent("agent-a"));
-    s.upsert_fact(Some(&u), &a, fact("f1", "old words"), None, None).await.unwrap();
-    let path = tmp.path().join(format!("users/alice/agents/agent-a/facts/{}/f1.md", FactId::new("f1").unwrap().shard()));
+    s.upsert_fact(Some(&u), &a, fact("f1", "old words"), None, None)
+        .await
+        .unwrap();
+    let path = tmp.path().join(format!(
+        "users/alice/agents/agent-a/facts/{}/f1.md",
+        FactId::new("f1").unwrap().shard()
+    ));
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace("old words", "new words")).unwrap();
     s.reload(Some(&u), Some(&a)).await.unwrap();
     let scope = Scope::agent(&u, &a);
-    assert_eq!(s.search_facts(&SearchQuery::new("new words", scope.clone(), 5)).await.unwrap().len(), 1);
-    assert!(s.search_facts(&SearchQuery::new("old words", scope, 5)).await.unwrap().is_empty());
+    assert_eq!(
+        s.search_facts(&SearchQuery::new("new words", scope.clone(), 5))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        s.search_facts(&SearchQuery::new("old words", scope, 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

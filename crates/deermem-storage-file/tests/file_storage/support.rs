@@ -28,7 +28,9 @@ pub(crate) fn draft(v: Value) -> FactDraft {
 }
 
 pub(crate) fn fact(id: &str, content: &str) -> FactDraft {
-    draft(json!({"id": id, "content": content, "category": "preference", "confidence": 0.9, "source": "manual"}))
+    draft(
+        json!({"id": id, "content": content, "category": "preference", "confidence": 0.9, "source": "manual"}),
+    )
 }
 
 pub(crate) fn clock() -> Arc<ManualClock> {
@@ -50,7 +52,8 @@ pub(crate) fn open_with(
 /// The shared fixtures directory, or `None` (with a printed reason) when it is absent.
 pub(crate) fn fixtures_dir() -> Option<PathBuf> {
     let candidates = [
-        std::env::var_os("DEERMEM_SHARED_DIR").map(|d| PathBuf::from(d).join("fixtures/python-deermem")),
+        std::env::var_os("DEERMEM_SHARED_DIR")
+            .map(|d| PathBuf::from(d).join("fixtures/python-deermem")),
         Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem")),
     ];
     for c in candidates.into_iter().flatten() {
@@ -84,7 +87,9 @@ pub(crate) fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd {
             let e = e.unwrap();
             let p = e.path();
@@ -133,7 +138,11 @@ pub(crate) struct Recording {
 fn key(scope: &Scope) -> (Option<String>, String) {
     (
         scope.user.as_ref().map(|u| u.as_str().to_owned()),
-        scope.agent.as_ref().map(|a| a.as_str().to_owned()).unwrap_or_default(),
+        scope
+            .agent
+            .as_ref()
+            .map(|a| a.as_str().to_owned())
+            .unwrap_or_default(),
     )
 }
 
@@ -151,17 +160,31 @@ impl Retrieval for Recording {
 
     async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
         let (u, a) = key(scope);
-        self.calls.lock().unwrap().push(Call::Upsert(u.clone(), a.clone(), fact.id.to_string()));
-        if self.fail_upserts.lock().unwrap().contains(&fact.id.to_string()) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Upsert(u.clone(), a.clone(), fact.id.to_string()));
+        if self
+            .fail_upserts
+            .lock()
+            .unwrap()
+            .contains(&fact.id.to_string())
+        {
             return Err(RetrievalError::Backend("injected failure".into()));
         }
-        self.docs.lock().unwrap().insert((u, a, fact.id.to_string()), fact.clone());
+        self.docs
+            .lock()
+            .unwrap()
+            .insert((u, a, fact.id.to_string()), fact.clone());
         Ok(())
     }
 
     async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
         let (u, a) = key(scope);
-        self.calls.lock().unwrap().push(Call::Remove(u.clone(), a.clone(), id.to_owned()));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Remove(u.clone(), a.clone(), id.to_owned()));
         self.docs.lock().unwrap().remove(&(u, a, id.to_owned()));
         Ok(())
     }
@@ -171,9 +194,19 @@ impl Retrieval for Recording {
         let docs = self.docs.lock().unwrap();
         let mut hits: Vec<SearchHit> = docs
             .iter()
-            .filter(|((u, a, _), _)| query.scopes.iter().any(|s| &key(s) == &(u.clone(), a.clone())))
+            .filter(|((u, a, _), _)| {
+                query
+                    .scopes
+                    .iter()
+                    .any(|s| &key(s) == &(u.clone(), a.clone()))
+            })
             .filter(|(_, f)| py::lower(&f.content).contains(&q))
-            .map(|(_, f)| SearchHit { fact: f.clone(), score: 1.0, match_type: MatchType::Fts5, bm25: None })
+            .map(|(_, f)| SearchHit {
+                fact: f.clone(),
+                score: 1.0,
+                match_type: MatchType::Fts5,
+                bm25: None,
+            })
             .collect();
         hits.truncate(query.top_k);
         Ok(hits)
@@ -192,9 +225,16 @@ impl Retrieval for Recording {
         Ok(())
     }
 
-    async fn rebuild(&self, scopes: Option<&[Scope]>, facts: &[(Scope, Fact)]) -> Result<usize, RetrievalError> {
+    async fn rebuild(
+        &self,
+        scopes: Option<&[Scope]>,
+        facts: &[(Scope, Fact)],
+    ) -> Result<usize, RetrievalError> {
         if self.bulk_unsupported {
-            return Err(RetrievalError::Unsupported { operation: "rebuild", adapter: "recording" });
+            return Err(RetrievalError::Unsupported {
+                operation: "rebuild",
+                adapter: "recording",
+            });
         }
         self.calls.lock().unwrap().push(Call::Rebuild(facts.len()));
         {

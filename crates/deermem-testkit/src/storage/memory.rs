@@ -11,9 +11,9 @@ use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::ports::{Clock, ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId,
-    MatchType, MemoryDocument, RebuildReport, RetrievalStatus, SearchHit, SearchQuery,
-    StorageError, SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MatchType,
+    MemoryDocument, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
+    SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
 };
 use serde_json::{Map, Value};
 
@@ -78,7 +78,10 @@ impl InMemoryStorage {
             new_id: &fresh_id,
         };
         let again = normalize_fact(&fact.to_internal_map(), &ctx).map_err(|e| {
-            StorageError::corrupt(format!("stored fact '{}' no longer validates: {e}", fact.id))
+            StorageError::corrupt(format!(
+                "stored fact '{}' no longer validates: {e}",
+                fact.id
+            ))
         })?;
         if &again != fact {
             return Err(StorageError::corrupt(format!(
@@ -361,11 +364,8 @@ impl MemoryStorage for InMemoryStorage {
         let scope = agent.map(|a| Self::scope(user, a)).unwrap_or_default();
         for d in &mut changes.upserts {
             let id = match d.get("id") {
-                Some(v) if py::truthy(v) => {
-                    FactId::new(py::py_str(v).unwrap_or_default()).map_err(|_| {
-                        StorageError::from(FactError::InvalidId)
-                    })?
-                }
+                Some(v) if py::truthy(v) => FactId::new(py::py_str(v).unwrap_or_default())
+                    .map_err(|_| StorageError::from(FactError::InvalidId))?,
                 _ => {
                     let id = fresh_id();
                     d.insert("id".into(), Value::String(id.to_string()));
@@ -482,7 +482,10 @@ impl MemoryStorage for InMemoryStorage {
             .map(|_| ())
     }
 
-    async fn get_summaries(&self, user: Option<&UserId>) -> Result<SummariesSnapshot, StorageError> {
+    async fn get_summaries(
+        &self,
+        user: Option<&UserId>,
+    ) -> Result<SummariesSnapshot, StorageError> {
         let doc = self.load(user, None).await?;
         Ok(SummariesSnapshot {
             user: doc.user,
@@ -520,7 +523,13 @@ impl MemoryStorage for InMemoryStorage {
             .map(|d| d.facts.keys().cloned().collect())
             .unwrap_or_default();
         for a in &agents {
-            let ids: Vec<FactId> = self.load(user, Some(a)).await?.facts.into_iter().map(|f| f.id).collect();
+            let ids: Vec<FactId> = self
+                .load(user, Some(a))
+                .await?
+                .facts
+                .into_iter()
+                .map(|f| f.id)
+                .collect();
             if !ids.is_empty() {
                 self.apply_changes(
                     user,
@@ -703,7 +712,11 @@ impl MemoryStorage for InMemoryStorage {
                     continue;
                 }
                 if py::lower(&fact.content).contains(&q) {
-                    let score = if fact.confidence == 0.0 { 0.5 } else { fact.confidence };
+                    let score = if fact.confidence == 0.0 {
+                        0.5
+                    } else {
+                        fact.confidence
+                    };
                     hits.push(SearchHit {
                         fact,
                         score,

@@ -63,7 +63,9 @@ fn draft(v: Value) -> FactDraft {
 }
 
 fn new_fact(id: &str, content: &str) -> FactDraft {
-    draft(json!({"id": id, "content": content, "category": "preference", "confidence": 0.8, "source": "manual"}))
+    draft(
+        json!({"id": id, "content": content, "category": "preference", "confidence": 0.8, "source": "manual"}),
+    )
 }
 
 fn ts(s: &str) -> Timestamp {
@@ -103,7 +105,11 @@ pub async fn empty_user_reads_as_template(f: StorageFixture) {
         doc.history.as_map().keys().collect::<Vec<_>>(),
         vec!["recentMonths", "earlierContext", "longTermBackground"]
     );
-    let s = f.storage.get_summaries(Some(&user("nobody"))).await.unwrap();
+    let s = f
+        .storage
+        .get_summaries(Some(&user("nobody")))
+        .await
+        .unwrap();
     assert_eq!(s.revision, 0);
 }
 
@@ -113,7 +119,12 @@ pub async fn first_commit_creates_revision_one_then_noop(f: StorageFixture) {
     let u = user("alice");
     let r1 = f
         .storage
-        .apply_changes(Some(&u), None, ChangeSet::default(), ApplyOptions::default())
+        .apply_changes(
+            Some(&u),
+            None,
+            ChangeSet::default(),
+            ApplyOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(r1.revision, 1);
@@ -121,11 +132,19 @@ pub async fn first_commit_creates_revision_one_then_noop(f: StorageFixture) {
     f.clock.advance_secs(5);
     let r2 = f
         .storage
-        .apply_changes(Some(&u), None, ChangeSet::default(), ApplyOptions::default())
+        .apply_changes(
+            Some(&u),
+            None,
+            ChangeSet::default(),
+            ApplyOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(r2.revision, 1, "a no-op never increments");
-    assert_eq!(r2.last_updated, r1.last_updated, "a no-op keeps lastUpdated");
+    assert_eq!(
+        r2.last_updated, r1.last_updated,
+        "a no-op keeps lastUpdated"
+    );
     let doc = f.storage.load(Some(&u), None).await.unwrap();
     assert_eq!((doc.version.as_str(), doc.revision), ("2.0", 1));
 }
@@ -172,7 +191,13 @@ pub async fn create_update_delete_round_trip(f: StorageFixture) {
     assert_eq!(deleted.revision, 3);
     assert_eq!(deleted.deleted_fact_ids, vec![fid("f1")]);
     assert!(deleted.upserted_facts.is_empty());
-    assert!(f.storage.get_fact(Some(&u), &a, &fid("f1")).await.unwrap().is_none());
+    assert!(
+        f.storage
+            .get_fact(Some(&u), &a, &fid("f1"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Re-creating the id starts again from the provided revision.
     let again = create(&f, &u, &a, "f1", "Likes coffee").await;
     assert_eq!(again.revision, 1);
@@ -191,7 +216,12 @@ pub async fn identical_upsert_is_a_noop(f: StorageFixture) {
         .unwrap();
     assert_eq!(r.revision, 1);
     assert!(r.upserted_facts.is_empty());
-    let stored = f.storage.get_fact(Some(&u), &a, &fid("f1")).await.unwrap().unwrap();
+    let stored = f
+        .storage
+        .get_fact(Some(&u), &a, &fid("f1"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.updated_at, fact.updated_at);
 }
 
@@ -203,7 +233,11 @@ pub async fn stale_fact_revision_is_a_fact_conflict(f: StorageFixture) {
     let mut d = fact.to_draft();
     d.insert("content".into(), json!("changed"));
     d.insert("title".into(), json!(""));
-    let r = f.storage.upsert_fact(Some(&u), &a, d.clone(), None, Some(1)).await.unwrap();
+    let r = f
+        .storage
+        .upsert_fact(Some(&u), &a, d.clone(), None, Some(1))
+        .await
+        .unwrap();
     assert_eq!(r.upserted_facts[0].revision, 2);
     // Stale expected revision.
     let mut stale = d.clone();
@@ -237,7 +271,10 @@ pub async fn stale_fact_revision_is_a_fact_conflict(f: StorageFixture) {
         .apply_changes(
             Some(&u),
             Some(&a),
-            ChangeSet { upserts: vec![ghost], ..ChangeSet::default() },
+            ChangeSet {
+                upserts: vec![ghost],
+                ..ChangeSet::default()
+            },
             ApplyOptions::default(),
         )
         .await
@@ -256,10 +293,16 @@ pub async fn stale_manifest_revision_is_a_manifest_conflict(f: StorageFixture) {
     create(&f, &u, &a, "f1", "one").await;
     create(&f, &u, &a, "f2", "two").await;
     let mut patch = serde_json::Map::new();
-    patch.insert("workContext".into(), json!({"summary": "new", "updatedAt": "now"}));
+    patch.insert(
+        "workContext".into(),
+        json!({"summary": "new", "updatedAt": "now"}),
+    );
     let changes = ChangeSet {
         upserts: vec![new_fact("f3", "three")],
-        summaries: Some(SummaryPatch { user: Some(patch), history: None }),
+        summaries: Some(SummaryPatch {
+            user: Some(patch),
+            history: None,
+        }),
         ..ChangeSet::default()
     };
     let err = f
@@ -268,12 +311,21 @@ pub async fn stale_manifest_revision_is_a_manifest_conflict(f: StorageFixture) {
             Some(&u),
             Some(&a),
             changes,
-            ApplyOptions { expected_manifest_revision: Some(1), allow_manifest_rebase: true },
+            ApplyOptions {
+                expected_manifest_revision: Some(1),
+                allow_manifest_rebase: true,
+            },
         )
         .await
         .unwrap_err();
     assert!(
-        matches!(err, StorageError::ManifestConflict { expected: 1, found: 2 }),
+        matches!(
+            err,
+            StorageError::ManifestConflict {
+                expected: 1,
+                found: 2
+            }
+        ),
         "{err:?}"
     );
     let err = f
@@ -281,8 +333,14 @@ pub async fn stale_manifest_revision_is_a_manifest_conflict(f: StorageFixture) {
         .apply_changes(
             Some(&u),
             Some(&a),
-            ChangeSet { upserts: vec![new_fact("f4", "four")], ..ChangeSet::default() },
-            ApplyOptions { expected_manifest_revision: Some(1), allow_manifest_rebase: false },
+            ChangeSet {
+                upserts: vec![new_fact("f4", "four")],
+                ..ChangeSet::default()
+            },
+            ApplyOptions {
+                expected_manifest_revision: Some(1),
+                allow_manifest_rebase: false,
+            },
         )
         .await
         .unwrap_err();
@@ -304,7 +362,10 @@ pub async fn disjoint_point_operation_rebases(f: StorageFixture) {
     let mut d1 = f1.to_draft();
     d1.insert("content".into(), json!("one changed"));
     d1.insert("title".into(), json!(""));
-    f.storage.upsert_fact(Some(&u), &a, d1, Some(2), Some(1)).await.unwrap();
+    f.storage
+        .upsert_fact(Some(&u), &a, d1, Some(2), Some(1))
+        .await
+        .unwrap();
     // Our stale-snapshot change to f2 rebases.
     let mut d2 = f2.to_draft();
     d2.insert("content".into(), json!("two changed"));
@@ -331,7 +392,10 @@ pub async fn disjoint_point_operation_rebases(f: StorageFixture) {
         .delete_fact(Some(&u), &a, &fid("f2"), Some(snapshot_rev), None)
         .await
         .unwrap_err();
-    assert!(matches!(err, StorageError::ManifestConflict { .. }), "{err:?}");
+    assert!(
+        matches!(err, StorageError::ManifestConflict { .. }),
+        "{err:?}"
+    );
     let r = f
         .storage
         .delete_fact(Some(&u), &a, &fid("f2"), Some(snapshot_rev), Some(2))
@@ -376,7 +440,10 @@ pub async fn results_hold_only_the_delta(f: StorageFixture) {
                 deletes: vec![fid("f3"), fid("nope")],
                 ..ChangeSet::default()
             },
-            ApplyOptions { expected_manifest_revision: Some(3), allow_manifest_rebase: false },
+            ApplyOptions {
+                expected_manifest_revision: Some(3),
+                allow_manifest_rebase: false,
+            },
         )
         .await
         .unwrap();
@@ -391,21 +458,47 @@ pub async fn results_hold_only_the_delta(f: StorageFixture) {
 pub async fn summaries_merge_per_child(f: StorageFixture) {
     let u = user("alice");
     let mut p1 = serde_json::Map::new();
-    p1.insert("workContext".into(), json!({"summary": "Rust", "updatedAt": "now"}));
-    p1.insert("topOfMind".into(), json!({"summary": "launch", "updatedAt": "now"}));
+    p1.insert(
+        "workContext".into(),
+        json!({"summary": "Rust", "updatedAt": "now"}),
+    );
+    p1.insert(
+        "topOfMind".into(),
+        json!({"summary": "launch", "updatedAt": "now"}),
+    );
     let doc = f
         .storage
-        .update_summaries(Some(&u), SummaryPatch { user: Some(p1), history: None }, Some(0))
+        .update_summaries(
+            Some(&u),
+            SummaryPatch {
+                user: Some(p1),
+                history: None,
+            },
+            Some(0),
+        )
         .await
         .unwrap();
     assert_eq!(doc.revision, 1);
     let mut p2 = serde_json::Map::new();
-    p2.insert("workContext".into(), json!({"summary": "Go", "updatedAt": "later"}));
+    p2.insert(
+        "workContext".into(),
+        json!({"summary": "Go", "updatedAt": "later"}),
+    );
     let mut h = serde_json::Map::new();
-    h.insert("recentMonths".into(), json!({"summary": "moved", "updatedAt": "x"}));
+    h.insert(
+        "recentMonths".into(),
+        json!({"summary": "moved", "updatedAt": "x"}),
+    );
     let doc = f
         .storage
-        .update_summaries(Some(&u), SummaryPatch { user: Some(p2), history: Some(h) }, None)
+        .update_summaries(
+            Some(&u),
+            SummaryPatch {
+                user: Some(p2),
+                history: Some(h),
+            },
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(doc.revision, 2);
@@ -430,18 +523,36 @@ pub async fn clear_all_empties_every_agent(f: StorageFixture) {
     create(&f, &u, &AgentName::default_bucket(), "d1", "two").await;
     create(&f, &other, &agent("agent-a"), "b1", "bob's").await;
     let mut p = serde_json::Map::new();
-    p.insert("workContext".into(), json!({"summary": "Rust", "updatedAt": "now"}));
+    p.insert(
+        "workContext".into(),
+        json!({"summary": "Rust", "updatedAt": "now"}),
+    );
     f.storage
-        .update_summaries(Some(&u), SummaryPatch { user: Some(p), history: None }, None)
+        .update_summaries(
+            Some(&u),
+            SummaryPatch {
+                user: Some(p),
+                history: None,
+            },
+            None,
+        )
         .await
         .unwrap();
     let doc = f.storage.clear_all(Some(&u)).await.unwrap();
     assert!(doc.facts.is_empty());
     assert_eq!(doc.user.entry("workContext").summary, "");
     assert!(doc.revision > 3);
-    let a_doc = f.storage.load(Some(&u), Some(&agent("agent-a"))).await.unwrap();
+    let a_doc = f
+        .storage
+        .load(Some(&u), Some(&agent("agent-a")))
+        .await
+        .unwrap();
     assert!(a_doc.facts.is_empty());
-    let b_doc = f.storage.load(Some(&other), Some(&agent("agent-a"))).await.unwrap();
+    let b_doc = f
+        .storage
+        .load(Some(&other), Some(&agent("agent-a")))
+        .await
+        .unwrap();
     assert_eq!(ids(&b_doc.facts), vec!["b1"], "other users are untouched");
 }
 
@@ -453,7 +564,11 @@ pub async fn facts_are_sorted_by_id(f: StorageFixture) {
     }
     let doc = f.storage.load(Some(&u), Some(&a)).await.unwrap();
     assert_eq!(ids(&doc.facts), vec!["10", "9", "B", "_x", "a", "a-1", "b"]);
-    let listed = f.storage.list_facts(Some(&u), &a, &ListQuery::default()).await.unwrap();
+    let listed = f
+        .storage
+        .list_facts(Some(&u), &a, &ListQuery::default())
+        .await
+        .unwrap();
     assert_eq!(ids(&listed), ids(&doc.facts));
 }
 
@@ -486,10 +601,20 @@ pub async fn users_and_agents_are_isolated(f: StorageFixture) {
     let contents: Vec<&str> = docs.iter().map(|d| d.facts[0].content.as_str()).collect();
     assert_eq!(contents, vec!["alice a", "alice b", "bob a"]);
     assert!(docs.iter().all(|d| d.facts.len() == 1));
-    assert_eq!(docs[2].facts[0].scope.user_id.as_deref(), Some("bob@example.com"));
+    assert_eq!(
+        docs[2].facts[0].scope.user_id.as_deref(),
+        Some("bob@example.com")
+    );
     assert_eq!(docs[0].revision, 2, "agents of one user share the revision");
     assert_eq!(docs[2].revision, 1);
-    assert!(f.storage.load(Some(&user("carol")), Some(&a)).await.unwrap().facts.is_empty());
+    assert!(
+        f.storage
+            .load(Some(&user("carol")), Some(&a))
+            .await
+            .unwrap()
+            .facts
+            .is_empty()
+    );
 }
 
 /// Invalid inputs are `InvalidInput` and write nothing: fact changes without an agent, a fact
@@ -506,7 +631,10 @@ pub async fn invalid_inputs_are_rejected(f: StorageFixture) {
         }
     };
     let no_agent = apply(
-        ChangeSet { upserts: vec![new_fact("x", "x")], ..ChangeSet::default() },
+        ChangeSet {
+            upserts: vec![new_fact("x", "x")],
+            ..ChangeSet::default()
+        },
         None,
     )
     .await
@@ -525,30 +653,54 @@ pub async fn invalid_inputs_are_rejected(f: StorageFixture) {
     )
     .await
     .unwrap_err();
-    assert!(matches!(both, StorageError::InvalidInput { .. }), "{both:?}");
+    assert!(
+        matches!(both, StorageError::InvalidInput { .. }),
+        "{both:?}"
+    );
     let dup = apply(
-        ChangeSet { upserts: vec![new_fact("x", "x"), new_fact("x", "y")], ..ChangeSet::default() },
+        ChangeSet {
+            upserts: vec![new_fact("x", "x"), new_fact("x", "y")],
+            ..ChangeSet::default()
+        },
         Some(a.clone()),
     )
     .await
     .unwrap_err();
     assert!(matches!(dup, StorageError::InvalidInput { .. }), "{dup:?}");
     let dup_del = apply(
-        ChangeSet { deletes: vec![fid("f1"), fid("f1")], ..ChangeSet::default() },
+        ChangeSet {
+            deletes: vec![fid("f1"), fid("f1")],
+            ..ChangeSet::default()
+        },
         Some(a.clone()),
     )
     .await
     .unwrap_err();
-    assert!(matches!(dup_del, StorageError::InvalidInput { .. }), "{dup_del:?}");
+    assert!(
+        matches!(dup_del, StorageError::InvalidInput { .. }),
+        "{dup_del:?}"
+    );
     for (bad, field) in [
         (json!({"id": "x", "content": "   "}), "fact.content"),
-        (json!({"id": "x", "content": "c", "confidence": 1.5}), "fact.confidence"),
-        (json!({"id": "x", "content": "c", "topics": "t"}), "fact.topics"),
+        (
+            json!({"id": "x", "content": "c", "confidence": 1.5}),
+            "fact.confidence",
+        ),
+        (
+            json!({"id": "x", "content": "c", "topics": "t"}),
+            "fact.topics",
+        ),
         (json!({"id": "../x", "content": "c"}), "fact.id"),
-        (json!({"id": "x", "content": "c", "status": "deleted"}), "fact.status"),
+        (
+            json!({"id": "x", "content": "c", "status": "deleted"}),
+            "fact.status",
+        ),
     ] {
         let err = apply(
-            ChangeSet { upserts: vec![draft(bad.clone())], ..ChangeSet::default() },
+            ChangeSet {
+                upserts: vec![draft(bad.clone())],
+                ..ChangeSet::default()
+            },
             Some(a.clone()),
         )
         .await
@@ -580,16 +732,31 @@ pub async fn list_facts_pages_without_hidden_cap(f: StorageFixture) {
         .apply_changes(
             Some(&u),
             Some(&a),
-            ChangeSet { upserts: drafts, ..ChangeSet::default() },
+            ChangeSet {
+                upserts: drafts,
+                ..ChangeSet::default()
+            },
             ApplyOptions::default(),
         )
         .await
         .unwrap();
-    let all = f.storage.list_facts(Some(&u), &a, &ListQuery::default()).await.unwrap();
+    let all = f
+        .storage
+        .list_facts(Some(&u), &a, &ListQuery::default())
+        .await
+        .unwrap();
     assert_eq!(all.len(), 150);
     let page = f
         .storage
-        .list_facts(Some(&u), &a, &ListQuery { cursor: 140, limit: Some(5), ..ListQuery::default() })
+        .list_facts(
+            Some(&u),
+            &a,
+            &ListQuery {
+                cursor: 140,
+                limit: Some(5),
+                ..ListQuery::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(ids(&page), vec!["f140", "f141", "f142", "f143", "f144"]);
@@ -598,13 +765,27 @@ pub async fn list_facts_pages_without_hidden_cap(f: StorageFixture) {
     filters.insert("confidence".into(), json!(0.8));
     let goals = f
         .storage
-        .list_facts(Some(&u), &a, &ListQuery { filters, ..ListQuery::default() })
+        .list_facts(
+            Some(&u),
+            &a,
+            &ListQuery {
+                filters,
+                ..ListQuery::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(goals.len(), 75);
     let err = f
         .storage
-        .list_facts(Some(&u), &a, &ListQuery { limit: Some(0), ..ListQuery::default() })
+        .list_facts(
+            Some(&u),
+            &a,
+            &ListQuery {
+                limit: Some(0),
+                ..ListQuery::default()
+            },
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::InvalidInput { .. }));
@@ -617,11 +798,21 @@ pub async fn usage_sidecar_tracks_existing_facts(f: StorageFixture) {
     create(&f, &u, &a, "f1", "one").await;
     create(&f, &u, &a, "f2", "two").await;
     f.storage
-        .record_fact_accesses(Some(&u), &a, &[fid("f1"), fid("ghost"), fid("f1")], Some(ts("2026-08-01T00:00:00Z")))
+        .record_fact_accesses(
+            Some(&u),
+            &a,
+            &[fid("f1"), fid("ghost"), fid("f1")],
+            Some(ts("2026-08-01T00:00:00Z")),
+        )
         .await
         .unwrap();
     f.storage
-        .record_fact_accesses(Some(&u), &a, &[fid("f1"), fid("f2")], Some(ts("2026-08-31T00:00:00Z")))
+        .record_fact_accesses(
+            Some(&u),
+            &a,
+            &[fid("f1"), fid("f2")],
+            Some(ts("2026-08-31T00:00:00Z")),
+        )
         .await
         .unwrap();
     let usage = f.storage.get_fact_usage(Some(&u), &a).await.unwrap();
@@ -631,12 +822,33 @@ pub async fn usage_sidecar_tracks_existing_facts(f: StorageFixture) {
     assert!((heat - 1.5).abs() < 1e-9, "heat {heat}");
     assert_eq!(usage["f1"]["accessCount"], 2);
     assert_eq!(usage["f1"]["lastAccessedAt"], "2026-08-31T00:00:00Z");
-    f.storage.delete_fact(Some(&u), &a, &fid("f1"), None, None).await.unwrap();
+    f.storage
+        .delete_fact(Some(&u), &a, &fid("f1"), None, None)
+        .await
+        .unwrap();
     let usage = f.storage.get_fact_usage(Some(&u), &a).await.unwrap();
-    assert_eq!(usage.keys().cloned().collect::<Vec<_>>(), vec!["f2".to_owned()]);
-    f.storage.clear_fact_metadata(Some(&u), &a, None).await.unwrap();
-    assert!(f.storage.get_fact_usage(Some(&u), &a).await.unwrap().is_empty());
-    assert!(f.storage.get_fact_usage(Some(&user("bob")), &a).await.unwrap().is_empty());
+    assert_eq!(
+        usage.keys().cloned().collect::<Vec<_>>(),
+        vec!["f2".to_owned()]
+    );
+    f.storage
+        .clear_fact_metadata(Some(&u), &a, None)
+        .await
+        .unwrap();
+    assert!(
+        f.storage
+            .get_fact_usage(Some(&u), &a)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        f.storage
+            .get_fact_usage(Some(&user("bob")), &a)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Capacity-eviction events are recorded (metadata only) and sanitised when facts go.
@@ -648,7 +860,10 @@ pub async fn eviction_audit_records_and_clears(f: StorageFixture) {
             fact_id: "gone".into(),
             category: "context".into(),
             score: 0.1,
-            components: json!({"confidence": 0.1}).as_object().cloned().unwrap_or_default(),
+            components: json!({"confidence": 0.1})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
         }],
         scores: Default::default(),
         policy: EvictionPolicy::Confidence,
@@ -659,10 +874,22 @@ pub async fn eviction_audit_records_and_clears(f: StorageFixture) {
         .await
         .unwrap();
     // Clearing other ids keeps the event; clearing its id drops it. Neither errors.
-    f.storage.clear_fact_metadata(Some(&u), &a, Some(&[fid("other")])).await.unwrap();
-    f.storage.clear_fact_metadata(Some(&u), &a, Some(&[fid("gone")])).await.unwrap();
-    f.storage.clear_fact_metadata(Some(&u), &a, Some(&[])).await.unwrap();
-    let empty = EvictionDecision { evicted: Vec::new(), ..decision };
+    f.storage
+        .clear_fact_metadata(Some(&u), &a, Some(&[fid("other")]))
+        .await
+        .unwrap();
+    f.storage
+        .clear_fact_metadata(Some(&u), &a, Some(&[fid("gone")]))
+        .await
+        .unwrap();
+    f.storage
+        .clear_fact_metadata(Some(&u), &a, Some(&[]))
+        .await
+        .unwrap();
+    let empty = EvictionDecision {
+        evicted: Vec::new(),
+        ..decision
+    };
     f.storage
         .record_capacity_eviction(Some(&u), &a, &empty, 10, None, None)
         .await
@@ -676,16 +903,30 @@ pub async fn save_replaces_the_agent_fact_set(f: StorageFixture) {
     create(&f, &u, &a, "f2", "two").await;
     let mut doc = f.storage.load(Some(&u), Some(&a)).await.unwrap();
     doc.facts.retain(|x| x.id.as_str() == "f2");
-    f.storage.save(Some(&u), Some(&a), &doc, Some(2)).await.unwrap();
+    f.storage
+        .save(Some(&u), Some(&a), &doc, Some(2))
+        .await
+        .unwrap();
     let after = f.storage.load(Some(&u), Some(&a)).await.unwrap();
     assert_eq!(ids(&after.facts), vec!["f2"]);
     assert_eq!(after.revision, 3);
-    let err = f.storage.save(Some(&u), Some(&a), &after, Some(1)).await.unwrap_err();
+    let err = f
+        .storage
+        .save(Some(&u), Some(&a), &after, Some(1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, StorageError::ManifestConflict { .. }));
     let mut bad = after.clone();
     bad.facts = after.facts.clone();
-    let err = f.storage.save(Some(&u), None, &bad, None).await.unwrap_err();
-    assert!(matches!(err, StorageError::InvalidInput { .. }), "agent-less save with facts");
+    let err = f
+        .storage
+        .save(Some(&u), None, &bad, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StorageError::InvalidInput { .. }),
+        "agent-less save with facts"
+    );
 }
 
 /// A created fact keeps the revision it was created with.
@@ -693,9 +934,18 @@ pub async fn created_fact_keeps_given_revision(f: StorageFixture) {
     let (u, a) = (user("alice"), agent("agent-a"));
     let mut d = new_fact("f1", "one");
     d.insert("revision".into(), json!(3));
-    let r = f.storage.upsert_fact(Some(&u), &a, d, None, None).await.unwrap();
+    let r = f
+        .storage
+        .upsert_fact(Some(&u), &a, d, None, None)
+        .await
+        .unwrap();
     assert_eq!(r.upserted_facts[0].revision, 3);
-    let got = f.storage.get_fact(Some(&u), &a, &fid("f1")).await.unwrap().unwrap();
+    let got = f
+        .storage
+        .get_fact(Some(&u), &a, &fid("f1"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.revision, 3);
 }
 
@@ -707,7 +957,10 @@ pub async fn missing_ids_are_generated(f: StorageFixture) {
         .apply_changes(
             Some(&u),
             Some(&a),
-            ChangeSet { upserts: vec![draft(json!({"content": "no id"}))], ..ChangeSet::default() },
+            ChangeSet {
+                upserts: vec![draft(json!({"content": "no id"}))],
+                ..ChangeSet::default()
+            },
             ApplyOptions::default(),
         )
         .await
@@ -734,23 +987,54 @@ pub async fn search_falls_back_to_substring(f: StorageFixture) {
         .apply_changes(
             Some(&u),
             Some(&a),
-            ChangeSet { upserts: vec![lo, hi, new_fact("other", "rust")], ..ChangeSet::default() },
+            ChangeSet {
+                upserts: vec![lo, hi, new_fact("other", "rust")],
+                ..ChangeSet::default()
+            },
             ApplyOptions::default(),
         )
         .await
         .unwrap();
     let scope = Scope::agent(&u, &a);
-    let hits = f.storage.search_facts(&SearchQuery::new(" Python ", scope.clone(), 10)).await.unwrap();
-    assert_eq!(hits.iter().map(|h| h.fact.id.to_string()).collect::<Vec<_>>(), vec!["hi", "lo"]);
+    let hits = f
+        .storage
+        .search_facts(&SearchQuery::new(" Python ", scope.clone(), 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.iter()
+            .map(|h| h.fact.id.to_string())
+            .collect::<Vec<_>>(),
+        vec!["hi", "lo"]
+    );
     assert!(hits.iter().all(|h| h.match_type == MatchType::Substring));
     let mut q = SearchQuery::new("python", scope.clone(), 10);
     q.category = Some("goal".into());
     let hits = f.storage.search_facts(&q).await.unwrap();
     assert_eq!(hits.len(), 1);
-    assert_eq!(f.storage.search_facts(&SearchQuery::new("python", scope.clone(), 1)).await.unwrap().len(), 1);
-    assert!(f.storage.search_facts(&SearchQuery::new("  ", scope, 10)).await.unwrap().is_empty());
+    assert_eq!(
+        f.storage
+            .search_facts(&SearchQuery::new("python", scope.clone(), 1))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        f.storage
+            .search_facts(&SearchQuery::new("  ", scope, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let other = Scope::agent(&user("bob"), &a);
-    assert!(f.storage.search_facts(&SearchQuery::new("python", other, 10)).await.unwrap().is_empty());
+    assert!(
+        f.storage
+            .search_facts(&SearchQuery::new("python", other, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(!f.storage.retrieval_status().await.configured);
 }
 
