@@ -22,10 +22,13 @@ use crate::paths::{RECOVERY_MANIFEST, UserDir};
 #[derive(Debug, Clone)]
 pub(crate) enum Notification {
     /// A fact was written.
-    Upsert { scope: Scope, fact: Fact },
+    Upsert { scope: Scope, fact: Box<Fact> },
     /// A fact was deleted.
     Remove { scope: Scope, id: String },
 }
+
+/// Summary children to merge into `user` and `history`.
+pub(crate) type SummaryChildren = (Option<Map<String, Value>>, Option<Map<String, Value>>);
 
 /// What to commit.
 #[derive(Debug, Default)]
@@ -38,7 +41,7 @@ pub(crate) struct CommitRequest {
     pub(crate) deletes: Vec<FactId>,
     pub(crate) delete_revisions: Option<BTreeMap<FactId, u64>>,
     /// Summary children to merge into `user` and `history`.
-    pub(crate) summaries: Option<(Option<Map<String, Value>>, Option<Map<String, Value>>)>,
+    pub(crate) summaries: Option<SummaryChildren>,
     pub(crate) expected_revision: Option<u64>,
     /// Set only by the global migration, whose commit rewrites a legacy manifest that still
     /// holds inline facts; every other commit refuses to drop them.
@@ -82,13 +85,13 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
             )));
         }
     }
-    if let Some(expected) = req.expected_revision {
-        if expected != current_rev {
-            return Err(Error::ManifestConflict {
-                expected,
-                found: current_rev,
-            });
-        }
+    if let Some(expected) = req.expected_revision
+        && expected != current_rev
+    {
+        return Err(Error::ManifestConflict {
+            expected,
+            found: current_rev,
+        });
     }
     // 3. Fact changes need an agent.
     let has_fact_changes = !req.upserts.is_empty() || !req.deletes.is_empty();
@@ -126,27 +129,25 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
             }
             let path = udir.fact(agent, id);
             let existing = markdown::load_optional(&path, expected_scope, now)?;
-            if let Some(revs) = &req.upsert_revisions {
-                if let Some(expected) = revs.get(id) {
-                    let actual = existing.as_ref().map(|e| e.fact.revision);
-                    match (expected, actual) {
-                        (None, Some(_)) => {
-                            return Err(Error::FactConflict {
-                                id: id.to_string(),
-                                message: format!("Fact '{id}' must not already exist"),
-                            });
-                        }
-                        (Some(e), a) if Some(*e) != a => {
-                            return Err(Error::FactConflict {
-                                id: id.to_string(),
-                                message: format!(
-                                    "Expected fact '{id}' revision {e}, found {}",
-                                    a.map_or("None".to_owned(), |a| a.to_string())
-                                ),
-                            });
-                        }
-                        _ => {}
+            if let Some(expected) = req.upsert_revisions.as_ref().and_then(|r| r.get(id)) {
+                let actual = existing.as_ref().map(|e| e.fact.revision);
+                match (expected, actual) {
+                    (None, Some(_)) => {
+                        return Err(Error::FactConflict {
+                            id: id.to_string(),
+                            message: format!("Fact '{id}' must not already exist"),
+                        });
                     }
+                    (Some(e), a) if Some(*e) != a => {
+                        return Err(Error::FactConflict {
+                            id: id.to_string(),
+                            message: format!(
+                                "Expected fact '{id}' revision {e}, found {}",
+                                a.map_or("None".to_owned(), |a| a.to_string())
+                            ),
+                        });
+                    }
+                    _ => {}
                 }
             }
             let mut draft = draft.clone();
@@ -199,18 +200,16 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
             let Some(existing) = markdown::load_optional(&path, expected_scope, now)? else {
                 continue;
             };
-            if let Some(revs) = &req.delete_revisions {
-                if let Some(expected) = revs.get(id) {
-                    if *expected != existing.fact.revision {
-                        return Err(Error::FactConflict {
-                            id: id.to_string(),
-                            message: format!(
-                                "Expected fact '{id}' revision {expected}, found {}",
-                                existing.fact.revision
-                            ),
-                        });
-                    }
-                }
+            if let Some(expected) = req.delete_revisions.as_ref().and_then(|r| r.get(id))
+                && *expected != existing.fact.revision
+            {
+                return Err(Error::FactConflict {
+                    id: id.to_string(),
+                    message: format!(
+                        "Expected fact '{id}' revision {expected}, found {}",
+                        existing.fact.revision
+                    ),
+                });
             }
             removals.push((id.clone(), path));
         }
@@ -321,7 +320,7 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
         fault::point(&format!("after-fact-{}", i + 1));
         notifications.push(Notification::Upsert {
             scope: note_scope.clone(),
-            fact: p.fact.clone(),
+            fact: Box::new(p.fact.clone()),
         });
         written.push(p.fact);
     }

@@ -239,10 +239,10 @@ fn roll_back(
         fsutil::remove_file_if_exists(&udir.manifest())?;
     }
     for p in &unlinks {
-        if fsutil::remove_file_if_exists(p)? {
-            if let Some(d) = p.parent() {
-                fsutil::fsync_dir(d)?;
-            }
+        if fsutil::remove_file_if_exists(p)?
+            && let Some(d) = p.parent()
+        {
+            fsutil::fsync_dir(d)?;
         }
     }
     for (pre, target) in &restores {

@@ -213,8 +213,8 @@ pub(crate) fn migrate_locked(
         sources.push(s);
     }
     let migrating_global = include_global && global.as_ref().is_some_and(Manifest::needs_migration);
-    if migrating_global {
-        if let Some(g) = &global {
+    if migrating_global && let Some(g) = &global {
+        {
             let bytes = std::fs::read(&g.path).map_err(|e| Error::ManifestParse {
                 path: g.path.clone(),
                 reason: e.to_string(),
@@ -316,10 +316,10 @@ pub(crate) fn migrate_locked(
     let done = commit::commit(udir, req, now)?;
     if has_legacy_agent {
         let legacy = udir.legacy_agent_doc(agent);
-        if fsutil::remove_file_if_exists(&legacy)? {
-            if let Some(d) = legacy.parent() {
-                fsutil::fsync_dir(d)?;
-            }
+        if fsutil::remove_file_if_exists(&legacy)?
+            && let Some(d) = legacy.parent()
+        {
+            fsutil::fsync_dir(d)?;
         }
     }
     Ok(Outcome {

@@ -253,10 +253,10 @@ impl FileMemoryStorage {
                 .load_impl(scope.user.as_ref(), Some(agent), false)
                 .await?;
             for fact in doc.facts {
-                if let Some(c) = &query.category {
-                    if fact.category.as_deref() != Some(c.as_str()) {
-                        continue;
-                    }
+                if let Some(c) = &query.category
+                    && fact.category.as_deref() != Some(c.as_str())
+                {
+                    continue;
                 }
                 if !py::lower(&fact.content).contains(&q) {
                     continue;
@@ -278,10 +278,6 @@ impl FileMemoryStorage {
         hits.truncate(query.top_k);
         Ok(hits)
     }
-}
-
-fn empty_sig_ok(sig: &Signature, cached: &Signature) -> bool {
-    sig == cached
 }
 
 /// Validated inputs of `apply_changes`.
@@ -482,12 +478,11 @@ impl Inner {
             sig = manifest::read_with_signature(&udir.manifest())?.1;
         }
         let key: CacheKey = (user.cloned(), agent.cloned());
-        if !force {
-            if let Some(entry) = self.cache.lock().get(&key) {
-                if empty_sig_ok(&sig, &entry.sig) {
-                    return Ok((entry.doc.clone(), notes));
-                }
-            }
+        if !force
+            && let Some(entry) = self.cache.lock().get(&key)
+            && entry.sig == sig
+        {
+            return Ok((entry.doc.clone(), notes));
         }
         // Miss: read a consistent snapshot under the locks (a user never written to needs no
         // lock and leaves no trace on disk).
@@ -880,13 +875,12 @@ impl Inner {
                     let Ok(parsed) = markdown::parse(&f, &bytes) else {
                         continue;
                     };
-                    if let Some(raw) = parsed.user_id.as_str() {
-                        if let Ok(id) = UserId::new(raw) {
-                            if id.bucket() == bucket {
-                                learned = Some(id);
-                                break 'agents;
-                            }
-                        }
+                    if let Some(raw) = parsed.user_id.as_str()
+                        && let Ok(id) = UserId::new(raw)
+                        && id.bucket() == bucket
+                    {
+                        learned = Some(id);
+                        break 'agents;
                     }
                 }
             }

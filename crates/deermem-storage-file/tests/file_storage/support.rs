@@ -127,10 +127,13 @@ pub(crate) enum Call {
 }
 
 /// A retrieval fake that records calls and keeps a substring index; it can be told to fail.
+/// `(raw user, agent, fact id)` of an indexed document.
+type DocKey = (Option<String>, String, String);
+
 #[derive(Debug, Default)]
 pub(crate) struct Recording {
     pub(crate) calls: Mutex<Vec<Call>>,
-    pub(crate) docs: Mutex<BTreeMap<(Option<String>, String, String), Fact>>,
+    pub(crate) docs: Mutex<BTreeMap<DocKey, Fact>>,
     pub(crate) fail_upserts: Mutex<Vec<String>>,
     pub(crate) bulk_unsupported: bool,
 }
@@ -198,7 +201,7 @@ impl Retrieval for Recording {
                 query
                     .scopes
                     .iter()
-                    .any(|s| &key(s) == &(u.clone(), a.clone()))
+                    .any(|s| key(s) == (u.clone(), a.clone()))
             })
             .filter(|(_, f)| py::lower(&f.content).contains(&q))
             .map(|(_, f)| SearchHit {

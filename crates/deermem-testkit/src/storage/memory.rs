@@ -106,11 +106,11 @@ impl InMemoryStorage {
             doc.user = user;
             doc.history = hist;
         }
-        if let (Some(d), Some(a)) = (data, agent) {
-            if let Some(facts) = d.facts.get(a) {
-                for f in facts.values() {
-                    doc.facts.push(self.revalidate(f)?);
-                }
+        if let (Some(d), Some(a)) = (data, agent)
+            && let Some(facts) = d.facts.get(a)
+        {
+            for f in facts.values() {
+                doc.facts.push(self.revalidate(f)?);
             }
         }
         Ok(doc)
@@ -129,13 +129,13 @@ impl InMemoryStorage {
         let mut all = self.data();
         let data = all.entry(user.cloned()).or_default();
         let current = data.manifest.as_ref().map_or(0, |m| m.0);
-        if let Some(e) = expected {
-            if e != current {
-                return Err(StorageError::ManifestConflict {
-                    expected: e,
-                    found: current,
-                });
-            }
+        if let Some(e) = expected
+            && e != current
+        {
+            return Err(StorageError::ManifestConflict {
+                expected: e,
+                found: current,
+            });
         }
         let mut written: Vec<Fact> = Vec::new();
         let mut deleted: Vec<FactId> = Vec::new();
@@ -184,16 +184,16 @@ impl InMemoryStorage {
                 let Some(existing) = bucket.get(id.as_str()) else {
                     continue;
                 };
-                if let Some(exp) = changes.delete_revisions.as_ref().and_then(|m| m.get(id)) {
-                    if *exp != existing.revision {
-                        return Err(fact_conflict(
-                            id.as_str(),
-                            format!(
-                                "Expected fact '{id}' revision {exp}, found {}",
-                                existing.revision
-                            ),
-                        ));
-                    }
+                if let Some(exp) = changes.delete_revisions.as_ref().and_then(|m| m.get(id))
+                    && *exp != existing.revision
+                {
+                    return Err(fact_conflict(
+                        id.as_str(),
+                        format!(
+                            "Expected fact '{id}' revision {exp}, found {}",
+                            existing.revision
+                        ),
+                    ));
                 }
                 deleted.push(id.clone());
             }
