@@ -18,9 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::consolidation::select_consolidation_candidates;
 use crate::facts::FactIdSource;
-use crate::parse::{
-    DEFAULT_CONSOLIDATION_CONFIDENCE, ProposedUpdate, ReplacementRef, SectionKind,
-};
+use crate::parse::{DEFAULT_CONSOLIDATION_CONFIDENCE, ProposedUpdate, ReplacementRef, SectionKind};
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{
     effective_age_days, parse_fact_datetime, review_reference, safe_add_days,
@@ -436,8 +434,8 @@ impl<'a> Builder<'a> {
     fn fresh_id(&self) -> Option<FactId> {
         for _ in 0..32 {
             let id = self.ctx.ids.next_id();
-            let taken = self.doc.facts.iter().any(|f| f.id == id)
-                || self.drafts.contains_key(id.as_str());
+            let taken =
+                self.doc.facts.iter().any(|f| f.id == id) || self.drafts.contains_key(id.as_str());
             if !taken {
                 return Some(id);
             }
@@ -447,7 +445,8 @@ impl<'a> Builder<'a> {
     }
 
     fn creation_cap(&self) -> i128 {
-        let cap = self.cfg().staleness_age_days as f64 * self.cfg().staleness_max_lifetime_multiplier;
+        let cap =
+            self.cfg().staleness_age_days as f64 * self.cfg().staleness_max_lifetime_multiplier;
         cap.trunc() as i128
     }
 
@@ -483,7 +482,10 @@ impl<'a> Builder<'a> {
             // Structured, so a thread literally named "manual" stays a conversation source.
             let mut m = Map::new();
             m.insert("type".into(), Value::String("conversation".into()));
-            m.insert("threadId".into(), Value::String(self.ctx.thread_id.to_owned()));
+            m.insert(
+                "threadId".into(),
+                Value::String(self.ctx.thread_id.to_owned()),
+            );
             Value::Object(m)
         }
     }
@@ -560,7 +562,11 @@ impl<'a> Builder<'a> {
             return;
         }
         let empty = FactUsageMap::new();
-        let usage = if cfg.tracks_usage() { self.ctx.usage } else { &empty };
+        let usage = if cfg.tracks_usage() {
+            self.ctx.usage
+        } else {
+            &empty
+        };
         let decision = select_facts_for_capacity(
             &self.doc.facts,
             usage,
@@ -643,7 +649,11 @@ impl<'a> Builder<'a> {
             .values()
             .flatten()
             .map(|f| f.id.as_str().to_owned())
-            .filter(|id| self.ctx.consolidation_allowed.is_none_or(|shown| shown.contains(id)))
+            .filter(|id| {
+                self.ctx
+                    .consolidation_allowed
+                    .is_none_or(|shown| shown.contains(id))
+            })
             .collect();
         let threshold = cfg.fact_confidence_threshold;
         let cap = self.creation_cap();
@@ -670,7 +680,11 @@ impl<'a> Builder<'a> {
             if !(2..=cfg.consolidation_max_sources).contains(&p.source_ids.len()) {
                 continue;
             }
-            let gate = fact_gate(p.scope.as_deref(), p.durability.as_deref(), p.authority.as_deref());
+            let gate = fact_gate(
+                p.scope.as_deref(),
+                p.durability.as_deref(),
+                p.authority.as_deref(),
+            );
             if gate != Gate::Pass {
                 count(&mut self.metrics.scope_gate_rejections.consolidations, gate);
                 continue;
@@ -705,10 +719,11 @@ impl<'a> Builder<'a> {
             let evd = days.max(1).min(cap);
             let mut source_errors: Vec<&str> = Vec::new();
             for f in &sources {
-                if let Some(se) = f.source_error() {
-                    if !se.trim().is_empty() && !source_errors.contains(&se) {
-                        source_errors.push(se);
-                    }
+                if let Some(se) = f.source_error()
+                    && !se.trim().is_empty()
+                    && !source_errors.contains(&se)
+                {
+                    source_errors.push(se);
                 }
             }
             let Some(id) = self.fresh_id() else {
@@ -722,13 +737,13 @@ impl<'a> Builder<'a> {
             // Always UTC ISO-Z, whatever the sources' offsets (§16 item 4).
             d.insert("createdAt".into(), Value::String(newest.to_iso_z()));
             d.insert("source".into(), Value::String("consolidation".into()));
-            d.insert(
-                "consolidatedFrom".into(),
-                Value::from(p.source_ids.clone()),
-            );
+            d.insert("consolidatedFrom".into(), Value::from(p.source_ids.clone()));
             d.insert("consolidatedAt".into(), Value::String(self.now_iso.clone()));
             if !source_errors.is_empty() {
-                d.insert("sourceError".into(), Value::String(source_errors.join("\n")));
+                d.insert(
+                    "sourceError".into(),
+                    Value::String(source_errors.join("\n")),
+                );
             }
             d.insert("expected_valid_days".into(), json_i128(evd));
             for id in &p.source_ids {
@@ -786,7 +801,11 @@ impl<'a> Builder<'a> {
 
 /// The reference's source-confidence coercion for a stored (always numeric) confidence.
 fn bounded(c: f64) -> f64 {
-    if c.is_finite() { c.clamp(0.0, 1.0) } else { 0.5 }
+    if c.is_finite() {
+        c.clamp(0.0, 1.0)
+    } else {
+        0.5
+    }
 }
 
 fn json_f64(x: f64) -> Value {

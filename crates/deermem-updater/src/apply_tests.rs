@@ -109,7 +109,10 @@ fn f(id: &str, content: &str, conf: f64) -> Fact {
 
 #[test]
 fn duplicate_of_existing_content_is_not_added_and_removals_still_apply() {
-    let d = doc(vec![f("fact_a", "User prefers tabs", 0.9), f("fact_b", "Uses Java", 0.8)]);
+    let d = doc(vec![
+        f("fact_a", "User prefers tabs", 0.9),
+        f("fact_b", "Uses Java", 0.8),
+    ]);
     let u = update(json!({
         "newFacts": [labelled("  user prefers TABS ", 0.9)],
         "factsToRemove": [{"id": "fact_b", "scope": "user", "reason": "switched languages"}]
@@ -121,13 +124,18 @@ fn duplicate_of_existing_content_is_not_added_and_removals_still_apply() {
 
 #[test]
 fn whitespace_only_facts_are_never_stored() {
-    let out = Fx::new().run(&doc(vec![]), &update(json!({"newFacts": [labelled("   ", 0.9)]})));
+    let out = Fx::new().run(
+        &doc(vec![]),
+        &update(json!({"newFacts": [labelled("   ", 0.9)]})),
+    );
     assert!(out.document.facts.is_empty());
 }
 
 #[test]
 fn same_batch_duplicates_collapse_and_keep_source_metadata() {
-    let u = update(json!({"newFacts": [labelled("Likes Rust", 0.9), labelled("likes rust ", 0.95), labelled("Likes Go", 0.8)]}));
+    let u = update(
+        json!({"newFacts": [labelled("Likes Rust", 0.9), labelled("likes rust ", 0.95), labelled("Likes Go", 0.8)]}),
+    );
     let out = Fx::new().run(&doc(vec![]), &u);
     assert_eq!(contents(&out.document), vec!["Likes Rust", "Likes Go"]);
     for fact in &out.document.facts {
@@ -141,8 +149,12 @@ fn same_batch_duplicates_collapse_and_keep_source_metadata() {
 fn threshold_and_max_facts_trim_in_ranked_order() {
     let mut fx = Fx::new();
     fx.cfg.max_facts = 2;
-    let d = doc(vec![f("fact_py", "Uses Python", 0.95), f("fact_old", "Old tool", 0.5)]);
-    let u = update(json!({"newFacts": [labelled("Uses uv", 0.85), labelled("Maybe likes vim", 0.6)]}));
+    let d = doc(vec![
+        f("fact_py", "Uses Python", 0.95),
+        f("fact_old", "Old tool", 0.5),
+    ]);
+    let u =
+        update(json!({"newFacts": [labelled("Uses uv", 0.85), labelled("Maybe likes vim", 0.6)]}));
     let out = fx.run(&d, &u);
     assert_eq!(contents(&out.document), vec!["Uses Python", "Uses uv"]);
     assert_eq!(out.capacity.len(), 1);
@@ -163,14 +175,21 @@ fn source_error_is_kept_only_when_non_blank() {
     let out = Fx::new().run(&doc(vec![]), &update(json!({"newFacts": [a, b]})));
     assert_eq!(out.document.facts[0].source_error(), Some("Suggested npm"));
     assert_eq!(out.document.facts[1].source_error(), None);
-    assert!(!out.new_drafts.values().any(|d| d.get("sourceError") == Some(&json!("   "))));
+    assert!(
+        !out.new_drafts
+            .values()
+            .any(|d| d.get("sourceError") == Some(&json!("   ")))
+    );
 }
 
 #[test]
 fn casefold_dedup_keeps_original_casing() {
     let d = doc(vec![f("fact_a", "User prefers Straße names", 0.9)]);
     let out = Fx::new().run(&d, &update(json!({"newFacts": [labelled("USER PREFERS STRASSE NAMES", 0.9), labelled("User prefers dark mode", 0.9)]})));
-    assert_eq!(contents(&out.document), vec!["User prefers Straße names", "User prefers dark mode"]);
+    assert_eq!(
+        contents(&out.document),
+        vec!["User prefers Straße names", "User prefers dark mode"]
+    );
 }
 
 #[test]
@@ -183,13 +202,21 @@ fn expected_valid_days_are_capped_at_creation() {
     let c = labelled("C", 0.9);
     let u = update(json!({"newFacts": [a, b, c]}));
     let out = fx.run(&doc(vec![]), &u);
-    let evd = |i: usize| out.document.facts[i].extra.get("expected_valid_days").cloned();
+    let evd = |i: usize| {
+        out.document.facts[i]
+            .extra
+            .get("expected_valid_days")
+            .cloned()
+    };
     assert_eq!(evd(0), Some(json!(180)));
     assert_eq!(evd(1), Some(json!(1800)));
     assert_eq!(evd(2), None);
     fx.cfg.staleness_max_lifetime_multiplier = 3.0;
     let out = fx.run(&doc(vec![]), &u);
-    assert_eq!(out.document.facts[1].extra.get("expected_valid_days"), Some(&json!(270)));
+    assert_eq!(
+        out.document.facts[1].extra.get("expected_valid_days"),
+        Some(&json!(270))
+    );
 }
 
 // ---- §17.3 scope gate and contradiction removals --------------------------------------------
@@ -204,16 +231,33 @@ fn fact_gate_accepts_only_durable_descriptive_user_facts() {
     temporary["durability"] = json!("temporary");
     let mut transactional = labelled("Transactional fact", 0.9);
     transactional["authority"] = json!("transactional");
-    let u = update(json!({"newFacts": [labelled("Durable fact", 0.9), missing, thread, temporary, transactional]}));
+    let u = update(
+        json!({"newFacts": [labelled("Durable fact", 0.9), missing, thread, temporary, transactional]}),
+    );
     let out = Fx::new().run(&doc(vec![]), &u);
     assert_eq!(contents(&out.document), vec!["Durable fact"]);
     let draft = out.new_drafts.values().next().unwrap();
     assert_eq!(
         draft.keys().map(String::as_str).collect::<Vec<_>>(),
-        vec!["id", "content", "category", "confidence", "createdAt", "source"]
+        vec![
+            "id",
+            "content",
+            "category",
+            "confidence",
+            "createdAt",
+            "source"
+        ]
     );
     let g = out.metrics.scope_gate_rejections;
-    assert_eq!(g.facts, FactGateCounts { missing: 1, scope: 1, durability: 1, authority: 1 });
+    assert_eq!(
+        g.facts,
+        FactGateCounts {
+            missing: 1,
+            scope: 1,
+            durability: 1,
+            authority: 1
+        }
+    );
     assert_eq!(g.summaries, SummaryGateCounts::default());
     assert_eq!(g.removals, RemovalGateCounts::default());
     assert_eq!(g.consolidations, FactGateCounts::default());
@@ -225,7 +269,10 @@ fn fact_gate_accepts_only_durable_descriptive_user_facts() {
 #[test]
 fn summary_gate_requires_user_scope_and_descriptive_authority() {
     let mut d = doc(vec![]);
-    d.user.0.insert("personalContext".into(), json!({"summary": "old personal", "updatedAt": "x"}));
+    d.user.0.insert(
+        "personalContext".into(),
+        json!({"summary": "old personal", "updatedAt": "x"}),
+    );
     let u = update(json!({
         "user": {
             "workContext": {"summary": "Builds compilers", "shouldUpdate": true, "scope": "user", "authority": "descriptive", "extra": 1},
@@ -235,11 +282,24 @@ fn summary_gate_requires_user_scope_and_descriptive_authority() {
         "history": {"recentMonths": {"summary": "No authority", "shouldUpdate": true, "scope": "user"}}
     }));
     let out = Fx::new().run(&d, &u);
-    assert_eq!(out.document.user.0["workContext"], json!({"summary": "Builds compilers", "updatedAt": NOW}));
-    assert_eq!(out.document.user.0["personalContext"]["summary"], "old personal");
+    assert_eq!(
+        out.document.user.0["workContext"],
+        json!({"summary": "Builds compilers", "updatedAt": NOW})
+    );
+    assert_eq!(
+        out.document.user.0["personalContext"]["summary"],
+        "old personal"
+    );
     assert_eq!(out.document.user.entry("topOfMind").summary, "");
     assert_eq!(out.document.history.entry("recentMonths").summary, "");
-    assert_eq!(out.metrics.scope_gate_rejections.summaries, SummaryGateCounts { missing: 1, scope: 1, authority: 1 });
+    assert_eq!(
+        out.metrics.scope_gate_rejections.summaries,
+        SummaryGateCounts {
+            missing: 1,
+            scope: 1,
+            authority: 1
+        }
+    );
 }
 
 #[test]
@@ -294,9 +354,15 @@ fn paired_removal_is_atomic_with_its_replacement() {
     assert_eq!(contents(&out.document), vec!["Uses pnpm"]);
     let cs = change_set(&d, &out);
     assert_eq!(cs.deletes, vec![FactId::new("fact_old").unwrap()]);
-    assert_eq!(cs.delete_revisions.unwrap()[&FactId::new("fact_old").unwrap()], 1);
+    assert_eq!(
+        cs.delete_revisions.unwrap()[&FactId::new("fact_old").unwrap()],
+        1
+    );
     assert_eq!(cs.upserts.len(), 1);
-    assert_eq!(cs.upsert_revisions.unwrap().values().collect::<Vec<_>>(), vec![&None]);
+    assert_eq!(
+        cs.upsert_revisions.unwrap().values().collect::<Vec<_>>(),
+        vec![&None]
+    );
 }
 
 #[test]
@@ -311,7 +377,10 @@ fn paired_removal_is_skipped_when_the_replacement_is_trimmed() {
 
 #[test]
 fn replacement_deduplicated_against_another_fact_still_allows_removal() {
-    let d = doc(vec![f("fact_old", "Uses npm", 0.9), f("fact_other", "Uses pnpm", 0.9)]);
+    let d = doc(vec![
+        f("fact_old", "Uses npm", 0.9),
+        f("fact_other", "Uses pnpm", 0.9),
+    ]);
     let out = Fx::new().run(&d, &paired(labelled("uses PNPM", 0.9)));
     assert_eq!(ids(&out.document), vec!["fact_other"]);
 }
@@ -338,20 +407,40 @@ fn invalid_replacement_index_fails_closed() {
         }));
         let out = Fx::new().run(&d, &u);
         assert!(ids(&out.document).contains(&"fact_old"), "{idx}");
-        assert_eq!(out.metrics.scope_gate_rejections.removals.replacement, 1, "{idx}");
+        assert_eq!(
+            out.metrics.scope_gate_rejections.removals.replacement, 1,
+            "{idx}"
+        );
     }
 }
 
 #[test]
 fn scope_gate_warning_fires_above_sixty_percent() {
-    let u = update(json!({"newFacts": [{"content": "a", "confidence": 0.9}, {"content": "b", "confidence": 0.9}]}));
+    let u = update(
+        json!({"newFacts": [{"content": "a", "confidence": 0.9}, {"content": "b", "confidence": 0.9}]}),
+    );
     let out = Fx::new().run(&doc(vec![]), &u);
     let w = out.metrics.warnings();
-    assert!(w.iter().any(|m| m.contains("scope-gate rejection rate 100% exceeds 60%")), "{w:?}");
-    let low = update(json!({"newFacts": [labelled("a", 0.1), labelled("b", 0.1), labelled("c", 0.9)]}));
+    assert!(
+        w.iter()
+            .any(|m| m.contains("scope-gate rejection rate 100% exceeds 60%")),
+        "{w:?}"
+    );
+    let low =
+        update(json!({"newFacts": [labelled("a", 0.1), labelled("b", 0.1), labelled("c", 0.9)]}));
     let w = Fx::new().run(&doc(vec![]), &low).metrics.warnings();
-    assert!(w.iter().any(|m| m.contains("rejection rate 67% exceeds 60%")), "{w:?}");
-    assert!(Fx::new().run(&doc(vec![]), &update(json!({}))).metrics.warnings().is_empty());
+    assert!(
+        w.iter()
+            .any(|m| m.contains("rejection rate 67% exceeds 60%")),
+        "{w:?}"
+    );
+    assert!(
+        Fx::new()
+            .run(&doc(vec![]), &update(json!({})))
+            .metrics
+            .warnings()
+            .is_empty()
+    );
 }
 
 // ---- §17.4 reinforcement and capacity ---------------------------------------------------
@@ -365,7 +454,11 @@ fn reinforce_update() -> ProposedUpdate {
 }
 
 fn reinforce_doc() -> MemoryDocument {
-    doc(vec![f("fact_a", "A", 0.9), f("fact_b", "B", 0.9), f("fact_c", "C", 0.9)])
+    doc(vec![
+        f("fact_a", "A", 0.9),
+        f("fact_b", "B", 0.9),
+        f("fact_c", "C", 0.9),
+    ])
 }
 
 #[test]
@@ -378,21 +471,38 @@ fn reinforcement_needs_the_signal_and_tracked_metadata() {
     assert_eq!(a.last_confirmed_at, Some(Some(NOW.to_owned())));
     assert!(NOW.ends_with('Z'));
     assert_eq!(a.confirmation_count, Some(Some(1)));
-    assert_eq!(out.document.fact("fact_b").unwrap().confirmation_count, None);
-    assert_eq!(out.document.fact("fact_c").unwrap().confirmation_count, None);
+    assert_eq!(
+        out.document.fact("fact_b").unwrap().confirmation_count,
+        None
+    );
+    assert_eq!(
+        out.document.fact("fact_c").unwrap().confirmation_count,
+        None
+    );
     assert_eq!(out.report.reinforced, vec!["fact_a"]);
 
     fx.signals = SignalSet::new();
     let out = fx.run(&reinforce_doc(), &reinforce_update());
-    assert_eq!(out.document.fact("fact_a").unwrap().confirmation_count, None);
+    assert_eq!(
+        out.document.fact("fact_a").unwrap().confirmation_count,
+        None
+    );
 
     let mut fx = Fx::new();
     fx.signals = [Signal::Reinforcement].into_iter().collect();
     let out = fx.run(&reinforce_doc(), &reinforce_update());
-    assert_eq!(out.document.fact("fact_a").unwrap().confirmation_count, None, "confidence policy");
+    assert_eq!(
+        out.document.fact("fact_a").unwrap().confirmation_count,
+        None,
+        "confidence policy"
+    );
     fx.cfg.fact_eviction_shadow_enabled = true;
     let out = fx.run(&reinforce_doc(), &reinforce_update());
-    assert_eq!(out.document.fact("fact_a").unwrap().confirmation_count, Some(Some(1)), "shadow mode");
+    assert_eq!(
+        out.document.fact("fact_a").unwrap().confirmation_count,
+        Some(Some(1)),
+        "shadow mode"
+    );
 }
 
 #[test]
@@ -401,9 +511,14 @@ fn prior_confirmation_counts_are_incremented() {
     fx.cfg.fact_eviction_policy = EvictionPolicy::HybridV1;
     fx.signals = [Signal::Reinforcement].into_iter().collect();
     for (prior, expected) in [(json!(3), 4), (json!(null), 1), (json!(1), 2)] {
-        let d = doc(vec![fact(json!({"id": "fact_a", "content": "A", "confirmationCount": prior}))]);
+        let d = doc(vec![fact(
+            json!({"id": "fact_a", "content": "A", "confirmationCount": prior}),
+        )]);
         let out = fx.run(&d, &reinforce_update());
-        assert_eq!(out.document.facts[0].confirmation_count, Some(Some(expected)));
+        assert_eq!(
+            out.document.facts[0].confirmation_count,
+            Some(Some(expected))
+        );
     }
 }
 
@@ -413,8 +528,12 @@ fn hybrid_capacity_keeps_a_recently_confirmed_fact_over_a_stale_confident_one() 
     fx.cfg.max_facts = 1;
     fx.cfg.fact_eviction_policy = EvictionPolicy::HybridV1;
     let d = doc(vec![
-        fact(json!({"id": "fact_stale", "content": "Stale", "confidence": 0.9, "createdAt": days_ago(400)})),
-        fact(json!({"id": "fact_fresh", "content": "Fresh", "confidence": 0.7, "createdAt": days_ago(400), "lastConfirmedAt": NOW})),
+        fact(
+            json!({"id": "fact_stale", "content": "Stale", "confidence": 0.9, "createdAt": days_ago(400)}),
+        ),
+        fact(
+            json!({"id": "fact_fresh", "content": "Fresh", "confidence": 0.7, "createdAt": days_ago(400), "lastConfirmedAt": NOW}),
+        ),
     ]);
     let out = fx.run(&d, &update(json!({})));
     assert_eq!(ids(&out.document), vec!["fact_fresh"]);
@@ -424,17 +543,24 @@ fn hybrid_capacity_keeps_a_recently_confirmed_fact_over_a_stale_confident_one() 
     fx.cfg.fact_eviction_shadow_enabled = true;
     let out = fx.run(&d, &update(json!({})));
     assert_eq!(ids(&out.document), vec!["fact_stale"]);
-    assert_eq!(out.capacity[0].shadow.as_ref().unwrap().evicted_ids(), vec!["fact_stale"]);
+    assert_eq!(
+        out.capacity[0].shadow.as_ref().unwrap().evicted_ids(),
+        vec!["fact_stale"]
+    );
 }
 
 // ---- §17.5 staleness at apply time ------------------------------------------------------
 
 fn aged(id: &str, conf: f64, days: i64) -> Fact {
-    fact(json!({"id": id, "content": format!("content {id}"), "confidence": conf, "createdAt": days_ago(days)}))
+    fact(
+        json!({"id": id, "content": format!("content {id}"), "confidence": conf, "createdAt": days_ago(days)}),
+    )
 }
 
 fn stale_remove(ids: &[&str]) -> ProposedUpdate {
-    update(json!({"staleFactsToRemove": ids.iter().map(|i| json!({"id": i, "reason": "outdated"})).collect::<Vec<_>>()}))
+    update(
+        json!({"staleFactsToRemove": ids.iter().map(|i| json!({"id": i, "reason": "outdated"})).collect::<Vec<_>>()}),
+    )
 }
 
 #[test]
@@ -443,15 +569,27 @@ fn proposed_stale_candidates_are_removed() {
     let out = Fx::new().run(&d, &stale_remove(&["a"]));
     assert_eq!(ids(&out.document), vec!["b"]);
     assert_eq!(out.report.stale_removed, vec!["a"]);
-    assert_eq!(ids(&Fx::new().run(&d, &stale_remove(&[])).document), vec!["a", "b"]);
-    assert_eq!(ids(&Fx::new().run(&d, &update(json!({}))).document), vec!["a", "b"]);
+    assert_eq!(
+        ids(&Fx::new().run(&d, &stale_remove(&[])).document),
+        vec!["a", "b"]
+    );
+    assert_eq!(
+        ids(&Fx::new().run(&d, &update(json!({}))).document),
+        vec!["a", "b"]
+    );
 }
 
 #[test]
 fn removal_cap_takes_the_lowest_confidence_first() {
     let mut fx = Fx::new();
     fx.cfg.staleness_max_removals_per_cycle = 2;
-    let d = doc(vec![aged("a", 0.9, 100), aged("b", 0.3, 100), aged("c", 0.8, 100), aged("d", 0.1, 100), aged("e", 0.5, 100)]);
+    let d = doc(vec![
+        aged("a", 0.9, 100),
+        aged("b", 0.3, 100),
+        aged("c", 0.8, 100),
+        aged("d", 0.1, 100),
+        aged("e", 0.5, 100),
+    ]);
     let out = fx.run(&d, &stale_remove(&["a", "b", "c", "d", "e"]));
     assert_eq!(ids(&out.document), vec!["a", "c", "e"]);
 }
@@ -471,7 +609,11 @@ fn missing_confidence_counts_as_half_in_the_cap() {
 
 #[test]
 fn contradiction_and_staleness_removals_combine() {
-    let d = doc(vec![aged("old", 0.5, 100), f("fact_x", "X", 0.9), f("fact_y", "Y", 0.9)]);
+    let d = doc(vec![
+        aged("old", 0.5, 100),
+        f("fact_x", "X", 0.9),
+        f("fact_y", "Y", 0.9),
+    ]);
     let u = update(json!({
         "staleFactsToRemove": [{"id": "old", "reason": "stale"}],
         "factsToRemove": [{"id": "fact_x", "scope": "user", "reason": "contradicted"}]
@@ -484,7 +626,9 @@ fn protected_and_fresh_facts_are_refused_even_with_review_disabled() {
     let mut fx = Fx::new();
     fx.cfg.staleness_review_enabled = false;
     let d = doc(vec![
-        fact(json!({"id": "corr", "content": "c", "category": "correction", "createdAt": days_ago(400)})),
+        fact(
+            json!({"id": "corr", "content": "c", "category": "correction", "createdAt": days_ago(400)}),
+        ),
         aged("fresh", 0.5, 5),
         aged("old", 0.5, 100),
     ]);
@@ -497,7 +641,11 @@ fn extend(entries: Value) -> ProposedUpdate {
 }
 
 fn evd(out: &ApplyOutcome, id: &str) -> Option<Value> {
-    out.document.fact(id)?.extra.get("expected_valid_days").cloned()
+    out.document
+        .fact(id)?
+        .extra
+        .get("expected_valid_days")
+        .cloned()
 }
 
 #[test]
@@ -509,7 +657,11 @@ fn extensions_set_a_window_measured_from_the_review_reference() {
     fx.cfg.staleness_max_lifetime_multiplier = 3.0;
     fx.cfg.staleness_max_extension_days = 36_500;
     let out = fx.run(&d, &extend(json!([{"id": "a", "extend_by_days": 9999}])));
-    assert_eq!(evd(&out, "a"), Some(json!(10_099)), "not capped by the creation multiplier");
+    assert_eq!(
+        evd(&out, "a"),
+        Some(json!(10_099)),
+        "not capped by the creation multiplier"
+    );
     let out = Fx::new().run(&d, &extend(json!([{"id": "a", "extend_by_days": 9999}])));
     assert_eq!(evd(&out, "a"), Some(json!(3650)));
 }
@@ -518,7 +670,10 @@ fn extensions_set_a_window_measured_from_the_review_reference() {
 fn huge_extensions_are_capped_and_do_not_break_the_next_cycle() {
     let d = doc(vec![aged("a", 0.5, 100)]);
     let fx = Fx::new();
-    let out = fx.run(&d, &extend(json!([{"id": "a", "extend_by_days": 1_000_000_000u64}])));
+    let out = fx.run(
+        &d,
+        &extend(json!([{"id": "a", "extend_by_days": 1_000_000_000u64}])),
+    );
     assert_eq!(evd(&out, "a"), Some(json!(3650)));
     assert!(select_stale_candidates(&out.document.facts, &fx.cfg, now()).is_empty());
 }
@@ -527,7 +682,12 @@ fn huge_extensions_are_capped_and_do_not_break_the_next_cycle() {
 fn only_unproposed_candidates_can_be_extended() {
     let mut fx = Fx::new();
     fx.cfg.staleness_max_removals_per_cycle = 1;
-    let d = doc(vec![aged("low", 0.1, 100), aged("high", 0.9, 100), aged("other", 0.5, 100), aged("fresh", 0.5, 3)]);
+    let d = doc(vec![
+        aged("low", 0.1, 100),
+        aged("high", 0.9, 100),
+        aged("other", 0.5, 100),
+        aged("fresh", 0.5, 3),
+    ]);
     let u = update(json!({
         "staleFactsToRemove": [{"id": "low"}, {"id": "high"}],
         "staleFactsToExtend": [{"id": "low", "extend_by_days": 30}, {"id": "high", "extend_by_days": 30},
@@ -536,7 +696,11 @@ fn only_unproposed_candidates_can_be_extended() {
     }));
     let out = fx.run(&d, &u);
     assert_eq!(ids(&out.document), vec!["high", "other", "fresh"]);
-    assert_eq!(evd(&out, "high"), None, "spared by the cap but not extendable");
+    assert_eq!(
+        evd(&out, "high"),
+        None,
+        "spared by the cap but not extendable"
+    );
     assert_eq!(evd(&out, "other"), Some(json!(130)));
     assert_eq!(evd(&out, "fresh"), None);
     let out = Fx::new().run(&d, &extend(json!([])));
@@ -545,7 +709,9 @@ fn only_unproposed_candidates_can_be_extended() {
 
 #[test]
 fn extension_of_a_confirmed_fact_counts_from_its_confirmation() {
-    let d = doc(vec![fact(json!({"id": "a", "content": "a", "createdAt": days_ago(500), "lastConfirmedAt": days_ago(100)}))]);
+    let d = doc(vec![fact(
+        json!({"id": "a", "content": "a", "createdAt": days_ago(500), "lastConfirmedAt": days_ago(100)}),
+    )]);
     let out = Fx::new().run(&d, &extend(json!([{"id": "a", "extend_by_days": 30}])));
     assert_eq!(evd(&out, "a"), Some(json!(130)));
 }
@@ -568,8 +734,10 @@ fn reinforced_facts_are_fresh_so_not_reviewed_in_the_same_cycle() {
 fn group(cat: &str, n: usize, prefix: &str, conf: f64, days: i64) -> Vec<Fact> {
     (0..n)
         .map(|i| {
-            fact(json!({"id": format!("{prefix}{i}"), "content": format!("{cat} detail {i}"),
-                        "category": cat, "confidence": conf, "createdAt": days_ago(days)}))
+            fact(
+                json!({"id": format!("{prefix}{i}"), "content": format!("{cat} detail {i}"),
+                        "category": cat, "confidence": conf, "createdAt": days_ago(days)}),
+            )
         })
         .collect()
 }
@@ -590,7 +758,10 @@ fn merge(ids: &[&str], content: &str) -> Value {
 fn consolidation_replaces_sources_with_the_merged_fact() {
     let fx = consolidation_fx();
     let d = doc(group("preference", 3, "p", 0.9, 10));
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["p2", "p0", "p1"], "Merged prefs")]})));
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["p2", "p0", "p1"], "Merged prefs")]})),
+    );
     assert_eq!(out.document.facts.len(), 1);
     let m = &out.document.facts[0];
     assert_eq!(m.content, "Merged prefs");
@@ -613,8 +784,11 @@ fn consolidation_guardrails() {
     facts.extend(group("behavior", 10, "b", 0.9, 10));
     let d = doc(facts);
     // Group cap: only the first two merges happen.
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [
-        merge(&["p0", "p1"], "P"), merge(&["g0", "g1"], "G"), merge(&["b0", "b1"], "B")]})));
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [
+        merge(&["p0", "p1"], "P"), merge(&["g0", "g1"], "G"), merge(&["b0", "b1"], "B")]})),
+    );
     assert_eq!(out.report.consolidated.len(), 2);
     // Hallucinated ids, too many sources, double consumption.
     let b10: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
@@ -629,11 +803,17 @@ fn consolidation_guardrails() {
 fn protected_categories_and_disabled_flag_refuse_merges() {
     let mut fx = consolidation_fx();
     let d = doc(group("correction", 3, "c", 0.9, 10));
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["c0", "c1"], "C")]})));
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["c0", "c1"], "C")]})),
+    );
     assert!(out.report.consolidated.is_empty());
     fx.cfg.consolidation_enabled = false;
     let d = doc(group("preference", 3, "p", 0.9, 10));
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "P")]})));
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "P")]})),
+    );
     assert!(out.report.consolidated.is_empty());
     assert!(!DeerMemConfig::default().consolidation_enabled);
 }
@@ -643,7 +823,12 @@ fn consolidation_only_consumes_facts_shown_in_the_prompt() {
     let mut fx = consolidation_fx();
     fx.allowed = Some(["p0".to_owned(), "p1".to_owned()].into_iter().collect());
     let d = doc(group("preference", 3, "p", 0.9, 10));
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["p1", "p2"], "X"), merge(&["p0", "p1"], "Y")]})));
+    let out = fx.run(
+        &d,
+        &update(
+            json!({"factsToConsolidate": [merge(&["p1", "p2"], "X"), merge(&["p0", "p1"], "Y")]}),
+        ),
+    );
     assert_eq!(out.report.consolidated.len(), 1);
     assert_eq!(out.report.consolidated[0].1, vec!["p0", "p1"]);
 }
@@ -665,8 +850,14 @@ fn consolidation_runs_after_the_trim() {
     let mut facts = group("preference", 3, "p", 0.5, 10);
     facts.push(fact(json!({"id": "high_keep", "content": "keep", "category": "preference", "confidence": 0.95, "createdAt": days_ago(10)})));
     let d = doc(facts);
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "merged")]})));
-    assert!(out.report.consolidated.is_empty(), "a trimmed source refuses the merge");
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "merged")]})),
+    );
+    assert!(
+        out.report.consolidated.is_empty(),
+        "a trimmed source refuses the merge"
+    );
     assert_eq!(out.document.facts.len(), 3);
     assert!(ids(&out.document).contains(&"high_keep"));
 }
@@ -686,8 +877,14 @@ fn merged_fact_carries_source_errors_and_capped_confidence() {
     assert_eq!(merged.confidence, 0.75);
     assert_eq!(merged.source_error(), Some("used npm\nused yarn"));
     let d = doc(group("preference", 3, "p", 0.65, 10));
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "Merged")]})));
-    assert!(out.report.consolidated.is_empty(), "sources below the threshold");
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["p0", "p1"], "Merged")]})),
+    );
+    assert!(
+        out.report.consolidated.is_empty(),
+        "sources below the threshold"
+    );
 }
 
 #[test]
@@ -695,12 +892,18 @@ fn missing_model_confidence_defaults_to_point_nine_capped_by_sources() {
     let fx = consolidation_fx();
     let d = doc(group("preference", 3, "p", 0.85, 10));
     let mut m = merge(&["p0", "p1"], "Merged");
-    m["consolidated"].as_object_mut().unwrap().remove("confidence");
+    m["consolidated"]
+        .as_object_mut()
+        .unwrap()
+        .remove("confidence");
     let out = fx.run(&d, &update(json!({"factsToConsolidate": [m]})));
     assert_eq!(out.document.facts.last().unwrap().confidence, 0.85);
     let d = doc(group("preference", 3, "p", 0.95, 10));
     let mut m = merge(&["p0", "p1"], "Merged");
-    m["consolidated"].as_object_mut().unwrap().remove("confidence");
+    m["consolidated"]
+        .as_object_mut()
+        .unwrap()
+        .remove("confidence");
     let out = fx.run(&d, &update(json!({"factsToConsolidate": [m]})));
     assert_eq!(out.document.facts.last().unwrap().confidence, 0.9);
 }
@@ -724,34 +927,105 @@ fn merged_evd(fx: &Fx, sources: Vec<Fact>) -> (String, Value) {
     let mut sources = sources;
     sources.push(filler());
     let d = doc(sources);
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&ids, "Merged")]})));
-    let m = out.document.facts.iter().find(|f| f.content == "Merged").unwrap();
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&ids, "Merged")]})),
+    );
+    let m = out
+        .document
+        .facts
+        .iter()
+        .find(|f| f.content == "Merged")
+        .unwrap();
     (m.created_at.clone(), m.extra["expected_valid_days"].clone())
 }
 
 #[test]
 fn merged_created_at_and_review_window() {
     let fx = consolidation_fx();
-    let (created, e) = merged_evd(&fx, vec![src("a", &days_ago(30), Some(json!(365))), src("b", &days_ago(10), Some(json!(730))), src("c", &days_ago(20), None)]);
+    let (created, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(30), Some(json!(365))),
+            src("b", &days_ago(10), Some(json!(730))),
+            src("c", &days_ago(20), None),
+        ],
+    );
     assert_eq!(created, days_ago(10), "newest source");
     // Deadlines: a at -30+365=335, b at -10+730, c at -20+90=70 → 70 - (-10) = 80.
     assert_eq!(e, json!(80));
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), Some(json!(365))), src("b", &days_ago(10), Some(json!(730)))]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(10), Some(json!(365))),
+            src("b", &days_ago(10), Some(json!(730))),
+        ],
+    );
     assert_eq!(e, json!(365));
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), Some(json!(3650))), src("b", &days_ago(10), Some(json!(3650)))]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(10), Some(json!(3650))),
+            src("b", &days_ago(10), Some(json!(3650))),
+        ],
+    );
     assert_eq!(e, json!(1800), "capped by the creation multiplier");
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), None), src("b", &days_ago(10), None)]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![src("a", &days_ago(10), None), src("b", &days_ago(10), None)],
+    );
     assert_eq!(e, json!(90), "legacy sources use the global window");
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), None), src("b", &days_ago(10), Some(json!(3650)))]);
-    assert_eq!(e, json!(90), "a legacy source is not swallowed by a stable sibling");
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(200), None), src("b", &days_ago(10), Some(json!(3650)))]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(10), None),
+            src("b", &days_ago(10), Some(json!(3650))),
+        ],
+    );
+    assert_eq!(
+        e,
+        json!(90),
+        "a legacy source is not swallowed by a stable sibling"
+    );
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(200), None),
+            src("b", &days_ago(10), Some(json!(3650))),
+        ],
+    );
     assert_eq!(e, json!(1), "overdue source clamps to one day");
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(3), Some(json!(7))), src("b", &days_ago(3), Some(json!(3650)))]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(3), Some(json!(7))),
+            src("b", &days_ago(3), Some(json!(3650))),
+        ],
+    );
     assert_eq!(e, json!(7), "a volatile source governs");
-    let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), Some(json!(365.7))), src("b", &days_ago(10), Some(json!(180.2)))]);
+    let (_, e) = merged_evd(
+        &fx,
+        vec![
+            src("a", &days_ago(10), Some(json!(365.7))),
+            src("b", &days_ago(10), Some(json!(180.2))),
+        ],
+    );
     assert_eq!(e, json!(180));
-    for bad in [json!(null), json!("x"), json!(true), json!(1e12), json!(1_000_000_000u64), json!(u64::MAX)] {
-        let (_, e) = merged_evd(&fx, vec![src("a", &days_ago(10), Some(bad.clone())), src("b", &days_ago(10), Some(json!(3650)))]);
+    for bad in [
+        json!(null),
+        json!("x"),
+        json!(true),
+        json!(1e12),
+        json!(1_000_000_000u64),
+        json!(u64::MAX),
+    ] {
+        let (_, e) = merged_evd(
+            &fx,
+            vec![
+                src("a", &days_ago(10), Some(bad.clone())),
+                src("b", &days_ago(10), Some(json!(3650))),
+            ],
+        );
         assert_eq!(e, json!(90), "{bad}");
     }
 }
@@ -759,22 +1033,44 @@ fn merged_created_at_and_review_window() {
 #[test]
 fn merged_created_at_is_utc_whatever_the_source_offset() {
     let fx = consolidation_fx();
-    let (created, _) = merged_evd(&fx, vec![src("a", "2026-05-01T08:00:00+08:00", None), src("b", "2026-04-01T00:00:00Z", None)]);
+    let (created, _) = merged_evd(
+        &fx,
+        vec![
+            src("a", "2026-05-01T08:00:00+08:00", None),
+            src("b", "2026-04-01T00:00:00Z", None),
+        ],
+    );
     assert_eq!(created, "2026-05-01T00:00:00Z");
 }
 
 #[test]
 fn a_merge_of_stable_sources_is_not_stale_next_cycle_but_a_volatile_one_is() {
     let fx = consolidation_fx();
-    let sources = vec![src("a", &days_ago(200), Some(json!(3650))), src("b", &days_ago(200), Some(json!(3650)))];
+    let sources = vec![
+        src("a", &days_ago(200), Some(json!(3650))),
+        src("b", &days_ago(200), Some(json!(3650))),
+    ];
     let (_, e) = merged_evd(&fx, sources.clone());
     assert_eq!(e, json!(1800));
     let d = doc(vec![sources[0].clone(), sources[1].clone(), filler()]);
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["a", "b"], "Merged")]})));
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["a", "b"], "Merged")]})),
+    );
     assert!(select_stale_candidates(&out.document.facts, &fx.cfg, now()).is_empty());
-    let d = doc(vec![src("a", &days_ago(10), Some(json!(7))), src("b", &days_ago(10), Some(json!(7))), filler()]);
-    let out = fx.run(&d, &update(json!({"factsToConsolidate": [merge(&["a", "b"], "Merged")]})));
-    assert_eq!(select_stale_candidates(&out.document.facts, &fx.cfg, now()).len(), 1);
+    let d = doc(vec![
+        src("a", &days_ago(10), Some(json!(7))),
+        src("b", &days_ago(10), Some(json!(7))),
+        filler(),
+    ]);
+    let out = fx.run(
+        &d,
+        &update(json!({"factsToConsolidate": [merge(&["a", "b"], "Merged")]})),
+    );
+    assert_eq!(
+        select_stale_candidates(&out.document.facts, &fx.cfg, now()).len(),
+        1
+    );
 }
 
 #[test]
@@ -802,10 +1098,16 @@ fn upload_mentions_are_stripped_from_memory() {
         f("fact_ok", "User works with CSV files", 0.9),
     ]);
     d.user.0.insert("workContext".into(), json!({"summary": "Data analyst. Uploaded  a file for review. Likes SQL.", "updatedAt": "t"}));
-    d.user.0.insert("topOfMind".into(), json!({"summary": 12345, "updatedAt": "t"}));
+    d.user.0.insert(
+        "topOfMind".into(),
+        json!({"summary": 12345, "updatedAt": "t"}),
+    );
     let out = Fx::new().run(&d, &update(json!({})));
     assert_eq!(ids(&out.document), vec!["fact_ok"]);
-    assert_eq!(out.document.user.0["workContext"]["summary"], "Data analyst. Likes SQL.");
+    assert_eq!(
+        out.document.user.0["workContext"]["summary"],
+        "Data analyst. Likes SQL."
+    );
     assert_eq!(out.document.user.0["topOfMind"]["summary"], 12345);
     assert_eq!(out.report.upload_removed, vec!["fact_up"]);
     let empty = doc(vec![]);
@@ -815,7 +1117,9 @@ fn upload_mentions_are_stripped_from_memory() {
 
 #[test]
 fn new_upload_facts_are_not_written() {
-    let u = update(json!({"newFacts": [labelled("User uploaded a PDF document", 0.9), labelled("Likes SQL", 0.9)]}));
+    let u = update(
+        json!({"newFacts": [labelled("User uploaded a PDF document", 0.9), labelled("Likes SQL", 0.9)]}),
+    );
     let out = Fx::new().run(&doc(vec![]), &u);
     assert_eq!(contents(&out.document), vec!["Likes SQL"]);
     assert_eq!(out.new_drafts.len(), 1);
@@ -840,11 +1144,16 @@ fn unchanged_memory_yields_an_empty_change_set() {
 
 #[test]
 fn changed_facts_carry_their_stored_revision() {
-    let d = doc(vec![fact(json!({"id": "a", "content": "a", "createdAt": days_ago(100), "revision": 4}))]);
+    let d = doc(vec![fact(
+        json!({"id": "a", "content": "a", "createdAt": days_ago(100), "revision": 4}),
+    )]);
     let out = Fx::new().run(&d, &extend(json!([{"id": "a", "extend_by_days": 10}])));
     let cs = change_set(&d, &out);
     assert_eq!(cs.upserts.len(), 1);
     assert_eq!(cs.upserts[0]["revision"], json!(4));
-    assert_eq!(cs.upsert_revisions.unwrap()[&FactId::new("a").unwrap()], Some(4));
+    assert_eq!(
+        cs.upsert_revisions.unwrap()[&FactId::new("a").unwrap()],
+        Some(4)
+    );
     assert!(cs.summaries.is_none());
 }

@@ -33,7 +33,10 @@ pub fn select_consolidation_candidates<'a>(
     }
     groups.retain(|cat, members| {
         members.len() >= config.consolidation_min_facts
-            && !config.staleness_protected_categories.iter().any(|p| p == cat)
+            && !config
+                .staleness_protected_categories
+                .iter()
+                .any(|p| p == cat)
             && !members
                 .first()
                 .is_some_and(|f| is_protected(f, &config.staleness_protected_categories))
@@ -108,8 +111,10 @@ mod tests {
     fn facts(cat: &str, n: usize, prefix: &str) -> Vec<Fact> {
         (0..n)
             .map(|i| {
-                fact(json!({"id": format!("{prefix}{i:02}"), "content": format!("{cat} fact {i}"),
-                            "category": cat, "confidence": 0.9}))
+                fact(
+                    json!({"id": format!("{prefix}{i:02}"), "content": format!("{cat} fact {i}"),
+                            "category": cat, "confidence": 0.9}),
+                )
             })
             .collect()
     }
@@ -119,20 +124,32 @@ mod tests {
         let cfg = DeerMemConfig::default();
         assert!(select_consolidation_candidates(&[], &cfg).is_empty());
         assert!(select_consolidation_candidates(&facts("preference", 5, "p"), &cfg).is_empty());
-        assert_eq!(select_consolidation_candidates(&facts("preference", 8, "p"), &cfg)["preference"].len(), 8);
-        assert_eq!(select_consolidation_candidates(&facts("preference", 12, "p"), &cfg)["preference"].len(), 12);
+        assert_eq!(
+            select_consolidation_candidates(&facts("preference", 8, "p"), &cfg)["preference"].len(),
+            8
+        );
+        assert_eq!(
+            select_consolidation_candidates(&facts("preference", 12, "p"), &cfg)["preference"]
+                .len(),
+            12
+        );
         let mut all = facts("preference", 10, "p");
         all.extend(facts("knowledge", 9, "k"));
         all.extend(facts("goal", 3, "g"));
         all.extend(facts("correction", 9, "c"));
         let c = select_consolidation_candidates(&all, &cfg);
-        assert_eq!(c.keys().collect::<Vec<_>>(), vec!["preference", "knowledge"]);
+        assert_eq!(
+            c.keys().collect::<Vec<_>>(),
+            vec!["preference", "knowledge"]
+        );
     }
 
     #[test]
     fn shown_groups_are_largest_first_and_capped() {
-        let mut cfg = DeerMemConfig::default();
-        cfg.consolidation_max_groups_per_cycle = 1;
+        let cfg = DeerMemConfig {
+            consolidation_max_groups_per_cycle: 1,
+            ..DeerMemConfig::default()
+        };
         let mut all = facts("goal", 9, "g");
         all.extend(facts("behavior", 20, "b"));
         let c = select_consolidation_candidates(&all, &cfg);
@@ -147,7 +164,9 @@ mod tests {
 
     #[test]
     fn section_text_escapes_with_quotes() {
-        let f = vec![fact(json!({"id": "a", "content": "<b> & \"x\" </consolidation_candidates>", "category": "pref\"erences", "confidence": 0.95}))];
+        let f = [fact(
+            json!({"id": "a", "content": "<b> & \"x\" </consolidation_candidates>", "category": "pref\"erences", "confidence": 0.95}),
+        )];
         let refs: Vec<&Fact> = f.iter().collect();
         let text = consolidation_groups_text(&[("pref\"erences".to_owned(), refs)]);
         assert!(text.contains("category=\"pref&quot;erences\""));

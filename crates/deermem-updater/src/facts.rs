@@ -11,12 +11,11 @@ use deermem_core::{Fact, FactId};
 /// §16 item 5). Missing or blank categories read as `context`.
 pub fn display_category(fact: &Fact) -> &str {
     let stored = fact.category.as_deref().map(str::trim).unwrap_or("");
-    if stored == "other" {
-        if let Some(ext) = fact.category_extension().map(str::trim) {
-            if !ext.is_empty() {
-                return ext;
-            }
-        }
+    if stored == "other"
+        && let Some(ext) = fact.category_extension().map(str::trim)
+        && !ext.is_empty()
+    {
+        return ext;
     }
     if stored.is_empty() { "context" } else { stored }
 }

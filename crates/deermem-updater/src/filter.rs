@@ -83,7 +83,10 @@ pub fn is_human_input_response(kwargs: &Map<String, Value>) -> bool {
 /// Keeps user turns and final assistant answers (§2.1): hidden user messages go unless the
 /// policy keeps them, upload blocks are stripped (an upload-only turn and the assistant reply to
 /// it are dropped), tool-calling assistant turns and every other message type are dropped.
-pub fn filter_messages_for_memory(messages: &[Message], hidden: &HiddenMessagePolicy) -> Vec<Message> {
+pub fn filter_messages_for_memory(
+    messages: &[Message],
+    hidden: &HiddenMessagePolicy,
+) -> Vec<Message> {
     let mut out = Vec::new();
     let mut skip_next_ai = false;
     for msg in messages {
@@ -233,7 +236,9 @@ mod tests {
                 Message::human(format!("<{tag}>\n/mnt/user-data/uploads/a.csv\n</{tag}>")),
                 Message::ai("I see the file."),
             ];
-            assert!(filter_messages_for_memory(&msgs, &HiddenMessagePolicy::structural()).is_empty());
+            assert!(
+                filter_messages_for_memory(&msgs, &HiddenMessagePolicy::structural()).is_empty()
+            );
         }
     }
 
@@ -242,11 +247,18 @@ mod tests {
         let mut h = Message::human("");
         h.content = json!([{"type": "text", "text": "<uploaded_files>/mnt/user-data/uploads/a.csv</uploaded_files>\nSummarise it"}]);
         h.id = Some("m1".into());
-        let out = filter_messages_for_memory(&[h, Message::ai("Sure")], &HiddenMessagePolicy::structural());
+        let out = filter_messages_for_memory(
+            &[h, Message::ai("Sure")],
+            &HiddenMessagePolicy::structural(),
+        );
         assert_eq!(texts(&out), vec!["Summarise it", "Sure"]);
         assert_eq!(out[0].content, json!("Summarise it"));
         assert_eq!(out[0].id.as_deref(), Some("m1"));
-        assert!(!texts(&out).iter().any(|t| t.contains("/mnt/user-data/uploads/")));
+        assert!(
+            !texts(&out)
+                .iter()
+                .any(|t| t.contains("/mnt/user-data/uploads/"))
+        );
     }
 
     #[test]
@@ -287,10 +299,18 @@ mod tests {
             hidden("C", response("option", None)),
             hidden("D", response("text", None)),
         ];
-        assert_eq!(texts(&filter_messages_for_memory(&msgs, &p)), vec!["a1", "B", "D"]);
+        assert_eq!(
+            texts(&filter_messages_for_memory(&msgs, &p)),
+            vec!["a1", "B", "D"]
+        );
         let mut shown = Message::human("visible");
-        shown.additional_kwargs.insert("hide_from_ui".into(), json!(false));
-        assert_eq!(texts(&filter_messages_for_memory(&[shown], &p)), vec!["visible"]);
+        shown
+            .additional_kwargs
+            .insert("hide_from_ui".into(), json!(false));
+        assert_eq!(
+            texts(&filter_messages_for_memory(&[shown], &p)),
+            vec!["visible"]
+        );
         // A host hook replaces the default rule.
         let keep_all = HiddenMessagePolicy::with_hook(Arc::new(|_| true));
         assert_eq!(filter_messages_for_memory(&msgs[..1], &keep_all).len(), 1);
@@ -323,13 +343,33 @@ mod tests {
     #[test]
     fn trivial_turns_are_dropped_with_their_reply() {
         let p = PatternSet::bundled();
-        let seq = ["ok.", "a1", "OK!! ", "a2", "Okay then", "a3", "!!!", "a4", "嗯嗯", "a5"];
+        let seq = [
+            "ok.",
+            "a1",
+            "OK!! ",
+            "a2",
+            "Okay then",
+            "a3",
+            "!!!",
+            "a4",
+            "嗯嗯",
+            "a5",
+        ];
         let msgs: Vec<Message> = seq
             .iter()
             .enumerate()
-            .map(|(i, t)| if i % 2 == 0 { Message::human(*t) } else { Message::ai(*t) })
+            .map(|(i, t)| {
+                if i % 2 == 0 {
+                    Message::human(*t)
+                } else {
+                    Message::ai(*t)
+                }
+            })
             .collect();
-        assert_eq!(texts(&filter_trivial(&msgs, &p)), vec!["Okay then", "a3", "!!!", "a4"]);
+        assert_eq!(
+            texts(&filter_trivial(&msgs, &p)),
+            vec!["Okay then", "a3", "!!!", "a4"]
+        );
         let empty = PatternSet::empty();
         assert_eq!(filter_trivial(&msgs, &empty).len(), msgs.len());
     }
@@ -340,7 +380,12 @@ mod tests {
         let hp = HiddenMessagePolicy::structural();
         assert!(admit(&[Message::human("I prefer tabs")], &hp, &p).is_none());
         assert!(admit(&[Message::human("thanks"), Message::ai("welcome")], &hp, &p).is_none());
-        let a = admit(&[Message::human("I prefer tabs"), Message::ai("Noted")], &hp, &p).unwrap();
+        let a = admit(
+            &[Message::human("I prefer tabs"), Message::ai("Noted")],
+            &hp,
+            &p,
+        )
+        .unwrap();
         assert_eq!(a.messages.len(), 2);
         assert!(a.signals.contains(crate::signals::Signal::Preference));
     }

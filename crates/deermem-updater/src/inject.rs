@@ -94,10 +94,10 @@ pub fn fact_line(fact: &Fact) -> Option<String> {
         fmt2(confidence),
         html_escape(&fact.content, false)
     );
-    if category == "correction" {
-        if let Some(se) = fact.source_error().map(py::strip).filter(|s| !s.is_empty()) {
-            line.push_str(&format!(" (avoid: {})", html_escape(se, false)));
-        }
+    if category == "correction"
+        && let Some(se) = fact.source_error().map(py::strip).filter(|s| !s.is_empty())
+    {
+        line.push_str(&format!(" (avoid: {})", html_escape(se, false)));
     }
     Some(line)
 }
@@ -159,7 +159,10 @@ pub fn format_memory_for_injection(doc: &MemoryDocument, opts: &InjectionOptions
             .map(|c| c.trim())
             .filter(|c| !c.is_empty())
             .collect();
-        let valid = doc.facts.iter().filter(|f| !py::strip(&f.content).is_empty());
+        let valid = doc
+            .facts
+            .iter()
+            .filter(|f| !py::strip(&f.content).is_empty());
         let (guaranteed, regular): (Vec<&Fact>, Vec<&Fact>) = valid.partition(|f| {
             // A fact without a category never qualifies.
             f.category.is_some() && wanted.contains(&display_category(f))
@@ -175,7 +178,11 @@ pub fn format_memory_for_injection(doc: &MemoryDocument, opts: &InjectionOptions
         let header = counter.count(FACTS_HEADER);
         let (g_lines, g_used) = select_lines(&guaranteed, opts.guaranteed_token_budget, counter);
         guaranteed_tokens = g_used;
-        let joiner = if g_lines.is_empty() { 0 } else { counter.count("\n") };
+        let joiner = if g_lines.is_empty() {
+            0
+        } else {
+            counter.count("\n")
+        };
         let spent = base + header + g_used + joiner;
         let mut lines = g_lines;
         if opts.max_tokens > spent {
@@ -221,7 +228,7 @@ pub fn format_memory_for_injection(doc: &MemoryDocument, opts: &InjectionOptions
 
 #[cfg(test)]
 mod tests {
-    use deermem_core::{TokenCounting, Timestamp};
+    use deermem_core::{Timestamp, TokenCounting};
     use serde_json::json;
 
     use super::*;
@@ -249,21 +256,36 @@ mod tests {
     }
 
     fn with_summary(mut d: MemoryDocument, section: &str, key: &str, v: Value) -> MemoryDocument {
-        let s = if section == "user" { &mut d.user } else { &mut d.history };
+        let s = if section == "user" {
+            &mut d.user
+        } else {
+            &mut d.history
+        };
         s.0.insert(key.into(), json!({"summary": v, "updatedAt": ""}));
         d
     }
 
     #[test]
     fn facts_section_sorted_by_confidence() {
-        let d = doc(vec![f("a", "Low fact", "context", 0.6), f("b", "High fact", "preference", 0.9)]);
+        let d = doc(vec![
+            f("a", "Low fact", "context", 0.6),
+            f("b", "High fact", "preference", 0.9),
+        ]);
         let out = format_memory_for_injection(&d, &opts(2000, TokenCounting::Char));
-        assert_eq!(out, "Facts:\n- [preference | 0.90] High fact\n- [context | 0.60] Low fact");
+        assert_eq!(
+            out,
+            "Facts:\n- [preference | 0.90] High fact\n- [context | 0.60] Low fact"
+        );
     }
 
     #[test]
     fn summaries_render_in_sections_with_one_separator() {
-        let d = with_summary(doc(vec![f("a", "Likes tea", "preference", 0.9)]), "user", "workContext", json!("Builds compilers"));
+        let d = with_summary(
+            doc(vec![f("a", "Likes tea", "preference", 0.9)]),
+            "user",
+            "workContext",
+            json!("Builds compilers"),
+        );
         let d = with_summary(d, "user", "topOfMind", json!(12345));
         let d = with_summary(d, "history", "recentMonths", json!("Moved to Rust"));
         let d = with_summary(d, "history", "earlierContext", json!("Wrote Go"));
@@ -280,11 +302,18 @@ mod tests {
     fn malformed_summary_children_are_skipped() {
         let mut d = doc(vec![]);
         d.user.0.insert("workContext".into(), json!(null));
-        d.user.0.insert("topOfMind".into(), json!({"summary": ["a"]}));
-        d.user.0.insert("personalContext".into(), json!({"summary": "Has a cat"}));
+        d.user
+            .0
+            .insert("topOfMind".into(), json!({"summary": ["a"]}));
+        d.user
+            .0
+            .insert("personalContext".into(), json!({"summary": "Has a cat"}));
         let out = format_memory_for_injection(&d, &opts(2000, TokenCounting::Char));
         assert_eq!(out, "User Context:\n- Personal: Has a cat");
-        assert_eq!(format_memory_for_injection(&doc(vec![]), &opts(2000, TokenCounting::Char)), "");
+        assert_eq!(
+            format_memory_for_injection(&doc(vec![]), &opts(2000, TokenCounting::Char)),
+            ""
+        );
     }
 
     #[test]
@@ -305,12 +334,21 @@ mod tests {
         c.set_extra("sourceError", Some(json!("   ")));
         assert_eq!(fact_line(&c).unwrap(), "- [correction | 0.95] Use uv");
         c.set_extra("sourceError", Some(json!(" pip is deprecated ")));
-        assert_eq!(fact_line(&c).unwrap(), "- [correction | 0.95] Use uv (avoid: pip is deprecated)");
+        assert_eq!(
+            fact_line(&c).unwrap(),
+            "- [correction | 0.95] Use uv (avoid: pip is deprecated)"
+        );
         let mut other = f("b", "Use uv", "preference", 0.95);
         other.set_extra("sourceError", Some(json!("pip")));
         assert_eq!(fact_line(&other).unwrap(), "- [preference | 0.95] Use uv");
-        assert_eq!(fact_line(&f("c", "Rust", "knowledge", 0.875)).unwrap(), "- [knowledge | 0.88] Rust");
-        assert_eq!(fact_line(&f("c", "Rust", "context", 0.125)).unwrap(), "- [context | 0.12] Rust");
+        assert_eq!(
+            fact_line(&f("c", "Rust", "knowledge", 0.875)).unwrap(),
+            "- [knowledge | 0.88] Rust"
+        );
+        assert_eq!(
+            fact_line(&f("c", "Rust", "context", 0.125)).unwrap(),
+            "- [context | 0.12] Rust"
+        );
     }
 
     #[test]
@@ -321,16 +359,29 @@ mod tests {
         ]);
         // Char counting: header 1, first line 11 tokens, second adds 10.
         let first = format_memory_for_injection(&d, &opts(13, TokenCounting::Char));
-        assert_eq!(first, "Facts:\n- [context | 0.90] First fact with some words here");
+        assert_eq!(
+            first,
+            "Facts:\n- [context | 0.90] First fact with some words here"
+        );
         let huge = f("h", &"long ".repeat(200), "context", 0.95);
         let d = doc(vec![huge, f("s", "short", "context", 0.1)]);
-        assert_eq!(format_memory_for_injection(&d, &opts(100, TokenCounting::Char)), "");
+        assert_eq!(
+            format_memory_for_injection(&d, &opts(100, TokenCounting::Char)),
+            ""
+        );
     }
 
     #[test]
     fn guaranteed_categories_come_first_within_their_budget() {
         let mut facts: Vec<Fact> = (0..30)
-            .map(|i| f(&format!("r{i:02}"), &format!("regular fact number {i} with padding words"), "context", 0.99))
+            .map(|i| {
+                f(
+                    &format!("r{i:02}"),
+                    &format!("regular fact number {i} with padding words"),
+                    "context",
+                    0.99,
+                )
+            })
             .collect();
         facts.push(f("c1", "Use pnpm not npm", "correction", 0.8));
         facts.push(f("c2", "Use uv not pip", "correction", 0.95));
@@ -358,11 +409,17 @@ mod tests {
 
     #[test]
     fn categoryless_facts_are_never_guaranteed() {
-        let d = doc(vec![fact(json!({"id": "a", "content": "no category", "confidence": 0.5})), f("b", "ctx", "context", 0.9)]);
+        let d = doc(vec![
+            fact(json!({"id": "a", "content": "no category", "confidence": 0.5})),
+            f("b", "ctx", "context", 0.9),
+        ]);
         let mut o = opts(2000, TokenCounting::Char);
         o.guaranteed_categories = vec!["context".into()];
         let out = format_memory_for_injection(&d, &o);
-        assert_eq!(out, "Facts:\n- [context | 0.90] ctx\n- [context | 0.50] no category");
+        assert_eq!(
+            out,
+            "Facts:\n- [context | 0.90] ctx\n- [context | 0.50] no category"
+        );
     }
 
     #[test]
@@ -373,9 +430,19 @@ mod tests {
         let mut o = opts(100, TokenCounting::Char);
         o.guaranteed_token_budget = 50;
         let out = format_memory_for_injection(&d, &o);
-        assert!(out.ends_with("AAAA\n...\n\nFacts:\n- [correction | 0.95] Use uv (avoid: pip is deprecated)"), "{out}");
+        assert!(
+            out.ends_with(
+                "AAAA\n...\n\nFacts:\n- [correction | 0.95] Use uv (avoid: pip is deprecated)"
+            ),
+            "{out}"
+        );
         assert!(out.chars().count() < 600);
-        let d = with_summary(doc(vec![]), "user", "workContext", json!("B".repeat(20_000)));
+        let d = with_summary(
+            doc(vec![]),
+            "user",
+            "workContext",
+            json!("B".repeat(20_000)),
+        );
         let out = format_memory_for_injection(&d, &opts(100, TokenCounting::Char));
         assert!(out.ends_with("..."));
         assert!(out.len() < 4000);
@@ -384,9 +451,21 @@ mod tests {
     #[test]
     fn cjk_budgets_under_both_counters() {
         let facts: Vec<Fact> = (0..40)
-            .map(|i| f(&format!("z{i:02}"), &format!("用户喜欢在周末用中文写技术博客第{i}篇"), "preference", 0.9))
+            .map(|i| {
+                f(
+                    &format!("z{i:02}"),
+                    &format!("用户喜欢在周末用中文写技术博客第{i}篇"),
+                    "preference",
+                    0.9,
+                )
+            })
             .collect();
-        let d = with_summary(doc(facts), "user", "workContext", json!("后端工程师，主要使用 Rust 和 Go 开发分布式系统。"));
+        let d = with_summary(
+            doc(facts),
+            "user",
+            "workContext",
+            json!("后端工程师，主要使用 Rust 和 Go 开发分布式系统。"),
+        );
         for mode in [TokenCounting::Char, TokenCounting::Tiktoken] {
             let o = opts(150, mode);
             let out = format_memory_for_injection(&d, &o);
@@ -396,15 +475,26 @@ mod tests {
             assert!(n > 0 && n < 40, "{mode:?}: {n} facts");
             assert!(out.starts_with("User Context:\n- Work: 后端工程师"));
         }
-        let char_n = format_memory_for_injection(&d, &opts(150, TokenCounting::Char)).matches("- [").count();
-        let bpe_n = format_memory_for_injection(&d, &opts(150, TokenCounting::Tiktoken)).matches("- [").count();
+        let char_n = format_memory_for_injection(&d, &opts(150, TokenCounting::Char))
+            .matches("- [")
+            .count();
+        let bpe_n = format_memory_for_injection(&d, &opts(150, TokenCounting::Tiktoken))
+            .matches("- [")
+            .count();
         assert_ne!(char_n, bpe_n, "the two counters budget CJK differently");
     }
 
     #[test]
     fn english_budget_under_tiktoken() {
         let facts: Vec<Fact> = (0..50)
-            .map(|i| f(&format!("e{i:02}"), &format!("User prefers concise answers about topic number {i}"), "preference", 0.9))
+            .map(|i| {
+                f(
+                    &format!("e{i:02}"),
+                    &format!("User prefers concise answers about topic number {i}"),
+                    "preference",
+                    0.9,
+                )
+            })
             .collect();
         let o = opts(120, TokenCounting::Tiktoken);
         let out = format_memory_for_injection(&doc(facts), &o);
@@ -414,10 +504,18 @@ mod tests {
 
     #[test]
     fn tool_mode_injects_summaries_only_and_disabled_injects_nothing() {
-        let d = with_summary(doc(vec![f("a", "Likes tea", "preference", 0.9)]), "user", "workContext", json!("Engineer"));
+        let d = with_summary(
+            doc(vec![f("a", "Likes tea", "preference", 0.9)]),
+            "user",
+            "workContext",
+            json!("Engineer"),
+        );
         let cfg = DeerMemConfig::default();
         let tool = InjectionOptions::from_config(&cfg, MemoryMode::Tool, true);
-        assert_eq!(format_memory_for_injection(&d, &tool), "User Context:\n- Work: Engineer");
+        assert_eq!(
+            format_memory_for_injection(&d, &tool),
+            "User Context:\n- Work: Engineer"
+        );
         let mw = InjectionOptions::from_config(&cfg, MemoryMode::Middleware, true);
         assert!(format_memory_for_injection(&d, &mw).contains("Facts:"));
         let off = InjectionOptions::from_config(&cfg, MemoryMode::Middleware, false);

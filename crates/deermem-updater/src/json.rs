@@ -165,7 +165,11 @@ pub fn decode_prefix(
 /// # Errors
 /// A [`DecodeError`] for invalid JSON or trailing data.
 pub fn decode_str(text: &str) -> Result<PyJson, DecodeError> {
-    let mut budget = Budget::new(u64::try_from(text.len()).unwrap_or(u64::MAX).saturating_add(16));
+    let mut budget = Budget::new(
+        u64::try_from(text.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(16),
+    );
     let mut p = Parser {
         s: text.as_bytes(),
         text,
@@ -442,7 +446,9 @@ impl Parser<'_, '_> {
             .ok_or_else(|| self.err("4 hex digits"))?;
         let mut v = 0u32;
         for &b in h {
-            let d = (b as char).to_digit(16).ok_or_else(|| self.err("4 hex digits"))?;
+            let d = (b as char)
+                .to_digit(16)
+                .ok_or_else(|| self.err("4 hex digits"))?;
             v = v * 16 + d;
         }
         self.pos += 4;
@@ -486,14 +492,23 @@ mod tests {
         assert_eq!(dec("0.0"), PyJson::Float(0.0));
         assert_eq!(dec("90.0"), PyJson::Float(90.0));
         assert_eq!(dec("1E2"), PyJson::Float(100.0));
-        assert_eq!(dec(&format!("1{}", "0".repeat(400))), PyJson::Int(i128::MAX));
-        assert_eq!(dec(&format!("-1{}", "0".repeat(400))), PyJson::Int(i128::MIN));
-        assert_eq!(dec(" [1, 2.5, true, null] "), PyJson::Array(vec![
-            PyJson::Int(1),
-            PyJson::Float(2.5),
-            PyJson::Bool(true),
-            PyJson::Null
-        ]));
+        assert_eq!(
+            dec(&format!("1{}", "0".repeat(400))),
+            PyJson::Int(i128::MAX)
+        );
+        assert_eq!(
+            dec(&format!("-1{}", "0".repeat(400))),
+            PyJson::Int(i128::MIN)
+        );
+        assert_eq!(
+            dec(" [1, 2.5, true, null] "),
+            PyJson::Array(vec![
+                PyJson::Int(1),
+                PyJson::Float(2.5),
+                PyJson::Bool(true),
+                PyJson::Null
+            ])
+        );
     }
 
     #[test]
@@ -511,7 +526,10 @@ mod tests {
             PyJson::Str("a\"b\\c/d\né😀".into())
         );
         assert_eq!(dec(r#""\ud800x""#), PyJson::Str("\u{FFFD}x".into()));
-        assert!(decode_str("\"a\nb\"").is_err(), "raw control characters are rejected");
+        assert!(
+            decode_str("\"a\nb\"").is_err(),
+            "raw control characters are rejected"
+        );
         assert!(decode_str(r#""\x""#).is_err());
         assert_eq!(dec("\"用户\""), PyJson::Str("用户".into()));
     }
@@ -519,8 +537,20 @@ mod tests {
     #[test]
     fn malformed_input_is_rejected_not_repaired() {
         for bad in [
-            "{", "{\"a\":", "{\"a\": 1,}", "[1,]", "{'a': 1}", "01", "-", "1.", "tru", "{a: 1}",
-            "\"abc", "[1 2]", "nan", "+1",
+            "{",
+            "{\"a\":",
+            "{\"a\": 1,}",
+            "[1,]",
+            "{'a': 1}",
+            "01",
+            "-",
+            "1.",
+            "tru",
+            "{a: 1}",
+            "\"abc",
+            "[1 2]",
+            "nan",
+            "+1",
         ] {
             assert!(decode_str(bad).is_err(), "{bad:?}");
         }
@@ -532,7 +562,10 @@ mod tests {
         let mut b = Budget::new(1000);
         let (v, end) = decode_prefix(text, 2, &mut b).unwrap();
         assert_eq!(&text[end..], " trailing {");
-        assert_eq!(v.as_object().unwrap()["a"], PyJson::Array(vec![PyJson::Int(1)]));
+        assert_eq!(
+            v.as_object().unwrap()["a"],
+            PyJson::Array(vec![PyJson::Int(1)])
+        );
     }
 
     #[test]
@@ -541,7 +574,10 @@ mod tests {
         assert_eq!(decode_str(&deep), Err(DecodeError::TooDeep));
         let mut b = Budget::new(10);
         let long = format!("\"{}\"", "x".repeat(100));
-        assert_eq!(decode_prefix(&long, 0, &mut b), Err(DecodeError::BudgetExhausted));
+        assert_eq!(
+            decode_prefix(&long, 0, &mut b),
+            Err(DecodeError::BudgetExhausted)
+        );
         assert!(b.exhausted());
     }
 

@@ -45,7 +45,7 @@ pub use apply::{ApplyContext, ApplyOutcome, UpdateMetrics, apply_update};
 pub use filter::{HiddenMessagePolicy, admit};
 pub use inject::{InjectionOptions, format_memory_for_injection};
 pub use parse::{ParseError, ProposedUpdate, parse_update_response};
-pub use pipeline::{SubmitOutcome, Submission, UpdatePipeline};
+pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use prompt::{PromptError, TemplateStore};
 pub use proposer::{LlmProposer, OfflineProposer, Proposal, ProposalOrigin, Proposer};
 pub use queue::{QueueConfig, QueueError, UpdateQueue};

@@ -111,8 +111,8 @@ fn rules() -> &'static [Rule] {
 
 /// First words that make an English capture about the task at hand, not the user.
 const TASK_WORDS: [&str; 14] = [
-    "it", "this", "that", "these", "those", "them", "your", "you", "bit", "little", "tad",
-    "lot", "moment", "second",
+    "it", "this", "that", "these", "those", "them", "your", "you", "bit", "little", "tad", "lot",
+    "moment", "second",
 ];
 
 const MIN_CAPTURE_CHARS: usize = 2;
@@ -120,7 +120,12 @@ const MAX_CAPTURE_CHARS: usize = 160;
 
 fn third_person(verb: &str) -> String {
     let v = verb.to_lowercase();
-    if v.ends_with('s') || v.ends_with("sh") || v.ends_with("ch") || v.ends_with('x') || v.ends_with('o') {
+    if v.ends_with('s')
+        || v.ends_with("sh")
+        || v.ends_with("ch")
+        || v.ends_with('x')
+        || v.ends_with('o')
+    {
         format!("{v}es")
     } else {
         format!("{v}s")
@@ -161,11 +166,24 @@ fn sentences(text: &str) -> Vec<String> {
         .map(|s| {
             let s = py::strip(&s);
             // Leading fillers ("Also, ", "By the way, ", "Oh and ") do not change the statement.
-            for filler in ["also, ", "also ", "btw, ", "btw ", "by the way, ", "fyi, ", "oh, ", "oh and ", "and ", "well, ", "ok, ", "okay, "] {
-                if let Some(head) = s.get(..filler.len()) {
-                    if head.eq_ignore_ascii_case(filler) {
-                        return py::strip(&s[filler.len()..]).to_owned();
-                    }
+            for filler in [
+                "also, ",
+                "also ",
+                "btw, ",
+                "btw ",
+                "by the way, ",
+                "fyi, ",
+                "oh, ",
+                "oh and ",
+                "and ",
+                "well, ",
+                "ok, ",
+                "okay, ",
+            ] {
+                if let Some(head) = s.get(..filler.len())
+                    && head.eq_ignore_ascii_case(filler)
+                {
+                    return py::strip(&s[filler.len()..]).to_owned();
                 }
             }
             s.to_owned()
@@ -246,12 +264,36 @@ mod tests {
 
     #[test]
     fn english_statements() {
-        assert_eq!(facts("I'm a data scientist at Acme."), vec![("User is a data scientist at Acme".into(), "identity".into())]);
-        assert_eq!(facts("I prefer tabs over spaces"), vec![("User prefers tabs over spaces".into(), "preference".into())]);
-        assert_eq!(facts("Also, I really like dark themes!"), vec![("User likes dark themes".into(), "preference".into())]);
-        assert_eq!(facts("My goal is to ship v2 by June."), vec![("User's goal is to ship v2 by June".into(), "goal".into())]);
-        assert_eq!(facts("We decided to use Postgres for everything."), vec![("User decided to use Postgres for everything".into(), "decision".into())]);
-        assert_eq!(facts("My favorite editor is Helix"), vec![("User's favorite editor is Helix".into(), "preference".into())]);
+        assert_eq!(
+            facts("I'm a data scientist at Acme."),
+            vec![("User is a data scientist at Acme".into(), "identity".into())]
+        );
+        assert_eq!(
+            facts("I prefer tabs over spaces"),
+            vec![("User prefers tabs over spaces".into(), "preference".into())]
+        );
+        assert_eq!(
+            facts("Also, I really like dark themes!"),
+            vec![("User likes dark themes".into(), "preference".into())]
+        );
+        assert_eq!(
+            facts("My goal is to ship v2 by June."),
+            vec![("User's goal is to ship v2 by June".into(), "goal".into())]
+        );
+        assert_eq!(
+            facts("We decided to use Postgres for everything."),
+            vec![(
+                "User decided to use Postgres for everything".into(),
+                "decision".into()
+            )]
+        );
+        assert_eq!(
+            facts("My favorite editor is Helix"),
+            vec![(
+                "User's favorite editor is Helix".into(),
+                "preference".into()
+            )]
+        );
     }
 
     #[test]
@@ -269,11 +311,29 @@ mod tests {
 
     #[test]
     fn chinese_and_japanese_statements() {
-        assert_eq!(facts("我是一名后端工程师。"), vec![("用户是一名后端工程师".into(), "identity".into())]);
-        assert_eq!(facts("我更喜欢用 Rust 写服务"), vec![("用户喜欢用 Rust 写服务".into(), "preference".into())]);
-        assert_eq!(facts("我的目标是今年通过考试"), vec![("用户的目标是今年通过考试".into(), "goal".into())]);
-        assert_eq!(facts("我们决定采用 Postgres"), vec![("用户决定采用 Postgres".into(), "decision".into())]);
-        assert_eq!(facts("私はソフトウェアエンジニアです"), vec![("ユーザーはソフトウェアエンジニアです".into(), "identity".into())]);
+        assert_eq!(
+            facts("我是一名后端工程师。"),
+            vec![("用户是一名后端工程师".into(), "identity".into())]
+        );
+        assert_eq!(
+            facts("我更喜欢用 Rust 写服务"),
+            vec![("用户喜欢用 Rust 写服务".into(), "preference".into())]
+        );
+        assert_eq!(
+            facts("我的目标是今年通过考试"),
+            vec![("用户的目标是今年通过考试".into(), "goal".into())]
+        );
+        assert_eq!(
+            facts("我们决定采用 Postgres"),
+            vec![("用户决定采用 Postgres".into(), "decision".into())]
+        );
+        assert_eq!(
+            facts("私はソフトウェアエンジニアです"),
+            vec![(
+                "ユーザーはソフトウェアエンジニアです".into(),
+                "identity".into()
+            )]
+        );
     }
 
     #[test]
@@ -291,7 +351,11 @@ mod tests {
             assert!(facts(t).is_empty(), "{t:?}: {:?}", facts(t));
         }
         // Assistant turns never produce facts.
-        assert!(propose_offline(&[Message::ai("I prefer tabs")]).new_facts.is_empty());
+        assert!(
+            propose_offline(&[Message::ai("I prefer tabs")])
+                .new_facts
+                .is_empty()
+        );
     }
 
     #[test]

@@ -305,7 +305,11 @@ pub fn read_expected_valid_days(v: &PyJson) -> Option<i128> {
         PyJson::Float(f) if f.is_finite() => {
             let t = f.trunc();
             if t >= 1.0 {
-                Some(if t >= i128::MAX as f64 { i128::MAX } else { t as i128 })
+                Some(if t >= i128::MAX as f64 {
+                    i128::MAX
+                } else {
+                    t as i128
+                })
             } else {
                 None
             }
@@ -344,7 +348,9 @@ fn normalize_new_fact(index: usize, v: &PyJson) -> Option<ProposedFact> {
         category: category(o.get("category")),
         confidence,
         source_error: stripped_non_blank(o.get("sourceError")),
-        expected_valid_days: o.get("expected_valid_days").and_then(read_expected_valid_days),
+        expected_valid_days: o
+            .get("expected_valid_days")
+            .and_then(read_expected_valid_days),
         scope: label(o.get("scope")),
         durability: label(o.get("durability")),
         authority: label(o.get("authority")),
@@ -572,13 +578,19 @@ mod tests {
     #[test]
     fn response_text_joins_blocks_like_the_reference() {
         assert_eq!(response_text(&json!("x")), "x");
-        assert_eq!(response_text(&json!([{"type": "text", "text": "hello"}])), "hello");
+        assert_eq!(
+            response_text(&json!([{"type": "text", "text": "hello"}])),
+            "hello"
+        );
         assert_eq!(
             response_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])),
             "a\nb"
         );
         assert_eq!(response_text(&json!(["raw string"])), "raw string");
-        assert_eq!(response_text(&json!(["{\"user\"", ": \"alice\"}"])), "{\"user\": \"alice\"}");
+        assert_eq!(
+            response_text(&json!(["{\"user\"", ": \"alice\"}"])),
+            "{\"user\": \"alice\"}"
+        );
         assert_eq!(
             response_text(&json!(["prefix", "-continued", {"text": "block text"}])),
             "prefix-continued\nblock text"
@@ -617,12 +629,18 @@ mod tests {
     #[test]
     fn truncated_or_decoy_json_is_refused() {
         let truncated = &MINIMAL[..MINIMAL.len() - 5];
-        assert_eq!(parse_update_response(truncated), Err(ParseError::NoUpdateObject));
+        assert_eq!(
+            parse_update_response(truncated),
+            Err(ParseError::NoUpdateObject)
+        );
         assert_eq!(
             parse_update_response(r#"{"user": "alice"}"#),
             Err(ParseError::NoUpdateObject)
         );
-        assert_eq!(parse_update_response("no json"), Err(ParseError::NoUpdateObject));
+        assert_eq!(
+            parse_update_response("no json"),
+            Err(ParseError::NoUpdateObject)
+        );
         assert_eq!(parse_update_response(""), Err(ParseError::NoUpdateObject));
     }
 
@@ -669,7 +687,11 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![("A", "context", 0.91), ("H", "knowledge", 0.1), ("I", "context", 0.5)]
+            vec![
+                ("A", "context", 0.91),
+                ("H", "knowledge", 0.1),
+                ("I", "context", 0.5)
+            ]
         );
         assert_eq!(up.new_facts[0].source_error.as_deref(), Some("old"));
         assert_eq!(up.new_facts[1].expected_valid_days, Some(90));
@@ -687,10 +709,16 @@ mod tests {
     fn unsafe_partial_update_is_refused() {
         let s = r#"{"user": {}, "history": {}, "newFacts": [{"content": "new", "confidence": 2}],
                     "factsToRemove": [{"id": "f1", "scope": "user", "reason": "outdated", "replacementFactIndex": 0}]}"#;
-        assert_eq!(parse_update_response(s), Err(ParseError::UnsafePartialUpdate));
+        assert_eq!(
+            parse_update_response(s),
+            Err(ParseError::UnsafePartialUpdate)
+        );
         let ok = r#"{"user": {}, "history": {}, "newFacts": [{"content": "new"}],
                     "factsToRemove": [{"id": "f1", "scope": "user", "reason": "outdated", "replacementFactIndex": 0}]}"#;
-        assert_eq!(parse(ok).facts_to_remove[0].replacement, ReplacementRef::Index(0));
+        assert_eq!(
+            parse(ok).facts_to_remove[0].replacement,
+            ReplacementRef::Index(0)
+        );
     }
 
     #[test]
@@ -703,7 +731,15 @@ mod tests {
         );
         let r = &up.facts_to_remove;
         assert_eq!(r.len(), 6);
-        assert_eq!(r[0], RemovalEntry { id: "fact_api".into(), scope: None, reason: None, replacement: ReplacementRef::None });
+        assert_eq!(
+            r[0],
+            RemovalEntry {
+                id: "fact_api".into(),
+                scope: None,
+                reason: None,
+                replacement: ReplacementRef::None
+            }
+        );
         assert_eq!(r[1].id, "f2");
         assert_eq!(r[1].scope.as_deref(), Some("user"));
         assert_eq!(r[1].reason.as_deref(), Some("r"));
@@ -722,7 +758,14 @@ mod tests {
                 {"id": "f2", "scope": "thread", "reason": "x"}, "f3"]}"#,
         );
         assert_eq!(up.facts_to_reinforce.len(), 2);
-        assert_eq!(up.facts_to_reinforce[0], ReinforceEntry { id: "f1".into(), scope: Some("user".into()), reason: Some("confirmed".into()) });
+        assert_eq!(
+            up.facts_to_reinforce[0],
+            ReinforceEntry {
+                id: "f1".into(),
+                scope: Some("user".into()),
+                reason: Some("confirmed".into())
+            }
+        );
         assert_eq!(up.facts_to_reinforce[1].scope.as_deref(), Some("thread"));
     }
 
@@ -732,9 +775,17 @@ mod tests {
             r#"{"user": {}, "history": {}, "newFacts": [], "staleFactsToRemove": [
                 {"id": "a", "reason": "old"}, {"id": "b"}, {"id": "c", "reason": 123}, {"id": ""}, "d", {"id": " "}]}"#,
         );
-        let got: Vec<(&str, &str)> = up.stale_facts_to_remove.iter().map(|s| (s.id.as_str(), s.reason.as_str())).collect();
+        let got: Vec<(&str, &str)> = up
+            .stale_facts_to_remove
+            .iter()
+            .map(|s| (s.id.as_str(), s.reason.as_str()))
+            .collect();
         assert_eq!(got, vec![("a", "old"), ("b", ""), ("c", ""), (" ", "")]);
-        assert!(parse(r#"{"user": {}, "history": {}, "newFacts": [], "staleFactsToRemove": "x"}"#).stale_facts_to_remove.is_empty());
+        assert!(
+            parse(r#"{"user": {}, "history": {}, "newFacts": [], "staleFactsToRemove": "x"}"#)
+                .stale_facts_to_remove
+                .is_empty()
+        );
     }
 
     #[test]
@@ -746,7 +797,11 @@ mod tests {
                 {"id": 123, "extend_by_days": 10}, {"id": "f"}, {"id": "g", "extend_by_days": NaN},
                 {"id": "h", "extend_by_days": Infinity}, {"id": "i", "extend_by_days": 1e400}, {"id": "j", "extend_by_days": true}]}"#,
         );
-        let got: Vec<(&str, i128)> = up.stale_facts_to_extend.iter().map(|s| (s.id.as_str(), s.extend_by_days)).collect();
+        let got: Vec<(&str, i128)> = up
+            .stale_facts_to_extend
+            .iter()
+            .map(|s| (s.id.as_str(), s.extend_by_days))
+            .collect();
         assert_eq!(got, vec![("a", 365), ("b", 90)]);
         assert_eq!(up.new_facts.len(), 1, "the rest of the update survives");
     }
@@ -770,7 +825,11 @@ mod tests {
         assert_eq!(c[0].scope.as_deref(), Some("user"));
         assert_eq!(c[1].category, "context");
         assert_eq!(c[1].confidence, None, "strings are not parsed here");
-        assert!(parse(r#"{"user": {}, "history": {}, "newFacts": [], "factsToConsolidate": "x"}"#).facts_to_consolidate.is_empty());
+        assert!(
+            parse(r#"{"user": {}, "history": {}, "newFacts": [], "factsToConsolidate": "x"}"#)
+                .facts_to_consolidate
+                .is_empty()
+        );
     }
 
     #[test]
@@ -791,10 +850,16 @@ mod tests {
     #[test]
     fn huge_or_hostile_responses_are_typed_errors() {
         let big = "x".repeat(MAX_RESPONSE_BYTES + 1);
-        assert!(matches!(parse_update_response(&big), Err(ParseError::TooLarge { .. })));
+        assert!(matches!(
+            parse_update_response(&big),
+            Err(ParseError::TooLarge { .. })
+        ));
         let braces = "{\"a\":\"".repeat(200_000);
         let r = parse_update_response(&braces);
-        assert!(matches!(r, Err(ParseError::TooComplex | ParseError::NoUpdateObject)), "{r:?}");
+        assert!(
+            matches!(r, Err(ParseError::TooComplex | ParseError::NoUpdateObject)),
+            "{r:?}"
+        );
     }
 
     proptest::proptest! {

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use deermem_core::ports::ChatMessage;
-use deermem_core::{AgentName, DeerMemConfig, Fact, Message, MessageKind, MemoryDocument, Timestamp, py};
+use deermem_core::{
+    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp, py,
+};
 use lru::LruCache;
 use serde_json::{Map, Value};
 
@@ -19,7 +21,9 @@ use crate::consolidation::{
 };
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{select_stale_candidates, staleness_lines};
-use crate::text::{FormatError, escape_json_strings, format_template, html_escape, json_dumps_pretty};
+use crate::text::{
+    FormatError, escape_json_strings, format_template, html_escape, json_dumps_pretty,
+};
 use crate::uploads;
 
 /// The chat template file.
@@ -113,7 +117,9 @@ pub fn parse_template(path: &Path, text: &str) -> Result<Template, PromptError> 
     };
     let doc: serde_yaml::Value =
         serde_yaml::from_str(text).map_err(|e| invalid(&format!("not valid YAML: {e}")))?;
-    let map = doc.as_mapping().ok_or_else(|| invalid("the top level must be a mapping"))?;
+    let map = doc
+        .as_mapping()
+        .ok_or_else(|| invalid("the top level must be a mapping"))?;
     let format = match map.get("format") {
         None => {
             if map.contains_key("template") && !map.contains_key("messages") {
@@ -122,7 +128,9 @@ pub fn parse_template(path: &Path, text: &str) -> Result<Template, PromptError> 
                 "chat"
             }
         }
-        Some(v) => v.as_str().ok_or_else(|| invalid("format must be a string"))?,
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| invalid("format must be a string"))?,
     };
     match format {
         "chat" => {
@@ -248,10 +256,11 @@ impl PromptTemplates {
         self.chat
             .iter()
             .map(|(role, content)| {
-                let text = format_template(content, vars).map_err(|source| PromptError::Render {
-                    path: self.chat_path.clone(),
-                    source,
-                })?;
+                let text =
+                    format_template(content, vars).map_err(|source| PromptError::Render {
+                        path: self.chat_path.clone(),
+                        source,
+                    })?;
                 Ok(match role {
                     TemplateRole::System => ChatMessage::system(text),
                     TemplateRole::User => ChatMessage::user(text),
@@ -329,9 +338,16 @@ impl TemplateStore {
         })
     }
 
-    async fn load_set(dir: &Path, agent: Option<&AgentName>) -> Result<PromptTemplates, PromptError> {
+    async fn load_set(
+        dir: &Path,
+        agent: Option<&AgentName>,
+    ) -> Result<PromptTemplates, PromptError> {
         let mut texts = Vec::new();
-        for name in [CHAT_TEMPLATE_FILE, STALENESS_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE] {
+        for name in [
+            CHAT_TEMPLATE_FILE,
+            STALENESS_TEMPLATE_FILE,
+            CONSOLIDATION_TEMPLATE_FILE,
+        ] {
             let mut found = None;
             if let Some(a) = agent {
                 let p = dir.join(a.as_str()).join(name);
@@ -351,7 +367,9 @@ impl TemplateStore {
             }
         }
         match texts.as_slice() {
-            [(cp, ct), (sp, st), (op, ot)] => PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot)),
+            [(cp, ct), (sp, st), (op, ot)] => {
+                PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot))
+            }
             _ => Err(PromptError::Missing {
                 path: dir.to_owned(),
             }),
@@ -426,16 +444,25 @@ pub fn current_memory_json(memory: &MemoryDocument) -> String {
     let mut m = Map::new();
     m.insert("version".into(), Value::String(memory.version.clone()));
     m.insert("revision".into(), Value::from(memory.revision));
-    m.insert("lastUpdated".into(), Value::String(memory.last_updated.clone()));
+    m.insert(
+        "lastUpdated".into(),
+        Value::String(memory.last_updated.clone()),
+    );
     m.insert("user".into(), Value::Object(memory.user.as_map().clone()));
-    m.insert("history".into(), Value::Object(memory.history.as_map().clone()));
+    m.insert(
+        "history".into(),
+        Value::Object(memory.history.as_map().clone()),
+    );
     let facts = memory
         .facts
         .iter()
         .map(|f| {
             let mut fm = f.to_internal_map();
             if is_manual(f) && !f.content.starts_with("[MANUAL]") {
-                fm.insert("content".into(), Value::String(format!("[MANUAL] {}", f.content)));
+                fm.insert(
+                    "content".into(),
+                    Value::String(format!("[MANUAL] {}", f.content)),
+                );
             }
             Value::Object(fm)
         })
@@ -494,7 +521,10 @@ pub fn format_conversation(feed: &[Message]) -> String {
                 continue;
             }
         }
-        lines.push(format!("{prefix}{}", html_escape(&shorten(&content), false)));
+        lines.push(format!(
+            "{prefix}{}",
+            html_escape(&shorten(&content), false)
+        ));
     }
     lines.join("\n\n")
 }
@@ -555,7 +585,9 @@ pub fn build_update_prompt(
     let staleness_section = if cfg.staleness_review_enabled {
         let candidates = select_stale_candidates(facts, cfg, input.now);
         if candidates.len() >= cfg.staleness_min_candidates {
-            stale_listed = candidates.len().min(crate::staleness::MAX_PROMPT_CANDIDATES);
+            stale_listed = candidates
+                .len()
+                .min(crate::staleness::MAX_PROMPT_CANDIDATES);
             templates.render_staleness(&staleness_lines(&candidates, cfg.staleness_age_days))?
         } else {
             String::new()
@@ -618,10 +650,21 @@ mod tests {
         vec![Message::human("I prefer tabs"), Message::ai("Noted")]
     }
 
-    fn build(d: &MemoryDocument, f: &[Message], signals: SignalSet, cfg: &DeerMemConfig) -> UpdatePrompt {
+    fn build(
+        d: &MemoryDocument,
+        f: &[Message],
+        signals: SignalSet,
+        cfg: &DeerMemConfig,
+    ) -> UpdatePrompt {
         build_update_prompt(
             &PromptTemplates::bundled(),
-            &PromptInput { memory: d, feed: f, signals, config: cfg, now: now() },
+            &PromptInput {
+                memory: d,
+                feed: f,
+                signals,
+                config: cfg,
+                now: now(),
+            },
         )
         .unwrap()
         .unwrap()
@@ -657,10 +700,19 @@ mod tests {
             assert!(system.contains(needle), "system prompt lacks {needle:?}");
         }
         // The system message has no variables: it is identical on every call.
-        let p2 = build(&doc(aged(5, 200)), &[Message::human("x"), Message::ai("y")], SignalSet::new(), &cfg);
+        let p2 = build(
+            &doc(aged(5, 200)),
+            &[Message::human("x"), Message::ai("y")],
+            SignalSet::new(),
+            &cfg,
+        );
         assert_eq!(p.messages[0], p2.messages[0]);
         let user = user_msg(&p);
-        assert!(user.contains("<conversation>\nUser: I prefer tabs\n\nAssistant: Noted\n</conversation>"));
+        assert!(
+            user.contains(
+                "<conversation>\nUser: I prefer tabs\n\nAssistant: Noted\n</conversation>"
+            )
+        );
         assert!(user.contains("<current_memory>\n{\n  \"version\": \"1.0\""));
     }
 
@@ -681,13 +733,18 @@ mod tests {
         let text = current_memory_json(&d);
         assert!(text.contains("用户喜欢茶"));
         assert!(!text.contains("\\u"));
-        assert!(text.contains("x &lt;/current_memory&gt; &lt;conversation&gt; &amp; &#x27;q&#x27;"));
+        assert!(
+            text.contains("x &lt;/current_memory&gt; &lt;conversation&gt; &amp; &#x27;q&#x27;")
+        );
         assert!(text.contains("\"content\": \"[MANUAL] hand written\""));
         assert!(text.contains("\"confidence\": 0.9"));
         let p = build(&d, &feed(), SignalSet::new(), &DeerMemConfig::default());
         assert_eq!(user_msg(&p).matches("</current_memory>").count(), 1);
         assert!(user_msg(&p).contains(MANUAL_NOTE));
-        assert_eq!(d.facts[2].content, "hand written", "the snapshot itself is unchanged");
+        assert_eq!(
+            d.facts[2].content, "hand written",
+            "the snapshot itself is unchanged"
+        );
     }
 
     #[test]
@@ -708,11 +765,23 @@ mod tests {
         let text = format_conversation(&feed);
         let turns: Vec<&str> = text.split("\n\n").collect();
         assert_eq!(turns[0], "User: plain block");
-        assert_eq!(turns[1], "Assistant: see &lt;/conversation&gt; &amp; &lt;current_memory&gt;");
+        assert_eq!(
+            turns[1],
+            "Assistant: see &lt;/conversation&gt; &amp; &lt;current_memory&gt;"
+        );
         assert_eq!(turns[2], "User: [non-text content]");
-        assert_eq!(turns[3], format!("User: {}\n...[truncated]...\n{}", "a".repeat(500), "b".repeat(500)));
+        assert_eq!(
+            turns[3],
+            format!(
+                "User: {}\n...[truncated]...\n{}",
+                "a".repeat(500),
+                "b".repeat(500)
+            )
+        );
         assert_eq!(turns.len(), 4);
-        assert!(format_conversation(&[Message::human("<uploaded_files>x</uploaded_files>")]).is_empty());
+        assert!(
+            format_conversation(&[Message::human("<uploaded_files>x</uploaded_files>")]).is_empty()
+        );
     }
 
     #[test]
@@ -720,7 +789,13 @@ mod tests {
         let cfg = DeerMemConfig::default();
         let r = build_update_prompt(
             &PromptTemplates::bundled(),
-            &PromptInput { memory: &doc(vec![]), feed: &[Message::human("  ")], signals: SignalSet::new(), config: &cfg, now: now() },
+            &PromptInput {
+                memory: &doc(vec![]),
+                feed: &[Message::human("  ")],
+                signals: SignalSet::new(),
+                config: &cfg,
+                now: now(),
+            },
         )
         .unwrap();
         assert!(r.is_none());
@@ -729,7 +804,9 @@ mod tests {
     #[test]
     fn hints_follow_signals() {
         let cfg = DeerMemConfig::default();
-        let both: SignalSet = [Signal::Correction, Signal::Reinforcement].into_iter().collect();
+        let both: SignalSet = [Signal::Correction, Signal::Reinforcement]
+            .into_iter()
+            .collect();
         let p = build(&doc(vec![]), &feed(), both, &cfg);
         let u = user_msg(&p);
         assert!(u.contains("Explicit correction signals were detected"));
@@ -753,28 +830,49 @@ mod tests {
         assert!(user_msg(&p).contains("<stale_facts>\n- [f0 | preference | 0.50 |"));
         assert!(user_msg(&p).contains("valid:90d]"));
         assert_eq!(p.stale_candidates_listed, 5);
-        assert!(!user_msg(&build(&doc(aged(2, 100)), &feed(), SignalSet::new(), &cfg)).contains("Staleness Review"));
-        assert!(!user_msg(&build(&doc(vec![]), &feed(), SignalSet::new(), &cfg)).contains("Staleness Review"));
+        assert!(
+            !user_msg(&build(&doc(aged(2, 100)), &feed(), SignalSet::new(), &cfg))
+                .contains("Staleness Review")
+        );
+        assert!(
+            !user_msg(&build(&doc(vec![]), &feed(), SignalSet::new(), &cfg))
+                .contains("Staleness Review")
+        );
         let mut off = cfg.clone();
         off.staleness_review_enabled = false;
-        assert!(!user_msg(&build(&doc(aged(5, 100)), &feed(), SignalSet::new(), &off)).contains("Staleness Review"));
+        assert!(
+            !user_msg(&build(&doc(aged(5, 100)), &feed(), SignalSet::new(), &off))
+                .contains("Staleness Review")
+        );
         let mut facts = aged(3, 400);
         facts[0].set_extra("expected_valid_days", Some(json!(365)));
-        assert!(user_msg(&build(&doc(facts), &feed(), SignalSet::new(), &cfg)).contains("valid:365d"));
+        assert!(
+            user_msg(&build(&doc(facts), &feed(), SignalSet::new(), &cfg)).contains("valid:365d")
+        );
         let many = build(&doc(aged(80, 100)), &feed(), SignalSet::new(), &cfg);
-        assert_eq!(many.stale_candidates_listed, crate::staleness::MAX_PROMPT_CANDIDATES);
+        assert_eq!(
+            many.stale_candidates_listed,
+            crate::staleness::MAX_PROMPT_CANDIDATES
+        );
     }
 
     #[test]
     fn consolidation_section_appears_only_when_enabled_and_triggered() {
-        let mut cfg = DeerMemConfig::default();
-        cfg.consolidation_enabled = true;
+        let mut cfg = DeerMemConfig {
+            consolidation_enabled: true,
+            ..DeerMemConfig::default()
+        };
         let p = build(&doc(aged(10, 1)), &feed(), SignalSet::new(), &cfg);
         assert!(user_msg(&p).contains("Memory Consolidation"));
-        assert!(user_msg(&p).contains("<consolidation_candidates category=\"preference\" count=\"8\">"));
+        assert!(
+            user_msg(&p).contains("<consolidation_candidates category=\"preference\" count=\"8\">")
+        );
         assert!(user_msg(&p).contains("Merge at\nmost 3 groups"));
         assert_eq!(p.consolidation_shown.as_ref().unwrap().len(), 8);
-        assert!(!user_msg(&build(&doc(aged(1, 1)), &feed(), SignalSet::new(), &cfg)).contains("Memory Consolidation"));
+        assert!(
+            !user_msg(&build(&doc(aged(1, 1)), &feed(), SignalSet::new(), &cfg))
+                .contains("Memory Consolidation")
+        );
         cfg.consolidation_enabled = false;
         let p = build(&doc(aged(10, 1)), &feed(), SignalSet::new(), &cfg);
         assert!(!user_msg(&p).contains("Memory Consolidation"));
@@ -784,17 +882,37 @@ mod tests {
     #[test]
     fn template_files_are_validated() {
         let p = Path::new("t.yaml");
-        assert!(matches!(parse_template(p, "format: chat\nmessages: []\n"), Err(PromptError::Invalid { .. })));
-        assert!(matches!(parse_template(p, "[1]"), Err(PromptError::Invalid { .. })));
-        assert!(matches!(parse_template(p, "format: xml\n"), Err(PromptError::Invalid { .. })));
-        assert!(matches!(parse_template(p, ": : :"), Err(PromptError::Invalid { .. })));
+        assert!(matches!(
+            parse_template(p, "format: chat\nmessages: []\n"),
+            Err(PromptError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse_template(p, "[1]"),
+            Err(PromptError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse_template(p, "format: xml\n"),
+            Err(PromptError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse_template(p, ": : :"),
+            Err(PromptError::Invalid { .. })
+        ));
         assert_eq!(
             parse_template(p, "messages:\n  - {role: assistant, content: hi}\n").unwrap(),
             Template::Chat(vec![(TemplateRole::User, "hi".into())])
         );
-        assert_eq!(parse_template(p, "template: x\n").unwrap(), Template::Text("x".into()));
+        assert_eq!(
+            parse_template(p, "template: x\n").unwrap(),
+            Template::Text("x".into())
+        );
         let chat = "format: chat\nmessages:\n  - {role: user, content: '{nope}'}\n";
-        let err = PromptTemplates::from_texts((p, chat), (p, "template: '{stale_facts}'"), (p, "template: x")).unwrap_err();
+        let err = PromptTemplates::from_texts(
+            (p, chat),
+            (p, "template: '{stale_facts}'"),
+            (p, "template: x"),
+        )
+        .unwrap_err();
         assert!(matches!(err, PromptError::Render { .. }), "{err}");
     }
 
@@ -803,18 +921,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let chat = "format: chat\nmessages:\n  - {role: system, content: GLOBAL}\n  - {role: user, content: '{conversation}|{current_memory}|{correction_hint}{staleness_review_section}{consolidation_section}'}\n";
         std::fs::write(dir.path().join(CHAT_TEMPLATE_FILE), chat).unwrap();
-        std::fs::write(dir.path().join(STALENESS_TEMPLATE_FILE), "format: text\ntemplate: 'S {stale_facts}'\n").unwrap();
+        std::fs::write(
+            dir.path().join(STALENESS_TEMPLATE_FILE),
+            "format: text\ntemplate: 'S {stale_facts}'\n",
+        )
+        .unwrap();
         let missing = TemplateStore::load(dir.path()).await.unwrap_err();
         assert!(matches!(missing, PromptError::Missing { .. }));
-        std::fs::write(dir.path().join(CONSOLIDATION_TEMPLATE_FILE), "format: text\ntemplate: 'C {consolidation_groups} {max_groups}'\n").unwrap();
+        std::fs::write(
+            dir.path().join(CONSOLIDATION_TEMPLATE_FILE),
+            "format: text\ntemplate: 'C {consolidation_groups} {max_groups}'\n",
+        )
+        .unwrap();
         let store = TemplateStore::load(dir.path()).await.unwrap();
         std::fs::create_dir(dir.path().join("coder")).unwrap();
-        std::fs::write(dir.path().join("coder").join(CHAT_TEMPLATE_FILE), chat.replace("GLOBAL", "CODER")).unwrap();
+        std::fs::write(
+            dir.path().join("coder").join(CHAT_TEMPLATE_FILE),
+            chat.replace("GLOBAL", "CODER"),
+        )
+        .unwrap();
         let cfg = DeerMemConfig::default();
         let d = doc(vec![]);
         let f = feed();
-        let input = PromptInput { memory: &d, feed: &f, signals: SignalSet::new(), config: &cfg, now: now() };
-        let coder = store.for_agent(&AgentName::parse("Coder").unwrap()).await.unwrap();
+        let input = PromptInput {
+            memory: &d,
+            feed: &f,
+            signals: SignalSet::new(),
+            config: &cfg,
+            now: now(),
+        };
+        let coder = store
+            .for_agent(&AgentName::parse("Coder").unwrap())
+            .await
+            .unwrap();
         let p = build_update_prompt(&coder, &input).unwrap().unwrap();
         assert_eq!(p.messages[0].content, "CODER");
         let other = store.for_agent(&AgentName::default_bucket()).await.unwrap();
@@ -823,7 +962,16 @@ mod tests {
         assert!(p.messages[1].content.starts_with("User: I prefer tabs"));
         // A broken per-agent override is a typed error for that agent only.
         std::fs::create_dir(dir.path().join("broken")).unwrap();
-        std::fs::write(dir.path().join("broken").join(STALENESS_TEMPLATE_FILE), "format: text\ntemplate: '{unknown}'\n").unwrap();
-        assert!(store.for_agent(&AgentName::parse("broken").unwrap()).await.is_err());
+        std::fs::write(
+            dir.path().join("broken").join(STALENESS_TEMPLATE_FILE),
+            "format: text\ntemplate: '{unknown}'\n",
+        )
+        .unwrap();
+        assert!(
+            store
+                .for_agent(&AgentName::parse("broken").unwrap())
+                .await
+                .is_err()
+        );
     }
 }

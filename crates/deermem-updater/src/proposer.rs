@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, LanguageModel, TokenUsage};
-use deermem_core::{AgentName, DeerMemConfig, LlmError, MemoryDocument, Message, Timestamp, UserId};
+use deermem_core::{
+    AgentName, DeerMemConfig, LlmError, MemoryDocument, Message, Timestamp, UserId,
+};
 
 use crate::observe::{LlmCallInfo, LlmResultInfo, UpdateObserver};
 use crate::offline::propose_offline;
@@ -103,7 +105,8 @@ pub trait Proposer: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// A [`ProposeError`].
-    async fn propose(&self, request: ProposalRequest<'_>) -> Result<Option<Proposal>, ProposeError>;
+    async fn propose(&self, request: ProposalRequest<'_>)
+    -> Result<Option<Proposal>, ProposeError>;
 }
 
 /// The model-backed proposer: prompt → one model call → parse.
@@ -207,7 +210,11 @@ impl Proposer for OfflineProposer {
     }
 
     async fn propose(&self, req: ProposalRequest<'_>) -> Result<Option<Proposal>, ProposeError> {
-        if req.feed.iter().all(|m| deermem_core::py::strip(&m.text()).is_empty()) {
+        if req
+            .feed
+            .iter()
+            .all(|m| deermem_core::py::strip(&m.text()).is_empty())
+        {
             return Ok(None);
         }
         Ok(Some(Proposal {

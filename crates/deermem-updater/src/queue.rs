@@ -50,7 +50,9 @@ impl QueueConfig {
 #[non_exhaustive]
 pub enum QueueError {
     /// Backpressure: the queue is full and the item carries no signal.
-    #[error("memory update queue is full (depth {depth} >= {max}); non-signal update for thread {thread_id} rejected")]
+    #[error(
+        "memory update queue is full (depth {depth} >= {max}); non-signal update for thread {thread_id} rejected"
+    )]
     Full {
         /// Pending items.
         depth: usize,
@@ -159,7 +161,10 @@ impl UpdateQueue {
     ///
     /// # Errors
     /// [`QueueError::NoRuntime`] outside a runtime.
-    pub fn new(processor: Arc<dyn UpdateProcessor>, config: QueueConfig) -> Result<Self, QueueError> {
+    pub fn new(
+        processor: Arc<dyn UpdateProcessor>,
+        config: QueueConfig,
+    ) -> Result<Self, QueueError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| QueueError::NoRuntime)?;
         let config = QueueConfig {
             max_concurrency: config.max_concurrency.max(1),
@@ -208,10 +213,9 @@ impl UpdateQueue {
             if s.closed {
                 return Err(QueueError::Closed);
             }
-            let existing = s
-                .pending
-                .iter()
-                .position(|p| p.key == key && p.request.bypass_watermark == request.bypass_watermark);
+            let existing = s.pending.iter().position(|p| {
+                p.key == key && p.request.bypass_watermark == request.bypass_watermark
+            });
             let max = self.inner.config.max_depth;
             if existing.is_none()
                 && !request.bypass_watermark

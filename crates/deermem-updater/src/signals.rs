@@ -107,7 +107,9 @@ impl FromIterator<Signal> for SignalSet {
 
 impl fmt::Debug for SignalSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter().map(Signal::as_str)).finish()
+        f.debug_set()
+            .entries(self.iter().map(Signal::as_str))
+            .finish()
     }
 }
 
@@ -247,7 +249,8 @@ impl PatternSet {
         let path_of = |name: &str| PathBuf::from(origin).join(format!("{name}.yaml"));
         let load = |name: &str| -> Result<Vec<Regex>, PatternError> {
             let path = path_of(name);
-            let text = source(name).ok_or_else(|| PatternError::MissingFile { path: path.clone() })?;
+            let text =
+                source(name).ok_or_else(|| PatternError::MissingFile { path: path.clone() })?;
             parse_pattern_file(&path, &text)
         };
         let trivial_raw = load(TRIVIAL_FILE)?;
@@ -323,7 +326,9 @@ impl PatternSet {
         messages
             .iter()
             .filter(|m| m.kind == MessageKind::Human)
-            .fold(SignalSet::new(), |acc, m| acc.union(self.detect_text(&m.text())))
+            .fold(SignalSet::new(), |acc, m| {
+                acc.union(self.detect_text(&m.text()))
+            })
     }
 }
 
@@ -336,9 +341,7 @@ impl PatternSet {
 /// # Errors
 /// Invalid YAML, a top level that is not a list, or a regex that does not compile.
 pub fn parse_pattern_file(path: &Path, text: &str) -> Result<Vec<Regex>, PatternError> {
-    let full_match = path
-        .file_stem()
-        .is_some_and(|s| s == TRIVIAL_FILE);
+    let full_match = path.file_stem().is_some_and(|s| s == TRIVIAL_FILE);
     let doc: serde_yaml::Value = if text.trim().is_empty() {
         serde_yaml::Value::Null
     } else {
@@ -456,7 +459,11 @@ mod tests {
         ] {
             assert!(sig(t).contains(Signal::Reinforcement), "{t:?}");
         }
-        for t in ["Perfect work", "That's wrong, try again.", "Thanks, that makes sense."] {
+        for t in [
+            "Perfect work",
+            "That's wrong, try again.",
+            "Thanks, that makes sense.",
+        ] {
             assert!(!sig(t).contains(Signal::Reinforcement), "{t:?}");
         }
     }
@@ -525,8 +532,14 @@ mod tests {
             std::fs::write(dir.path().join(format!("{name}.yaml")), "- x\n").unwrap();
         }
         let err = PatternSet::load_dir(dir.path()).await.unwrap_err();
-        assert!(matches!(err, PatternError::MissingFile { ref path } if path.ends_with("decision.yaml")));
-        std::fs::write(dir.path().join("decision.yaml"), "- {pattern: 'we pick', flags: [ignorecase]}\n").unwrap();
+        assert!(
+            matches!(err, PatternError::MissingFile { ref path } if path.ends_with("decision.yaml"))
+        );
+        std::fs::write(
+            dir.path().join("decision.yaml"),
+            "- {pattern: 'we pick', flags: [ignorecase]}\n",
+        )
+        .unwrap();
         let p = PatternSet::load_dir(dir.path()).await.unwrap();
         assert!(p.detect_text("We PICK rust").contains(Signal::Decision));
         assert!(p.is_trivial("x"));
@@ -541,6 +554,9 @@ mod tests {
             u.iter().collect::<Vec<_>>(),
             vec![Signal::Correction, Signal::Reinforcement, Signal::Goal]
         );
-        assert_eq!(serde_json::to_value(u).unwrap(), serde_json::json!(["correction", "reinforcement", "goal"]));
+        assert_eq!(
+            serde_json::to_value(u).unwrap(),
+            serde_json::json!(["correction", "reinforcement", "goal"])
+        );
     }
 }

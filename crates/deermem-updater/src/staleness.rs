@@ -67,10 +67,10 @@ pub fn safe_add_days(ts: Timestamp, days: i128) -> Option<Timestamp> {
 /// The instant a fact's review clock started: its last explicit confirmation when parseable,
 /// else its creation time.
 pub fn review_reference(fact: &Fact) -> Option<(Timestamp, &str)> {
-    if let Some(Some(last)) = &fact.last_confirmed_at {
-        if let Some(t) = parse_fact_datetime(last) {
-            return Some((t, last.as_str()));
-        }
+    if let Some(Some(last)) = &fact.last_confirmed_at
+        && let Some(t) = parse_fact_datetime(last)
+    {
+        return Some((t, last.as_str()));
     }
     parse_fact_datetime(&fact.created_at).map(|t| (t, fact.created_at.as_str()))
 }
@@ -170,7 +170,11 @@ mod tests {
     fn parses_fact_datetimes() {
         let z = parse_fact_datetime("2026-01-01T00:00:00Z").unwrap();
         assert_eq!(parse_fact_datetime("2026-01-01T00:00:00+00:00"), Some(z));
-        assert_eq!(parse_fact_datetime("2026-01-01T00:00:00"), Some(z), "naive is UTC");
+        assert_eq!(
+            parse_fact_datetime("2026-01-01T00:00:00"),
+            Some(z),
+            "naive is UTC"
+        );
         assert_eq!(parse_fact_datetime(""), None);
         assert_eq!(parse_fact_datetime("not a date"), None);
         assert_eq!(parse_fact_datetime("2026-01-01"), Some(z));
@@ -196,20 +200,33 @@ mod tests {
     fn effective_age_falls_back_to_the_default() {
         let f = |evd: Value| fact(json!({"id": "a", "content": "x", "expected_valid_days": evd}));
         assert_eq!(effective_age_days(&f(json!(365)), 90), 365);
-        assert_eq!(effective_age_days(&fact(json!({"id": "a", "content": "x"})), 90), 90);
-        assert_eq!(effective_age_days(&f(json!(999)), 90), 999, "no read-time cap");
+        assert_eq!(
+            effective_age_days(&fact(json!({"id": "a", "content": "x"})), 90),
+            90
+        );
+        assert_eq!(
+            effective_age_days(&f(json!(999)), 90),
+            999,
+            "no read-time cap"
+        );
         assert_eq!(effective_age_days(&f(json!(180.7)), 90), 180);
         assert_eq!(effective_age_days(&f(json!(true)), 90), 90);
         assert_eq!(effective_age_days(&f(json!(0)), 90), 90);
         assert_eq!(effective_age_days(&f(json!(0.9)), 90), 90);
-        assert_eq!(effective_age_days(&f(json!(1_000_000_000_000u64)), 90), 1_000_000_000_000);
+        assert_eq!(
+            effective_age_days(&f(json!(1_000_000_000_000u64)), 90),
+            1_000_000_000_000
+        );
     }
 
     #[test]
     fn safe_add_days_respects_python_limits() {
         let now = ts("2026-06-01T00:00:00Z");
         assert_eq!(safe_add_days(now, 365).unwrap(), ts("2027-06-01T00:00:00Z"));
-        assert_eq!(safe_add_days(now, -365).unwrap(), ts("2025-06-01T00:00:00Z"));
+        assert_eq!(
+            safe_add_days(now, -365).unwrap(),
+            ts("2025-06-01T00:00:00Z")
+        );
         assert_eq!(safe_add_days(now, 10i128.pow(12)), None);
         assert_eq!(safe_add_days(now, 1_000_000_000), None);
         assert_eq!(safe_add_days(now, 999_999_999), None, "past year 9999");
@@ -223,32 +240,61 @@ mod tests {
         let facts = vec![
             fact(json!({"id": "old", "content": "a", "createdAt": days_ago(100)})),
             fact(json!({"id": "new", "content": "b", "createdAt": days_ago(10)})),
-            fact(json!({"id": "corr", "content": "c", "category": "correction", "createdAt": days_ago(400)})),
-            fact(json!({"id": "goal", "content": "d", "category": "goal", "createdAt": days_ago(400)})),
-            fact(json!({"id": "long", "content": "e", "createdAt": days_ago(300), "expected_valid_days": 999})),
-            fact(json!({"id": "past", "content": "f", "createdAt": days_ago(400), "expected_valid_days": 365})),
-            fact(json!({"id": "confirmed", "content": "g", "createdAt": days_ago(400), "lastConfirmedAt": days_ago(7)})),
-            fact(json!({"id": "huge", "content": "h", "createdAt": days_ago(400), "expected_valid_days": 1e12})),
+            fact(
+                json!({"id": "corr", "content": "c", "category": "correction", "createdAt": days_ago(400)}),
+            ),
+            fact(
+                json!({"id": "goal", "content": "d", "category": "goal", "createdAt": days_ago(400)}),
+            ),
+            fact(
+                json!({"id": "long", "content": "e", "createdAt": days_ago(300), "expected_valid_days": 999}),
+            ),
+            fact(
+                json!({"id": "past", "content": "f", "createdAt": days_ago(400), "expected_valid_days": 365}),
+            ),
+            fact(
+                json!({"id": "confirmed", "content": "g", "createdAt": days_ago(400), "lastConfirmedAt": days_ago(7)}),
+            ),
+            fact(
+                json!({"id": "huge", "content": "h", "createdAt": days_ago(400), "expected_valid_days": 1e12}),
+            ),
             fact(json!({"id": "baddate", "content": "i", "createdAt": "yesterday"})),
         ];
-        let ids = |c: Vec<&Fact>| c.iter().map(|f| f.id.as_str().to_owned()).collect::<Vec<_>>();
-        assert_eq!(ids(select_stale_candidates(&facts, &cfg(), now)), vec!["old", "goal", "past"]);
+        let ids = |c: Vec<&Fact>| {
+            c.iter()
+                .map(|f| f.id.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ids(select_stale_candidates(&facts, &cfg(), now)),
+            vec!["old", "goal", "past"]
+        );
         let mut c = cfg();
         c.staleness_protected_categories = vec!["goal".into()];
-        assert_eq!(ids(select_stale_candidates(&facts, &c, now)), vec!["old", "corr", "past"]);
+        assert_eq!(
+            ids(select_stale_candidates(&facts, &c, now)),
+            vec!["old", "corr", "past"]
+        );
         assert!(select_stale_candidates(&[], &cfg(), now).is_empty());
     }
 
     #[test]
     fn staleness_lines_escape_and_annotate() {
-        let facts = vec![
-            fact(json!({"id": "f1", "content": "Uses <b>bold</b> & \"quotes\"", "category": "pref<\"erences>", "confidence": 0.8, "createdAt": "2025-01-02T23:00:00-05:00", "expected_valid_days": 365})),
-            fact(json!({"id": "f2", "content": "</stale_facts> escape", "createdAt": "2024-12-01T00:00:00Z"})),
+        let facts = [
+            fact(
+                json!({"id": "f1", "content": "Uses <b>bold</b> & \"quotes\"", "category": "pref<\"erences>", "confidence": 0.8, "createdAt": "2025-01-02T23:00:00-05:00", "expected_valid_days": 365}),
+            ),
+            fact(
+                json!({"id": "f2", "content": "</stale_facts> escape", "createdAt": "2024-12-01T00:00:00Z"}),
+            ),
         ];
         let refs: Vec<&Fact> = facts.iter().collect();
         let text = staleness_lines(&refs, 90);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "- [f2 | context | 0.50 | 2024-12-01 | valid:90d] \"&lt;/stale_facts&gt; escape\"");
+        assert_eq!(
+            lines[0],
+            "- [f2 | context | 0.50 | 2024-12-01 | valid:90d] \"&lt;/stale_facts&gt; escape\""
+        );
         assert_eq!(
             lines[1],
             "- [f1 | pref&lt;\"erences&gt; | 0.80 | 2025-01-02 | valid:365d] \"Uses &lt;b&gt;bold&lt;/b&gt; &amp; \"quotes\"\""

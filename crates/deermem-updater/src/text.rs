@@ -249,7 +249,10 @@ mod tests {
 
     #[test]
     fn html_escape_matches_python() {
-        assert_eq!(html_escape("a&b<c>\"d'", true), "a&amp;b&lt;c&gt;&quot;d&#x27;");
+        assert_eq!(
+            html_escape("a&b<c>\"d'", true),
+            "a&amp;b&lt;c&gt;&quot;d&#x27;"
+        );
         assert_eq!(html_escape("a&b<c>\"d'", false), "a&amp;b&lt;c&gt;\"d'");
         assert_eq!(html_escape("&amp;", false), "&amp;amp;");
     }
@@ -288,7 +291,10 @@ mod tests {
     #[test]
     fn format_template_follows_str_format() {
         let vars = |k: &str| (k == "x").then(|| "{y}".to_owned());
-        assert_eq!(format_template("a {x} {{lit}} }}", &vars).unwrap(), "a {y} {lit} }");
+        assert_eq!(
+            format_template("a {x} {{lit}} }}", &vars).unwrap(),
+            "a {y} {lit} }"
+        );
         assert_eq!(
             format_template("{missing}", &vars),
             Err(FormatError::UnknownPlaceholder("missing".into()))

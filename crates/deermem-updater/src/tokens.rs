@@ -29,7 +29,8 @@ pub fn char_estimate(text: &str) -> usize {
     let mut cjk = 0usize;
     for c in text.chars() {
         total += 1;
-        if matches!(c, '\u{4E00}'..='\u{9FFF}' | '\u{3040}'..='\u{30FF}' | '\u{AC00}'..='\u{D7A3}') {
+        if matches!(c, '\u{4E00}'..='\u{9FFF}' | '\u{3040}'..='\u{30FF}' | '\u{AC00}'..='\u{D7A3}')
+        {
             cjk += 1;
         }
     }
@@ -115,7 +116,11 @@ mod tests {
 
     #[tokio::test]
     async fn warm_async_reports_readiness() {
-        assert!(TokenCounter::new(TokenCounting::Tiktoken).warm_async().await);
+        assert!(
+            TokenCounter::new(TokenCounting::Tiktoken)
+                .warm_async()
+                .await
+        );
         assert!(TokenCounter::new(TokenCounting::Char).warm_async().await);
     }
 }

@@ -21,8 +21,7 @@ use crate::facts::FactIdSource;
 use crate::observe::{ExtractionReport, UpdateObserver};
 use crate::prompt::{PromptError, TemplateStore};
 use crate::proposer::{
-    LlmProposer, OfflineProposer, Proposal, ProposalOrigin, ProposalRequest, ProposeError,
-    Proposer,
+    LlmProposer, OfflineProposer, Proposal, ProposalOrigin, ProposalRequest, ProposeError, Proposer,
 };
 use crate::signals::{PatternError, PatternSet, SignalSet};
 use crate::watermark::{ConversationKey, Watermarks, message_identity};
@@ -140,7 +139,8 @@ pub struct MemoryUpdaterBuilder {
 
 impl fmt::Debug for MemoryUpdaterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryUpdaterBuilder").finish_non_exhaustive()
+        f.debug_struct("MemoryUpdaterBuilder")
+            .finish_non_exhaustive()
     }
 }
 
@@ -193,15 +193,15 @@ impl MemoryUpdaterBuilder {
     /// # Errors
     /// A [`BuildError`] naming the missing or invalid file.
     pub async fn build_from_config(mut self) -> Result<MemoryUpdater, BuildError> {
-        if self.patterns.is_none() {
-            if let Some(dir) = &self.config.patterns_dir {
-                self.patterns = Some(Arc::new(PatternSet::load_dir(Path::new(dir)).await?));
-            }
+        if self.patterns.is_none()
+            && let Some(dir) = &self.config.patterns_dir
+        {
+            self.patterns = Some(Arc::new(PatternSet::load_dir(Path::new(dir)).await?));
         }
-        if self.templates.is_none() {
-            if let Some(dir) = &self.config.prompts_dir {
-                self.templates = Some(Arc::new(TemplateStore::load(Path::new(dir)).await?));
-            }
+        if self.templates.is_none()
+            && let Some(dir) = &self.config.prompts_dir
+        {
+            self.templates = Some(Arc::new(TemplateStore::load(Path::new(dir)).await?));
         }
         Ok(self.build())
     }
@@ -364,7 +364,13 @@ impl MemoryUpdater {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "memory extraction failed; the messages will be offered again");
-                self.report(&req, self.proposer.origin().model_name(), None, None, Some(&e.to_string()));
+                self.report(
+                    &req,
+                    self.proposer.origin().model_name(),
+                    None,
+                    None,
+                    Some(&e.to_string()),
+                );
                 return Err(e.into());
             }
         };
@@ -377,14 +383,26 @@ impl MemoryUpdater {
                         tracing::warn!(thread_id = %req.thread_id, "{w}");
                     }
                 }
-                self.report(&req, origin_name.as_deref(), proposal.token_usage, outcome.metrics, None);
+                self.report(
+                    &req,
+                    origin_name.as_deref(),
+                    proposal.token_usage,
+                    outcome.metrics,
+                    None,
+                );
                 self.advance(&req, key);
                 outcome.origin = Some(proposal.origin);
                 Ok(outcome)
             }
             Err((e, metrics)) => {
                 tracing::warn!(error = %e, "memory update was not committed; the messages will be offered again");
-                self.report(&req, origin_name.as_deref(), proposal.token_usage, metrics, Some(&e.to_string()));
+                self.report(
+                    &req,
+                    origin_name.as_deref(),
+                    proposal.token_usage,
+                    metrics,
+                    Some(&e.to_string()),
+                );
                 Err(e)
             }
         }

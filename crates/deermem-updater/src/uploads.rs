@@ -78,7 +78,9 @@ mod tests {
     #[test]
     fn blocks_are_removed_with_matching_tags_only() {
         assert_eq!(
-            strip_upload_blocks("<uploaded_files>\n/mnt/x.csv\n</uploaded_files>\n\nWhat is in it?"),
+            strip_upload_blocks(
+                "<uploaded_files>\n/mnt/x.csv\n</uploaded_files>\n\nWhat is in it?"
+            ),
             "What is in it?"
         );
         assert_eq!(
@@ -103,7 +105,9 @@ mod tests {
             "User works on data pipelines. Prefers Polars."
         );
         assert_eq!(
-            strip_upload_sentences("Analyses the folder /mnt/user-data/uploads/ every day. Likes tea."),
+            strip_upload_sentences(
+                "Analyses the folder /mnt/user-data/uploads/ every day. Likes tea."
+            ),
             "Likes tea."
         );
         assert_eq!(
@@ -114,7 +118,10 @@ mod tests {
             strip_upload_sentences("Prefers PDF export for reports."),
             "Prefers PDF export for reports."
         );
-        assert_eq!(strip_upload_sentences("Upload  file  works! Rest."), "Rest.");
+        assert_eq!(
+            strip_upload_sentences("Upload  file  works! Rest."),
+            "Rest."
+        );
         assert_eq!(strip_upload_sentences("a  b"), "a b");
     }
 
@@ -123,7 +130,9 @@ mod tests {
         // The reference's `\b` made these two branches unreachable (§16 item 9).
         assert!(mentions_upload_event("see /mnt/user-data/uploads/x.csv"));
         assert!(mentions_upload_event("<uploaded_files> listed"));
-        assert!(mentions_upload_event("User is uploading a test file to check parsing"));
+        assert!(mentions_upload_event(
+            "User is uploading a test file to check parsing"
+        ));
         assert!(!mentions_upload_event("uploaded a 3 page pdf document"));
         assert!(!mentions_upload_event("User prefers dark mode"));
     }

@@ -85,7 +85,11 @@ impl Watermarks {
 
     /// The messages after the watermark: all of them when there is no watermark or it is no
     /// longer in the list (safe over-extraction). Reading touches the entry.
-    pub fn feed_after<'a>(&mut self, key: &ConversationKey, messages: &'a [Message]) -> &'a [Message] {
+    pub fn feed_after<'a>(
+        &mut self,
+        key: &ConversationKey,
+        messages: &'a [Message],
+    ) -> &'a [Message] {
         let Some(Some(last)) = self.cache.get(key) else {
             return messages;
         };
@@ -135,7 +139,10 @@ mod tests {
 
     #[test]
     fn identity_prefers_ids_then_content() {
-        assert_eq!(message_identity(&with_id("x", "m1")), Some(MessageIdentity::Id("m1".into())));
+        assert_eq!(
+            message_identity(&with_id("x", "m1")),
+            Some(MessageIdentity::Id("m1".into()))
+        );
         let a = message_identity(&Message::human("hello")).unwrap();
         assert_eq!(a, message_identity(&Message::human("hello")).unwrap());
         assert_ne!(a, message_identity(&Message::ai("hello")).unwrap());

@@ -14,7 +14,7 @@ use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::{
-    HiddenMessagePolicy, MemoryUpdater, QueueConfig, Signal, SubmitOutcome, Submission,
+    HiddenMessagePolicy, MemoryUpdater, QueueConfig, Signal, Submission, SubmitOutcome,
     UpdatePipeline,
 };
 use serde_json::json;
@@ -66,7 +66,10 @@ fn submission(thread: &str) -> Submission {
     }
 }
 
-async fn run_conversation(storage: Arc<dyn MemoryStorage>, clock: Arc<dyn Clock>) -> (UpdatePipeline, Arc<ScriptedLlm>) {
+async fn run_conversation(
+    storage: Arc<dyn MemoryStorage>,
+    clock: Arc<dyn Clock>,
+) -> (UpdatePipeline, Arc<ScriptedLlm>) {
     let llm = Arc::new(ScriptedLlm::new(script()));
     let updater = MemoryUpdater::builder(Arc::new(DeerMemConfig::default()), storage, clock)
         .language_model(Some(llm.clone()))
@@ -84,25 +87,44 @@ async fn run_conversation(storage: Arc<dyn MemoryStorage>, clock: Arc<dyn Clock>
     .unwrap();
     let mut convo: Vec<Message> = Vec::new();
     let turns = [
-        ("I'm a backend engineer and I prefer Rust for services. Today I'm fixing bug 1234.", "Got it."),
-        ("No, that's wrong: I use pnpm, not npm.", "Sorry, pnpm it is."),
-        ("I changed my mind, I prefer Go for services now.", "Noted, Go."),
+        (
+            "I'm a backend engineer and I prefer Rust for services. Today I'm fixing bug 1234.",
+            "Got it.",
+        ),
+        (
+            "No, that's wrong: I use pnpm, not npm.",
+            "Sorry, pnpm it is.",
+        ),
+        (
+            "I changed my mind, I prefer Go for services now.",
+            "Noted, Go.",
+        ),
     ];
     for (i, (user, assistant)) in turns.iter().enumerate() {
         convo.push(h(&format!("u{i}"), user));
         convo.push(a(&format!("a{i}"), assistant));
         // Noise the filter removes: a hidden memory block, a tool call, a trivial thanks.
         let mut hidden = Message::human("<memory>old</memory>");
-        hidden.additional_kwargs.insert("hide_from_ui".into(), json!(true));
+        hidden
+            .additional_kwargs
+            .insert("hide_from_ui".into(), json!(true));
         let mut raw = convo.clone();
         raw.insert(0, hidden);
         let outcome = pipeline.submit(submission("thread-1"), &raw);
         if i == 1 {
-            assert!(matches!(outcome, SubmitOutcome::Queued { signals } if signals.contains(Signal::Correction)));
+            assert!(
+                matches!(outcome, SubmitOutcome::Queued { signals } if signals.contains(Signal::Correction))
+            );
         } else {
-            assert!(matches!(outcome, SubmitOutcome::Queued { .. }), "{outcome:?}");
+            assert!(
+                matches!(outcome, SubmitOutcome::Queued { .. }),
+                "{outcome:?}"
+            );
         }
-        assert!(pipeline.flush(Duration::from_secs(10)).await, "turn {i} drained");
+        assert!(
+            pipeline.flush(Duration::from_secs(10)).await,
+            "turn {i} drained"
+        );
     }
     // A trivial turn is filtered out with its reply: nothing new reaches the model.
     let mut thanks = convo.clone();
@@ -124,31 +146,64 @@ async fn check(storage: Arc<dyn MemoryStorage>, pipeline: &UpdatePipeline, llm: 
     let doc = storage.load(Some(&alice()), Some(&agent)).await.unwrap();
     let mut contents: Vec<&str> = doc.facts.iter().map(|f| f.content.as_str()).collect();
     contents.sort_unstable();
-    assert_eq!(contents, vec![
-        "User is a backend engineer",
-        "User prefers Go for services",
-        "User uses pnpm, not npm",
-    ]);
-    let correction = doc.facts.iter().find(|f| f.category.as_deref() == Some("correction")).unwrap();
+    assert_eq!(
+        contents,
+        vec![
+            "User is a backend engineer",
+            "User prefers Go for services",
+            "User uses pnpm, not npm",
+        ]
+    );
+    let correction = doc
+        .facts
+        .iter()
+        .find(|f| f.category.as_deref() == Some("correction"))
+        .unwrap();
     assert_eq!(correction.source_error(), Some("Assistant suggested npm"));
     assert_eq!(correction.source.thread_id(), Some("thread-1"));
-    assert_eq!(doc.user.entry("workContext").summary, "Backend engineer working on payment services.");
+    assert_eq!(
+        doc.user.entry("workContext").summary,
+        "Backend engineer working on payment services."
+    );
     // Each turn fed only its new messages; the hidden block never reached the model.
     assert_eq!(llm.calls(), 3);
-    let prompts: Vec<String> = llm.requests().iter().map(|r| r.messages[1].content.clone()).collect();
-    assert!(prompts[1].contains("User: No, that&#x27;s wrong") || prompts[1].contains("User: No, that's wrong"));
+    let prompts: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|r| r.messages[1].content.clone())
+        .collect();
+    assert!(
+        prompts[1].contains("User: No, that&#x27;s wrong")
+            || prompts[1].contains("User: No, that's wrong")
+    );
     assert!(!prompts[1].contains("I'm a backend engineer and I prefer Rust"));
     assert!(prompts.iter().all(|p| !p.contains("&lt;memory&gt;old")));
     assert!(prompts[1].contains("Explicit correction signals were detected"));
     // Injection shows the corrections first, then the rest.
-    let text = pipeline.context(Some(&alice()), &agent, MemoryMode::Middleware, true).await.unwrap();
+    let text = pipeline
+        .context(Some(&alice()), &agent, MemoryMode::Middleware, true)
+        .await
+        .unwrap();
     assert!(text.starts_with("User Context:\n- Work: Backend engineer working on payment services.\n\nFacts:\n- [correction | 0.97] User uses pnpm, not npm (avoid: Assistant suggested npm)"), "{text}");
     assert!(text.contains("- [preference | 0.90] User prefers Go for services"));
-    let tool = pipeline.context(Some(&alice()), &agent, MemoryMode::Tool, true).await.unwrap();
-    assert_eq!(tool, "User Context:\n- Work: Backend engineer working on payment services.");
+    let tool = pipeline
+        .context(Some(&alice()), &agent, MemoryMode::Tool, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        tool,
+        "User Context:\n- Work: Backend engineer working on payment services."
+    );
     // Another user sees nothing.
     let bob = UserId::new("bob").unwrap();
-    assert!(storage.load(Some(&bob), Some(&agent)).await.unwrap().facts.is_empty());
+    assert!(
+        storage
+            .load(Some(&bob), Some(&agent))
+            .await
+            .unwrap()
+            .facts
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,14 +218,18 @@ async fn conversation_to_facts_in_memory() {
 async fn conversation_to_facts_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let clock = clock();
-    let file = FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None).unwrap();
+    let file =
+        FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None).unwrap();
     let storage: Arc<dyn MemoryStorage> = Arc::new(file);
     let (pipeline, llm) = run_conversation(storage.clone(), clock.clone()).await;
     check(storage, &pipeline, &llm).await;
     // A fresh storage over the same root reads the same facts back from Markdown.
     let again: Arc<dyn MemoryStorage> =
         Arc::new(FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock, None).unwrap());
-    let doc = again.load(Some(&alice()), Some(&AgentName::parse("coder").unwrap())).await.unwrap();
+    let doc = again
+        .load(Some(&alice()), Some(&AgentName::parse("coder").unwrap()))
+        .await
+        .unwrap();
     assert_eq!(doc.facts.len(), 3);
     assert!(doc.revision >= 3);
 }

@@ -31,7 +31,12 @@ struct Recorder {
 
 impl Recorder {
     fn threads(&self) -> Vec<String> {
-        self.seen.lock().unwrap().iter().map(|r| r.thread_id.clone()).collect()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.thread_id.clone())
+            .collect()
     }
 }
 
@@ -56,7 +61,9 @@ impl UpdateProcessor for Recorder {
             panic!("processor bug for {}", request.thread_id);
         }
         if self.fail_threads.contains(&request.thread_id) {
-            return Err(UpdaterError::Storage(deermem_core::StorageError::corrupt("disk on fire")));
+            return Err(UpdaterError::Storage(deermem_core::StorageError::corrupt(
+                "disk on fire",
+            )));
         }
         Ok(UpdateOutcome {
             status: UpdateStatus::NoChange,
@@ -79,7 +86,10 @@ fn cfg(debounce_secs: u64, depth: u64) -> QueueConfig {
 fn item(thread: &str, user: Option<&str>, agent: Option<&str>, text: &str) -> UpdateRequest {
     UpdateRequest {
         thread_id: thread.into(),
-        messages: vec![h(&format!("{thread}-{text}"), text), a(&format!("{thread}-{text}-a"), "ok")],
+        messages: vec![
+            h(&format!("{thread}-{text}"), text),
+            a(&format!("{thread}-{text}-a"), "ok"),
+        ],
         user: user.map(|u| UserId::new(u).unwrap()),
         agent: AgentName::resolve(agent).unwrap(),
         trace_id: None,
@@ -107,8 +117,16 @@ fn queue(rec: &Arc<Recorder>, c: QueueConfig) -> UpdateQueue {
 async fn coalescing_keeps_the_latest_messages_and_unions_signals() {
     let rec = Arc::new(Recorder::default());
     let q = queue(&rec, cfg(30, 0));
-    q.add(with_signal(item("t1", Some("u1"), None, "first"), Signal::Correction)).unwrap();
-    q.add(with_signal(item("t1", Some("u1"), None, "second"), Signal::Reinforcement)).unwrap();
+    q.add(with_signal(
+        item("t1", Some("u1"), None, "first"),
+        Signal::Correction,
+    ))
+    .unwrap();
+    q.add(with_signal(
+        item("t1", Some("u1"), None, "second"),
+        Signal::Reinforcement,
+    ))
+    .unwrap();
     let mut third = item("t1", Some("u1"), None, "third");
     third.trace_id = Some("trace-3".into());
     q.add(third).unwrap();
@@ -120,7 +138,11 @@ async fn coalescing_keeps_the_latest_messages_and_unions_signals() {
     assert!(seen[0].signals.contains(Signal::Correction));
     assert!(seen[0].signals.contains(Signal::Reinforcement));
     assert_eq!(seen[0].trace_id.as_deref(), Some("trace-3"));
-    assert_eq!(seen[0].user.as_ref().unwrap().as_str(), "u1", "user captured at enqueue");
+    assert_eq!(
+        seen[0].user.as_ref().unwrap().as_str(),
+        "u1",
+        "user captured at enqueue"
+    );
     assert!(!seen[0].bypass_watermark);
     assert_eq!(q.stats().coalesced, 2);
 }
@@ -138,13 +160,22 @@ async fn different_agents_and_users_stay_separate() {
     let seen = rec.seen.lock().unwrap().clone();
     let got: Vec<(String, String, String)> = seen
         .iter()
-        .map(|r| (r.user.as_ref().unwrap().as_str().to_owned(), r.agent.as_str().to_owned(), r.messages[0].text()))
+        .map(|r| {
+            (
+                r.user.as_ref().unwrap().as_str().to_owned(),
+                r.agent.as_str().to_owned(),
+                r.messages[0].text(),
+            )
+        })
         .collect();
-    assert_eq!(got, vec![
-        ("u1".to_owned(), "writer".to_owned(), "y".to_owned()),
-        ("u2".to_owned(), "coder".to_owned(), "z".to_owned()),
-        ("u1".to_owned(), "coder".to_owned(), "x2".to_owned()),
-    ]);
+    assert_eq!(
+        got,
+        vec![
+            ("u1".to_owned(), "writer".to_owned(), "y".to_owned()),
+            ("u2".to_owned(), "coder".to_owned(), "z".to_owned()),
+            ("u1".to_owned(), "coder".to_owned(), "x2".to_owned()),
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,7 +188,8 @@ async fn one_busy_thread_does_not_delay_another() {
     for i in 0..5 {
         tokio::time::advance(Duration::from_secs(10)).await;
         settle().await;
-        q.add(item("busy", None, None, &format!("turn {i}"))).unwrap();
+        q.add(item("busy", None, None, &format!("turn {i}")))
+            .unwrap();
         settle().await;
     }
     assert_eq!(rec.threads(), vec!["quiet"]);
@@ -179,7 +211,11 @@ async fn emergency_items_run_at_once_beside_pending_normal_items() {
     assert_eq!(seen.len(), 1);
     assert!(seen[0].bypass_watermark);
     assert_eq!(seen[0].messages[0].text(), "emergency");
-    assert_eq!(q.pending_count(), 1, "the normal item still waits for its debounce");
+    assert_eq!(
+        q.pending_count(),
+        1,
+        "the normal item still waits for its debounce"
+    );
     tokio::time::advance(Duration::from_secs(31)).await;
     settle().await;
     assert_eq!(rec.seen.lock().unwrap().len(), 2);
@@ -196,9 +232,17 @@ async fn backpressure_refuses_only_plain_new_conversations() {
         err.to_string(),
         "memory update queue is full (depth 1 >= 1); non-signal update for thread t2 rejected"
     );
-    assert!(matches!(err, QueueError::Full { depth: 1, max: 1, .. }));
+    assert!(matches!(
+        err,
+        QueueError::Full {
+            depth: 1,
+            max: 1,
+            ..
+        }
+    ));
     q.add(item("t1", None, None, "a2")).unwrap(); // same conversation coalesces
-    q.add(with_signal(item("t3", None, None, "c"), Signal::Correction)).unwrap();
+    q.add(with_signal(item("t3", None, None, "c"), Signal::Correction))
+        .unwrap();
     q.add_nowait(item("t4", None, None, "d")).unwrap();
     assert_eq!(q.stats().rejected, 1);
     assert!(q.flush(Duration::from_secs(5)).await);
@@ -207,7 +251,9 @@ async fn backpressure_refuses_only_plain_new_conversations() {
     assert_eq!(threads, vec!["t1", "t3", "t4"]);
     let unlimited = queue(&rec, cfg(30, 0));
     for i in 0..50 {
-        unlimited.add(item(&format!("x{i}"), None, None, "m")).unwrap();
+        unlimited
+            .add(item(&format!("x{i}"), None, None, "m"))
+            .unwrap();
     }
     assert_eq!(unlimited.pending_count(), 50);
 }
@@ -216,7 +262,10 @@ async fn backpressure_refuses_only_plain_new_conversations() {
 async fn flush_drains_sequentially_and_reports_success() {
     let rec = Arc::new(Recorder::default());
     let q = queue(&rec, cfg(30, 0));
-    assert!(q.flush(Duration::from_secs(1)).await, "an empty queue is drained");
+    assert!(
+        q.flush(Duration::from_secs(1)).await,
+        "an empty queue is drained"
+    );
     for t in ["a", "b", "c"] {
         q.add(item(t, None, None, "m")).unwrap();
     }
@@ -230,7 +279,10 @@ async fn flush_drains_sequentially_and_reports_success() {
 #[tokio::test(start_paused = true)]
 async fn flush_returns_false_when_work_outlives_the_budget() {
     let gate = Arc::new(Semaphore::new(0));
-    let rec = Arc::new(Recorder { gate: Some(gate.clone()), ..Recorder::default() });
+    let rec = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        ..Recorder::default()
+    });
     let q = queue(&rec, cfg(30, 0));
     q.add(item("slow", None, None, "m")).unwrap();
     q.add(item("next", None, None, "m")).unwrap();
@@ -269,8 +321,17 @@ async fn errors_and_panics_never_kill_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn one_conversation_never_runs_twice_at_once() {
     let gate = Arc::new(Semaphore::new(0));
-    let rec = Arc::new(Recorder { gate: Some(gate.clone()), ..Recorder::default() });
-    let q = queue(&rec, QueueConfig { max_concurrency: 4, ..cfg(30, 0) });
+    let rec = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        ..Recorder::default()
+    });
+    let q = queue(
+        &rec,
+        QueueConfig {
+            max_concurrency: 4,
+            ..cfg(30, 0)
+        },
+    );
     q.add_nowait(item("t1", None, None, "e1")).unwrap();
     settle().await;
     q.add_nowait(item("t1", None, None, "e2")).unwrap();
@@ -301,5 +362,8 @@ async fn clear_and_close() {
 #[test]
 fn a_queue_needs_a_runtime() {
     let rec = Arc::new(Recorder::default());
-    assert!(matches!(UpdateQueue::new(rec, cfg(30, 0)), Err(QueueError::NoRuntime)));
+    assert!(matches!(
+        UpdateQueue::new(rec, cfg(30, 0)),
+        Err(QueueError::NoRuntime)
+    ));
 }

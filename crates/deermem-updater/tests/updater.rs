@@ -15,7 +15,9 @@ use deermem_testkit::llm::{Scripted, ScriptedLlm};
 use deermem_updater::observe::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};
 use deermem_updater::parse::ParseError;
 use deermem_updater::proposer::ProposeError;
-use deermem_updater::{MemoryUpdater, ProposalOrigin, SignalSet, UpdateRequest, UpdateStatus, UpdaterError};
+use deermem_updater::{
+    MemoryUpdater, ProposalOrigin, SignalSet, UpdateRequest, UpdateStatus, UpdaterError,
+};
 use serde_json::json;
 
 struct Rig {
@@ -54,7 +56,12 @@ fn rig_with(cfg: DeerMemConfig, llm: ScriptedLlm) -> Rig {
         .observer(observer.clone())
         .id_source(counter_ids())
         .build();
-    Rig { storage, llm, updater, observer }
+    Rig {
+        storage,
+        llm,
+        updater,
+        observer,
+    }
 }
 
 fn rig(replies: &[String]) -> Rig {
@@ -96,7 +103,10 @@ async fn contents(r: &Rig) -> Vec<String> {
 async fn a_plain_json_answer_is_committed() {
     let r = rig(&[answer(&[labelled("User prefers tabs", 0.9)])]);
     let out = r.updater.update(req("t1", turn())).await.unwrap();
-    assert!(matches!(out.status, UpdateStatus::Committed { revision: 1 }));
+    assert!(matches!(
+        out.status,
+        UpdateStatus::Committed { revision: 1 }
+    ));
     assert_eq!(out.origin, Some(ProposalOrigin::Model("scripted".into())));
     assert_eq!(r.llm.calls(), 1);
     assert_eq!(contents(&r).await, vec!["User prefers tabs"]);
@@ -118,7 +128,7 @@ async fn wrapped_answers_are_found() {
         format!("```json\n{body}\n```"),
         format!("{{\"user\": \"alice\"}}\n{body}"),
     ] {
-        let r = rig(&[wrapped.clone()]);
+        let r = rig(std::slice::from_ref(&wrapped));
         r.updater.update(req("t1", turn())).await.unwrap();
         assert_eq!(contents(&r).await, vec!["User prefers tabs"], "{wrapped}");
     }
@@ -132,16 +142,22 @@ async fn unusable_answers_fail_closed_and_save_nothing() {
         "factsToRemove": [{"id": "fact_x", "scope": "user", "reason": "old", "replacementFactIndex": 0}]}).to_string();
     for (text, expected) in [
         (truncated, ParseError::NoUpdateObject),
-        (r#"{"user": "alice"}"#.to_owned(), ParseError::NoUpdateObject),
+        (
+            r#"{"user": "alice"}"#.to_owned(),
+            ParseError::NoUpdateObject,
+        ),
         (unsafe_partial, ParseError::UnsafePartialUpdate),
     ] {
-        let r = rig(&[text.clone()]);
+        let r = rig(std::slice::from_ref(&text));
         let err = r.updater.update(req("t1", turn())).await.unwrap_err();
         assert!(
             matches!(&err, UpdaterError::Propose(ProposeError::Parse(p)) if *p == expected),
             "{text}: {err}"
         );
-        assert_eq!(r.storage.applies.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(
+            r.storage.applies.load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
         // The watermark did not move: the same turn is offered again.
         let r2 = r.llm.calls();
         r.llm.push(Scripted::Reply(answer(&[])));
@@ -186,10 +202,16 @@ async fn a_non_string_summary_does_not_abort_the_update() {
 #[tokio::test]
 async fn provider_failures_are_reported_and_fail_the_update() {
     let llm = ScriptedLlm::new(Vec::<String>::new());
-    llm.push(Scripted::Fail(LlmError::Server { status: 503, message: "busy".into() }));
+    llm.push(Scripted::Fail(LlmError::Server {
+        status: 503,
+        message: "busy".into(),
+    }));
     let r = rig_with(config(), llm);
     let err = r.updater.update(req("t1", turn())).await.unwrap_err();
-    assert!(matches!(err, UpdaterError::Propose(ProposeError::Llm(LlmError::Server { status: 503, .. }))));
+    assert!(matches!(
+        err,
+        UpdaterError::Propose(ProposeError::Llm(LlmError::Server { status: 503, .. }))
+    ));
     let results = r.observer.results.lock().unwrap().clone();
     assert_eq!(results.len(), 1);
     assert!(results[0].error.as_deref().unwrap().contains("503"));
@@ -200,7 +222,10 @@ async fn provider_failures_are_reported_and_fail_the_update() {
 
 #[tokio::test]
 async fn observers_see_the_call_with_thread_trace_and_model() {
-    let r = rig(&[answer(&[labelled("User prefers tabs", 0.9), json!({"content": "unlabelled", "confidence": 0.9})])]);
+    let r = rig(&[answer(&[
+        labelled("User prefers tabs", 0.9),
+        json!({"content": "unlabelled", "confidence": 0.9}),
+    ])]);
     r.updater.update(req("t1", turn())).await.unwrap();
     let calls = r.observer.calls.lock().unwrap().clone();
     assert_eq!(calls[0].thread_id, "t1");
@@ -222,14 +247,45 @@ async fn observers_see_the_call_with_thread_trace_and_model() {
 #[tokio::test]
 async fn signal_hints_reach_the_prompt() {
     let r = rig(&[answer(&[]), answer(&[]), answer(&[])]);
-    r.updater.update(req("t1", vec![h("m1", "No, that's wrong."), a("m2", "Sorry")])).await.unwrap();
-    assert!(r.llm.last_prompt().unwrap().contains("Explicit correction signals were detected"));
-    r.updater.update(req("t2", vec![h("m1", "Yes, exactly! That's what I needed."), a("m2", "Great")])).await.unwrap();
+    r.updater
+        .update(req(
+            "t1",
+            vec![h("m1", "No, that's wrong."), a("m2", "Sorry")],
+        ))
+        .await
+        .unwrap();
+    assert!(
+        r.llm
+            .last_prompt()
+            .unwrap()
+            .contains("Explicit correction signals were detected")
+    );
+    r.updater
+        .update(req(
+            "t2",
+            vec![
+                h("m1", "Yes, exactly! That's what I needed."),
+                a("m2", "Great"),
+            ],
+        ))
+        .await
+        .unwrap();
     let p = r.llm.last_prompt().unwrap();
     assert!(p.contains("Positive reinforcement signals were detected"));
     assert!(!p.contains("Explicit correction signals were detected"));
-    r.updater.update(req("t3", vec![h("m1", "What time is it?"), a("m2", "Noon")])).await.unwrap();
-    assert!(!r.llm.last_prompt().unwrap().contains("signals were detected"));
+    r.updater
+        .update(req(
+            "t3",
+            vec![h("m1", "What time is it?"), a("m2", "Noon")],
+        ))
+        .await
+        .unwrap();
+    assert!(
+        !r.llm
+            .last_prompt()
+            .unwrap()
+            .contains("signals were detected")
+    );
 }
 
 #[tokio::test]
@@ -237,9 +293,19 @@ async fn facts_land_in_the_captured_user_bucket_only() {
     let r = rig(&[answer(&[labelled("User prefers tabs", 0.9)])]);
     r.updater.update(req("t1", turn())).await.unwrap();
     let bob = UserId::new("bob").unwrap();
-    let other = r.storage.load(Some(&bob), Some(&AgentName::default_bucket())).await.unwrap();
+    let other = r
+        .storage
+        .load(Some(&bob), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap();
     assert!(other.facts.is_empty());
-    let fact = r.storage.load(Some(&alice()), Some(&AgentName::default_bucket())).await.unwrap().facts[0].clone();
+    let fact = r
+        .storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap()
+        .facts[0]
+        .clone();
     assert_eq!(fact.scope.user_id.as_deref(), Some("alice@example.com"));
     assert_eq!(fact.source.thread_id(), Some("t1"));
 }
@@ -271,14 +337,28 @@ async fn the_watermark_feeds_only_new_messages() {
 #[tokio::test]
 async fn the_watermark_survives_front_removal_and_resets_on_shrink() {
     let r = rig(&[answer(&[]), answer(&[]), answer(&[])]);
-    let msgs = vec![h("m1", "one"), a("m2", "two"), h("m3", "three"), a("m4", "four")];
-    r.updater.update(req("t1", msgs[..2].to_vec())).await.unwrap();
+    let msgs = [
+        h("m1", "one"),
+        a("m2", "two"),
+        h("m3", "three"),
+        a("m4", "four"),
+    ];
+    r.updater
+        .update(req("t1", msgs[..2].to_vec()))
+        .await
+        .unwrap();
     // Summarisation removed m1 but m2 (the watermark) is still there: m3, m4 are fed.
-    r.updater.update(req("t1", msgs[1..].to_vec())).await.unwrap();
+    r.updater
+        .update(req("t1", msgs[1..].to_vec()))
+        .await
+        .unwrap();
     let p = r.llm.last_prompt().unwrap();
     assert!(p.contains("User: three") && !p.contains("User: one") && !p.contains("Assistant: two"));
     // The conversation shrank past the watermark: everything is fed again.
-    r.updater.update(req("t1", vec![h("x1", "fresh start"), a("x2", "ok")])).await.unwrap();
+    r.updater
+        .update(req("t1", vec![h("x1", "fresh start"), a("x2", "ok")]))
+        .await
+        .unwrap();
     assert!(r.llm.last_prompt().unwrap().contains("User: fresh start"));
     assert_eq!(r.llm.calls(), 3);
 }
@@ -286,8 +366,16 @@ async fn the_watermark_survives_front_removal_and_resets_on_shrink() {
 #[tokio::test]
 async fn the_emergency_path_bypasses_and_does_not_move_the_watermark() {
     let r = rig(&[answer(&[]), answer(&[]), answer(&[])]);
-    let msgs = vec![h("m1", "one"), a("m2", "two"), h("m3", "three"), a("m4", "four")];
-    r.updater.update(req("t1", msgs[..2].to_vec())).await.unwrap();
+    let msgs = vec![
+        h("m1", "one"),
+        a("m2", "two"),
+        h("m3", "three"),
+        a("m4", "four"),
+    ];
+    r.updater
+        .update(req("t1", msgs[..2].to_vec()))
+        .await
+        .unwrap();
     let mut emergency = req("t1", msgs[..2].to_vec());
     emergency.bypass_watermark = true;
     r.updater.update(emergency).await.unwrap();
@@ -316,7 +404,13 @@ async fn the_watermark_cache_is_a_bounded_lru() {
 #[tokio::test]
 async fn blank_conversations_ask_nothing_and_move_on() {
     let r = rig(&[]);
-    let out = r.updater.update(req("t1", vec![h("m1", "<uploaded_files>/mnt/x</uploaded_files>")])).await;
+    let out = r
+        .updater
+        .update(req(
+            "t1",
+            vec![h("m1", "<uploaded_files>/mnt/x</uploaded_files>")],
+        ))
+        .await;
     assert_eq!(out.unwrap().status, UpdateStatus::NothingToExtract);
     assert_eq!(r.llm.calls(), 0);
 }
@@ -327,9 +421,22 @@ async fn blank_conversations_ask_nothing_and_move_on() {
 async fn confidence_capacity_never_reads_usage_and_audits_after_commit() {
     let mut cfg = config();
     cfg.max_facts = 10;
-    let r = rig_with(cfg, ScriptedLlm::new([answer(&[labelled("New strong fact", 0.95)])]));
-    let facts: Vec<_> = (0..10).map(|i| seed_fact(&format!("fact_s{i:02}"), &format!("seed {i}"), 0.5 + f64::from(i) / 100.0)).collect();
-    r.storage.seed(Some(&alice()), &AgentName::default_bucket(), facts).await;
+    let r = rig_with(
+        cfg,
+        ScriptedLlm::new([answer(&[labelled("New strong fact", 0.95)])]),
+    );
+    let facts: Vec<_> = (0..10)
+        .map(|i| {
+            seed_fact(
+                &format!("fact_s{i:02}"),
+                &format!("seed {i}"),
+                0.5 + f64::from(i) / 100.0,
+            )
+        })
+        .collect();
+    r.storage
+        .seed(Some(&alice()), &AgentName::default_bucket(), facts)
+        .await;
     r.updater.update(req("t1", turn())).await.unwrap();
     assert!(r.storage.usage_reads.lock().unwrap().is_empty());
     let audits = r.storage.audits.lock().unwrap().clone();
@@ -349,12 +456,25 @@ async fn hybrid_and_shadow_capacity_read_usage_once() {
         } else {
             cfg.fact_eviction_policy = EvictionPolicy::HybridV1;
         }
-        let r = rig_with(cfg, ScriptedLlm::new([answer(&[labelled("New strong fact", 0.95)])]));
-        let facts: Vec<_> = (0..10).map(|i| seed_fact(&format!("fact_s{i:02}"), &format!("seed {i}"), 0.5)).collect();
-        r.storage.seed(Some(&alice()), &AgentName::default_bucket(), facts).await;
+        let r = rig_with(
+            cfg,
+            ScriptedLlm::new([answer(&[labelled("New strong fact", 0.95)])]),
+        );
+        let facts: Vec<_> = (0..10)
+            .map(|i| seed_fact(&format!("fact_s{i:02}"), &format!("seed {i}"), 0.5))
+            .collect();
+        r.storage
+            .seed(Some(&alice()), &AgentName::default_bucket(), facts)
+            .await;
         r.updater.update(req("t1", turn())).await.unwrap();
         let reads = r.storage.usage_reads.lock().unwrap().clone();
-        assert_eq!(reads, vec![(Some("alice@example.com".to_owned()), "__default__".to_owned())]);
+        assert_eq!(
+            reads,
+            vec![(
+                Some("alice@example.com".to_owned()),
+                "__default__".to_owned()
+            )]
+        );
         assert_eq!(r.storage.audits.lock().unwrap()[0].1, shadow);
     }
 }
@@ -364,21 +484,35 @@ async fn hybrid_and_shadow_capacity_read_usage_once() {
 #[tokio::test]
 async fn a_conflict_recomputes_on_a_fresh_snapshot() {
     let r = rig(&[answer(&[labelled("User prefers tabs", 0.9)])]);
-    r.storage.conflicts_to_inject.store(2, std::sync::atomic::Ordering::SeqCst);
+    r.storage
+        .conflicts_to_inject
+        .store(2, std::sync::atomic::Ordering::SeqCst);
     let out = r.updater.update(req("t1", turn())).await.unwrap();
     assert_eq!(out.attempts, 3);
     assert_eq!(r.llm.calls(), 1, "the same answer is re-applied");
     assert_eq!(contents(&r).await, vec!["User prefers tabs"]);
     let doc = r.storage.load(Some(&alice()), None).await.unwrap();
-    assert_eq!(doc.user.entry("topOfMind").summary, "concurrent writer", "the other writer's change is kept");
+    assert_eq!(
+        doc.user.entry("topOfMind").summary,
+        "concurrent writer",
+        "the other writer's change is kept"
+    );
 }
 
 #[tokio::test]
 async fn three_conflicts_give_up_without_moving_the_watermark() {
     let r = rig(&[answer(&[labelled("User prefers tabs", 0.9)]), answer(&[])]);
-    r.storage.conflicts_to_inject.store(3, std::sync::atomic::Ordering::SeqCst);
+    r.storage
+        .conflicts_to_inject
+        .store(3, std::sync::atomic::Ordering::SeqCst);
     let err = r.updater.update(req("t1", turn())).await.unwrap_err();
-    assert!(matches!(err, UpdaterError::ConflictRetriesExhausted { attempts: 3, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            UpdaterError::ConflictRetriesExhausted { attempts: 3, .. }
+        ),
+        "{err}"
+    );
     assert!(contents(&r).await.is_empty());
     r.updater.update(req("t1", turn())).await.unwrap();
     assert_eq!(r.llm.calls(), 2, "the turn is offered again");
@@ -391,14 +525,42 @@ async fn reinforcement_needs_a_human_confirmation_in_the_batch() {
     let mut cfg = config();
     cfg.fact_eviction_policy = EvictionPolicy::HybridV1;
     let confirm = json!({"user": {}, "history": {}, "newFacts": [],
-        "factsToReinforce": [{"id": "fact_tabs", "scope": "user", "reason": "user confirmed"}]}).to_string();
+        "factsToReinforce": [{"id": "fact_tabs", "scope": "user", "reason": "user confirmed"}]})
+    .to_string();
     let r = rig_with(cfg, ScriptedLlm::always(confirm));
-    r.storage.seed(Some(&alice()), &AgentName::default_bucket(), vec![seed_fact("fact_tabs", "User prefers tabs", 0.9)]).await;
-    r.updater.update(req("t1", vec![h("m1", "Tabs again please"), a("m2", "Sure")])).await.unwrap();
-    let f = r.storage.load(Some(&alice()), Some(&AgentName::default_bucket())).await.unwrap().facts[0].clone();
+    r.storage
+        .seed(
+            Some(&alice()),
+            &AgentName::default_bucket(),
+            vec![seed_fact("fact_tabs", "User prefers tabs", 0.9)],
+        )
+        .await;
+    r.updater
+        .update(req(
+            "t1",
+            vec![h("m1", "Tabs again please"), a("m2", "Sure")],
+        ))
+        .await
+        .unwrap();
+    let f = r
+        .storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap()
+        .facts[0]
+        .clone();
     assert_eq!(f.confirmation_count, None, "no deterministic confirmation");
-    r.updater.update(req("t2", vec![h("m1", "Perfect."), a("m2", "Thanks")])).await.unwrap();
-    let f = r.storage.load(Some(&alice()), Some(&AgentName::default_bucket())).await.unwrap().facts[0].clone();
+    r.updater
+        .update(req("t2", vec![h("m1", "Perfect."), a("m2", "Thanks")]))
+        .await
+        .unwrap();
+    let f = r
+        .storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap()
+        .facts[0]
+        .clone();
     assert_eq!(f.confirmation_count, Some(Some(1)));
     assert_eq!(f.last_confirmed_at, Some(Some(START.to_owned())));
 }
@@ -415,26 +577,54 @@ async fn without_a_model_the_offline_rules_propose() {
     assert!(log.text().contains("offline rule-based extractor"));
     assert_eq!(updater.origin(), ProposalOrigin::Offline);
     let out = updater
-        .update(req("t1", vec![h("m1", "I'm a data engineer. I prefer Polars over pandas. Can you help?"), a("m2", "Sure")]))
+        .update(req(
+            "t1",
+            vec![
+                h(
+                    "m1",
+                    "I'm a data engineer. I prefer Polars over pandas. Can you help?",
+                ),
+                a("m2", "Sure"),
+            ],
+        ))
         .await
         .unwrap();
     assert_eq!(out.origin, Some(ProposalOrigin::Offline));
-    let doc = storage.load(Some(&alice()), Some(&AgentName::default_bucket())).await.unwrap();
-    let mut got: Vec<(String, String)> = doc.facts.iter().map(|f| (f.content.clone(), f.category_or_default().to_owned())).collect();
+    let doc = storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap();
+    let mut got: Vec<(String, String)> = doc
+        .facts
+        .iter()
+        .map(|f| (f.content.clone(), f.category_or_default().to_owned()))
+        .collect();
     got.sort();
-    assert_eq!(got, vec![
-        ("User is a data engineer".to_owned(), "identity".to_owned()),
-        ("User prefers Polars over pandas".to_owned(), "preference".to_owned()),
-    ]);
+    assert_eq!(
+        got,
+        vec![
+            ("User is a data engineer".to_owned(), "identity".to_owned()),
+            (
+                "User prefers Polars over pandas".to_owned(),
+                "preference".to_owned()
+            ),
+        ]
+    );
 }
 
 #[tokio::test]
 async fn rejection_warnings_are_logged() {
     let log = LogCapture::default();
     let _g = log.install();
-    let r = rig(&[answer(&[json!({"content": "a", "confidence": 0.9}), json!({"content": "b", "confidence": 0.9})])]);
+    let r = rig(&[answer(&[
+        json!({"content": "a", "confidence": 0.9}),
+        json!({"content": "b", "confidence": 0.9}),
+    ])]);
     r.updater.update(req("t1", turn())).await.unwrap();
     let text = log.text();
     assert!(text.contains("WARN"), "{text}");
-    assert!(text.contains("scope-gate rejection rate 100% exceeds 60%"), "{text}");
+    assert!(
+        text.contains("scope-gate rejection rate 100% exceeds 60%"),
+        "{text}"
+    );
 }

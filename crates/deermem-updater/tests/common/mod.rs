@@ -88,7 +88,12 @@ impl SpyStorage {
         }
     }
 
-    pub async fn seed(&self, user: Option<&UserId>, agent: &AgentName, facts: Vec<serde_json::Value>) {
+    pub async fn seed(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        facts: Vec<serde_json::Value>,
+    ) {
         let changes = ChangeSet {
             upserts: facts
                 .into_iter()
@@ -108,17 +113,35 @@ impl MemoryStorage for SpyStorage {
     fn capabilities(&self) -> StorageCapabilities {
         self.inner.capabilities()
     }
-    async fn load(&self, user: Option<&UserId>, agent: Option<&AgentName>) -> Result<MemoryDocument, StorageError> {
+    async fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
         self.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load(user, agent).await
     }
-    async fn reload(&self, user: Option<&UserId>, agent: Option<&AgentName>) -> Result<MemoryDocument, StorageError> {
+    async fn reload(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
         self.inner.reload(user, agent).await
     }
-    async fn get_fact(&self, user: Option<&UserId>, agent: &AgentName, id: &FactId) -> Result<Option<Fact>, StorageError> {
+    async fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Option<Fact>, StorageError> {
         self.inner.get_fact(user, agent, id).await
     }
-    async fn list_facts(&self, user: Option<&UserId>, agent: &AgentName, query: &ListQuery) -> Result<Vec<Fact>, StorageError> {
+    async fn list_facts(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        query: &ListQuery,
+    ) -> Result<Vec<Fact>, StorageError> {
         self.inner.list_facts(user, agent, query).await
     }
     async fn apply_changes(
@@ -130,45 +153,90 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<ChangeResult, StorageError> {
         self.applies.fetch_add(1, Ordering::SeqCst);
         self.last_options.lock().unwrap().push(options);
-        let inject = self
-            .conflicts_to_inject
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let inject =
+            self.conflicts_to_inject
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if let Ok(left) = inject {
             // Another writer commits first: a summary change bumps the shared revision.
             let mut child = serde_json::Map::new();
-            child.insert("topOfMind".into(), json!({"summary": "concurrent writer", "updatedAt": format!("{START}#{left}")}));
+            child.insert(
+                "topOfMind".into(),
+                json!({"summary": "concurrent writer", "updatedAt": format!("{START}#{left}")}),
+            );
             self.inner
-                .update_summaries(user, SummaryPatch { user: Some(child), history: None }, None)
+                .update_summaries(
+                    user,
+                    SummaryPatch {
+                        user: Some(child),
+                        history: None,
+                    },
+                    None,
+                )
                 .await?;
         }
-        self.inner.apply_changes(user, agent, changes, options).await
+        self.inner
+            .apply_changes(user, agent, changes, options)
+            .await
     }
     fn new_fact_id(&self) -> FactId {
         self.inner.new_fact_id()
     }
-    async fn save(&self, user: Option<&UserId>, agent: Option<&AgentName>, document: &MemoryDocument, expected_revision: Option<u64>) -> Result<(), StorageError> {
-        self.inner.save(user, agent, document, expected_revision).await
+    async fn save(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        document: &MemoryDocument,
+        expected_revision: Option<u64>,
+    ) -> Result<(), StorageError> {
+        self.inner
+            .save(user, agent, document, expected_revision)
+            .await
     }
-    async fn get_summaries(&self, user: Option<&UserId>) -> Result<SummariesSnapshot, StorageError> {
+    async fn get_summaries(
+        &self,
+        user: Option<&UserId>,
+    ) -> Result<SummariesSnapshot, StorageError> {
         self.inner.get_summaries(user).await
     }
-    async fn update_summaries(&self, user: Option<&UserId>, patch: SummaryPatch, expected_revision: Option<u64>) -> Result<MemoryDocument, StorageError> {
-        self.inner.update_summaries(user, patch, expected_revision).await
+    async fn update_summaries(
+        &self,
+        user: Option<&UserId>,
+        patch: SummaryPatch,
+        expected_revision: Option<u64>,
+    ) -> Result<MemoryDocument, StorageError> {
+        self.inner
+            .update_summaries(user, patch, expected_revision)
+            .await
     }
     async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
         self.inner.clear_all(user).await
     }
-    async fn migrate(&self, user: Option<&UserId>, agent: &AgentName, dry_run: bool) -> Result<MigrationReport, StorageError> {
+    async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        dry_run: bool,
+    ) -> Result<MigrationReport, StorageError> {
         self.inner.migrate(user, agent, dry_run).await
     }
-    async fn get_fact_usage(&self, user: Option<&UserId>, agent: &AgentName) -> Result<FactUsageMap, StorageError> {
-        self.usage_reads
-            .lock()
-            .unwrap()
-            .push((user.map(|u| u.as_str().to_owned()), agent.as_str().to_owned()));
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<FactUsageMap, StorageError> {
+        self.usage_reads.lock().unwrap().push((
+            user.map(|u| u.as_str().to_owned()),
+            agent.as_str().to_owned(),
+        ));
         self.inner.get_fact_usage(user, agent).await
     }
-    async fn record_fact_accesses(&self, user: Option<&UserId>, agent: &AgentName, ids: &[FactId], at: Option<Timestamp>) -> Result<(), StorageError> {
+    async fn record_fact_accesses(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: &[FactId],
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError> {
         self.inner.record_fact_accesses(user, agent, ids, at).await
     }
     async fn record_capacity_eviction(
@@ -188,13 +256,21 @@ impl MemoryStorage for SpyStorage {
             .record_capacity_eviction(user, agent, decision, max_facts, shadow, at)
             .await
     }
-    async fn clear_fact_metadata(&self, user: Option<&UserId>, agent: &AgentName, ids: Option<&[FactId]>) -> Result<(), StorageError> {
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> Result<(), StorageError> {
         self.inner.clear_fact_metadata(user, agent, ids).await
     }
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         self.inner.search_facts(query).await
     }
-    async fn rebuild_index(&self, scopes: Option<&[(Option<UserId>, AgentName)]>) -> Result<RebuildReport, StorageError> {
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError> {
         self.inner.rebuild_index(scopes).await
     }
     async fn retrieval_status(&self) -> RetrievalStatus {
