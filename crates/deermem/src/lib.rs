@@ -7,6 +7,7 @@
 mod clock;
 mod config_file;
 mod noop;
+pub mod tools;
 
 pub use clock::SystemClock;
 pub use config_file::{load_config_file, load_config_text, process_env, resolve_storage_root, ConfigFileError};
