@@ -257,7 +257,9 @@ pub(crate) fn load_optional(
     }
 }
 
-/// Every fact of an agent directory (any `*.md` below `facts/`), sorted by id.
+/// Every fact of an agent directory (any `*.md` below `facts/`, as the reference lists them),
+/// sorted by id. When a misplaced copy and the canonical shard file share an id, only the
+/// canonical one is returned (the reference listed the id twice).
 ///
 /// # Errors
 /// The first corrupt file fails the whole read, as in the reference.
@@ -266,12 +268,26 @@ pub(crate) fn load_all(
     expected: Expected<'_>,
     now: Timestamp,
 ) -> Result<Vec<LoadedFact>> {
-    let mut out = Vec::new();
+    let mut by_id: std::collections::BTreeMap<String, (bool, LoadedFact)> =
+        std::collections::BTreeMap::new();
     for path in crate::fsutil::markdown_files(facts_dir)? {
-        out.push(load_file(&path, expected, now)?);
+        let loaded = load_file(&path, expected, now)?;
+        let canonical = facts_dir
+            .join(loaded.fact.id.shard())
+            .join(format!("{}.md", loaded.fact.id))
+            == path;
+        if !canonical {
+            tracing::warn!(path = %path.display(), "fact file outside its shard directory");
+        }
+        let id = loaded.fact.id.as_str().to_owned();
+        match by_id.get(&id) {
+            Some((true, _)) => {}
+            _ => {
+                by_id.insert(id, (canonical, loaded));
+            }
+        }
     }
-    out.sort_by(|a, b| a.fact.id.as_str().cmp(b.fact.id.as_str()));
-    Ok(out)
+    Ok(by_id.into_values().map(|(_, l)| l).collect())
 }
 
 /// The canonical agent name of a directory name, when it is one DeerMem can write.

@@ -1427,3 +1427,37 @@ impl MemoryStorage for FileMemoryStorage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_from_deermem_resolves_the_root_with_injected_lookups() {
+        let mut cfg = DeerMemConfig {
+            file_lock_timeout_seconds: 3,
+            eviction_audit_max_entries: 7,
+            eviction_access_half_life_days: 12,
+            strict_user_scope: true,
+            manifest_filename: "index.json".into(),
+            ..DeerMemConfig::default()
+        };
+        let env = |k: &str| (k == "DEERMEM_DATA_DIR").then(|| "/data/dm".to_owned());
+        let no_env = |_: &str| None;
+        let home = || Some(PathBuf::from("/home/u"));
+        let no_home = || None;
+        let c = FileStorageConfig::from_deermem(&cfg, &env, &home).unwrap();
+        assert_eq!(c.root, PathBuf::from("/data/dm"));
+        assert_eq!(c.lock_timeout, Duration::from_secs(3));
+        assert_eq!(c.audit_max_entries, 7);
+        assert_eq!(c.access_half_life_days, 12.0);
+        assert!(c.strict_user_scope);
+        assert_eq!(c.manifest_filename, "index.json");
+        let c = FileStorageConfig::from_deermem(&cfg, &no_env, &home).unwrap();
+        assert_eq!(c.root, PathBuf::from("/home/u/.deermem"));
+        assert!(FileStorageConfig::from_deermem(&cfg, &no_env, &no_home).is_err());
+        cfg.storage_path = "/srv/mem".into();
+        let c = FileStorageConfig::from_deermem(&cfg, &env, &home).unwrap();
+        assert_eq!(c.root, PathBuf::from("/srv/mem"));
+    }
+}
