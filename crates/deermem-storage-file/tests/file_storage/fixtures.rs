@@ -155,6 +155,11 @@ async fn v1_root_migrates_to_what_the_reference_produced() {
         let (u, a) = split_key(key);
         let doc = s.load(Some(&u), Some(&a)).await.unwrap();
         assert_eq!(doc.version, "2.0", "{key}");
+        assert_eq!(
+            Value::from(doc.revision),
+            want["revision"],
+            "{key}: revision"
+        );
         assert!(
             py::py_eq(&Value::Object(doc.user.0.clone()), &want["user"]),
             "{key}: user {:?}",
@@ -178,6 +183,18 @@ async fn v1_root_migrates_to_what_the_reference_produced() {
             "the reference's {bak} matches too"
         );
     }
+    // The manifests equal the reference's except for the commit time.
+    for (rel, theirs) in migrated_ref
+        .iter()
+        .filter(|(k, _)| k.ends_with("/memory.json"))
+    {
+        let parse = |b: &[u8]| {
+            let mut v: Value = serde_json::from_slice(b).unwrap();
+            v.as_object_mut().unwrap().shift_remove("lastUpdated");
+            v
+        };
+        assert_eq!(parse(&now[rel]), parse(theirs), "{rel}");
+    }
     // The same fact files exist at the same shard paths, and no legacy per-agent file stays.
     let md = |m: &std::collections::BTreeMap<String, Vec<u8>>| {
         m.keys()
@@ -186,6 +203,14 @@ async fn v1_root_migrates_to_what_the_reference_produced() {
             .collect::<Vec<_>>()
     };
     assert_eq!(md(&now), md(&migrated_ref));
+    // Every field of those facts is deterministic, so the files are byte-identical too.
+    for rel in md(&migrated_ref) {
+        assert_eq!(
+            String::from_utf8_lossy(&now[&rel]),
+            String::from_utf8_lossy(&migrated_ref[&rel]),
+            "{rel}"
+        );
+    }
     assert!(
         !now.keys()
             .any(|k| k.ends_with("agents/researcher/memory.json"))
