@@ -1,1 +1,322 @@
-fn main() {}
+//! Criterion benchmarks of the FTS5 adapter on a generated corpus of 20,000 facts over 200
+//! scopes (fixed seed): full rebuild, and top-10 search within one scope. Under `cargo bench`
+//! it also prints the index size, the rebuild time and search p50/p99 over 5,000 queries.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion};
+use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::{AgentName, Fact, FactId, Scope, SearchQuery, Timestamp, UserId};
+use deermem_retrieval_fts5::Fts5Retrieval;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Map, json};
+
+const FACTS: usize = 20_000;
+const USERS: usize = 40;
+const AGENTS: usize = 5;
+const VOCAB: usize = 4_000;
+const SEED: u64 = 0x00de_e3e3;
+
+#[derive(Debug)]
+struct FixedClock(Timestamp);
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        self.0
+    }
+}
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(FixedClock(
+        Timestamp::parse_iso("2026-12-01T00:00:00Z").expect("time"),
+    ))
+}
+
+const SYLLABLES: [&str; 24] = [
+    "ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "da", "gu", "he", "ji", "ko",
+    "ma", "ni", "ok", "pe", "qu", "ra", "su", "te", "ul",
+];
+const CJK: [&str; 8] = [
+    "用户喜欢喝乌龙茶",
+    "東京に住んでいる",
+    "不喜欢咖啡",
+    "日本語のテキスト",
+    "서울에서 일한다",
+    "项目截止日期",
+    "毎朝ジョギングする",
+    "使用Rust开发",
+];
+
+fn vocabulary(rng: &mut StdRng) -> Vec<String> {
+    (0..VOCAB)
+        .map(|_| {
+            let n = rng.random_range(2..5);
+            (0..n)
+                .map(|_| SYLLABLES[rng.random_range(0..SYLLABLES.len())])
+                .collect::<String>()
+        })
+        .collect()
+}
+
+/// A word index skewed towards frequent words (roughly Zipfian).
+fn zipf(rng: &mut StdRng) -> usize {
+    let u: f64 = rng.random_range(0.0..1.0);
+    ((VOCAB as f64).powf(u) as usize).saturating_sub(1).min(VOCAB - 1)
+}
+
+fn scopes() -> Vec<Scope> {
+    let mut v = Vec::with_capacity(USERS * AGENTS);
+    for u in 0..USERS {
+        for a in 0..AGENTS {
+            v.push(Scope::new(
+                Some(UserId::new(format!("user{u}@example.com")).expect("user")),
+                Some(AgentName::parse(&format!("agent{a}")).expect("agent")),
+            ));
+        }
+    }
+    v
+}
+
+fn corpus() -> (Vec<(Scope, Fact)>, Vec<String>, Vec<Scope>) {
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let vocab = vocabulary(&mut rng);
+    let scopes = scopes();
+    let now = Timestamp::parse_iso("2026-12-01T00:00:00Z").expect("time");
+    let mut facts = Vec::with_capacity(FACTS);
+    for i in 0..FACTS {
+        let s = &scopes[i % scopes.len()];
+        let words = rng.random_range(8..24);
+        let mut content: Vec<&str> = (0..words).map(|_| vocab[zipf(&mut rng)].as_str()).collect();
+        if rng.random_range(0..10) == 0 {
+            content.push(CJK[rng.random_range(0..CJK.len())]);
+        }
+        let mut draft = Map::new();
+        let id = format!("fact_{i:08x}");
+        draft.insert("id".into(), json!(id));
+        draft.insert("content".into(), json!(content.join(" ")));
+        draft.insert("category".into(), json!("context"));
+        draft.insert("confidence".into(), json!(rng.random_range(0.3..1.0)));
+        draft.insert(
+            "createdAt".into(),
+            json!(format!("2026-{:02}-15T08:00:00Z", rng.random_range(1..13))),
+        );
+        let fs = s.to_fact_scope();
+        let fid = FactId::new(id).expect("id");
+        let new_id = move || fid.clone();
+        let ctx = NormalizeContext {
+            scope: &fs,
+            existing: None,
+            now,
+            new_id: &new_id,
+        };
+        facts.push((s.clone(), normalize_fact(&draft, &ctx).expect("fact")));
+    }
+    (facts, vocab, scopes)
+}
+
+fn queries(vocab: &[String], scopes: &[Scope], n: usize) -> Vec<SearchQuery> {
+    let mut rng = StdRng::seed_from_u64(SEED + 1);
+    (0..n)
+        .map(|_| {
+            let text = if rng.random_range(0..10) == 0 {
+                ["乌龙茶", "東京", "住んでいる", "咖啡", "서울"][rng.random_range(0..5)].to_owned()
+            } else {
+                let words = rng.random_range(1..4);
+                (0..words)
+                    .map(|_| vocab[zipf(&mut rng)].as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            SearchQuery::new(text, scopes[rng.random_range(0..scopes.len())].clone(), 10)
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Prints the figures the task asks for: size and rebuild time for 20,000 facts, search p50/p99.
+fn report(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = Fts5Retrieval::open(dir.path(), clock()).expect("index");
+    let start = Instant::now();
+    let n = rt.block_on(index.rebuild(None, facts)).expect("rebuild");
+    let took = start.elapsed();
+    let stats = rt.block_on(index.stats()).expect("stats");
+    println!(
+        "rebuild: {n} facts in {:.1} ms ({:.0} facts/s); index {} docs, {:.1} MiB",
+        took.as_secs_f64() * 1e3,
+        n as f64 / took.as_secs_f64(),
+        stats.total_docs,
+        stats.db_bytes.unwrap_or(0) as f64 / 1_048_576.0
+    );
+    let qs = queries(vocab, scopes, 5_000);
+    // Warm the reader pool and the page cache.
+    for q in qs.iter().take(200) {
+        rt.block_on(index.search(q)).expect("search");
+    }
+    for (label, filter) in [("all", None), ("english", Some(false)), ("cjk", Some(true))] {
+        let mut times = Vec::with_capacity(qs.len());
+        let mut hits = 0usize;
+        for q in &qs {
+            let is_cjk = q.text.chars().any(|c| !c.is_ascii());
+            if filter.is_some_and(|f| f != is_cjk) {
+                continue;
+            }
+            let t = Instant::now();
+            hits += rt.block_on(index.search(q)).expect("search").len();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        println!(
+            "search top_k=10 one scope [{label}]: {} queries, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:.1} hits/query",
+            times.len(),
+            percentile(&times, 0.50).as_secs_f64() * 1e6,
+            percentile(&times, 0.99).as_secs_f64() * 1e6,
+            times.last().map_or(0.0, |d| d.as_secs_f64() * 1e6),
+            hits as f64 / times.len().max(1) as f64
+        );
+    }
+}
+
+fn probe(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = Fts5Retrieval::open(dir.path(), clock()).expect("index");
+    rt.block_on(index.rebuild(None, facts)).expect("rebuild");
+    let conn = rusqlite::Connection::open(index.path().expect("path")).expect("conn");
+    let qs = queries(vocab, scopes, 2000);
+    let seg = deermem_retrieval_fts5::query::NoSegmenter;
+    let plans: Vec<(String, i64)> = qs
+        .iter()
+        .map(|q| {
+            let p = deermem_retrieval_fts5::query::plan(&q.text, &seg).expect("plan");
+            let s = &q.scopes[0];
+            let key: i64 = conn
+                .query_row(
+                    "SELECT scope_key FROM scopes WHERE scope_user=?1 AND scope_agent=?2",
+                    rusqlite::params![
+                        serde_json::Value::String(s.user.as_ref().expect("u").as_str().into()).to_string(),
+                        serde_json::Value::String(s.agent.as_ref().expect("a").as_str().into()).to_string()
+                    ],
+                    |r| r.get(0),
+                )
+                .expect("key");
+            (p.first, key)
+        })
+        .collect();
+    for (label, sql) in [
+        ("bm25+range", "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3 ORDER BY 2 LIMIT 80"),
+        ("range only", "SELECT rowid FROM fts WHERE fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3 ORDER BY 1 LIMIT 80"),
+        ("bm25 full", "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 AND ?2 <= ?3 ORDER BY 2 LIMIT 80"),
+        ("join", "SELECT fts.rowid, bm25(fts), docs.created_us, docs.confidence FROM fts JOIN docs ON docs.id = fts.rowid WHERE fts MATCH ?1 AND fts.rowid BETWEEN ?2 AND ?3 ORDER BY 2, 1 LIMIT 80"),
+    ] {
+        let mut times = Vec::new();
+        for (e, key) in &plans {
+            let sql = sql.replace("fts", &format!("fts_{}", key % 32));
+            let mut stmt = conn.prepare_cached(&sql).expect("prepare");
+            let t = Instant::now();
+            let n = stmt
+                .query_map(rusqlite::params![e, key << 32, (key << 32) | 0xffff_ffff], |_| Ok(()))
+                .expect("q")
+                .count();
+            std::hint::black_box(n);
+            times.push(t.elapsed());
+        }
+        times.sort();
+        println!("{label}: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
+    }
+    let mut times = Vec::new();
+    for q in &qs {
+        let t = Instant::now();
+        rt.block_on(index.search(q)).expect("search");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!("adapter async: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
+    let mut times = Vec::new();
+    for q in &qs {
+        let t = Instant::now();
+        index.search_blocking(q).expect("search");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!("adapter sync: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
+
+}
+
+fn main() {
+    let (facts, vocab, scopes) = corpus();
+    if std::env::var_os("FTS5_PROBE").is_some() {
+        let t = Instant::now();
+        let mut n = 0;
+        for (s, f) in facts.iter().take(10_000) {
+            let m = f.to_internal_map();
+            let j = serde_json::to_string(&m).expect("json");
+            let map: Map<String, serde_json::Value> = serde_json::from_str(&j).expect("parse");
+            let fs = s.to_fact_scope();
+            let id = f.id.clone();
+            let new_id = move || id.clone();
+            let ctx = NormalizeContext { scope: &fs, existing: None, now: Timestamp::from_unix_seconds(0), new_id: &new_id };
+            n += normalize_fact(&map, &ctx).expect("n").content.len();
+        }
+        println!("encode+decode: {:.2} µs/fact ({n})", t.elapsed().as_secs_f64() * 1e6 / 10_000.0);
+    }
+    if std::env::var_os("FTS5_PROBE").is_some() {
+        probe(&facts, &vocab, &scopes);
+        return;
+    }
+    let full = std::env::args().any(|a| a == "--bench");
+    if full {
+        report(&facts, &vocab, &scopes);
+    }
+    let mut c = Criterion::default().configure_from_args();
+    let rt = runtime();
+
+    let mut g = c.benchmark_group("rebuild");
+    g.sample_size(10);
+    g.bench_function("full_20000_facts", |b| {
+        b.iter_batched(
+            || {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let index = Fts5Retrieval::open(dir.path(), clock()).expect("index");
+                (dir, index)
+            },
+            |(dir, index)| {
+                rt.block_on(index.rebuild(None, &facts)).expect("rebuild");
+                (dir, index)
+            },
+            BatchSize::PerIteration,
+        );
+    });
+    g.finish();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = Fts5Retrieval::open(dir.path(), clock()).expect("index");
+    rt.block_on(index.rebuild(None, &facts)).expect("rebuild");
+    let qs = queries(&vocab, &scopes, 1_000);
+    let mut g = c.benchmark_group("search");
+    let mut i = 0usize;
+    g.bench_function("top10_one_scope", |b| {
+        b.iter(|| {
+            i = (i + 1) % qs.len();
+            rt.block_on(index.search(&qs[i])).expect("search")
+        });
+    });
+    g.finish();
+    c.final_summary();
+}

@@ -9,10 +9,14 @@
 //! - `docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)`: one row per
 //!   indexed fact; `id` is also the FTS rowid, `(scope_key << 32) | seq`, so each scope owns one
 //!   contiguous rowid range and a search reads only its scope's part of every doclist.
-//! - `fts(content, cjk)`: a contentless FTS5 table (`unicode61`, like the reference) holding the
-//!   fact text without its CJK runs in `content` and the runs' bigrams in `cjk`.
+//! - `fts_0` ... `fts_63` (`fts(content, cjk)` each): contentless FTS5 tables (`unicode61`, like
+//!   the reference) holding the fact text without its CJK runs in `content` and the runs'
+//!   bigrams in `cjk`. A scope's documents live in shard `scope_key % 64`, created with the
+//!   first scope that needs it. BM25's IDF is
+//!   computed by FTS5 over the whole table on every query, a scan of every posting of every
+//!   query term; sharding keeps that scan (and the term statistics) to a few tenants.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::{Fact, FactId, FactScope, RetrievalError, Scope, Timestamp};
@@ -29,6 +33,50 @@ pub const SCHEMA_VERSION: &str = "1";
 const MAX_SCOPE_KEY: i64 = (1 << 31) - 1;
 /// Largest per-scope sequence number (the low 32 bits of a rowid).
 const MAX_SEQ: i64 = (1 << 32) - 1;
+
+/// Number of FTS5 shard tables.
+pub(crate) const SHARDS: i64 = 64;
+
+/// The FTS5 table holding a document (or a scope key's documents).
+pub(crate) fn shard_of_key(key: i64) -> i64 {
+    key.rem_euclid(SHARDS)
+}
+
+fn shard_of_doc(id: i64) -> i64 {
+    shard_of_key(id >> 32)
+}
+
+/// The statement creating one shard table (shards are created with their first scope).
+fn create_shard_sql(shard: i64) -> String {
+    format!(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS fts_{shard} USING fts5(\
+         content, cjk, content='', contentless_delete=1, tokenize='unicode61');"
+    )
+}
+
+/// The shard tables that exist.
+fn existing_shards(conn: &Connection) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name GLOB 'fts_[0-9]*' \
+         AND sql LIKE 'CREATE VIRTUAL TABLE%'",
+    )?;
+    let names = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(names
+        .iter()
+        .filter_map(|n| n.strip_prefix("fts_").and_then(|d| d.parse().ok()))
+        .collect())
+}
+
+fn drop_sql() -> String {
+    let mut sql = String::from("DROP TABLE IF EXISTS fts;\n");
+    for i in 0..SHARDS {
+        sql.push_str(&format!("DROP TABLE IF EXISTS fts_{i};\n"));
+    }
+    sql.push_str(DROP_SQL);
+    sql
+}
 
 const CREATE_SQL: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -49,13 +97,9 @@ CREATE TABLE IF NOT EXISTS docs(
     fact_json TEXT NOT NULL,
     UNIQUE(scope_key, fact_id)
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    content, cjk, content='', contentless_delete=1, tokenize='unicode61'
-);
 ";
 
 const DROP_SQL: &str = "
-DROP TABLE IF EXISTS fts;
 DROP TABLE IF EXISTS docs;
 DROP TABLE IF EXISTS scopes;
 DROP TABLE IF EXISTS meta;
@@ -108,11 +152,13 @@ pub(crate) fn to_retrieval_error(e: &rusqlite::Error) -> RetrievalError {
 /// Applies the connection settings: busy timeout, statement cache, and for the writer WAL.
 pub(crate) fn configure(conn: &Connection, writer: bool, busy_ms: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_millis(busy_ms))?;
-    conn.set_prepared_statement_cache_capacity(32);
+    conn.set_prepared_statement_cache_capacity(256);
     if writer {
         // In-memory databases answer "memory"; either answer is fine.
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+        // Derived data: NORMAL is durable enough in WAL mode, and the WAL is trimmed after
+        // checkpoints so a bulk rebuild does not leave a WAL as large as the index.
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=8388608;")?;
     } else {
         conn.execute_batch("PRAGMA query_only=1;")?;
     }
@@ -128,7 +174,8 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
         |r| r.get(0),
     )?;
     let has_any: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name IN ('fts','docs','scopes','meta'))",
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND \
+         (name IN ('docs','scopes','meta') OR name GLOB 'fts_[0-9]*' OR name = 'fts'))",
         [],
         |r| r.get(0),
     )?;
@@ -145,7 +192,7 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
     let dropped = has_any && version.as_deref() != Some(SCHEMA_VERSION);
     let mut sql = String::from("BEGIN IMMEDIATE;");
     if dropped {
-        sql.push_str(DROP_SQL);
+        sql.push_str(&drop_sql());
     }
     sql.push_str(CREATE_SQL);
     sql.push_str("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '");
@@ -161,7 +208,11 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
         [],
         |r| r.get::<_, i64>(0),
     )?;
-    conn.query_row("SELECT count(*) FROM fts_data", [], |r| r.get::<_, i64>(0))?;
+    for i in existing_shards(conn)? {
+        conn.query_row(&format!("SELECT count(*) FROM fts_{i}_data"), [], |r| {
+            r.get::<_, i64>(0)
+        })?;
+    }
     Ok(dropped)
 }
 
@@ -289,6 +340,12 @@ pub(crate) fn scope_key(conn: &Connection, scope: &ScopeKeyText) -> rusqlite::Re
 pub(crate) struct Writer<'c> {
     tx: rusqlite::Transaction<'c>,
     scopes: HashMap<ScopeKeyText, (i64, i64)>,
+    /// Every scope was emptied in this transaction.
+    all_fresh: bool,
+    /// Scopes emptied in this transaction: their documents are all in `written`.
+    fresh: HashSet<ScopeKeyText>,
+    /// Documents written in this transaction to fresh scopes, by `(scope key, fact id)`.
+    written: HashMap<(i64, String), i64>,
 }
 
 /// A write error: a database failure, or a limit of the rowid layout.
@@ -312,6 +369,9 @@ impl<'c> Writer<'c> {
         Ok(Self {
             tx: conn.transaction_with_behavior(TransactionBehavior::Immediate)?,
             scopes: HashMap::new(),
+            all_fresh: false,
+            fresh: HashSet::new(),
+            written: HashMap::new(),
         })
     }
 
@@ -340,6 +400,7 @@ impl<'c> Writer<'c> {
                         "scope key {key} is outside the index's rowid layout"
                     )));
                 }
+                self.tx.execute_batch(&create_shard_sql(shard_of_key(key)))?;
                 (key, 1)
             }
             None => return Ok(None),
@@ -350,7 +411,7 @@ impl<'c> Writer<'c> {
 
     fn delete_doc(&mut self, id: i64) -> rusqlite::Result<()> {
         self.tx
-            .prepare_cached("DELETE FROM fts WHERE rowid=?1")?
+            .prepare_cached(&format!("DELETE FROM fts_{} WHERE rowid=?1", shard_of_doc(id)))?
             .execute([id])?;
         self.tx
             .prepare_cached("DELETE FROM docs WHERE id=?1")?
@@ -363,11 +424,16 @@ impl<'c> Writer<'c> {
         let key = self
             .scope_entry(&row.scope, true)?
             .ok_or_else(|| WriteError::Limit("scope could not be created".into()))?;
-        let old: Option<i64> = self
-            .tx
-            .prepare_cached("SELECT id FROM docs WHERE scope_key=?1 AND fact_id=?2")?
-            .query_row(params![key, row.fact_id], |r| r.get(0))
-            .optional()?;
+        let fresh = self.all_fresh || self.fresh.contains(&row.scope);
+        let old: Option<i64> = if fresh {
+            // Emptied in this transaction: only this transaction's writes can collide.
+            self.written.get(&(key, row.fact_id.clone())).copied()
+        } else {
+            self.tx
+                .prepare_cached("SELECT id FROM docs WHERE scope_key=?1 AND fact_id=?2")?
+                .query_row(params![key, row.fact_id], |r| r.get(0))
+                .optional()?
+        };
         if let Some(old) = old {
             self.delete_doc(old)?;
         }
@@ -402,8 +468,14 @@ impl<'c> Writer<'c> {
                 row.fact_json
             ])?;
         self.tx
-            .prepare_cached("INSERT INTO fts(rowid, content, cjk) VALUES(?1, ?2, ?3)")?
+            .prepare_cached(&format!(
+                "INSERT INTO fts_{}(rowid, content, cjk) VALUES(?1, ?2, ?3)",
+                shard_of_key(key)
+            ))?
             .execute(params![id, row.body, row.grams])?;
+        if fresh {
+            self.written.insert((key, row.fact_id.clone()), id);
+        }
         Ok(())
     }
 
@@ -426,6 +498,7 @@ impl<'c> Writer<'c> {
     /// Deletes every document of one scope and forgets the scope.
     pub(crate) fn clear_scope(&mut self, scope: &ScopeKeyText) -> Result<(), WriteError> {
         let Some(key) = self.scope_entry(scope, false)? else {
+            self.fresh.insert(scope.clone());
             return Ok(());
         };
         let (lo, hi) = scope_range(key);
@@ -441,15 +514,20 @@ impl<'c> Writer<'c> {
             .prepare_cached("DELETE FROM scopes WHERE scope_key=?1")?
             .execute([key])?;
         self.scopes.remove(scope);
+        self.fresh.insert(scope.clone());
         Ok(())
     }
 
     /// Deletes every document of every scope.
     pub(crate) fn clear_all(&mut self) -> Result<(), WriteError> {
-        self.tx.execute_batch(
-            "DELETE FROM docs; DELETE FROM scopes; INSERT INTO fts(fts) VALUES('delete-all');",
-        )?;
+        let mut sql = String::from("DELETE FROM docs; DELETE FROM scopes;");
+        for i in existing_shards(&self.tx)? {
+            sql.push_str(&format!("INSERT INTO fts_{i}(fts_{i}) VALUES('delete-all');"));
+        }
+        self.tx.execute_batch(&sql)?;
         self.scopes.clear();
+        self.all_fresh = true;
+        self.written.clear();
         Ok(())
     }
 
@@ -465,6 +543,13 @@ impl<'c> Writer<'c> {
         }
         self.tx.commit()?;
         Ok(())
+    }
+}
+
+/// Copies the WAL into the database without waiting for readers (after bulk writes).
+pub(crate) fn checkpoint(conn: &Connection) {
+    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+        tracing::debug!(error = %e, "WAL checkpoint skipped");
     }
 }
 
@@ -498,12 +583,17 @@ pub(crate) fn search_scope(
 ) -> rusqlite::Result<Vec<Candidate>> {
     let (lo, hi) = scope_range(key);
     let limit = i64::try_from(per_scope.saturating_mul(2)).unwrap_or(i64::MAX);
+    let t = format!("fts_{}", shard_of_key(key));
     let sql = format!(
-        "SELECT fts.rowid, bm25(fts), docs.created_us, docs.confidence{extra}
-         FROM fts JOIN docs ON docs.id = fts.rowid
-         WHERE fts MATCH ?1 AND fts.rowid BETWEEN ?2 AND ?3{cat}
+        "SELECT {t}.rowid, bm25({t}), docs.created_us, docs.confidence{extra}
+         FROM {t} JOIN docs ON docs.id = {t}.rowid
+         WHERE {t} MATCH ?1 AND {t}.rowid BETWEEN ?2 AND ?3{cat}
          ORDER BY 2, 1 LIMIT ?4",
-        extra = if has_cjk { ", bm25(fts, 1.0, 0.0)" } else { "" },
+        extra = if has_cjk {
+            format!(", bm25({t}, 1.0, 0.0)")
+        } else {
+            String::new()
+        },
         cat = if category.is_some() {
             " AND docs.category = ?5"
         } else {

@@ -97,7 +97,13 @@ struct Inner {
     closed: AtomicBool,
     corrupt: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// Decoded facts by document id, checked against the stored JSON before use (a document
+    /// id is reused only after its scope was emptied, and then with different JSON).
+    decoded: Mutex<lru::LruCache<i64, Arc<(String, Fact)>>>,
 }
+
+/// Decoded facts kept in memory.
+const DECODED_CACHE: usize = 4096;
 
 /// The SQLite FTS5 retrieval adapter. Cheap to clone; clones share the index.
 #[derive(Clone)]
@@ -242,6 +248,9 @@ impl Fts5Retrieval {
                 closed: AtomicBool::new(false),
                 corrupt: AtomicBool::new(false),
                 last_error: Mutex::new(None),
+                decoded: Mutex::new(lru::LruCache::new(
+                    std::num::NonZeroUsize::new(DECODED_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
+                )),
             }),
         }
     }
@@ -252,6 +261,14 @@ impl Fts5Retrieval {
             Location::File(p) => Some(p),
             Location::Memory => None,
         }
+    }
+
+    /// Searches on the calling thread (for callers outside an async runtime, and benchmarks).
+    ///
+    /// # Errors
+    /// As [`Retrieval::search`].
+    pub fn search_blocking(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        self.inner.search(query)
     }
 
     /// The last error the index saw (also reported by `stats`), readable even when the index
@@ -449,6 +466,9 @@ impl Inner {
                 w.upsert(row)?;
             }
             w.finish()?;
+            if rows.len() >= 1000 {
+                engine::checkpoint(conn);
+            }
             Ok(rows.len())
         })
     }
@@ -520,7 +540,7 @@ impl Inner {
                 let Some(scope) = fact_scopes.get(c.scope_index) else {
                     continue;
                 };
-                match engine::decode_fact(&fact_id, &json, scope, now) {
+                match self.decode_cached(c.id, &fact_id, json, scope, now) {
                     Ok(fact) => hits.push(SearchHit {
                         fact,
                         score: c.score,
@@ -540,6 +560,25 @@ impl Inner {
             drop(tx);
             Ok(hits)
         })
+    }
+
+    /// Decodes a stored fact, reusing an earlier decode of the same document and JSON.
+    fn decode_cached(
+        &self,
+        id: i64,
+        fact_id: &str,
+        json: String,
+        scope: &deermem_core::FactScope,
+        now: deermem_core::Timestamp,
+    ) -> Result<Fact, String> {
+        if let Some(hit) = self.decoded.lock().get(&id) {
+            if hit.0 == json {
+                return Ok(hit.1.clone());
+            }
+        }
+        let fact = engine::decode_fact(fact_id, &json, scope, now)?;
+        self.decoded.lock().put(id, Arc::new((json, fact.clone())));
+        Ok(fact)
     }
 
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
