@@ -191,12 +191,13 @@ impl MemoryConfig {
                     .entry("model")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(m) = model
-                    && !m.contains_key("model") {
-                        m.insert("model".into(), value.clone());
-                        warnings.push(
-                            "memory.model_name moved to memory.backend_config.model.model".into(),
-                        );
-                    }
+                    && !m.contains_key("model")
+                {
+                    m.insert("model".into(), value.clone());
+                    warnings.push(
+                        "memory.model_name moved to memory.backend_config.model.model".into(),
+                    );
+                }
                 continue;
             }
             if !cfg.backend_config.contains_key(key) {
@@ -960,12 +961,13 @@ fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConf
         && !matches!(
             p.as_str(),
             "openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp"
-        ) {
-            return Err(l.err(
-                "provider",
-                format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')"),
-            ));
-        }
+        )
+    {
+        return Err(l.err(
+            "provider",
+            format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')"),
+        ));
+    }
     out.model = opt_str("model")?;
     out.api_key = opt_str("api_key")?;
     out.base_url = opt_str("base_url")?;
