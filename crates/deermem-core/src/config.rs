@@ -636,13 +636,18 @@ pub const DEERMEM_KEYS: [&str; 39] = [
 ];
 
 /// Keys that secrets live under; redacted wherever configuration is shown.
-pub const SECRET_KEY_NAMES: [&str; 6] = [
+pub const SECRET_KEY_NAMES: [&str; 11] = [
     "api_key",
     "apikey",
     "token",
+    "tokens",
     "secret",
     "password",
     "internal_token",
+    "authorization",
+    "headers",
+    "credentials",
+    "private_key",
 ];
 
 /// Returns a copy of a configuration value with every secret-looking key's value replaced by
@@ -1168,11 +1173,13 @@ mod tests {
     #[test]
     fn redaction_hides_secret_values() {
         let red = redact_secrets(
-            &json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}}),
+            &json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}, "headers": {"Authorization": "Bearer x"}}),
         );
         assert_eq!(red["model"]["api_key"], "***");
         assert_eq!(red["model"]["model"], "m");
         assert_eq!(red["honcho_token"], "***");
         assert_eq!(red["api_key_env"], "OV_KEY");
+        assert_eq!(red["tokens"], "***");
+        assert_eq!(red["headers"], "***");
     }
 }
