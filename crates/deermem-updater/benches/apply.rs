@@ -131,6 +131,41 @@ fn bench(c: &mut Criterion) {
     c.bench_function("update_cycle_100_facts_5_new_1_removal", |b| {
         b.iter(|| black_box(cycle()));
     });
+
+    // The stages on their own, to see where the time goes.
+    let signals = patterns.detect_in(&feed);
+    let input = PromptInput {
+        memory: &doc,
+        feed: &feed,
+        signals,
+        config: &cfg,
+        now: now(),
+    };
+    c.bench_function("stage_prompt_build_100_facts", |b| {
+        b.iter(|| {
+            black_box(build_update_prompt(&templates, &input).map(|p| p.map(|p| p.messages.len())))
+        });
+    });
+    c.bench_function("stage_parse_response", |b| {
+        b.iter(|| black_box(parse_update_response(black_box(&answer)).map(|u| u.new_facts.len())));
+    });
+    let update = parse_update_response(&answer).expect("the scripted answer parses");
+    c.bench_function("stage_apply_and_diff_100_facts", |b| {
+        b.iter(|| {
+            let ctx = ApplyContext {
+                config: &cfg,
+                now: now(),
+                thread_id: "thread-1",
+                signals,
+                scope: &scope,
+                usage: &usage,
+                ids: &ids,
+                consolidation_allowed: None,
+            };
+            let outcome = apply_update(&doc, &update, &ctx);
+            black_box(change_set(&doc, &outcome).upserts.len())
+        });
+    });
 }
 
 criterion_group!(benches, bench);

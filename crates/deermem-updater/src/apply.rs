@@ -590,6 +590,16 @@ impl<'a> Builder<'a> {
 
     /// §8.6: contradiction removals; a paired removal needs its replacement to have survived.
     fn removals(&mut self, update: &ProposedUpdate, replacement_keys: &HashMap<usize, String>) {
+        if update.facts_to_remove.is_empty() {
+            return;
+        }
+        // Content key → ids of the post-trim memory, computed once.
+        let mut by_key: HashMap<String, Vec<&str>> = HashMap::new();
+        for f in &self.doc.facts {
+            if let Some(k) = content_key(&f.content) {
+                by_key.entry(k).or_default().push(f.id.as_str());
+            }
+        }
         let mut marked: HashSet<String> = HashSet::new();
         for e in &update.facts_to_remove {
             let counts = &mut self.metrics.scope_gate_rejections.removals;
@@ -612,11 +622,10 @@ impl<'a> Builder<'a> {
                     continue;
                 }
                 ReplacementRef::Index(i) => {
-                    let survived = replacement_keys.get(&i).is_some_and(|key| {
-                        self.doc.facts.iter().any(|f| {
-                            f.id.as_str() != e.id && content_key(&f.content).as_ref() == Some(key)
-                        })
-                    });
+                    let survived = replacement_keys
+                        .get(&i)
+                        .and_then(|key| by_key.get(key))
+                        .is_some_and(|ids| ids.iter().any(|id| *id != e.id));
                     if !survived {
                         counts.replacement += 1;
                         continue;

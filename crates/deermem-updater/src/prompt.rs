@@ -21,9 +21,7 @@ use crate::consolidation::{
 };
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{select_stale_candidates, staleness_lines};
-use crate::text::{
-    FormatError, escape_json_strings, format_template, html_escape, json_dumps_pretty,
-};
+use crate::text::{FormatError, format_template, html_escape, json_dumps_pretty_escaped};
 use crate::uploads;
 
 /// The chat template file.
@@ -468,7 +466,7 @@ pub fn current_memory_json(memory: &MemoryDocument) -> String {
         })
         .collect();
     m.insert("facts".into(), Value::Array(facts));
-    json_dumps_pretty(&escape_json_strings(&Value::Object(m)))
+    json_dumps_pretty_escaped(&Value::Object(m))
 }
 
 fn turn_text(msg: &Message) -> String {

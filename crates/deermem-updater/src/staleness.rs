@@ -134,7 +134,7 @@ fn local_date(raw: &str, ts: Timestamp) -> String {
 /// At most [`MAX_PROMPT_CANDIDATES`] lines, oldest review reference first.
 pub fn staleness_lines(candidates: &[&Fact], default_days: u64) -> String {
     let mut ordered: Vec<&Fact> = candidates.to_vec();
-    ordered.sort_by_key(|f| review_reference(f).map(|(t, _)| t));
+    ordered.sort_by_cached_key(|f| review_reference(f).map(|(t, _)| t));
     ordered
         .iter()
         .take(MAX_PROMPT_CANDIDATES)

@@ -8,17 +8,33 @@ use serde_json::Value;
 /// `html.escape(s, quote)`: `&`, `<`, `>` always; `"` and `'` too when `quote` is true.
 pub fn html_escape(s: &str, quote: bool) -> String {
     let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' if quote => out.push_str("&quot;"),
-            '\'' if quote => out.push_str("&#x27;"),
-            other => out.push(other),
+    push_html_escaped(s, quote, &mut out);
+    out
+}
+
+fn html_entity(b: u8, quote: bool) -> Option<&'static str> {
+    match b {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'"' if quote => Some("&quot;"),
+        b'\'' if quote => Some("&#x27;"),
+        _ => None,
+    }
+}
+
+/// Appends `s` HTML-escaped, copying runs of ordinary text in one go.
+fn push_html_escaped(s: &str, quote: bool, out: &mut String) {
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        // Every escaped character is ASCII, so `i` is always a char boundary here.
+        if let Some(entity) = html_entity(b, quote) {
+            out.push_str(&s[start..i]);
+            out.push_str(entity);
+            start = i + 1;
         }
     }
-    out
+    out.push_str(&s[start..]);
 }
 
 /// The dedup key of a fact's content: stripped and casefolded; `None` when blank.
@@ -49,11 +65,19 @@ pub fn fmt2(x: f64) -> String {
 /// layout, floats in Python `repr` form, non-ASCII text kept as is.
 pub fn json_dumps_pretty(value: &Value) -> String {
     let mut out = String::new();
-    write_json(value, 0, &mut out);
+    write_json(value, 0, false, &mut out);
     out
 }
 
-fn write_json(v: &Value, level: usize, out: &mut String) {
+/// [`json_dumps_pretty`] of the value with every string value (never a key) HTML-escaped with
+/// `quote=True` first, without copying the value.
+pub fn json_dumps_pretty_escaped(value: &Value) -> String {
+    let mut out = String::new();
+    write_json(value, 0, true, &mut out);
+    out
+}
+
+fn write_json(v: &Value, level: usize, escape_values: bool, out: &mut String) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -68,7 +92,13 @@ fn write_json(v: &Value, level: usize, out: &mut String) {
                 out.push_str(&json_float(f));
             }
         }
-        Value::String(s) => write_json_string(s, out),
+        Value::String(s) => {
+            if escape_values {
+                write_json_string(&html_escape(s, true), out);
+            } else {
+                write_json_string(s, out);
+            }
+        }
         Value::Array(items) => {
             if items.is_empty() {
                 out.push_str("[]");
@@ -80,7 +110,7 @@ fn write_json(v: &Value, level: usize, out: &mut String) {
                     out.push(',');
                 }
                 newline_indent(level + 1, out);
-                write_json(item, level + 1, out);
+                write_json(item, level + 1, escape_values, out);
             }
             newline_indent(level, out);
             out.push(']');
@@ -98,7 +128,7 @@ fn write_json(v: &Value, level: usize, out: &mut String) {
                 newline_indent(level + 1, out);
                 write_json_string(k, out);
                 out.push_str(": ");
-                write_json(item, level + 1, out);
+                write_json(item, level + 1, escape_values, out);
             }
             newline_indent(level, out);
             out.push('}');
@@ -125,19 +155,27 @@ fn newline_indent(level: usize, out: &mut String) {
 
 fn write_json_string(s: &str, out: &mut String) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        // Every escaped character is ASCII, so `i` is always a char boundary here.
+        let esc: Option<std::borrow::Cow<'static, str>> = match b {
+            b'"' => Some("\\\"".into()),
+            b'\\' => Some("\\\\".into()),
+            b'\n' => Some("\\n".into()),
+            b'\r' => Some("\\r".into()),
+            b'\t' => Some("\\t".into()),
+            0x08 => Some("\\b".into()),
+            0x0c => Some("\\f".into()),
+            b if b < 0x20 => Some(format!("\\u{b:04x}").into()),
+            _ => None,
+        };
+        if let Some(e) = esc {
+            out.push_str(&s[start..i]);
+            out.push_str(&e);
+            start = i + 1;
         }
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
