@@ -177,6 +177,40 @@ pub struct CapacityDecision {
     pub shadow: Option<EvictionDecision>,
 }
 
+/// The capacity decision for a list of facts (spec/updater.md §11.1), or `None` when the list
+/// fits in `max_facts`. The configured policy decides; in shadow mode with the confidence
+/// policy, the hybrid decision is computed too, for the audit only. `usage` is read only by the
+/// hybrid policy and shadow mode. Shared by automatic updates, manual creation and import.
+pub fn capacity_decision(
+    facts: &[Fact],
+    config: &DeerMemConfig,
+    usage: &FactUsageMap,
+    now: Timestamp,
+) -> Option<CapacityDecision> {
+    if facts.len() <= config.max_facts {
+        return None;
+    }
+    let empty = FactUsageMap::new();
+    let usage = if config.tracks_usage() { usage } else { &empty };
+    let decision = select_facts_for_capacity(
+        facts,
+        usage,
+        now,
+        &config.eviction_params(config.fact_eviction_policy),
+    );
+    let shadow = (config.fact_eviction_shadow_enabled
+        && config.fact_eviction_policy == EvictionPolicy::Confidence)
+        .then(|| {
+            select_facts_for_capacity(
+                facts,
+                usage,
+                now,
+                &config.eviction_params(EvictionPolicy::HybridV1),
+            )
+        });
+    Some(CapacityDecision { decision, shadow })
+}
+
 /// What an apply did, for logs and tests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ApplyReport {
@@ -557,35 +591,13 @@ impl<'a> Builder<'a> {
 
     /// §8.5: capacity eviction through the core policy.
     fn enforce_capacity(&mut self) {
-        let cfg = self.cfg();
-        if self.doc.facts.len() <= cfg.max_facts {
-            return;
+        if let Some(d) =
+            capacity_decision(&self.doc.facts, self.cfg(), self.ctx.usage, self.ctx.now)
+        {
+            self.report.evicted.extend(d.decision.evicted_ids());
+            self.doc.facts = d.decision.kept.clone();
+            self.capacity.push(d);
         }
-        let empty = FactUsageMap::new();
-        let usage = if cfg.tracks_usage() {
-            self.ctx.usage
-        } else {
-            &empty
-        };
-        let decision = select_facts_for_capacity(
-            &self.doc.facts,
-            usage,
-            self.ctx.now,
-            &cfg.eviction_params(cfg.fact_eviction_policy),
-        );
-        let shadow = (cfg.fact_eviction_shadow_enabled
-            && cfg.fact_eviction_policy == EvictionPolicy::Confidence)
-            .then(|| {
-                select_facts_for_capacity(
-                    &self.doc.facts,
-                    usage,
-                    self.ctx.now,
-                    &cfg.eviction_params(EvictionPolicy::HybridV1),
-                )
-            });
-        self.report.evicted.extend(decision.evicted_ids());
-        self.doc.facts = decision.kept.clone();
-        self.capacity.push(CapacityDecision { decision, shadow });
     }
 
     /// §8.6: contradiction removals; a paired removal needs its replacement to have survived.

@@ -20,6 +20,10 @@ pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// Bytes the scanner may examine in total, across every candidate object.
 const SCAN_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 
+/// New or consolidated fact content longer than this many code points is malformed: a fact is
+/// one idea, and an oversized fact would crowd every other fact out of the injection budget.
+pub const MAX_FACT_CONTENT_CHARS: usize = 2000;
+
 /// The default confidence of a new fact without one.
 pub const DEFAULT_NEW_FACT_CONFIDENCE: f64 = 0.5;
 
@@ -338,9 +342,13 @@ fn new_fact_confidence(v: Option<&PyJson>) -> Option<f64> {
     (c.is_finite() && (0.0..=1.0).contains(&c)).then_some(c)
 }
 
+fn fact_content(v: Option<&PyJson>) -> Option<String> {
+    stripped_non_blank(v).filter(|c| py::char_len(c) <= MAX_FACT_CONTENT_CHARS)
+}
+
 fn normalize_new_fact(index: usize, v: &PyJson) -> Option<ProposedFact> {
     let o = v.as_object()?;
-    let content = stripped_non_blank(o.get("content"))?;
+    let content = fact_content(o.get("content"))?;
     let confidence = new_fact_confidence(o.get("confidence"))?;
     Some(ProposedFact {
         index,
@@ -541,7 +549,7 @@ pub fn normalize_update(obj: &IndexMap<String, PyJson>) -> Result<ProposedUpdate
             let Some(c) = o.get("consolidated").and_then(PyJson::as_object) else {
                 continue;
             };
-            let Some(content) = stripped_non_blank(c.get("content")) else {
+            let Some(content) = fact_content(c.get("content")) else {
                 continue;
             };
             let confidence = match c.get("confidence") {
@@ -845,6 +853,17 @@ mod tests {
         assert_eq!(up.summaries[0].key, "workContext");
         assert_eq!(up.summaries[0].scope.as_deref(), Some("user"));
         assert_eq!(up.dropped_summaries, 1);
+    }
+
+    #[test]
+    fn oversized_fact_content_is_malformed() {
+        let long = "x".repeat(MAX_FACT_CONTENT_CHARS + 1);
+        let ok = "y".repeat(MAX_FACT_CONTENT_CHARS);
+        let up = parse(&format!(
+            r#"{{"user": {{}}, "history": {{}}, "newFacts": [{{"content": "{long}"}}, {{"content": "{ok}"}}]}}"#
+        ));
+        assert_eq!(up.new_facts.len(), 1);
+        assert_eq!(up.dropped_new_facts, 1);
     }
 
     #[test]
