@@ -1,0 +1,26 @@
+//! DeerMem's memory tools as a Model Context Protocol server, built on the official Rust SDK
+//! (`rmcp`). Any [`MemoryManager`](deermem_core::ports::MemoryManager) backend is served
+//! through the same dispatcher tool mode uses ([`deermem::tools::dispatch`]):
+//!
+//! - tools `memory_search`, `memory_add`, `memory_update`, `memory_delete` (as the backend's
+//!   capabilities allow) and `memory_context` (the `<memory>` injection block);
+//! - the read-only resource `memory://facts` (the caller's facts as JSON).
+//!
+//! Two transports: [`serve_stdio`] (one user per process, line-delimited JSON-RPC) and
+//! [`http_router`] (streamable HTTP; the user comes from the `Authorization: Bearer` token).
+
+#![deny(missing_docs)]
+
+mod handler;
+mod http;
+mod stdio;
+
+pub use handler::{
+    AuthenticatedUser, EMPTY_CONTEXT_BLOCK, FACTS_RESOURCE_URI, MEMORY_CONTEXT, McpIdentity,
+    MemoryMcpServer,
+};
+pub use http::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, TokenAuth, http_router, http_router_with,
+    serve_http,
+};
+pub use stdio::{MAX_LINE_BYTES, McpServeError, serve_io, serve_stdio};

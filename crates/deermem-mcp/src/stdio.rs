@@ -1,0 +1,314 @@
+//! The line-delimited JSON-RPC transport (stdio, or any byte pipe): one message per line.
+//!
+//! Unlike the SDK's own byte transport, malformed input is always answered: a line that is
+//! not JSON gets a `-32700` parse error, and JSON that is not a JSON-RPC message gets a
+//! `-32600` invalid-request error carrying the request id when one can be read. The server
+//! then keeps reading.
+
+use std::io;
+use std::sync::Arc;
+
+use deermem_core::ports::MemoryManager;
+use futures::channel::mpsc;
+use futures::{SinkExt, Stream, StreamExt};
+use rmcp::ServiceExt;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::handler::{McpIdentity, MemoryMcpServer};
+
+/// The longest line (one message) accepted, in bytes; longer lines are discarded and answered
+/// with an invalid-request error.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// JSON-RPC "Parse error".
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC "Invalid Request".
+const INVALID_REQUEST: i64 = -32600;
+
+/// Outgoing lines waiting for the writer.
+const OUTGOING_QUEUE: usize = 64;
+
+/// Why a stdio (or pipe) server stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpServeError {
+    /// The MCP handshake failed (the peer closed before initializing, or sent a bad
+    /// `initialize`).
+    #[error("MCP initialization failed: {0}")]
+    Initialize(String),
+    /// The server task ended abnormally.
+    #[error("MCP server task failed: {0}")]
+    Task(String),
+    /// The HTTP listener failed.
+    #[error("MCP HTTP server failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Serves the memory tools over this process's stdin and stdout for one identity, until the
+/// client closes stdin.
+///
+/// # Errors
+/// When the client never completes the MCP handshake, or the server task fails.
+pub async fn serve_stdio(
+    manager: Arc<dyn MemoryManager>,
+    identity: McpIdentity,
+) -> Result<(), McpServeError> {
+    serve_io(manager, identity, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves the memory tools over any reader/writer pair (one JSON-RPC message per line) for one
+/// identity, until the reader reaches end of input.
+///
+/// # Errors
+/// As [`serve_stdio`].
+pub async fn serve_io<R, W>(
+    manager: Arc<dyn MemoryManager>,
+    identity: McpIdentity,
+    reader: R,
+    writer: W,
+) -> Result<(), McpServeError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out_tx, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
+    let writer_task = tokio::spawn(write_lines(writer, out_rx));
+
+    let sink = out_tx
+        .clone()
+        .sink_map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))
+        .with(|message: ServerJsonRpcMessage| {
+            futures::future::ready(serde_json::to_string(&message).map_err(io::Error::from))
+        });
+    let stream = incoming(reader, out_tx);
+
+    let handler = MemoryMcpServer::for_identity(manager, &identity);
+    let outcome = match handler.serve((Box::pin(sink), stream)).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| McpServeError::Task(e.to_string())),
+        Err(e) => Err(McpServeError::Initialize(e.to_string())),
+    };
+    // Every sender is gone once the service has stopped, so the writer drains and ends.
+    if let Err(e) = writer_task.await {
+        tracing::warn!(error = %e, "MCP writer task failed");
+    }
+    outcome
+}
+
+/// Writes each queued line followed by `\n`, flushing after each message.
+async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: mpsc::Receiver<String>) {
+    while let Some(line) = lines.next().await {
+        let written = async {
+            writer.write_all(line.as_bytes()).await?;
+            writer.write_all(b"\n").await?;
+            writer.flush().await
+        }
+        .await;
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "MCP output closed");
+            break;
+        }
+    }
+}
+
+struct Incoming<R> {
+    reader: BufReader<R>,
+    replies: mpsc::Sender<String>,
+    /// Until the first request, stray notifications and responses are dropped: the SDK would
+    /// otherwise end the session on them.
+    seen_request: bool,
+}
+
+/// The stream of well-formed client messages; malformed lines are answered on `replies`.
+fn incoming<R>(
+    reader: R,
+    replies: mpsc::Sender<String>,
+) -> impl Stream<Item = ClientJsonRpcMessage> + Unpin + Send + 'static
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    let state = Incoming {
+        reader: BufReader::new(reader),
+        replies,
+        seen_request: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut st| async move {
+        loop {
+            let line = match read_line(&mut st.reader).await {
+                Line::Eof => return None,
+                Line::TooLong => {
+                    let reply = error_line(
+                        Value::Null,
+                        INVALID_REQUEST,
+                        &format!("Invalid Request: message longer than {MAX_LINE_BYTES} bytes"),
+                    );
+                    let _ = st.replies.send(reply).await;
+                    continue;
+                }
+                Line::Data(bytes) => bytes,
+            };
+            match classify(&line) {
+                Parsed::Blank => {}
+                Parsed::Message(message) => {
+                    let is_request = matches!(message, ClientJsonRpcMessage::Request(_));
+                    if is_request || st.seen_request {
+                        st.seen_request |= is_request;
+                        return Some((message, st));
+                    }
+                    tracing::debug!("dropping a message received before the first request");
+                }
+                Parsed::Reply(reply) => {
+                    if st.replies.send(reply).await.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }))
+}
+
+enum Line {
+    Data(Vec<u8>),
+    TooLong,
+    Eof,
+}
+
+/// Reads one `\n`-terminated line (without the terminator and any `\r`), discarding lines
+/// longer than [`MAX_LINE_BYTES`] without buffering them.
+async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Line {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let available = match reader.fill_buf().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "MCP input failed");
+                return Line::Eof;
+            }
+        };
+        if available.is_empty() {
+            // End of input: a final unterminated line still counts.
+            return if too_long {
+                Line::TooLong
+            } else if line.is_empty() {
+                Line::Eof
+            } else {
+                Line::Data(line)
+            };
+        }
+        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i)),
+            None => (available, None),
+        };
+        if !too_long {
+            if line.len() + chunk.len() > MAX_LINE_BYTES {
+                too_long = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let consumed = found.map_or(available.len(), |i| i + 1);
+        reader.consume(consumed);
+        if found.is_some() {
+            if too_long {
+                return Line::TooLong;
+            }
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Line::Data(line);
+        }
+    }
+}
+
+enum Parsed {
+    Blank,
+    Message(ClientJsonRpcMessage),
+    Reply(String),
+}
+
+fn classify(line: &[u8]) -> Parsed {
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Parsed::Blank;
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return Parsed::Reply(error_line(
+                Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            ));
+        }
+    };
+    let id = match value.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        _ => Value::Null,
+    };
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(message) => Parsed::Message(message),
+        Err(e) => Parsed::Reply(error_line(
+            id,
+            INVALID_REQUEST,
+            &format!("Invalid Request: {e}"),
+        )),
+    }
+}
+
+/// A JSON-RPC error response line.
+pub(crate) fn error_line(id: Value, code: i64, message: &str) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": code, "message": message }
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_split_and_bounded() {
+        let long = vec![b'x'; MAX_LINE_BYTES + 10];
+        let mut input = b"first\r\n\nsecond\n".to_vec();
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\nlast");
+        let mut r = BufReader::new(&input[..]);
+        assert!(matches!(read_line(&mut r).await, Line::Data(l) if l == b"first"));
+        assert!(matches!(read_line(&mut r).await, Line::Data(l) if l.is_empty()));
+        assert!(matches!(read_line(&mut r).await, Line::Data(l) if l == b"second"));
+        assert!(matches!(read_line(&mut r).await, Line::TooLong));
+        assert!(matches!(read_line(&mut r).await, Line::Data(l) if l == b"last"));
+        assert!(matches!(read_line(&mut r).await, Line::Eof));
+    }
+
+    #[test]
+    fn malformed_lines_get_json_rpc_errors() {
+        let Parsed::Reply(r) = classify(b"{not json") else {
+            panic!("expected a parse error reply");
+        };
+        let v: Value = serde_json::from_str(&r).expect("reply is JSON");
+        assert_eq!(v["error"]["code"], PARSE_ERROR);
+        assert_eq!(v["id"], Value::Null);
+        let Parsed::Reply(r) = classify(br#"{"jsonrpc":"2.0","id":7,"params":{}}"#) else {
+            panic!("expected an invalid-request reply");
+        };
+        let v: Value = serde_json::from_str(&r).expect("reply is JSON");
+        assert_eq!(v["error"]["code"], INVALID_REQUEST);
+        assert_eq!(v["id"], 7);
+        assert!(matches!(classify(b"  \t"), Parsed::Blank));
+        assert!(matches!(
+            classify(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"),
+            Parsed::Message(_)
+        ));
+    }
+}

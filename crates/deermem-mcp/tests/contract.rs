@@ -1,0 +1,17 @@
+//! The testkit manager contract run against `MapManager`, the in-memory backend the MCP tests
+//! serve: it proves the fake behaves like a real backend (CRUD, conflicts, isolation, search).
+
+mod common;
+
+use std::sync::Arc;
+
+use deermem_testkit::manager::ManagerFixture;
+
+async fn fixture() -> ManagerFixture {
+    ManagerFixture {
+        manager: Arc::new(common::MapManager::new()),
+        guard: Box::new(()),
+    }
+}
+
+deermem_testkit::manager_contract!(fixture());
