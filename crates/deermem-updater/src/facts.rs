@@ -42,7 +42,6 @@ impl FactIdSource {
         Self(Arc::new(|| {
             let hex = uuid::Uuid::new_v4().simple().to_string();
             // A v4 UUID always renders as 32 hex characters, so this cannot fail.
-            #[allow(clippy::expect_used)]
             FactId::short_from_hex(&hex).expect("a UUID renders as 32 hex characters")
         }))
     }

@@ -323,6 +323,8 @@ impl MemoryUpdater {
             thread_id = %req.thread_id,
             trace_id = req.trace_id.as_deref().unwrap_or(""),
             agent = %req.agent,
+            admission_signals = ?req.signals,
+            emergency = req.bypass_watermark,
         );
         self.update_inner(req).instrument(span).await
     }
