@@ -352,6 +352,28 @@ mod tests {
     }
 
     #[test]
+    fn confidence_is_coerced_for_display() {
+        let mut x = f("a", "x", "context", 0.5);
+        for (v, shown) in [
+            (f64::NAN, "0.00"),
+            (f64::INFINITY, "0.00"),
+            (f64::NEG_INFINITY, "0.00"),
+            (1.5, "1.00"),
+            (-0.5, "0.00"),
+            (0.75, "0.75"),
+        ] {
+            x.confidence = v;
+            assert_eq!(
+                fact_line(&x).unwrap(),
+                format!("- [context | {shown}] x"),
+                "{v}"
+            );
+        }
+        x.content = "   ".into();
+        assert_eq!(fact_line(&x), None);
+    }
+
+    #[test]
     fn budget_admits_facts_in_strict_order() {
         let d = doc(vec![
             f("a", "First fact with some words here", "context", 0.9),
