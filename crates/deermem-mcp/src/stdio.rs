@@ -155,10 +155,10 @@ where
             match classify(&line) {
                 Parsed::Blank => {}
                 Parsed::Message(message) => {
-                    let is_request = matches!(message, ClientJsonRpcMessage::Request(_));
+                    let is_request = matches!(*message, ClientJsonRpcMessage::Request(_));
                     if is_request || st.seen_request {
                         st.seen_request |= is_request;
-                        return Some((message, st));
+                        return Some((*message, st));
                     }
                     tracing::debug!("dropping a message received before the first request");
                 }
@@ -229,7 +229,7 @@ async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Line {
 
 enum Parsed {
     Blank,
-    Message(ClientJsonRpcMessage),
+    Message(Box<ClientJsonRpcMessage>),
     Reply(String),
 }
 
@@ -253,7 +253,7 @@ fn classify(line: &[u8]) -> Parsed {
         _ => Value::Null,
     };
     match serde_json::from_value::<ClientJsonRpcMessage>(value) {
-        Ok(message) => Parsed::Message(message),
+        Ok(message) => Parsed::Message(Box::new(message)),
         Err(e) => Parsed::Reply(error_line(
             id,
             INVALID_REQUEST,

@@ -1,0 +1,455 @@
+//! The MCP server over streamable HTTP on 127.0.0.1 with two bearer tokens: refusal without a
+//! valid token, the add → search → update → delete cycle, per-user isolation (tools and the
+//! facts resource), tool errors, and malformed JSON-RPC answered with JSON-RPC errors.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{MapManager, assert_object_schema};
+use deermem_core::ports::{MemoryManager, MemoryScope};
+use deermem_core::{AgentName, UserId};
+use deermem_mcp::{HttpOptions, TokenAuth, http_router, http_router_with};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const PROTOCOL: &str = "2025-06-18";
+
+struct Server {
+    url: String,
+    http: reqwest::Client,
+    manager: Arc<MapManager>,
+    next_id: i64,
+}
+
+fn token_table() -> TokenAuth {
+    let table: HashMap<&'static str, UserId> = HashMap::from([
+        ("tok-alice", UserId::new("alice@example.com").expect("user")),
+        ("tok-bob", UserId::new("bob").expect("user")),
+    ]);
+    Arc::new(move |token: &str| table.get(token).cloned())
+}
+
+async fn start_with(router: impl FnOnce(Arc<MapManager>) -> axum::Router) -> Server {
+    let manager = Arc::new(MapManager::new());
+    let app = router(manager.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Server {
+        url: format!("http://{addr}/mcp"),
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client"),
+        manager,
+        next_id: 1,
+    }
+}
+
+async fn start() -> Server {
+    start_with(|m| http_router(m, token_table(), None)).await
+}
+
+/// Reads a JSON-RPC message from a JSON body or from the first `data:` line of an SSE body.
+fn parse_body(content_type: &str, body: &str) -> Value {
+    if content_type.starts_with("text/event-stream") {
+        let data = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|d| !d.is_empty())
+            .unwrap_or_else(|| panic!("no data in SSE body: {body}"));
+        serde_json::from_str(data).expect("SSE data is JSON")
+    } else {
+        // Plain-text refusals (e.g. a 403 from the Host check) come back as a JSON string.
+        serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()))
+    }
+}
+
+impl Server {
+    async fn post_raw(
+        &self,
+        token: Option<&str>,
+        body: String,
+    ) -> (StatusCode, Value, reqwest::header::HeaderMap) {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", PROTOCOL)
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("request reaches the server");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let ct = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let text = resp.text().await.expect("body");
+        let value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            parse_body(&ct, &text)
+        };
+        (status, value, headers)
+    }
+
+    async fn request(&mut self, token: &str, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let (status, value, _) = self.post_raw(Some(token), body.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{method}: {value}");
+        assert_eq!(value["id"], json!(id), "{value}");
+        value
+    }
+
+    async fn initialize(&mut self, token: &str) -> Value {
+        let r = self
+            .request(
+                token,
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": {"name": "deermem-http-test", "version": "0.0.1"}
+                }),
+            )
+            .await;
+        let (status, _, _) = self
+            .post_raw(
+                Some(token),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        r
+    }
+
+    async fn call(&mut self, token: &str, name: &str, arguments: Value) -> (Value, bool) {
+        let r = self
+            .request(
+                token,
+                "tools/call",
+                json!({"name": name, "arguments": arguments}),
+            )
+            .await;
+        let result = r
+            .get("result")
+            .unwrap_or_else(|| panic!("tools/call {name} failed at protocol level: {r}"));
+        let text = result["content"][0]["text"].as_str().expect("text content");
+        let v =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"));
+        (v, result["isError"] == json!(true))
+    }
+
+    async fn facts_resource(&mut self, token: &str) -> Value {
+        let r = self
+            .request(token, "resources/read", json!({"uri": "memory://facts"}))
+            .await;
+        let text = r["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no resource text: {r}"));
+        serde_json::from_str(text).expect("facts JSON")
+    }
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_token_are_refused() {
+    let s = start().await;
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {},
+                   "clientInfo": {"name": "x", "version": "1"}}
+    })
+    .to_string();
+    for token in [None, Some("tok-mallory"), Some("")] {
+        let (status, body, headers) = s.post_raw(token, init.clone()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "token {token:?}");
+        assert!(
+            headers
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("Bearer")),
+            "{headers:?}"
+        );
+        assert!(
+            body["error"].as_str().is_some_and(|e| e.contains("Bearer")),
+            "{body}"
+        );
+    }
+    // A wrong scheme is refused too.
+    let resp = s
+        .http
+        .post(&s.url)
+        .header("authorization", "Basic dG9rLWFsaWNlOg==")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    // Nothing was written for anyone.
+    let doc = s
+        .manager
+        .get_memory(MemoryScope::user(
+            UserId::new("alice@example.com").expect("user"),
+        ))
+        .await
+        .expect("get");
+    assert!(doc.facts.is_empty());
+}
+
+#[tokio::test]
+async fn initialize_and_list_tools_over_http() {
+    let mut s = start().await;
+    let r = s.initialize("tok-alice").await;
+    assert_eq!(r["result"]["serverInfo"]["name"], "deermem");
+    let list = s.request("tok-alice", "tools/list", json!({})).await;
+    let tools = list["result"]["tools"].as_array().expect("tools");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        vec![
+            "memory_search",
+            "memory_add",
+            "memory_update",
+            "memory_delete",
+            "memory_context"
+        ]
+    );
+    for t in tools {
+        assert_object_schema(t["name"].as_str().expect("name"), &t["inputSchema"]);
+    }
+}
+
+#[tokio::test]
+async fn add_search_update_delete_over_http() {
+    let mut s = start().await;
+    s.initialize("tok-alice").await;
+    let (added, err) = s
+        .call(
+            "tok-alice",
+            "memory_add",
+            json!({"content": "Rides a cargo bike to work"}),
+        )
+        .await;
+    assert!(!err, "{added}");
+    let id = added["fact_id"].as_str().expect("id").to_owned();
+    let (found, _) = s
+        .call("tok-alice", "memory_search", json!({"query": "bike"}))
+        .await;
+    assert_eq!(found["count"], 1);
+    assert_eq!(found["results"][0]["id"], json!(id));
+    let (updated, err) = s
+        .call(
+            "tok-alice",
+            "memory_update",
+            json!({"fact_id": id, "content": "Rides an e-bike to work"}),
+        )
+        .await;
+    assert!(!err);
+    assert_eq!(updated["status"], "updated");
+    let (found, _) = s
+        .call("tok-alice", "memory_search", json!({"query": "e-bike"}))
+        .await;
+    assert_eq!(found["results"][0]["content"], "Rides an e-bike to work");
+    let (deleted, err) = s
+        .call("tok-alice", "memory_delete", json!({"fact_id": id}))
+        .await;
+    assert!(!err);
+    assert_eq!(deleted["status"], "deleted");
+    let (found, _) = s
+        .call("tok-alice", "memory_search", json!({"query": "bike"}))
+        .await;
+    assert_eq!(found["count"], 0);
+}
+
+#[tokio::test]
+async fn each_token_sees_only_its_own_facts() {
+    let mut s = start().await;
+    s.initialize("tok-alice").await;
+    s.initialize("tok-bob").await;
+    let (a, _) = s
+        .call(
+            "tok-alice",
+            "memory_add",
+            json!({"content": "Alice keeps bees"}),
+        )
+        .await;
+    let (b, _) = s
+        .call(
+            "tok-bob",
+            "memory_add",
+            json!({"content": "Bob keeps chickens"}),
+        )
+        .await;
+    let (a_id, b_id) = (a["fact_id"].clone(), b["fact_id"].clone());
+
+    let (found, _) = s
+        .call("tok-alice", "memory_search", json!({"query": "keeps"}))
+        .await;
+    assert_eq!(found["count"], 1);
+    assert_eq!(found["results"][0]["id"], a_id);
+    let (found, _) = s
+        .call("tok-bob", "memory_search", json!({"query": "keeps"}))
+        .await;
+    assert_eq!(found["count"], 1);
+    assert_eq!(found["results"][0]["id"], b_id);
+
+    let alice_facts = s.facts_resource("tok-alice").await;
+    assert_eq!(alice_facts["count"], 1);
+    assert_eq!(alice_facts["facts"][0]["content"], "Alice keeps bees");
+    let bob_facts = s.facts_resource("tok-bob").await;
+    assert_eq!(bob_facts["count"], 1);
+    assert_eq!(bob_facts["facts"][0]["content"], "Bob keeps chickens");
+
+    // Bob cannot change or delete Alice's fact by id.
+    let (v, err) = s
+        .call("tok-bob", "memory_delete", json!({"fact_id": a_id.clone()}))
+        .await;
+    assert!(err);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Fact not found")),
+        "{v}"
+    );
+    let (v, err) = s
+        .call(
+            "tok-bob",
+            "memory_update",
+            json!({"fact_id": a_id.clone(), "content": "hijacked"}),
+        )
+        .await;
+    assert!(err, "{v}");
+    let alice_facts = s.facts_resource("tok-alice").await;
+    assert_eq!(alice_facts["facts"][0]["content"], "Alice keeps bees");
+
+    // Bob's memory_context shows only Bob.
+    let r = s
+        .request(
+            "tok-bob",
+            "tools/call",
+            json!({"name": "memory_context", "arguments": {}}),
+        )
+        .await;
+    let block = r["result"]["content"][0]["text"].as_str().expect("block");
+    assert!(
+        block.contains("Bob keeps chickens") && !block.contains("Alice"),
+        "{block}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_rpc_gets_a_json_rpc_error_and_the_server_keeps_answering() {
+    let mut s = start().await;
+    s.initialize("tok-alice").await;
+    let (status, body, _) = s.post_raw(Some("tok-alice"), "{broken".into()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(body["id"], Value::Null);
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+
+    let (status, body, _) = s
+        .post_raw(
+            Some("tok-alice"),
+            r#"{"jsonrpc":"2.0","id":"x1","params":{}}"#.into(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["id"], "x1");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+
+    let (v, err) = s
+        .call("tok-alice", "memory_search", json!({"query": 12}))
+        .await;
+    assert!(err);
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("'query'")),
+        "{v}"
+    );
+
+    let list = s.request("tok-alice", "tools/list", json!({})).await;
+    assert!(
+        list["result"]["tools"].is_array(),
+        "still answering: {list}"
+    );
+}
+
+#[tokio::test]
+async fn the_agent_option_selects_the_bucket() {
+    let mut s = start_with(|m| {
+        http_router_with(
+            m,
+            token_table(),
+            Some(AgentName::parse("planner").expect("agent")),
+            HttpOptions {
+                path: "/memory-mcp/".into(),
+                ..HttpOptions::default()
+            },
+        )
+    })
+    .await;
+    s.url = s.url.replace("/mcp", "/memory-mcp");
+    s.initialize("tok-alice").await;
+    let (added, err) = s
+        .call(
+            "tok-alice",
+            "memory_add",
+            json!({"content": "Plans sprints on Mondays"}),
+        )
+        .await;
+    assert!(!err);
+    let planner = s
+        .manager
+        .get_memory(MemoryScope::new(
+            Some(UserId::new("alice@example.com").expect("user")),
+            Some(AgentName::parse("planner").expect("agent")),
+        ))
+        .await
+        .expect("get");
+    assert_eq!(planner.facts.len(), 1);
+    assert_eq!(json!(planner.facts[0].id), added["fact_id"]);
+}
+
+#[tokio::test]
+async fn allowed_hosts_are_enforced_when_configured() {
+    let s = start_with(|m| {
+        http_router_with(
+            m,
+            token_table(),
+            None,
+            HttpOptions {
+                allowed_hosts: Some(vec!["memory.example.com".into()]),
+                ..HttpOptions::default()
+            },
+        )
+    })
+    .await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {},
+                   "clientInfo": {"name": "x", "version": "1"}}
+    })
+    .to_string();
+    let (status, body, _) = s.post_raw(Some("tok-alice"), body).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a 127.0.0.1 Host is refused when only memory.example.com is allowed: {body}"
+    );
+}
