@@ -36,8 +36,8 @@ fn clock() -> Arc<dyn Clock> {
 }
 
 const SYLLABLES: [&str; 24] = [
-    "ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "da", "gu", "he", "ji", "ko",
-    "ma", "ni", "ok", "pe", "qu", "ra", "su", "te", "ul",
+    "ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "da", "gu", "he", "ji", "ko", "ma",
+    "ni", "ok", "pe", "qu", "ra", "su", "te", "ul",
 ];
 const CJK: [&str; 8] = [
     "用户喜欢喝乌龙茶",
@@ -64,7 +64,9 @@ fn vocabulary(rng: &mut StdRng) -> Vec<String> {
 /// A word index skewed towards frequent words (roughly Zipfian).
 fn zipf(rng: &mut StdRng) -> usize {
     let u: f64 = rng.random_range(0.0..1.0);
-    ((VOCAB as f64).powf(u) as usize).saturating_sub(1).min(VOCAB - 1)
+    ((VOCAB as f64).powf(u) as usize)
+        .saturating_sub(1)
+        .min(VOCAB - 1)
 }
 
 fn scopes() -> Vec<Scope> {
@@ -157,12 +159,18 @@ fn report(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
     let n = rt.block_on(index.rebuild(None, facts)).expect("rebuild");
     let took = start.elapsed();
     let stats = rt.block_on(index.stats()).expect("stats");
+    let path = index.path().expect("file index");
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let mib =
+        |p: &std::path::Path| std::fs::metadata(p).map_or(0.0, |m| m.len() as f64 / 1_048_576.0);
     println!(
-        "rebuild: {n} facts in {:.1} ms ({:.0} facts/s); index {} docs, {:.1} MiB",
+        "rebuild: {n} facts in {:.1} ms ({:.0} facts/s); index {} docs, database {:.1} MiB + WAL {:.1} MiB",
         took.as_secs_f64() * 1e3,
         n as f64 / took.as_secs_f64(),
         stats.total_docs,
-        stats.db_bytes.unwrap_or(0) as f64 / 1_048_576.0
+        mib(path),
+        mib(std::path::Path::new(&wal)),
     );
     let qs = queries(vocab, scopes, 5_000);
     // Warm the reader pool and the page cache.
@@ -173,7 +181,7 @@ fn report(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
         let mut times = Vec::with_capacity(qs.len());
         let mut hits = 0usize;
         for q in &qs {
-            let is_cjk = q.text.chars().any(|c| !c.is_ascii());
+            let is_cjk = !q.text.is_ascii();
             if filter.is_some_and(|f| f != is_cjk) {
                 continue;
             }
@@ -193,93 +201,8 @@ fn report(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
     }
 }
 
-fn probe(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
-    let rt = runtime();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let index = Fts5Retrieval::open(dir.path(), clock()).expect("index");
-    rt.block_on(index.rebuild(None, facts)).expect("rebuild");
-    let conn = rusqlite::Connection::open(index.path().expect("path")).expect("conn");
-    let qs = queries(vocab, scopes, 2000);
-    let seg = deermem_retrieval_fts5::query::NoSegmenter;
-    let plans: Vec<(String, i64)> = qs
-        .iter()
-        .map(|q| {
-            let p = deermem_retrieval_fts5::query::plan(&q.text, &seg).expect("plan");
-            let s = &q.scopes[0];
-            let key: i64 = conn
-                .query_row(
-                    "SELECT scope_key FROM scopes WHERE scope_user=?1 AND scope_agent=?2",
-                    rusqlite::params![
-                        serde_json::Value::String(s.user.as_ref().expect("u").as_str().into()).to_string(),
-                        serde_json::Value::String(s.agent.as_ref().expect("a").as_str().into()).to_string()
-                    ],
-                    |r| r.get(0),
-                )
-                .expect("key");
-            (p.first, key)
-        })
-        .collect();
-    for (label, sql) in [
-        ("bm25+range", "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3 ORDER BY 2 LIMIT 80"),
-        ("range only", "SELECT rowid FROM fts WHERE fts MATCH ?1 AND rowid BETWEEN ?2 AND ?3 ORDER BY 1 LIMIT 80"),
-        ("bm25 full", "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 AND ?2 <= ?3 ORDER BY 2 LIMIT 80"),
-        ("join", "SELECT fts.rowid, bm25(fts), docs.created_us, docs.confidence FROM fts JOIN docs ON docs.id = fts.rowid WHERE fts MATCH ?1 AND fts.rowid BETWEEN ?2 AND ?3 ORDER BY 2, 1 LIMIT 80"),
-    ] {
-        let mut times = Vec::new();
-        for (e, key) in &plans {
-            let sql = sql.replace("fts", &format!("fts_{}", key % 32));
-            let mut stmt = conn.prepare_cached(&sql).expect("prepare");
-            let t = Instant::now();
-            let n = stmt
-                .query_map(rusqlite::params![e, key << 32, (key << 32) | 0xffff_ffff], |_| Ok(()))
-                .expect("q")
-                .count();
-            std::hint::black_box(n);
-            times.push(t.elapsed());
-        }
-        times.sort();
-        println!("{label}: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
-    }
-    let mut times = Vec::new();
-    for q in &qs {
-        let t = Instant::now();
-        rt.block_on(index.search(q)).expect("search");
-        times.push(t.elapsed());
-    }
-    times.sort();
-    println!("adapter async: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
-    let mut times = Vec::new();
-    for q in &qs {
-        let t = Instant::now();
-        index.search_blocking(q).expect("search");
-        times.push(t.elapsed());
-    }
-    times.sort();
-    println!("adapter sync: p50 {:.0} µs p99 {:.0} µs", percentile(&times, 0.5).as_secs_f64() * 1e6, percentile(&times, 0.99).as_secs_f64() * 1e6);
-
-}
-
 fn main() {
     let (facts, vocab, scopes) = corpus();
-    if std::env::var_os("FTS5_PROBE").is_some() {
-        let t = Instant::now();
-        let mut n = 0;
-        for (s, f) in facts.iter().take(10_000) {
-            let m = f.to_internal_map();
-            let j = serde_json::to_string(&m).expect("json");
-            let map: Map<String, serde_json::Value> = serde_json::from_str(&j).expect("parse");
-            let fs = s.to_fact_scope();
-            let id = f.id.clone();
-            let new_id = move || id.clone();
-            let ctx = NormalizeContext { scope: &fs, existing: None, now: Timestamp::from_unix_seconds(0), new_id: &new_id };
-            n += normalize_fact(&map, &ctx).expect("n").content.len();
-        }
-        println!("encode+decode: {:.2} µs/fact ({n})", t.elapsed().as_secs_f64() * 1e6 / 10_000.0);
-    }
-    if std::env::var_os("FTS5_PROBE").is_some() {
-        probe(&facts, &vocab, &scopes);
-        return;
-    }
     let full = std::env::args().any(|a| a == "--bench");
     if full {
         report(&facts, &vocab, &scopes);

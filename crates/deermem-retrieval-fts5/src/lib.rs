@@ -249,7 +249,8 @@ impl Fts5Retrieval {
                 corrupt: AtomicBool::new(false),
                 last_error: Mutex::new(None),
                 decoded: Mutex::new(lru::LruCache::new(
-                    std::num::NonZeroUsize::new(DECODED_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
+                    std::num::NonZeroUsize::new(DECODED_CACHE)
+                        .unwrap_or(std::num::NonZeroUsize::MIN),
                 )),
             }),
         }
@@ -294,6 +295,27 @@ impl Fts5Retrieval {
     }
 }
 
+/// A read transaction with cached `BEGIN`/`COMMIT` statements, ended on drop.
+struct ReadTx<'c>(&'c Connection);
+
+impl<'c> ReadTx<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        Ok(Self(conn))
+    }
+}
+
+impl Drop for ReadTx<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut commit) = self.0.prepare_cached("COMMIT") {
+            let _ = commit.execute([]);
+        }
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 /// A reader connection checked out of the pool; returned on drop.
 struct ReaderGuard<'a> {
     inner: &'a Inner,
@@ -303,14 +325,13 @@ struct ReaderGuard<'a> {
 
 impl Drop for ReaderGuard<'_> {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if !self.inner.closed.load(Ordering::Acquire)
-                && self.generation == self.inner.generation.load(Ordering::Acquire)
-            {
-                let mut idle = self.inner.readers.lock();
-                if idle.len() < self.inner.options.max_idle_readers {
-                    idle.push((self.generation, conn));
-                }
+        if let Some(conn) = self.conn.take()
+            && !self.inner.closed.load(Ordering::Acquire)
+            && self.generation == self.inner.generation.load(Ordering::Acquire)
+        {
+            let mut idle = self.inner.readers.lock();
+            if idle.len() < self.inner.options.max_idle_readers {
+                idle.push((self.generation, conn));
             }
         }
     }
@@ -448,7 +469,11 @@ impl Inner {
         })
     }
 
-    fn rebuild(&self, scopes: Option<&[ScopeKeyText]>, rows: &[Row]) -> Result<usize, RetrievalError> {
+    fn rebuild(
+        &self,
+        scopes: Option<&[ScopeKeyText]>,
+        rows: &[Row],
+    ) -> Result<usize, RetrievalError> {
         if scopes.is_none() && self.corrupt.load(Ordering::Acquire) {
             self.recreate()?;
         }
@@ -495,18 +520,26 @@ impl Inner {
         let category = query.category.as_deref();
         let now = self.clock.now();
         self.with_reader(|conn| {
-            // One read snapshot for the candidates and the facts.
-            let tx = conn.unchecked_transaction()?;
+            // One read snapshot for the candidates and their facts (a concurrent rebuild is
+            // seen entirely or not at all).
+            let _snapshot = ReadTx::begin(conn)?;
             let mut expr = plan.first.as_str();
             let mut retried = false;
             let mut all: Vec<engine::Candidate> = Vec::new();
             for (i, key_text) in keys.iter().enumerate() {
-                let Some(key) = engine::scope_key(&tx, key_text)? else {
+                let Some(key) = engine::scope_key(conn, key_text)? else {
                     continue;
                 };
                 let found = loop {
                     match engine::search_scope(
-                        &tx, key, expr, category, per_scope, plan.has_cjk, now, i,
+                        conn,
+                        key,
+                        expr,
+                        category,
+                        per_scope,
+                        plan.has_cjk,
+                        now,
+                        i,
                     ) {
                         Ok(c) => break Some(c),
                         Err(e) if engine::classify(&e) == FailureKind::Syntax => {
@@ -534,7 +567,7 @@ impl Inner {
                 if hits.len() >= top_k {
                     break;
                 }
-                let Some((fact_id, json)) = engine::load_doc(&tx, c.id)? else {
+                let Some((fact_id, json)) = engine::load_doc(conn, c.id)? else {
                     continue;
                 };
                 let Some(scope) = fact_scopes.get(c.scope_index) else {
@@ -557,7 +590,6 @@ impl Inner {
                     }
                 }
             }
-            drop(tx);
             Ok(hits)
         })
     }
@@ -571,10 +603,10 @@ impl Inner {
         scope: &deermem_core::FactScope,
         now: deermem_core::Timestamp,
     ) -> Result<Fact, String> {
-        if let Some(hit) = self.decoded.lock().get(&id) {
-            if hit.0 == json {
-                return Ok(hit.1.clone());
-            }
+        if let Some(hit) = self.decoded.lock().get(&id)
+            && hit.0 == json
+        {
+            return Ok(hit.1.clone());
         }
         let fact = engine::decode_fact(fact_id, &json, scope, now)?;
         self.decoded.lock().put(id, Arc::new((json, fact.clone())));
@@ -610,10 +642,10 @@ impl Inner {
         }
         self.readers.lock().clear();
         let writer = self.state.lock().writer.take();
-        if let Some(conn) = writer {
-            if let Err((_, e)) = conn.close() {
-                tracing::warn!(error = %e, "closing the FTS5 index failed");
-            }
+        if let Some(conn) = writer
+            && let Err((_, e)) = conn.close()
+        {
+            tracing::warn!(error = %e, "closing the FTS5 index failed");
         }
     }
 }

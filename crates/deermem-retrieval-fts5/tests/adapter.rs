@@ -71,8 +71,7 @@ mod reference_parity {
         let mut english_checked = 0;
         let mut cjk_found = 0;
         for (group, scopes) in expected.as_object().expect("groups") {
-            let index =
-                Fts5Retrieval::in_memory(clock("2026-12-02T10:00:00Z")).expect("index");
+            let index = Fts5Retrieval::in_memory(clock("2026-12-02T10:00:00Z")).expect("index");
             let mut all: Vec<(Scope, Fact, String)> = Vec::new();
             let mut searches: Vec<(Scope, &serde_json::Map<String, Value>)> = Vec::new();
             for (key, view) in scopes.as_object().expect("scopes") {
@@ -135,8 +134,14 @@ mod reference_parity {
                 }
             });
         }
-        assert!(english_checked > 100, "checked {english_checked} English searches");
-        assert!(cjk_found >= 10, "found {cjk_found} CJK facts the reference misses");
+        assert!(
+            english_checked > 100,
+            "checked {english_checked} English searches"
+        );
+        assert!(
+            cjk_found >= 10,
+            "found {cjk_found} CJK facts the reference misses"
+        );
     }
 
     #[test]
@@ -145,15 +150,30 @@ mod reference_parity {
         let s = scope(Some("dave@corp.example"), "__default__");
         run(async {
             index
-                .upsert(&s, &fact(&s, "tea", "用户喜欢喝乌龙茶，不喜欢咖啡。", "identity", 0.6))
+                .upsert(
+                    &s,
+                    &fact(&s, "tea", "用户喜欢喝乌龙茶，不喜欢咖啡。", "identity", 0.6),
+                )
                 .await
                 .expect("upsert");
             index
-                .upsert(&s, &fact(&s, "jp", "日本語のテキストも扱う。東京に住んでいる。", "context", 1.0))
+                .upsert(
+                    &s,
+                    &fact(
+                        &s,
+                        "jp",
+                        "日本語のテキストも扱う。東京に住んでいる。",
+                        "context",
+                        1.0,
+                    ),
+                )
                 .await
                 .expect("upsert");
             index
-                .upsert(&s, &fact(&s, "rust", "Prefers Rust for systems work.", "goal", 0.9))
+                .upsert(
+                    &s,
+                    &fact(&s, "rust", "Prefers Rust for systems work.", "goal", 0.9),
+                )
                 .await
                 .expect("upsert");
             let hits = index
@@ -180,7 +200,10 @@ mod reference_parity {
             assert_eq!(ids_for(&index, "テキスト", &s, 5).await, vec!["jp"]);
             assert!(ids_for(&index, "北京", &s, 5).await.is_empty());
             index
-                .upsert(&s, &fact(&s, "ko", "서울에서 일하고 있습니다", "context", 0.5))
+                .upsert(
+                    &s,
+                    &fact(&s, "ko", "서울에서 일하고 있습니다", "context", 0.5),
+                )
                 .await
                 .expect("upsert");
             assert_eq!(ids_for(&index, "서울", &s, 5).await, vec!["ko"]);
@@ -199,7 +222,13 @@ mod reference_parity {
         run(async {
             // Unrelated documents give the bigrams a meaningful IDF.
             for i in 0..20 {
-                let f = fact(&s, &format!("filler{i}"), &format!("filler text {i}"), "context", 0.5);
+                let f = fact(
+                    &s,
+                    &format!("filler{i}"),
+                    &format!("filler text {i}"),
+                    "context",
+                    0.5,
+                );
                 index.upsert(&s, &f).await.expect("upsert");
             }
             index
@@ -210,7 +239,10 @@ mod reference_parity {
                 .upsert(&s, &fact(&s, "exact", "我喝乌龙茶", "context", 0.3))
                 .await
                 .expect("upsert");
-            assert_eq!(ids_for(&index, "乌龙茶", &s, 5).await, vec!["exact", "partial"]);
+            assert_eq!(
+                ids_for(&index, "乌龙茶", &s, 5).await,
+                vec!["exact", "partial"]
+            );
         });
     }
 }
@@ -266,8 +298,14 @@ mod scoring {
         let a = scope(Some("u"), "a");
         let b = scope(Some("u"), "b");
         run(async {
-            index.upsert(&a, &fact(&a, "a1", "lima", "context", 0.1)).await.expect("upsert");
-            index.upsert(&b, &fact(&b, "b1", "lima", "context", 0.9)).await.expect("upsert");
+            index
+                .upsert(&a, &fact(&a, "a1", "lima", "context", 0.1))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&b, &fact(&b, "b1", "lima", "context", 0.9))
+                .await
+                .expect("upsert");
             let q = SearchQuery {
                 text: "lima".into(),
                 scopes: vec![a.clone(), b.clone(), a.clone()],
@@ -286,8 +324,14 @@ mod scoring {
         let index = memory_index();
         let s = scope(Some("u"), "a");
         run(async {
-            index.upsert(&s, &fact(&s, "p", "python and rust", "context", 0.5)).await.expect("upsert");
-            index.upsert(&s, &fact(&s, "q", "python only", "context", 0.5)).await.expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "p", "python and rust", "context", 0.5))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "q", "python only", "context", 0.5))
+                .await
+                .expect("upsert");
             assert_eq!(ids_for(&index, "python AND rust", &s, 5).await, vec!["p"]);
             assert_eq!(ids_for(&index, "pyth*", &s, 5).await.len(), 2);
             assert_eq!(ids_for(&index, "python NOT rust", &s, 5).await, vec!["q"]);
@@ -328,7 +372,10 @@ mod robustness {
             assert_works(&index).await;
             let stats = index.stats().await.expect("stats");
             assert_eq!(stats.adapter, "fts5");
-            assert_eq!(stats.db_path.as_deref(), Some(index_file(&root).to_str().expect("utf8")));
+            assert_eq!(
+                stats.db_path.as_deref(),
+                Some(index_file(&root).to_str().expect("utf8"))
+            );
             assert!(stats.db_bytes.unwrap_or(0) > 0);
             assert_eq!(stats.jieba, cfg!(feature = "zh"));
         });
@@ -340,11 +387,16 @@ mod robustness {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = index_file(dir.path());
         std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&file, b"this is not a sqlite database at all, just garbage....").expect("write");
+        std::fs::write(
+            &file,
+            b"this is not a sqlite database at all, just garbage....",
+        )
+        .expect("write");
         let mut wal = file.as_os_str().to_owned();
         wal.push("-wal");
         std::fs::write(&wal, b"garbage wal").expect("write wal");
-        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
+        let index =
+            Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
         run(async {
             assert_eq!(index.stats().await.expect("stats").total_docs, 0);
             assert_works(&index).await;
@@ -355,7 +407,8 @@ mod robustness {
     fn truncated_database_is_recreated() {
         let dir = tempfile::tempdir().expect("tempdir");
         {
-            let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+            let index =
+                Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
             run(async {
                 assert_works(&index).await;
                 index.close().await;
@@ -367,7 +420,8 @@ mod robustness {
         let mut damaged = bytes[..100.min(bytes.len())].to_vec();
         damaged.extend(std::iter::repeat_n(0xA5u8, 8192));
         std::fs::write(&file, damaged).expect("write");
-        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
+        let index =
+            Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("recreated");
         run(assert_works(&index));
     }
 
@@ -376,7 +430,8 @@ mod robustness {
         let dir = tempfile::tempdir().expect("tempdir");
         // `.retrieval` is a file, so the folder cannot be created (even as root).
         std::fs::write(dir.path().join(INDEX_DIR), b"x").expect("write");
-        let err = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect_err("no folder");
+        let err =
+            Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect_err("no folder");
         assert!(matches!(err, RetrievalError::Unavailable(_)), "{err:?}");
         // The index path is a folder: deleting it fails, so the retry fails too.
         let dir = tempfile::tempdir().expect("tempdir");
@@ -422,10 +477,16 @@ mod robustness {
         run(index.close());
         let conn = rusqlite_conn(&file);
         let v: String = conn
-            .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key='schema_version'",
+                [],
+                |r| r.get(0),
+            )
             .expect("version");
         assert_eq!(v, deermem_retrieval_fts5::SCHEMA_VERSION);
-        let y: i64 = conn.query_row("SELECT y FROM unrelated", [], |r| r.get(0)).expect("kept");
+        let y: i64 = conn
+            .query_row("SELECT y FROM unrelated", [], |r| r.get(0))
+            .expect("kept");
         assert_eq!(y, 7);
     }
 
@@ -439,14 +500,26 @@ mod robustness {
         let s = scope(Some("alice"), "coder");
         let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
         run(async {
-            index.upsert(&s, &fact(&s, "good", "mike shared", "context", 0.4)).await.expect("upsert");
-            index.upsert(&s, &fact(&s, "bad", "mike shared", "context", 0.9)).await.expect("upsert");
-            index.upsert(&s, &fact(&s, "worse", "mike shared", "context", 0.8)).await.expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "good", "mike shared", "context", 0.4))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "bad", "mike shared", "context", 0.9))
+                .await
+                .expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "worse", "mike shared", "context", 0.8))
+                .await
+                .expect("upsert");
         });
         {
             let conn = rusqlite_conn(&index_file(dir.path()));
-            conn.execute("UPDATE docs SET fact_json='{not json' WHERE fact_id='bad'", [])
-                .expect("damage");
+            conn.execute(
+                "UPDATE docs SET fact_json='{not json' WHERE fact_id='bad'",
+                [],
+            )
+            .expect("damage");
             conn.execute(
                 "UPDATE docs SET fact_json='{\"id\":\"worse\",\"content\":5}' WHERE fact_id='worse'",
                 [],
@@ -455,7 +528,11 @@ mod robustness {
         }
         run(async {
             assert_eq!(ids_for(&index, "mike", &s, 5).await, vec!["good"]);
-            assert_eq!(ids_for(&index, "mike", &s, 1).await, vec!["good"], "skips backfill");
+            assert_eq!(
+                ids_for(&index, "mike", &s, 1).await,
+                vec!["good"],
+                "skips backfill"
+            );
         });
     }
 
@@ -464,10 +541,17 @@ mod robustness {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = scope(Some("alice"), "coder");
         {
-            let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+            let index =
+                Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
             run(async {
-                index.upsert(&s, &fact(&s, "one", "november one", "preference", 0.5)).await.expect("upsert");
-                index.upsert(&s, &fact(&s, "two", "november two", "context", 0.9)).await.expect("upsert");
+                index
+                    .upsert(&s, &fact(&s, "one", "november one", "preference", 0.5))
+                    .await
+                    .expect("upsert");
+                index
+                    .upsert(&s, &fact(&s, "two", "november two", "context", 0.9))
+                    .await
+                    .expect("upsert");
                 index.close().await;
             });
         }
@@ -484,8 +568,14 @@ mod robustness {
             assert_eq!(hits[0].fact.id.as_str(), "one");
             assert_eq!(hits[0].match_type, MatchType::Fts5);
             // New documents after a restart do not collide with old rowids.
-            index.upsert(&s, &fact(&s, "three", "november three", "context", 0.1)).await.expect("upsert");
-            assert_eq!(ids_for(&index, "november", &s, 5).await, vec!["two", "one", "three"]);
+            index
+                .upsert(&s, &fact(&s, "three", "november three", "context", 0.1))
+                .await
+                .expect("upsert");
+            assert_eq!(
+                ids_for(&index, "november", &s, 5).await,
+                vec!["two", "one", "three"]
+            );
         });
     }
 
@@ -495,7 +585,10 @@ mod robustness {
         let s = scope(Some("alice"), "coder");
         let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
         run(async {
-            index.upsert(&s, &fact(&s, "a", "oscar", "context", 0.4)).await.expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "a", "oscar", "context", 0.4))
+                .await
+                .expect("upsert");
         });
         {
             // Move everything into the main file, then destroy every page but the first,
@@ -516,7 +609,10 @@ mod robustness {
                 matches!(r, Err(RetrievalError::Unavailable(_))),
                 "corruption is reported for the substring fallback: {r:?}"
             );
-            assert!(matches!(index.stats().await, Err(RetrievalError::Unavailable(_))));
+            assert!(matches!(
+                index.stats().await,
+                Err(RetrievalError::Unavailable(_))
+            ));
             let last = index.last_error().expect("the failure is remembered");
             assert!(last.contains("malformed"), "{last}");
             let facts = vec![(s.clone(), fact(&s, "a", "oscar", "context", 0.4))];
@@ -546,7 +642,10 @@ mod concurrency {
                         let id = format!("f{t}_{i}");
                         let f = fact(&s, &id, "concurrent memory write", "context", 0.5);
                         index.upsert(&s, &f).await.expect("upsert");
-                        let _ = index.search(&SearchQuery::new("concurrent", s.clone(), 3)).await.expect("search");
+                        let _ = index
+                            .search(&SearchQuery::new("concurrent", s.clone(), 3))
+                            .await
+                            .expect("search");
                     }
                 }));
             }
@@ -568,23 +667,37 @@ mod concurrency {
         let a = scope(Some("alice"), "coder");
         let b = scope(Some("bob"), "coder");
         run(async {
-            index.upsert(&b, &fact(&b, "keep", "papa stays", "context", 0.5)).await.expect("upsert");
+            index
+                .upsert(&b, &fact(&b, "keep", "papa stays", "context", 0.5))
+                .await
+                .expect("upsert");
             let big: Vec<(Scope, Fact)> = (0..3000)
-                .map(|i| (a.clone(), fact(&a, &format!("r{i}"), &format!("quebec {i}"), "context", 0.5)))
+                .map(|i| {
+                    (
+                        a.clone(),
+                        fact(&a, &format!("r{i}"), &format!("quebec {i}"), "context", 0.5),
+                    )
+                })
                 .collect();
             let writer = {
                 let index = index.clone();
                 let a = a.clone();
                 tokio::spawn(async move {
                     for _ in 0..3 {
-                        index.rebuild(Some(std::slice::from_ref(&a)), &big).await.expect("rebuild");
+                        index
+                            .rebuild(Some(std::slice::from_ref(&a)), &big)
+                            .await
+                            .expect("rebuild");
                     }
                 })
             };
             for _ in 0..50 {
                 assert_eq!(ids_for(&index, "papa", &b, 5).await, vec!["keep"]);
                 let n = ids_for(&index, "quebec", &a, 5000).await.len();
-                assert!(n == 0 || n == 3000, "a reader sees all or nothing of a rebuild: {n}");
+                assert!(
+                    n == 0 || n == 3000,
+                    "a reader sees all or nothing of a rebuild: {n}"
+                );
             }
             writer.await.expect("writer");
             assert_eq!(ids_for(&index, "quebec", &a, 5000).await.len(), 3000);
@@ -596,7 +709,10 @@ mod concurrency {
         let index = memory_index();
         let s = scope(Some("u"), "a");
         futures_lite_block_on(async {
-            index.upsert(&s, &fact(&s, "x", "romeo", "context", 0.5)).await.expect("upsert");
+            index
+                .upsert(&s, &fact(&s, "x", "romeo", "context", 0.5))
+                .await
+                .expect("upsert");
             assert_eq!(ids_for(&index, "romeo", &s, 5).await, vec!["x"]);
             index.close().await;
         });

@@ -3,7 +3,9 @@
 /// The contract on an in-memory index.
 mod in_memory {
     deermem_testkit::retrieval_contract!(async {
-        let clock = std::sync::Arc::new(deermem_testkit::clock::ManualClock::at("2026-01-02T00:00:00Z"));
+        let clock = std::sync::Arc::new(deermem_testkit::clock::ManualClock::at(
+            "2026-01-02T00:00:00Z",
+        ));
         deermem_testkit::retrieval::RetrievalFixture::new(
             deermem_retrieval_fts5::Fts5Retrieval::in_memory(clock).expect("in-memory index"),
         )
@@ -14,8 +16,11 @@ mod in_memory {
 mod on_disk {
     deermem_testkit::retrieval_contract!(async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let clock = std::sync::Arc::new(deermem_testkit::clock::ManualClock::at("2026-01-02T00:00:00Z"));
-        let index = deermem_retrieval_fts5::Fts5Retrieval::open(dir.path(), clock).expect("index file");
+        let clock = std::sync::Arc::new(deermem_testkit::clock::ManualClock::at(
+            "2026-01-02T00:00:00Z",
+        ));
+        let index =
+            deermem_retrieval_fts5::Fts5Retrieval::open(dir.path(), clock).expect("index file");
         deermem_testkit::retrieval::RetrievalFixture::with_guard(index, dir)
     });
 }

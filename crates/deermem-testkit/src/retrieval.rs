@@ -192,7 +192,18 @@ pub async fn isolation_across_users_and_agents(index: &dyn Retrieval) {
     ];
     let tags = ["kiwi", "lime", "mango", "pear", "plum", "fig", "quince"];
     for (s, tag) in scopes.iter().zip(tags) {
-        put(index, s, &fact(s, "shared-id", &format!("apple orchard note {tag}"), "context", 0.8)).await;
+        put(
+            index,
+            s,
+            &fact(
+                s,
+                "shared-id",
+                &format!("apple orchard note {tag}"),
+                "context",
+                0.8,
+            ),
+        )
+        .await;
     }
     let hostile = [
         "apple",
@@ -207,8 +218,15 @@ pub async fn isolation_across_users_and_agents(index: &dyn Retrieval) {
     ];
     for (i, s) in scopes.iter().enumerate() {
         let hits = find(index, "apple", std::slice::from_ref(s), 10).await;
-        assert_eq!(hits.len(), 1, "scope {s:?} sees exactly its own fact: {hits:?}");
-        assert!(hits[0].fact.content.ends_with(tags[i]), "scope {s:?}: {hits:?}");
+        assert_eq!(
+            hits.len(),
+            1,
+            "scope {s:?} sees exactly its own fact: {hits:?}"
+        );
+        assert!(
+            hits[0].fact.content.ends_with(tags[i]),
+            "scope {s:?}: {hits:?}"
+        );
         assert_eq!(hits[0].fact.id.as_str(), "shared-id");
         for q in hostile {
             for h in find(index, q, std::slice::from_ref(s), 50).await {
@@ -223,8 +241,14 @@ pub async fn isolation_across_users_and_agents(index: &dyn Retrieval) {
     let both = find(index, "apple", &scopes[..2], 10).await;
     let mut got: Vec<&str> = both.iter().map(|h| h.fact.content.as_str()).collect();
     got.sort_unstable();
-    assert_eq!(got, vec!["apple orchard note kiwi", "apple orchard note lime"]);
-    let no_agent = Scope::new(Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))), None);
+    assert_eq!(
+        got,
+        vec!["apple orchard note kiwi", "apple orchard note lime"]
+    );
+    let no_agent = Scope::new(
+        Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))),
+        None,
+    );
     assert!(find(index, "apple", &[no_agent], 10).await.is_empty());
     let unknown = scope(Some("carol"), "coder");
     assert!(find(index, "apple", &[unknown], 10).await.is_empty());
@@ -235,7 +259,11 @@ pub async fn upsert_replaces_the_same_id(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
     put(index, &s, &fact(&s, "f1", "alpha keyword", "context", 0.5)).await;
     put(index, &s, &fact(&s, "f1", "bravo keyword", "context", 0.5)).await;
-    assert!(find(index, "alpha", std::slice::from_ref(&s), 10).await.is_empty());
+    assert!(
+        find(index, "alpha", std::slice::from_ref(&s), 10)
+            .await
+            .is_empty()
+    );
     let hits = find(index, "keyword", std::slice::from_ref(&s), 10).await;
     assert_eq!(ids(&hits), vec!["f1"], "one document per id");
     assert_eq!(hits[0].fact.content, "bravo keyword");
@@ -249,9 +277,18 @@ pub async fn remove_deletes_only_that_fact(index: &dyn Retrieval) {
     put(index, &s, &fact(&s, "a", "gamma one", "context", 0.5)).await;
     put(index, &s, &fact(&s, "b", "gamma two", "context", 0.5)).await;
     put(index, &t, &fact(&t, "a", "gamma three", "context", 0.5)).await;
-    index.remove(&s, "a").await.unwrap_or_else(|e| panic!("remove: {e}"));
-    assert_eq!(ids(&find(index, "gamma", std::slice::from_ref(&s), 10).await), vec!["b"]);
-    assert_eq!(ids(&find(index, "gamma", std::slice::from_ref(&t), 10).await), vec!["a"]);
+    index
+        .remove(&s, "a")
+        .await
+        .unwrap_or_else(|e| panic!("remove: {e}"));
+    assert_eq!(
+        ids(&find(index, "gamma", std::slice::from_ref(&s), 10).await),
+        vec!["b"]
+    );
+    assert_eq!(
+        ids(&find(index, "gamma", std::slice::from_ref(&t), 10).await),
+        vec!["a"]
+    );
     for absent in ["a", "missing", "../etc/passwd", "a\0b", ""] {
         index
             .remove(&s, absent)
@@ -264,11 +301,25 @@ pub async fn remove_deletes_only_that_fact(index: &dyn Retrieval) {
 /// Blank queries, `top_k == 0` and no scopes return no hits.
 pub async fn blank_queries_and_zero_top_k_return_nothing(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
-    put(index, &s, &fact(&s, "a", "word and more words", "context", 0.5)).await;
+    put(
+        index,
+        &s,
+        &fact(&s, "a", "word and more words", "context", 0.5),
+    )
+    .await;
     for blank in ["", "   ", "\u{3000}\n\t", "\u{85}"] {
-        assert!(find(index, blank, std::slice::from_ref(&s), 10).await.is_empty(), "{blank:?}");
+        assert!(
+            find(index, blank, std::slice::from_ref(&s), 10)
+                .await
+                .is_empty(),
+            "{blank:?}"
+        );
     }
-    assert!(find(index, "word", std::slice::from_ref(&s), 0).await.is_empty());
+    assert!(
+        find(index, "word", std::slice::from_ref(&s), 0)
+            .await
+            .is_empty()
+    );
     assert!(find(index, "word", &[], 10).await.is_empty());
     assert_eq!(find(index, "word", &[s], 10).await.len(), 1);
 }
@@ -279,7 +330,12 @@ pub async fn category_filter_applies_before_the_cut(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
     put(index, &s, &fact(&s, "ctx", "tea tea tea", "context", 1.0)).await;
     put(index, &s, &fact(&s, "pref", "tea", "preference", 0.3)).await;
-    put(index, &s, &fact_with(&s, "nocat", "tea maybe", json!({"confidence": 0.2}))).await;
+    put(
+        index,
+        &s,
+        &fact_with(&s, "nocat", "tea maybe", json!({"confidence": 0.2})),
+    )
+    .await;
     let q = |category: Option<&str>, top_k: usize| SearchQuery {
         text: "tea".into(),
         scopes: vec![s.clone()],
@@ -287,7 +343,10 @@ pub async fn category_filter_applies_before_the_cut(index: &dyn Retrieval) {
         category: category.map(str::to_owned),
     };
     let run = |q: SearchQuery| async move {
-        index.search(&q).await.unwrap_or_else(|e| panic!("search: {e}"))
+        index
+            .search(&q)
+            .await
+            .unwrap_or_else(|e| panic!("search: {e}"))
     };
     assert_eq!(ids(&run(q(None, 1)).await), vec!["ctx"]);
     assert_eq!(ids(&run(q(Some("preference"), 1)).await), vec!["pref"]);
@@ -303,7 +362,13 @@ pub async fn category_filter_applies_before_the_cut(index: &dyn Retrieval) {
 /// Hits come by descending score, at most `top_k`; with equal text, higher confidence first.
 pub async fn hits_are_ordered_by_descending_score(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
-    for (id, conf) in [("c1", 0.1), ("c9", 0.9), ("c5", 0.5), ("c7", 0.7), ("c3", 0.3)] {
+    for (id, conf) in [
+        ("c1", 0.1),
+        ("c9", 0.9),
+        ("c5", 0.5),
+        ("c7", 0.7),
+        ("c3", 0.3),
+    ] {
         put(index, &s, &fact(&s, id, "delta report", "context", conf)).await;
     }
     let hits = find(index, "delta", std::slice::from_ref(&s), 3).await;
@@ -352,14 +417,26 @@ pub async fn rebuild_replaces_listed_scopes_atomically(index: &dyn Retrieval) {
     put(index, &s, &fact(&s, "b", "echo two", "context", 0.5)).await;
     put(index, &t, &fact(&t, "c", "echo three", "context", 0.5)).await;
     let n = index
-        .rebuild(Some(std::slice::from_ref(&s)), &[(s.clone(), fact(&s, "d", "echo four", "context", 0.5))])
+        .rebuild(
+            Some(std::slice::from_ref(&s)),
+            &[(s.clone(), fact(&s, "d", "echo four", "context", 0.5))],
+        )
         .await
         .unwrap_or_else(|e| panic!("rebuild: {e}"));
     assert_eq!(n, 1);
-    assert_eq!(ids(&find(index, "echo", std::slice::from_ref(&s), 10).await), vec!["d"]);
-    assert_eq!(ids(&find(index, "echo", std::slice::from_ref(&t), 10).await), vec!["c"]);
+    assert_eq!(
+        ids(&find(index, "echo", std::slice::from_ref(&s), 10).await),
+        vec!["d"]
+    );
+    assert_eq!(
+        ids(&find(index, "echo", std::slice::from_ref(&t), 10).await),
+        vec!["c"]
+    );
 
-    let no_agent = Scope::new(Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))), None);
+    let no_agent = Scope::new(
+        Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))),
+        None,
+    );
     let bad = index
         .rebuild(
             Some(std::slice::from_ref(&s)),
@@ -369,7 +446,10 @@ pub async fn rebuild_replaces_listed_scopes_atomically(index: &dyn Retrieval) {
             ],
         )
         .await;
-    assert!(matches!(bad, Err(RetrievalError::InvalidInput(_))), "{bad:?}");
+    assert!(
+        matches!(bad, Err(RetrievalError::InvalidInput(_))),
+        "{bad:?}"
+    );
     assert_eq!(
         ids(&find(index, "echo", std::slice::from_ref(&s), 10).await),
         vec!["d"],
@@ -380,7 +460,11 @@ pub async fn rebuild_replaces_listed_scopes_atomically(index: &dyn Retrieval) {
         .rebuild(Some(std::slice::from_ref(&s)), &[])
         .await
         .unwrap_or_else(|e| panic!("rebuild: {e}"));
-    assert!(find(index, "echo", std::slice::from_ref(&s), 10).await.is_empty());
+    assert!(
+        find(index, "echo", std::slice::from_ref(&s), 10)
+            .await
+            .is_empty()
+    );
     assert_eq!(ids(&find(index, "echo", &[t], 10).await), vec!["c"]);
 }
 
@@ -394,9 +478,16 @@ pub async fn rebuild_of_everything_replaces_the_index(index: &dyn Retrieval) {
         (t.clone(), fact(&t, "c", "foxtrot three", "context", 0.5)),
         (t.clone(), fact(&t, "d", "foxtrot four", "context", 0.6)),
     ];
-    let n = index.rebuild(None, &facts).await.unwrap_or_else(|e| panic!("rebuild: {e}"));
+    let n = index
+        .rebuild(None, &facts)
+        .await
+        .unwrap_or_else(|e| panic!("rebuild: {e}"));
     assert_eq!(n, 2);
-    assert!(find(index, "foxtrot", std::slice::from_ref(&s), 10).await.is_empty());
+    assert!(
+        find(index, "foxtrot", std::slice::from_ref(&s), 10)
+            .await
+            .is_empty()
+    );
     assert_eq!(ids(&find(index, "foxtrot", &[t], 10).await), vec!["d", "c"]);
     let stats = index.stats().await.unwrap_or_else(|e| panic!("stats: {e}"));
     assert_eq!(stats.total_docs, 2);
@@ -408,14 +499,46 @@ pub async fn clear_listed_scopes_or_everything(index: &dyn Retrieval) {
     let t = scope(Some("bob"), "coder");
     put(index, &s, &fact(&s, "a", "golf one", "context", 0.5)).await;
     put(index, &t, &fact(&t, "b", "golf two", "context", 0.5)).await;
-    index.clear(Some(std::slice::from_ref(&s))).await.unwrap_or_else(|e| panic!("clear: {e}"));
-    assert!(find(index, "golf", std::slice::from_ref(&s), 10).await.is_empty());
-    assert_eq!(ids(&find(index, "golf", std::slice::from_ref(&t), 10).await), vec!["b"]);
-    index.clear(Some(&[])).await.unwrap_or_else(|e| panic!("clear none: {e}"));
-    assert_eq!(find(index, "golf", std::slice::from_ref(&t), 10).await.len(), 1);
-    index.clear(None).await.unwrap_or_else(|e| panic!("clear all: {e}"));
-    assert!(find(index, "golf", &[s.clone(), t.clone()], 10).await.is_empty());
-    assert_eq!(index.stats().await.unwrap_or_else(|e| panic!("stats: {e}")).total_docs, 0);
+    index
+        .clear(Some(std::slice::from_ref(&s)))
+        .await
+        .unwrap_or_else(|e| panic!("clear: {e}"));
+    assert!(
+        find(index, "golf", std::slice::from_ref(&s), 10)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&find(index, "golf", std::slice::from_ref(&t), 10).await),
+        vec!["b"]
+    );
+    index
+        .clear(Some(&[]))
+        .await
+        .unwrap_or_else(|e| panic!("clear none: {e}"));
+    assert_eq!(
+        find(index, "golf", std::slice::from_ref(&t), 10)
+            .await
+            .len(),
+        1
+    );
+    index
+        .clear(None)
+        .await
+        .unwrap_or_else(|e| panic!("clear all: {e}"));
+    assert!(
+        find(index, "golf", &[s.clone(), t.clone()], 10)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        index
+            .stats()
+            .await
+            .unwrap_or_else(|e| panic!("stats: {e}"))
+            .total_docs,
+        0
+    );
     // The index still works afterwards.
     put(index, &s, &fact(&s, "c", "golf three", "context", 0.5)).await;
     assert_eq!(ids(&find(index, "golf", &[s], 10).await), vec!["c"]);
@@ -424,13 +547,59 @@ pub async fn clear_listed_scopes_or_everything(index: &dyn Retrieval) {
 /// Query texts that hostile or confused callers send; none may be an error.
 pub fn hostile_queries() -> Vec<String> {
     let mut v: Vec<String> = [
-        "\"", "\"\"", "\"unbalanced", "unbalanced\"", "*", "**", "a*b*c", "NEAR", "NEAR(",
-        "NEAR(a b", "a NEAR/3 b", "(", ")", "((a)", "a)", "AND", "OR OR", "NOT x", "x NOT",
-        "^", "^x", "-x", "+", ":", "col:x", "content:x", "cjk:東", "{a b}: c", "\0", "a\0b",
-        "!@#$%^&*()", "'; DROP TABLE docs; --", "🦌🚀", "שלום עולם", "e\u{301}\u{301}",
-        "\u{FFFF}\u{10FFFF}", "\n\n\r\t", "東京*", "\"東京\" AND (", "乌龙茶 OR", "(東京)",
-        "\"hello world\" NEAR", "x AND AND y", "x OR", "a\"b", "_", "___*", "\\", "%", "''",
-        "\u{200b}", "ＡＮＤ", "echo\u{0}*",
+        "\"",
+        "\"\"",
+        "\"unbalanced",
+        "unbalanced\"",
+        "*",
+        "**",
+        "a*b*c",
+        "NEAR",
+        "NEAR(",
+        "NEAR(a b",
+        "a NEAR/3 b",
+        "(",
+        ")",
+        "((a)",
+        "a)",
+        "AND",
+        "OR OR",
+        "NOT x",
+        "x NOT",
+        "^",
+        "^x",
+        "-x",
+        "+",
+        ":",
+        "col:x",
+        "content:x",
+        "cjk:東",
+        "{a b}: c",
+        "\0",
+        "a\0b",
+        "!@#$%^&*()",
+        "'; DROP TABLE docs; --",
+        "🦌🚀",
+        "שלום עולם",
+        "e\u{301}\u{301}",
+        "\u{FFFF}\u{10FFFF}",
+        "\n\n\r\t",
+        "東京*",
+        "\"東京\" AND (",
+        "乌龙茶 OR",
+        "(東京)",
+        "\"hello world\" NEAR",
+        "x AND AND y",
+        "x OR",
+        "a\"b",
+        "_",
+        "___*",
+        "\\",
+        "%",
+        "''",
+        "\u{200b}",
+        "ＡＮＤ",
+        "echo\u{0}*",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -446,8 +615,18 @@ pub fn hostile_queries() -> Vec<String> {
 /// Any query text is accepted: invalid syntax is searched as words, never an error.
 pub async fn hostile_queries_never_error(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
-    put(index, &s, &fact(&s, "a", "hello world of echo and x", "context", 0.5)).await;
-    put(index, &s, &fact(&s, "b", "東京に住んでいる。乌龙茶", "context", 0.5)).await;
+    put(
+        index,
+        &s,
+        &fact(&s, "a", "hello world of echo and x", "context", 0.5),
+    )
+    .await;
+    put(
+        index,
+        &s,
+        &fact(&s, "b", "東京に住んでいる。乌龙茶", "context", 0.5),
+    )
+    .await;
     for q in hostile_queries() {
         let query = SearchQuery::new(q.clone(), s.clone(), 10);
         let r = index.search(&query).await;
@@ -460,7 +639,10 @@ pub async fn hostile_queries_never_error(index: &dyn Retrieval) {
 
 /// Upsert needs an agent bucket in the scope.
 pub async fn upsert_requires_an_agent(index: &dyn Retrieval) {
-    let s = Scope::new(Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))), None);
+    let s = Scope::new(
+        Some(UserId::new("alice").unwrap_or_else(|e| panic!("{e}"))),
+        None,
+    );
     let f = fact(&scope(Some("alice"), "coder"), "a", "hotel", "context", 0.5);
     let r = index.upsert(&s, &f).await;
     assert!(matches!(r, Err(RetrievalError::InvalidInput(_))), "{r:?}");
@@ -485,11 +667,18 @@ pub async fn close_is_idempotent_and_later_calls_fail(index: &dyn Retrieval) {
     put(index, &s, &fact(&s, "a", "juliet", "context", 0.5)).await;
     index.close().await;
     index.close().await;
-    let r = index.search(&SearchQuery::new("juliet", s.clone(), 5)).await;
+    let r = index
+        .search(&SearchQuery::new("juliet", s.clone(), 5))
+        .await;
     assert!(matches!(r, Err(RetrievalError::Unavailable(_))), "{r:?}");
-    let r = index.upsert(&s, &fact(&s, "b", "kilo", "context", 0.5)).await;
+    let r = index
+        .upsert(&s, &fact(&s, "b", "kilo", "context", 0.5))
+        .await;
     assert!(matches!(r, Err(RetrievalError::Unavailable(_))), "{r:?}");
-    assert!(matches!(index.stats().await, Err(RetrievalError::Unavailable(_))));
+    assert!(matches!(
+        index.stats().await,
+        Err(RetrievalError::Unavailable(_))
+    ));
 }
 
 #[derive(Debug, Default)]
@@ -579,10 +768,10 @@ impl Retrieval for SubstringRetrieval {
             seen.push(s);
             let Some(docs) = st.docs.get(s) else { continue };
             for f in docs.values() {
-                if let Some(c) = &query.category {
-                    if f.category_or_default() != c {
-                        continue;
-                    }
+                if let Some(c) = &query.category
+                    && f.category_or_default() != c
+                {
+                    continue;
                 }
                 if !py::lower(&f.content).contains(&needle) {
                     continue;
