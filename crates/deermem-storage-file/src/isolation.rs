@@ -335,12 +335,9 @@ pub fn migrate_user_isolation(
                     });
                 }
             }
-            Err(e) => report.items.push(failed(
-                kind,
-                source,
-                target,
-                format!("cannot stat: {e}"),
-            )),
+            Err(e) => report
+                .items
+                .push(failed(kind, source, target, format!("cannot stat: {e}"))),
         }
     }
     let legacy_agents = root.join("agents");
@@ -691,7 +688,8 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<(), Error> {
 
 #[cfg(unix)]
 fn make_symlink(target: &Path, link: &Path) -> Result<(), Error> {
-    std::os::unix::fs::symlink(target, link).map_err(|e| Error::io("Failed to create link", link, e))
+    std::os::unix::fs::symlink(target, link)
+        .map_err(|e| Error::io("Failed to create link", link, e))
 }
 
 #[cfg(not(unix))]
@@ -971,10 +969,7 @@ mod tests {
         );
         // A user id YAML would misread is quoted.
         let out = with_user(text, &scope, &user("yes")).unwrap();
-        assert_eq!(
-            read_scope(&out).unwrap().user,
-            Value::String("yes".into())
-        );
+        assert_eq!(read_scope(&out).unwrap().user, Value::String("yes".into()));
     }
 
     #[test]
