@@ -79,13 +79,25 @@ impl Server {
         token: Option<&str>,
         body: String,
     ) -> (StatusCode, Value, reqwest::header::HeaderMap) {
+        self.post_with(token, body, &[("mcp-protocol-version", PROTOCOL)])
+            .await
+    }
+
+    async fn post_with(
+        &self,
+        token: Option<&str>,
+        body: String,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value, reqwest::header::HeaderMap) {
         let mut req = self
             .http
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL)
             .body(body);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -190,6 +202,9 @@ async fn requests_without_a_valid_token_are_refused() {
             "{body}"
         );
     }
+    // The token is checked before the body is even parsed.
+    let (status, _, _) = s.post_raw(None, "{broken".into()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
     // A wrong scheme is refused too.
     let resp = s
         .http
@@ -452,4 +467,58 @@ async fn allowed_hosts_are_enforced_when_configured() {
         StatusCode::FORBIDDEN,
         "a 127.0.0.1 Host is refused when only memory.example.com is allowed: {body}"
     );
+}
+
+/// A client on the 2026-07-28 protocol sends no `initialize`: each request carries its own
+/// protocol metadata. The bearer identity still reaches the handler on that path.
+#[tokio::test]
+async fn per_request_protocol_metadata_path_keeps_the_token_identity() {
+    let s = start().await;
+    let call = |id: i64, name: &str, arguments: Value| {
+        json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {
+                "name": name, "arguments": arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                    "io.modelcontextprotocol/clientCapabilities": {}
+                }
+            }
+        })
+        .to_string()
+    };
+    let headers = |name: &'static str| {
+        [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ]
+    };
+    let (status, body, _) = s
+        .post_with(
+            Some("tok-bob"),
+            call(1, "memory_add", json!({"content": "Bob bakes sourdough"})),
+            &headers("memory_add"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_ne!(body["result"]["isError"], json!(true), "{body}");
+    let bob = s
+        .manager
+        .get_memory(MemoryScope::user(UserId::new("bob").expect("user")))
+        .await
+        .expect("get");
+    assert_eq!(bob.facts.len(), 1);
+    assert_eq!(bob.facts[0].content, "Bob bakes sourdough");
+    let (_, body, _) = s
+        .post_with(
+            Some("tok-alice"),
+            call(2, "memory_search", json!({"query": "sourdough"})),
+            &headers("memory_search"),
+        )
+        .await;
+    let text = body["result"]["content"][0]["text"].as_str().expect("text");
+    let found: Value = serde_json::from_str(text).expect("JSON");
+    assert_eq!(found["count"], 0, "alice does not see bob's fact: {found}");
 }
