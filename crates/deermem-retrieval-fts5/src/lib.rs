@@ -636,10 +636,13 @@ impl Inner {
         })
     }
 
-    fn close(&self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
+    /// Marks the index closed; `false` when it already was.
+    fn mark_closed(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Closes the connections (after [`Inner::mark_closed`]); waits for a running write.
+    fn close_connections(&self) {
         self.readers.lock().clear();
         let writer = self.state.lock().writer.take();
         if let Some(conn) = writer
@@ -710,12 +713,18 @@ impl Retrieval for Fts5Retrieval {
     }
 
     async fn close(&self) {
+        // Later calls fail at once; the connections close off the async threads (closing waits
+        // for a running write), or when the last clone is dropped if that task never runs.
+        if !self.inner.mark_closed() {
+            return;
+        }
         let inner = Arc::clone(&self.inner);
-        // Closing waits for a running write; keep it off the async threads too.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let _ = handle.spawn_blocking(move || inner.close()).await;
+            let _ = handle
+                .spawn_blocking(move || inner.close_connections())
+                .await;
         } else {
-            inner.close();
+            inner.close_connections();
         }
     }
 }

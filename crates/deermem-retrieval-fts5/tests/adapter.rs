@@ -537,6 +537,27 @@ mod robustness {
     }
 
     #[test]
+    fn ten_megabyte_facts_and_hostile_ids_are_handled() {
+        let index = memory_index();
+        let s = scope(Some("../../etc/passwd"), "coder");
+        let mut content = "sierra ".repeat(1_000_000);
+        content.push_str(&"东京乌龙茶".repeat(600_000));
+        content.push_str(" tail\0word");
+        assert!(content.len() > 10_000_000);
+        run(async {
+            index
+                .upsert(&s, &fact(&s, "big", &content, "context", 0.5))
+                .await
+                .expect("upsert");
+            assert_eq!(ids_for(&index, "sierra", &s, 5).await, vec!["big"]);
+            assert_eq!(ids_for(&index, "龙茶", &s, 5).await, vec!["big"]);
+            assert_eq!(ids_for(&index, "tail", &s, 5).await, vec!["big"]);
+            index.remove(&s, "big").await.expect("remove");
+            assert!(ids_for(&index, "sierra", &s, 5).await.is_empty());
+        });
+    }
+
+    #[test]
     fn index_persists_across_restart_with_category_filter() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = scope(Some("alice"), "coder");
