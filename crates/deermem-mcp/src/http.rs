@@ -22,8 +22,9 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::McpServeError;
 use crate::handler::{AuthenticatedUser, MemoryMcpServer};
-use crate::stdio::{McpServeError, error_line};
+use crate::stdio::error_line;
 
 /// Maps a bearer token to its user; `None` refuses the request.
 pub type TokenAuth = Arc<dyn Fn(&str) -> Option<UserId> + Send + Sync>;

@@ -11,10 +11,12 @@
 
 #![deny(missing_docs)]
 
+mod error;
 mod handler;
 mod http;
 mod stdio;
 
+pub use error::McpServeError;
 pub use handler::{
     AuthenticatedUser, EMPTY_CONTEXT_BLOCK, FACTS_RESOURCE_URI, MEMORY_CONTEXT, McpIdentity,
     MemoryMcpServer,
@@ -23,4 +25,4 @@ pub use http::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, TokenAuth, http_router, http_router_with,
     serve_http,
 };
-pub use stdio::{MAX_LINE_BYTES, McpServeError, serve_io, serve_stdio};
+pub use stdio::{MAX_LINE_BYTES, serve_io, serve_stdio};

@@ -16,6 +16,7 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
+use crate::error::McpServeError;
 use crate::handler::{McpIdentity, MemoryMcpServer};
 
 /// The longest line (one message) accepted, in bytes; longer lines are discarded and answered
@@ -29,22 +30,6 @@ const INVALID_REQUEST: i64 = -32600;
 
 /// Outgoing lines waiting for the writer.
 const OUTGOING_QUEUE: usize = 64;
-
-/// Why a stdio (or pipe) server stopped abnormally.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum McpServeError {
-    /// The MCP handshake failed (the peer closed before initializing, or sent a bad
-    /// `initialize`).
-    #[error("MCP initialization failed: {0}")]
-    Initialize(String),
-    /// The server task ended abnormally.
-    #[error("MCP server task failed: {0}")]
-    Task(String),
-    /// The HTTP listener failed.
-    #[error("MCP HTTP server failed: {0}")]
-    Io(#[from] io::Error),
-}
 
 /// Serves the memory tools over this process's stdin and stdout for one identity, until the
 /// client closes stdin.
