@@ -2,8 +2,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use deermem_core::ports::Clock;
 use deermem_core::Timestamp;
+use deermem_core::ports::Clock;
 
 /// The operating system's clock.
 #[derive(Debug, Default, Clone, Copy)]

@@ -39,17 +39,24 @@ pub fn process_env(name: &str) -> Option<String> {
 /// # Errors
 /// Unreadable files, invalid YAML, missing environment variables, invalid values.
 pub fn load_config_file(path: &Path) -> Result<LoadedConfig, ConfigFileError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigFileError::Read { path: path.to_path_buf(), source })?;
-    MemoryConfig::load_str(&text, &process_env)
-        .map_err(|source| ConfigFileError::Invalid { path: path.to_path_buf(), source })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    MemoryConfig::load_str(&text, &process_env).map_err(|source| ConfigFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Loads configuration from text with an explicit environment.
 ///
 /// # Errors
 /// As [`MemoryConfig::load_str`].
-pub fn load_config_text(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<LoadedConfig, ConfigError> {
+pub fn load_config_text(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigError> {
     MemoryConfig::load_str(text, env)
 }
 
@@ -91,24 +98,40 @@ mod tests {
             "HOME" => Some("/home/u".to_owned()),
             _ => None,
         };
-        assert_eq!(resolve_storage_root("/abs/root", &env), PathBuf::from("/abs/root"));
+        assert_eq!(
+            resolve_storage_root("/abs/root", &env),
+            PathBuf::from("/abs/root")
+        );
         assert_eq!(resolve_storage_root("", &env), PathBuf::from("/data/dm"));
         let home_only = |k: &str| (k == "HOME").then(|| "/home/u".to_owned());
-        assert_eq!(resolve_storage_root("", &home_only), PathBuf::from("/home/u/.deermem"));
+        assert_eq!(
+            resolve_storage_root("", &home_only),
+            PathBuf::from("/home/u/.deermem")
+        );
         let flow = |k: &str| (k == "DEER_FLOW_HOME").then(|| "/flow".to_owned());
-        assert_eq!(resolve_storage_root("mem", &flow), PathBuf::from("/flow/mem"));
+        assert_eq!(
+            resolve_storage_root("mem", &flow),
+            PathBuf::from("/flow/mem")
+        );
     }
 
     #[test]
     fn config_file_errors_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        std::fs::write(&path, "memory:\n  max_facts: nope\n  backend_config:\n    max_facts: 5\n").unwrap();
+        std::fs::write(
+            &path,
+            "memory:\n  max_facts: nope\n  backend_config:\n    max_facts: 5\n",
+        )
+        .unwrap();
         let loaded = load_config_file(&path).unwrap();
         assert_eq!(loaded.memory.backend_config["max_facts"], 5);
         std::fs::write(&path, "memory:\n  mode: sideways\n").unwrap();
         let err = load_config_file(&path).unwrap_err().to_string();
-        assert!(err.contains("config.yaml") && err.contains("memory.mode"), "{err}");
+        assert!(
+            err.contains("config.yaml") && err.contains("memory.mode"),
+            "{err}"
+        );
         assert!(load_config_file(&dir.path().join("missing.yaml")).is_err());
     }
 }

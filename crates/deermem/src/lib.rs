@@ -4,12 +4,18 @@
 
 #![deny(missing_docs)]
 
+mod build;
 mod clock;
 mod config_file;
 mod noop;
 pub mod tools;
 
+pub use build::{
+    Backend, BuildError, BuildOptions, KNOWN_BACKENDS, build_backend, build_manager, storage_root,
+};
 pub use clock::SystemClock;
-pub use config_file::{load_config_file, load_config_text, process_env, resolve_storage_root, ConfigFileError};
+pub use config_file::{
+    ConfigFileError, load_config_file, load_config_text, process_env, resolve_storage_root,
+};
 pub use deermem_core as core;
 pub use noop::NoopManager;

@@ -2,7 +2,9 @@
 //! results and shows an empty document; everything else is unsupported.
 
 use async_trait::async_trait;
-use deermem_core::ports::{AddRequest, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope, SearchRequest};
+use deermem_core::ports::{
+    AddRequest, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope, SearchRequest,
+};
 use deermem_core::{ManagerError, MemoryMode, PublicFact, PublicMemoryDocument};
 
 /// A backend that stores nothing (`manager_class: noop`).
@@ -55,11 +57,18 @@ impl MemoryManager for NoopManager {
         Ok(PublicMemoryDocument::empty())
     }
 
-    async fn clear_memory(&self, _scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn clear_memory(
+        &self,
+        _scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         Ok(PublicMemoryDocument::empty())
     }
 
-    async fn import_memory(&self, _document: PublicMemoryDocument, _scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+    async fn import_memory(
+        &self,
+        _document: PublicMemoryDocument,
+        _scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
         Ok(PublicMemoryDocument::empty())
     }
 }

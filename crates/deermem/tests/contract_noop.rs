@@ -7,7 +7,10 @@ use deermem_core::MemoryMode;
 use deermem_testkit::manager::ManagerFixture;
 
 async fn fixture() -> ManagerFixture {
-    ManagerFixture { manager: Arc::new(NoopManager::new(MemoryMode::Middleware)), guard: Box::new(()) }
+    ManagerFixture {
+        manager: Arc::new(NoopManager::new(MemoryMode::Middleware)),
+        guard: Box::new(()),
+    }
 }
 
 deermem_testkit::manager_contract!(fixture());

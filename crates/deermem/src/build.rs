@@ -1,0 +1,261 @@
+//! Backend selection: `build_backend` reads `manager_class` and builds that backend from its
+//! `backend_config`, with every adapter behind a Cargo feature. A backend that is not compiled
+//! in fails naming the feature; an unknown `manager_class` fails naming the known ones. There
+//! is never a silent fallback: memory is persistent state.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use deermem_core::ports::{Clock, LanguageModel, MemoryManager};
+use deermem_core::{ConfigError, ManagerError, MemoryConfig, MemoryMode};
+
+use crate::clock::SystemClock;
+use crate::config_file::resolve_storage_root;
+use crate::noop::NoopManager;
+
+/// The backends this build knows by name (compiled in or not).
+pub const KNOWN_BACKENDS: [&str; 4] = ["deermem", "honcho", "noop", "openviking"];
+
+/// Why a backend could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `manager_class` names no known backend.
+    #[error(
+        "unknown memory.manager_class {name:?}: known backends are {known}; there is no fallback, because memory is persistent state"
+    )]
+    UnknownBackend {
+        /// The configured value.
+        name: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+    /// The backend exists but this binary was built without its Cargo feature.
+    #[error(
+        "memory.manager_class {name:?} is not compiled into this build; rebuild with the Cargo feature `{feature}` of the `deermem` crate"
+    )]
+    NotCompiled {
+        /// The backend.
+        name: String,
+        /// The feature that enables it.
+        feature: &'static str,
+    },
+    /// A configuration value is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The backend refused to start.
+    #[error("cannot start memory backend {name:?}: {source}")]
+    Backend {
+        /// The backend.
+        name: String,
+        /// Why.
+        #[source]
+        source: ManagerError,
+    },
+}
+
+/// Options for building a backend beyond the configuration itself.
+pub struct BuildOptions<'a> {
+    /// Environment lookup (`$DEERMEM_DATA_DIR`, API keys named by `api_key_env`...).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// The clock; the system clock when `None`.
+    pub clock: Option<Arc<dyn Clock>>,
+    /// A language model to use instead of the configured one (tests, hosts with their own).
+    pub llm: Option<Arc<dyn LanguageModel>>,
+    /// Overrides `backend_config.storage_path` (the CLI's `--storage-path`).
+    pub storage_path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for BuildOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildOptions")
+            .field("clock", &self.clock)
+            .field("llm", &self.llm.as_ref().map(|l| l.model_name().to_owned()))
+            .field("storage_path", &self.storage_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> BuildOptions<'a> {
+    /// Options reading the given environment, with the system clock and the configured model.
+    pub fn new(env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Self {
+            env,
+            clock: None,
+            llm: None,
+            storage_path: None,
+        }
+    }
+}
+
+/// A built backend: the manager, plus typed access to the embedded engine's extras.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The minimal backend.
+    Noop(Arc<NoopManager>),
+    /// Honcho.
+    #[cfg(feature = "honcho")]
+    Honcho(Arc<deermem_backend_honcho::HonchoManager>),
+    /// OpenViking.
+    #[cfg(feature = "openviking")]
+    OpenViking(Arc<deermem_backend_openviking::OpenVikingManager>),
+}
+
+impl Backend {
+    /// The manager behind the backend.
+    pub fn manager(&self) -> Arc<dyn MemoryManager> {
+        match self {
+            Self::Noop(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
+            #[cfg(feature = "honcho")]
+            Self::Honcho(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
+            #[cfg(feature = "openviking")]
+            Self::OpenViking(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
+        }
+    }
+
+    /// The backend's `manager_class` name.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Noop(_) => "noop",
+            #[cfg(feature = "honcho")]
+            Self::Honcho(_) => "honcho",
+            #[cfg(feature = "openviking")]
+            Self::OpenViking(_) => "openviking",
+        }
+    }
+}
+
+/// The storage root a configuration selects (`--storage-path` override, then
+/// `backend_config.storage_path`, then the environment defaults).
+pub fn storage_root(config: &MemoryConfig, opts: &BuildOptions<'_>) -> PathBuf {
+    if let Some(p) = &opts.storage_path {
+        return resolve_storage_root(&p.to_string_lossy(), opts.env);
+    }
+    let configured = config
+        .backend_config
+        .get("storage_path")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    resolve_storage_root(configured, opts.env)
+}
+
+fn check_storage_root(root: &std::path::Path) -> Result<(), ConfigError> {
+    if root.is_file() {
+        return Err(ConfigError::new(
+            "memory.backend_config.storage_path",
+            format!(
+                "{} resolves to an existing file; storage_path is a root DIRECTORY (per-user memory under {{storage_path}}/users/{{uid}}/). Point it at a directory",
+                root.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the backend `config.manager_class` names. Must run inside a tokio runtime (backends
+/// start background workers).
+///
+/// # Errors
+/// Unknown or not-compiled backends, invalid configuration, a tool-mode backend without
+/// search, or a backend that refuses to start.
+pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Backend, BuildError> {
+    let name = config.manager_class.trim().to_owned();
+    let clock: Arc<dyn Clock> = opts.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+    let root = storage_root(config, &opts);
+    let backend_err = |source: ManagerError| BuildError::Backend {
+        name: name.clone(),
+        source,
+    };
+    let backend = match name.as_str() {
+        "noop" => Backend::Noop(Arc::new(NoopManager::new(config.mode))),
+        "honcho" => build_honcho(config, &root, clock).map_err(backend_err)?,
+        "openviking" => build_openviking(config, &root, clock, opts.env).map_err(backend_err)?,
+        "deermem" => {
+            return Err(BuildError::NotCompiled {
+                name,
+                feature: "embedded",
+            });
+        }
+        _ => {
+            return Err(BuildError::UnknownBackend {
+                name,
+                known: KNOWN_BACKENDS.join(", "),
+            });
+        }
+    };
+    check_storage_root(&root)?;
+    let manager = backend.manager();
+    if config.mode == MemoryMode::Tool && !manager.capabilities().search {
+        return Err(BuildError::Config(ConfigError::new(
+            "memory.mode",
+            format!(
+                "tool mode needs a backend that supports search; {} does not",
+                manager.name()
+            ),
+        )));
+    }
+    Ok(backend)
+}
+
+/// Builds the backend and returns its manager.
+///
+/// # Errors
+/// As [`build_backend`].
+pub fn build_manager(
+    config: &MemoryConfig,
+    opts: BuildOptions<'_>,
+) -> Result<Arc<dyn MemoryManager>, BuildError> {
+    build_backend(config, opts).map(|b| b.manager())
+}
+
+#[cfg(feature = "honcho")]
+fn build_honcho(
+    config: &MemoryConfig,
+    root: &std::path::Path,
+    clock: Arc<dyn Clock>,
+) -> Result<Backend, ManagerError> {
+    let m = deermem_backend_honcho::from_backend_config(
+        &config.backend_config,
+        config.mode,
+        root.to_path_buf(),
+        clock,
+    )?;
+    Ok(Backend::Honcho(Arc::new(m)))
+}
+
+#[cfg(not(feature = "honcho"))]
+fn build_honcho(
+    _: &MemoryConfig,
+    _: &std::path::Path,
+    _: Arc<dyn Clock>,
+) -> Result<Backend, ManagerError> {
+    Err(ManagerError::Backend { message: "manager_class \"honcho\" is not compiled into this build; rebuild with the Cargo feature `honcho` of the `deermem` crate".into() })
+}
+
+#[cfg(feature = "openviking")]
+fn build_openviking(
+    config: &MemoryConfig,
+    root: &std::path::Path,
+    clock: Arc<dyn Clock>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Backend, ManagerError> {
+    let m = deermem_backend_openviking::OpenVikingManager::from_backend_config(
+        &config.backend_config,
+        config.mode,
+        root.to_path_buf(),
+        clock,
+        env,
+    )?;
+    Ok(Backend::OpenViking(Arc::new(m)))
+}
+
+#[cfg(not(feature = "openviking"))]
+fn build_openviking(
+    _: &MemoryConfig,
+    _: &std::path::Path,
+    _: Arc<dyn Clock>,
+    _: &dyn Fn(&str) -> Option<String>,
+) -> Result<Backend, ManagerError> {
+    Err(ManagerError::Backend { message: "manager_class \"openviking\" is not compiled into this build; rebuild with the Cargo feature `openviking` of the `deermem` crate".into() })
+}
