@@ -187,6 +187,20 @@ pub enum GatewayError {
     RebuildRunning,
     /// `warm()` reported failure (500).
     RebuildFailed,
+    /// No such resource for this caller (404), e.g. a thread without run events.
+    NotFound(String),
+    /// The request conflicts with recorded state (409), e.g. a run that already saw another
+    /// memory block.
+    Conflict(String),
+    /// The gateway was built without the feature the route needs (501).
+    NotImplemented(String),
+    /// The run journal failed (500); `detail` is shown, `message` only logged.
+    RunJournal {
+        /// The public detail.
+        detail: &'static str,
+        /// The private cause.
+        message: String,
+    },
     /// A bug or a panicking backend (500); the detail is logged, never shown.
     Internal(String),
 }
@@ -237,6 +251,10 @@ impl GatewayError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Memory index rebuild failed; see the server log.",
             ),
+            Self::NotFound(m) => s(StatusCode::NOT_FOUND, m),
+            Self::Conflict(m) => s(StatusCode::CONFLICT, m),
+            Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
+            Self::RunJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
     }
@@ -313,6 +331,9 @@ impl IntoResponse for GatewayError {
                     tracing::error!(operation = op.label(), error = %error, "memory operation failed");
                 }
                 Self::Internal(d) => tracing::error!(error = %d, "internal error"),
+                Self::RunJournal { message, .. } => {
+                    tracing::error!(error = %message, "run journal failed");
+                }
                 other => tracing::error!(error = ?other, "request failed"),
             }
         } else if let Self::Manager { op, error, .. } = &self {

@@ -8,9 +8,10 @@
 //!   `PATCH`/`DELETE /api/memory/facts/{fact_id}`, `GET /api/memory/export`,
 //!   `POST /api/memory/import`, `GET /api/memory/config`, `GET /api/memory/status` (the
 //!   reference's), and `POST /api/memory/messages`, `GET /api/memory/context`,
-//!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`, `GET /healthz`,
-//!   `GET /readyz`, `GET /metrics`, `GET /openapi.json`. Every memory route takes an optional
-//!   `agent` query parameter.
+//!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`,
+//!   `GET /api/threads/{thread_id}/runs/{run_id}/events` (run-level memory identity, with a
+//!   [`RunJournal`]), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`.
+//!   Every memory route takes an optional `agent` query parameter.
 //! - Identity: `gateway.auth.mode: none` (user `default`, loopback only) or `token` (bearer
 //!   tokens mapped to users); internal callers with the `X-DeerFlow-Internal-Token` act for
 //!   the user in `X-DeerFlow-Owner-User-Id`. See [`config::GatewayConfig`].
@@ -22,6 +23,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 mod extract;
+pub mod journal;
 pub mod layers;
 pub mod metrics;
 pub mod openapi;
@@ -43,7 +45,10 @@ pub use config::{AuthMode, GatewayConfig};
 pub use error::{GatewayError, Operation};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};
-pub use state::{ContextObserver, ContextServed, GatewayState, Lifecycle, spawn_warm};
+pub use journal::{RunJournal, RunJournalOptions};
+pub use state::{
+    ContextObserver, ContextServed, GatewayState, Lifecycle, ObserverError, spawn_warm,
+};
 
 /// Builds the gateway's router over a state.
 ///
@@ -70,6 +75,10 @@ pub fn router(state: GatewayState) -> Router {
         .route("/api/memory/context", get(routes::memory_context))
         .route("/api/memory/search", get(routes::search_memory))
         .route("/api/memory/index/rebuild", post(routes::rebuild_index))
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}/events",
+            get(routes::run_events),
+        )
         .route_layer(from_fn_with_state(state.clone(), layers::require_enabled));
     let api = Router::new()
         .route("/api/memory/config", get(routes::memory_config))

@@ -20,10 +20,11 @@ use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
-use crate::error::{GatewayError, Operation};
+use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::schema::{self, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS};
-use crate::state::{ContextServed, GatewayState, spawn_warm};
+use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
+use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
 
@@ -294,6 +295,11 @@ pub(crate) async fn memory_context(
             "run_id needs a thread_id: a run belongs to a thread.".into(),
         ));
     }
+    if let (Some(t), Some(r)) = (&thread_id, &run_id) {
+        // A run's identity is recorded under these ids: same grammar as the events route.
+        run_key(t, "thread_id")?;
+        run_key(r, "run_id")?;
+    }
     if !state.memory_config().injection_enabled {
         return Ok(Json(json!({ "context": "", "content_sha256": null })));
     }
@@ -306,19 +312,18 @@ pub(crate) async fn memory_context(
         m.get_context_block(request).await
     })
     .await?;
-    if let (Some(observer), Some(thread_id), Some(run_id), Some(sha)) = (
-        state.observer(),
-        thread_id.as_deref(),
-        run_id.as_deref(),
-        ctx.content_sha256.as_deref(),
-    ) {
-        observer.context_served(&ContextServed {
-            user: &caller.user,
-            agent: agent.as_ref(),
+    if let (Some(thread_id), Some(run_id), Some(sha)) =
+        (thread_id, run_id, ctx.content_sha256.clone())
+        && !state.observers().is_empty()
+    {
+        let served = ContextServed {
+            user: caller.user.clone(),
+            agent,
             thread_id,
             run_id,
             content_sha256: sha,
-        });
+        };
+        notify_observers(&state, served).await?;
     }
     Ok(Json(json!({
         "context": ctx.block,
@@ -370,6 +375,150 @@ pub(crate) async fn rebuild_index(State(state): State<GatewayState>) -> Result<J
         Ok(Some(false)) => Err(GatewayError::RebuildFailed),
         Err(join) => Err(GatewayError::Internal(format!(
             "index rebuild task failed: {join}"
+        ))),
+    }
+}
+
+/// Tells every observer about a served block, on a blocking thread (they may write files).
+async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result<()> {
+    let observers = state.observers().to_vec();
+    let outcome = tokio::task::spawn_blocking(move || {
+        observers
+            .iter()
+            .try_for_each(|o| o.context_served(&served))
+    })
+    .in_current_span()
+    .await;
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(ObserverError::Conflict(detail))) => Err(GatewayError::Conflict(detail)),
+        Ok(Err(ObserverError::Failed(message))) => Err(GatewayError::RunJournal {
+            detail: "Failed to record the memory identity of the run.",
+            message,
+        }),
+        Err(join) => Err(GatewayError::Internal(format!(
+            "context observer task failed: {join}"
+        ))),
+    }
+}
+
+/// A thread or run id, checked against the run journal's grammar (400 otherwise).
+fn run_key(value: &str, field: &'static str) -> Result<()> {
+    validate_run_key(field, value).map_err(|e| GatewayError::BadRequest(e.to_string()))
+}
+
+/// The largest `limit` of the events route.
+const MAX_EVENTS_LIMIT: u64 = 2000;
+/// The most event types one filter may name.
+const MAX_EVENT_TYPES: usize = 32;
+
+fn positive_int_param(q: &QueryParams, key: &'static str, max: Option<u64>) -> Result<Option<u64>> {
+    let Some(raw) = q.get(key).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let loc = vec![json!("query"), json!(key)];
+    let input = Value::String(raw.to_owned());
+    let Ok(n) = raw.trim().parse::<i64>() else {
+        return Err(GatewayError::validation(
+            ValidationItem::new(
+                "int_parsing",
+                loc,
+                "Input should be a valid integer, unable to parse string as an integer",
+            )
+            .with_input(&input),
+        ));
+    };
+    if n < 1 {
+        return Err(GatewayError::validation(
+            ValidationItem::new("greater_than_equal", loc, "Input should be greater than or equal to 1")
+                .with_input(&input)
+                .with_ctx(json!({"ge": 1})),
+        ));
+    }
+    let n = n.unsigned_abs();
+    if let Some(max) = max
+        && n > max
+    {
+        return Err(GatewayError::validation(
+            ValidationItem::new(
+                "less_than_equal",
+                loc,
+                format!("Input should be less than or equal to {max}"),
+            )
+            .with_input(&input)
+            .with_ctx(json!({"le": max})),
+        ));
+    }
+    Ok(Some(n))
+}
+
+fn event_query(q: &QueryParams) -> Result<EventQuery> {
+    let event_types = match q.get("event_types").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(raw) => {
+            let types: Vec<String> = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if types.len() > MAX_EVENT_TYPES {
+                return Err(GatewayError::BadRequest(format!(
+                    "Invalid event_types: at most {MAX_EVENT_TYPES} types."
+                )));
+            }
+            for t in &types {
+                validate_event_type(t).map_err(|e| GatewayError::BadRequest(e.to_string()))?;
+            }
+            Some(types)
+        }
+    };
+    let limit = positive_int_param(q, "limit", Some(MAX_EVENTS_LIMIT))?.unwrap_or(500);
+    Ok(EventQuery {
+        event_types,
+        after_seq: positive_int_param(q, "after_seq", None)?,
+        limit: usize::try_from(limit).unwrap_or(usize::MAX),
+    })
+}
+
+/// `GET /api/threads/{thread_id}/runs/{run_id}/events`: the caller's recorded events of that
+/// run (`event_types` comma-separated, `limit` 1–2000 default 500, `after_seq`), as a JSON
+/// list. A thread or run the caller has no event in is a 404, whoever else may own it.
+pub(crate) async fn run_events(
+    State(state): State<GatewayState>,
+    caller: Caller,
+    q: QueryParams,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<Value>> {
+    let Path((thread_id, run_id)) = path
+        .map_err(|_| GatewayError::BadRequest("Invalid thread or run id in the path.".into()))?;
+    run_key(&thread_id, "thread_id")?;
+    run_key(&run_id, "run_id")?;
+    let query = event_query(&q)?;
+    let Some(journal) = state.run_journal().cloned() else {
+        return Err(GatewayError::NotImplemented(
+            "Run events are not recorded: this gateway has no run journal.".into(),
+        ));
+    };
+    let user = caller.user.clone();
+    let (t, r) = (thread_id.clone(), run_id.clone());
+    let found = tokio::task::spawn_blocking(move || journal.events(&user, &t, &r, &query))
+        .in_current_span()
+        .await
+        .map_err(|join| GatewayError::Internal(format!("run journal task failed: {join}")))?
+        .map_err(|e| GatewayError::RunJournal {
+            detail: "Failed to read the run journal.",
+            message: e.to_string(),
+        })?;
+    match found {
+        EventsLookup::UnknownThread => Err(GatewayError::NotFound(format!(
+            "Thread '{thread_id}' not found."
+        ))),
+        EventsLookup::UnknownRun => Err(GatewayError::NotFound(format!(
+            "Run '{run_id}' not found in thread '{thread_id}'."
+        ))),
+        EventsLookup::Events(events) => Ok(Json(Value::Array(
+            events.iter().map(crate::journal::RunEvent::to_json).collect(),
         ))),
     }
 }

@@ -1,6 +1,6 @@
 //! The state every route shares: the memory manager (only through the `MemoryManager` port),
-//! the `memory:` and `gateway:` configuration, the metrics registry, the lifecycle flags and
-//! the optional context observer.
+//! the `memory:` and `gateway:` configuration, the metrics registry, the lifecycle flags, the
+//! context observers and the optional run journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use crate::auth::TokenTable;
 use crate::config::GatewayConfig;
+use crate::journal::{JournalError, RunJournal};
 use crate::metrics::Metrics;
 
 /// Where the gateway is in its life.
@@ -27,27 +28,59 @@ pub enum Lifecycle {
 
 /// One served context block, for hosts that record run-level memory identity
 /// (spec/api.md §3.7).
-#[derive(Clone, Copy, Debug)]
-pub struct ContextServed<'a> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextServed {
     /// The user the block was built for.
-    pub user: &'a UserId,
+    pub user: UserId,
     /// The agent bucket (`None`: the default bucket).
-    pub agent: Option<&'a AgentName>,
+    pub agent: Option<AgentName>,
     /// The thread the caller named.
-    pub thread_id: &'a str,
+    pub thread_id: String,
     /// The run the caller named.
-    pub run_id: &'a str,
+    pub run_id: String,
     /// SHA-256 (hex) of the exact block, `<memory>` wrapper included.
-    pub content_sha256: &'a str,
+    pub content_sha256: String,
+}
+
+/// Why a [`ContextObserver`] refused a served block; the request fails instead of handing the
+/// block to the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObserverError {
+    /// The run already saw a different block (409 with this detail).
+    Conflict(String),
+    /// The observer could not record the block (500; the message goes to the log only).
+    Failed(String),
 }
 
 /// Receives every context block served by `GET /api/memory/context` when the caller names both
 /// a `thread_id` and a `run_id` and the block is not empty: the seam where a run journal
-/// records one `context:memory` event per run. Called on the request path, so it must not
-/// block; spawn a task for slow work.
+/// records one `context:memory` event per run. The block is returned to the caller only when
+/// every observer accepts it.
+///
+/// Called on a blocking thread (`spawn_blocking`), so implementations may do file I/O.
 pub trait ContextObserver: Send + Sync + std::fmt::Debug {
-    /// A block was served for a run.
-    fn context_served(&self, event: &ContextServed<'_>);
+    /// A block is about to be served for a run.
+    ///
+    /// # Errors
+    /// [`ObserverError::Conflict`] to refuse the block for this run (409);
+    /// [`ObserverError::Failed`] when it could not be recorded (500).
+    fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
+}
+
+impl ContextObserver for RunJournal {
+    fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError> {
+        match self.record_context(
+            &event.user,
+            event.agent.as_ref(),
+            &event.thread_id,
+            &event.run_id,
+            &event.content_sha256,
+        ) {
+            Ok(_) => Ok(()),
+            Err(e @ JournalError::Conflict { .. }) => Err(ObserverError::Conflict(e.to_string())),
+            Err(e) => Err(ObserverError::Failed(e.to_string())),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -65,7 +98,8 @@ pub struct GatewayState {
     tokens: Arc<TokenTable>,
     metrics: Metrics,
     flags: Arc<Flags>,
-    observer: Option<Arc<dyn ContextObserver>>,
+    observers: Vec<Arc<dyn ContextObserver>>,
+    journal: Option<Arc<RunJournal>>,
 }
 
 impl std::fmt::Debug for GatewayState {
@@ -77,6 +111,8 @@ impl std::fmt::Debug for GatewayState {
             .field("manager_class", &self.memory.manager_class)
             .field("gateway", &self.gateway)
             .field("lifecycle", &self.lifecycle())
+            .field("observers", &self.observers.len())
+            .field("run_journal", &self.journal)
             .finish_non_exhaustive()
     }
 }
@@ -102,7 +138,8 @@ impl GatewayState {
                 lifecycle: AtomicU8::new(0),
                 rebuild_running: AtomicBool::new(false),
             }),
-            observer: None,
+            observers: Vec::new(),
+            journal: None,
         }
     }
 
@@ -113,11 +150,28 @@ impl GatewayState {
         self
     }
 
-    /// Installs the observer of served context blocks.
+    /// Adds an observer of served context blocks (observers are called in the order they
+    /// were added; the first refusal answers the request).
     #[must_use]
     pub fn with_context_observer(mut self, observer: Arc<dyn ContextObserver>) -> Self {
-        self.observer = Some(observer);
+        self.observers.push(observer);
         self
+    }
+
+    /// Records run-level memory identity in `journal`: it observes every served block
+    /// (one `context:memory` event per run, 409 for a different block) and serves
+    /// `GET /api/threads/{thread_id}/runs/{run_id}/events`. Without a journal that route
+    /// answers 501.
+    #[must_use]
+    pub fn with_run_journal(mut self, journal: Arc<RunJournal>) -> Self {
+        self.observers.push(journal.clone());
+        self.journal = Some(journal);
+        self
+    }
+
+    /// The run journal, if one is installed.
+    pub fn run_journal(&self) -> Option<&Arc<RunJournal>> {
+        self.journal.as_ref()
     }
 
     /// The memory backend.
@@ -144,8 +198,8 @@ impl GatewayState {
         &self.tokens
     }
 
-    pub(crate) fn observer(&self) -> Option<&Arc<dyn ContextObserver>> {
-        self.observer.as_ref()
+    pub(crate) fn observers(&self) -> &[Arc<dyn ContextObserver>] {
+        &self.observers
     }
 
     /// The current lifecycle stage.

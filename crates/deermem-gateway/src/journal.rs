@@ -1,0 +1,986 @@
+//! The run journal: a small, bounded, append-only record of run events per user, so a host
+//! can prove afterwards exactly which memory block an agent run saw (spec/api.md §3.7) without
+//! storing the memory text twice.
+//!
+//! # Layout and format
+//!
+//! Under the journal directory (by convention `{storage_root}/.runs`, see
+//! [`RunJournal::dir_for_storage_root`]): `.lock` (held for the journal's lifetime, so one
+//! process owns the directory) and, per user bucket, `{bucket}/events.jsonl`: one JSON object
+//! per line, `\n`-terminated, in `seq` order:
+//!
+//! ```json
+//! {"seq":1,"user_id":"alice","thread_id":"t-1","run_id":"r-1","event_type":"context:memory","category":"context","content":{"content_sha256":"9f…"},"metadata":{"agent_name":"__default__"},"created_at":"2026-05-01T10:00:00.123456Z"}
+//! ```
+//!
+//! Only the SHA-256 of the block is written, never its text. Appends are one `write` of a
+//! whole line followed by `fdatasync`; a torn last line left by a crash is ignored on read and
+//! never fatal (the next append starts on a fresh line). Lines that do not parse are skipped
+//! with a warning; before such a file is compacted it is kept as `events.jsonl.invalid-{µs}`.
+//!
+//! # Bounds
+//!
+//! Each user keeps the newest [`RunJournalOptions::max_events_per_user`] events; older ones are
+//! dropped from the index at once and from the file by an atomic compaction (temporary file,
+//! fsync, rename, directory fsync) once the file holds a quarter more lines than that.
+//! At most [`RunJournalOptions::max_cached_users`] users' indexes stay in memory; others are
+//! re-read from their file on demand.
+//!
+//! # Concurrency
+//!
+//! All calls for one user are serialised by a per-user mutex that covers the check and the
+//! append, so "at most one `context:memory` event per run" holds under concurrent requests.
+//! The calls block on file I/O: call them from a blocking thread
+//! (`tokio::task::spawn_blocking`), as the gateway does.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use deermem_core::ports::Clock;
+use deermem_core::time::Timestamp;
+use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+/// The event type of a run's memory identity.
+pub const CONTEXT_MEMORY_EVENT: &str = "context:memory";
+/// The category of [`CONTEXT_MEMORY_EVENT`].
+pub const CONTEXT_CATEGORY: &str = "context";
+/// The longest thread or run id the journal accepts, in characters.
+pub const MAX_RUN_KEY_CHARS: usize = 256;
+/// The longest event type accepted in a filter, in characters.
+pub const MAX_EVENT_TYPE_CHARS: usize = 64;
+
+/// The per-user events file.
+const EVENTS_FILE: &str = "events.jsonl";
+/// The directory lock.
+const LOCK_FILE: &str = ".lock";
+/// Longer lines are never ours: they are skipped without being read into memory.
+const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// Limits of a [`RunJournal`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunJournalOptions {
+    /// Events kept per user (the newest); at least 1. Default 10 000.
+    pub max_events_per_user: usize,
+    /// Users whose index stays in memory; at least 1. Default 1 024.
+    pub max_cached_users: usize,
+}
+
+impl Default for RunJournalOptions {
+    fn default() -> Self {
+        Self {
+            max_events_per_user: 10_000,
+            max_cached_users: 1_024,
+        }
+    }
+}
+
+/// One recorded run event, in the reference's run-event shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunEvent {
+    /// Position in the user's journal (increasing, never reused).
+    pub seq: u64,
+    /// The thread the run belongs to.
+    pub thread_id: String,
+    /// The run.
+    pub run_id: String,
+    /// `context:memory`.
+    pub event_type: String,
+    /// `context`.
+    pub category: String,
+    /// For `context:memory`: exactly `{"content_sha256": "<hex>"}`.
+    pub content: Map<String, Value>,
+    /// Extra facts (`agent_name`).
+    pub metadata: Map<String, Value>,
+    /// When it was recorded (ISO-Z).
+    pub created_at: String,
+}
+
+impl RunEvent {
+    /// The public JSON shape (`thread_id`, `run_id`, `event_type`, `category`, `content`,
+    /// `metadata`, `seq`, `created_at`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "thread_id": self.thread_id,
+            "run_id": self.run_id,
+            "event_type": self.event_type,
+            "category": self.category,
+            "content": self.content,
+            "metadata": self.metadata,
+            "seq": self.seq,
+            "created_at": self.created_at,
+        })
+    }
+
+    /// The recorded block hash of a `context:memory` event.
+    pub fn content_sha256(&self) -> Option<&str> {
+        self.content.get("content_sha256").and_then(Value::as_str)
+    }
+
+    fn to_line(&self, user: &str) -> String {
+        let v = json!({
+            "seq": self.seq,
+            "user_id": user,
+            "thread_id": self.thread_id,
+            "run_id": self.run_id,
+            "event_type": self.event_type,
+            "category": self.category,
+            "content": self.content,
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+        });
+        let mut line = v.to_string();
+        line.push('\n');
+        line
+    }
+
+    /// Parses one stored line; `None` for anything that is not a well-formed event of `user`.
+    fn from_line(bytes: &[u8], user: &str) -> Option<Self> {
+        let v: Value = serde_json::from_slice(bytes).ok()?;
+        let o = v.as_object()?;
+        let s = |k: &str| o.get(k).and_then(Value::as_str);
+        if s("user_id")? != user {
+            return None;
+        }
+        let seq = o.get("seq").and_then(Value::as_u64).filter(|n| *n > 0)?;
+        let thread_id = s("thread_id")?;
+        let run_id = s("run_id")?;
+        validate_run_key("thread_id", thread_id).ok()?;
+        validate_run_key("run_id", run_id).ok()?;
+        let event_type = s("event_type").filter(|t| valid_event_type(t))?;
+        let content = o.get("content")?.as_object()?.clone();
+        let metadata = match o.get("metadata") {
+            None | Some(Value::Null) => Map::new(),
+            Some(m) => m.as_object()?.clone(),
+        };
+        let event = Self {
+            seq,
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            event_type: event_type.to_owned(),
+            category: s("category")?.to_owned(),
+            content,
+            metadata,
+            created_at: s("created_at")?.to_owned(),
+        };
+        if event.event_type == CONTEXT_MEMORY_EVENT && !is_sha256_hex(event.content_sha256()?) {
+            return None;
+        }
+        Some(event)
+    }
+}
+
+/// What [`RunJournal::record_context`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordOutcome {
+    /// A new `context:memory` event was appended.
+    Recorded(RunEvent),
+    /// The run already had this block's event; nothing was written.
+    AlreadyRecorded(RunEvent),
+}
+
+impl RecordOutcome {
+    /// The run's event.
+    pub fn event(&self) -> &RunEvent {
+        match self {
+            Self::Recorded(e) | Self::AlreadyRecorded(e) => e,
+        }
+    }
+}
+
+/// What [`RunJournal::events`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventsLookup {
+    /// The user has no (retained) event in this thread.
+    UnknownThread,
+    /// The thread is known but this run has no (retained) event.
+    UnknownRun,
+    /// The run's events matching the query, in `seq` order.
+    Events(Vec<RunEvent>),
+}
+
+/// Which of a run's events [`RunJournal::events`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only these event types (`None`: all).
+    pub event_types: Option<Vec<String>>,
+    /// Only events with a larger `seq`.
+    pub after_seq: Option<u64>,
+    /// At most this many (the oldest first).
+    pub limit: usize,
+}
+
+impl Default for EventQuery {
+    fn default() -> Self {
+        Self {
+            event_types: None,
+            after_seq: None,
+            limit: 500,
+        }
+    }
+}
+
+/// Run journal failures.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// A thread or run id, or a block hash, is not acceptable.
+    InvalidId {
+        /// `thread_id`, `run_id` or `content_sha256`.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The run already recorded a different memory block.
+    Conflict {
+        /// The thread.
+        thread_id: String,
+        /// The run.
+        run_id: String,
+        /// The hash already recorded.
+        recorded: String,
+        /// The hash offered now.
+        offered: String,
+    },
+    /// Another journal (this or another process) holds the directory.
+    Busy {
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A filesystem operation failed.
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for JournalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidId { field, reason } => write!(f, "Invalid {field}: {reason}"),
+            Self::Conflict {
+                thread_id,
+                run_id,
+                recorded,
+                ..
+            } => write!(
+                f,
+                "Run '{run_id}' of thread '{thread_id}' already recorded a different memory block \
+                 (content_sha256 {recorded}); a run sees one memory block."
+            ),
+            Self::Busy { lock } => write!(
+                f,
+                "run journal {} is in use by another process or journal",
+                lock.display()
+            ),
+            Self::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+fn io_err(what: &str, path: &Path, source: io::Error) -> JournalError {
+    JournalError::Io {
+        context: format!("{what} {}", path.display()),
+        source,
+    }
+}
+
+/// Checks a thread or run id for the journal: 1 to [`MAX_RUN_KEY_CHARS`] characters of
+/// `[A-Za-z0-9._:@+=~-]`, and not `.` or `..`.
+///
+/// # Errors
+/// [`JournalError::InvalidId`] naming the field.
+pub fn validate_run_key(field: &'static str, value: &str) -> Result<(), JournalError> {
+    let bad = |reason: &str| {
+        Err(JournalError::InvalidId {
+            field,
+            reason: reason.to_owned(),
+        })
+    };
+    if value.is_empty() {
+        return bad("must not be empty");
+    }
+    if value.len() > MAX_RUN_KEY_CHARS {
+        return bad(&format!("must be at most {MAX_RUN_KEY_CHARS} characters"));
+    }
+    if value == "." || value == ".." {
+        return bad("must not be '.' or '..'");
+    }
+    let ok = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._:@+=~-".contains(&b));
+    if !ok {
+        return bad("may contain only letters, digits and . _ : @ + = ~ -");
+    }
+    Ok(())
+}
+
+fn valid_event_type(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= MAX_EVENT_TYPE_CHARS
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
+/// Checks an event-type filter value.
+///
+/// # Errors
+/// [`JournalError::InvalidId`] for an empty, too long or oddly spelled type.
+pub fn validate_event_type(value: &str) -> Result<(), JournalError> {
+    if valid_event_type(value) {
+        Ok(())
+    } else {
+        Err(JournalError::InvalidId {
+            field: "event_types",
+            reason: format!(
+                "each type must be 1 to {MAX_EVENT_TYPE_CHARS} characters of letters, digits and . _ : -"
+            ),
+        })
+    }
+}
+
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The real clock.
+#[derive(Debug)]
+struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Timestamp::from_unix_micros(micros)
+    }
+}
+
+type SharedLog = Arc<Mutex<Option<UserLog>>>;
+
+struct Slot {
+    log: SharedLog,
+    last_used: u64,
+}
+
+/// A file-backed, per-user, bounded, append-only journal of run events. Implements
+/// [`crate::ContextObserver`], recording one `context:memory` event per run.
+pub struct RunJournal {
+    dir: PathBuf,
+    options: RunJournalOptions,
+    clock: Arc<dyn Clock>,
+    users: Mutex<HashMap<String, Slot>>,
+    tick: AtomicU64,
+    _lock: File,
+}
+
+impl fmt::Debug for RunJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunJournal")
+            .field("dir", &self.dir)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunJournal {
+    /// The conventional journal directory of a storage root: `{root}/.runs`.
+    pub fn dir_for_storage_root(root: &Path) -> PathBuf {
+        root.join(".runs")
+    }
+
+    /// Opens (creating it if needed) the journal in `dir` and takes its lock. Users' indexes
+    /// are rebuilt from their files on first use.
+    ///
+    /// # Errors
+    /// [`JournalError::Busy`] when another journal holds the directory; `Io` when it cannot be
+    /// created or locked.
+    pub fn open(dir: impl Into<PathBuf>, options: RunJournalOptions) -> Result<Self, JournalError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|e| io_err("Failed to create directory", &dir, e))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&lock_path)
+            .map_err(|e| io_err("Failed to open lock file", &lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(JournalError::Busy { lock: lock_path }),
+            Err(fs::TryLockError::Error(e)) => return Err(io_err("Failed to lock", &lock_path, e)),
+        }
+        Ok(Self {
+            dir,
+            options: RunJournalOptions {
+                max_events_per_user: options.max_events_per_user.max(1),
+                max_cached_users: options.max_cached_users.max(1),
+            },
+            clock: Arc::new(SystemClock),
+            users: Mutex::new(HashMap::new()),
+            tick: AtomicU64::new(0),
+            _lock: lock,
+        })
+    }
+
+    /// Uses another clock for `created_at` (tests).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The journal directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The limits in force.
+    pub fn options(&self) -> RunJournalOptions {
+        self.options
+    }
+
+    /// The events file of a user.
+    pub fn events_file(&self, user: &UserId) -> PathBuf {
+        self.dir.join(user.bucket()).join(EVENTS_FILE)
+    }
+
+    /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
+    /// `content_sha256`: appends one `context:memory` event, or nothing when the run already
+    /// recorded this block.
+    ///
+    /// # Errors
+    /// `InvalidId` for a bad thread or run id or a hash that is not 64 lowercase hex digits;
+    /// `Conflict` when the run already recorded a different block (nothing is written); `Io`
+    /// when the event could not be made durable (nothing is recorded).
+    pub fn record_context(
+        &self,
+        user: &UserId,
+        agent: Option<&AgentName>,
+        thread_id: &str,
+        run_id: &str,
+        content_sha256: &str,
+    ) -> Result<RecordOutcome, JournalError> {
+        validate_run_key("thread_id", thread_id)?;
+        validate_run_key("run_id", run_id)?;
+        if !is_sha256_hex(content_sha256) {
+            return Err(JournalError::InvalidId {
+                field: "content_sha256",
+                reason: "must be 64 lowercase hexadecimal digits".into(),
+            });
+        }
+        self.with_log(user, |log, opts, clock| {
+            let key = (thread_id.to_owned(), run_id.to_owned());
+            if let Some(seq) = log.context.get(&key).copied() {
+                let existing = log
+                    .events
+                    .iter()
+                    .find(|e| e.seq == seq)
+                    .cloned()
+                    .ok_or_else(|| JournalError::Io {
+                        context: "run journal index out of step".into(),
+                        source: io::Error::other("indexed event missing"),
+                    })?;
+                let recorded = existing.content_sha256().unwrap_or_default().to_owned();
+                if recorded == content_sha256 {
+                    return Ok(RecordOutcome::AlreadyRecorded(existing));
+                }
+                return Err(JournalError::Conflict {
+                    thread_id: thread_id.to_owned(),
+                    run_id: run_id.to_owned(),
+                    recorded,
+                    offered: content_sha256.to_owned(),
+                });
+            }
+            let mut content = Map::new();
+            content.insert("content_sha256".into(), Value::String(content_sha256.into()));
+            let mut metadata = Map::new();
+            metadata.insert(
+                "agent_name".into(),
+                Value::String(agent.map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str).to_owned()),
+            );
+            let event = RunEvent {
+                seq: log.next_seq,
+                thread_id: thread_id.to_owned(),
+                run_id: run_id.to_owned(),
+                event_type: CONTEXT_MEMORY_EVENT.to_owned(),
+                category: CONTEXT_CATEGORY.to_owned(),
+                content,
+                metadata,
+                created_at: clock.now().to_iso_z(),
+            };
+            log.append(&event, opts)?;
+            Ok(RecordOutcome::Recorded(event))
+        })
+    }
+
+    /// The events `user` recorded for `run_id` of `thread_id`, filtered by `query`.
+    ///
+    /// # Errors
+    /// `InvalidId` for a bad thread or run id; `Io` when the user's file cannot be read.
+    pub fn events(
+        &self,
+        user: &UserId,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsLookup, JournalError> {
+        validate_run_key("thread_id", thread_id)?;
+        validate_run_key("run_id", run_id)?;
+        self.with_log(user, |log, _, _| {
+            if !log.threads.contains_key(thread_id) {
+                return Ok(EventsLookup::UnknownThread);
+            }
+            if !log
+                .runs
+                .contains_key(&(thread_id.to_owned(), run_id.to_owned()))
+            {
+                return Ok(EventsLookup::UnknownRun);
+            }
+            let events = log
+                .events
+                .iter()
+                .filter(|e| e.thread_id == thread_id && e.run_id == run_id)
+                .filter(|e| query.after_seq.is_none_or(|after| e.seq > after))
+                .filter(|e| {
+                    query
+                        .event_types
+                        .as_ref()
+                        .is_none_or(|types| types.iter().any(|t| *t == e.event_type))
+                })
+                .take(query.limit)
+                .cloned()
+                .collect();
+            Ok(EventsLookup::Events(events))
+        })
+    }
+
+    /// How many events of `user` are retained.
+    ///
+    /// # Errors
+    /// `Io` when the user's file cannot be read.
+    pub fn retained_events(&self, user: &UserId) -> Result<usize, JournalError> {
+        self.with_log(user, |log, _, _| Ok(log.events.len()))
+    }
+
+    /// Runs `f` on the user's loaded log, holding the user's lock.
+    fn with_log<T>(
+        &self,
+        user: &UserId,
+        f: impl FnOnce(&mut UserLog, &RunJournalOptions, &dyn Clock) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        let shared = self.slot(user.bucket());
+        let mut guard = shared.lock();
+        if guard.is_none() {
+            let dir = self.dir.join(user.bucket());
+            *guard = Some(UserLog::load(dir, user.bucket(), &self.options)?);
+        }
+        match guard.as_mut() {
+            Some(log) => f(log, &self.options, self.clock.as_ref()),
+            None => Err(JournalError::Io {
+                context: "run journal index not loaded".into(),
+                source: io::Error::other("not loaded"),
+            }),
+        }
+    }
+
+    /// The user's shared log (loaded or not), evicting idle users past the cache limit.
+    fn slot(&self, bucket: &str) -> SharedLog {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let mut users = self.users.lock();
+        if let Some(slot) = users.get_mut(bucket) {
+            slot.last_used = tick;
+            return Arc::clone(&slot.log);
+        }
+        if users.len() >= self.options.max_cached_users {
+            // Only entries nobody holds (the map's is the only reference) may go: a holder
+            // took its reference under this same lock, so the count cannot rise meanwhile.
+            let mut idle: Vec<(u64, String)> = users
+                .iter()
+                .filter(|(_, s)| Arc::strong_count(&s.log) == 1)
+                .map(|(k, s)| (s.last_used, k.clone()))
+                .collect();
+            idle.sort();
+            let excess = users.len() + 1 - self.options.max_cached_users;
+            for (_, key) in idle.into_iter().take(excess) {
+                users.remove(&key);
+            }
+        }
+        let log: SharedLog = Arc::new(Mutex::new(None));
+        users.insert(
+            bucket.to_owned(),
+            Slot {
+                log: Arc::clone(&log),
+                last_used: tick,
+            },
+        );
+        log
+    }
+
+    /// Users whose index is in memory now.
+    pub fn cached_users(&self) -> usize {
+        self.users.lock().len()
+    }
+}
+
+/// One user's retained events, their indexes, and the append handle.
+struct UserLog {
+    dir: PathBuf,
+    path: PathBuf,
+    bucket: String,
+    events: VecDeque<RunEvent>,
+    /// (thread, run) → seq of its `context:memory` event.
+    context: HashMap<(String, String), u64>,
+    /// thread → retained events.
+    threads: HashMap<String, usize>,
+    /// (thread, run) → retained events.
+    runs: HashMap<(String, String), usize>,
+    next_seq: u64,
+    /// Lines in the file (complete ones, valid or not).
+    file_lines: usize,
+    /// The file does not end with `\n` (a torn or failed write): the next append starts with one.
+    needs_newline: bool,
+    /// The file holds lines that did not parse: keep a copy before compacting them away.
+    has_invalid: bool,
+    file: Option<File>,
+}
+
+impl UserLog {
+    fn load(dir: PathBuf, bucket: &str, opts: &RunJournalOptions) -> Result<Self, JournalError> {
+        let path = dir.join(EVENTS_FILE);
+        let mut log = Self {
+            dir,
+            path,
+            bucket: bucket.to_owned(),
+            events: VecDeque::new(),
+            context: HashMap::new(),
+            threads: HashMap::new(),
+            runs: HashMap::new(),
+            next_seq: 1,
+            file_lines: 0,
+            needs_newline: false,
+            has_invalid: false,
+            file: None,
+        };
+        let file = match File::open(&log.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(log),
+            Err(e) => return Err(io_err("Failed to open", &log.path, e)),
+        };
+        let mut reader = BufReader::new(file);
+        let mut skipped = 0usize;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let (complete, too_long) = read_line(&mut reader, &mut line)
+                .map_err(|e| io_err("Failed to read", &log.path, e))?;
+            if !complete && line.is_empty() && !too_long {
+                break;
+            }
+            // A last line without a newline is a write torn by a crash, or one that completed
+            // just before it. Kept only if it parses; the next append starts on a new line.
+            log.file_lines += 1;
+            log.needs_newline = !complete;
+            let blank = line.iter().all(u8::is_ascii_whitespace);
+            if blank && !too_long {
+                if !complete {
+                    break;
+                }
+                continue;
+            }
+            let parsed = if too_long {
+                None
+            } else {
+                RunEvent::from_line(&line, bucket)
+            };
+            match parsed {
+                Some(event) if log.accepts(&event) => log.index(event),
+                _ if !complete => {
+                    tracing::warn!(path = %log.path.display(), bytes = line.len(), "ignoring a torn last line of the run journal");
+                }
+                _ => {
+                    skipped += 1;
+                    log.has_invalid = true;
+                }
+            }
+            if !complete {
+                break;
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(path = %log.path.display(), skipped, "skipped run journal lines that are not valid events");
+        }
+        log.evict(opts);
+        if log.file_lines > compaction_threshold(opts) {
+            log.compact();
+        }
+        Ok(log)
+    }
+
+    /// Whether a parsed event can join the index: `seq` increasing, one memory event per run.
+    fn accepts(&self, event: &RunEvent) -> bool {
+        if event.seq < self.next_seq {
+            return false;
+        }
+        !(event.event_type == CONTEXT_MEMORY_EVENT
+            && self
+                .context
+                .contains_key(&(event.thread_id.clone(), event.run_id.clone())))
+    }
+
+    fn index(&mut self, event: RunEvent) {
+        self.next_seq = event.seq.saturating_add(1);
+        let key = (event.thread_id.clone(), event.run_id.clone());
+        if event.event_type == CONTEXT_MEMORY_EVENT {
+            self.context.insert(key.clone(), event.seq);
+        }
+        *self.threads.entry(event.thread_id.clone()).or_default() += 1;
+        *self.runs.entry(key).or_default() += 1;
+        self.events.push_back(event);
+    }
+
+    /// Drops the oldest events beyond the bound from the index.
+    fn evict(&mut self, opts: &RunJournalOptions) {
+        while self.events.len() > opts.max_events_per_user {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            let key = (old.thread_id.clone(), old.run_id.clone());
+            if self.context.get(&key) == Some(&old.seq) {
+                self.context.remove(&key);
+            }
+            decrement(&mut self.runs, &key);
+            decrement(&mut self.threads, &old.thread_id);
+        }
+    }
+
+    /// Appends one event durably, then indexes it (and compacts when the file is too long).
+    fn append(&mut self, event: &RunEvent, opts: &RunJournalOptions) -> Result<(), JournalError> {
+        let mut bytes = String::new();
+        if self.needs_newline {
+            bytes.push('\n');
+        }
+        bytes.push_str(&event.to_line(&self.bucket));
+        if let Err(e) = self.write_durably(bytes.as_bytes()) {
+            // Part of the line may have reached the file: start the next one on a new line.
+            self.needs_newline = true;
+            self.file = None;
+            return Err(e);
+        }
+        self.needs_newline = false;
+        self.file_lines += 1;
+        self.index(event.clone());
+        self.evict(opts);
+        if self.file_lines > compaction_threshold(opts) {
+            self.compact();
+        }
+        Ok(())
+    }
+
+    fn write_durably(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
+        if self.file.is_none() {
+            fs::create_dir_all(&self.dir)
+                .map_err(|e| io_err("Failed to create directory", &self.dir, e))?;
+            let created = !self.path.exists();
+            let f = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&self.path)
+                .map_err(|e| io_err("Failed to open", &self.path, e))?;
+            if created {
+                fsync_dir(&self.dir)?;
+            }
+            self.file = Some(f);
+        }
+        let Some(f) = self.file.as_mut() else {
+            return Err(io_err(
+                "Failed to open",
+                &self.path,
+                io::Error::other("no handle"),
+            ));
+        };
+        f.write_all(bytes)
+            .map_err(|e| io_err("Failed to append to", &self.path, e))?;
+        f.sync_data()
+            .map_err(|e| io_err("Failed to fsync", &self.path, e))
+    }
+
+    /// Rewrites the file with the retained events only (atomically). A failure is logged and
+    /// leaves the longer file in place; it is retried on a later append.
+    fn compact(&mut self) {
+        if let Err(e) = self.try_compact() {
+            tracing::warn!(path = %self.path.display(), error = %e, "run journal compaction failed; keeping the longer file");
+        }
+    }
+
+    fn try_compact(&mut self) -> Result<(), JournalError> {
+        let tmp = self.dir.join(format!(
+            ".{EVENTS_FILE}.{}.tmp",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let result = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| io_err("Failed to create", &tmp, e))?;
+            let mut buf = String::new();
+            for e in &self.events {
+                buf.push_str(&e.to_line(&self.bucket));
+            }
+            f.write_all(buf.as_bytes())
+                .map_err(|e| io_err("Failed to write", &tmp, e))?;
+            f.sync_all().map_err(|e| io_err("Failed to fsync", &tmp, e))?;
+            if self.has_invalid {
+                let micros = SystemClock.now().unix_micros();
+                let keep = self.dir.join(format!("{EVENTS_FILE}.invalid-{micros}"));
+                fs::hard_link(&self.path, &keep)
+                    .map_err(|e| io_err("Failed to keep a copy of", &self.path, e))?;
+                tracing::warn!(kept = %keep.display(), "run journal held invalid lines; kept a copy before compacting");
+            }
+            fs::rename(&tmp, &self.path).map_err(|e| io_err("Failed to replace", &self.path, e))?;
+            fsync_dir(&self.dir)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+            return result;
+        }
+        self.file = None;
+        self.file_lines = self.events.len();
+        self.needs_newline = false;
+        self.has_invalid = false;
+        Ok(())
+    }
+}
+
+fn decrement<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+fn compaction_threshold(opts: &RunJournalOptions) -> usize {
+    let max = opts.max_events_per_user;
+    max.saturating_add((max / 4).max(1))
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_err("Failed to fsync directory", dir, e))
+}
+
+/// Reads one line into `buf` (without its `\n`). Returns (ended with a newline, was longer
+/// than [`MAX_LINE_BYTES`]); a too-long line is consumed but not kept.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<(bool, bool)> {
+    let mut too_long = false;
+    loop {
+        let limit = (MAX_LINE_BYTES + 1).saturating_sub(buf.len()) as u64;
+        let n = reader.by_ref().take(limit.max(1)).read_until(b'\n', buf)?;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            return Ok((true, too_long));
+        }
+        if n == 0 {
+            return Ok((false, too_long));
+        }
+        if buf.len() > MAX_LINE_BYTES {
+            too_long = true;
+            buf.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_keys_are_validated() {
+        for ok in ["t-1", "2f1c6a3e-9b1d-4e6f-8a8a-0c2d1e3f4a5b", "run_01HZ:x@y+z=~."] {
+            assert!(validate_run_key("run_id", ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(MAX_RUN_KEY_CHARS + 1);
+        for bad in ["", ".", "..", "../x", "a/b", "a\0b", "a b", "é", "a\nb", long.as_str()] {
+            assert!(
+                matches!(
+                    validate_run_key("run_id", bad),
+                    Err(JournalError::InvalidId {
+                        field: "run_id",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_event_type("context:memory").is_ok());
+        assert!(validate_event_type("").is_err());
+        assert!(validate_event_type("a b").is_err());
+    }
+
+    #[test]
+    fn long_lines_are_consumed_without_being_kept() {
+        let mut data = vec![b'x'; MAX_LINE_BYTES * 3];
+        data.extend_from_slice(b"\nshort\ntail");
+        let mut r = BufReader::new(&data[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_line(&mut r, &mut buf).unwrap(), (true, true));
+        assert!(buf.is_empty());
+        buf.clear();
+        assert_eq!(read_line(&mut r, &mut buf).unwrap(), (true, false));
+        assert_eq!(buf, b"short");
+        buf.clear();
+        assert_eq!(read_line(&mut r, &mut buf).unwrap(), (false, false));
+        assert_eq!(buf, b"tail");
+        buf.clear();
+        assert_eq!(read_line(&mut r, &mut buf).unwrap(), (false, false));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn stored_lines_round_trip_and_foreign_lines_are_refused() {
+        let e = RunEvent {
+            seq: 3,
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            event_type: CONTEXT_MEMORY_EVENT.into(),
+            category: CONTEXT_CATEGORY.into(),
+            content: json!({"content_sha256": "a".repeat(64)})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            metadata: Map::new(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let line = e.to_line("alice");
+        assert!(line.ends_with('\n'));
+        let back = RunEvent::from_line(line.trim_end().as_bytes(), "alice");
+        assert_eq!(back.as_ref(), Some(&e));
+        assert!(RunEvent::from_line(line.as_bytes(), "bob").is_none());
+        let bad_hash = line.replace(&"a".repeat(64), "not-a-hash");
+        assert!(RunEvent::from_line(bad_hash.as_bytes(), "alice").is_none());
+        assert!(RunEvent::from_line(b"{\"seq\":1}", "alice").is_none());
+        assert!(RunEvent::from_line(b"[]", "alice").is_none());
+    }
+}
