@@ -12,6 +12,9 @@
 ///
 /// CJK punctuation (`。`, `、`, `・`, brackets) and symbols are not letters: they end a run.
 pub fn is_cjk(c: char) -> bool {
+    if (c as u32) < 0x1100 {
+        return false;
+    }
     matches!(
         c as u32,
         0x1100..=0x11FF         // Hangul Jamo

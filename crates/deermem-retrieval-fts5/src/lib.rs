@@ -487,8 +487,23 @@ impl Inner {
                     }
                 }
             }
-            for row in rows {
-                w.upsert(row)?;
+            // Scope by scope: each shard then receives ascending rowids, which FTS5 appends
+            // to its pending segment; interleaved scopes would force a flush per insert.
+            let mut first_seen: std::collections::HashMap<&ScopeKeyText, usize> =
+                std::collections::HashMap::new();
+            let mut order: Vec<(usize, usize)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let n = first_seen.len();
+                    (*first_seen.entry(&r.scope).or_insert(n), i)
+                })
+                .collect();
+            order.sort_unstable();
+            for (_, i) in order {
+                if let Some(row) = rows.get(i) {
+                    w.upsert(row)?;
+                }
             }
             w.finish()?;
             if rows.len() >= 1000 {

@@ -4,7 +4,7 @@
 //! index. [`retrieval_contract!`](crate::retrieval_contract) expands one `#[test]` per
 //! behaviour, so an adapter's `tests/contract.rs` is one line:
 //!
-//! ```ignore
+//! ```text
 //! deermem_testkit::retrieval_contract!(async { RetrievalFixture::new(MyIndex::new()) });
 //! ```
 //!
