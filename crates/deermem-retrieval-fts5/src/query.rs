@@ -17,6 +17,10 @@ pub const MAX_TERMS: usize = 128;
 /// Longest query (in bytes) passed through as FTS5 syntax; longer ones are searched as words.
 pub const MAX_ADVANCED_BYTES: usize = 4096;
 
+/// Longest CJK run (in bigrams) also searched as one exact phrase; longer runs are searched
+/// by their bigrams only (no fact is likely to contain such a run verbatim).
+pub const MAX_PHRASE_BIGRAMS: usize = 64;
+
 /// Python's `\w` for one character: `str.isalnum()` or `_`.
 fn is_word(c: char) -> bool {
     c == '_' || py::is_alnum(c)
@@ -118,7 +122,8 @@ fn push_cjk_terms(run: &str, seg: &dyn Segmenter, out: &mut Vec<String>) {
         for w in multi {
             push_unique(out, phrase_of_bigrams(w));
         }
-        if run.chars().count() > 2 {
+        let n = run.chars().count();
+        if n > 2 && n <= MAX_PHRASE_BIGRAMS + 1 {
             push_unique(out, phrase_of_bigrams(run));
         }
         return;
@@ -127,8 +132,10 @@ fn push_cjk_terms(run: &str, seg: &dyn Segmenter, out: &mut Vec<String>) {
     match grams.len() {
         0 => push_unique(out, format!("\"{run}\"*")),
         1 => push_unique(out, quote(grams[0])),
-        _ => {
-            push_unique(out, phrase_of_bigrams(run));
+        n => {
+            if n <= MAX_PHRASE_BIGRAMS {
+                push_unique(out, phrase_of_bigrams(run));
+            }
             for g in grams {
                 push_unique(out, quote(g));
             }
@@ -401,6 +408,16 @@ mod tests {
             r#""same" OR "same""#,
             "short queries keep the reference's duplicates"
         );
+    }
+
+    #[test]
+    fn long_cjk_runs_are_searched_by_distinct_bigrams() {
+        let e = plain_expression(&"東".repeat(40_000), &NoSegmenter);
+        assert_eq!(e, r#""東東""#);
+        let run = format!("一{}", "乌龙茶".repeat(30));
+        let e = plain_expression(&run, &NoSegmenter);
+        assert!(!e.contains("乌龙 龙茶 茶乌"), "no 90-character phrase: {e}");
+        assert!(e.contains(r#""乌龙""#));
     }
 
     #[test]
