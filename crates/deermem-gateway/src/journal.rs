@@ -425,7 +425,9 @@ impl RunJournal {
             .map_err(|e| io_err("Failed to open lock file", &lock_path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(JournalError::Busy { lock: lock_path }),
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(JournalError::Busy { lock: lock_path });
+            }
             Err(fs::TryLockError::Error(e)) => return Err(io_err("Failed to lock", &lock_path, e)),
         }
         Ok(Self {
@@ -511,11 +513,18 @@ impl RunJournal {
                 });
             }
             let mut content = Map::new();
-            content.insert("content_sha256".into(), Value::String(content_sha256.into()));
+            content.insert(
+                "content_sha256".into(),
+                Value::String(content_sha256.into()),
+            );
             let mut metadata = Map::new();
             metadata.insert(
                 "agent_name".into(),
-                Value::String(agent.map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str).to_owned()),
+                Value::String(
+                    agent
+                        .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
+                        .to_owned(),
+                ),
             );
             let event = RunEvent {
                 seq: log.next_seq,
@@ -848,7 +857,8 @@ impl UserLog {
             }
             f.write_all(buf.as_bytes())
                 .map_err(|e| io_err("Failed to write", &tmp, e))?;
-            f.sync_all().map_err(|e| io_err("Failed to fsync", &tmp, e))?;
+            f.sync_all()
+                .map_err(|e| io_err("Failed to fsync", &tmp, e))?;
             if self.has_invalid {
                 let micros = SystemClock.now().unix_micros();
                 let keep = self.dir.join(format!("{EVENTS_FILE}.invalid-{micros}"));
@@ -900,9 +910,15 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<(bool, 
         let n = reader.by_ref().take(limit.max(1)).read_until(b'\n', buf)?;
         if buf.last() == Some(&b'\n') {
             buf.pop();
+            if too_long {
+                buf.clear();
+            }
             return Ok((true, too_long));
         }
         if n == 0 {
+            if too_long {
+                buf.clear();
+            }
             return Ok((false, too_long));
         }
         if buf.len() > MAX_LINE_BYTES {
@@ -918,11 +934,26 @@ mod tests {
 
     #[test]
     fn run_keys_are_validated() {
-        for ok in ["t-1", "2f1c6a3e-9b1d-4e6f-8a8a-0c2d1e3f4a5b", "run_01HZ:x@y+z=~."] {
+        for ok in [
+            "t-1",
+            "2f1c6a3e-9b1d-4e6f-8a8a-0c2d1e3f4a5b",
+            "run_01HZ:x@y+z=~.",
+        ] {
             assert!(validate_run_key("run_id", ok).is_ok(), "{ok}");
         }
         let long = "a".repeat(MAX_RUN_KEY_CHARS + 1);
-        for bad in ["", ".", "..", "../x", "a/b", "a\0b", "a b", "é", "a\nb", long.as_str()] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "a\0b",
+            "a b",
+            "é",
+            "a\nb",
+            long.as_str(),
+        ] {
             assert!(
                 matches!(
                     validate_run_key("run_id", bad),

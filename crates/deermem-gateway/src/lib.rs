@@ -43,9 +43,9 @@ use tower_http::timeout::TimeoutLayer;
 pub use auth::{Caller, CallerKind};
 pub use config::{AuthMode, GatewayConfig};
 pub use error::{GatewayError, Operation};
+pub use journal::{RunJournal, RunJournalOptions};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};
-pub use journal::{RunJournal, RunJournalOptions};
 pub use state::{
     ContextObserver, ContextServed, GatewayState, Lifecycle, ObserverError, spawn_warm,
 };

@@ -141,6 +141,12 @@ pub const ROUTES: &[RouteInfo] = &[
         "rebuild_index",
         "Rebuild the derived search index (warm)",
     ),
+    api(
+        "GET",
+        "/api/threads/{thread_id}/runs/{run_id}/events",
+        "list_run_events",
+        "A run's recorded events (run-level memory identity)",
+    ),
     open("GET", "/healthz", "healthz", "The process is up"),
     open("GET", "/readyz", "readyz", "The gateway is ready to serve"),
     open("GET", "/metrics", "metrics", "Prometheus metrics"),
@@ -252,6 +258,49 @@ fn operation(route: &RouteInfo) -> Value {
             ));
             responses.insert("200".into(), ok("ContextResponse"));
         }
+        ("GET", "/api/threads/{thread_id}/runs/{run_id}/events") => {
+            for (name, description) in [
+                (
+                    "thread_id",
+                    "The thread: 1-256 characters of [A-Za-z0-9._:@+=~-].",
+                ),
+                (
+                    "run_id",
+                    "The run: 1-256 characters of [A-Za-z0-9._:@+=~-].",
+                ),
+            ] {
+                params.push(json!({
+                    "name": name, "in": "path", "required": true, "description": description,
+                    "schema": { "type": "string", "pattern": "^[A-Za-z0-9._:@+=~-]+$", "maxLength": 256 }
+                }));
+            }
+            params.push(query_param(
+                "event_types",
+                false,
+                json!({"type": "string"}),
+                "Comma-separated event types to keep (e.g. context:memory).",
+            ));
+            params.push(query_param(
+                "limit",
+                false,
+                json!({"type": "integer", "minimum": 1, "maximum": 2000, "default": 500}),
+                "At most this many events, oldest first.",
+            ));
+            params.push(query_param(
+                "after_seq",
+                false,
+                json!({"type": "integer", "minimum": 1}),
+                "Only events with a larger seq.",
+            ));
+            responses.insert(
+                "200".into(),
+                json!({ "description": "OK", "content": json_content(json!({"type": "array", "items": schema_ref("RunEvent")})) }),
+            );
+            responses.insert(
+                "404".into(),
+                error_response("The caller has no event in this thread or run"),
+            );
+        }
         ("GET", "/api/memory/search") => {
             params.push(query_param(
                 "q",
@@ -315,6 +364,12 @@ fn operation(route: &RouteInfo) -> Value {
             "422".into(),
             json!({ "description": "Validation error", "content": json_content(schema_ref("HTTPValidationError")) }),
         );
+        if route.path.starts_with("/api/memory/context") {
+            responses.insert(
+                "409".into(),
+                error_response("The run already recorded a different memory block"),
+            );
+        }
         if route.path != "/api/memory/config" {
             responses.insert(
                 "500".into(),
@@ -430,6 +485,14 @@ fn schemas() -> Value {
             "results": {"type": "array", "items": schema_ref("SearchHit")}, "count": {"type": "integer"} } },
         "RebuildResponse": { "type": "object", "properties": {
             "status": {"type": "string", "enum": ["ok", "nothing_to_warm"]}, "warmed": {"type": ["boolean", "null"]} } },
+        "RunEvent": { "type": "object", "required": ["thread_id", "run_id", "event_type", "category", "content", "seq", "created_at"], "properties": {
+            "thread_id": {"type": "string"}, "run_id": {"type": "string"},
+            "event_type": {"type": "string", "examples": ["context:memory"]},
+            "category": {"type": "string", "examples": ["context"]},
+            "content": {"type": "object", "description": "For context:memory exactly {\"content_sha256\": \"<hex>\"}"},
+            "metadata": {"type": "object", "description": "{\"agent_name\": ...}"},
+            "seq": {"type": "integer", "minimum": 1},
+            "created_at": {"type": "string"} } },
         "Health": { "type": "object", "properties": { "status": {"type": "string"} } },
         "HTTPError": { "type": "object", "properties": { "detail": {"type": "string"} } },
         "ValidationError": { "type": "object", "required": ["loc", "msg", "type"], "properties": {

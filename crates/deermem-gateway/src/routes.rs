@@ -22,8 +22,8 @@ use tracing::Instrument as _;
 use crate::auth::Caller;
 use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
-use crate::schema::{self, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS};
 use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
+use crate::schema::{self, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS};
 use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
@@ -383,9 +383,7 @@ pub(crate) async fn rebuild_index(State(state): State<GatewayState>) -> Result<J
 async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result<()> {
     let observers = state.observers().to_vec();
     let outcome = tokio::task::spawn_blocking(move || {
-        observers
-            .iter()
-            .try_for_each(|o| o.context_served(&served))
+        observers.iter().try_for_each(|o| o.context_served(&served))
     })
     .in_current_span()
     .await;
@@ -430,9 +428,13 @@ fn positive_int_param(q: &QueryParams, key: &'static str, max: Option<u64>) -> R
     };
     if n < 1 {
         return Err(GatewayError::validation(
-            ValidationItem::new("greater_than_equal", loc, "Input should be greater than or equal to 1")
-                .with_input(&input)
-                .with_ctx(json!({"ge": 1})),
+            ValidationItem::new(
+                "greater_than_equal",
+                loc,
+                "Input should be greater than or equal to 1",
+            )
+            .with_input(&input)
+            .with_ctx(json!({"ge": 1})),
         ));
     }
     let n = n.unsigned_abs();
@@ -490,8 +492,8 @@ pub(crate) async fn run_events(
     q: QueryParams,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Value>> {
-    let Path((thread_id, run_id)) = path
-        .map_err(|_| GatewayError::BadRequest("Invalid thread or run id in the path.".into()))?;
+    let Path((thread_id, run_id)) =
+        path.map_err(|_| GatewayError::BadRequest("Invalid thread or run id in the path.".into()))?;
     run_key(&thread_id, "thread_id")?;
     run_key(&run_id, "run_id")?;
     let query = event_query(&q)?;
@@ -518,7 +520,10 @@ pub(crate) async fn run_events(
             "Run '{run_id}' not found in thread '{thread_id}'."
         ))),
         EventsLookup::Events(events) => Ok(Json(Value::Array(
-            events.iter().map(crate::journal::RunEvent::to_json).collect(),
+            events
+                .iter()
+                .map(crate::journal::RunEvent::to_json)
+                .collect(),
         ))),
     }
 }

@@ -92,6 +92,8 @@ async fn metrics_count_requests_by_route_and_status() {
 
 fn concrete(path: &str) -> String {
     path.replace("{fact_id}", "fact_probe")
+        .replace("{thread_id}", "thread-probe")
+        .replace("{run_id}", "run-probe")
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use common::{Call, FakeManager, app, empty, json_req, ready_state, send};
 use deermem::NoopManager;
 use deermem_core::ports::{AddRequest, ContextRequest, ManagerCapabilities, MemoryManager};
 use deermem_core::{InvalidInputCode, ManagerError, MemoryConfig, MemoryMode};
-use deermem_gateway::{ContextObserver, ContextServed, GatewayConfig, router};
+use deermem_gateway::{ContextObserver, ContextServed, GatewayConfig, ObserverError, router};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -553,14 +553,15 @@ struct RecordingObserver(Mutex<Vec<Served>>);
 type Served = (String, Option<String>, String, String, String);
 
 impl ContextObserver for RecordingObserver {
-    fn context_served(&self, e: &ContextServed<'_>) {
+    fn context_served(&self, e: &ContextServed) -> Result<(), ObserverError> {
         self.0.lock().push((
             e.user.as_str().to_owned(),
-            e.agent.map(|a| a.as_str().to_owned()),
-            e.thread_id.to_owned(),
-            e.run_id.to_owned(),
-            e.content_sha256.to_owned(),
+            e.agent.as_ref().map(|a| a.as_str().to_owned()),
+            e.thread_id.clone(),
+            e.run_id.clone(),
+            e.content_sha256.clone(),
         ));
+        Ok(())
     }
 }
 
