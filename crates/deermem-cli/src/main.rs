@@ -1,5 +1,77 @@
-//! The `deermem` command-line tool.
+//! The `deermem` command-line tool: data commands over any configured memory backend, index and
+//! migration tools for the embedded file storage. Run `deermem --help` for the commands and the
+//! exit codes.
 
-fn main() {
-    println!("deermem: work in progress");
+mod args;
+mod cmd;
+mod ctx;
+mod error;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command, SummariesCommand};
+use crate::ctx::Ctx;
+use crate::error::CliError;
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,deermem=debug",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DEERMEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Logs go to stderr so stdout stays machine-readable (JSON output, MCP over stdio).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+async fn run(cli: Cli) -> Result<u8, CliError> {
+    let ctx = Ctx::load(cli.global)?;
+    match cli.command {
+        Command::Facts(c) => cmd::facts(&ctx, c).await.map(|()| 0),
+        Command::Summaries(SummariesCommand::Get { user }) => {
+            cmd::summaries(&ctx, &user).await.map(|()| 0)
+        }
+        Command::Export { scope } => cmd::export(&ctx, &scope).await.map(|()| 0),
+        Command::Import { scope, file } => cmd::import(&ctx, &scope, &file).await.map(|()| 0),
+        Command::Search {
+            scope,
+            query,
+            top_k,
+            category,
+        } => cmd::search(&ctx, &scope, query, top_k, category)
+            .await
+            .map(|()| 0),
+        Command::Index(c) => cmd::index(&ctx, c).await.map(|()| 0),
+        Command::Migrate(a) => cmd::migrate(&ctx, a).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("deermem: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("deermem: {e}");
+            e.exit_code()
+        }
+    }
 }

@@ -7,6 +7,8 @@
 mod build;
 mod clock;
 mod config_file;
+#[cfg(feature = "storage-file")]
+pub mod embedded;
 mod noop;
 pub mod tools;
 

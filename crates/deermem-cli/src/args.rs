@@ -1,0 +1,200 @@
+//! Command-line arguments of `deermem` (clap derive). Global options are accepted before or
+//! after the subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit codes, also printed by `--help`.
+pub(crate) const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  failure (I/O, unexpected backend error; `migrate`: at least one user failed)
+  2  bad arguments
+  3  conflict: the memory changed concurrently (stale --expected-revision); nothing was changed
+  4  not found: no such fact
+  5  invalid input (empty content, confidence outside 0..1, bad user id, agent name or fact id)
+  6  not supported by the configured memory backend
+  7  stored memory is corrupted (manual repair needed; nothing was changed)
+  8  backend unavailable or timed out";
+
+/// The DeerMem long-term memory engine.
+#[derive(Debug, Parser)]
+#[command(name = "deermem", version, about = "DeerMem: long-term memory for LLM agents", after_help = EXIT_CODES_HELP)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct GlobalArgs {
+    /// Storage root directory (wins over the config's `storage_path`).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) storage_path: Option<PathBuf>,
+    /// A DeerFlow `config.yaml` (with a top-level `memory:`) or a bare `memory:` section.
+    /// Defaults to `$DEERMEM_CONFIG` when set.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// More logging on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+}
+
+/// Who a command acts for.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ScopeArgs {
+    /// The raw user id, e.g. `bob@example.com`.
+    #[arg(long, value_name = "USER")]
+    pub(crate) user: String,
+    /// The agent; omitted means the default bucket.
+    #[arg(long, value_name = "AGENT")]
+    pub(crate) agent: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Read and edit facts.
+    #[command(subcommand)]
+    Facts(FactsCommand),
+    /// The user's summaries.
+    #[command(subcommand)]
+    Summaries(SummariesCommand),
+    /// Print the memory document (the DeerMem JSON shape) on stdout.
+    Export {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Replace a bucket with a memory document read from FILE (`-` for stdin).
+    Import {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The document to import.
+        file: PathBuf,
+    },
+    /// Ranked search within one user's bucket.
+    Search {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The query.
+        query: String,
+        /// How many hits.
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Only this category.
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// The derived search index.
+    #[command(subcommand)]
+    Index(IndexCommand),
+    /// Migrate legacy data: Markdown facts from v1 JSON, or the pre-isolation shared layout.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FactsCommand {
+    /// List facts (sorted by id).
+    List {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Show one fact.
+    Get {
+        /// Fact id.
+        id: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Add a fact.
+    Add {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The fact text.
+        #[arg(long)]
+        content: String,
+        /// Category (default `context`).
+        #[arg(long, default_value = "context")]
+        category: String,
+        /// Confidence between 0 and 1.
+        #[arg(long, default_value_t = 0.5)]
+        confidence: f64,
+    },
+    /// Change a fact; omitted fields are kept.
+    Update {
+        /// Fact id.
+        id: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// New text.
+        #[arg(long)]
+        content: Option<String>,
+        /// New category.
+        #[arg(long)]
+        category: Option<String>,
+        /// New confidence.
+        #[arg(long)]
+        confidence: Option<f64>,
+        /// Fail with a conflict unless the fact is at this revision.
+        #[arg(long)]
+        expected_revision: Option<u64>,
+    },
+    /// Delete a fact.
+    Delete {
+        /// Fact id.
+        id: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Fail with a conflict unless the fact is at this revision.
+        #[arg(long)]
+        expected_revision: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SummariesCommand {
+    /// Show the user's summaries.
+    Get {
+        /// The raw user id.
+        #[arg(long, value_name = "USER")]
+        user: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum IndexCommand {
+    /// Rebuild the index for everything, one user, or one user's agent.
+    Rebuild {
+        /// Only this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this agent of the user (requires --user).
+        #[arg(long, requires = "user")]
+        agent: Option<String>,
+    },
+    /// Index configuration and health.
+    Status,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").args(["all_users", "user_id", "user_isolation"]).multiple(true).required(true)))]
+pub(crate) struct MigrateArgs {
+    /// Migrate every user found under `users/`.
+    #[arg(long, conflicts_with_all = ["user_id", "user_isolation"])]
+    pub(crate) all_users: bool,
+    /// Migrate these users (original ids, e.g. `bob@example.com`); repeatable.
+    #[arg(long = "user-id", value_name = "ID")]
+    pub(crate) user_id: Vec<String>,
+    /// Move the pre-isolation shared layout (`memory.json`, `agents/`) into a user's bucket
+    /// (`--user-id`, default `default`).
+    #[arg(long)]
+    pub(crate) user_isolation: bool,
+    /// Report what would happen without writing anything.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}

@@ -1,0 +1,551 @@
+//! The data commands: facts, summaries, export/import, search, index and migrate.
+
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deermem_core::ports::{FactPatch, MemoryManager, MemoryStorage, NewFact, SearchRequest};
+use deermem_core::{AgentName, PublicMemoryDocument, UserId};
+use serde_json::json;
+
+use crate::args::{FactsCommand, IndexCommand, MigrateArgs, ScopeArgs};
+use crate::ctx::{self, Ctx};
+use crate::error::{CliError, Kind};
+use crate::output;
+
+/// Drains and closes a manager after a command that may have queued work.
+pub(crate) async fn finish(manager: &Arc<dyn MemoryManager>, ctx: &Ctx) {
+    let budget = Duration::from_secs_f64(ctx.memory().shutdown_flush_timeout_seconds);
+    if !manager.shutdown_flush(budget).await {
+        tracing::warn!("pending memory updates did not finish within {budget:?}");
+    }
+    manager.close().await;
+}
+
+fn find_fact<'a>(doc: &'a PublicMemoryDocument, id: &str) -> Option<&'a deermem_core::PublicFact> {
+    doc.facts.iter().find(|f| f.id == id)
+}
+
+pub(crate) async fn facts(ctx: &Ctx, command: FactsCommand) -> Result<(), CliError> {
+    let manager = ctx.manager()?;
+    let result = facts_inner(ctx, &manager, command).await;
+    finish(&manager, ctx).await;
+    result
+}
+
+async fn facts_inner(
+    ctx: &Ctx,
+    manager: &Arc<dyn MemoryManager>,
+    command: FactsCommand,
+) -> Result<(), CliError> {
+    let json = ctx.global.json;
+    match command {
+        FactsCommand::List { scope } => {
+            let doc = manager.get_memory(ctx::scope(&scope)?).await?;
+            let mut facts = doc.facts;
+            facts.sort_by(|a, b| a.id.cmp(&b.id));
+            if json {
+                output::print_json(&facts)
+            } else {
+                output::print_text(&output::facts_table(&facts))
+            }
+        }
+        FactsCommand::Get { id, scope } => {
+            let doc = manager.get_memory(ctx::scope(&scope)?).await?;
+            let fact = find_fact(&doc, &id).ok_or_else(|| {
+                CliError::new(
+                    Kind::NotFound,
+                    format!("no fact {id:?} for this user and agent"),
+                )
+            })?;
+            if json {
+                output::print_json(fact)
+            } else {
+                output::print_text(&output::fact_details(fact))
+            }
+        }
+        FactsCommand::Add {
+            scope,
+            content,
+            category,
+            confidence,
+        } => {
+            let (doc, id) = manager
+                .create_fact(
+                    NewFact {
+                        content,
+                        category,
+                        confidence,
+                    },
+                    ctx::scope(&scope)?,
+                )
+                .await?;
+            let id = id.ok_or_else(|| {
+                CliError::new(Kind::Conflict, "the fact was not stored because the configured memory.max_facts capacity policy evicted it")
+            })?;
+            let fact = find_fact(&doc, &id).ok_or_else(|| {
+                CliError::failure(format!(
+                    "the new fact {id} is missing from the returned document"
+                ))
+            })?;
+            if json {
+                output::print_json(fact)
+            } else {
+                output::print_text(&format!("added {id}\n{}", output::fact_details(fact)))
+            }
+        }
+        FactsCommand::Update {
+            id,
+            scope,
+            content,
+            category,
+            confidence,
+            expected_revision,
+        } => {
+            let patch = FactPatch {
+                content,
+                category,
+                confidence,
+                expected_revision,
+            };
+            let doc = manager.update_fact(&id, patch, ctx::scope(&scope)?).await?;
+            let fact = find_fact(&doc, &id).ok_or_else(|| {
+                CliError::failure(format!("fact {id} is missing from the returned document"))
+            })?;
+            if json {
+                output::print_json(fact)
+            } else {
+                output::print_text(&format!("updated {id}\n{}", output::fact_details(fact)))
+            }
+        }
+        FactsCommand::Delete {
+            id,
+            scope,
+            expected_revision,
+        } => {
+            manager
+                .delete_fact(&id, expected_revision, ctx::scope(&scope)?)
+                .await?;
+            if json {
+                output::print_json(&json!({"id": id, "status": "deleted"}))
+            } else {
+                output::print_text(&format!("deleted {id}"))
+            }
+        }
+    }
+}
+
+pub(crate) async fn summaries(ctx: &Ctx, user: &str) -> Result<(), CliError> {
+    let manager = ctx.manager()?;
+    let scope = deermem_core::ports::MemoryScope::new(Some(ctx::user(user)?), None);
+    let result = manager.get_memory(scope).await;
+    finish(&manager, ctx).await;
+    let doc = result?;
+    if ctx.global.json {
+        output::print_json(
+            &json!({"user": doc.user, "history": doc.history, "revision": doc.revision}),
+        )
+    } else {
+        output::print_text(&output::summaries_text(&doc))
+    }
+}
+
+pub(crate) async fn export(ctx: &Ctx, scope: &ScopeArgs) -> Result<(), CliError> {
+    let manager = ctx.manager()?;
+    let result = manager.export_memory(ctx::scope(scope)?).await;
+    finish(&manager, ctx).await;
+    output::print_json(&result?.for_http())
+}
+
+fn read_input(file: &Path) -> Result<String, CliError> {
+    if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::failure(format!("cannot read stdin: {e}")))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(file)
+        .map_err(|e| CliError::failure(format!("cannot read {}: {e}", file.display())))
+}
+
+pub(crate) async fn import(ctx: &Ctx, scope: &ScopeArgs, file: &Path) -> Result<(), CliError> {
+    let text = read_input(file)?;
+    let doc: PublicMemoryDocument = serde_json::from_str(&text).map_err(|e| {
+        CliError::invalid(format!("{} is not a memory document: {e}", file.display()))
+    })?;
+    let manager = ctx.manager()?;
+    let result = manager.import_memory(doc, ctx::scope(scope)?).await;
+    finish(&manager, ctx).await;
+    let doc = result?;
+    if ctx.global.json {
+        output::print_json(&doc.for_http())
+    } else {
+        output::print_text(&format!(
+            "imported {} fact(s); revision {}",
+            doc.facts.len(),
+            doc.revision.unwrap_or(0)
+        ))
+    }
+}
+
+pub(crate) async fn search(
+    ctx: &Ctx,
+    scope: &ScopeArgs,
+    query: String,
+    top_k: usize,
+    category: Option<String>,
+) -> Result<(), CliError> {
+    let manager = ctx.manager()?;
+    let request = SearchRequest {
+        query,
+        top_k,
+        scope: ctx::scope(scope)?,
+        category,
+    };
+    let result = manager.search_scored(request).await;
+    finish(&manager, ctx).await;
+    let hits = result?;
+    if ctx.global.json {
+        let rows: Vec<_> = hits
+            .iter()
+            .map(|h| {
+                json!({
+                    "id": h.fact.id,
+                    "content": h.fact.content,
+                    "category": h.fact.category,
+                    "score": h.score,
+                    "matchType": h.match_type.as_str(),
+                })
+            })
+            .collect();
+        return output::print_json(&rows);
+    }
+    if hits.is_empty() {
+        return output::print_text("(no matches)");
+    }
+    let mut out = String::new();
+    for (i, h) in hits.iter().enumerate() {
+        let score = h
+            .score
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}"));
+        out.push_str(&format!(
+            "{:>2}. [{}] {} ({}, score {score}, {})\n",
+            i + 1,
+            h.fact.category,
+            output::one_line(&h.fact.content, 100),
+            h.fact.id,
+            h.match_type.as_str()
+        ));
+    }
+    output::print_text(&out)
+}
+
+fn deermem_config(ctx: &Ctx) -> Result<deermem_core::DeerMemConfig, CliError> {
+    if ctx.memory().manager_class != "deermem" {
+        return Err(CliError::new(
+            Kind::Unsupported,
+            format!(
+                "this command works on the embedded DeerMem storage; memory.manager_class is {:?}",
+                ctx.memory().manager_class
+            ),
+        ));
+    }
+    deermem::embedded::deermem_config(&ctx.memory().backend_config)
+        .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+fn open_storage(
+    ctx: &Ctx,
+    with_retrieval: bool,
+) -> Result<deermem_storage_file::FileMemoryStorage, CliError> {
+    let cfg = deermem_config(ctx)?;
+    let root = ctx.storage_root();
+    deermem::embedded::open_storage(&cfg, root, Arc::new(deermem::SystemClock), with_retrieval)
+        .map_err(|e| match e {
+            deermem::embedded::EmbeddedError::Config(c) => CliError::invalid(c.to_string()),
+            deermem::embedded::EmbeddedError::Storage(s) => s.into(),
+            other => CliError::failure(other.to_string()),
+        })
+}
+
+fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+pub(crate) async fn index(ctx: &Ctx, command: IndexCommand) -> Result<(), CliError> {
+    let storage = open_storage(ctx, true)?;
+    let result = index_inner(ctx, &storage, command).await;
+    storage.close().await;
+    result
+}
+
+async fn index_inner(
+    ctx: &Ctx,
+    storage: &deermem_storage_file::FileMemoryStorage,
+    command: IndexCommand,
+) -> Result<(), CliError> {
+    match command {
+        IndexCommand::Rebuild { user, agent } => {
+            let status = storage.retrieval_status().await;
+            if !status.configured {
+                return Err(CliError::new(
+                    Kind::Unsupported,
+                    "no search index is configured (retrieval_adapter is empty)",
+                ));
+            }
+            let scopes: Option<Vec<(Option<UserId>, AgentName)>> = match (user, agent) {
+                (None, _) => None,
+                (Some(u), Some(a)) => Some(vec![(Some(ctx::user(&u)?), AgentName::parse(&a)?)]),
+                (Some(u), None) => {
+                    let uid = ctx::user(&u)?;
+                    let agents = agents_of(&ctx.storage_root(), &uid);
+                    Some(agents.into_iter().map(|a| (Some(uid.clone()), a)).collect())
+                }
+            };
+            let bar = progress(
+                scopes.as_ref().map_or(1, |s| s.len() as u64),
+                "rebuilding index",
+            );
+            let report = match &scopes {
+                None => {
+                    let r = storage.rebuild_index(None).await?;
+                    bar.inc(1);
+                    r
+                }
+                Some(list) => {
+                    let mut total = deermem_core::RebuildReport {
+                        supported: true,
+                        ..Default::default()
+                    };
+                    for scope in list {
+                        let r = storage
+                            .rebuild_index(Some(std::slice::from_ref(scope)))
+                            .await?;
+                        total.indexed += r.indexed;
+                        total.failed += r.failed;
+                        total.fatal |= r.fatal;
+                        bar.inc(1);
+                    }
+                    total
+                }
+            };
+            bar.finish_and_clear();
+            if ctx.global.json {
+                output::print_json(&report)?;
+            } else {
+                output::print_text(&format!(
+                    "indexed {} fact(s), {} failed{}",
+                    report.indexed,
+                    report.failed,
+                    if report.fatal { " (FATAL)" } else { "" }
+                ))?;
+            }
+            if report.fatal {
+                return Err(CliError::failure(
+                    "the index rebuild failed; search falls back to a substring scan until a rebuild succeeds",
+                ));
+            }
+            Ok(())
+        }
+        IndexCommand::Status => {
+            let status = storage.retrieval_status().await;
+            if ctx.global.json {
+                return output::print_json(&status);
+            }
+            let mut out = format!(
+                "configured: {}\nmode:       {}\n",
+                status.configured, status.mode
+            );
+            if let Some(a) = &status.adapter {
+                out.push_str(&format!("adapter:    {a}\n"));
+            }
+            if let Some(n) = status.total_docs {
+                out.push_str(&format!("documents:  {n}\n"));
+            }
+            if let Some(p) = &status.db_path {
+                out.push_str(&format!("path:       {p}\n"));
+            }
+            if let Some(b) = status.db_bytes {
+                out.push_str(&format!("size:       {b} bytes\n"));
+            }
+            out.push_str(&format!(
+                "dirty:      {}\n",
+                if status.dirty_scopes.is_empty() {
+                    "none".to_owned()
+                } else {
+                    status.dirty_scopes.join(", ")
+                }
+            ));
+            if let Some(e) = &status.last_error {
+                out.push_str(&format!("last error: {e}\n"));
+            }
+            output::print_text(&out)
+        }
+    }
+}
+
+/// The agent buckets of a user on disk (directory names that are valid agent names).
+fn agents_of(root: &Path, user: &UserId) -> Vec<AgentName> {
+    let dir = root.join("users").join(user.bucket()).join("agents");
+    let mut out: Vec<AgentName> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| AgentName::parse(&e.file_name().to_string_lossy()).ok())
+        .collect();
+    out.sort();
+    out
+}
+
+/// `deermem migrate`: returns the process exit status (0, or 1 when any user failed).
+pub(crate) async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<u8, CliError> {
+    if args.user_isolation {
+        return migrate_isolation(ctx, &args);
+    }
+    let storage = open_storage(ctx, true)?;
+    let root = ctx.storage_root();
+    let mut lines = vec![format!("Storage root: {}", root.display())];
+    let users: Vec<UserId> = if args.all_users {
+        storage.list_users().await?
+    } else {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for raw in &args.user_id {
+            let u = ctx::user(raw)?;
+            if seen.insert(u.as_str().to_owned()) {
+                out.push(u);
+            }
+        }
+        out
+    };
+    if users.is_empty() {
+        lines.push("No user buckets found; nothing to migrate.".to_owned());
+        storage.close().await;
+        if ctx.global.json {
+            output::print_json(
+                &json!({"root": root, "users": [], "summary": {"migrated": 0, "planned": 0, "current": 0, "failed": 0}}),
+            )?;
+        } else {
+            output::print_text(&lines.join("\n"))?;
+        }
+        return Ok(0);
+    }
+    let manifest_name = deermem_config(ctx)?.manifest_filename;
+    let (mut migrated, mut planned, mut current, mut failed) = (0, 0, 0, 0);
+    let mut rows = Vec::new();
+    let bar = progress(users.len() as u64, "migrating");
+    for user in &users {
+        let path = root.join("users").join(user.bucket()).join(&manifest_name);
+        let result = storage
+            .migrate(Some(user), &AgentName::default_bucket(), args.dry_run)
+            .await;
+        let (status, line) = match result {
+            Ok(r) if r.migrated && args.dry_run => {
+                planned += 1;
+                (
+                    "planned",
+                    format!("{user}: would migrate {}", path.display()),
+                )
+            }
+            Ok(r) if r.migrated => {
+                migrated += 1;
+                (
+                    "migrated",
+                    format!(
+                        "{user}: migrated {} ({} -> {})",
+                        path.display(),
+                        r.from_version.as_deref().unwrap_or("none"),
+                        r.to_version
+                    ),
+                )
+            }
+            Ok(_) => {
+                current += 1;
+                ("current", format!("{user}: already current"))
+            }
+            Err(e) => {
+                failed += 1;
+                ("failed", format!("{user}: FAILED: {e}"))
+            }
+        };
+        rows.push(
+            json!({"user": user.as_str(), "bucket": user.bucket(), "status": status, "line": line}),
+        );
+        lines.push(line);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    storage.close().await;
+    let summary =
+        format!("Summary: migrated={migrated} planned={planned} current={current} failed={failed}");
+    lines.push(summary);
+    if ctx.global.json {
+        output::print_json(
+            &json!({"root": root, "users": rows, "summary": {"migrated": migrated, "planned": planned, "current": current, "failed": failed}}),
+        )?;
+    } else {
+        output::print_text(&lines.join("\n"))?;
+    }
+    Ok(u8::from(failed > 0))
+}
+
+fn migrate_isolation(ctx: &Ctx, args: &MigrateArgs) -> Result<u8, CliError> {
+    if args.user_id.len() > 1 {
+        return Err(CliError::invalid(
+            "--user-isolation assigns the shared layout to one user: give at most one --user-id",
+        ));
+    }
+    let user = match args.user_id.first() {
+        Some(raw) => ctx::user(raw)?,
+        None => UserId::default_user(),
+    };
+    let manifest_filename = match ctx.memory().manager_class.as_str() {
+        "deermem" => deermem_config(ctx)?.manifest_filename,
+        _ => "memory.json".to_owned(),
+    };
+    let root = ctx.storage_root();
+    let options = deermem_storage_file::isolation::IsolationOptions {
+        dry_run: args.dry_run,
+        manifest_filename,
+    };
+    let report = deermem_storage_file::isolation::migrate_user_isolation(&root, &user, &options)?;
+    if ctx.global.json {
+        let s = report.summary();
+        let items: Vec<_> = report
+            .items
+            .iter()
+            .map(|i| {
+                json!({
+                    "kind": i.kind.to_string(),
+                    "source": i.source,
+                    "destination": i.destination,
+                    "action": i.action.label(),
+                    "line": i.to_string(),
+                })
+            })
+            .collect();
+        output::print_json(&json!({
+            "root": report.root,
+            "bucket": report.bucket,
+            "dryRun": report.dry_run,
+            "items": items,
+            "summary": {"migrated": s.migrated, "conflicts": s.conflicts, "planned": s.planned, "current": s.current, "failed": s.failed},
+        }))?;
+    } else {
+        output::print_text(&report.to_string())?;
+    }
+    Ok(u8::from(report.has_failures()))
+}
