@@ -211,6 +211,79 @@ pub fn capacity_decision(
     Some(CapacityDecision { decision, shadow })
 }
 
+/// The kind of proposed item a [`Rejection`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProposalKind {
+    /// A new fact.
+    NewFact,
+    /// A summary replacement.
+    Summary,
+    /// A contradiction removal.
+    Removal,
+    /// A consolidation (merge) group.
+    Consolidation,
+}
+
+/// Why the gates refused a proposed item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// A scope, durability or authority label (or a removal's id, scope or reason) is missing.
+    MissingLabels,
+    /// The scope is not `user`.
+    NotUserScope,
+    /// The durability is not `durable`.
+    NotDurable,
+    /// The authority is not `descriptive`.
+    NotDescriptive,
+    /// The confidence is below `fact_confidence_threshold`.
+    LowConfidence,
+    /// The same content is already stored or was proposed earlier in the batch.
+    Duplicate,
+    /// The content is blank.
+    Blank,
+    /// A paired removal whose replacement did not survive the gates.
+    ReplacementNotKept,
+    /// Consolidation sources that are unknown, already merged in this batch, or not offered.
+    SourcesUnavailable,
+    /// A consolidation group smaller than 2 or larger than `consolidation_max_sources`.
+    GroupSize,
+    /// Accepted, then evicted at once by the capacity policy (`max_facts`).
+    Evicted,
+}
+
+impl RejectReason {
+    /// A short human-readable reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MissingLabels => "missing scope/durability/authority labels",
+            Self::NotUserScope => "scope is not user",
+            Self::NotDurable => "durability is not durable",
+            Self::NotDescriptive => "authority is not descriptive",
+            Self::LowConfidence => "confidence below the threshold",
+            Self::Duplicate => "duplicate of a stored or earlier fact",
+            Self::Blank => "blank content",
+            Self::ReplacementNotKept => "replacement fact did not survive",
+            Self::SourcesUnavailable => "consolidation sources unavailable",
+            Self::GroupSize => "consolidation group size out of range",
+            Self::Evicted => "evicted at once by the capacity policy",
+        }
+    }
+}
+
+/// A proposed item the gates refused, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    /// What was proposed.
+    pub kind: ProposalKind,
+    /// The item: a fact's content, `section.key` for a summary, the fact id for a removal, the
+    /// merged content for a consolidation.
+    pub item: String,
+    /// Why it was refused.
+    pub reason: RejectReason,
+}
+
 /// What an apply did, for logs and tests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ApplyReport {
@@ -232,6 +305,8 @@ pub struct ApplyReport {
     pub consolidated: Vec<(String, Vec<String>)>,
     /// Facts removed because they describe upload events.
     pub upload_removed: Vec<String>,
+    /// Proposed items the gates refused, in proposal order per kind.
+    pub rejected: Vec<Rejection>,
 }
 
 /// The result of [`apply_update`].
@@ -272,6 +347,15 @@ fn fact_gate(scope: Option<&str>, durability: Option<&str>, authority: Option<&s
             }
         }
         _ => Gate::Missing,
+    }
+}
+
+fn gate_reason(gate: Gate) -> RejectReason {
+    match gate {
+        Gate::Pass | Gate::Missing => RejectReason::MissingLabels,
+        Gate::Scope => RejectReason::NotUserScope,
+        Gate::Durability => RejectReason::NotDurable,
+        Gate::Authority => RejectReason::NotDescriptive,
     }
 }
 
@@ -339,6 +423,14 @@ impl<'a> Builder<'a> {
         self.ctx.config
     }
 
+    fn reject(&mut self, kind: ProposalKind, item: &str, reason: RejectReason) {
+        self.report.rejected.push(Rejection {
+            kind,
+            item: item.to_owned(),
+            reason,
+        });
+    }
+
     /// §8.1: explicit confirmations, only with a deterministic reinforcement signal in the
     /// batch and only when confirmation metadata is tracked.
     fn reinforce(&mut self, update: &ProposedUpdate) {
@@ -365,21 +457,27 @@ impl<'a> Builder<'a> {
     fn summaries(&mut self, update: &ProposedUpdate) {
         for p in &update.summaries {
             let counts = &mut self.metrics.scope_gate_rejections.summaries;
-            match (p.scope.as_deref(), p.authority.as_deref()) {
+            let refused = match (p.scope.as_deref(), p.authority.as_deref()) {
                 (Some(s), Some(a)) => {
                     if s != "user" {
                         counts.scope += 1;
-                        continue;
-                    }
-                    if a != "descriptive" {
+                        Some(RejectReason::NotUserScope)
+                    } else if a != "descriptive" {
                         counts.authority += 1;
-                        continue;
+                        Some(RejectReason::NotDescriptive)
+                    } else {
+                        None
                     }
                 }
                 _ => {
                     counts.missing += 1;
-                    continue;
+                    Some(RejectReason::MissingLabels)
                 }
+            };
+            if let Some(reason) = refused {
+                let item = format!("{}.{}", p.section.as_str(), p.key);
+                self.reject(ProposalKind::Summary, &item, reason);
+                continue;
             }
             let mut child = Map::new();
             child.insert("summary".into(), Value::String(p.summary.clone()));
@@ -548,16 +646,24 @@ impl<'a> Builder<'a> {
             );
             if gate != Gate::Pass {
                 count(&mut self.metrics.scope_gate_rejections.facts, gate);
+                self.reject(ProposalKind::NewFact, &nf.content, gate_reason(gate));
                 continue;
             }
             if nf.confidence < threshold {
+                self.reject(
+                    ProposalKind::NewFact,
+                    &nf.content,
+                    RejectReason::LowConfidence,
+                );
                 continue;
             }
             let Some(key) = content_key(&nf.content) else {
+                self.reject(ProposalKind::NewFact, &nf.content, RejectReason::Blank);
                 continue;
             };
             replacement_keys.insert(nf.index, key.clone());
             if existing.contains(&key) {
+                self.reject(ProposalKind::NewFact, &nf.content, RejectReason::Duplicate);
                 continue;
             }
             let Some(id) = self.fresh_id() else {
@@ -594,7 +700,19 @@ impl<'a> Builder<'a> {
         if let Some(d) =
             capacity_decision(&self.doc.facts, self.cfg(), self.ctx.usage, self.ctx.now)
         {
-            self.report.evicted.extend(d.decision.evicted_ids());
+            let evicted = d.decision.evicted_ids();
+            for id in &evicted {
+                let content = self
+                    .drafts
+                    .get(id)
+                    .and_then(|draft| draft.get("content"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if let Some(content) = content {
+                    self.reject(ProposalKind::NewFact, &content, RejectReason::Evicted);
+                }
+            }
+            self.report.evicted.extend(evicted);
             self.doc.facts = d.decision.kept.clone();
             self.capacity.push(d);
         }
@@ -613,24 +731,36 @@ impl<'a> Builder<'a> {
             }
         }
         let mut marked: HashSet<String> = HashSet::new();
+        let mut refused: Vec<Rejection> = Vec::new();
         for e in &update.facts_to_remove {
             let counts = &mut self.metrics.scope_gate_rejections.removals;
+            let mut refuse = |reason: RejectReason| {
+                refused.push(Rejection {
+                    kind: ProposalKind::Removal,
+                    item: e.id.clone(),
+                    reason,
+                });
+            };
             let (Some(scope), Some(_reason)) = (e.scope.as_deref(), e.reason.as_deref()) else {
                 counts.missing += 1;
+                refuse(RejectReason::MissingLabels);
                 continue;
             };
             if scope != "user" {
                 counts.scope += 1;
+                refuse(RejectReason::NotUserScope);
                 continue;
             }
             if e.id.is_empty() {
                 counts.missing += 1;
+                refuse(RejectReason::MissingLabels);
                 continue;
             }
             match e.replacement {
                 ReplacementRef::None => {}
                 ReplacementRef::Invalid => {
                     counts.replacement += 1;
+                    refuse(RejectReason::ReplacementNotKept);
                     continue;
                 }
                 ReplacementRef::Index(i) => {
@@ -640,12 +770,14 @@ impl<'a> Builder<'a> {
                         .is_some_and(|ids| ids.iter().any(|id| *id != e.id));
                     if !survived {
                         counts.replacement += 1;
+                        refuse(RejectReason::ReplacementNotKept);
                         continue;
                     }
                 }
             }
             marked.insert(e.id.clone());
         }
+        self.report.rejected.extend(refused);
         if marked.is_empty() {
             return;
         }
@@ -696,9 +828,19 @@ impl<'a> Builder<'a> {
                     .iter()
                     .all(|id| !consumed.contains(id) && allowed.contains(id));
             if !usable {
+                self.reject(
+                    ProposalKind::Consolidation,
+                    &p.content,
+                    RejectReason::SourcesUnavailable,
+                );
                 continue;
             }
             if !(2..=cfg.consolidation_max_sources).contains(&p.source_ids.len()) {
+                self.reject(
+                    ProposalKind::Consolidation,
+                    &p.content,
+                    RejectReason::GroupSize,
+                );
                 continue;
             }
             let gate = fact_gate(
@@ -708,6 +850,7 @@ impl<'a> Builder<'a> {
             );
             if gate != Gate::Pass {
                 count(&mut self.metrics.scope_gate_rejections.consolidations, gate);
+                self.reject(ProposalKind::Consolidation, &p.content, gate_reason(gate));
                 continue;
             }
             let max_src = sources
@@ -719,6 +862,11 @@ impl<'a> Builder<'a> {
             let model = p.confidence.unwrap_or(DEFAULT_CONSOLIDATION_CONFIDENCE);
             let conf = model.clamp(0.0, 1.0).min(max_src);
             if conf < threshold {
+                self.reject(
+                    ProposalKind::Consolidation,
+                    &p.content,
+                    RejectReason::LowConfidence,
+                );
                 continue;
             }
             let created: Vec<Timestamp> = sources

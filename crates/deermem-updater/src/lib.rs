@@ -13,6 +13,8 @@
 //!   [`pipeline::UpdatePipeline::context`]);
 //! - `shutdown_flush`: [`queue::UpdateQueue::shutdown_flush`].
 //!
+//! [`manager::DeerMemManager`] is that manager: the `MemoryManager` contract over any storage.
+//!
 //! The model is behind the [`proposer::Proposer`] seam: [`proposer::LlmProposer`] (prompt →
 //! `LanguageModel` → parse) or, with no model configured, [`proposer::OfflineProposer`].
 
@@ -23,6 +25,7 @@ pub mod facts;
 pub mod filter;
 pub mod inject;
 pub mod json;
+pub mod manager;
 pub mod observe;
 pub mod offline;
 pub mod parse;
@@ -41,9 +44,14 @@ pub mod watermark;
 #[cfg(test)]
 mod testutil;
 
-pub use apply::{ApplyContext, ApplyOutcome, UpdateMetrics, apply_update};
+pub use apply::{
+    ApplyContext, ApplyOutcome, ProposalKind, RejectReason, Rejection, UpdateMetrics, apply_update,
+};
 pub use filter::{HiddenMessagePolicy, admit};
 pub use inject::{InjectionOptions, format_memory_for_injection};
+pub use manager::{
+    AddedFact, DeerMemManager, DeerMemParts, IngestReport, IngestStatus, RemovalReason, RemovedFact,
+};
 pub use parse::{ParseError, ProposedUpdate, parse_update_response};
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use prompt::{PromptError, TemplateStore};

@@ -336,6 +336,47 @@ impl TemplateStore {
         })
     }
 
+    /// [`TemplateStore::load`] with blocking reads, for synchronous constructors at start-up
+    /// (three small files). Per-agent overrides are still loaded lazily by
+    /// [`TemplateStore::for_agent`].
+    ///
+    /// # Errors
+    /// As [`TemplateStore::load`].
+    pub fn load_blocking(dir: &Path) -> Result<Self, PromptError> {
+        let mut texts = Vec::with_capacity(3);
+        for name in [
+            CHAT_TEMPLATE_FILE,
+            STALENESS_TEMPLATE_FILE,
+            CONSOLIDATION_TEMPLATE_FILE,
+        ] {
+            let path = dir.join(name);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => texts.push((path, text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(PromptError::Missing { path });
+                }
+                Err(source) => return Err(PromptError::Io { path, source }),
+            }
+        }
+        let global = match texts.as_slice() {
+            [(cp, ct), (sp, st), (op, ot)] => {
+                PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot))?
+            }
+            _ => {
+                return Err(PromptError::Missing {
+                    path: dir.to_owned(),
+                });
+            }
+        };
+        Ok(Self {
+            dir: Some(dir.to_owned()),
+            global: Arc::new(global),
+            per_agent: Mutex::new(LruCache::new(
+                NonZeroUsize::new(PER_AGENT_CACHE).unwrap_or(NonZeroUsize::MIN),
+            )),
+        })
+    }
+
     async fn load_set(
         dir: &Path,
         agent: Option<&AgentName>,

@@ -1,0 +1,471 @@
+//! The DeerMem manager: the backend-neutral `MemoryManager` contract (spec/api.md §1.10) over
+//! any `MemoryStorage` and the update pipeline of this crate.
+//!
+//! - **Writes from conversations.** `add` / `add_nowait` filter the raw turn, detect signals and
+//!   queue it ([`UpdatePipeline`]); [`DeerMemManager::ingest_now`] runs one extraction at once
+//!   and reports what it did.
+//! - **Reads.** `get_context` (injection text; summaries only in tool mode), `get_memory` /
+//!   `export_memory` (the compatibility document with string sources), `search` (the storage's
+//!   index first, then a substring scan over the whole bucket).
+//! - **Management.** `clear_memory`, `import_memory` (replace the bucket), `reload_memory`,
+//!   fact CRUD with revision preconditions, capacity eviction and its audit.
+//! - **Lifecycle.** `shutdown_flush`, `warm` (the token counter),
+//!   [`DeerMemManager::warm_retrieval`] (the full index rebuild), `close`.
+//!
+//! Every storage error crosses the boundary as the neutral [`ManagerError`]; an omitted agent is
+//! the reserved `__default__` bucket and agent names are lowercase ([`AgentName`]).
+
+mod bucket;
+mod facts;
+mod ingest;
+mod search;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deermem_core::ports::{
+    AddRequest, Clock, ContextRequest, FactPatch, LanguageModel, ManagerCapabilities,
+    MemoryManager, MemoryScope, MemoryStorage, NewFact, ScoredFact, SearchRequest,
+};
+use deermem_core::{
+    AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, PublicFact,
+    PublicMemoryDocument, TokenCounting, UserId,
+};
+
+pub use facts::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
+pub use ingest::{AddedFact, IngestReport, IngestStatus, RemovalReason, RemovedFact};
+pub use search::{MAX_QUERY_CHARS, MAX_TOP_K};
+
+use crate::facts::FactIdSource;
+use crate::filter::HiddenMessagePolicy;
+use crate::observe::UpdateObserver;
+use crate::pipeline::{Submission, SubmitOutcome, UpdatePipeline};
+use crate::prompt::TemplateStore;
+use crate::queue::QueueConfig;
+use crate::signals::{PATTERN_FILES, PatternSet};
+use crate::tokens::TokenCounter;
+use crate::updater::MemoryUpdater;
+
+/// The backend name used in "not supported by" messages and logs.
+pub const DEERMEM_NAME: &str = "DeerMem";
+
+/// Attempts of a snapshot-derived operation (create, scoped clear, import) before a revision
+/// conflict is reported (the first try plus two recomputes, as in the reference).
+pub const MAX_SNAPSHOT_ATTEMPTS: u32 = 3;
+
+/// The longest thread id accepted (bytes). Thread ids end up in fact sources on disk.
+pub const MAX_THREAD_ID_BYTES: usize = 1024;
+
+/// Everything a [`DeerMemManager`] is built from.
+///
+/// Build it with [`DeerMemParts::new`] and set the optional fields; new optional fields may be
+/// added, so prefer `new` over a struct literal.
+pub struct DeerMemParts {
+    /// The parsed `backend_config`.
+    pub config: DeerMemConfig,
+    /// Middleware (summaries and facts injected) or tool mode (summaries only).
+    pub mode: MemoryMode,
+    /// The host's `injection_enabled`; when false `get_context` is always empty.
+    pub injection_enabled: bool,
+    /// The fact repository.
+    pub storage: Arc<dyn MemoryStorage>,
+    /// The extraction model; `None` uses the offline rule-based proposer (logged once).
+    pub llm: Option<Arc<dyn LanguageModel>>,
+    /// The clock every timestamp comes from.
+    pub clock: Arc<dyn Clock>,
+    /// The host hook for hidden (`hide_from_ui`) user messages.
+    pub hidden_messages: HiddenMessagePolicy,
+    /// Receives model-call and extraction events (metrics, tracing).
+    pub observer: Option<Arc<dyn UpdateObserver>>,
+    /// Queue settings; `None` takes `debounce_seconds` and `queue_max_depth` from the config.
+    pub queue: Option<QueueConfig>,
+    /// Fresh fact ids (`fact_` + 8 hex by default); tests inject deterministic ones.
+    pub fact_ids: Option<FactIdSource>,
+}
+
+impl DeerMemParts {
+    /// Parts with the defaults: middleware mode, injection on, no model (offline proposer),
+    /// the structural hidden-message rule, no observer, the configured queue, random ids.
+    pub fn new(
+        config: DeerMemConfig,
+        storage: Arc<dyn MemoryStorage>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            config,
+            mode: MemoryMode::Middleware,
+            injection_enabled: true,
+            storage,
+            llm: None,
+            clock,
+            hidden_messages: HiddenMessagePolicy::structural(),
+            observer: None,
+            queue: None,
+            fact_ids: None,
+        }
+    }
+}
+
+impl fmt::Debug for DeerMemParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeerMemParts")
+            .field("mode", &self.mode)
+            .field("injection_enabled", &self.injection_enabled)
+            .field("storage", &self.storage)
+            .field("llm", &self.llm.as_ref().map(|l| l.model_name().to_owned()))
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The embedded DeerMem backend (see the module documentation).
+pub struct DeerMemManager {
+    config: Arc<DeerMemConfig>,
+    mode: MemoryMode,
+    injection_enabled: bool,
+    storage: Arc<dyn MemoryStorage>,
+    clock: Arc<dyn Clock>,
+    pipeline: UpdatePipeline,
+    hidden: HiddenMessagePolicy,
+    ids: FactIdSource,
+    warm: search::WarmState,
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for DeerMemManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeerMemManager")
+            .field("mode", &self.mode)
+            .field("injection_enabled", &self.injection_enabled)
+            .field("storage", &self.storage)
+            .field("pipeline", &self.pipeline)
+            .finish_non_exhaustive()
+    }
+}
+
+fn config_error(key: &str, e: impl fmt::Display) -> ManagerError {
+    ManagerError::invalid(InvalidInputCode::Other, format!("{key}: {e}"))
+}
+
+/// Reads the seven pattern files of an operator's `patterns_dir` (blocking; start-up only).
+fn load_patterns(dir: &Path) -> Result<PatternSet, ManagerError> {
+    let mut texts: Vec<(&str, String)> = Vec::with_capacity(PATTERN_FILES.len());
+    for name in PATTERN_FILES {
+        let path = dir.join(format!("{name}.yaml"));
+        match std::fs::read_to_string(&path) {
+            Ok(t) => texts.push((name, t)),
+            // A missing file is reported by `from_sources`, naming it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(config_error(
+                    "memory.backend_config.patterns_dir",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+    }
+    PatternSet::from_sources(&dir.display().to_string(), |name| {
+        texts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t.clone())
+    })
+    .map_err(|e| config_error("memory.backend_config.patterns_dir", e))
+}
+
+impl DeerMemManager {
+    /// Builds the manager and starts its update queue on the current tokio runtime.
+    ///
+    /// `patterns_dir` and `prompts_dir` are read here (blocking reads of a few small files), so
+    /// a bad operator directory fails at start-up, naming the file.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an unusable `patterns_dir` / `prompts_dir`; `Unavailable` outside a
+    /// tokio runtime.
+    pub fn new(parts: DeerMemParts) -> Result<Self, ManagerError> {
+        let config = Arc::new(parts.config);
+        let ids = parts.fact_ids.unwrap_or_default();
+        let mut builder =
+            MemoryUpdater::builder(config.clone(), parts.storage.clone(), parts.clock.clone())
+                .language_model(parts.llm)
+                .id_source(ids.clone());
+        if let Some(dir) = &config.patterns_dir {
+            builder = builder.patterns(Arc::new(load_patterns(Path::new(dir))?));
+        }
+        if let Some(dir) = &config.prompts_dir {
+            let templates = TemplateStore::load_blocking(Path::new(dir))
+                .map_err(|e| config_error("memory.backend_config.prompts_dir", e))?;
+            builder = builder.templates(Arc::new(templates));
+        }
+        if let Some(observer) = parts.observer {
+            builder = builder.observer(observer);
+        }
+        let updater = Arc::new(builder.build());
+        let queue = parts
+            .queue
+            .unwrap_or_else(|| QueueConfig::from_config(&config));
+        let pipeline =
+            UpdatePipeline::new(updater, parts.hidden_messages.clone(), queue).map_err(|e| {
+                ManagerError::Unavailable {
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(Self {
+            config,
+            mode: parts.mode,
+            injection_enabled: parts.injection_enabled,
+            storage: parts.storage,
+            clock: parts.clock,
+            pipeline,
+            hidden: parts.hidden_messages,
+            ids,
+            warm: search::WarmState::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The storage this manager reads and writes.
+    pub fn storage(&self) -> &Arc<dyn MemoryStorage> {
+        &self.storage
+    }
+
+    /// The update pipeline (admission, queue, updater).
+    pub fn pipeline(&self) -> &UpdatePipeline {
+        &self.pipeline
+    }
+
+    /// The DeerMem configuration.
+    pub fn config(&self) -> &DeerMemConfig {
+        &self.config
+    }
+
+    /// Whether `injection_enabled` is on.
+    pub fn injection_enabled(&self) -> bool {
+        self.injection_enabled
+    }
+
+    /// The user and agent bucket of a scope: an omitted agent is `__default__`; without a user
+    /// under `strict_user_scope` the call is refused.
+    fn bucket(&self, scope: &MemoryScope) -> Result<(Option<UserId>, AgentName), ManagerError> {
+        self.check_user(scope.user.as_ref())?;
+        let agent = scope
+            .agent
+            .clone()
+            .unwrap_or_else(AgentName::default_bucket);
+        Ok((scope.user.clone(), agent))
+    }
+
+    fn check_user(&self, user: Option<&UserId>) -> Result<(), ManagerError> {
+        if user.is_none() && self.config.strict_user_scope {
+            return Err(ManagerError::invalid(
+                InvalidInputCode::UserId,
+                "user_id is required when strict_user_scope is enabled.",
+            ));
+        }
+        Ok(())
+    }
+
+    fn submission(&self, request: &AddRequest) -> Result<Submission, ManagerError> {
+        let (user, agent) = self.bucket(&request.scope)?;
+        check_thread_id(&request.thread_id)?;
+        Ok(Submission {
+            thread_id: request.thread_id.clone(),
+            user,
+            agent,
+            trace_id: request.trace_id.clone(),
+        })
+    }
+
+    fn log_submit(&self, outcome: &SubmitOutcome, thread_id: &str) {
+        match outcome {
+            SubmitOutcome::Queued { signals } => {
+                tracing::debug!(thread_id, ?signals, "memory update queued");
+            }
+            SubmitOutcome::NotAdmitted => {
+                tracing::debug!(
+                    thread_id,
+                    "nothing to remember: no user turn or no assistant turn after filtering"
+                );
+            }
+            // The pipeline already logged the refusal; the caller never sees it.
+            SubmitOutcome::Refused(_) => {}
+        }
+    }
+}
+
+/// Thread ids are free-form but end up in stored fact sources: no NUL, bounded length.
+fn check_thread_id(thread_id: &str) -> Result<(), ManagerError> {
+    if thread_id.contains('\0') {
+        return Err(ManagerError::invalid(
+            InvalidInputCode::Other,
+            "thread_id must not contain NUL characters",
+        ));
+    }
+    if thread_id.len() > MAX_THREAD_ID_BYTES {
+        return Err(ManagerError::invalid(
+            InvalidInputCode::Other,
+            format!(
+                "thread_id is too long ({} bytes; at most {MAX_THREAD_ID_BYTES})",
+                thread_id.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl MemoryManager for DeerMemManager {
+    fn name(&self) -> &str {
+        DEERMEM_NAME
+    }
+
+    fn capabilities(&self) -> ManagerCapabilities {
+        ManagerCapabilities {
+            search: true,
+            read_memory: true,
+            clear_memory: true,
+            import_memory: true,
+            reload_memory: true,
+            fact_crud: true,
+            passive_writes_in_tool_mode: false,
+            tool_mode: true,
+        }
+    }
+
+    fn mode(&self) -> MemoryMode {
+        self.mode
+    }
+
+    async fn add(&self, request: AddRequest) -> Result<(), ManagerError> {
+        let submission = self.submission(&request)?;
+        let outcome = self.pipeline.submit(submission, &request.messages);
+        self.log_submit(&outcome, &request.thread_id);
+        Ok(())
+    }
+
+    async fn add_nowait(&self, request: AddRequest) -> Result<(), ManagerError> {
+        let submission = self.submission(&request)?;
+        let outcome = self
+            .pipeline
+            .submit_emergency(submission, &request.messages);
+        self.log_submit(&outcome, &request.thread_id);
+        Ok(())
+    }
+
+    async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError> {
+        let (user, agent) = self.bucket(&request.scope)?;
+        Ok(self
+            .pipeline
+            .context(user.as_ref(), &agent, self.mode, self.injection_enabled)
+            .await?)
+    }
+
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        Ok(self
+            .search_scored_impl(request)
+            .await?
+            .into_iter()
+            .map(|s| s.fact)
+            .collect())
+    }
+
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        self.search_scored_impl(request).await
+    }
+
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        Ok(self
+            .storage
+            .load(user.as_ref(), Some(&agent))
+            .await?
+            .to_public())
+    }
+
+    async fn reload_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        // The storage re-reads from disk and re-indexes this scope (the port's contract).
+        let doc = self.storage.reload(user.as_ref(), Some(&agent)).await?;
+        Ok(doc.to_public())
+    }
+
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        self.clear_impl(scope).await
+    }
+
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.import_impl(document, scope).await
+    }
+
+    /// The export document: the same as `get_memory` (the reference raised here; its gateway
+    /// exported through `get_memory`).
+    async fn export_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.get_memory(scope).await
+    }
+
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        self.create_fact_impl(fact, scope).await
+    }
+
+    async fn update_fact(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.update_fact_impl(fact_id, patch, scope).await
+    }
+
+    async fn delete_fact(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.delete_fact_impl(fact_id, expected_revision, scope)
+            .await
+    }
+
+    async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        self.pipeline.shutdown_flush(timeout).await
+    }
+
+    async fn warm(&self) -> Option<bool> {
+        match self.config.token_counting {
+            TokenCounting::Char => Some(true),
+            TokenCounting::Tiktoken => Some(
+                TokenCounter::new(TokenCounting::Tiktoken)
+                    .warm_async()
+                    .await,
+            ),
+        }
+    }
+
+    /// Stops accepting queued updates and closes the storage (and its index connection).
+    /// Call [`MemoryManager::shutdown_flush`] first: pending items are not drained here.
+    async fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.pipeline.queue().close();
+        self.storage.close().await;
+    }
+}

@@ -1,0 +1,196 @@
+//! Whole-bucket operations: clearing (everything, or one agent's facts with a snapshot retry)
+//! and importing (replacing the bucket with a document, with the per-fact revision rule and
+//! capacity eviction).
+
+use std::collections::{BTreeMap, HashSet};
+
+use deermem_core::ports::MemoryScope;
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode, ManagerError,
+    PublicMemoryDocument, Scope, StorageError, SummaryPatch, UserId, py,
+};
+
+use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
+use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS};
+use crate::apply::capacity_decision;
+
+fn memory_data(message: String) -> ManagerError {
+    ManagerError::invalid(InvalidInputCode::MemoryData, message)
+}
+
+/// A fact of an import document, checked.
+struct Incoming {
+    id: FactId,
+    draft: FactDraft,
+}
+
+/// Validates the facts of an import document: valid, unique ids and bounded content.
+fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, ManagerError> {
+    let mut seen: HashSet<FactId> = HashSet::new();
+    let mut out = Vec::with_capacity(document.facts.len());
+    for (i, f) in document.facts.iter().enumerate() {
+        let id = FactId::new(f.id.clone())
+            .map_err(|e| memory_data(format!("memory_data.facts[{i}].id: {e}")))?;
+        if !seen.insert(id.clone()) {
+            return Err(memory_data(format!(
+                "memory_data.facts: duplicate fact id '{id}'"
+            )));
+        }
+        if py::strip(&f.content)
+            .chars()
+            .nth(MAX_MANUAL_CONTENT_CHARS)
+            .is_some()
+        {
+            return Err(memory_data(format!(
+                "memory_data.facts[{i}].content is too long (at most {MAX_MANUAL_CONTENT_CHARS} characters)"
+            )));
+        }
+        out.push(Incoming {
+            id,
+            draft: f.to_draft(),
+        });
+    }
+    Ok(out)
+}
+
+impl DeerMemManager {
+    pub(super) async fn clear_impl(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.check_user(scope.user.as_ref())?;
+        let user = scope.user.as_ref();
+        match &scope.agent {
+            None => Ok(self.storage.clear_all(user).await?.to_public()),
+            Some(agent) => self.clear_agent(user, agent).await,
+        }
+    }
+
+    /// Deletes every fact of one bucket (summaries are shared and kept), recomputing from a
+    /// fresh snapshot when a concurrent writer wins.
+    async fn clear_agent(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let snapshot = self.storage.load(user, Some(agent)).await?;
+            if snapshot.facts.is_empty() {
+                return Ok(snapshot.to_public());
+            }
+            let revisions: BTreeMap<FactId, u64> = snapshot
+                .facts
+                .iter()
+                .map(|f| (f.id.clone(), f.revision))
+                .collect();
+            let changes = ChangeSet {
+                deletes: revisions.keys().cloned().collect(),
+                delete_revisions: Some(revisions),
+                ..ChangeSet::default()
+            };
+            let options = ApplyOptions {
+                expected_manifest_revision: Some(snapshot.revision),
+                allow_manifest_rebase: false,
+            };
+            match self
+                .storage
+                .apply_changes(user, Some(agent), changes, options)
+                .await
+            {
+                Ok(_) => {
+                    if let Err(e) = self.storage.clear_fact_metadata(user, agent, None).await {
+                        tracing::warn!(error = %e, "could not remove usage and audit sidecars after a clear");
+                    }
+                    return self.fresh_document(user, agent).await;
+                }
+                Err(e) if e.is_conflict() && attempt < MAX_SNAPSHOT_ATTEMPTS => {
+                    tracing::info!(attempt, error = %e, "memory changed during clear; recomputing from a fresh snapshot");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    pub(super) async fn import_impl(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        let user = user.as_ref();
+        let incoming = incoming_facts(&document)?;
+        let fact_scope = Scope::new(user.cloned(), Some(agent.clone())).to_fact_scope();
+        let summaries = SummaryPatch {
+            user: Some(document.user.to_section().0),
+            history: Some(document.history.to_section().0),
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let snapshot = self.storage.load(user, Some(&agent)).await?;
+            let now = self.clock.now();
+            let mut scored: Vec<Fact> = Vec::with_capacity(incoming.len());
+            for (i, f) in incoming.iter().enumerate() {
+                let fact = normalize_candidate(&f.draft, &fact_scope, now, &f.id)
+                    .map_err(|e| memory_data(format!("memory_data.facts[{i}]: {e}")))?;
+                scored.push(fact);
+            }
+            let usage = self.usage_for_capacity(user, &agent, scored.len()).await;
+            let decision = capacity_decision(&scored, &self.config, &usage, now);
+            let kept: HashSet<&FactId> = match &decision {
+                Some(d) => d.decision.kept.iter().map(|f| &f.id).collect(),
+                None => incoming.iter().map(|f| &f.id).collect(),
+            };
+            let mut changes = ChangeSet {
+                summaries: Some(summaries.clone()),
+                ..ChangeSet::default()
+            };
+            let mut upsert_revisions = BTreeMap::new();
+            for f in incoming.iter().filter(|f| kept.contains(&f.id)) {
+                changes.upserts.push(f.draft.clone());
+                // An existing fact must be at this revision, and the payload's own revision
+                // (1 when absent) must match it: an old export after edits is a conflict.
+                upsert_revisions.insert(
+                    f.id.clone(),
+                    snapshot.fact(f.id.as_str()).map(|s| s.revision),
+                );
+            }
+            if !upsert_revisions.is_empty() {
+                changes.upsert_revisions = Some(upsert_revisions);
+            }
+            let mut delete_revisions = BTreeMap::new();
+            for f in snapshot.facts.iter().filter(|f| !kept.contains(&f.id)) {
+                changes.deletes.push(f.id.clone());
+                delete_revisions.insert(f.id.clone(), f.revision);
+            }
+            if !delete_revisions.is_empty() {
+                changes.delete_revisions = Some(delete_revisions);
+            }
+            let options = ApplyOptions {
+                expected_manifest_revision: Some(snapshot.revision),
+                allow_manifest_rebase: false,
+            };
+            match self
+                .storage
+                .apply_changes(user, Some(&agent), changes, options)
+                .await
+            {
+                Ok(_) => {
+                    self.audit_capacity(user, &agent, decision.as_ref(), now)
+                        .await;
+                    return self.fresh_document(user, &agent).await;
+                }
+                // Only a concurrent writer is retried; a payload whose revision does not
+                // match the stored fact is a conflict the caller must resolve.
+                Err(e @ StorageError::ManifestConflict { .. })
+                    if attempt < MAX_SNAPSHOT_ATTEMPTS =>
+                {
+                    tracing::info!(attempt, error = %e, "memory changed during import; recomputing from a fresh snapshot");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Manual fact CRUD (spec/updater.md §13, spec/api.md §1.10): validation with stable error
+//! codes, the duplicate check over the whole bucket, capacity eviction of a new fact with a
+//! snapshot-recompute retry, and revision-checked point updates and deletes.
+
+use std::collections::BTreeMap;
+
+use deermem_core::fact::{NormalizeContext, fact_title, normalize_fact};
+use deermem_core::policy::eviction::FactUsageMap;
+use deermem_core::ports::{FactPatch, MemoryScope, NewFact};
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactScope, InvalidInputCode,
+    ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId, py,
+};
+use serde_json::{Map, Value};
+
+use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS};
+use crate::apply::{CapacityDecision, capacity_decision};
+use crate::text::content_key;
+
+/// The longest manual fact content accepted, in code points (facts are injected into prompts;
+/// one huge fact would crowd out every other).
+pub const MAX_MANUAL_CONTENT_CHARS: usize = 20_000;
+
+/// The longest category accepted, in code points.
+pub const MAX_CATEGORY_CHARS: usize = 128;
+
+/// Draws at most this many ids before giving up on finding an unused one.
+const ID_DRAWS: usize = 32;
+
+/// Stripped, non-empty content of bounded length (`InvalidInput{Content}` otherwise).
+pub(super) fn validate_content(content: &str) -> Result<String, ManagerError> {
+    let c = py::strip(content);
+    if c.is_empty() {
+        return Err(ManagerError::invalid(
+            InvalidInputCode::Content,
+            "content must not be empty",
+        ));
+    }
+    if c.chars().nth(MAX_MANUAL_CONTENT_CHARS).is_some() {
+        return Err(ManagerError::invalid(
+            InvalidInputCode::Content,
+            format!("content is too long (at most {MAX_MANUAL_CONTENT_CHARS} characters)"),
+        ));
+    }
+    Ok(c.to_owned())
+}
+
+/// The stripped category, `context` when blank.
+pub(super) fn validate_category(category: &str) -> Result<String, ManagerError> {
+    let c = py::strip(category);
+    if c.chars().nth(MAX_CATEGORY_CHARS).is_some() {
+        return Err(ManagerError::invalid(
+            InvalidInputCode::Other,
+            format!("category is too long (at most {MAX_CATEGORY_CHARS} characters)"),
+        ));
+    }
+    Ok(if c.is_empty() { "context" } else { c }.to_owned())
+}
+
+/// A finite confidence within `[0, 1]` (`InvalidInput{Confidence}` otherwise).
+pub(super) fn validate_confidence(confidence: f64) -> Result<f64, ManagerError> {
+    if confidence.is_finite() && (0.0..=1.0).contains(&confidence) {
+        Ok(confidence)
+    } else {
+        Err(ManagerError::invalid(
+            InvalidInputCode::Confidence,
+            "confidence must be a finite number between 0 and 1",
+        ))
+    }
+}
+
+fn json_f64(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+fn duplicate() -> ManagerError {
+    ManagerError::invalid(InvalidInputCode::DuplicateFact, "Duplicate fact")
+}
+
+fn not_found(id: &str) -> ManagerError {
+    ManagerError::NotFound {
+        fact_id: id.to_owned(),
+    }
+}
+
+impl DeerMemManager {
+    /// The usage sidecar when the policy reads it and the list is over the cap; otherwise (or
+    /// when it cannot be read) empty.
+    pub(super) async fn usage_for_capacity(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        count: usize,
+    ) -> FactUsageMap {
+        if !(self.config.tracks_usage() && count > self.config.max_facts) {
+            return FactUsageMap::new();
+        }
+        match self.storage.get_fact_usage(user, agent).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, "fact usage unavailable; capacity scoring without access heat");
+                FactUsageMap::new()
+            }
+        }
+    }
+
+    /// Writes the capacity audit after a successful commit; failures are logged.
+    pub(super) async fn audit_capacity(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        decision: Option<&CapacityDecision>,
+        now: Timestamp,
+    ) {
+        let Some(d) = decision else { return };
+        if let Err(e) = self
+            .storage
+            .record_capacity_eviction(
+                user,
+                agent,
+                &d.decision,
+                self.config.max_facts,
+                d.shadow.as_ref(),
+                Some(now),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "capacity eviction audit failed");
+        }
+    }
+
+    pub(super) async fn fresh_document(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        Ok(self.storage.load(user, Some(agent)).await?.to_public())
+    }
+
+    fn unused_id(
+        &self,
+        snapshot: &MemoryDocument,
+        current: FactId,
+    ) -> Result<FactId, ManagerError> {
+        let mut id = current;
+        for _ in 0..ID_DRAWS {
+            if snapshot.fact(id.as_str()).is_none() {
+                return Ok(id);
+            }
+            id = self.ids.next_id();
+        }
+        Err(ManagerError::Conflict {
+            message: "could not draw an unused fact id".into(),
+        })
+    }
+
+    pub(super) async fn create_fact_impl(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        let content = validate_content(&fact.content)?;
+        let category = validate_category(&fact.category)?;
+        let confidence = validate_confidence(fact.confidence)?;
+        let key = content_key(&content);
+        let fact_scope = Scope::new(user.clone(), Some(agent.clone())).to_fact_scope();
+        let mut id = self.ids.next_id();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let snapshot = self.storage.load(user.as_ref(), Some(&agent)).await?;
+            if snapshot
+                .facts
+                .iter()
+                .any(|f| content_key(&f.content) == key)
+            {
+                return Err(duplicate());
+            }
+            id = self.unused_id(&snapshot, id)?;
+            let now = self.clock.now();
+            let mut draft = Map::new();
+            draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+            draft.insert("content".into(), Value::String(content.clone()));
+            draft.insert("category".into(), Value::String(category.clone()));
+            draft.insert("confidence".into(), json_f64(confidence));
+            draft.insert("createdAt".into(), Value::String(now.to_iso_z()));
+            draft.insert("source".into(), Value::String("manual".into()));
+            let candidate = normalize_candidate(&draft, &fact_scope, now, &id)?;
+            let mut all = snapshot.facts.clone();
+            all.push(candidate);
+            let usage = self
+                .usage_for_capacity(user.as_ref(), &agent, all.len())
+                .await;
+            let decision = capacity_decision(&all, &self.config, &usage, now);
+            let kept_new = decision
+                .as_ref()
+                .is_none_or(|d| d.decision.kept.iter().any(|f| f.id == id));
+            let changes = creation_changes(
+                &snapshot,
+                decision.as_ref(),
+                kept_new.then_some((&id, draft)),
+            );
+            if !changes.has_fact_changes() {
+                // Only the new fact was over the cap: nothing is stored.
+                self.audit_capacity(user.as_ref(), &agent, decision.as_ref(), now)
+                    .await;
+                return Ok((snapshot.to_public(), None));
+            }
+            let options = ApplyOptions {
+                expected_manifest_revision: Some(snapshot.revision),
+                allow_manifest_rebase: false,
+            };
+            match self
+                .storage
+                .apply_changes(user.as_ref(), Some(&agent), changes, options)
+                .await
+            {
+                Ok(_) => {
+                    self.audit_capacity(user.as_ref(), &agent, decision.as_ref(), now)
+                        .await;
+                    let doc = self.fresh_document(user.as_ref(), &agent).await?;
+                    return Ok((doc, kept_new.then(|| id.as_str().to_owned())));
+                }
+                Err(e) if e.is_conflict() && attempt < MAX_SNAPSHOT_ATTEMPTS => {
+                    tracing::info!(attempt, error = %e, "memory changed during create; recomputing from a fresh snapshot");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Loads the bucket (running pending migrations) and finds a fact.
+    async fn stored_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Fact, ManagerError> {
+        let doc = self.storage.load(user, Some(agent)).await?;
+        doc.facts
+            .into_iter()
+            .find(|f| f.id == *id)
+            .ok_or_else(|| not_found(id.as_str()))
+    }
+
+    pub(super) async fn update_fact_impl(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        let id = FactId::new(fact_id)?;
+        let content = patch.content.as_deref().map(validate_content).transpose()?;
+        let category = patch
+            .category
+            .as_deref()
+            .map(validate_category)
+            .transpose()?;
+        let confidence = patch.confidence.map(validate_confidence).transpose()?;
+        let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
+        let expected = patch.expected_revision.unwrap_or(stored.revision);
+        if expected != stored.revision {
+            return Err(ManagerError::Conflict {
+                message: format!(
+                    "Expected fact '{id}' revision {expected}, found {}",
+                    stored.revision
+                ),
+            });
+        }
+        if content.is_none() && category.is_none() && confidence.is_none() {
+            return self.fresh_document(user.as_ref(), &agent).await;
+        }
+        let draft = patched_draft(&stored, content, category, confidence);
+        self.storage
+            .upsert_fact(user.as_ref(), &agent, draft, None, Some(expected))
+            .await?;
+        self.fresh_document(user.as_ref(), &agent).await
+    }
+
+    pub(super) async fn delete_fact_impl(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        let id = FactId::new(fact_id)?;
+        let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
+        let revision = expected_revision.unwrap_or(stored.revision);
+        let result = self
+            .storage
+            .delete_fact(user.as_ref(), &agent, &id, None, Some(revision))
+            .await?;
+        if !result.deleted_fact_ids.contains(&id) {
+            // Deleted concurrently between the read and the write.
+            return Err(not_found(fact_id));
+        }
+        self.fresh_document(user.as_ref(), &agent).await
+    }
+}
+
+/// Normalises a manager-built draft (it always carries its id) for capacity scoring.
+pub(super) fn normalize_candidate(
+    draft: &FactDraft,
+    scope: &FactScope,
+    now: Timestamp,
+    id: &FactId,
+) -> Result<Fact, ManagerError> {
+    let fallback = || id.clone();
+    let ctx = NormalizeContext {
+        scope,
+        existing: None,
+        now,
+        new_id: &fallback,
+    };
+    normalize_fact(draft, &ctx).map_err(|e| {
+        let code = match e.field() {
+            "content" => InvalidInputCode::Content,
+            "confidence" => InvalidInputCode::Confidence,
+            _ => InvalidInputCode::Other,
+        };
+        ManagerError::invalid(code, e.to_string())
+    })
+}
+
+/// The change set of a create: the new fact when it survived capacity (create-only), and the
+/// deletion of every stored fact the policy evicted (with its revision as a precondition).
+fn creation_changes(
+    snapshot: &MemoryDocument,
+    decision: Option<&CapacityDecision>,
+    new_fact: Option<(&FactId, FactDraft)>,
+) -> ChangeSet {
+    let mut changes = ChangeSet::default();
+    if let Some((id, draft)) = new_fact {
+        changes.upserts.push(draft);
+        changes.upsert_revisions = Some([(id.clone(), None)].into_iter().collect());
+    }
+    if let Some(d) = decision {
+        let mut revisions = BTreeMap::new();
+        for evicted in &d.decision.evicted {
+            if let Some(f) = snapshot.fact(&evicted.fact_id) {
+                changes.deletes.push(f.id.clone());
+                revisions.insert(f.id.clone(), f.revision);
+            }
+        }
+        if !revisions.is_empty() {
+            changes.delete_revisions = Some(revisions);
+        }
+    }
+    changes
+}
+
+/// The stored fact with the patch applied, sent back with its revision.
+///
+/// A title derived from the old content is re-derived from the new content (an explicit title
+/// is kept); a new category drops a stale `categoryExtension` (storage recomputes it for a
+/// non-core category).
+fn patched_draft(
+    stored: &Fact,
+    content: Option<String>,
+    category: Option<String>,
+    confidence: Option<f64>,
+) -> FactDraft {
+    let mut draft = stored.to_draft();
+    if let Some(c) = content {
+        if stored.title == fact_title(None, &stored.content) {
+            draft.shift_remove("title");
+        }
+        draft.insert("content".into(), Value::String(c));
+    }
+    if let Some(c) = category {
+        draft.shift_remove("categoryExtension");
+        draft.insert("category".into(), Value::String(c));
+    }
+    if let Some(c) = confidence {
+        draft.insert("confidence".into(), json_f64(c));
+    }
+    draft
+}

@@ -1,0 +1,231 @@
+//! Manager search (spec/storage.md §5.5, §5.6): the storage's ranked search over the scope's
+//! index (rebuilt lazily per scope until a full warm-up has run), then a substring scan over the
+//! whole bucket when the index finds nothing or fails; access heat under hybrid/shadow only.
+
+use std::num::NonZeroUsize;
+use std::sync::{Mutex, MutexGuard};
+
+use deermem_core::policy::eviction::bounded_confidence;
+use deermem_core::ports::{ScoredFact, SearchRequest};
+use deermem_core::{
+    AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
+    SearchQuery, UserId, py,
+};
+use lru::LruCache;
+
+use super::DeerMemManager;
+
+/// The largest `top_k` honoured (larger values are clamped; nothing is lost, a bucket holds at
+/// most 500 facts).
+pub const MAX_TOP_K: usize = 1000;
+
+/// The longest query accepted, in code points.
+pub const MAX_QUERY_CHARS: usize = 4096;
+
+/// Scopes remembered as warmed before a full warm-up; forgetting one only costs one more scoped
+/// rebuild.
+const WARM_SCOPES_CAP: usize = 16_384;
+
+type ScopeKey = (Option<UserId>, AgentName);
+
+struct WarmInner {
+    fully: bool,
+    scopes: LruCache<ScopeKey, ()>,
+}
+
+/// Which scopes' index entries are known to be current.
+pub(super) struct WarmState(Mutex<WarmInner>);
+
+impl WarmState {
+    pub(super) fn new() -> Self {
+        Self(Mutex::new(WarmInner {
+            fully: false,
+            scopes: LruCache::new(NonZeroUsize::new(WARM_SCOPES_CAP).unwrap_or(NonZeroUsize::MIN)),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WarmInner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_warm(&self, key: &ScopeKey) -> bool {
+        let mut s = self.lock();
+        s.fully || s.scopes.get(key).is_some()
+    }
+
+    fn mark(&self, key: ScopeKey) {
+        self.lock().scopes.put(key, ());
+    }
+
+    fn mark_fully(&self) {
+        let mut s = self.lock();
+        s.fully = true;
+        s.scopes.clear();
+    }
+
+    fn fully(&self) -> bool {
+        self.lock().fully
+    }
+}
+
+/// The manager's substring path: every fact of the bucket whose content contains the stripped,
+/// lower-cased query (and whose category matches), by bounded confidence, highest first
+/// (stable), cut to `top_k` after the category filter.
+pub(super) fn substring_matches(
+    facts: &[Fact],
+    query: &str,
+    category: Option<&str>,
+    top_k: usize,
+) -> Vec<ScoredFact> {
+    let q = py::lower(py::strip(query));
+    if q.is_empty() || top_k == 0 {
+        return Vec::new();
+    }
+    let mut hits: Vec<(f64, &Fact)> = facts
+        .iter()
+        .filter(|f| category.is_none_or(|c| f.category_or_default() == c))
+        .filter(|f| py::lower(&f.content).contains(&q))
+        .map(|f| (bounded_confidence(f.confidence), f))
+        .collect();
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0));
+    hits.into_iter()
+        .take(top_k)
+        .map(|(score, f)| ScoredFact {
+            fact: f.to_public(),
+            score: Some(score),
+            match_type: MatchType::Substring,
+        })
+        .collect()
+}
+
+impl DeerMemManager {
+    /// Rebuilds the whole derived search index and, unless the rebuild failed as a whole, marks
+    /// every scope warm (lazy per-scope rebuilds stop). Single facts that fail are counted in
+    /// the report and logged; they do not make the warm-up fail. Never errors: a failure is a
+    /// report with `fatal` set, and the lazy path stays on.
+    pub async fn warm_retrieval(&self) -> RebuildReport {
+        match self.storage.rebuild_index(None).await {
+            Ok(report) => {
+                if report.fatal {
+                    tracing::warn!(
+                        ?report,
+                        "memory search index warm-up failed; scopes will be rebuilt lazily"
+                    );
+                } else {
+                    if report.failed > 0 {
+                        tracing::warn!(?report, "memory search index warm-up skipped some facts");
+                    } else {
+                        tracing::info!(indexed = report.indexed, "memory search index warmed");
+                    }
+                    self.warm.mark_fully();
+                }
+                report
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "memory search index warm-up failed; scopes will be rebuilt lazily");
+                RebuildReport {
+                    supported: self.storage.capabilities().retrieval,
+                    indexed: 0,
+                    failed: 0,
+                    fatal: true,
+                    reason: Some(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Whether a full warm-up has succeeded.
+    pub fn retrieval_warmed(&self) -> bool {
+        self.warm.fully()
+    }
+
+    /// The lazy warm-up of one scope: rebuild its index once, unless a full warm-up ran. A
+    /// partial failure still marks it warm; a fatal one (or an error) is retried next time.
+    async fn ensure_scope_warm(&self, user: Option<&UserId>, agent: &AgentName) {
+        let key = (user.cloned(), agent.clone());
+        if self.warm.is_warm(&key) {
+            return;
+        }
+        if !self.storage.capabilities().retrieval {
+            self.warm.mark(key);
+            return;
+        }
+        match self
+            .storage
+            .rebuild_index(Some(std::slice::from_ref(&key)))
+            .await
+        {
+            Ok(report) if !report.supported || !report.fatal => {
+                if report.failed > 0 {
+                    tracing::warn!(?report, agent = %agent, "scope index rebuild skipped some facts");
+                }
+                self.warm.mark(key);
+            }
+            Ok(report) => {
+                tracing::warn!(?report, agent = %agent, "scope index rebuild failed; retrying on the next search");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, agent = %agent, "scope index rebuild failed; retrying on the next search");
+            }
+        }
+    }
+
+    pub(super) async fn search_scored_impl(
+        &self,
+        req: SearchRequest,
+    ) -> Result<Vec<ScoredFact>, ManagerError> {
+        let (user, agent) = self.bucket(&req.scope)?;
+        if py::strip(&req.query).is_empty() || req.top_k == 0 {
+            return Ok(Vec::new());
+        }
+        if req.query.chars().nth(MAX_QUERY_CHARS).is_some() {
+            return Err(ManagerError::invalid(
+                InvalidInputCode::Other,
+                format!("query is too long (at most {MAX_QUERY_CHARS} characters)"),
+            ));
+        }
+        let top_k = req.top_k.min(MAX_TOP_K);
+        let category = req.category.as_deref().filter(|c| !c.is_empty());
+        self.ensure_scope_warm(user.as_ref(), &agent).await;
+        let query = SearchQuery {
+            text: req.query.clone(),
+            scopes: vec![Scope::new(user.clone(), Some(agent.clone()))],
+            top_k,
+            category: category.map(str::to_owned),
+        };
+        let hits = match self.storage.search_facts(&query).await {
+            Ok(hits) => hits,
+            Err(e) => {
+                tracing::warn!(error = %e, "memory index search failed; using the substring scan");
+                Vec::new()
+            }
+        };
+        let mut results: Vec<ScoredFact> = hits
+            .into_iter()
+            .take(top_k)
+            .map(|h| ScoredFact {
+                fact: h.fact.to_public(),
+                score: Some(h.score),
+                match_type: h.match_type,
+            })
+            .collect();
+        if results.is_empty() {
+            let doc = self.storage.load(user.as_ref(), Some(&agent)).await?;
+            results = substring_matches(&doc.facts, &req.query, category, top_k);
+        }
+        if !results.is_empty() && self.config.tracks_usage() {
+            let ids: Vec<FactId> = results
+                .iter()
+                .filter_map(|r| FactId::new(r.fact.id.clone()).ok())
+                .collect();
+            if let Err(e) = self
+                .storage
+                .record_fact_accesses(user.as_ref(), &agent, &ids, Some(self.clock.now()))
+                .await
+            {
+                tracing::debug!(error = %e, "could not record fact accesses");
+            }
+        }
+        Ok(results)
+    }
+}
