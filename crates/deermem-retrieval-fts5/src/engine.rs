@@ -9,9 +9,9 @@
 //! - `docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)`: one row per
 //!   indexed fact; `id` is also the FTS rowid, `(scope_key << 32) | seq`, so each scope owns one
 //!   contiguous rowid range and a search reads only its scope's part of every doclist.
-//! - `fts_0` ... `fts_63` (`fts(content, cjk)` each): contentless FTS5 tables (`unicode61`, like
+//! - `fts_0` ... `fts_127` (`fts(content, cjk)` each): contentless FTS5 tables (`unicode61`, like
 //!   the reference) holding the fact text without its CJK runs in `content` and the runs'
-//!   bigrams in `cjk`. A scope's documents live in shard `scope_key % 64`, created with the
+//!   bigrams in `cjk`. A scope's documents live in shard `scope_key % 128`, created with the
 //!   first scope that needs it. BM25's IDF is
 //!   computed by FTS5 over the whole table on every query, a scan of every posting of every
 //!   query term; sharding keeps that scan (and the term statistics) to a few tenants.
@@ -35,7 +35,7 @@ const MAX_SCOPE_KEY: i64 = (1 << 31) - 1;
 const MAX_SEQ: i64 = (1 << 32) - 1;
 
 /// Number of FTS5 shard tables.
-pub(crate) const SHARDS: i64 = 64;
+pub(crate) const SHARDS: i64 = 128;
 
 /// The FTS5 table holding a document (or a scope key's documents).
 pub(crate) fn shard_of_key(key: i64) -> i64 {

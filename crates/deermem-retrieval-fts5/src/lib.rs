@@ -13,7 +13,9 @@
 //!   so `乌龙茶`, `東京` or `住んでいる` find the facts that contain them (the reference's
 //!   `unicode61` makes a whole run one token and finds nothing). With the `zh` feature, Chinese
 //!   query runs are segmented with jieba.
-//! - **Scopes** own disjoint rowid ranges, so a search reads only its scope's postings.
+//! - **Scopes** own disjoint rowid ranges, so a search reads only its scope's postings, and
+//!   live in one of 128 FTS5 tables chosen by scope: BM25's term statistics (IDF, average
+//!   length) cover that shard, not every tenant (see `docs/compat-retrieval.md`).
 //! - **Robustness**: a corrupt or unreadable file is deleted and recreated once at open; a
 //!   corrupt file found later is recreated by the next full rebuild; rows that fail to decode
 //!   are logged and skipped; no query text is an error.
