@@ -573,7 +573,7 @@ impl RunJournal {
                     query
                         .event_types
                         .as_ref()
-                        .is_none_or(|types| types.iter().any(|t| *t == e.event_type))
+                        .is_none_or(|types| types.contains(&e.event_type))
                 })
                 .take(query.limit)
                 .cloned()
