@@ -208,6 +208,13 @@ mod reference_parity {
                 .expect("upsert");
             assert_eq!(ids_for(&index, "서울", &s, 5).await, vec!["ko"]);
             assert_eq!(ids_for(&index, "일하고", &s, 5).await, vec!["ko"]);
+            // The reference's jieba-only test: a sub-phrase of a Chinese sentence.
+            index
+                .upsert(&s, &fact(&s, "zh", "中文检索支持验证", "context", 0.5))
+                .await
+                .expect("upsert");
+            assert_eq!(ids_for(&index, "检索", &s, 5).await, vec!["zh"]);
+            assert_eq!(ids_for(&index, "支持验证", &s, 5).await, vec!["zh"]);
             // Advanced syntax with CJK runs.
             assert_eq!(ids_for(&index, "乌龙茶 AND 咖啡", &s, 5).await, vec!["tea"]);
             assert!(ids_for(&index, "乌龙茶 AND Rust", &s, 5).await.is_empty());
