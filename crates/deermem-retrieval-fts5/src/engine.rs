@@ -566,13 +566,6 @@ impl<'c> Writer<'c> {
     }
 }
 
-/// Copies the WAL into the database without waiting for readers (after bulk writes).
-pub(crate) fn checkpoint(conn: &Connection) {
-    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-        tracing::debug!(error = %e, "WAL checkpoint skipped");
-    }
-}
-
 /// One ranked candidate of a scope search (the fact is decoded later, only for the final hits).
 #[derive(Clone, Debug)]
 pub(crate) struct Candidate {

@@ -507,10 +507,9 @@ impl Inner {
                     w.upsert(row)?;
                 }
             }
+            // SQLite's automatic checkpoint copies the WAL back at commit; the next write trims
+            // the WAL file to `journal_size_limit`.
             w.finish()?;
-            if rows.len() >= 1000 {
-                engine::checkpoint(conn);
-            }
             Ok(rows.len())
         })
     }
