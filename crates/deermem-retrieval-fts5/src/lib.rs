@@ -106,6 +106,8 @@ struct Inner {
 
 /// Decoded facts kept in memory.
 const DECODED_CACHE: usize = 4096;
+/// Larger facts are decoded every time rather than cached (bounds the cache's memory).
+const DECODED_CACHE_MAX_JSON: usize = 16 * 1024;
 
 /// The SQLite FTS5 retrieval adapter. Cheap to clone; clones share the index.
 #[derive(Clone)]
@@ -625,7 +627,9 @@ impl Inner {
             return Ok(hit.1.clone());
         }
         let fact = engine::decode_fact(fact_id, &json, scope, now)?;
-        self.decoded.lock().put(id, Arc::new((json, fact.clone())));
+        if json.len() <= DECODED_CACHE_MAX_JSON {
+            self.decoded.lock().put(id, Arc::new((json, fact.clone())));
+        }
         Ok(fact)
     }
 
