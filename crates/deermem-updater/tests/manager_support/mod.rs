@@ -153,13 +153,8 @@ pub fn file_env(config: DeerMemConfig, llm: Option<Arc<ScriptedLlm>>) -> FileEnv
     let clock = clock();
     let storage = file_storage(dir.path(), clock.clone());
     let llm = llm.map(|l| l as Arc<dyn LanguageModel>);
-    let manager = DeerMemManager::new(parts(
-        config,
-        Arc::new(storage.clone()),
-        clock.clone(),
-        llm,
-    ))
-    .expect("manager");
+    let manager = DeerMemManager::new(parts(config, Arc::new(storage.clone()), clock.clone(), llm))
+        .expect("manager");
     FileEnv {
         manager: Arc::new(manager),
         storage,
@@ -176,8 +171,8 @@ pub fn memory_manager(
     let clock = clock();
     let storage = Arc::new(InMemoryStorage::new(clock.clone()));
     let llm = llm.map(|l| l as Arc<dyn LanguageModel>);
-    let m = DeerMemManager::new(parts(config, storage.clone(), clock.clone(), llm))
-        .expect("manager");
+    let m =
+        DeerMemManager::new(parts(config, storage.clone(), clock.clone(), llm)).expect("manager");
     (Arc::new(m), storage, clock)
 }
 
@@ -450,9 +445,7 @@ pub fn hooked_manager(
     hooked: Arc<HookedStorage>,
     clock: Arc<ManualClock>,
 ) -> Arc<DeerMemManager> {
-    Arc::new(
-        DeerMemManager::new(parts(config, hooked, clock, None)).expect("manager"),
-    )
+    Arc::new(DeerMemManager::new(parts(config, hooked, clock, None)).expect("manager"))
 }
 
 /// A competing create of one fact.
