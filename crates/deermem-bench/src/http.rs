@@ -1,0 +1,175 @@
+//! A minimal HTTP/1.1 keep-alive client for the gateway workload: one connection, one request
+//! at a time, `Content-Length` or chunked bodies. It exists so the bench measures the server,
+//! not a client library's pooling.
+
+use anyhow::{Context, Result, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest response head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// One keep-alive connection.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A response: status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// HTTP status code.
+    pub status: u16,
+    /// The body bytes.
+    pub body: Vec<u8>,
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Connection {
+    /// Connects to `addr` (`127.0.0.1:port`).
+    ///
+    /// # Errors
+    /// Connection failures.
+    pub async fn connect(addr: std::net::SocketAddr) -> Result<Self> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            buf: Vec::with_capacity(16 * 1024),
+        })
+    }
+
+    async fn fill(&mut self) -> Result<()> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed by the server");
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    async fn take(&mut self, n: usize) -> Result<Vec<u8>> {
+        while self.buf.len() < n {
+            self.fill().await?;
+        }
+        let rest = self.buf.split_off(n);
+        Ok(std::mem::replace(&mut self.buf, rest))
+    }
+
+    async fn line(&mut self) -> Result<String> {
+        loop {
+            if let Some(i) = find(&self.buf, b"\r\n") {
+                let line = self.take(i + 2).await?;
+                return Ok(String::from_utf8_lossy(&line[..i]).into_owned());
+            }
+            if self.buf.len() > MAX_HEAD {
+                bail!("line too long");
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Sends `GET path` with the given extra header lines and reads the whole response.
+    ///
+    /// # Errors
+    /// I/O failures or a malformed response.
+    pub async fn get(&mut self, path: &str, headers: &str) -> Result<Response> {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n");
+        self.stream.write_all(req.as_bytes()).await?;
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i;
+            }
+            if self.buf.len() > MAX_HEAD {
+                bail!("response head too large");
+            }
+            self.fill().await?;
+        };
+        let head = self.take(head_end + 4).await?;
+        let head = String::from_utf8_lossy(&head[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {status_line:?}"))?;
+        let mut length: Option<usize> = None;
+        let mut chunked = false;
+        for l in lines {
+            let Some((k, v)) = l.split_once(':') else {
+                continue;
+            };
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+            if k == "content-length" {
+                length = Some(v.parse().context("bad content-length")?);
+            } else if k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            }
+        }
+        let body = if chunked {
+            let mut body = Vec::new();
+            loop {
+                let size_line = self.line().await?;
+                let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                    .with_context(|| format!("bad chunk size {size_line:?}"))?;
+                if size == 0 {
+                    // Trailers end with an empty line.
+                    while !self.line().await?.is_empty() {}
+                    break;
+                }
+                body.extend(self.take(size).await?);
+                self.take(2).await?;
+            }
+            body
+        } else {
+            self.take(length.unwrap_or(0)).await?
+        };
+        Ok(Response { status, body })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_length_and_chunked_responses_on_one_connection() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            for reply in [
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello".to_owned(),
+                "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n".to_owned(),
+            ] {
+                loop {
+                    let n = s.read(&mut buf).await.unwrap();
+                    seen.extend_from_slice(&buf[..n]);
+                    if find(&seen, b"\r\n\r\n").is_some() {
+                        break;
+                    }
+                }
+                seen.clear();
+                s.write_all(reply.as_bytes()).await.unwrap();
+            }
+        });
+        let mut c = Connection::connect(addr).await.unwrap();
+        let r = c.get("/a", "").await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, b"hello".as_slice()));
+        let r = c.get("/b", "X-Test: 1\r\n").await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (404, b"abcde".as_slice()));
+        server.await.unwrap();
+    }
+}

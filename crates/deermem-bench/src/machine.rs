@@ -1,0 +1,109 @@
+//! The machine description of the report (CPU model, cores, kernel, the filesystem of the
+//! temporary directory, the compiler) and the peak resident set size of this process.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+/// The compiler that built this binary (recorded by the build script).
+pub const RUSTC_VERSION: &str = env!("DEERMEM_BENCH_RUSTC_VERSION");
+
+/// `VmHWM` of this process in KiB (its peak RSS), from `/proc/self/status`.
+pub fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_kb(&status, "VmHWM:")
+}
+
+fn parse_status_kb(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The mount (device, type) holding `path`: the longest mount point that prefixes it.
+fn filesystem_of(path: &Path, mounts: &str) -> Option<(String, String, String)> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut best: Option<(usize, (String, String, String))> = None;
+    for line in mounts.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(dev), Some(point), Some(kind)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if canonical.starts_with(&point) {
+            let len = point.len();
+            if best.as_ref().is_none_or(|(l, _)| len >= *l) {
+                best = Some((len, (dev.to_owned(), point.clone(), kind.to_owned())));
+            }
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// The machine section of the report; `tmp` is the directory the workloads write to.
+pub fn describe(tmp: &Path) -> Value {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| std::env::consts::OS.to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let fs = filesystem_of(tmp, &mounts);
+    let mem_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| parse_status_kb(&t, "MemTotal:"));
+    json!({
+        "cpu": cpu_model(),
+        "cores": cores,
+        "memory_kb": mem_kb,
+        "kernel": kernel,
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+        "tmp_dir": tmp.display().to_string(),
+        "tmp_filesystem": fs.as_ref().map(|(_, _, kind)| kind.clone()),
+        "tmp_device": fs.as_ref().map(|(dev, _, _)| dev.clone()),
+        "tmp_mount": fs.as_ref().map(|(_, point, _)| point.clone()),
+        "rustc": RUSTC_VERSION,
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_values_are_parsed() {
+        let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t  1234 kB\n";
+        assert_eq!(parse_status_kb(status, "VmHWM:"), Some(1234));
+        assert_eq!(parse_status_kb(status, "VmRSS:"), None);
+    }
+
+    #[test]
+    fn longest_mount_point_wins() {
+        let mounts = "/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n";
+        let (dev, point, kind) = filesystem_of(Path::new("/tmp/x/y"), mounts).unwrap();
+        assert_eq!((dev.as_str(), point.as_str(), kind.as_str()), ("tmpfs", "/tmp", "tmpfs"));
+        let (_, point, kind) = filesystem_of(Path::new("/work/x"), mounts).unwrap();
+        assert_eq!((point.as_str(), kind.as_str()), ("/", "ext4"));
+    }
+
+    #[test]
+    fn this_process_has_a_peak_rss() {
+        assert!(peak_rss_kb().is_some_and(|kb| kb > 0));
+    }
+}

@@ -1,0 +1,113 @@
+//! `fsync_floor`: the durable file operations of one single-fact create in the storage's
+//! commit protocol, performed on raw files with no parsing, locking or rendering: the physical
+//! floor `write_fact` is judged against.
+//!
+//! Per create into a scope whose manifest exists (counted from
+//! `deermem-storage-file/src/commit.rs` and `fsutil.rs`):
+//! 1. pre-images: `mkdir -p .recovery/<op>`, durable copy of the manifest (read, write,
+//!    fsync), fsync of `.recovery/<op>` and of `.recovery`;
+//! 2. the prepared journal: temp file, write, fsync, rename, fsync of the user directory;
+//! 3. the fact file: the same atomic replace into its shard directory;
+//! 4. the manifest: the same atomic replace;
+//! 5. the committed journal: the same atomic replace;
+//! 6. cleanup: remove `.recovery/<op>` and unlink the journal (no fsync: recovery tolerates
+//!    both leftovers).
+//!
+//! That is 5 file fsyncs and 6 directory fsyncs, 4 renames.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use deermem_core::FactId;
+
+use super::Env;
+use crate::stats::{Recorder, WorkloadResult};
+
+/// File fsyncs per create.
+pub(crate) const FILE_FSYNCS: usize = 5;
+/// Directory fsyncs per create.
+pub(crate) const DIR_FSYNCS: usize = 6;
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("fsync {}", dir.display()))
+}
+
+fn atomic_write(path: &Path, bytes: &[u8], n: usize) -> Result<()> {
+    let dir = path.parent().context("no parent")?;
+    fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let tmp = dir.join(format!(".{name}.{n:032x}.tmp"));
+    let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, path)?;
+    fsync_dir(dir)
+}
+
+fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
+    let bytes = fs::read(src)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dst)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// Bytes of the size the storage writes: a manifest with the default summaries (~600 B), a
+/// fact file (~450 B), a journal (~250 B).
+fn filler(len: usize, tag: &str) -> Vec<u8> {
+    let mut s = String::with_capacity(len);
+    while s.len() < len {
+        s.push_str(tag);
+        s.push(' ');
+    }
+    s.truncate(len);
+    s.into_bytes()
+}
+
+pub(crate) fn run(env: &Env) -> Result<WorkloadResult> {
+    let udir = env.root.join("users").join("bench").to_path_buf();
+    let facts = udir.join("agents").join("__default__").join("facts");
+    let recovery = udir.join(".recovery");
+    let manifest = udir.join("memory.json");
+    let journal = udir.join(".memory.journal.json");
+    fs::create_dir_all(&facts)?;
+    fs::create_dir_all(&recovery)?;
+    let manifest_bytes = filler(620, "manifest");
+    let fact_bytes = filler(450, "fact");
+    let journal_bytes = filler(250, "journal");
+    atomic_write(&manifest, &manifest_bytes, 0)?;
+    let n = env.sizes.fsync_floor;
+    let mut rec = Recorder::start(n);
+    for i in 0..n {
+        let id = FactId::new(format!("fact_{i:032x}")).context("fact id")?;
+        let fact_path = facts.join(id.shard()).join(format!("{id}.md"));
+        let op = format!("{:032x}", i + 1);
+        let t = Instant::now();
+        let op_dir = recovery.join(&op);
+        fs::create_dir_all(&op_dir)?;
+        durable_copy(&manifest, &op_dir.join("memory.json"))?;
+        fsync_dir(&op_dir)?;
+        fsync_dir(&recovery)?;
+        atomic_write(&journal, &journal_bytes, 4 * i + 1)?;
+        atomic_write(&fact_path, &fact_bytes, 4 * i + 2)?;
+        atomic_write(&manifest, &manifest_bytes, 4 * i + 3)?;
+        atomic_write(&journal, &journal_bytes, 4 * i + 4)?;
+        fs::remove_dir_all(&op_dir)?;
+        fs::remove_file(&journal)?;
+        rec.push(t.elapsed());
+    }
+    Ok(rec
+        .finish(n, std::time::Duration::ZERO)
+        .with("file_fsyncs_per_op", FILE_FSYNCS.into())
+        .with("dir_fsyncs_per_op", DIR_FSYNCS.into()))
+}

@@ -1,0 +1,88 @@
+//! `gateway_get`: `GET /api/memory` of a 100-fact user, served by the gateway's router over the
+//! DeerMem manager and file storage on 127.0.0.1 (an ephemeral port, in this process), driven
+//! by concurrent HTTP/1.1 keep-alive clients; latency is measured on the client side.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use deermem_core::ports::MemoryManager;
+use deermem_core::{AgentName, MemoryConfig, UserId};
+use deermem_gateway::{GatewayConfig, GatewayState, serve};
+
+use super::context::manager;
+use super::{Env, open, seed_scope};
+use crate::http::Connection;
+use crate::stats::{Recorder, WorkloadResult};
+
+pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
+    // Authentication mode `none` serves the user `default` to loopback callers.
+    let user = UserId::default_user();
+    let agent = AgentName::default_bucket();
+    let storage = open(&env.root, true)?;
+    seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
+    let state = GatewayState::new(mgr.clone(), MemoryConfig::default(), GatewayConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+
+    // One checked request: the document holds the seeded facts.
+    let mut probe = Connection::connect(addr).await?;
+    let first = probe.get("/api/memory", "").await?;
+    anyhow::ensure!(first.status == 200, "GET /api/memory answered {}", first.status);
+    let doc: serde_json::Value = serde_json::from_slice(&first.body).context("response JSON")?;
+    let facts = doc["facts"].as_array().map_or(0, Vec::len);
+    anyhow::ensure!(facts == env.sizes.scope_facts, "the response holds {facts} facts");
+    drop(probe);
+
+    let clients = env.sizes.gateway_clients.max(1);
+    let total = env.sizes.gateway_requests;
+    let per = total.div_ceil(clients);
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let mut c = Connection::connect(addr).await?;
+        // Warm the connection (and the server's per-connection state).
+        anyhow::ensure!(c.get("/api/memory", "").await?.status == 200, "warm-up failed");
+        conns.push(c);
+    }
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    let mut remaining = total;
+    for mut c in conns {
+        let mine = per.min(remaining);
+        remaining -= mine;
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(mine);
+            for _ in 0..mine {
+                let t = Instant::now();
+                let r = c.get("/api/memory", "").await?;
+                samples.push(t.elapsed());
+                anyhow::ensure!(r.status == 200, "status {}", r.status);
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut rec = Recorder::start(total);
+    while let Some(r) = set.join_next().await {
+        for s in r.context("client task")?? {
+            rec.push(s);
+        }
+    }
+    let elapsed = started.elapsed();
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(30), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => return Err(e).context("gateway server"),
+        Ok(Err(e)) => return Err(e).context("gateway task"),
+        Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
+    }
+    mgr.close().await;
+    let mut r = rec.finish(total, Duration::ZERO);
+    r.elapsed = elapsed;
+    Ok(r.with("clients", clients.into())
+        .with("response_bytes", first.body.len().into()))
+}

@@ -1,0 +1,209 @@
+//! The named workloads. Each runs on a fresh temporary root with the default (durable)
+//! configuration, through the real crates in-process, and returns what it measured.
+
+mod context;
+mod floor;
+mod gateway;
+mod load;
+mod migrate;
+mod search;
+mod timed;
+mod update;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use deermem::SystemClock;
+use deermem_core::ports::{Clock, MemoryStorage};
+use deermem_core::{AgentName, ApplyOptions, ChangeSet, DeerMemConfig, UserId};
+use deermem_storage_file::FileMemoryStorage;
+
+use crate::corpus::{self, CorpusFact};
+use crate::sizes::Sizes;
+use crate::stats::WorkloadResult;
+
+/// Every workload, in the order the report lists them.
+pub const NAMES: [&str; 11] = [
+    "fsync_floor",
+    "write_fact",
+    "write_fact_parallel",
+    "load_scope_cold",
+    "load_scope_warm",
+    "search",
+    "rebuild_index",
+    "get_context",
+    "apply_update",
+    "migrate_v1",
+    "gateway_get",
+];
+
+/// What a workload runs on.
+#[derive(Debug)]
+pub struct Env {
+    /// The sizes.
+    pub sizes: Sizes,
+    /// The corpus (from `--corpus`, or generated).
+    pub corpus: Vec<CorpusFact>,
+    /// Queries from `--queries`, if given (otherwise generated from the corpus).
+    pub queries: Option<Vec<String>>,
+    /// The fresh root of this workload.
+    pub root: PathBuf,
+}
+
+impl Env {
+    /// An environment on `root`, loading or generating the corpus.
+    ///
+    /// # Errors
+    /// Unreadable corpus or query files.
+    pub fn new(
+        sizes: Sizes,
+        corpus_file: Option<&Path>,
+        queries_file: Option<&Path>,
+        root: PathBuf,
+    ) -> Result<Self> {
+        let corpus = match corpus_file {
+            Some(p) => corpus::load_corpus(p)?,
+            None => corpus::generate_corpus(sizes.corpus_facts, sizes.corpus_scopes, corpus::SEED),
+        };
+        let queries = queries_file.map(corpus::load_queries).transpose()?;
+        Ok(Self {
+            sizes,
+            corpus,
+            queries,
+            root,
+        })
+    }
+
+    /// The queries of the search workload.
+    pub fn queries(&self) -> Vec<String> {
+        match &self.queries {
+            Some(q) => q.clone(),
+            None => corpus::generate_queries(&self.corpus, self.sizes.queries, corpus::SEED),
+        }
+    }
+
+    /// `n` corpus facts (cycled) as drafts for a single scope.
+    pub fn drafts(&self, n: usize) -> Vec<serde_json::Map<String, serde_json::Value>> {
+        (0..n)
+            .map(|i| {
+                let f = &self.corpus[i % self.corpus.len()];
+                let mut d = f.draft();
+                if i >= self.corpus.len() {
+                    // Cycled facts get a distinct text so none is a duplicate.
+                    d.insert(
+                        "content".into(),
+                        serde_json::Value::String(format!("{} (copy {})", f.content, i)),
+                    );
+                }
+                d
+            })
+            .collect()
+    }
+}
+
+/// Runs one named workload.
+///
+/// # Errors
+/// An unknown name, or the workload's own failure.
+pub fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, usize::from))
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    rt.block_on(async {
+        match name {
+            "fsync_floor" => floor::run(env),
+            "write_fact" => write::sequential(env).await,
+            "write_fact_parallel" => write::parallel(env).await,
+            "load_scope_cold" => load::cold(env).await,
+            "load_scope_warm" => load::warm(env).await,
+            "search" => search::search(env).await,
+            "rebuild_index" => search::rebuild(env).await,
+            "get_context" => context::run(env).await,
+            "apply_update" => update::run(env).await,
+            "migrate_v1" => migrate::run(env).await,
+            "gateway_get" => gateway::run(env).await,
+            other => bail!("unknown workload {other:?} (known: {})", NAMES.join(", ")),
+        }
+    })
+}
+
+/// The real clock.
+pub(crate) fn clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
+}
+
+/// The default DeerMem configuration (durable file storage, FTS5 index, tiktoken counting).
+pub(crate) fn config() -> DeerMemConfig {
+    DeerMemConfig::default()
+}
+
+/// Opens the file storage on `root` as the embedded engine does.
+pub(crate) fn open(root: &Path, with_retrieval: bool) -> Result<FileMemoryStorage> {
+    deermem::embedded::open_storage(&config(), root.to_path_buf(), clock(), with_retrieval)
+        .context("opening the file storage")
+}
+
+/// The parsed scope of a corpus key.
+pub(crate) fn scope_ids(user: &str, agent: Option<&str>) -> Result<(UserId, AgentName)> {
+    let u = UserId::new(user).with_context(|| format!("corpus user id {user:?}"))?;
+    let a = AgentName::resolve(agent).with_context(|| format!("corpus agent {agent:?}"))?;
+    Ok((u, a))
+}
+
+/// Writes facts into one scope in commits of at most 100 facts.
+pub(crate) async fn seed_scope(
+    storage: &dyn MemoryStorage,
+    user: &UserId,
+    agent: &AgentName,
+    drafts: Vec<serde_json::Map<String, serde_json::Value>>,
+) -> Result<()> {
+    let mut drafts = drafts;
+    while !drafts.is_empty() {
+        let rest = drafts.split_off(drafts.len().min(100));
+        let batch = std::mem::replace(&mut drafts, rest);
+        storage
+            .apply_changes(
+                Some(user),
+                Some(agent),
+                ChangeSet {
+                    upserts: batch,
+                    ..ChangeSet::default()
+                },
+                ApplyOptions::default(),
+            )
+            .await
+            .context("seeding a scope")?;
+    }
+    Ok(())
+}
+
+/// Writes the whole corpus into `storage`, eight scopes at a time.
+pub(crate) async fn seed_corpus(storage: &FileMemoryStorage, env: &Env) -> Result<usize> {
+    let groups = corpus::by_scope(&env.corpus);
+    let mut jobs = Vec::new();
+    for ((user, agent), facts) in groups {
+        let (u, a) = scope_ids(&user, agent.as_deref())?;
+        let drafts: Vec<_> = facts.iter().map(|f| f.draft()).collect();
+        jobs.push((u, a, drafts));
+    }
+    let scopes = jobs.len();
+    let mut pending = jobs.into_iter();
+    loop {
+        let mut set = tokio::task::JoinSet::new();
+        for (u, a, drafts) in pending.by_ref().take(8) {
+            let s = storage.clone();
+            set.spawn(async move { seed_scope(&s, &u, &a, drafts).await });
+        }
+        if set.is_empty() {
+            break;
+        }
+        while let Some(r) = set.join_next().await {
+            r.context("seeding task")??;
+        }
+    }
+    Ok(scopes)
+}

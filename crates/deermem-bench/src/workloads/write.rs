@@ -1,0 +1,75 @@
+//! `write_fact` (single-fact creates one after another into one scope) and
+//! `write_fact_parallel` (the same spread over several users from as many tasks), through
+//! `MemoryStorage::upsert_fact` on the file storage with its FTS5 index.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use deermem_core::ports::MemoryStorage;
+use deermem_core::{AgentName, UserId};
+
+use super::{Env, open};
+use crate::stats::{Recorder, WorkloadResult};
+
+pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
+    let storage = open(&env.root, true)?;
+    let user = UserId::new("writer@bench.example")?;
+    let agent = AgentName::default_bucket();
+    let n = env.sizes.write_fact;
+    let drafts = env.drafts(n);
+    let mut rec = Recorder::start(n);
+    for d in drafts {
+        let t = Instant::now();
+        storage
+            .upsert_fact(Some(&user), &agent, d, None, None)
+            .await
+            .context("create")?;
+        rec.push(t.elapsed());
+    }
+    let doc = storage.load(Some(&user), Some(&agent)).await?;
+    anyhow::ensure!(doc.facts.len() == n, "expected {n} facts, found {}", doc.facts.len());
+    storage.close().await;
+    Ok(rec
+        .finish(n, Duration::ZERO)
+        .with("revision", doc.revision.into()))
+}
+
+pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
+    let storage = open(&env.root, true)?;
+    let writers = env.sizes.writers.max(1);
+    let n = env.sizes.write_parallel;
+    let per = n.div_ceil(writers);
+    let mut drafts = env.drafts(n);
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..writers {
+        let mine: Vec<_> = drafts.drain(..per.min(drafts.len())).collect();
+        let s = storage.clone();
+        set.spawn(async move {
+            let user = UserId::new(format!("writer{w}@bench.example"))?;
+            let agent = AgentName::default_bucket();
+            let mut samples = Vec::with_capacity(mine.len());
+            for d in mine {
+                let t = Instant::now();
+                s.upsert_fact(Some(&user), &agent, d, None, None)
+                    .await
+                    .context("create")?;
+                samples.push(t.elapsed());
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut samples = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        samples.extend(r.context("writer task")??);
+    }
+    let elapsed = started.elapsed();
+    storage.close().await;
+    let mut rec = Recorder::start(0);
+    for s in samples {
+        rec.push(s);
+    }
+    let mut result = rec.finish(n, Duration::ZERO);
+    result.elapsed = elapsed;
+    Ok(result.with("writers", writers.into()))
+}
