@@ -1,16 +1,18 @@
 //! Serves the gateway over the in-memory recording manager the tests use, to try the HTTP API
 //! with curl: `cargo run -p deermem-gateway --example demo -- [config.yaml]`. The config file
 //! is a DeerFlow `config.yaml` (its `memory:` and `gateway:` sections); without one the
-//! defaults apply (no auth, 127.0.0.1:8765). Stop it with Ctrl-C.
+//! defaults apply (no auth, 127.0.0.1:8765). Run events are journaled in a temporary
+//! directory (`GET /api/threads/{thread_id}/runs/{run_id}/events`). Stop it with Ctrl-C.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::error::Error;
 use std::path::Path;
+use std::sync::Arc;
 
 use deermem_core::MemoryConfig;
-use deermem_gateway::{GatewayConfig, GatewayState, serve};
+use deermem_gateway::{GatewayConfig, GatewayState, RunJournal, RunJournalOptions, serve};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
@@ -28,7 +30,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let base = path.as_deref().and_then(|p| Path::new(p).parent());
     let gateway = GatewayConfig::from_root_in(&loaded.root, base)?;
     let listener = tokio::net::TcpListener::bind(gateway.bind).await?;
-    let state = GatewayState::new(common::FakeManager::new(), loaded.memory, gateway);
+    let runs = tempfile::tempdir()?;
+    let journal = RunJournal::open(runs.path(), RunJournalOptions::default())?;
+    let state = GatewayState::new(common::FakeManager::new(), loaded.memory, gateway)
+        .with_run_journal(Arc::new(journal));
     serve(listener, state, async {
         let _ = tokio::signal::ctrl_c().await;
     })

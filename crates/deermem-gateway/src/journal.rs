@@ -492,15 +492,10 @@ impl RunJournal {
         self.with_log(user, |log, opts, clock| {
             let key = (thread_id.to_owned(), run_id.to_owned());
             if let Some(seq) = log.context.get(&key).copied() {
-                let existing = log
-                    .events
-                    .iter()
-                    .find(|e| e.seq == seq)
-                    .cloned()
-                    .ok_or_else(|| JournalError::Io {
-                        context: "run journal index out of step".into(),
-                        source: io::Error::other("indexed event missing"),
-                    })?;
+                let existing = log.event(seq).cloned().ok_or_else(|| JournalError::Io {
+                    context: "run journal index out of step".into(),
+                    source: io::Error::other("indexed event missing"),
+                })?;
                 let recorded = existing.content_sha256().unwrap_or_default().to_owned();
                 if recorded == content_sha256 {
                     return Ok(RecordOutcome::AlreadyRecorded(existing));
@@ -558,16 +553,12 @@ impl RunJournal {
             if !log.threads.contains_key(thread_id) {
                 return Ok(EventsLookup::UnknownThread);
             }
-            if !log
-                .runs
-                .contains_key(&(thread_id.to_owned(), run_id.to_owned()))
-            {
+            let Some(seqs) = log.runs.get(&(thread_id.to_owned(), run_id.to_owned())) else {
                 return Ok(EventsLookup::UnknownRun);
-            }
-            let events = log
-                .events
+            };
+            let events = seqs
                 .iter()
-                .filter(|e| e.thread_id == thread_id && e.run_id == run_id)
+                .filter_map(|seq| log.event(*seq))
                 .filter(|e| query.after_seq.is_none_or(|after| e.seq > after))
                 .filter(|e| {
                     query
@@ -660,8 +651,8 @@ struct UserLog {
     context: HashMap<(String, String), u64>,
     /// thread → retained events.
     threads: HashMap<String, usize>,
-    /// (thread, run) → retained events.
-    runs: HashMap<(String, String), usize>,
+    /// (thread, run) → `seq` of its retained events, oldest first.
+    runs: HashMap<(String, String), VecDeque<u64>>,
     next_seq: u64,
     /// Lines in the file (complete ones, valid or not).
     file_lines: usize,
@@ -721,7 +712,11 @@ impl UserLog {
                 RunEvent::from_line(&line, bucket)
             };
             match parsed {
-                Some(event) if log.accepts(&event) => log.index(event),
+                Some(event) if log.accepts(&event) => {
+                    log.index(event);
+                    // Bounded while loading too, whatever the file's size.
+                    log.evict(opts);
+                }
                 _ if !complete => {
                     tracing::warn!(path = %log.path.display(), bytes = line.len(), "ignoring a torn last line of the run journal");
                 }
@@ -762,8 +757,16 @@ impl UserLog {
             self.context.insert(key.clone(), event.seq);
         }
         *self.threads.entry(event.thread_id.clone()).or_default() += 1;
-        *self.runs.entry(key).or_default() += 1;
+        self.runs.entry(key).or_default().push_back(event.seq);
         self.events.push_back(event);
+    }
+
+    /// The retained event with this `seq` (events are in `seq` order).
+    fn event(&self, seq: u64) -> Option<&RunEvent> {
+        self.events
+            .binary_search_by_key(&seq, |e| e.seq)
+            .ok()
+            .and_then(|i| self.events.get(i))
     }
 
     /// Drops the oldest events beyond the bound from the index.
@@ -776,7 +779,12 @@ impl UserLog {
             if self.context.get(&key) == Some(&old.seq) {
                 self.context.remove(&key);
             }
-            decrement(&mut self.runs, &key);
+            if let Some(seqs) = self.runs.get_mut(&key) {
+                seqs.retain(|s| *s != old.seq);
+                if seqs.is_empty() {
+                    self.runs.remove(&key);
+                }
+            }
             decrement(&mut self.threads, &old.thread_id);
         }
     }
