@@ -119,9 +119,11 @@ fn updater_error(e: UpdaterError) -> ManagerError {
     match e {
         UpdaterError::Storage(e) => e.into(),
         UpdaterError::ConflictRetriesExhausted { last, .. } => last.into(),
-        UpdaterError::Propose(ProposeError::Llm(e)) => ManagerError::Unavailable {
-            message: e.to_string(),
-        },
+        UpdaterError::Propose(ProposeError::Llm(e)) if e.is_retryable() => {
+            ManagerError::Unavailable {
+                message: e.to_string(),
+            }
+        }
         other => ManagerError::Backend {
             message: other.to_string(),
         },
@@ -188,8 +190,9 @@ impl DeerMemManager {
     /// between; the commit's revision check and snapshot retry keep the result consistent.
     ///
     /// # Errors
-    /// Invalid scope or thread id; the model failing (`Unavailable`) or answering unusably
-    /// (`Backend`); storage errors (conflicts after three attempts are `Conflict`).
+    /// Invalid scope or thread id; the model failing transiently (`Unavailable`: timeout, rate
+    /// limit, server or transport error), otherwise failing or answering unusably (`Backend`);
+    /// storage errors (conflicts after three attempts are `Conflict`).
     pub async fn ingest_now(&self, request: AddRequest) -> Result<IngestReport, ManagerError> {
         let submission = self.submission(&request)?;
         let updater = self.pipeline.updater();

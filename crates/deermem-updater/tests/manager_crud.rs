@@ -1,0 +1,1118 @@
+//! Manager management operations (spec/updater.md §17.13, spec/storage.md §8.8, §8.9, §8.18,
+//! spec/api.md §1.10, §2.4, §6.3): fact CRUD with validation, capacity and revision rules, the
+//! snapshot-retry semantics, import as a replace, clear, legacy migration on read, tool-mode
+//! injection, and `ingest_now` reports.
+
+mod manager_support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use deermem_core::ports::{
+    ContextRequest, FactPatch, MemoryManager, MemoryScope, MemoryStorage, NewFact,
+};
+use deermem_core::{
+    AgentName, DeerMemConfig, InvalidInputCode, LlmError, ManagerError, MemoryMode,
+    PublicMemoryDocument, SummaryPatch,
+};
+use deermem_testkit::llm::{Scripted, ScriptedLlm};
+use deermem_updater::{DeerMemManager, IngestStatus, ProposalKind, RejectReason, RemovalReason};
+use manager_support::{
+    Competitor, HookedStorage, agent, answer, clock, competing_create, config, file_env,
+    file_storage, hooked_manager, ids, labelled, markdown_files, memory_manager, parts, scope,
+    search, turn, user,
+};
+use serde_json::{Value, json};
+
+fn new_fact(content: &str, category: &str, confidence: f64) -> NewFact {
+    NewFact {
+        content: content.into(),
+        category: category.into(),
+        confidence,
+    }
+}
+
+fn code_of<T: std::fmt::Debug>(r: Result<T, ManagerError>) -> InvalidInputCode {
+    match r {
+        Err(ManagerError::InvalidInput { code, .. }) => code,
+        other => panic!("expected invalid input, got {other:?}"),
+    }
+}
+
+fn contents(doc: &PublicMemoryDocument) -> Vec<String> {
+    let mut c: Vec<String> = doc.facts.iter().map(|f| f.content.clone()).collect();
+    c.sort();
+    c
+}
+
+fn hooked_file(cfg: DeerMemConfig) -> (Arc<DeerMemManager>, Arc<HookedStorage>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    let storage = file_storage(dir.path(), clock.clone());
+    let hooked = Arc::new(HookedStorage::new(Arc::new(storage)));
+    (hooked_manager(cfg, hooked.clone(), clock), hooked, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_validates_and_stores_a_manual_fact() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let (doc, id) = m
+        .create_fact(
+            new_fact("  User prefers DARK mode \n", "preference", 0.88),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    assert!(id.starts_with("fact_") && id.len() == 13, "{id}");
+    let f = &doc.facts[0];
+    assert_eq!(
+        (
+            f.content.as_str(),
+            f.category.as_str(),
+            f.confidence,
+            f.source.as_str()
+        ),
+        ("User prefers DARK mode", "preference", 0.88, "manual")
+    );
+    assert_eq!(f.revision, Some(1));
+    assert_eq!(f.created_at, "2026-06-01T00:00:00Z");
+    assert_eq!(
+        doc,
+        m.get_memory(s.clone()).await.unwrap(),
+        "a fresh full view"
+    );
+    // Stable validation codes; nothing stored on failure.
+    assert_eq!(
+        code_of(m.create_fact(NewFact::new(" \t\n"), s.clone()).await),
+        InvalidInputCode::Content
+    );
+    for c in [-0.1, 1.1, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert_eq!(
+            code_of(
+                m.create_fact(new_fact("fine", "context", c), s.clone())
+                    .await
+            ),
+            InvalidInputCode::Confidence,
+            "{c}"
+        );
+    }
+    assert_eq!(
+        code_of(
+            m.create_fact(
+                new_fact("  user prefers dark MODE ", "context", 0.5),
+                s.clone()
+            )
+            .await
+        ),
+        InvalidInputCode::DuplicateFact
+    );
+    // A blank category is `context`.
+    let (doc, id2) = m
+        .create_fact(new_fact("Second fact", "   ", 0.5), s.clone())
+        .await
+        .unwrap();
+    let f = doc
+        .facts
+        .iter()
+        .find(|f| Some(&f.id) == id2.as_ref())
+        .unwrap();
+    assert_eq!(f.category, "context");
+    assert_eq!(m.get_memory(s).await.unwrap().facts.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_trims_to_max_facts_by_confidence() {
+    let (m, _storage, _clock) = memory_manager(
+        DeerMemConfig {
+            max_facts: 2,
+            ..config()
+        },
+        None,
+    );
+    let s = scope("u", None);
+    m.create_fact(new_fact("keep", "context", 0.95), s.clone())
+        .await
+        .unwrap();
+    m.create_fact(new_fact("drop", "context", 0.2), s.clone())
+        .await
+        .unwrap();
+    let (doc, id) = m
+        .create_fact(new_fact("new", "context", 0.8), s.clone())
+        .await
+        .unwrap();
+    assert!(id.is_some());
+    assert_eq!(contents(&doc), vec!["keep", "new"]);
+    assert_eq!(
+        contents(&m.get_memory(s).await.unwrap()),
+        vec!["keep", "new"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_evicted_at_once_returns_none_and_writes_the_audit() {
+    let env = file_env(
+        DeerMemConfig {
+            max_facts: 10,
+            ..config()
+        },
+        None,
+    );
+    let m = &env.manager;
+    let s = scope("alice", None);
+    for i in 0..10 {
+        m.create_fact(
+            new_fact(&format!("solid fact {i}"), "context", 0.9),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    }
+    let (doc, id) = m
+        .create_fact(new_fact("weak fact", "context", 0.1), s.clone())
+        .await
+        .unwrap();
+    assert_eq!(id, None);
+    assert_eq!(doc.facts.len(), 10);
+    assert!(!contents(&doc).contains(&"weak fact".to_owned()));
+    let audit = env
+        .root()
+        .join("users/alice/agents/__default__/.metadata/eviction-audit.json");
+    let text = std::fs::read_to_string(audit).unwrap();
+    assert!(
+        !text.contains("content") && !text.contains("weak fact"),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let events = v.as_array().or_else(|| v["events"].as_array()).unwrap();
+    let evicted = events[0]["evicted"][0]["factId"].as_str().unwrap();
+    assert!(!ids(&doc).contains(&evicted.to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_recomputes_after_a_competing_create() {
+    let (m, hooked, _dir) = hooked_file(config());
+    hooked.compete(competing_create(
+        "alice",
+        "__default__",
+        "fact_rival",
+        "Rival fact",
+        0.7,
+    ));
+    let (doc, id) = m
+        .create_fact(NewFact::new("My fact"), scope("alice", None))
+        .await
+        .unwrap();
+    assert!(id.is_some());
+    assert_eq!(contents(&doc), vec!["My fact", "Rival fact"]);
+    assert_eq!(doc, m.get_memory(scope("alice", None)).await.unwrap());
+    assert_eq!(
+        hooked.applies.load(Ordering::SeqCst),
+        2,
+        "one conflict, one retry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_facts_is_recomputed_after_a_competing_create() {
+    let (m, hooked, _dir) = hooked_file(DeerMemConfig {
+        max_facts: 10,
+        ..config()
+    });
+    let s = scope("alice", None);
+    for i in 0..9 {
+        m.create_fact(
+            new_fact(&format!("existing {i}"), "context", 0.9),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    }
+    hooked.compete(competing_create(
+        "alice",
+        "__default__",
+        "fact_rival",
+        "Rival",
+        0.95,
+    ));
+    let (doc, id) = m
+        .create_fact(new_fact("newcomer", "context", 0.5), s.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        id, None,
+        "the recomputed capacity evicts the least confident new fact"
+    );
+    let reloaded = m.get_memory(s).await.unwrap();
+    assert_eq!(ids(&doc), ids(&reloaded));
+    assert_eq!(reloaded.facts.len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_committed_during_a_conflict_retry_is_rejected() {
+    let (m, hooked, _dir) = hooked_file(config());
+    hooked.compete(competing_create(
+        "alice",
+        "__default__",
+        "fact_rival",
+        "Same Content",
+        0.7,
+    ));
+    let r = m
+        .create_fact(NewFact::new("  same content "), scope("alice", None))
+        .await;
+    assert_eq!(code_of(r), InvalidInputCode::DuplicateFact);
+    assert_eq!(
+        ids(&m.get_memory(scope("alice", None)).await.unwrap()),
+        vec!["fact_rival"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_clear_recomputes_after_a_competing_create() {
+    let (m, hooked, _dir) = hooked_file(config());
+    let coder = scope("alice", Some("coder"));
+    m.create_fact(NewFact::new("a"), coder.clone())
+        .await
+        .unwrap();
+    m.create_fact(NewFact::new("b"), coder.clone())
+        .await
+        .unwrap();
+    m.create_fact(NewFact::new("default fact"), scope("alice", None))
+        .await
+        .unwrap();
+    hooked.compete(competing_create("alice", "coder", "fact_late", "late", 0.7));
+    let doc = m.clear_memory(coder.clone()).await.unwrap();
+    assert!(doc.facts.is_empty());
+    assert!(m.get_memory(coder).await.unwrap().facts.is_empty());
+    assert_eq!(
+        contents(&m.get_memory(scope("alice", None)).await.unwrap()),
+        vec!["default fact"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_changes_only_the_given_fields_of_that_fact() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let (_, id) = m
+        .create_fact(new_fact("Works in Berlin", "context", 0.5), s.clone())
+        .await
+        .unwrap();
+    let (_, other) = m
+        .create_fact(NewFact::new("Other fact"), s.clone())
+        .await
+        .unwrap();
+    let (id, other) = (id.unwrap(), other.unwrap());
+    env.clock.advance_days(1);
+    let doc = m
+        .update_fact(
+            &id,
+            FactPatch {
+                content: Some("  Works in Munich ".into()),
+                category: Some("identity".into()),
+                confidence: Some(0.9),
+                expected_revision: None,
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let f = doc.facts.iter().find(|f| f.id == id).unwrap();
+    assert_eq!(
+        (f.content.as_str(), f.category.as_str(), f.confidence),
+        ("Works in Munich", "identity", 0.9)
+    );
+    assert_eq!(f.revision, Some(2));
+    assert_eq!(f.created_at, "2026-06-01T00:00:00Z", "createdAt kept");
+    assert_eq!(f.updated_at.as_deref(), Some("2026-06-02T00:00:00Z"));
+    assert_eq!(f.source, "manual", "source kept");
+    assert_eq!(
+        f.title.as_deref(),
+        Some("Works in Munich"),
+        "derived title follows"
+    );
+    let o = doc.facts.iter().find(|f| f.id == other).unwrap();
+    assert_eq!(o.revision, Some(1));
+    // Omitted fields are kept; re-sending the same values is not a change.
+    let doc = m
+        .update_fact(
+            &id,
+            FactPatch {
+                confidence: Some(0.9),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let f = doc.facts.iter().find(|f| f.id == id).unwrap();
+    assert_eq!(
+        (f.content.as_str(), f.revision),
+        ("Works in Munich", Some(2))
+    );
+    // Validation, missing facts and stale revisions.
+    let patch = |content: Option<&str>, confidence: Option<f64>| FactPatch {
+        content: content.map(str::to_owned),
+        confidence,
+        ..FactPatch::default()
+    };
+    assert_eq!(
+        code_of(m.update_fact(&id, patch(Some("  "), None), s.clone()).await),
+        InvalidInputCode::Content
+    );
+    assert_eq!(
+        code_of(m.update_fact(&id, patch(None, Some(2.0)), s.clone()).await),
+        InvalidInputCode::Confidence
+    );
+    assert!(matches!(
+        m.update_fact("fact_missing", patch(Some("x"), None), s.clone()).await,
+        Err(ManagerError::NotFound { ref fact_id }) if fact_id == "fact_missing"
+    ));
+    assert!(matches!(
+        m.update_fact(
+            &id,
+            FactPatch {
+                content: Some("stale".into()),
+                expected_revision: Some(1),
+                ..FactPatch::default()
+            },
+            s.clone()
+        )
+        .await,
+        Err(ManagerError::Conflict { .. })
+    ));
+    let doc = m
+        .update_fact(
+            &id,
+            FactPatch {
+                category: Some(" ".into()),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let f = doc.facts.iter().find(|f| f.id == id).unwrap();
+    assert_eq!((f.category.as_str(), f.revision), ("context", Some(3)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn category_changes_recompute_the_extension() {
+    let (m, _storage, _clock) = memory_manager(config(), None);
+    let s = scope("u", None);
+    let (doc, id) = m
+        .create_fact(new_fact("Knows Kubernetes", "knowledge", 0.9), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    assert_eq!(doc.facts[0].category, "other");
+    assert_eq!(
+        doc.facts[0].category_extension.as_deref(),
+        Some("knowledge")
+    );
+    let set = |c: &str| FactPatch {
+        category: Some(c.into()),
+        ..FactPatch::default()
+    };
+    let doc = m
+        .update_fact(&id, set("preference"), s.clone())
+        .await
+        .unwrap();
+    assert_eq!(doc.facts[0].category, "preference");
+    assert_eq!(doc.facts[0].category_extension, None);
+    let doc = m
+        .update_fact(&id, set("workflow"), s.clone())
+        .await
+        .unwrap();
+    assert_eq!(doc.facts[0].category, "other");
+    assert_eq!(doc.facts[0].category_extension.as_deref(), Some("workflow"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_operations_rebase_over_unrelated_commits() {
+    let (m, hooked, _dir) = hooked_file(config());
+    let s = scope("alice", None);
+    let (_, a) = m
+        .create_fact(NewFact::new("first"), s.clone())
+        .await
+        .unwrap();
+    let (_, b) = m
+        .create_fact(NewFact::new("second"), s.clone())
+        .await
+        .unwrap();
+    hooked.compete(competing_create(
+        "alice",
+        "__default__",
+        "fact_x",
+        "unrelated x",
+        0.7,
+    ));
+    m.update_fact(
+        &a.unwrap(),
+        FactPatch {
+            content: Some("first, edited".into()),
+            ..FactPatch::default()
+        },
+        s.clone(),
+    )
+    .await
+    .unwrap();
+    hooked.compete(competing_create(
+        "alice",
+        "__default__",
+        "fact_y",
+        "unrelated y",
+        0.7,
+    ));
+    let doc = m.delete_fact(&b.unwrap(), None, s.clone()).await.unwrap();
+    assert_eq!(
+        contents(&doc),
+        vec!["first, edited", "unrelated x", "unrelated y"]
+    );
+    assert!(matches!(
+        m.delete_fact("fact_missing", None, s).await,
+        Err(ManagerError::NotFound { .. })
+    ));
+}
+
+async fn set_summaries(storage: &dyn MemoryStorage, u: &str, work: &str, personal: &str) {
+    let mut user_children = serde_json::Map::new();
+    user_children.insert(
+        "workContext".into(),
+        json!({"summary": work, "updatedAt": "2026-05-01T00:00:00Z"}),
+    );
+    user_children.insert(
+        "personalContext".into(),
+        json!({"summary": personal, "updatedAt": "2026-05-01T00:00:00Z"}),
+    );
+    storage
+        .update_summaries(
+            Some(&user(u)),
+            SummaryPatch {
+                user: Some(user_children),
+                history: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+fn doc_from(v: Value) -> PublicMemoryDocument {
+    serde_json::from_value(v).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_replaces_the_bucket() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let (_, a) = m
+        .create_fact(NewFact::new("alpha"), s.clone())
+        .await
+        .unwrap();
+    m.create_fact(NewFact::new("beta"), s.clone())
+        .await
+        .unwrap();
+    set_summaries(&env.storage, "alice", "old work", "likes cats").await;
+    let exported = m.get_memory(s.clone()).await.unwrap();
+    let beta = exported.facts.iter().find(|f| f.content == "beta").unwrap();
+    let mut payload = doc_from(json!({
+        "version": "9.9", "revision": 999, "lastUpdated": "ignored",
+        "user": {"workContext": {"summary": "Works on DeerMem", "updatedAt": "2026-06-01T00:00:00Z"}},
+        "facts": [
+            {"id": "fact_import_c", "content": "gamma", "category": "workflow", "confidence": 0.8,
+             "source": "thread-9", "sourceError": "said delta"}
+        ]
+    }));
+    payload.facts.insert(0, beta.clone());
+    let doc = m.import_memory(payload, s.clone()).await.unwrap();
+    assert_eq!(contents(&doc), vec!["beta", "gamma"]);
+    assert!(
+        !ids(&doc).contains(&a.unwrap()),
+        "facts missing from the import are deleted"
+    );
+    let beta_after = doc.facts.iter().find(|f| f.content == "beta").unwrap();
+    assert_eq!(
+        beta_after.revision,
+        Some(1),
+        "an unchanged fact is not rewritten"
+    );
+    let gamma = doc.facts.iter().find(|f| f.id == "fact_import_c").unwrap();
+    assert_eq!(gamma.category, "other");
+    assert_eq!(gamma.category_extension.as_deref(), Some("workflow"));
+    assert_eq!(gamma.source, "thread-9");
+    assert_eq!(gamma.source_error.as_deref(), Some("said delta"));
+    assert_eq!(doc.user.work_context.summary, "Works on DeerMem");
+    assert_eq!(
+        doc.user.personal_context.summary, "",
+        "left-out children are reset"
+    );
+    assert_eq!(doc.version, "2.0");
+    assert_ne!(doc.revision, Some(999), "the payload's revision is ignored");
+    assert_eq!(doc, m.get_memory(s).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_without_agent_writes_the_default_markdown_bucket() {
+    let env = file_env(config(), None);
+    let doc = env
+        .manager
+        .import_memory(
+            doc_from(json!({"facts": [{"id": "fact_default_import", "content": "Imported"}]})),
+            scope("alice", None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&doc), vec!["fact_default_import"]);
+    let files = markdown_files(&env.root().join("users/alice/agents/__default__/facts"));
+    let stems: Vec<String> = files
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(stems, vec!["fact_default_import"]);
+    assert_eq!(markdown_files(&env.root()).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_enforces_the_revision_rule() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let (_, id) = m
+        .create_fact(NewFact::new("Version one"), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    let export = m.get_memory(s.clone()).await.unwrap();
+    // Straight back: no change, no conflict.
+    let back = m.import_memory(export.clone(), s.clone()).await.unwrap();
+    assert_eq!(back.facts, export.facts);
+    // The payload may omit the revision while the stored one is 1.
+    let mut no_rev = export.clone();
+    no_rev.facts[0].revision = None;
+    m.import_memory(no_rev.clone(), s.clone()).await.unwrap();
+    // After an edit, the old export is a conflict (409), and nothing changes.
+    m.update_fact(
+        &id,
+        FactPatch {
+            content: Some("Version two".into()),
+            ..FactPatch::default()
+        },
+        s.clone(),
+    )
+    .await
+    .unwrap();
+    let before = m.get_memory(s.clone()).await.unwrap();
+    for payload in [export, no_rev] {
+        assert!(matches!(
+            m.import_memory(payload, s.clone()).await,
+            Err(ManagerError::Conflict { .. })
+        ));
+    }
+    assert_eq!(m.get_memory(s.clone()).await.unwrap(), before);
+    // Export, clear, import keeps revisions.
+    let fresh = m.get_memory(s.clone()).await.unwrap();
+    m.clear_memory(s.clone()).await.unwrap();
+    let restored = m.import_memory(fresh.clone(), s.clone()).await.unwrap();
+    assert_eq!(restored.facts[0].revision, Some(2));
+    assert_eq!(restored.facts[0].content, "Version two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_applies_capacity_and_rejects_bad_documents() {
+    let env = file_env(
+        DeerMemConfig {
+            max_facts: 2,
+            ..config()
+        },
+        None,
+    );
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let doc = m
+        .import_memory(
+            doc_from(json!({"facts": [
+                {"id": "fact_hi", "content": "high", "confidence": 0.9},
+                {"id": "fact_lo", "content": "low", "confidence": 0.5},
+                {"id": "fact_mid", "content": "mid", "confidence": 0.8}
+            ]})),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let mut kept = ids(&doc);
+    kept.sort();
+    assert_eq!(kept, vec!["fact_hi", "fact_mid"]);
+    assert!(
+        env.root()
+            .join("users/alice/agents/__default__/.metadata/eviction-audit.json")
+            .is_file()
+    );
+    let before = m.get_memory(s.clone()).await.unwrap();
+    for bad in [
+        json!({"facts": [{"id": "../x", "content": "escape"}]}),
+        json!({"facts": [{"id": "fact_a", "content": "one"}, {"id": "fact_a", "content": "two"}]}),
+        json!({"facts": [{"id": "fact_b", "content": "conf", "confidence": 1.5}]}),
+        json!({"facts": [{"id": "fact_c", "content": "   "}]}),
+    ] {
+        let r = m.import_memory(doc_from(bad.clone()), s.clone()).await;
+        assert_eq!(code_of(r), InvalidInputCode::MemoryData, "{bad}");
+    }
+    assert_eq!(m.get_memory(s).await.unwrap(), before, "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_all_resets_summaries_and_every_agent_but_keeps_agent_config() {
+    let env = file_env(
+        DeerMemConfig {
+            fact_eviction_policy: deermem_core::policy::eviction::EvictionPolicy::HybridV1,
+            ..config()
+        },
+        None,
+    );
+    let m = &env.manager;
+    m.create_fact(NewFact::new("default fact"), scope("alice", None))
+        .await
+        .unwrap();
+    m.create_fact(NewFact::new("coder fact"), scope("alice", Some("coder")))
+        .await
+        .unwrap();
+    m.create_fact(NewFact::new("bob fact"), scope("bob", Some("coder")))
+        .await
+        .unwrap();
+    set_summaries(&env.storage, "alice", "work", "personal").await;
+    let agent_dir = env.root().join("users/alice/agents/coder");
+    std::fs::write(agent_dir.join("config.yaml"), "name: coder\n").unwrap();
+    // Scoped clear: that bucket only; summaries kept; its usage sidecar removed.
+    m.search(search("coder", 5, scope("alice", Some("coder"))))
+        .await
+        .unwrap();
+    assert!(agent_dir.join(".metadata/fact-usage.json").is_file());
+    let doc = m.clear_memory(scope("alice", Some("coder"))).await.unwrap();
+    assert!(doc.facts.is_empty());
+    assert_eq!(doc.user.work_context.summary, "work");
+    assert!(!agent_dir.join(".metadata").exists());
+    assert_eq!(
+        m.get_memory(scope("alice", None))
+            .await
+            .unwrap()
+            .facts
+            .len(),
+        1
+    );
+    // Everything: summaries reset, every agent's facts gone, agent config kept.
+    m.create_fact(NewFact::new("coder again"), scope("alice", Some("coder")))
+        .await
+        .unwrap();
+    let doc = m
+        .clear_memory(MemoryScope::new(Some(user("alice")), None))
+        .await
+        .unwrap();
+    assert!(doc.facts.is_empty());
+    assert_eq!(doc.user.work_context.summary, "");
+    assert_eq!(doc.user.personal_context.summary, "");
+    for a in [None, Some("coder")] {
+        assert!(
+            m.get_memory(scope("alice", a))
+                .await
+                .unwrap()
+                .facts
+                .is_empty()
+        );
+    }
+    assert!(agent_dir.join("config.yaml").is_file());
+    assert_eq!(
+        m.get_memory(scope("bob", Some("coder")))
+            .await
+            .unwrap()
+            .facts
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_global_json_is_migrated_into_the_default_bucket() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let udir = env.root().join("users/alice");
+    std::fs::create_dir_all(&udir).unwrap();
+    let legacy = json!({
+        "version": "1.0", "lastUpdated": "2026-01-01T00:00:00Z",
+        "user": {"workContext": {"summary": "keep me", "updatedAt": "2026-01-01T00:00:00Z"}},
+        "history": {},
+        "facts": [{"id": "fact_legacy", "content": "Legacy fact", "category": "context",
+                   "confidence": 0.9, "createdAt": "2026-01-01T00:00:00Z", "source": "thread-1"}]
+    });
+    std::fs::write(udir.join("memory.json"), legacy.to_string()).unwrap();
+    let s = scope("alice", None);
+    let doc = m.get_memory(s.clone()).await.unwrap();
+    assert_eq!(ids(&doc), vec!["fact_legacy"]);
+    assert_eq!(doc.facts[0].source, "thread-1");
+    assert_eq!(doc.user.work_context.summary, "keep me");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(udir.join("memory.json")).unwrap()).unwrap();
+    assert!(manifest.get("facts").is_none());
+    // Create, then the sorted view with string sources.
+    let (doc, id) = m
+        .create_fact(NewFact::new("Settings fact"), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    assert_eq!(ids(&doc), vec![id.clone(), "fact_legacy".to_owned()]);
+    assert!(doc.facts.iter().all(|f| !f.source.is_empty()));
+    let doc = m
+        .update_fact(
+            "fact_legacy",
+            FactPatch {
+                content: Some("Legacy fact, edited".into()),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    assert!(contents(&doc).contains(&"Legacy fact, edited".to_owned()));
+    m.delete_fact(&id, None, s.clone()).await.unwrap();
+    m.delete_fact("fact_legacy", None, s.clone()).await.unwrap();
+    assert!(markdown_files(&udir.join("agents/__default__/facts")).is_empty());
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(udir.join("memory.json")).unwrap()).unwrap();
+    assert!(manifest.get("facts").is_none());
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_v1_fixture_reads_like_the_reference() {
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem");
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected.json")).unwrap())
+            .unwrap();
+    let env = file_env(config(), None);
+    copy_tree(&fixtures.join("v1-root"), &env.root());
+    for (key, want) in expected["v1-migrated"].as_object().unwrap() {
+        let (u, a) = key.split_once('|').unwrap();
+        let s = MemoryScope::new(Some(user(u)), Some(AgentName::parse(a).unwrap()));
+        let doc = env.manager.get_memory(s).await.unwrap();
+        let got: Vec<(String, String)> = doc
+            .facts
+            .iter()
+            .map(|f| (f.id.clone(), f.content.clone()))
+            .collect();
+        let want_facts: Vec<(String, String)> = want["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["id"].as_str().unwrap().to_owned(),
+                    f["content"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(got, want_facts, "{key}");
+        assert_eq!(doc.version, want["version"].as_str().unwrap(), "{key}");
+        assert_eq!(
+            doc.user.work_context.summary,
+            want["user"]["workContext"]["summary"].as_str().unwrap(),
+            "{key}"
+        );
+        for (f, w) in doc.facts.iter().zip(want["facts"].as_array().unwrap()) {
+            assert_eq!(
+                f.category,
+                w["category"].as_str().unwrap_or("context"),
+                "{key}"
+            );
+            assert_eq!(
+                Some(f.revision.unwrap_or(0)),
+                w["revision"].as_u64(),
+                "{key}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_bucket_and_lead_agent_stay_apart() {
+    for default_first in [true, false] {
+        let env = file_env(config(), None);
+        let m = &env.manager;
+        let lead = env.root().join("users/alice/agents/lead-agent");
+        std::fs::create_dir_all(&lead).unwrap();
+        std::fs::write(lead.join("config.yaml"), "name: lead-agent\n").unwrap();
+        let steps = [(None, "default fact"), (Some("lead-agent"), "lead fact")];
+        let order: Vec<_> = if default_first {
+            steps.to_vec()
+        } else {
+            steps.iter().rev().cloned().collect()
+        };
+        for (a, c) in order {
+            m.create_fact(NewFact::new(c), scope("alice", a))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            contents(&m.get_memory(scope("alice", None)).await.unwrap()),
+            vec!["default fact"]
+        );
+        assert_eq!(
+            contents(
+                &m.get_memory(scope("alice", Some("Lead-Agent")))
+                    .await
+                    .unwrap()
+            ),
+            vec!["lead fact"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_mode_injects_summaries_only() {
+    let env = file_env(config(), None);
+    set_summaries(&env.storage, "alice", "Builds DeerMem", "").await;
+    env.manager
+        .create_fact(NewFact::new("Prefers tabs"), scope("alice", None))
+        .await
+        .unwrap();
+    let req = || ContextRequest {
+        scope: scope("alice", None),
+        thread_id: None,
+    };
+    let middleware = env.manager.get_context(req()).await.unwrap();
+    assert!(middleware.contains("Work: Builds DeerMem"), "{middleware}");
+    assert!(middleware.contains("Facts:") && middleware.contains("Prefers tabs"));
+    let storage: Arc<dyn MemoryStorage> = Arc::new(env.storage.clone());
+    let mut p = parts(config(), storage.clone(), env.clock.clone(), None);
+    p.mode = MemoryMode::Tool;
+    let tool = DeerMemManager::new(p).unwrap();
+    assert_eq!(tool.mode(), MemoryMode::Tool);
+    let caps = tool.capabilities();
+    assert!(caps.tool_mode && caps.search && !caps.passive_writes_in_tool_mode);
+    let text = tool.get_context(req()).await.unwrap();
+    assert!(text.contains("Work: Builds DeerMem"), "{text}");
+    assert!(
+        !text.contains("Facts:") && !text.contains("Prefers tabs"),
+        "{text}"
+    );
+    // The tools reach the facts through search.
+    assert_eq!(
+        tool.search(search("tabs", 5, scope("alice", None)))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // injection_enabled: false suppresses everything in either mode.
+    let mut p = parts(config(), storage, env.clock.clone(), None);
+    p.injection_enabled = false;
+    let off = DeerMemManager::new(p).unwrap();
+    assert_eq!(off.get_context(req()).await.unwrap(), "");
+    let block = off.get_context_block(req()).await.unwrap();
+    assert!(block.block.is_empty() && block.content_sha256.is_none());
+}
+
+fn removal(id: &str, scope: &str, replacement: Option<usize>) -> Value {
+    let mut v = json!({"id": id, "scope": scope, "reason": "changed"});
+    if let Some(i) = replacement {
+        v["replacementFactIndex"] = json!(i);
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_now_reports_added_removed_and_rejected() {
+    let llm = Arc::new(ScriptedLlm::new([json!({
+        "user": {"workContext": {"summary": "Backend engineer", "shouldUpdate": true,
+                                 "scope": "user", "authority": "descriptive"},
+                 "topOfMind": {"summary": "Fixing bug 12", "shouldUpdate": true,
+                               "scope": "thread", "authority": "descriptive"}},
+        "history": {},
+        "newFacts": [
+            labelled("User prefers Go for services", "preference", 0.9),
+            labelled("User maybe likes jazz", "preference", 0.3),
+            {"content": "Temporary task detail", "category": "context", "confidence": 0.9,
+             "scope": "thread", "durability": "temporary", "authority": "transactional"},
+            {"content": "Unlabelled fact", "category": "context", "confidence": 0.9},
+            labelled("user prefers rust for services", "preference", 0.95)
+        ],
+        "factsToRemove": [removal("fact_00000001", "user", Some(0)), removal("fact_00000001", "thread", None)]
+    })
+    .to_string()]));
+    let (m, _storage, _clock) = memory_manager(config(), Some(llm.clone()));
+    let s = scope("u", Some("coder"));
+    let (_, old) = m
+        .create_fact(
+            new_fact("User prefers Rust for services", "preference", 0.9),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(old.as_deref(), Some("fact_00000001"));
+    let report = m
+        .ingest_now(turn("t1", s.clone(), "I switched to Go for services"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.status, IngestStatus::Committed { .. }),
+        "{report:?}"
+    );
+    assert_eq!(report.origin.as_deref(), Some("scripted"));
+    assert_eq!(report.added.len(), 1);
+    assert_eq!(report.added[0].content, "User prefers Go for services");
+    assert_eq!(report.removed.len(), 1);
+    assert_eq!(report.removed[0].id, "fact_00000001");
+    assert_eq!(report.removed[0].reason, RemovalReason::Contradiction);
+    let rejected: Vec<(ProposalKind, &str, RejectReason)> = report
+        .rejected
+        .iter()
+        .map(|r| (r.kind, r.item.as_str(), r.reason))
+        .collect();
+    for want in [
+        (
+            ProposalKind::Summary,
+            "user.topOfMind",
+            RejectReason::NotUserScope,
+        ),
+        (
+            ProposalKind::NewFact,
+            "User maybe likes jazz",
+            RejectReason::LowConfidence,
+        ),
+        (
+            ProposalKind::NewFact,
+            "Temporary task detail",
+            RejectReason::NotUserScope,
+        ),
+        (
+            ProposalKind::NewFact,
+            "Unlabelled fact",
+            RejectReason::MissingLabels,
+        ),
+        (
+            ProposalKind::NewFact,
+            "user prefers rust for services",
+            RejectReason::Duplicate,
+        ),
+        (
+            ProposalKind::Removal,
+            "fact_00000001",
+            RejectReason::NotUserScope,
+        ),
+    ] {
+        assert!(
+            rejected.contains(&want),
+            "{want:?} missing from {rejected:?}"
+        );
+    }
+    assert_eq!(report.summaries_updated, vec!["user.workContext"]);
+    let metrics = report.metrics.unwrap();
+    assert_eq!(metrics.facts_extracted, 5);
+    let doc = m.get_memory(s).await.unwrap();
+    assert_eq!(contents(&doc), vec!["User prefers Go for services"]);
+    // The report serialises for the CLI.
+    let v = serde_json::to_value(&report).unwrap();
+    assert_eq!(v["status"], "committed");
+    assert_eq!(v["removed"][0]["reason"], "contradiction");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_now_edge_cases() {
+    // Not admitted: no assistant turn, no model call.
+    let llm = Arc::new(ScriptedLlm::new(Vec::<String>::new()));
+    let (m, _s, _c) = memory_manager(config(), Some(llm.clone()));
+    let mut req = turn("t", scope("u", None), "I prefer tea");
+    req.messages.truncate(1);
+    let r = m.ingest_now(req).await.unwrap();
+    assert_eq!(r.status, IngestStatus::NotAdmitted);
+    assert_eq!(llm.calls(), 0);
+    // The watermark is bypassed: the same conversation is extracted every time.
+    let llm = Arc::new(ScriptedLlm::always(answer(&[])));
+    let (m, _s, _c) = memory_manager(config(), Some(llm.clone()));
+    for _ in 0..2 {
+        let r = m
+            .ingest_now(turn("t", scope("u", None), "Hello there"))
+            .await
+            .unwrap();
+        assert_eq!(r.status, IngestStatus::NoChange);
+    }
+    assert_eq!(llm.calls(), 2);
+    // A transient model failure is Unavailable; an unusable one is a backend error.
+    let llm = Arc::new(ScriptedLlm::new(Vec::<String>::new()));
+    llm.push(Scripted::Fail(LlmError::Server {
+        status: 503,
+        message: "busy".into(),
+    }));
+    llm.push(Scripted::Reply("not json at all".into()));
+    let (m, _s, _c) = memory_manager(config(), Some(llm));
+    let r = m.ingest_now(turn("t", scope("u", None), "Hello")).await;
+    assert!(matches!(r, Err(ManagerError::Unavailable { .. })), "{r:?}");
+    let r = m.ingest_now(turn("t", scope("u", None), "Hello")).await;
+    assert!(matches!(r, Err(ManagerError::Backend { .. })), "{r:?}");
+    // A new fact evicted at once is reported as rejected, and nothing changes.
+    let llm = Arc::new(ScriptedLlm::new([answer(&[labelled(
+        "User likes marginal things",
+        "preference",
+        0.75,
+    )])]));
+    let (m, _s, _c) = memory_manager(
+        DeerMemConfig {
+            max_facts: 2,
+            ..config()
+        },
+        Some(llm),
+    );
+    let s = scope("u", None);
+    m.create_fact(new_fact("strong one", "context", 0.95), s.clone())
+        .await
+        .unwrap();
+    m.create_fact(new_fact("strong two", "context", 0.9), s.clone())
+        .await
+        .unwrap();
+    let r = m.ingest_now(turn("t", s.clone(), "Hello")).await.unwrap();
+    assert_eq!(r.status, IngestStatus::NoChange);
+    assert!(r.added.is_empty() && r.removed.is_empty());
+    assert_eq!(r.rejected.len(), 1);
+    assert_eq!(r.rejected[0].reason, RejectReason::Evicted);
+    assert_eq!(r.rejected[0].item, "User likes marginal things");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_competing_write_in_another_bucket_needs_no_retry() {
+    // A competing write in another user's bucket never conflicts with ours.
+    let (m, hooked, _dir) = hooked_file(config());
+    hooked.compete(Competitor {
+        user: Some(user("bob")),
+        agent: agent("coder"),
+        changes: competing_create("bob", "coder", "fact_bob", "bob's", 0.7).changes,
+    });
+    let (doc, id) = m
+        .create_fact(NewFact::new("alice's"), scope("alice", None))
+        .await
+        .unwrap();
+    assert!(id.is_some());
+    assert_eq!(contents(&doc), vec!["alice's"]);
+    assert_eq!(hooked.applies.load(Ordering::SeqCst), 1, "no retry needed");
+    assert_eq!(
+        ids(&m.get_memory(scope("bob", Some("coder"))).await.unwrap()),
+        vec!["fact_bob"]
+    );
+}
