@@ -496,12 +496,18 @@ impl Planned {
     }
 
     fn run(self, user: &UserId, dry_run: bool) -> IsolationItem {
-        let is_agent = matches!(self.kind, IsolationItemKind::Agent(_));
+        let is_link = fs::symlink_metadata(&self.source).is_ok_and(|m| m.file_type().is_symlink());
+        // A symlinked agent directory moves as a link; its facts live outside the root and are
+        // not rewritten.
+        let is_agent = matches!(self.kind, IsolationItemKind::Agent(_)) && !is_link;
         let target_taken = match exists(&self.target) {
             Ok(t) => t,
             Err(e) => return failed(self.kind, self.source, self.target, e.to_string()),
         };
         let mut notes = Vec::new();
+        if is_link {
+            notes.push("a symlink: the link moves, what it points to is not touched".to_owned());
+        }
         if !target_taken {
             if dry_run {
                 if is_agent {
@@ -978,6 +984,35 @@ mod tests {
         assert!(read_scope("no front matter").is_none());
         assert!(read_scope("---\nid: [unclosed\n---\n\nx").is_none());
         assert!(read_scope("---\n---\n").is_none());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlinked_agent_moves_as_a_link_and_its_target_is_not_rewritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside/coder");
+        fs::create_dir_all(outside.join("facts/ab")).unwrap();
+        let fact = "---\nid: fact_a\nuser_id: null\nagent_name: coder\n---\n\n# T\n\nBody\n";
+        fs::write(outside.join("facts/ab/fact_a.md"), fact).unwrap();
+        let root = tmp.path().join("root");
+        fs::create_dir_all(root.join("agents")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("agents/coder")).unwrap();
+        let report =
+            migrate_user_isolation(&root, &user("default"), &IsolationOptions::default()).unwrap();
+        assert_eq!(report.items.len(), 1);
+        assert_eq!(report.items[0].action, IsolationAction::Moved);
+        assert!(report.items[0].notes[0].contains("symlink"));
+        let moved = root.join("users/default/agents/coder");
+        assert!(
+            fs::symlink_metadata(&moved)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(
+            fs::read_to_string(outside.join("facts/ab/fact_a.md")).unwrap(),
+            fact
+        );
     }
 
     #[test]
