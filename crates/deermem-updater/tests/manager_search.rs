@@ -13,16 +13,16 @@ use std::time::Duration;
 use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryStorage, NewFact, SearchRequest};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode,
-    RebuildReport, TokenCounting, UserId,
+    ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode, RebuildReport,
+    TokenCounting,
 };
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::{DeerMemManager, QueueConfig};
 use manager_support::{
-    HookedStorage, agent, answer, clock, config, file_env, file_storage, hooked_manager, labelled,
-    parts, scope, search, turn, user,
+    HookedStorage, RebuildCall, agent, answer, clock, config, file_env, file_storage,
+    hooked_manager, labelled, parts, scope, search, turn, user,
 };
 use serde_json::{Value, json};
 
@@ -333,7 +333,7 @@ fn hooked_file() -> (Arc<DeerMemManager>, Arc<HookedStorage>, tempfile::TempDir)
     (hooked_manager(config(), hooked.clone(), clock), hooked, dir)
 }
 
-fn scope_key(u: &str, a: &str) -> Option<Vec<(Option<UserId>, AgentName)>> {
+fn scope_key(u: &str, a: &str) -> RebuildCall {
     Some(vec![(Some(user(u)), agent(a))])
 }
 

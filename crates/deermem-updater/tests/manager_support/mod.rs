@@ -197,6 +197,9 @@ pub fn markdown_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The scopes one `rebuild_index` call asked for (`None`: everything).
+pub type RebuildCall = Option<Vec<(Option<UserId>, AgentName)>>;
+
 /// A competing write the hooked storage performs right before the manager's next commit.
 #[derive(Debug, Clone)]
 pub struct Competitor {
@@ -212,7 +215,7 @@ pub struct HookedStorage {
     pub inner: Arc<dyn MemoryStorage>,
     pub competitors: Mutex<VecDeque<Competitor>>,
     pub rebuild_results: Mutex<VecDeque<RebuildReport>>,
-    pub rebuild_calls: Mutex<Vec<Option<Vec<(Option<UserId>, AgentName)>>>>,
+    pub rebuild_calls: Mutex<Vec<RebuildCall>>,
     pub retrieval: Option<bool>,
     pub fail_search: AtomicBool,
     pub search_calls: AtomicUsize,
@@ -253,7 +256,7 @@ impl HookedStorage {
         self.rebuild_results.lock().unwrap().push_back(r);
     }
 
-    pub fn rebuild_calls(&self) -> Vec<Option<Vec<(Option<UserId>, AgentName)>>> {
+    pub fn rebuild_calls(&self) -> Vec<RebuildCall> {
         self.rebuild_calls.lock().unwrap().clone()
     }
 }
