@@ -69,13 +69,14 @@ fn existing_shards(conn: &Connection) -> rusqlite::Result<Vec<i64>> {
         .collect())
 }
 
-fn drop_sql() -> String {
+/// Drops every table of ours, whatever shard count the old schema used.
+fn drop_sql(conn: &Connection) -> rusqlite::Result<String> {
     let mut sql = String::from("DROP TABLE IF EXISTS fts;\n");
-    for i in 0..SHARDS {
+    for i in existing_shards(conn)? {
         sql.push_str(&format!("DROP TABLE IF EXISTS fts_{i};\n"));
     }
     sql.push_str(DROP_SQL);
-    sql
+    Ok(sql)
 }
 
 const CREATE_SQL: &str = "
@@ -200,7 +201,7 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
     let dropped = has_any && version.as_deref() != Some(SCHEMA_VERSION);
     let mut sql = String::from("BEGIN IMMEDIATE;");
     if dropped {
-        sql.push_str(&drop_sql());
+        sql.push_str(&drop_sql(conn)?);
     }
     sql.push_str(CREATE_SQL);
     sql.push_str("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '");

@@ -475,6 +475,7 @@ mod robustness {
                 "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  INSERT INTO meta VALUES('schema_version', '0');
                  CREATE TABLE docs(x);
+                 CREATE VIRTUAL TABLE fts_300 USING fts5(x);
                  CREATE TABLE unrelated(y); INSERT INTO unrelated VALUES(7);",
             )
             .expect("old schema");
