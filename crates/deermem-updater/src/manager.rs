@@ -133,6 +133,8 @@ pub struct DeerMemManager {
     hidden: HiddenMessagePolicy,
     ids: FactIdSource,
     warm: search::WarmState,
+    /// Whether the storage has a retrieval index (fixed for the storage's lifetime).
+    indexed: bool,
     closed: AtomicBool,
 }
 
@@ -214,6 +216,7 @@ impl DeerMemManager {
                     message: e.to_string(),
                 }
             })?;
+        let indexed = parts.storage.capabilities().retrieval;
         Ok(Self {
             config,
             mode: parts.mode,
@@ -224,6 +227,7 @@ impl DeerMemManager {
             hidden: parts.hidden_messages,
             ids,
             warm: search::WarmState::new(),
+            indexed,
             closed: AtomicBool::new(false),
         })
     }

@@ -576,3 +576,51 @@ async fn warm_close_and_unsupported_operations() {
         .unwrap();
     assert_eq!(m.pipeline().queue().pending_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_picks_up_out_of_band_edits_and_reindexes_the_scope() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", Some("coder"));
+    let (_, id) = m
+        .create_fact(NewFact::new("Deploys with original tooling"), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    assert_eq!(
+        m.search_scored(search("original", 5, s.clone()))
+            .await
+            .unwrap()[0]
+            .match_type,
+        MatchType::Fts5
+    );
+    // Someone edits the Markdown file by hand.
+    let files = manager_support::markdown_files(&env.root().join("users/alice/agents/coder"));
+    assert_eq!(files.len(), 1);
+    assert!(files[0].ends_with(format!("{id}.md")));
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(&files[0], text.replace("original", "rewritten")).unwrap();
+    let doc = m.reload_memory(s.clone()).await.unwrap();
+    assert_eq!(doc.facts[0].content, "Deploys with rewritten tooling");
+    assert_eq!(m.get_memory(s.clone()).await.unwrap(), doc);
+    let hits = m
+        .search_scored(search("rewritten", 5, s.clone()))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(
+        hits[0].match_type,
+        MatchType::Fts5,
+        "the scope was re-indexed"
+    );
+    assert!(
+        m.search(search("original", 5, s.clone()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A user never written to reloads as the empty template.
+    let empty = m.reload_memory(scope("nobody", None)).await.unwrap();
+    assert_eq!((empty.version.as_str(), empty.revision), ("1.0", Some(0)));
+    assert!(empty.facts.is_empty());
+}

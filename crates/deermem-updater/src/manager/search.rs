@@ -124,7 +124,7 @@ impl DeerMemManager {
             Err(e) => {
                 tracing::warn!(error = %e, "memory search index warm-up failed; scopes will be rebuilt lazily");
                 RebuildReport {
-                    supported: self.storage.capabilities().retrieval,
+                    supported: self.indexed,
                     indexed: 0,
                     failed: 0,
                     fatal: true,
@@ -146,7 +146,7 @@ impl DeerMemManager {
         if self.warm.is_warm(&key) {
             return;
         }
-        if !self.storage.capabilities().retrieval {
+        if !self.indexed {
             self.warm.mark(key);
             return;
         }
