@@ -1,10 +1,55 @@
-//! `cargo xtask bench`: the named benchmark workloads (issue 11). The harness lives in the
-//! `deermem-bench` binary once it exists; until then this task says so and fails.
+//! `cargo xtask bench [--quick] [--corpus FILE] [--queries FILE] [--json OUT] [...]`: builds the
+//! `deermem-bench` harness in release mode and runs it with the arguments passed through. Each
+//! workload runs in its own child process on a fresh temporary root; see `docs/benchmarks.md`.
 
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 
-pub(crate) fn run(_root: &Path, _args: &[String]) -> ExitCode {
-    eprintln!("cargo xtask bench: the benchmark harness is not built yet (tracked by the benchmarks issue)");
-    ExitCode::FAILURE
+/// The release binary under the target directory (`$CARGO_TARGET_DIR` or `<root>/target`).
+fn bench_binary(root: &Path) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { root.join(t) })
+        .unwrap_or_else(|| root.join("target"));
+    target
+        .join("release")
+        .join(format!("deermem-bench{}", std::env::consts::EXE_SUFFIX))
+}
+
+pub(crate) fn run(root: &Path, args: &[String]) -> ExitCode {
+    if !crate::run(
+        "bench-build",
+        &crate::cargo(),
+        &["build", "--release", "--locked", "-p", "deermem-bench"],
+        &[],
+    ) {
+        return ExitCode::FAILURE;
+    }
+    let exe = bench_binary(root);
+    eprintln!("\n==> [bench] {} {}", exe.display(), args.join(" "));
+    match Command::new(&exe).args(args).current_dir(root).status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("cargo xtask bench: the harness failed ({s})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("cargo xtask bench: could not start {}: {e}", exe.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_lives_in_the_release_target_dir() {
+        let p = bench_binary(Path::new("/repo"));
+        assert!(p.ends_with(format!(
+            "release/deermem-bench{}",
+            std::env::consts::EXE_SUFFIX
+        )));
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
-use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, TokenCounting, Timestamp};
+use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Timestamp, TokenCounting};
 use deermem_retrieval_fts5::query::{NoSegmenter, plan};
 use deermem_updater::apply::{ApplyContext, apply_update, capacity_decision};
 use deermem_updater::facts::FactIdSource;
@@ -21,17 +21,20 @@ use deermem_updater::tokens::{TokenCounter, char_estimate};
 use serde_json::json;
 
 fn now() -> Timestamp {
-    Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap_or_else(|e| panic!("{e}"))
+    Timestamp::parse_iso("2026-06-01T00:00:00Z")
+        .unwrap_or_else(|| panic!("a valid literal timestamp"))
 }
 
 fn memory(scope: &FactScope, n: usize) -> MemoryDocument {
     let mut doc = MemoryDocument::empty(now());
     let unused = || FactId::new("unused").unwrap_or_else(|e| panic!("{e}"));
+    let categories = ["preference", "context", "goal", "behavior"];
     for i in 0..n {
+        let category = categories[i % 4];
         let draft = json!({
             "id": format!("fact_{i:08x}"),
             "content": format!("User fact {i}: prefers tool {i} for task family {} and writes notes in Markdown", i % 7),
-            "category": ["preference", "context", "goal", "behavior"][i % 4],
+            "category": category,
             "confidence": 0.6 + (i % 40) as f64 / 100.0,
             "createdAt": format!("2026-0{}-1{}T10:00:00Z", 1 + i % 5, i % 10),
         });
@@ -52,8 +55,14 @@ fn bench_queries(c: &mut Criterion) {
     let seg = NoSegmenter;
     for (name, q) in [
         ("plain_words", "rust async runtime preferences"),
-        ("advanced_syntax", "rust AND (tokio OR \"async std\") NOT python"),
-        ("hostile_quotes", "user's \"quoted\" (unbalanced AND -- * ^ ~ NEAR("),
+        (
+            "advanced_syntax",
+            "rust AND (tokio OR \"async std\") NOT python",
+        ),
+        (
+            "hostile_quotes",
+            "user's \"quoted\" (unbalanced AND -- * ^ ~ NEAR(",
+        ),
         ("cjk_mixed", "用户喜欢喝乌龙茶 and 東京に住んでいる"),
     ] {
         c.bench_function(&format!("query_plan_{name}"), |b| {
@@ -119,7 +128,10 @@ fn bench_gates(c: &mut Criterion) {
     });
     let over = memory(&scope, 105);
     c.bench_function("gates_capacity_decision_105_of_100", |b| {
-        b.iter(|| capacity_decision(black_box(&over.facts), &cfg, &usage, now()).map(|d| d.decision.evicted.len()))
+        b.iter(|| {
+            capacity_decision(black_box(&over.facts), &cfg, &usage, now())
+                .map(|d| d.decision.evicted.len())
+        })
     });
 }
 

@@ -53,7 +53,7 @@ impl CorpusFact {
     }
 
     /// The scope key `(user, agent)`.
-    pub fn scope_key(&self) -> (String, Option<String>) {
+    pub fn scope_key(&self) -> ScopeKey {
         (self.user.clone(), self.agent.clone())
     }
 }
@@ -204,7 +204,7 @@ fn zipf(rng: &mut StdRng, n: usize) -> usize {
 
 /// The user ids of generated scopes: scope `i` is user `i / 2`, in the default bucket for even
 /// `i` and the `researcher` agent for odd `i`.
-pub fn generated_scope(i: usize) -> (String, Option<String>) {
+pub fn generated_scope(i: usize) -> ScopeKey {
     let user = format!("user{:04}@bench.example", i / 2);
     let agent = (i % 2 == 1).then(|| "researcher".to_owned());
     (user, agent)
@@ -237,10 +237,13 @@ pub fn generate_corpus(facts: usize, scopes: usize, seed: u64) -> Vec<CorpusFact
         .collect()
 }
 
+/// A scope of the corpus: `(user, agent)`.
+pub type ScopeKey = (String, Option<String>);
+
 /// The corpus grouped by scope, in first-seen order of the scopes.
-pub fn by_scope(facts: &[CorpusFact]) -> Vec<((String, Option<String>), Vec<&CorpusFact>)> {
-    let mut order: Vec<(String, Option<String>)> = Vec::new();
-    let mut groups: BTreeMap<(String, Option<String>), Vec<&CorpusFact>> = BTreeMap::new();
+pub fn by_scope(facts: &[CorpusFact]) -> Vec<(ScopeKey, Vec<&CorpusFact>)> {
+    let mut order: Vec<ScopeKey> = Vec::new();
+    let mut groups: BTreeMap<ScopeKey, Vec<&CorpusFact>> = BTreeMap::new();
     for f in facts {
         let key = f.scope_key();
         let entry = groups.entry(key.clone()).or_default();
@@ -319,10 +322,21 @@ mod tests {
         std::fs::write(&path, "{\"user\": \"u\", \"content\": \"x\"}\n\n[1]\n").unwrap();
         let err = load_corpus(&path).unwrap_err().to_string();
         assert!(err.contains("line 3"), "{err}");
-        std::fs::write(&path, "{\"user\": \"u\", \"content\": \"x\", \"confidence\": 3}\n").unwrap();
+        std::fs::write(
+            &path,
+            "{\"user\": \"u\", \"content\": \"x\", \"confidence\": 3}\n",
+        )
+        .unwrap();
         assert!(load_corpus(&path).is_err());
-        std::fs::write(&path, "{\"user\": \"u\", \"agent\": null, \"content\": \"x\"}\n").unwrap();
+        std::fs::write(
+            &path,
+            "{\"user\": \"u\", \"agent\": null, \"content\": \"x\"}\n",
+        )
+        .unwrap();
         let one = load_corpus(&path).unwrap();
-        assert_eq!((one[0].agent.clone(), one[0].category.as_str()), (None, "context"));
+        assert_eq!(
+            (one[0].agent.clone(), one[0].category.as_str()),
+            (None, "context")
+        );
     }
 }

@@ -118,8 +118,9 @@ impl Connection {
             let mut body = Vec::new();
             loop {
                 let size_line = self.line().await?;
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                    .with_context(|| format!("bad chunk size {size_line:?}"))?;
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                        .with_context(|| format!("bad chunk size {size_line:?}"))?;
                 if size == 0 {
                     // Trailers end with an empty line.
                     while !self.line().await?.is_empty() {}

@@ -97,7 +97,10 @@ mod tests {
     fn longest_mount_point_wins() {
         let mounts = "/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n";
         let (dev, point, kind) = filesystem_of(Path::new("/tmp/x/y"), mounts).unwrap();
-        assert_eq!((dev.as_str(), point.as_str(), kind.as_str()), ("tmpfs", "/tmp", "tmpfs"));
+        assert_eq!(
+            (dev.as_str(), point.as_str(), kind.as_str()),
+            ("tmpfs", "/tmp", "tmpfs")
+        );
         let (_, point, kind) = filesystem_of(Path::new("/work/x"), mounts).unwrap();
         assert_eq!((point.as_str(), kind.as_str()), ("/", "ext4"));
     }

@@ -338,12 +338,20 @@ pub fn export(args: &Args) -> Result<()> {
     let facts = corpus::generate_corpus(sizes.corpus_facts, sizes.corpus_scopes, corpus::SEED);
     if let Some(p) = &args.write_corpus {
         corpus::write_corpus(p, &facts)?;
-        eprintln!("deermem-bench: wrote {} facts to {}", facts.len(), p.display());
+        eprintln!(
+            "deermem-bench: wrote {} facts to {}",
+            facts.len(),
+            p.display()
+        );
     }
     if let Some(p) = &args.write_queries {
         let q = corpus::generate_queries(&facts, sizes.queries, corpus::SEED);
         corpus::write_queries(p, &q)?;
-        eprintln!("deermem-bench: wrote {} queries to {}", q.len(), p.display());
+        eprintln!(
+            "deermem-bench: wrote {} queries to {}",
+            q.len(),
+            p.display()
+        );
     }
     Ok(())
 }
@@ -358,8 +366,14 @@ mod tests {
 
     #[test]
     fn arguments_parse_and_reject_unknowns() {
-        let a = Args::parse(&strings(&["--quick", "--json", "o.json", "--only", "search,write_fact"]))
-            .unwrap();
+        let a = Args::parse(&strings(&[
+            "--quick",
+            "--json",
+            "o.json",
+            "--only",
+            "search,write_fact",
+        ]))
+        .unwrap();
         assert_eq!(a.preset, "quick");
         assert_eq!(a.json, Some(PathBuf::from("o.json")));
         assert_eq!(a.only, Some(strings(&["search", "write_fact"])));

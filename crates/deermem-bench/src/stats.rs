@@ -27,16 +27,16 @@ impl WorkloadResult {
 
     /// The summary of the samples.
     pub fn summary(&self) -> Summary {
-        let mut us: Vec<f64> = self
-            .samples
-            .iter()
-            .map(|d| d.as_secs_f64() * 1e6)
-            .collect();
+        let mut us: Vec<f64> = self.samples.iter().map(|d| d.as_secs_f64() * 1e6).collect();
         us.sort_by(f64::total_cmp);
         let secs = self.elapsed.as_secs_f64();
         Summary {
             n: self.n,
-            ops_per_sec: if secs > 0.0 { self.n as f64 / secs } else { 0.0 },
+            ops_per_sec: if secs > 0.0 {
+                self.n as f64 / secs
+            } else {
+                0.0
+            },
             p50_us: percentile(&us, 50.0),
             p99_us: percentile(&us, 99.0),
             mean_us: if us.is_empty() {

@@ -29,7 +29,10 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         thread_id: None,
     };
     let first = mgr.get_context(request.clone()).await?;
-    anyhow::ensure!(first.contains("Facts"), "no facts in the injection block: {first:?}");
+    anyhow::ensure!(
+        first.contains("Facts"),
+        "no facts in the injection block: {first:?}"
+    );
     let n = env.sizes.get_context;
     let mut rec = Recorder::start(n);
     for _ in 0..n {

@@ -22,7 +22,11 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let storage = open(&env.root, true)?;
     seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
     let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
-    let state = GatewayState::new(mgr.clone(), MemoryConfig::default(), GatewayConfig::default());
+    let state = GatewayState::new(
+        mgr.clone(),
+        MemoryConfig::default(),
+        GatewayConfig::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -33,10 +37,17 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     // One checked request: the document holds the seeded facts.
     let mut probe = Connection::connect(addr).await?;
     let first = probe.get("/api/memory", "").await?;
-    anyhow::ensure!(first.status == 200, "GET /api/memory answered {}", first.status);
+    anyhow::ensure!(
+        first.status == 200,
+        "GET /api/memory answered {}",
+        first.status
+    );
     let doc: serde_json::Value = serde_json::from_slice(&first.body).context("response JSON")?;
     let facts = doc["facts"].as_array().map_or(0, Vec::len);
-    anyhow::ensure!(facts == env.sizes.scope_facts, "the response holds {facts} facts");
+    anyhow::ensure!(
+        facts == env.sizes.scope_facts,
+        "the response holds {facts} facts"
+    );
     drop(probe);
 
     let clients = env.sizes.gateway_clients.max(1);
@@ -46,7 +57,10 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     for _ in 0..clients {
         let mut c = Connection::connect(addr).await?;
         // Warm the connection (and the server's per-connection state).
-        anyhow::ensure!(c.get("/api/memory", "").await?.status == 200, "warm-up failed");
+        anyhow::ensure!(
+            c.get("/api/memory", "").await?.status == 200,
+            "warm-up failed"
+        );
         conns.push(c);
     }
     let started = Instant::now();

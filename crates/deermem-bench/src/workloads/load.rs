@@ -28,7 +28,10 @@ pub(crate) async fn cold(env: &Env) -> Result<WorkloadResult> {
         let storage = open(&env.root, false)?;
         untimed += setup.elapsed();
         let t = Instant::now();
-        let doc = storage.load(Some(&user), Some(&agent)).await.context("load")?;
+        let doc = storage
+            .load(Some(&user), Some(&agent))
+            .await
+            .context("load")?;
         rec.push(t.elapsed());
         anyhow::ensure!(doc.facts.len() == env.sizes.scope_facts, "short load");
     }
@@ -45,7 +48,10 @@ pub(crate) async fn warm(env: &Env) -> Result<WorkloadResult> {
     let mut rec = Recorder::start(n);
     for _ in 0..n {
         let t = Instant::now();
-        let doc = storage.load(Some(&user), Some(&agent)).await.context("load")?;
+        let doc = storage
+            .load(Some(&user), Some(&agent))
+            .await
+            .context("load")?;
         rec.push(t.elapsed());
         anyhow::ensure!(doc.facts.len() == env.sizes.scope_facts, "short load");
     }

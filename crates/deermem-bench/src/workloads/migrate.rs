@@ -62,7 +62,11 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let agent = AgentName::default_bucket();
     let mut rec = Recorder::start(users);
     let listed = storage.list_users().await.context("list users")?;
-    anyhow::ensure!(listed.len() == users, "listed {} of {users} users", listed.len());
+    anyhow::ensure!(
+        listed.len() == users,
+        "listed {} of {users} users",
+        listed.len()
+    );
     let mut facts = 0usize;
     for user in &listed {
         let t = Instant::now();
@@ -84,8 +88,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         sample.version
     );
     storage.close().await;
-    Ok(r
-        .with("facts_migrated", facts.into())
+    Ok(r.with("facts_migrated", facts.into())
         .with("facts_per_sec", (facts_per_sec.round()).into())
         .with("unit", "users".into()))
 }

@@ -38,7 +38,10 @@ pub(crate) async fn rebuild(env: &Env) -> Result<WorkloadResult> {
 pub(crate) async fn search(env: &Env) -> Result<WorkloadResult> {
     let (storage, _) = seeded(env).await?;
     let report = storage.rebuild_index(None).await.context("rebuild")?;
-    anyhow::ensure!(report.failed == 0 && !report.fatal, "rebuild failed: {report:?}");
+    anyhow::ensure!(
+        report.failed == 0 && !report.fatal,
+        "rebuild failed: {report:?}"
+    );
     let groups = corpus::by_scope(&env.corpus);
     let scopes: Vec<Scope> = groups
         .iter()

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::ports::{ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument,
-    RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, SummariesSnapshot,
-    SummaryPatch, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, RebuildReport,
+    RetrievalStatus, SearchHit, SearchQuery, StorageError, SummariesSnapshot, SummaryPatch,
+    Timestamp, UserId,
 };
 
 /// Delegates everything to `inner`, timing the write operations.
@@ -88,7 +88,10 @@ impl MemoryStorage for TimedStorage {
         options: ApplyOptions,
     ) -> Result<ChangeResult, StorageError> {
         let t = Instant::now();
-        let r = self.inner.apply_changes(user, agent, changes, options).await;
+        let r = self
+            .inner
+            .apply_changes(user, agent, changes, options)
+            .await;
         self.add(t);
         r
     }
@@ -105,12 +108,18 @@ impl MemoryStorage for TimedStorage {
         expected_revision: Option<u64>,
     ) -> Result<(), StorageError> {
         let t = Instant::now();
-        let r = self.inner.save(user, agent, document, expected_revision).await;
+        let r = self
+            .inner
+            .save(user, agent, document, expected_revision)
+            .await;
         self.add(t);
         r
     }
 
-    async fn get_summaries(&self, user: Option<&UserId>) -> Result<SummariesSnapshot, StorageError> {
+    async fn get_summaries(
+        &self,
+        user: Option<&UserId>,
+    ) -> Result<SummariesSnapshot, StorageError> {
         self.inner.get_summaries(user).await
     }
 
@@ -121,7 +130,10 @@ impl MemoryStorage for TimedStorage {
         expected_revision: Option<u64>,
     ) -> Result<MemoryDocument, StorageError> {
         let t = Instant::now();
-        let r = self.inner.update_summaries(user, patch, expected_revision).await;
+        let r = self
+            .inner
+            .update_summaries(user, patch, expected_revision)
+            .await;
         self.add(t);
         r
     }

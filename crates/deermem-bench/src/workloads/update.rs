@@ -121,7 +121,10 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
             let report = outcome.report.clone().unwrap_or_default();
             created = report.created.len();
             removed_count = report.removed.len();
-            anyhow::ensure!(created == 5, "expected 5 new facts, the gates kept {created}: {report:?}");
+            anyhow::ensure!(
+                created == 5,
+                "expected 5 new facts, the gates kept {created}: {report:?}"
+            );
             anyhow::ensure!(removed_count == 1, "expected 1 removal: {report:?}");
         }
         // Restore the 100 facts and warm the cache again (not measured).
@@ -142,9 +145,18 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         .collect();
     cpu_us.sort_by(f64::total_cmp);
     r = r
-        .with("p50_write_us", ((percentile(&write_us, 50.0) * 10.0).round() / 10.0).into())
-        .with("p50_without_writes_us", ((percentile(&cpu_us, 50.0) * 10.0).round() / 10.0).into())
-        .with("p99_without_writes_us", ((percentile(&cpu_us, 99.0) * 10.0).round() / 10.0).into())
+        .with(
+            "p50_write_us",
+            ((percentile(&write_us, 50.0) * 10.0).round() / 10.0).into(),
+        )
+        .with(
+            "p50_without_writes_us",
+            ((percentile(&cpu_us, 50.0) * 10.0).round() / 10.0).into(),
+        )
+        .with(
+            "p99_without_writes_us",
+            ((percentile(&cpu_us, 99.0) * 10.0).round() / 10.0).into(),
+        )
         .with("created_per_cycle", created.into())
         .with("removed_per_cycle", removed_count.into());
     file.close().await;

@@ -27,7 +27,11 @@ pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
         rec.push(t.elapsed());
     }
     let doc = storage.load(Some(&user), Some(&agent)).await?;
-    anyhow::ensure!(doc.facts.len() == n, "expected {n} facts, found {}", doc.facts.len());
+    anyhow::ensure!(
+        doc.facts.len() == n,
+        "expected {n} facts, found {}",
+        doc.facts.len()
+    );
     storage.close().await;
     Ok(rec
         .finish(n, Duration::ZERO)

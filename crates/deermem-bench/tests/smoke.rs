@@ -1,0 +1,161 @@
+//! Smoke test of the harness (run by CI): every workload runs end to end at tiny sizes in its
+//! own child process and the JSON report is well-formed. No timing is asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const WORKLOADS: [&str; 11] = [
+    "fsync_floor",
+    "write_fact",
+    "write_fact_parallel",
+    "load_scope_cold",
+    "load_scope_warm",
+    "search",
+    "rebuild_index",
+    "get_context",
+    "apply_update",
+    "migrate_v1",
+    "gateway_get",
+];
+
+fn bench(args: &[&str], tmp: &Path) -> Value {
+    let out_path = tmp.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_deermem-bench"))
+        .args(args)
+        .arg("--tmpdir")
+        .arg(tmp)
+        .arg("--json")
+        .arg(&out_path)
+        .output()
+        .expect("the bench binary starts");
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_path).expect("the report is written");
+    serde_json::from_str(&text).expect("the report is JSON")
+}
+
+#[test]
+fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = bench(&["--smoke"], tmp.path());
+    let w = report["workloads"].as_object().expect("workloads object");
+    assert_eq!(
+        w.keys().map(String::as_str).collect::<Vec<_>>(),
+        WORKLOADS.to_vec()
+    );
+    for (name, r) in w {
+        let n = r["n"].as_u64().unwrap_or(0);
+        assert!(n > 0, "{name}: n = {n}");
+        let ops = r["ops_per_sec"].as_f64().unwrap_or(-1.0);
+        let (p50, p99) = (
+            r["p50_us"].as_f64().unwrap_or(-1.0),
+            r["p99_us"].as_f64().unwrap_or(-1.0),
+        );
+        assert!(ops > 0.0 && p50 > 0.0 && p99 >= p50, "{name}: {r}");
+        assert!(r["peak_rss_kb"].as_u64().unwrap_or(0) > 1000, "{name}: {r}");
+    }
+    assert_eq!(w["fsync_floor"]["file_fsyncs_per_op"], 5);
+    assert_eq!(w["apply_update"]["created_per_cycle"], 5);
+    assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
+    assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");
+    assert_eq!(w["migrate_v1"]["facts_migrated"], 15);
+    let m = &report["machine"];
+    for key in ["cpu", "kernel", "rustc", "tmp_filesystem"] {
+        assert!(
+            m[key].as_str().is_some_and(|s| !s.is_empty()),
+            "machine.{key}: {m}"
+        );
+    }
+    assert!(m["cores"].as_u64().unwrap_or(0) >= 1);
+    assert_eq!(report["targets"].as_object().map(|t| t.len()), Some(9));
+    // Every temporary root was removed by its child.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("deermem-bench-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn corpus_and_query_files_drive_the_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus.jsonl");
+    let queries = tmp.path().join("queries.txt");
+    let mut lines = String::new();
+    for i in 0..12 {
+        let agent = if i % 2 == 0 {
+            "null".to_owned()
+        } else {
+            "\"coder\"".to_owned()
+        };
+        lines.push_str(&format!(
+            "{{\"user\": \"u{}@x.example\", \"agent\": {agent}, \"content\": \"walrus number {i} likes herring\", \"category\": \"preference\", \"confidence\": 0.9}}\n",
+            i % 3
+        ));
+    }
+    std::fs::write(&corpus, lines).unwrap();
+    std::fs::write(&queries, "walrus\nherring likes\n\nnothing-matches-this\n").unwrap();
+    let c = corpus.to_str().unwrap();
+    let q = queries.to_str().unwrap();
+    let report = bench(
+        &[
+            "--smoke",
+            "--only",
+            "search,rebuild_index",
+            "--corpus",
+            c,
+            "--queries",
+            q,
+        ],
+        tmp.path(),
+    );
+    let w = &report["workloads"];
+    assert_eq!(w["search"]["n"], 3, "one search per non-blank query line");
+    assert_eq!(w["search"]["queries_with_hits"], 2);
+    assert_eq!(w["rebuild_index"]["n"], 12);
+    assert_eq!(w["rebuild_index"]["scopes"], 6);
+    assert!(w.get("write_fact").is_none());
+    assert_eq!(report["data"]["corpus"], c);
+}
+
+#[test]
+fn generated_data_can_be_exported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c.jsonl");
+    let queries = tmp.path().join("q.txt");
+    let status = Command::new(env!("CARGO_BIN_EXE_deermem-bench"))
+        .args(["--smoke", "--write-corpus"])
+        .arg(&corpus)
+        .arg("--write-queries")
+        .arg(&queries)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&corpus).unwrap();
+    assert_eq!(text.lines().count(), 40);
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    for key in ["user", "agent", "content", "category", "confidence"] {
+        assert!(first.get(key).is_some(), "{key} missing in {first}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&queries).unwrap().lines().count(),
+        5
+    );
+}
+
+#[test]
+fn bad_arguments_fail_with_a_message() {
+    let out = Command::new(env!("CARGO_BIN_EXE_deermem-bench"))
+        .args(["--only", "no_such_workload"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_workload"));
+}
