@@ -95,6 +95,49 @@ pub(crate) enum Command {
     Index(IndexCommand),
     /// Migrate legacy data: Markdown facts from v1 JSON, or the pre-isolation shared layout.
     Migrate(MigrateArgs),
+    /// Run memory extraction on a conversation now (not after the debounce) and report what
+    /// was added, removed and rejected.
+    Ingest {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The host thread id the conversation belongs to.
+        #[arg(long, default_value = "cli")]
+        thread: String,
+        /// A JSON list of `{role, content}` messages or a DeerFlow/LangChain message dump
+        /// (`-` for stdin).
+        file: PathBuf,
+    },
+    /// Print the `<memory>` block a host would inject for this user and agent.
+    Context {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// The main job on embedded defaults: a temporary store, a bundled conversation, the
+    /// extracted facts, a search and the injection block.
+    Demo {
+        /// Keep the temporary store and print its path.
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Serve the HTTP gateway (DeerFlow-compatible `/api/memory` routes).
+    Serve {
+        /// Address to listen on (overrides `gateway.bind`).
+        #[arg(long, value_name = "ADDR")]
+        bind: Option<std::net::SocketAddr>,
+    },
+    /// Serve the memory tools as an MCP server (stdio, or streamable HTTP with `--bind`).
+    Mcp {
+        /// The user (stdio mode; one user per process).
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// The agent bucket; omitted means the default bucket.
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+        /// Serve streamable HTTP on this address; users come from bearer tokens
+        /// (`gateway.auth.tokens`).
+        #[arg(long, value_name = "ADDR")]
+        bind: Option<std::net::SocketAddr>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -549,3 +549,147 @@ fn migrate_isolation(ctx: &Ctx, args: &MigrateArgs) -> Result<u8, CliError> {
     }
     Ok(u8::from(report.has_failures()))
 }
+
+/// Reads a conversation: a JSON list of messages, or an object with a `messages` list (a
+/// DeerFlow/LangChain state or dump).
+pub(crate) fn read_messages(file: &Path) -> Result<Vec<deermem_core::Message>, CliError> {
+    let text = read_input(file)?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::invalid(format!("{} is not JSON: {e}", file.display())))?;
+    let list = match value {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(mut o) => match o.remove("messages") {
+            Some(serde_json::Value::Array(items)) => items,
+            _ => {
+                return Err(CliError::invalid(format!(
+                    "{}: expected a list of messages or an object with a \"messages\" list",
+                    file.display()
+                )));
+            }
+        },
+        _ => {
+            return Err(CliError::invalid(format!(
+                "{}: expected a list of messages",
+                file.display()
+            )));
+        }
+    };
+    list.into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            serde_json::from_value(m)
+                .map_err(|e| CliError::invalid(format!("{}: message {i}: {e}", file.display())))
+        })
+        .collect()
+}
+
+fn ingest_report_text(report: &deermem_updater::IngestReport) -> String {
+    let mut out = String::new();
+    let status = serde_json::to_value(report.status)
+        .ok()
+        .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_owned))
+        .unwrap_or_default();
+    out.push_str(&format!("status: {status}"));
+    if let Some(origin) = &report.origin {
+        out.push_str(&format!(" (extraction: {origin})"));
+    }
+    out.push('\n');
+    if !report.signals.is_empty() {
+        out.push_str(&format!("signals: {}\n", report.signals.join(", ")));
+    }
+    for a in &report.added {
+        out.push_str(&format!(
+            "+ added   {} [{} {:.2}] {}\n",
+            a.id,
+            a.category,
+            a.confidence,
+            output::one_line(&a.content, 100)
+        ));
+    }
+    for r in &report.removed {
+        let reason = serde_json::to_value(r.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        out.push_str(&format!("- removed {} ({reason})\n", r.id));
+    }
+    for r in &report.rejected {
+        let v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+        out.push_str(&format!(
+            "x rejected {}\n",
+            output::one_line(&v.to_string(), 160)
+        ));
+    }
+    for s in &report.summaries_updated {
+        out.push_str(&format!("~ summary {s}\n"));
+    }
+    if report.added.is_empty()
+        && report.removed.is_empty()
+        && report.rejected.is_empty()
+        && report.summaries_updated.is_empty()
+    {
+        out.push_str("(no changes)\n");
+    }
+    out
+}
+
+pub(crate) async fn ingest(
+    ctx: &Ctx,
+    scope: &ScopeArgs,
+    thread: String,
+    file: &Path,
+) -> Result<(), CliError> {
+    let messages = read_messages(file)?;
+    let backend = ctx.backend()?;
+    let request = deermem_core::ports::AddRequest {
+        thread_id: thread,
+        messages,
+        scope: ctx::scope(scope)?,
+        trace_id: None,
+    };
+    let manager = backend.manager();
+    let result = match backend.deermem() {
+        Some(dm) => {
+            let report = dm.ingest_now(request).await;
+            report.map(Some)
+        }
+        None => {
+            let n = request.messages.len();
+            let r = manager.add_nowait(request).await.map(|()| None);
+            if r.is_ok() && !ctx.global.json {
+                output::print_text(&format!(
+                    "sent {n} message(s) to the {} backend",
+                    backend.class()
+                ))?;
+            }
+            r
+        }
+    };
+    finish(&manager, ctx).await;
+    match result? {
+        Some(report) if ctx.global.json => output::print_json(&report),
+        Some(report) => output::print_text(&ingest_report_text(&report)),
+        None if ctx.global.json => {
+            output::print_json(&json!({"status": "sent", "backend": backend.class()}))
+        }
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn context(ctx: &Ctx, scope: &ScopeArgs) -> Result<(), CliError> {
+    let manager = ctx.manager()?;
+    let request = deermem_core::ports::ContextRequest {
+        scope: ctx::scope(scope)?,
+        thread_id: None,
+    };
+    let result = manager.get_context_block(request).await;
+    finish(&manager, ctx).await;
+    let block = result?;
+    if ctx.global.json {
+        output::print_json(&json!({"context": block.block, "content_sha256": block.content_sha256}))
+    } else if block.block.is_empty() {
+        output::print_text("(no memory to inject)")
+    } else {
+        output::print_text(&block.block)
+    }
+}

@@ -5,8 +5,10 @@
 mod args;
 mod cmd;
 mod ctx;
+mod demo;
 mod error;
 mod output;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -51,6 +53,15 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             .map(|()| 0),
         Command::Index(c) => cmd::index(&ctx, c).await.map(|()| 0),
         Command::Migrate(a) => cmd::migrate(&ctx, a).await,
+        Command::Ingest {
+            scope,
+            thread,
+            file,
+        } => cmd::ingest(&ctx, &scope, thread, &file).await.map(|()| 0),
+        Command::Context { scope } => cmd::context(&ctx, &scope).await.map(|()| 0),
+        Command::Demo { keep } => demo::run(&ctx, keep).await.map(|()| 0),
+        Command::Serve { bind } => serve::serve(&ctx, bind).await.map(|()| 0),
+        Command::Mcp { user, agent, bind } => serve::mcp(&ctx, user, agent, bind).await.map(|()| 0),
     }
 }
 

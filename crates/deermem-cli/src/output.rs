@@ -12,19 +12,26 @@ pub(crate) fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), CliErro
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| CliError::failure(format!("cannot encode JSON: {e}")))?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}").map_err(|e| CliError::failure(format!("cannot write to stdout: {e}")))
+    writeln!(out, "{text}").or_else(ignore_broken_pipe)
 }
 
 /// Prints lines on stdout.
 pub(crate) fn print_text(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .map_err(|e| CliError::failure(format!("cannot write to stdout: {e}")))?;
+    out.write_all(text.as_bytes()).or_else(ignore_broken_pipe)?;
     if !text.ends_with('\n') {
-        out.write_all(b"\n")
-            .map_err(|e| CliError::failure(format!("cannot write to stdout: {e}")))?;
+        out.write_all(b"\n").or_else(ignore_broken_pipe)?;
     }
     Ok(())
+}
+
+/// A reader that stopped reading (`deermem ... | head`) is not an error.
+fn ignore_broken_pipe(e: std::io::Error) -> Result<(), CliError> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(CliError::failure(format!("cannot write to stdout: {e}")))
+    }
 }
 
 /// Shortens text to `max` characters on one line.

@@ -92,6 +92,9 @@ impl<'a> BuildOptions<'a> {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Backend {
+    /// The embedded engine (file storage, FTS5 index, LLM or offline extraction).
+    #[cfg(all(feature = "updater", feature = "storage-file"))]
+    DeerMem(Arc<deermem_updater::DeerMemManager>),
     /// The minimal backend.
     Noop(Arc<NoopManager>),
     /// Honcho.
@@ -106,6 +109,8 @@ impl Backend {
     /// The manager behind the backend.
     pub fn manager(&self) -> Arc<dyn MemoryManager> {
         match self {
+            #[cfg(all(feature = "updater", feature = "storage-file"))]
+            Self::DeerMem(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
             Self::Noop(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
             #[cfg(feature = "honcho")]
             Self::Honcho(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
@@ -114,9 +119,20 @@ impl Backend {
         }
     }
 
+    /// The embedded DeerMem manager, when that is the backend.
+    #[cfg(all(feature = "updater", feature = "storage-file"))]
+    pub fn deermem(&self) -> Option<&Arc<deermem_updater::DeerMemManager>> {
+        match self {
+            Self::DeerMem(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// The backend's `manager_class` name.
     pub fn class(&self) -> &'static str {
         match self {
+            #[cfg(all(feature = "updater", feature = "storage-file"))]
+            Self::DeerMem(_) => "deermem",
             Self::Noop(_) => "noop",
             #[cfg(feature = "honcho")]
             Self::Honcho(_) => "honcho",
@@ -167,16 +183,12 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
         name: name.clone(),
         source,
     };
+    check_storage_root(&root)?;
     let backend = match name.as_str() {
         "noop" => Backend::Noop(Arc::new(NoopManager::new(config.mode))),
         "honcho" => build_honcho(config, &root, clock).map_err(backend_err)?,
         "openviking" => build_openviking(config, &root, clock, opts.env).map_err(backend_err)?,
-        "deermem" => {
-            return Err(BuildError::NotCompiled {
-                name,
-                feature: "embedded",
-            });
-        }
+        "deermem" => build_deermem(config, &root, clock, &opts)?,
         _ => {
             return Err(BuildError::UnknownBackend {
                 name,
@@ -184,7 +196,6 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
             });
         }
     };
-    check_storage_root(&root)?;
     let manager = backend.manager();
     if config.mode == MemoryMode::Tool && !manager.capabilities().search {
         return Err(BuildError::Config(ConfigError::new(
@@ -258,4 +269,74 @@ fn build_openviking(
     _: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Backend, ManagerError> {
     Err(ManagerError::Backend { message: "manager_class \"openviking\" is not compiled into this build; rebuild with the Cargo feature `openviking` of the `deermem` crate".into() })
+}
+
+#[cfg(all(feature = "updater", feature = "storage-file"))]
+fn build_deermem(
+    config: &MemoryConfig,
+    root: &std::path::Path,
+    clock: Arc<dyn Clock>,
+    opts: &BuildOptions<'_>,
+) -> Result<Backend, BuildError> {
+    let name = "deermem".to_owned();
+    let cfg = crate::embedded::deermem_config(&config.backend_config)?;
+    let storage = crate::embedded::open_storage(&cfg, root.to_path_buf(), Arc::clone(&clock), true)
+        .map_err(|e| match e {
+            crate::embedded::EmbeddedError::Config(c) => BuildError::Config(c),
+            crate::embedded::EmbeddedError::Storage(s) => BuildError::Backend {
+                name: name.clone(),
+                source: s.into(),
+            },
+        })?;
+    let llm = match &opts.llm {
+        Some(llm) => Some(Arc::clone(llm)),
+        None => build_llm(&cfg)?,
+    };
+    let mut parts = deermem_updater::DeerMemParts::new(cfg, Arc::new(storage), clock);
+    parts.mode = config.mode;
+    parts.injection_enabled = config.injection_enabled;
+    parts.llm = llm;
+    let manager = deermem_updater::DeerMemManager::new(parts)
+        .map_err(|source| BuildError::Backend { name, source })?;
+    Ok(Backend::DeerMem(Arc::new(manager)))
+}
+
+#[cfg(not(all(feature = "updater", feature = "storage-file")))]
+fn build_deermem(
+    _: &MemoryConfig,
+    _: &std::path::Path,
+    _: Arc<dyn Clock>,
+    _: &BuildOptions<'_>,
+) -> Result<Backend, BuildError> {
+    Err(BuildError::NotCompiled {
+        name: "deermem".into(),
+        feature: if cfg!(feature = "updater") {
+            "storage-file"
+        } else {
+            "updater"
+        },
+    })
+}
+
+/// The configured extraction model, or `None` when no model is configured (the offline
+/// rule-based proposer is then used).
+#[cfg(all(feature = "updater", feature = "storage-file"))]
+fn build_llm(
+    cfg: &deermem_core::DeerMemConfig,
+) -> Result<Option<Arc<dyn LanguageModel>>, BuildError> {
+    if !cfg.model.is_configured() {
+        return Ok(None);
+    }
+    #[cfg(feature = "llm-openai")]
+    {
+        let model = deermem_llm_openai::OpenAiChatModel::from_config(&cfg.model)?;
+        Ok(Some(Arc::new(model) as Arc<dyn LanguageModel>))
+    }
+    #[cfg(not(feature = "llm-openai"))]
+    {
+        Err(BuildError::NotCompiled {
+            name: "model (OpenAI-compatible client)".into(),
+            feature: "llm-openai",
+        })
+    }
 }

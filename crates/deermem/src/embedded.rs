@@ -24,7 +24,9 @@ pub enum EmbeddedError {
 ///
 /// # Errors
 /// An invalid key, named.
-pub fn deermem_config(backend_config: &serde_json::Map<String, serde_json::Value>) -> Result<DeerMemConfig, ConfigError> {
+pub fn deermem_config(
+    backend_config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<DeerMemConfig, ConfigError> {
     let (cfg, warnings) = DeerMemConfig::from_backend_config(backend_config)?;
     for w in warnings {
         tracing::warn!("{w}");
@@ -37,7 +39,11 @@ pub fn deermem_config(backend_config: &serde_json::Map<String, serde_json::Value
 ///
 /// # Errors
 /// `retrieval_adapter: fts5` in a build without the `retrieval-fts5` feature.
-pub fn open_retrieval(cfg: &DeerMemConfig, root: &Path, clock: Arc<dyn Clock>) -> Result<Option<Arc<dyn Retrieval>>, ConfigError> {
+pub fn open_retrieval(
+    cfg: &DeerMemConfig,
+    root: &Path,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<Arc<dyn Retrieval>>, ConfigError> {
     if cfg.retrieval_adapter.is_empty() {
         return Ok(None);
     }
@@ -46,7 +52,10 @@ pub fn open_retrieval(cfg: &DeerMemConfig, root: &Path, clock: Arc<dyn Clock>) -
         match deermem_retrieval_fts5::Fts5Retrieval::open(root, clock) {
             Ok(r) => Ok(Some(Arc::new(r) as Arc<dyn Retrieval>)),
             Err(e) => {
-                tracing::warn!("the FTS5 index under {} could not be opened ({e}); search falls back to a substring scan", root.display());
+                tracing::warn!(
+                    "the FTS5 index under {} could not be opened ({e}); search falls back to a substring scan",
+                    root.display()
+                );
                 Ok(None)
             }
         }
@@ -71,7 +80,11 @@ pub fn open_storage(
     clock: Arc<dyn Clock>,
     with_retrieval: bool,
 ) -> Result<FileMemoryStorage, EmbeddedError> {
-    let retrieval = if with_retrieval { open_retrieval(cfg, &root, Arc::clone(&clock))? } else { None };
+    let retrieval = if with_retrieval {
+        open_retrieval(cfg, &root, Arc::clone(&clock))?
+    } else {
+        None
+    };
     let config = FileStorageConfig {
         root,
         manifest_filename: cfg.manifest_filename.clone(),

@@ -1,0 +1,171 @@
+//! `deermem serve` (the HTTP gateway) and `deermem mcp` (the memory tools over MCP).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use deermem_core::{AgentName, UserId};
+use deermem_gateway::{GatewayConfig, GatewayState, RunJournal, RunJournalOptions};
+
+use crate::ctx::{self, Ctx};
+use crate::error::CliError;
+
+fn gateway_config(ctx: &Ctx) -> Result<GatewayConfig, CliError> {
+    GatewayConfig::from_root_in(&ctx.loaded.root, ctx.config_dir.as_deref())
+        .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// Resolves when the process receives SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received: no new connections; draining");
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, CliError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))
+}
+
+pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Result<(), CliError> {
+    let mut gateway = gateway_config(ctx)?;
+    if let Some(addr) = bind_override {
+        gateway.bind = addr;
+    }
+    let backend = ctx.backend()?;
+    let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone());
+    if backend.deermem().is_some() {
+        let dir = RunJournal::dir_for_storage_root(&ctx.storage_root());
+        let journal = RunJournal::open(&dir, RunJournalOptions::default()).map_err(|e| {
+            CliError::failure(format!(
+                "cannot open the run journal in {}: {e}",
+                dir.display()
+            ))
+        })?;
+        state = state.with_run_journal(Arc::new(journal));
+    }
+    let listener = bind(gateway.bind).await?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::failure(e.to_string()))?;
+    eprintln!(
+        "deermem: serving the memory API on http://{local}/api/memory (backend {}, auth {}); Ctrl-C to stop",
+        backend.class(),
+        gateway.auth.mode.as_str()
+    );
+    deermem_gateway::serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|e| CliError::failure(format!("gateway stopped: {e}")))
+}
+
+/// Compares two byte strings in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    let n = a.len().max(b.len());
+    for i in 0..n {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
+}
+
+pub(crate) async fn mcp(
+    ctx: &Ctx,
+    user: Option<String>,
+    agent: Option<String>,
+    bind_addr: Option<SocketAddr>,
+) -> Result<(), CliError> {
+    let agent: Option<AgentName> = ctx::agent(agent.as_deref())?;
+    let backend = ctx.backend()?;
+    let manager = backend.manager();
+    let result = match bind_addr {
+        None => {
+            let user = match user {
+                Some(raw) => ctx::user(&raw)?,
+                None => UserId::default_user(),
+            };
+            let identity = deermem_mcp::McpIdentity { user, agent };
+            deermem_mcp::serve_stdio(Arc::clone(&manager), identity)
+                .await
+                .map_err(|e| CliError::failure(e.to_string()))
+        }
+        Some(addr) => {
+            if user.is_some() {
+                return Err(CliError::invalid(
+                    "--user is for stdio mode; over HTTP every caller is identified by its bearer token",
+                ));
+            }
+            let gateway = gateway_config(ctx)?;
+            if gateway.auth.tokens.is_empty() {
+                return Err(CliError::invalid(
+                    "deermem mcp --bind needs bearer tokens: configure gateway.auth.tokens or gateway.auth.tokens_file",
+                ));
+            }
+            let tokens: Vec<(String, UserId)> = gateway
+                .auth
+                .tokens
+                .iter()
+                .map(|(t, u)| (t.clone(), u.clone()))
+                .collect();
+            let auth: deermem_mcp::TokenAuth = Arc::new(move |given: &str| {
+                let mut found = None;
+                for (token, user) in &tokens {
+                    if constant_time_eq(token.as_bytes(), given.as_bytes()) {
+                        found = Some(user.clone());
+                    }
+                }
+                found
+            });
+            let listener = bind(addr).await?;
+            let local = listener
+                .local_addr()
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            eprintln!(
+                "deermem: serving MCP on http://{local}{} (backend {}); Ctrl-C to stop",
+                deermem_mcp::DEFAULT_PATH,
+                backend.class()
+            );
+            deermem_mcp::serve_http(
+                listener,
+                Arc::clone(&manager),
+                auth,
+                agent,
+                shutdown_signal(),
+            )
+            .await
+            .map_err(|e| CliError::failure(e.to_string()))
+        }
+    };
+    crate::cmd::finish(&manager, ctx).await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_strings() {
+        assert!(constant_time_eq(b"tok-alice", b"tok-alice"));
+        assert!(!constant_time_eq(b"tok-alice", b"tok-alicf"));
+        assert!(!constant_time_eq(b"tok", b"tok-alice"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}
