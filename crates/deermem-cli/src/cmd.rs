@@ -415,7 +415,8 @@ pub(crate) async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<u8, CliError
     if args.user_isolation {
         return migrate_isolation(ctx, &args);
     }
-    let storage = open_storage(ctx, true)?;
+    // A dry run writes nothing, not even the derived index file.
+    let storage = open_storage(ctx, !args.dry_run)?;
     let root = ctx.storage_root();
     let mut lines = vec![format!("Storage root: {}", root.display())];
     let users: Vec<UserId> = if args.all_users {

@@ -767,9 +767,15 @@ impl Inner {
     ) -> Result<(MigrationReport, Vec<Notification>)> {
         let udir = self.user_dir(user)?;
         let now = self.now();
-        let _lock = self.lock(&udir)?;
-        journal::recover(&udir)?;
+        // A dry run changes nothing on disk: it does not create the lock file (no writer can
+        // be mid-commit where none ever locked) and does not recover a journal.
+        let _lock = if dry_run && !udir.lock().exists() {
+            None
+        } else {
+            Some(self.lock(&udir)?)
+        };
         if !dry_run {
+            journal::recover(&udir)?;
             journal::sweep_temp_files(&udir);
         }
         let out = migrate::migrate_locked(&udir, agent, true, true, dry_run, now)?;
