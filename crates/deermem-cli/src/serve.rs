@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use deermem_core::{AgentName, UserId};
-use deermem_gateway::{GatewayConfig, GatewayState, RunJournal, RunJournalOptions};
+use deermem_gateway::{GatewayConfig, GatewayState, Metrics, RunJournal, RunJournalOptions};
+use deermem_updater::observe::{ExtractionReport, UpdateObserver};
 
 use crate::ctx::{self, Ctx};
 use crate::error::CliError;
@@ -45,13 +46,61 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, CliError> {
         .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))
 }
 
+/// Feeds the embedded engine's extraction events into the gateway's Prometheus metrics.
+#[derive(Debug)]
+struct MetricsObserver {
+    metrics: Metrics,
+}
+
+impl UpdateObserver for MetricsObserver {
+    fn on_extraction(&self, report: &ExtractionReport) {
+        self.metrics.inc_extraction_outcome(if report.success {
+            "committed"
+        } else {
+            "failed"
+        });
+        if let Some(m) = &report.metrics {
+            let gates = [
+                ("confidence", m.rejected_low_confidence),
+                ("scope", m.rejected_by_scope_gate),
+                ("malformed", m.dropped_malformed),
+            ];
+            for (gate, n) in gates {
+                for _ in 0..n {
+                    self.metrics.inc_gate_rejection(gate);
+                }
+            }
+        }
+    }
+}
+
 pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Result<(), CliError> {
     let mut gateway = gateway_config(ctx)?;
     if let Some(addr) = bind_override {
         gateway.bind = addr;
     }
-    let backend = ctx.backend()?;
-    let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone());
+    let metrics = Metrics::new();
+    let mut opts = ctx.build_options();
+    opts.observer = Some(Arc::new(MetricsObserver {
+        metrics: metrics.clone(),
+    }));
+    let backend = deermem::build_backend(ctx.memory(), opts).map_err(|e| match e {
+        deermem::BuildError::Config(c) => CliError::invalid(c.to_string()),
+        other => CliError::failure(other.to_string()),
+    })?;
+    if let Some(dm) = backend.deermem() {
+        // Queue depth, sampled every two seconds.
+        let dm = Arc::clone(dm);
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                m.set_queue_depth(dm.pipeline().queue().pending_count() as u64);
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+        });
+    }
+    let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone())
+        .with_metrics(metrics);
     if backend.deermem().is_some() {
         let dir = RunJournal::dir_for_storage_root(&ctx.storage_root());
         let journal = RunJournal::open(&dir, RunJournalOptions::default()).map_err(|e| {

@@ -10,21 +10,37 @@ use serde_json::Value;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_deermem"));
-    c.env_remove("DEERMEM_CONFIG").env_remove("DEERMEM_DATA_DIR").env_remove("DEER_FLOW_HOME");
+    c.env_remove("DEERMEM_CONFIG")
+        .env_remove("DEERMEM_DATA_DIR")
+        .env_remove("DEER_FLOW_HOME");
     c.env("DEERMEM_LOG", "error");
     c
 }
 
 fn run(root: &Path, args: &[&str]) -> Output {
-    bin().arg("--storage-path").arg(root).args(args).output().expect("run deermem")
+    bin()
+        .arg("--storage-path")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run deermem")
 }
 
 fn ok_json(root: &Path, args: &[&str]) -> Value {
     let mut full = vec!["--json"];
     full.extend_from_slice(args);
     let out = run(root, &full);
-    assert!(out.status.success(), "deermem {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("deermem {args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "deermem {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "deermem {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 fn code(out: &Output) -> i32 {
@@ -65,7 +81,10 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u64)> {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 std::fs::read(e.path()).unwrap().hash(&mut h);
-                out.push((e.path().strip_prefix(dir).unwrap().to_path_buf(), h.finish()));
+                out.push((
+                    e.path().strip_prefix(dir).unwrap().to_path_buf(),
+                    h.finish(),
+                ));
             }
         }
     }
@@ -77,17 +96,45 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u64)> {
 fn fact_crud_with_json_output_and_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let added = ok_json(root, &["facts", "add", "--user", "bob@example.com", "--content", "Prefers dark mode", "--category", "preference", "--confidence", "0.9"]);
+    let added = ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "bob@example.com",
+            "--content",
+            "Prefers dark mode",
+            "--category",
+            "preference",
+            "--confidence",
+            "0.9",
+        ],
+    );
     let id = added["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("fact_") && id.len() == 13, "{id}");
     assert_eq!(added["revision"], 1);
     assert_eq!(added["source"], "manual");
     assert_eq!(added["scope"]["userId"], "bob@example.com");
     // The raw id lands in its safe bucket.
-    assert!(root.join("users/bob-example-com-5ff860bf1190596c/agents/__default__/facts").is_dir());
+    assert!(
+        root.join("users/bob-example-com-5ff860bf1190596c/agents/__default__/facts")
+            .is_dir()
+    );
 
     // Global options also work after the subcommand.
-    let out = bin().args(["facts", "list", "--user", "bob@example.com", "--json", "--storage-path"]).arg(root).output().unwrap();
+    let out = bin()
+        .args([
+            "facts",
+            "list",
+            "--user",
+            "bob@example.com",
+            "--json",
+            "--storage-path",
+        ])
+        .arg(root)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1);
@@ -95,38 +142,217 @@ fn fact_crud_with_json_output_and_exit_codes() {
 
     let got = ok_json(root, &["facts", "get", &id, "--user", "bob@example.com"]);
     assert_eq!(got["id"], id.as_str());
-    let updated = ok_json(root, &["facts", "update", &id, "--user", "bob@example.com", "--content", "Prefers light mode", "--expected-revision", "1"]);
+    let updated = ok_json(
+        root,
+        &[
+            "facts",
+            "update",
+            &id,
+            "--user",
+            "bob@example.com",
+            "--content",
+            "Prefers light mode",
+            "--expected-revision",
+            "1",
+        ],
+    );
     assert_eq!(updated["revision"], 2);
     assert_eq!(updated["category"], "preference");
 
     // A stale expected revision is a conflict (3) and changes nothing.
-    let stale = run(root, &["facts", "update", &id, "--user", "bob@example.com", "--content", "X", "--expected-revision", "1"]);
-    assert_eq!(code(&stale), 3, "{}", String::from_utf8_lossy(&stale.stderr));
-    let stale_delete = run(root, &["facts", "delete", &id, "--user", "bob@example.com", "--expected-revision", "1"]);
+    let stale = run(
+        root,
+        &[
+            "facts",
+            "update",
+            &id,
+            "--user",
+            "bob@example.com",
+            "--content",
+            "X",
+            "--expected-revision",
+            "1",
+        ],
+    );
+    assert_eq!(
+        code(&stale),
+        3,
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+    let stale_delete = run(
+        root,
+        &[
+            "facts",
+            "delete",
+            &id,
+            "--user",
+            "bob@example.com",
+            "--expected-revision",
+            "1",
+        ],
+    );
     assert_eq!(code(&stale_delete), 3);
-    assert_eq!(ok_json(root, &["facts", "get", &id, "--user", "bob@example.com"])["content"], "Prefers light mode");
+    assert_eq!(
+        ok_json(root, &["facts", "get", &id, "--user", "bob@example.com"])["content"],
+        "Prefers light mode"
+    );
 
     // Invalid input (5), missing fact (4).
-    assert_eq!(code(&run(root, &["facts", "add", "--user", "bob@example.com", "--content", "x", "--confidence", "1.5"])), 5);
-    assert_eq!(code(&run(root, &["facts", "add", "--user", "bob@example.com", "--content", "   "])), 5);
-    assert_eq!(code(&run(root, &["facts", "add", "--user", "bob@example.com", "--content", "PREFERS LIGHT MODE"])), 5, "duplicate");
-    assert_eq!(code(&run(root, &["facts", "list", "--user", "bob", "--agent", "../etc"])), 5);
-    assert_eq!(code(&run(root, &["facts", "get", "../../x", "--user", "bob@example.com"])), 4);
-    assert_eq!(code(&run(root, &["facts", "delete", "fact_missing", "--user", "bob@example.com"])), 4);
-    assert_eq!(code(&run(root, &["facts", "update", "a/b", "--user", "bob@example.com", "--content", "x"])), 5);
+    assert_eq!(
+        code(&run(
+            root,
+            &[
+                "facts",
+                "add",
+                "--user",
+                "bob@example.com",
+                "--content",
+                "x",
+                "--confidence",
+                "1.5"
+            ]
+        )),
+        5
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &[
+                "facts",
+                "add",
+                "--user",
+                "bob@example.com",
+                "--content",
+                "   "
+            ]
+        )),
+        5
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &[
+                "facts",
+                "add",
+                "--user",
+                "bob@example.com",
+                "--content",
+                "PREFERS LIGHT MODE"
+            ]
+        )),
+        5,
+        "duplicate"
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &["facts", "list", "--user", "bob", "--agent", "../etc"]
+        )),
+        5
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &["facts", "get", "../../x", "--user", "bob@example.com"]
+        )),
+        4
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &[
+                "facts",
+                "delete",
+                "fact_missing",
+                "--user",
+                "bob@example.com"
+            ]
+        )),
+        4
+    );
+    assert_eq!(
+        code(&run(
+            root,
+            &[
+                "facts",
+                "update",
+                "a/b",
+                "--user",
+                "bob@example.com",
+                "--content",
+                "x"
+            ]
+        )),
+        5
+    );
 
     // Agents are separate buckets, case-insensitive.
-    ok_json(root, &["facts", "add", "--user", "bob@example.com", "--agent", "Coder", "--content", "Uses tokio"]);
-    let coder = ok_json(root, &["facts", "list", "--user", "bob@example.com", "--agent", "coder"]);
+    ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "bob@example.com",
+            "--agent",
+            "Coder",
+            "--content",
+            "Uses tokio",
+        ],
+    );
+    let coder = ok_json(
+        root,
+        &[
+            "facts",
+            "list",
+            "--user",
+            "bob@example.com",
+            "--agent",
+            "coder",
+        ],
+    );
     assert_eq!(coder.as_array().unwrap().len(), 1);
-    assert_eq!(ok_json(root, &["facts", "list", "--user", "bob@example.com"]).as_array().unwrap().len(), 1);
+    assert_eq!(
+        ok_json(root, &["facts", "list", "--user", "bob@example.com"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 
-    let deleted = ok_json(root, &["facts", "delete", &id, "--user", "bob@example.com", "--expected-revision", "2"]);
+    let deleted = ok_json(
+        root,
+        &[
+            "facts",
+            "delete",
+            &id,
+            "--user",
+            "bob@example.com",
+            "--expected-revision",
+            "2",
+        ],
+    );
     assert_eq!(deleted["status"], "deleted");
-    assert!(ok_json(root, &["facts", "list", "--user", "bob@example.com"]).as_array().unwrap().is_empty());
+    assert!(
+        ok_json(root, &["facts", "list", "--user", "bob@example.com"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 
     // The human table shows the header.
-    let table = run(root, &["facts", "list", "--user", "bob@example.com", "--agent", "coder"]);
+    let table = run(
+        root,
+        &[
+            "facts",
+            "list",
+            "--user",
+            "bob@example.com",
+            "--agent",
+            "coder",
+        ],
+    );
     assert!(String::from_utf8_lossy(&table.stdout).contains("CATEGORY"));
 }
 
@@ -134,7 +360,10 @@ fn fact_crud_with_json_output_and_exit_codes() {
 fn help_documents_exit_codes_and_bad_arguments_exit_2() {
     let out = bin().arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("Exit codes") && help.contains("3  conflict"), "{help}");
+    assert!(
+        help.contains("Exit codes") && help.contains("3  conflict"),
+        "{help}"
+    );
     assert_eq!(code(&bin().args(["facts", "add"]).output().unwrap()), 2);
     assert_eq!(code(&bin().args(["bogus"]).output().unwrap()), 2);
 }
@@ -144,7 +373,8 @@ fn reads_the_reference_fixtures() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("v2");
     copy_dir(&fixtures().join("v2-root"), &root);
-    let expected: Value = serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap();
     for (key, view) in expected["v2"].as_object().unwrap() {
         let (user, agent) = key.split_once('|').unwrap();
         let mut args = vec!["facts", "list", "--user", user];
@@ -152,14 +382,33 @@ fn reads_the_reference_fixtures() {
             args.extend(["--agent", agent]);
         }
         let listed = ok_json(&root, &args);
-        let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap()).collect();
-        let want: Vec<&str> = view["facts"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap()).collect();
+        let ids: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap())
+            .collect();
+        let want: Vec<&str> = view["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, want, "{key}");
         // Sources are public strings.
-        assert!(listed.as_array().unwrap().iter().all(|f| f["source"].is_string()));
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| f["source"].is_string())
+        );
     }
     let summaries = ok_json(&root, &["summaries", "get", "--user", "用户"]);
-    assert_eq!(summaries["user"]["workContext"]["summary"], "用户 works on memory systems.");
+    assert_eq!(
+        summaries["user"]["workContext"]["summary"],
+        "用户 works on memory systems."
+    );
     assert_eq!(summaries["revision"], 10);
 
     // CJK search finds what the reference's unicode61 tokenizer misses.
@@ -167,7 +416,10 @@ fn reads_the_reference_fixtures() {
     assert_eq!(hits[0]["id"], "fact_49f3429b9a4244bebef877d703383bd9");
     assert!(hits[0]["score"].is_number());
     assert!(hits[0]["matchType"].is_string());
-    let berlin = ok_json(&root, &["search", "--user", "alice", "Berlin", "--top-k", "5"]);
+    let berlin = ok_json(
+        &root,
+        &["search", "--user", "alice", "Berlin", "--top-k", "5"],
+    );
     assert_eq!(berlin[0]["id"], "fact_d85aa3efa06b49c98f0d798f86840bc8");
 
     // The index tools.
@@ -190,19 +442,30 @@ fn migrate_all_users_keeps_lossy_ids_readable() {
     let dry = run(&root, &["migrate", "--all-users", "--dry-run"]);
     assert_eq!(code(&dry), 0);
     let text = String::from_utf8_lossy(&dry.stdout);
-    assert!(text.contains("would migrate") && text.contains("Summary: migrated=0 planned=2 current=0 failed=0"), "{text}");
+    assert!(
+        text.contains("would migrate")
+            && text.contains("Summary: migrated=0 planned=2 current=0 failed=0"),
+        "{text}"
+    );
     assert_eq!(snapshot(&root), before, "a dry run writes nothing");
 
     let real = run(&root, &["migrate", "--all-users"]);
     assert_eq!(code(&real), 0, "{}", String::from_utf8_lossy(&real.stderr));
-    assert!(String::from_utf8_lossy(&real.stdout).contains("Summary: migrated=2 planned=0 current=0 failed=0"));
+    assert!(
+        String::from_utf8_lossy(&real.stdout)
+            .contains("Summary: migrated=2 planned=0 current=0 failed=0")
+    );
     let again = run(&root, &["migrate", "--all-users"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("already current"));
-    assert!(String::from_utf8_lossy(&again.stdout).contains("Summary: migrated=0 planned=0 current=2 failed=0"));
+    assert!(
+        String::from_utf8_lossy(&again.stdout)
+            .contains("Summary: migrated=0 planned=0 current=2 failed=0")
+    );
 
     // The reference's CLI would make these facts unreadable for the real id; ours keeps them.
     let dave = ok_json(&root, &["facts", "list", "--user", "dave@corp.example"]);
-    let migrated = fixtures().join("v1-migrated/users/dave-corp-example-24e6e8e886de6c22/agents/__default__/facts");
+    let migrated = fixtures()
+        .join("v1-migrated/users/dave-corp-example-24e6e8e886de6c22/agents/__default__/facts");
     let want = snapshot(&migrated).len();
     assert_eq!(dave.as_array().unwrap().len(), want);
 
@@ -219,13 +482,25 @@ fn migrate_user_isolation_moves_the_shared_layout() {
     std::fs::write(root.join("agents/coder/SOUL.md"), "be helpful").unwrap();
     std::fs::write(root.join("agents/coder/config.yaml"), "name: coder\n").unwrap();
     let before = snapshot(root);
-    let dry = run(root, &["migrate", "--user-isolation", "--dry-run", "--user-id", "alice"]);
+    let dry = run(
+        root,
+        &[
+            "migrate",
+            "--user-isolation",
+            "--dry-run",
+            "--user-id",
+            "alice",
+        ],
+    );
     assert_eq!(code(&dry), 0, "{}", String::from_utf8_lossy(&dry.stderr));
     assert_eq!(snapshot(root), before);
     let real = run(root, &["migrate", "--user-isolation", "--user-id", "alice"]);
     assert_eq!(code(&real), 0, "{}", String::from_utf8_lossy(&real.stderr));
     assert!(root.join("users/alice/agents/coder/SOUL.md").is_file());
-    assert!(root.join("users/alice/memory.json").is_file() || root.join("users/alice/memory.json.v1.bak").is_file());
+    assert!(
+        root.join("users/alice/memory.json").is_file()
+            || root.join("users/alice/memory.json.v1.bak").is_file()
+    );
     // The legacy fact is readable by the user after the move (lazy v1 → v2 migration).
     let facts = ok_json(root, &["facts", "list", "--user", "alice"]);
     assert_eq!(facts[0]["content"], "Legacy fact");
@@ -237,8 +512,34 @@ fn migrate_user_isolation_moves_the_shared_layout() {
 fn export_import_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    ok_json(root, &["facts", "add", "--user", "u1", "--content", "Lives in 東京", "--category", "context", "--confidence", "0.95"]);
-    ok_json(root, &["facts", "add", "--user", "u1", "--content", "Likes jazz", "--category", "preference"]);
+    ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "u1",
+            "--content",
+            "Lives in 東京",
+            "--category",
+            "context",
+            "--confidence",
+            "0.95",
+        ],
+    );
+    ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "u1",
+            "--content",
+            "Likes jazz",
+            "--category",
+            "preference",
+        ],
+    );
     let exported = run(root, &["export", "--user", "u1"]);
     assert!(exported.status.success());
     let file = root.join("export.json");
@@ -248,14 +549,31 @@ fn export_import_round_trip() {
     // Import into another user gives the same facts.
     let imported = ok_json(root, &["import", "--user", "u2", file.to_str().unwrap()]);
     let contents = |v: &Value| {
-        let mut c: Vec<String> = v["facts"].as_array().unwrap().iter().map(|f| f["content"].as_str().unwrap().to_owned()).collect();
+        let mut c: Vec<String> = v["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["content"].as_str().unwrap().to_owned())
+            .collect();
         c.sort();
         c
     };
     assert_eq!(contents(&imported), contents(&doc));
-    assert_eq!(code(&run(root, &["import", "--user", "u2", "/nonexistent/file.json"])), 1);
+    assert_eq!(
+        code(&run(
+            root,
+            &["import", "--user", "u2", "/nonexistent/file.json"]
+        )),
+        1
+    );
     std::fs::write(&file, "not json").unwrap();
-    assert_eq!(code(&run(root, &["import", "--user", "u2", file.to_str().unwrap()])), 5);
+    assert_eq!(
+        code(&run(
+            root,
+            &["import", "--user", "u2", file.to_str().unwrap()]
+        )),
+        5
+    );
 }
 
 #[test]
@@ -269,32 +587,70 @@ fn ingest_reports_changes_and_context_prints_the_block() {
             {"role": "assistant", "content": "Great, Python it is."}]"#,
     )
     .unwrap();
-    let report = ok_json(root, &["ingest", "--user", "carol", "--thread", "t-1", conv.to_str().unwrap()]);
+    let report = ok_json(
+        root,
+        &[
+            "ingest",
+            "--user",
+            "carol",
+            "--thread",
+            "t-1",
+            conv.to_str().unwrap(),
+        ],
+    );
     assert_eq!(report["status"], "committed", "{report}");
     assert_eq!(report["origin"], "offline");
-    let added: Vec<&str> = report["added"].as_array().unwrap().iter().map(|a| a["content"].as_str().unwrap()).collect();
-    assert!(added.iter().any(|c| c.contains("data scientist")), "{added:?}");
+    let added: Vec<&str> = report["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        added.iter().any(|c| c.contains("data scientist")),
+        "{added:?}"
+    );
     // A LangChain dump with a `messages` key and a trivial-only turn is not admitted.
-    std::fs::write(&conv, r#"{"messages": [{"type": "human", "content": "ok"}, {"type": "ai", "content": "Sure."}]}"#).unwrap();
+    std::fs::write(
+        &conv,
+        r#"{"messages": [{"type": "human", "content": "ok"}, {"type": "ai", "content": "Sure."}]}"#,
+    )
+    .unwrap();
     let report = ok_json(root, &["ingest", "--user", "carol", conv.to_str().unwrap()]);
     assert_eq!(report["status"], "not_admitted");
 
     let ctx = run(root, &["context", "--user", "carol"]);
     let text = String::from_utf8_lossy(&ctx.stdout);
-    assert!(text.starts_with("<memory>\n") && text.contains("data scientist"), "{text}");
+    assert!(
+        text.starts_with("<memory>\n") && text.contains("data scientist"),
+        "{text}"
+    );
     let json = ok_json(root, &["context", "--user", "carol"]);
-    assert_eq!(json["context"].as_str().unwrap(), text.trim_end_matches('\n').to_owned() + "\n");
+    assert_eq!(
+        json["context"].as_str().unwrap(),
+        text.trim_end_matches('\n').to_owned() + "\n"
+    );
     assert_eq!(json["content_sha256"].as_str().unwrap().len(), 64);
     // An empty user has no block.
-    assert!(String::from_utf8_lossy(&run(root, &["context", "--user", "nobody"]).stdout).contains("no memory"));
+    assert!(
+        String::from_utf8_lossy(&run(root, &["context", "--user", "nobody"]).stdout)
+            .contains("no memory")
+    );
 }
 
 #[test]
 fn demo_runs_offline_and_prints_the_block() {
     let out = bin().arg("demo").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("<memory>") && text.contains("</memory>"), "{text}");
+    assert!(
+        text.contains("<memory>") && text.contains("</memory>"),
+        "{text}"
+    );
     assert!(text.contains("乌龙茶"));
     assert!(text.contains("Stored facts"));
 }
@@ -304,23 +660,47 @@ fn unsupported_operations_have_their_own_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("config.yaml");
     std::fs::write(&cfg, "memory:\n  manager_class: noop\n").unwrap();
-    let out = bin().args(["--config"]).arg(&cfg).args(["facts", "add", "--user", "u", "--content", "x"]).output().unwrap();
+    let out = bin()
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["facts", "add", "--user", "u", "--content", "x"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 6, "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not supported"));
     std::fs::write(&cfg, "memory:\n  manager_class: bogus\n").unwrap();
-    let out = bin().args(["--config"]).arg(&cfg).args(["facts", "list", "--user", "u"]).output().unwrap();
+    let out = bin()
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["facts", "list", "--user", "u"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bogus") && err.contains("deermem, honcho, noop, openviking"), "{err}");
+    assert!(
+        err.contains("bogus") && err.contains("deermem, honcho, noop, openviking"),
+        "{err}"
+    );
     std::fs::write(&cfg, "memory:\n  backend_config:\n    max_facts: 5\n").unwrap();
-    let out = bin().args(["--config"]).arg(&cfg).args(["facts", "list", "--user", "u"]).output().unwrap();
+    let out = bin()
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["facts", "list", "--user", "u"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 5);
     assert!(String::from_utf8_lossy(&out.stderr).contains("memory.backend_config.max_facts"));
 }
 
 fn http_get(addr: &str, path: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut s = String::new();
     stream.read_to_string(&mut s).unwrap();
     s
@@ -345,14 +725,28 @@ fn serve_answers_and_stops_on_sigterm() {
         if let Some(rest) = line.split("http://").nth(1) {
             break rest.split('/').next().unwrap().to_owned();
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "serve did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "serve did not start"
+        );
     };
     let health = http_get(&addr, "/healthz");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        metrics.starts_with("HTTP/1.1 200") && metrics.contains("queue_depth"),
+        "{metrics}"
+    );
     let memory = http_get(&addr, "/api/memory");
-    assert!(memory.starts_with("HTTP/1.1 200") && memory.contains("\"facts\""), "{memory}");
+    assert!(
+        memory.starts_with("HTTP/1.1 200") && memory.contains("\"facts\""),
+        "{memory}"
+    );
     let pid = child.id();
-    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let exit = child.wait().unwrap();
     assert!(exit.success(), "graceful shutdown exits 0: {exit:?}");
@@ -384,19 +778,48 @@ fn mcp_over_stdio_lists_tools() {
             }
         }
     };
-    call(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#, 1);
+    call(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        1,
+    );
     let tools = call(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#, 2);
-    let names: Vec<String> = tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
-    for name in ["memory_search", "memory_add", "memory_update", "memory_delete", "memory_context"] {
+    let names: Vec<String> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    for name in [
+        "memory_search",
+        "memory_add",
+        "memory_update",
+        "memory_delete",
+        "memory_context",
+    ] {
         assert!(names.contains(&name.to_owned()), "{names:?}");
     }
-    let added = call(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"Likes green tea"}}}"#, 3);
-    let added = added["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+    let added = call(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"Likes green tea"}}}"#,
+        3,
+    );
+    let added = added["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(added.contains("\"added\""), "{added}");
-    let found = call(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"memory_search","arguments":{"query":"tea"}}}"#, 4);
-    let found = found["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+    let found = call(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"memory_search","arguments":{"query":"tea"}}}"#,
+        4,
+    );
+    let found = found["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(found.contains("Likes green tea"), "{found}");
-    let bad = call(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"memory_delete","arguments":{"fact_id":"../x"}}}"#, 5);
+    let bad = call(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"memory_delete","arguments":{"fact_id":"../x"}}}"#,
+        5,
+    );
     assert_eq!(bad["result"]["isError"], true, "{bad}");
     drop(call);
     drop(stdin);

@@ -64,6 +64,9 @@ pub struct BuildOptions<'a> {
     pub llm: Option<Arc<dyn LanguageModel>>,
     /// Overrides `backend_config.storage_path` (the CLI's `--storage-path`).
     pub storage_path: Option<PathBuf>,
+    /// Receives the embedded engine's extraction events (metrics, tracing).
+    #[cfg(feature = "updater")]
+    pub observer: Option<Arc<dyn deermem_updater::observe::UpdateObserver>>,
 }
 
 impl std::fmt::Debug for BuildOptions<'_> {
@@ -84,6 +87,8 @@ impl<'a> BuildOptions<'a> {
             clock: None,
             llm: None,
             storage_path: None,
+            #[cfg(feature = "updater")]
+            observer: None,
         }
     }
 }
@@ -296,6 +301,7 @@ fn build_deermem(
     parts.mode = config.mode;
     parts.injection_enabled = config.injection_enabled;
     parts.llm = llm;
+    parts.observer = opts.observer.clone();
     let manager = deermem_updater::DeerMemManager::new(parts)
         .map_err(|source| BuildError::Backend { name, source })?;
     Ok(Backend::DeerMem(Arc::new(manager)))
