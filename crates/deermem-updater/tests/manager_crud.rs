@@ -17,6 +17,7 @@ use deermem_core::{
     PublicMemoryDocument, SummaryPatch,
 };
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
+use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::{DeerMemManager, IngestStatus, ProposalKind, RejectReason, RemovalReason};
 use manager_support::{
     Competitor, HookedStorage, agent, answer, clock, competing_create, config, file_env,
@@ -1115,4 +1116,91 @@ async fn a_competing_write_in_another_bucket_needs_no_retry() {
         ids(&m.get_memory(scope("bob", Some("coder"))).await.unwrap()),
         vec!["fact_bob"]
     );
+}
+
+fn copy_files(from: &Path, to: &Path, skip: Option<&str>) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if Some(e.file_name().to_string_lossy().as_ref()) != skip {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_directories_are_loaded_at_construction() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let dir = tempfile::tempdir().unwrap();
+    let (patterns, prompts) = (dir.path().join("patterns"), dir.path().join("prompts"));
+    copy_files(&src.join("patterns"), &patterns, None);
+    copy_files(&src.join("prompts"), &prompts, None);
+    let clock = clock();
+    let build = |cfg: DeerMemConfig, llm: Option<Arc<ScriptedLlm>>| {
+        let storage = Arc::new(InMemoryStorage::new(clock.clone()));
+        DeerMemManager::new(parts(
+            cfg,
+            storage,
+            clock.clone(),
+            llm.map(|l| l as Arc<dyn deermem_core::ports::LanguageModel>),
+        ))
+    };
+    let cfg = DeerMemConfig {
+        patterns_dir: Some(patterns.display().to_string()),
+        prompts_dir: Some(prompts.display().to_string()),
+        ..config()
+    };
+    let llm = Arc::new(ScriptedLlm::always(answer(&[labelled(
+        "User prefers tea",
+        "preference",
+        0.9,
+    )])));
+    let m = build(cfg.clone(), Some(llm.clone())).unwrap();
+    let r = m
+        .ingest_now(turn("t", scope("u", None), "I prefer tea"))
+        .await
+        .unwrap();
+    assert_eq!(r.added.len(), 1);
+    assert!(
+        r.signals.contains(&"preference".to_owned()),
+        "{:?}",
+        r.signals
+    );
+    assert_eq!(llm.calls(), 1);
+    // A missing pattern file or template fails construction, naming it.
+    let broken = dir.path().join("broken-patterns");
+    copy_files(&src.join("patterns"), &broken, Some("goal.yaml"));
+    let err = build(
+        DeerMemConfig {
+            patterns_dir: Some(broken.display().to_string()),
+            ..config()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(err, ManagerError::InvalidInput { .. }));
+    assert!(err.to_string().contains("goal.yaml"), "{err}");
+    let broken = dir.path().join("broken-prompts");
+    copy_files(&src.join("prompts"), &broken, Some("staleness_review.yaml"));
+    let err = build(
+        DeerMemConfig {
+            prompts_dir: Some(broken.display().to_string()),
+            ..config()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("staleness_review.yaml"), "{err}");
+}
+
+#[test]
+fn construction_outside_a_runtime_is_unavailable() {
+    let clock = clock();
+    let r = DeerMemManager::new(parts(
+        config(),
+        Arc::new(InMemoryStorage::new(clock.clone())),
+        clock,
+        None,
+    ));
+    assert!(matches!(r, Err(ManagerError::Unavailable { .. })), "{r:?}");
 }
