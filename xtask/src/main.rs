@@ -12,8 +12,12 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 fn project_root() -> PathBuf {
-    let manifest = env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
-    Path::new(&manifest).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+    let manifest =
+        env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    Path::new(&manifest)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 fn cargo() -> String {
@@ -35,7 +39,10 @@ fn run(step: &str, program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool 
             true
         }
         Ok(s) => {
-            eprintln!("<== [{step}] FAILED ({s}) after {:.1}s", started.elapsed().as_secs_f64());
+            eprintln!(
+                "<== [{step}] FAILED ({s}) after {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
             false
         }
         Err(e) => {
@@ -47,53 +54,113 @@ fn run(step: &str, program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool 
 
 fn ci() -> ExitCode {
     let cargo = cargo();
-    let steps: Vec<(&str, Box<dyn Fn() -> bool>)> = vec![
-        ("fmt", Box::new(|| run("fmt", &cargo, &["fmt", "--all", "--", "--check"], &[]))),
-        ("tidy", Box::new(|| {
-            eprintln!("\n==> [tidy] structural checks");
-            match tidy::run(&project_root()) {
-                Ok(()) => {
-                    eprintln!("<== [tidy] ok");
-                    true
-                }
-                Err(problems) => {
-                    for p in &problems {
-                        eprintln!("tidy: {p}");
+    type Step<'a> = (&'a str, Box<dyn Fn() -> bool + 'a>);
+    let steps: Vec<Step<'_>> = vec![
+        (
+            "fmt",
+            Box::new(|| run("fmt", &cargo, &["fmt", "--all", "--", "--check"], &[])),
+        ),
+        (
+            "tidy",
+            Box::new(|| {
+                eprintln!("\n==> [tidy] structural checks");
+                match tidy::run(&project_root()) {
+                    Ok(()) => {
+                        eprintln!("<== [tidy] ok");
+                        true
                     }
-                    eprintln!("<== [tidy] FAILED ({} problem(s))", problems.len());
-                    false
+                    Err(problems) => {
+                        for p in &problems {
+                            eprintln!("tidy: {p}");
+                        }
+                        eprintln!("<== [tidy] FAILED ({} problem(s))", problems.len());
+                        false
+                    }
                 }
-            }
-        })),
-        ("clippy", Box::new(|| {
-            run(
-                "clippy",
-                &cargo,
-                &["clippy", "--workspace", "--all-targets", "--all-features", "--locked", "--", "-D", "warnings"],
-                &[],
-            )
-        })),
-        ("clippy-no-default-features", Box::new(|| {
-            run(
-                "clippy-no-default-features",
-                &cargo,
-                &["clippy", "--workspace", "--no-default-features", "--locked", "--", "-D", "warnings"],
-                &[],
-            )
-        })),
-        ("test", Box::new(|| run("test", &cargo, &["test", "--workspace", "--all-features", "--locked"], &[]))),
-        ("doc", Box::new(|| {
-            run("doc", &cargo, &["doc", "--workspace", "--no-deps", "--all-features", "--locked"], &[("RUSTDOCFLAGS", "-D warnings")])
-        })),
+            }),
+        ),
+        (
+            "clippy",
+            Box::new(|| {
+                run(
+                    "clippy",
+                    &cargo,
+                    &[
+                        "clippy",
+                        "--workspace",
+                        "--all-targets",
+                        "--all-features",
+                        "--locked",
+                        "--",
+                        "-D",
+                        "warnings",
+                    ],
+                    &[],
+                )
+            }),
+        ),
+        (
+            "clippy-no-default-features",
+            Box::new(|| {
+                run(
+                    "clippy-no-default-features",
+                    &cargo,
+                    &[
+                        "clippy",
+                        "--workspace",
+                        "--no-default-features",
+                        "--locked",
+                        "--",
+                        "-D",
+                        "warnings",
+                    ],
+                    &[],
+                )
+            }),
+        ),
+        (
+            "test",
+            Box::new(|| {
+                run(
+                    "test",
+                    &cargo,
+                    &["test", "--workspace", "--all-features", "--locked"],
+                    &[],
+                )
+            }),
+        ),
+        (
+            "doc",
+            Box::new(|| {
+                run(
+                    "doc",
+                    &cargo,
+                    &[
+                        "doc",
+                        "--workspace",
+                        "--no-deps",
+                        "--all-features",
+                        "--locked",
+                    ],
+                    &[("RUSTDOCFLAGS", "-D warnings")],
+                )
+            }),
+        ),
     ];
     let started = Instant::now();
     for (name, step) in &steps {
         if !step() {
-            eprintln!("\ncargo xtask ci: step `{name}` failed (after {:.0}s)", started.elapsed().as_secs_f64());
+            eprintln!(
+                "\ncargo xtask ci: step `{name}` failed (after {:.0}s)",
+                started.elapsed().as_secs_f64()
+            );
             return ExitCode::FAILURE;
         }
     }
-    eprintln!("\ncargo xtask ci: all steps passed in {:.0}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "\ncargo xtask ci: all steps passed in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
     ExitCode::SUCCESS
 }
 

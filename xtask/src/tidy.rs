@@ -7,8 +7,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Dependencies `deermem-core` may use: all of them pure, none does I/O.
-const CORE_ALLOWED_DEPS: &[&str] =
-    &["async-trait", "serde", "serde_json", "serde_yaml", "thiserror", "indexmap", "sha2", "hex", "caseless"];
+const CORE_ALLOWED_DEPS: &[&str] = &[
+    "async-trait",
+    "serde",
+    "serde_json",
+    "serde_yaml",
+    "thiserror",
+    "indexmap",
+    "sha2",
+    "hex",
+    "caseless",
+];
 
 /// Text that must not appear in core sources (I/O, clock, environment, runtime).
 const CORE_BANNED_APIS: &[&str] = &[
@@ -24,7 +33,12 @@ const CORE_BANNED_APIS: &[&str] = &[
 ];
 
 /// Crate-name prefixes of adapter crates (each implements one port).
-const ADAPTER_PREFIXES: &[&str] = &["deermem-storage-", "deermem-retrieval-", "deermem-llm-", "deermem-backend-"];
+const ADAPTER_PREFIXES: &[&str] = &[
+    "deermem-storage-",
+    "deermem-retrieval-",
+    "deermem-llm-",
+    "deermem-backend-",
+];
 
 /// Runs every check; returns the list of problems found.
 pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
@@ -33,7 +47,11 @@ pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
     check_core_sources(root, &mut problems);
     check_rust_files(root, &mut problems);
     check_adapters(root, &mut problems);
-    if problems.is_empty() { Ok(()) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// The dependency names of one `[section]` of a Cargo.toml (a small line-based reader: our
@@ -47,11 +65,13 @@ fn section_dependencies(manifest: &str, section: &str) -> Vec<String> {
             inside = t == format!("[{section}]");
             continue;
         }
-        if inside && !t.is_empty() && !t.starts_with('#') {
-            if let Some((name, _)) = t.split_once('=') {
-                let name = name.trim().trim_end_matches(".workspace").trim_matches('"');
-                deps.push(name.to_owned());
-            }
+        if inside
+            && !t.is_empty()
+            && !t.starts_with('#')
+            && let Some((name, _)) = t.split_once('=')
+        {
+            let name = name.trim().trim_end_matches(".workspace").trim_matches('"');
+            deps.push(name.to_owned());
         }
     }
     deps
@@ -75,13 +95,16 @@ fn check_core_dependencies(root: &Path, problems: &mut Vec<String>) {
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if path.is_dir() {
-            if name == "target" || name.starts_with('.') || name == "corpus" || name == "artifacts" {
+            if name == "target" || name.starts_with('.') || name == "corpus" || name == "artifacts"
+            {
                 continue;
             }
             rust_files(&path, out);
@@ -95,7 +118,9 @@ fn check_core_sources(root: &Path, problems: &mut Vec<String>) {
     let mut files = Vec::new();
     rust_files(&root.join("crates/deermem-core/src"), &mut files);
     for file in files {
-        let Ok(text) = fs::read_to_string(&file) else { continue };
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
         for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             for banned in CORE_BANNED_APIS {
@@ -116,7 +141,11 @@ fn check_rust_files(root: &Path, problems: &mut Vec<String>) {
     rust_files(&root.join("crates"), &mut files);
     rust_files(&root.join("xtask"), &mut files);
     let this_file = root.join("xtask/src/tidy.rs");
-    let stub_markers = [concat!("todo", "!("), concat!("unimplemented", "!("), concat!("#[", "ignore")];
+    let stub_markers = [
+        concat!("todo", "!("),
+        concat!("unimplemented", "!("),
+        concat!("#[", "ignore"),
+    ];
     for file in files {
         let Ok(text) = fs::read_to_string(&file) else {
             problems.push(format!("cannot read {}", file.display()));
@@ -124,7 +153,10 @@ fn check_rust_files(root: &Path, problems: &mut Vec<String>) {
         };
         let first = text.lines().next().unwrap_or("");
         if !first.starts_with("//!") {
-            problems.push(format!("{}: the first line must be a `//!` comment saying what the file is for", file.display()));
+            problems.push(format!(
+                "{}: the first line must be a `//!` comment saying what the file is for",
+                file.display()
+            ));
         }
         if file == this_file {
             continue;
@@ -132,7 +164,11 @@ fn check_rust_files(root: &Path, problems: &mut Vec<String>) {
         for (n, line) in text.lines().enumerate() {
             for marker in stub_markers {
                 if line.contains(marker) {
-                    problems.push(format!("{}:{}: `{marker}` is not allowed (a stub or a skipped test is a defect)", file.display(), n + 1));
+                    problems.push(format!(
+                        "{}:{}: `{marker}` is not allowed (a stub or a skipped test is a defect)",
+                        file.display(),
+                        n + 1
+                    ));
                 }
             }
         }
@@ -157,7 +193,9 @@ fn check_adapters(root: &Path, problems: &mut Vec<String>) {
         if !dir.join("tests/contract.rs").is_file() {
             problems.push(format!("crates/{adapter} is an adapter but has no tests/contract.rs running its port's contract suite"));
         }
-        let Ok(manifest) = fs::read_to_string(dir.join("Cargo.toml")) else { continue };
+        let Ok(manifest) = fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
         for dep in section_dependencies(&manifest, "dependencies") {
             if adapters.contains(&dep) && &dep != adapter {
                 problems.push(format!("crates/{adapter} depends on the adapter `{dep}`; adapters must not depend on each other"));
@@ -173,8 +211,14 @@ mod tests {
     #[test]
     fn reads_dependency_sections() {
         let manifest = "[package]\nname = \"x\"\n[dependencies]\nserde.workspace = true\ntokio = { workspace = true }\n# c\n[dev-dependencies]\nproptest.workspace = true\n";
-        assert_eq!(section_dependencies(manifest, "dependencies"), vec!["serde", "tokio"]);
-        assert_eq!(section_dependencies(manifest, "dev-dependencies"), vec!["proptest"]);
+        assert_eq!(
+            section_dependencies(manifest, "dependencies"),
+            vec!["serde", "tokio"]
+        );
+        assert_eq!(
+            section_dependencies(manifest, "dev-dependencies"),
+            vec!["proptest"]
+        );
     }
 
     #[test]
@@ -182,13 +226,28 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("deermem-tidy-{}", std::process::id()));
         let core = dir.join("crates/deermem-core");
         fs::create_dir_all(core.join("src")).unwrap();
-        fs::write(core.join("Cargo.toml"), "[dependencies]\nserde.workspace = true\nreqwest.workspace = true\n").unwrap();
+        fs::write(
+            core.join("Cargo.toml"),
+            "[dependencies]\nserde.workspace = true\nreqwest.workspace = true\n",
+        )
+        .unwrap();
         fs::write(core.join("src/lib.rs"), "//! Core.\nuse std::fs;\n").unwrap();
         fs::write(core.join("src/bad.rs"), "fn x() {}\n").unwrap();
         let problems = run(&dir).unwrap_err();
         let _ = fs::remove_dir_all(&dir);
-        assert!(problems.iter().any(|p| p.contains("`reqwest`")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("std::fs")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("bad.rs") && p.contains("//!")), "{problems:?}");
+        assert!(
+            problems.iter().any(|p| p.contains("`reqwest`")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("std::fs")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("bad.rs") && p.contains("//!")),
+            "{problems:?}"
+        );
     }
 }

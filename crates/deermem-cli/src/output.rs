@@ -101,10 +101,10 @@ pub(crate) fn fact_details(f: &PublicFact) -> String {
     if let Some(r) = f.revision {
         out.push_str(&format!("revision:    {r}\n"));
     }
-    if let Some(t) = &f.topics {
-        if !t.is_empty() {
-            out.push_str(&format!("topics:      {}\n", t.join(", ")));
-        }
+    if let Some(t) = &f.topics
+        && !t.is_empty()
+    {
+        out.push_str(&format!("topics:      {}\n", t.join(", ")));
     }
     out
 }

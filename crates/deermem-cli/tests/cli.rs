@@ -821,7 +821,6 @@ fn mcp_over_stdio_lists_tools() {
         5,
     );
     assert_eq!(bad["result"]["isError"], true, "{bad}");
-    drop(call);
     drop(stdin);
     let _ = child.wait();
 }
