@@ -1204,3 +1204,73 @@ fn construction_outside_a_runtime_is_unavailable() {
     ));
     assert!(matches!(r, Err(ManagerError::Unavailable { .. })), "{r:?}");
 }
+
+fn merge(ids: &[&str], content: &str, confidence: f64, scope: &str) -> Value {
+    json!({"sourceIds": ids, "consolidated": {"content": content, "category": "preference",
+           "confidence": confidence, "scope": scope, "durability": "durable",
+           "authority": "descriptive"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_now_reports_consolidation_merges_and_refusals() {
+    let llm = Arc::new(ScriptedLlm::new([json!({
+        "user": {}, "history": {}, "newFacts": [],
+        "factsToConsolidate": [
+            merge(&["fact_00000001", "fact_nope"], "Hallucinated", 0.9, "user"),
+            merge(&["fact_00000001", "fact_00000002"], "Too unsure", 0.5, "user"),
+            merge(&["fact_00000001", "fact_00000002"], "Thread only", 0.9, "thread"),
+            merge(&["fact_00000001", "fact_00000002"], "Likes tea and coffee", 0.9, "user"),
+            merge(&["fact_00000002", "fact_00000003"], "Reuses a source", 0.9, "user"),
+        ]
+    })
+    .to_string()]));
+    let (m, _storage, _clock) = memory_manager(
+        DeerMemConfig {
+            consolidation_enabled: true,
+            consolidation_min_facts: 3,
+            ..config()
+        },
+        Some(llm),
+    );
+    let s = scope("u", None);
+    for c in ["Likes tea", "Likes coffee", "Likes juice", "Likes water"] {
+        m.create_fact(new_fact(c, "preference", 0.9), s.clone())
+            .await
+            .unwrap();
+    }
+    let r = m.ingest_now(turn("t", s.clone(), "Hello")).await.unwrap();
+    assert!(matches!(r.status, IngestStatus::Committed { .. }), "{r:?}");
+    let added: Vec<&str> = r.added.iter().map(|a| a.content.as_str()).collect();
+    assert_eq!(added, vec!["Likes tea and coffee"]);
+    let removed: Vec<(&str, RemovalReason)> = r
+        .removed
+        .iter()
+        .map(|x| (x.id.as_str(), x.reason))
+        .collect();
+    assert_eq!(
+        removed,
+        vec![
+            ("fact_00000001", RemovalReason::Consolidation),
+            ("fact_00000002", RemovalReason::Consolidation)
+        ]
+    );
+    let rejected: Vec<(&str, RejectReason)> = r
+        .rejected
+        .iter()
+        .filter(|x| x.kind == ProposalKind::Consolidation)
+        .map(|x| (x.item.as_str(), x.reason))
+        .collect();
+    assert_eq!(
+        rejected,
+        vec![
+            ("Hallucinated", RejectReason::SourcesUnavailable),
+            ("Too unsure", RejectReason::LowConfidence),
+            ("Thread only", RejectReason::NotUserScope),
+            ("Reuses a source", RejectReason::SourcesUnavailable),
+        ]
+    );
+    assert_eq!(
+        contents(&m.get_memory(s).await.unwrap()),
+        vec!["Likes juice", "Likes tea and coffee", "Likes water"]
+    );
+}
