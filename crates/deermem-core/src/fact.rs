@@ -146,9 +146,10 @@ impl FactSource {
                     return Err(FactError::SourceType);
                 }
                 if let Some(t) = m.get("threadId")
-                    && !(t.is_null() || t.is_string()) {
-                        return Err(FactError::SourceThreadId);
-                    }
+                    && !(t.is_null() || t.is_string())
+                {
+                    return Err(FactError::SourceThreadId);
+                }
                 Ok(Self(m))
             }
             _ => Ok(Self::unknown()),
@@ -183,9 +184,10 @@ impl FactSource {
         let kind = self.kind();
         let thread = self.thread_id().filter(|t| !t.is_empty());
         if kind == "conversation"
-            && let Some(t) = thread {
-                return t.to_owned();
-            }
+            && let Some(t) = thread
+        {
+            return t.to_owned();
+        }
         if !kind.is_empty() {
             return kind.to_owned();
         }
@@ -723,9 +725,10 @@ impl Fact {
         }
         for k in ["title", "content", "scope"] {
             if !out.contains_key(k)
-                && let Some(v) = self.typed_value(k) {
-                    out.insert(k.to_owned(), v);
-                }
+                && let Some(v) = self.typed_value(k)
+            {
+                out.insert(k.to_owned(), v);
+            }
         }
         out
     }

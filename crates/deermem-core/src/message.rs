@@ -164,9 +164,10 @@ impl<'de> Deserialize<'de> for Message {
         // Chat-completions tool calls may also sit in additional_kwargs.
         let mut tool_calls = raw.tool_calls.unwrap_or_default();
         if tool_calls.is_empty()
-            && let Some(Value::Array(calls)) = additional_kwargs.get("tool_calls") {
-                tool_calls = calls.clone();
-            }
+            && let Some(Value::Array(calls)) = additional_kwargs.get("tool_calls")
+        {
+            tool_calls = calls.clone();
+        }
         additional_kwargs.shift_remove("tool_calls");
         Ok(Self {
             kind: MessageKind::parse(&kind_name),

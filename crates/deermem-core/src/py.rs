@@ -56,10 +56,11 @@ pub fn splitlines(s: &str) -> Vec<&str> {
             out.push(&s[start..i]);
             let mut end = i + c.len_utf8();
             if c == '\r'
-                && let Some(&(j, '\n')) = chars.peek() {
-                    end = j + 1;
-                    chars.next();
-                }
+                && let Some(&(j, '\n')) = chars.peek()
+            {
+                end = j + 1;
+                chars.next();
+            }
             start = end;
         }
     }

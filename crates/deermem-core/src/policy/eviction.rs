@@ -139,9 +139,10 @@ fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
         }
     };
     if let Some(Some(last)) = &fact.last_confirmed_at
-        && let Some(t) = parse(last) {
-            return decay(now.days_since(t), half_life);
-        }
+        && let Some(t) = parse(last)
+    {
+        return decay(now.days_since(t), half_life);
+    }
     match parse(&fact.created_at) {
         Some(t) => 0.5 * decay(now.days_since(t), half_life),
         None => 0.0,
