@@ -123,6 +123,80 @@ pub(crate) fn read_with_signature(path: &Path) -> Result<(Option<Manifest>, Sign
     Ok((Some(manifest), Some((mtime_ns, meta.len(), revision))))
 }
 
+/// What a `stat` of the manifest says: enough to tell, without reading it, that the file is
+/// still the one a cached document was read from (see [`StatToken::vouches_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatToken {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+}
+
+/// The time-stamp granularity assumed for files whose modification time has sub-millisecond
+/// digits (ext4, xfs, btrfs, tmpfs: one kernel tick, at most 10 ms), with a wide margin.
+pub(crate) const FINE_GRANULARITY: std::time::Duration = std::time::Duration::from_millis(50);
+/// The granularity assumed otherwise (whole-second or 2-second time stamps: FAT, HFS+, ext3,
+/// some network file systems).
+pub(crate) const COARSE_GRANULARITY: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl StatToken {
+    fn from_metadata(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+
+    /// The granularity assumed for this file's time stamps.
+    pub(crate) fn granularity(&self) -> std::time::Duration {
+        if self.mtime_ns.rem_euclid(1_000_000) != 0 {
+            FINE_GRANULARITY
+        } else {
+            COARSE_GRANULARITY
+        }
+    }
+
+    /// Whether a cached document read from the file this token describes, with the `stat` taken
+    /// at `observed_at` (wall clock, read before the `stat` call), is still current when the
+    /// path now stats as `now`.
+    ///
+    /// Every writer replaces the manifest by renaming a fresh file over it, so a replacement
+    /// prepared before `observed_at` has another inode (both files existed at once), and
+    /// anything written after `observed_at` carries an mtime of at least `observed_at` minus
+    /// the granularity, which differs from ours once ours is older than `observed_at` by more
+    /// than the granularity. A token observed inside that window vouches for nothing: the
+    /// caller re-reads the manifest and compares its revision, as the reference does.
+    pub(crate) fn vouches_for(&self, now: &StatToken, observed_at: std::time::SystemTime) -> bool {
+        if self != now {
+            return false;
+        }
+        let observed_ns = match observed_at.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i128,
+            Err(_) => return false,
+        };
+        observed_ns - self.mtime_ns >= self.granularity().as_nanos() as i128
+            && observed_ns - self.ctime_ns >= self.granularity().as_nanos() as i128
+    }
+}
+
+/// `stat`s the manifest: `Ok(None)` when it does not exist.
+///
+/// # Errors
+/// Any other `stat` failure.
+pub(crate) fn stat_token(path: &Path) -> std::io::Result<Option<StatToken>> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(StatToken::from_metadata(&m))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Manifest {
     /// Whether the manifest is legacy (v1 or v2-preview) and needs migration.
     pub(crate) fn needs_migration(&self) -> bool {
@@ -253,6 +327,44 @@ mod tests {
         for (v, want) in cases {
             assert_eq!(lenient_revision(v.as_ref()).ok(), want, "{v:?}");
         }
+    }
+
+    #[test]
+    fn stat_tokens_vouch_only_outside_the_granularity_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.json");
+        assert_eq!(stat_token(&path).unwrap(), None);
+        std::fs::write(&path, b"{}").unwrap();
+        let t = stat_token(&path).unwrap().unwrap();
+        let mtime = std::time::UNIX_EPOCH
+            + std::time::Duration::from_nanos(t.mtime_ns.max(t.ctime_ns) as u64);
+        let g = t.granularity();
+        // Observed right at the write: inside the window, so it vouches for nothing.
+        assert!(!t.vouches_for(&t, mtime));
+        // Observed well after: vouches for an identical stat, never for a different one.
+        let later = mtime + g + std::time::Duration::from_millis(1);
+        assert!(t.vouches_for(&t, later));
+        let replaced = StatToken {
+            ino: t.ino + 1,
+            ..t
+        };
+        assert!(!t.vouches_for(&replaced, later));
+        let grown = StatToken {
+            size: t.size + 1,
+            ..t
+        };
+        assert!(!t.vouches_for(&grown, later));
+        // Whole-millisecond time stamps are treated as coarse (2 s).
+        let coarse = StatToken {
+            mtime_ns: 1_700_000_000_000_000_000,
+            ctime_ns: 1_700_000_000_000_000_000,
+            ..t
+        };
+        assert_eq!(coarse.granularity(), COARSE_GRANULARITY);
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(1_700_000_001_000_000_000);
+        assert!(!coarse.vouches_for(&coarse, at));
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(1_700_000_002_000_000_000);
+        assert!(coarse.vouches_for(&coarse, at));
     }
 
     #[test]

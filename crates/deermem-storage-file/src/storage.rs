@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use deermem_core::document::DOCUMENT_VERSION;
@@ -26,7 +26,7 @@ use crate::commit::{self, CommitRequest, Committed, Notification};
 use crate::error::{Error, Result};
 use crate::journal;
 use crate::lock::{LockRegistry, UserLock};
-use crate::manifest::{self, Manifest, Signature};
+use crate::manifest::{self, Manifest, Signature, StatToken};
 use crate::markdown::{self, Expected};
 use crate::migrate;
 use crate::paths::{self, AUDIT_FILE, Layout, USAGE_FILE, UserDir};
@@ -94,8 +94,14 @@ type DirtyKey = (Option<UserId>, AgentName);
 
 #[derive(Debug)]
 struct CacheEntry {
-    doc: MemoryDocument,
+    /// Shared so a hit clones it outside the cache lock.
+    doc: Arc<MemoryDocument>,
+    /// The reference's validation token (mtime, size, revision), checked by re-reading.
     sig: Signature,
+    /// The manifest's `stat` when the document was read, and when that `stat` was taken: lets
+    /// a load skip re-reading the manifest (see [`manifest::StatToken::vouches_for`]).
+    stat: Option<StatToken>,
+    observed_at: SystemTime,
 }
 
 /// The file storage adapter. Cheap to clone; clones share caches and locks.
@@ -230,6 +236,9 @@ impl FileMemoryStorage {
         agent: Option<&AgentName>,
         force: bool,
     ) -> std::result::Result<MemoryDocument, StorageError> {
+        if !force && let Some(doc) = self.inner.cached(user, agent) {
+            return Ok(doc);
+        }
         let (user, agent) = (user.cloned(), agent.cloned());
         let (doc, notes) = self
             .run(move |inner| inner.load(user.as_ref(), agent.as_ref(), force))
@@ -385,6 +394,36 @@ impl Inner {
         self.cache.lock().retain(|(u, _), _| u != user);
     }
 
+    /// The cached document when a few `stat` calls prove it current: no journal, no legacy
+    /// layout to migrate, and a manifest whose `stat` the cache entry vouches for. Runs on the
+    /// caller's thread (no file is opened or read); `None` sends the load down the full path,
+    /// which re-reads the manifest and compares its revision.
+    fn cached(&self, user: Option<&UserId>, agent: Option<&AgentName>) -> Option<MemoryDocument> {
+        let udir = self.user_dir(user).ok()?;
+        if udir.journal().exists()
+            || agent.is_some_and(|a| udir.legacy_agent_doc(a).exists())
+            || (agent.is_some_and(AgentName::is_default)
+                && migrate::has_legacy_default_bucket(&udir))
+        {
+            return None;
+        }
+        let now = manifest::stat_token(&udir.manifest()).ok()?;
+        let doc = {
+            let cache = self.cache.lock();
+            let entry = cache.get(&(user.cloned(), agent.cloned()))?;
+            let current = match (&entry.stat, &now) {
+                (None, None) => entry.sig.is_none(),
+                (Some(then), Some(now)) => then.vouches_for(now, entry.observed_at),
+                _ => false,
+            };
+            if !current {
+                return None;
+            }
+            Arc::clone(&entry.doc)
+        };
+        Some(MemoryDocument::clone(&doc))
+    }
+
     /// Whether a load must take the locks to recover or migrate first.
     fn needs_read_migration(
         &self,
@@ -470,6 +509,9 @@ impl Inner {
     ) -> Result<(MemoryDocument, Vec<Notification>)> {
         let udir = self.user_dir(user)?;
         let now = self.now();
+        // The stat is taken before the read it vouches for.
+        let observed_at = SystemTime::now();
+        let token = manifest::stat_token(&udir.manifest()).ok().flatten();
         let (manifest, mut sig) = manifest::read_with_signature(&udir.manifest())?;
         let mut notes = Vec::new();
         if self.needs_read_migration(&udir, agent, manifest.as_ref()) {
@@ -478,31 +520,57 @@ impl Inner {
             sig = manifest::read_with_signature(&udir.manifest())?.1;
         }
         let key: CacheKey = (user.cloned(), agent.cloned());
-        if !force
-            && let Some(entry) = self.cache.lock().get(&key)
-            && entry.sig == sig
-        {
-            return Ok((entry.doc.clone(), notes));
+        if !force {
+            let hit = {
+                let mut cache = self.cache.lock();
+                match cache.get_mut(&key) {
+                    Some(entry) if entry.sig == sig => {
+                        // Still current by the reference's token; when the stat taken before
+                        // the read describes the same file, remember it for the stat path.
+                        if notes.is_empty()
+                            && let (Some(t), Some((mtime_ns, size, _))) = (token, sig)
+                            && t.mtime_ns == mtime_ns
+                            && t.size == size
+                        {
+                            entry.stat = Some(t);
+                            entry.observed_at = observed_at;
+                        }
+                        Some(Arc::clone(&entry.doc))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(doc) = hit {
+                return Ok((MemoryDocument::clone(&doc), notes));
+            }
         }
         // Miss: read a consistent snapshot under the locks (a user never written to needs no
         // lock and leaves no trace on disk).
-        let (doc, sig) = if udir.dir.is_dir() {
+        let (doc, sig, stat, observed_at) = if udir.dir.is_dir() {
             let _lock = self.lock(&udir)?;
             // A journal may have appeared since the check above; recovery also sweeps leftovers
             // of commits that crashed before their journal was durable.
             notes.extend(self.read_migrations_locked(&udir, agent, now)?);
-            self.read_document_locked(&udir, agent, now)?
+            // Under the lock no cooperating writer can replace the manifest between this stat
+            // and the read below.
+            let observed_at = SystemTime::now();
+            let stat = manifest::stat_token(&udir.manifest()).ok().flatten();
+            let (doc, sig) = self.read_document_locked(&udir, agent, now)?;
+            (doc, sig, stat, observed_at)
         } else {
-            (MemoryDocument::empty(now), None)
+            (MemoryDocument::empty(now), None, None, observed_at)
         };
+        let shared = Arc::new(doc);
         self.cache.lock().insert(
             key,
             CacheEntry {
-                doc: doc.clone(),
+                doc: Arc::clone(&shared),
                 sig,
+                stat,
+                observed_at,
             },
         );
-        Ok((doc, notes))
+        Ok((MemoryDocument::clone(&shared), notes))
     }
 
     /// Commits under the locks, with recovery, read migrations, and the rebase loop of §3.7.

@@ -2,6 +2,7 @@
 //! layout and format details, migration, crash recovery, concurrency, hostile input, Python
 //! interoperability and the retrieval integration.
 
+mod cache;
 mod concurrency;
 mod crash;
 mod fixtures;
