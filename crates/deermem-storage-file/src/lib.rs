@@ -18,6 +18,7 @@ mod manifest;
 mod markdown;
 mod migrate;
 pub mod paths;
+pub mod probe;
 mod sidecar;
 mod storage;
 pub mod yaml;
