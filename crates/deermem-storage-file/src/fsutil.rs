@@ -7,6 +7,7 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::fault::{self, IoOp};
 
 /// The temporary file used to replace `path`: `.{name}.{32 hex}.tmp` in the same directory.
 fn temp_path(path: &Path) -> PathBuf {
@@ -39,13 +40,19 @@ pub(crate) fn is_atomic_temp(name: &str) -> bool {
 /// fsyncs a directory so a rename or unlink inside it is durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("Failed to open directory", dir, e))?;
-    f.sync_all()
+    fault::io(IoOp::Fsync, dir)
+        .and_then(|()| f.sync_all())
         .map_err(|e| Error::io("Failed to fsync directory", dir, e))
 }
 
 /// Creates a directory and its parents.
 pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(|e| Error::io("Failed to create directory", dir, e))
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fault::io(IoOp::Create, dir)
+        .and_then(|()| fs::create_dir_all(dir))
+        .map_err(|e| Error::io("Failed to create directory", dir, e))
 }
 
 /// Atomically replaces `path` with `bytes`: parents are created, the bytes go to a temporary
@@ -58,18 +65,20 @@ pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     create_dir_all(dir)?;
     let tmp = temp_path(path);
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
+        let mut f = fault::io(IoOp::Create, &tmp)
+            .and_then(|()| OpenOptions::new().write(true).create_new(true).open(&tmp))
             .map_err(|e| Error::io("Failed to create temporary file", &tmp, e))?;
-        f.write_all(bytes)
+        fault::io(IoOp::Write, &tmp)
+            .and_then(|()| f.write_all(bytes))
             .map_err(|e| Error::io("Failed to write", &tmp, e))?;
-        f.sync_all()
+        fault::io(IoOp::Fsync, &tmp)
+            .and_then(|()| f.sync_all())
             .map_err(|e| Error::io("Failed to fsync", &tmp, e))?;
         drop(f);
-        crate::fault::point("atomic-before-rename");
-        fs::rename(&tmp, path).map_err(|e| Error::io("Failed to replace", path, e))?;
+        fault::point("atomic-before-rename");
+        fault::io(IoOp::Rename, path)
+            .and_then(|()| fs::rename(&tmp, path))
+            .map_err(|e| Error::io("Failed to replace", path, e))?;
         fsync_dir(dir)
     })();
     if result.is_err() {
@@ -82,15 +91,20 @@ pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Used for recovery pre-images, which the reference copied without fsync.
 pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
     let bytes = fs::read(src).map_err(|e| Error::io("Failed to read", src, e))?;
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dst)
+    let mut f = fault::io(IoOp::Create, dst)
+        .and_then(|()| {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dst)
+        })
         .map_err(|e| Error::io("Failed to create", dst, e))?;
-    f.write_all(&bytes)
+    fault::io(IoOp::Write, dst)
+        .and_then(|()| f.write_all(&bytes))
         .map_err(|e| Error::io("Failed to write", dst, e))?;
-    f.sync_all()
+    fault::io(IoOp::Fsync, dst)
+        .and_then(|()| f.sync_all())
         .map_err(|e| Error::io("Failed to fsync", dst, e))
 }
 
@@ -105,7 +119,7 @@ pub(crate) fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
 
 /// Unlinks a file; a missing file is fine.
 pub(crate) fn remove_file_if_exists(path: &Path) -> Result<bool> {
-    match fs::remove_file(path) {
+    match fault::io(IoOp::Remove, path).and_then(|()| fs::remove_file(path)) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
         Err(e) => Err(Error::io("Failed to remove", path, e)),
@@ -184,6 +198,35 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("memory.json")]);
+    }
+
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn injected_faults_fail_typed_until_disarmed() {
+        use crate::fault::inject::{IoFault, arm, disarm};
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("memory.json");
+        atomic_write(&target, b"one").unwrap();
+        for fault in [IoFault::DiskFull, IoFault::FsyncEio, IoFault::ReadOnly] {
+            arm(dir.path(), fault, 0);
+            let err = atomic_write(&target, b"two").unwrap_err();
+            assert!(matches!(err, Error::Io { .. }), "{fault:?}: {err}");
+            // Sticky: the next try fails too.
+            assert!(atomic_write(&target, b"two").is_err(), "{fault:?}");
+            assert!(disarm(dir.path()) >= 2, "{fault:?}");
+            assert_eq!(fs::read(&target).unwrap(), b"one", "{fault:?}");
+            let names: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, vec![std::ffi::OsString::from("memory.json")]);
+        }
+        // Another root is never affected, and a disarmed root works again.
+        let other = tempfile::tempdir().unwrap();
+        arm(other.path(), IoFault::ReadOnly, 0);
+        atomic_write(&target, b"three").unwrap();
+        disarm(other.path());
+        assert_eq!(fs::read(&target).unwrap(), b"three");
     }
 
     #[test]
