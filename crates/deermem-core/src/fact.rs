@@ -6,6 +6,7 @@
 //! file the Python reference wrote is rewritten with the same layout.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -247,7 +248,9 @@ pub struct Fact {
     /// Every other key (`categoryExtension`, `consolidatedAt`, `expected_valid_days`,
     /// `sourceError`, hand-added keys...), in order.
     pub extra: Map<String, Value>,
-    key_order: Vec<String>,
+    /// Shared between clones: it never changes after normalisation, and cloning documents of
+    /// many facts (every cache hit of a storage) should not copy it.
+    key_order: Arc<[String]>,
 }
 
 /// Keys normalisation appends, in the order the reference appends them when absent.
@@ -522,7 +525,7 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         revision: incoming_revision,
         scope: ctx.scope.clone(),
         extra,
-        key_order: Vec::new(),
+        key_order: Arc::from(Vec::new()),
     };
 
     // 15. timestamps and revision
@@ -574,7 +577,7 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         push_key("consolidatedAt", &mut key_order);
     }
 
-    fact.key_order = key_order;
+    fact.key_order = Arc::from(key_order);
     Ok(fact)
 }
 
@@ -688,7 +691,7 @@ impl Fact {
                 || self.extra.contains_key(k)
                 || self.typed_value(k).is_some()
         };
-        for k in &self.key_order {
+        for k in self.key_order.iter() {
             if known(k) && !keys.contains(k) {
                 keys.push(k.clone());
             }
