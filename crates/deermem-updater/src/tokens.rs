@@ -1,14 +1,55 @@
 //! Token counting for the injection budget (spec/updater.md §12.5): BPE counting with the
 //! `cl100k_base` encoding bundled in `tiktoken-rs` (nothing is downloaded; the table is parsed
 //! once, lazily), or the network-free CJK-aware character estimate.
+//!
+//! BPE counts of short texts are memoised in a bounded process-wide LRU map: the injection
+//! formatter counts the same fact lines on every `get_context`, and a lookup costs far less
+//! than re-encoding (the count is a pure function of the text, so results are identical).
 
+use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use deermem_core::TokenCounting;
 use tiktoken_rs::CoreBPE;
 
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+/// Texts longer than this (bytes) are not memoised.
+pub const MEMO_MAX_TEXT_BYTES: usize = 1024;
+/// Memoised counts kept (at most `MEMO_ENTRIES * MEMO_MAX_TEXT_BYTES` bytes of keys).
+pub const MEMO_ENTRIES: usize = 16_384;
+
+type Memo = Mutex<lru::LruCache<String, usize>>;
+static MEMO: OnceLock<Memo> = OnceLock::new();
+
+fn memo() -> &'static Memo {
+    MEMO.get_or_init(|| {
+        Mutex::new(lru::LruCache::new(
+            NonZeroUsize::new(MEMO_ENTRIES).unwrap_or(NonZeroUsize::MIN),
+        ))
+    })
+}
+
+/// The BPE count of `text`, through the memo for short texts.
+fn bpe_count(bpe: &CoreBPE, text: &str) -> usize {
+    let encode = || {
+        catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len()))
+            .unwrap_or_else(|_| char_estimate(text))
+    };
+    if text.len() > MEMO_MAX_TEXT_BYTES {
+        return encode();
+    }
+    if let Some(n) = memo().lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+        return *n;
+    }
+    let n = encode();
+    memo()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .put(text.to_owned(), n);
+    n
+}
 
 fn encoding() -> Option<&'static CoreBPE> {
     CL100K
@@ -60,8 +101,7 @@ impl TokenCounter {
         match self.mode {
             TokenCounting::Char => char_estimate(text),
             TokenCounting::Tiktoken => match encoding() {
-                Some(bpe) => catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len()))
-                    .unwrap_or_else(|_| char_estimate(text)),
+                Some(bpe) => bpe_count(bpe, text),
                 None => char_estimate(text),
             },
         }
@@ -112,6 +152,29 @@ mod tests {
         let c = TokenCounter::new(TokenCounting::Char);
         assert!(c.warm());
         assert_eq!(c.count("hello world"), 2);
+    }
+
+    #[test]
+    fn memoised_counts_equal_fresh_encodings() {
+        let t = TokenCounter::new(TokenCounting::Tiktoken);
+        assert!(t.warm());
+        let bpe = encoding().unwrap();
+        let long = "word ".repeat(MEMO_MAX_TEXT_BYTES);
+        let texts = [
+            "- [preference | 0.92] User prefers Go for new services",
+            "用户喜欢喝乌龙茶，每天早上跑步",
+            "Facts:\n",
+            long.as_str(),
+        ];
+        for text in texts {
+            let fresh = bpe.encode_ordinary(text).len();
+            // The first call fills the memo, the second reads it.
+            assert_eq!(t.count(text), fresh, "{text:?}");
+            assert_eq!(t.count(text), fresh, "{text:?}");
+        }
+        let memo = memo().lock().unwrap();
+        assert!(memo.contains(texts[0]));
+        assert!(!memo.contains(long.as_str()), "long texts are not memoised");
     }
 
     #[tokio::test]
