@@ -87,6 +87,34 @@ pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
+/// Removes orphaned atomic-write temporaries of `path` (`.{name}.{32 hex}.tmp` beside it), left
+/// by a process that died mid-write before any journal existed. Only safe under the lock that
+/// guards `path`. Best effort: failures are logged.
+pub(crate) fn remove_orphaned_temps_of(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file_name = e.file_name();
+        let Some(n) = file_name.to_str() else {
+            continue;
+        };
+        if n.starts_with(&prefix) && is_atomic_temp(n) && e.file_type().is_ok_and(|t| t.is_file()) {
+            let p = e.path();
+            match fs::remove_file(&p) {
+                Ok(()) => tracing::info!(path = %p.display(), "removed orphaned temporary file"),
+                Err(err) => {
+                    tracing::warn!(path = %p.display(), error = %err, "could not remove orphaned temporary file")
+                }
+            }
+        }
+    }
+}
+
 /// Copies `src` to `dst` durably (the bytes are fsynced; the caller fsyncs the directory).
 /// Used for recovery pre-images, which the reference copied without fsync.
 pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {

@@ -176,16 +176,21 @@ fn ensure_backup(source: &Source) -> Result<()> {
             bak.display(),
             source.path.display()
         ))),
-        Ok(None) => fsutil::atomic_write(&bak, &source.bytes).map_err(|e| match e {
-            Error::Io { source: io, .. } => Error::Io {
-                context: format!(
-                    "Failed to create durable migration backup {}",
-                    bak.display()
-                ),
-                source: io,
-            },
-            other => other,
-        }),
+        Ok(None) => {
+            // A process that died while writing this backup left its temporary file behind
+            // (no journal exists yet at this point, so recovery never sweeps it).
+            fsutil::remove_orphaned_temps_of(&bak);
+            fsutil::atomic_write(&bak, &source.bytes).map_err(|e| match e {
+                Error::Io { source: io, .. } => Error::Io {
+                    context: format!(
+                        "Failed to create durable migration backup {}",
+                        bak.display()
+                    ),
+                    source: io,
+                },
+                other => other,
+            })
+        }
         Err(e) => Err(Error::io("Failed to read migration backup", &bak, e)),
     }
 }
@@ -505,5 +510,30 @@ mod tests {
         );
         std::fs::write(&p, "[1]").unwrap();
         assert!(read_legacy_doc(&p).is_err());
+    }
+
+    /// Regression (reliability suite, crash cycles): a process killed while writing a
+    /// migration backup left `.memory.json.v1.bak.<hex>.tmp` behind for good, since no journal
+    /// existed yet for recovery to sweep it.
+    #[test]
+    fn writing_a_backup_removes_orphans_of_an_interrupted_backup_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("memory.json");
+        std::fs::write(&p, "{\"facts\": [], \"version\": \"1.0\"}").unwrap();
+        let orphan = dir
+            .path()
+            .join(".memory.json.v1.bak.0123456789abcdef0123456789abcdef.tmp");
+        std::fs::write(&orphan, "partial").unwrap();
+        // Someone else's temporary and unrelated files stay.
+        let other = dir
+            .path()
+            .join(".other.json.0123456789abcdef0123456789abcdef.tmp");
+        std::fs::write(&other, "x").unwrap();
+        let source = read_legacy_doc(&p).unwrap().unwrap();
+        ensure_backup(&source).unwrap();
+        assert!(!orphan.exists());
+        assert!(other.exists());
+        let bak = dir.path().join("memory.json.v1.bak");
+        assert_eq!(std::fs::read(&bak).unwrap(), std::fs::read(&p).unwrap());
     }
 }
