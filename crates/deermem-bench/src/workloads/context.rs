@@ -9,7 +9,7 @@ use deermem_core::ports::{ContextRequest, MemoryManager, MemoryScope, MemoryStor
 use deermem_core::{AgentName, UserId};
 use deermem_updater::{DeerMemManager, DeerMemParts};
 
-use super::{Env, clock, config, open, seed_scope};
+use super::{Env, clock, config, open, seed_scope, settle};
 use crate::stats::{Recorder, WorkloadResult};
 
 /// A DeerMem manager over the storage with the default configuration.
@@ -29,6 +29,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         thread_id: None,
     };
     let first = mgr.get_context(request.clone()).await?;
+    settle().await;
     anyhow::ensure!(
         first.contains("Facts"),
         "no facts in the injection block: {first:?}"

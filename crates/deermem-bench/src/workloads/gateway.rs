@@ -11,7 +11,7 @@ use deermem_core::{AgentName, MemoryConfig, UserId};
 use deermem_gateway::{GatewayConfig, GatewayState, serve};
 
 use super::context::manager;
-use super::{Env, open, seed_scope};
+use super::{Env, open, seed_scope, settle};
 use crate::http::Connection;
 use crate::stats::{Recorder, WorkloadResult};
 
@@ -49,6 +49,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         "the response holds {facts} facts"
     );
     drop(probe);
+    settle().await;
 
     let clients = env.sizes.gateway_clients.max(1);
     let total = env.sizes.gateway_requests;

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 
-use super::{Env, open, seed_scope};
+use super::{Env, open, seed_scope, settle};
 use crate::stats::{Recorder, WorkloadResult};
 
 async fn seeded(env: &Env) -> Result<(UserId, AgentName)> {
@@ -43,6 +43,8 @@ pub(crate) async fn cold(env: &Env) -> Result<WorkloadResult> {
 pub(crate) async fn warm(env: &Env) -> Result<WorkloadResult> {
     let (user, agent) = seeded(env).await?;
     let storage = open(&env.root, false)?;
+    storage.load(Some(&user), Some(&agent)).await?;
+    settle().await;
     storage.load(Some(&user), Some(&agent)).await?;
     let n = env.sizes.load_warm;
     let mut rec = Recorder::start(n);

@@ -181,6 +181,14 @@ pub(crate) async fn seed_scope(
     Ok(())
 }
 
+/// Waits until a freshly written manifest is older than the storage's time-stamp granularity
+/// window (at most 2 s), so reads measure the steady state of a memory read long after its last
+/// write (the cache is then validated by `stat` alone; inside the window the storage re-reads
+/// the manifest).
+pub(crate) async fn settle() {
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+}
+
 /// Writes the whole corpus into `storage`, eight scopes at a time.
 pub(crate) async fn seed_corpus(storage: &FileMemoryStorage, env: &Env) -> Result<usize> {
     let groups = corpus::by_scope(&env.corpus);
