@@ -15,20 +15,48 @@ use tiktoken_rs::CoreBPE;
 
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
-/// Texts longer than this (bytes) are not memoised.
-pub const MEMO_MAX_TEXT_BYTES: usize = 1024;
-/// Memoised counts kept (at most `MEMO_ENTRIES * MEMO_MAX_TEXT_BYTES` bytes of keys).
+/// Texts longer than this (bytes) are not memoised (a whole injection block is a few KiB).
+pub const MEMO_MAX_TEXT_BYTES: usize = 64 * 1024;
+/// Memoised counts kept at most.
 pub const MEMO_ENTRIES: usize = 16_384;
+/// Bytes of memoised texts kept at most; the least recently used go first.
+pub const MEMO_MAX_BYTES: usize = 8 * 1024 * 1024;
 
-type Memo = Mutex<lru::LruCache<String, usize>>;
+/// The memo: counts by text, and the bytes of the texts it holds.
+struct MemoMap {
+    counts: lru::LruCache<String, usize>,
+    bytes: usize,
+}
+
+impl MemoMap {
+    fn new() -> Self {
+        Self {
+            counts: lru::LruCache::new(
+                NonZeroUsize::new(MEMO_ENTRIES).unwrap_or(NonZeroUsize::MIN),
+            ),
+            bytes: 0,
+        }
+    }
+
+    fn put(&mut self, text: String, n: usize) {
+        self.bytes += text.len();
+        if let Some((old, _)) = self.counts.push(text, n) {
+            self.bytes -= old.len();
+        }
+        while self.bytes > MEMO_MAX_BYTES {
+            match self.counts.pop_lru() {
+                Some((old, _)) => self.bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+type Memo = Mutex<MemoMap>;
 static MEMO: OnceLock<Memo> = OnceLock::new();
 
 fn memo() -> &'static Memo {
-    MEMO.get_or_init(|| {
-        Mutex::new(lru::LruCache::new(
-            NonZeroUsize::new(MEMO_ENTRIES).unwrap_or(NonZeroUsize::MIN),
-        ))
-    })
+    MEMO.get_or_init(|| Mutex::new(MemoMap::new()))
 }
 
 /// The BPE count of `text`, through the memo for short texts.
@@ -40,7 +68,12 @@ fn bpe_count(bpe: &CoreBPE, text: &str) -> usize {
     if text.len() > MEMO_MAX_TEXT_BYTES {
         return encode();
     }
-    if let Some(n) = memo().lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+    if let Some(n) = memo()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .counts
+        .get(text)
+    {
         return *n;
     }
     let n = encode();
@@ -159,7 +192,7 @@ mod tests {
         let t = TokenCounter::new(TokenCounting::Tiktoken);
         assert!(t.warm());
         let bpe = encoding().unwrap();
-        let long = "word ".repeat(MEMO_MAX_TEXT_BYTES);
+        let long = "word ".repeat(MEMO_MAX_TEXT_BYTES / 4);
         let texts = [
             "- [preference | 0.92] User prefers Go for new services",
             "用户喜欢喝乌龙茶，每天早上跑步",
@@ -173,8 +206,31 @@ mod tests {
             assert_eq!(t.count(text), fresh, "{text:?}");
         }
         let memo = memo().lock().unwrap();
-        assert!(memo.contains(texts[0]));
-        assert!(!memo.contains(long.as_str()), "long texts are not memoised");
+        assert!(memo.counts.contains(texts[0]));
+        assert!(
+            !memo.counts.contains(long.as_str()),
+            "long texts are not memoised"
+        );
+        assert!(memo.bytes <= MEMO_MAX_BYTES);
+    }
+
+    #[test]
+    fn the_memo_stays_within_its_byte_budget() {
+        let mut m = MemoMap::new();
+        let big = "x".repeat(MEMO_MAX_TEXT_BYTES);
+        for i in 0..(MEMO_MAX_BYTES / MEMO_MAX_TEXT_BYTES + 10) {
+            m.put(format!("{i}{big}"), i);
+        }
+        assert!(m.bytes <= MEMO_MAX_BYTES);
+        assert_eq!(
+            m.bytes,
+            m.counts.iter().map(|(k, _)| k.len()).sum::<usize>()
+        );
+        // Re-putting a key does not count its bytes twice.
+        let before = m.bytes;
+        let k = m.counts.peek_mru().map(|(k, _)| k.clone()).unwrap();
+        m.put(k, 1);
+        assert_eq!(m.bytes, before);
     }
 
     #[tokio::test]
