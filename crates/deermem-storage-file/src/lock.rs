@@ -1,7 +1,10 @@
 //! The two lock layers of a user directory (spec/storage.md §3.2): an in-process mutex per user
 //! directory (held weakly in a registry so unused entries disappear), then the cross-process
-//! `flock(2)` on `<U>/.memory.lock`, polled every 50 ms until the timeout. The flock excludes
-//! Python processes running the reference, which lock the same file the same way.
+//! `flock(2)` on `<U>/.memory.lock`. A contended flock is waited for in the kernel (a blocking
+//! `flock` on a helper thread, so the wait can time out) rather than polled: under contention
+//! from several processes a poller sleeping between tries kept losing the lock to the others
+//! and timed out (found by the reliability suite). The flock excludes Python processes running
+//! the reference, which lock the same file the same way.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -84,6 +87,7 @@ impl LockRegistry {
             .create(true)
             .open(lock_path)
             .map_err(|e| Error::io("Failed to open lock file", lock_path, e))?;
+        let mut queued = false;
         loop {
             match file.try_lock() {
                 Ok(()) => {
@@ -91,6 +95,20 @@ impl LockRegistry {
                         file,
                         _guard: guard,
                     });
+                }
+                Err(TryLockError::WouldBlock) if !queued => {
+                    queued = true;
+                    match wait_in_kernel(&file, timeout.saturating_sub(start.elapsed())) {
+                        Wait::Locked => {
+                            return Ok(UserLock {
+                                file,
+                                _guard: guard,
+                            });
+                        }
+                        Wait::TimedOut => return Err(timed_out()),
+                        // No helper thread or a failed blocking call: poll instead.
+                        Wait::Unavailable => {}
+                    }
                 }
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
@@ -103,6 +121,48 @@ impl LockRegistry {
             }
             std::thread::sleep(POLL_INTERVAL.min(timeout - elapsed));
         }
+    }
+}
+
+/// The outcome of [`wait_in_kernel`].
+enum Wait {
+    Locked,
+    TimedOut,
+    Unavailable,
+}
+
+/// Waits for the flock of `file` in the kernel's queue for at most `timeout`: a helper thread
+/// makes the blocking call on a duplicate descriptor (same open file description, so the lock
+/// it takes is `file`'s). When the wait times out, the helper releases the lock as soon as it
+/// gets it, since nobody is left to use it.
+fn wait_in_kernel(file: &File, timeout: Duration) -> Wait {
+    let Ok(dup) = file.try_clone() else {
+        return Wait::Unavailable;
+    };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<bool>(1);
+    let spawned = std::thread::Builder::new()
+        .name("deermem-flock".into())
+        .spawn(move || {
+            let locked = dup.lock().is_ok();
+            if tx.send(locked).is_err() && locked {
+                // The waiter gave up: do not keep the user locked.
+                let _ = dup.unlock();
+            }
+        });
+    if spawned.is_err() {
+        return Wait::Unavailable;
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(true) => Wait::Locked,
+        Ok(false) => Wait::Unavailable,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // The helper may have locked in the meantime: if so the lock is ours after all.
+            match rx.try_recv() {
+                Ok(true) => Wait::Locked,
+                _ => Wait::TimedOut,
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Wait::Unavailable,
     }
 }
 
@@ -135,6 +195,46 @@ mod tests {
         assert!(matches!(err, Error::LockTimeout { .. }));
         drop(held);
         assert!(b.acquire(&path, Duration::from_millis(120)).is_ok());
+    }
+
+    /// A waiter that gave up must not leave the user locked: its kernel-side wait may still
+    /// obtain the lock later, and then releases it at once.
+    #[test]
+    fn a_timed_out_waiter_never_keeps_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".memory.lock");
+        let (a, b, c) = (
+            LockRegistry::default(),
+            LockRegistry::default(),
+            LockRegistry::default(),
+        );
+        for _ in 0..5 {
+            let held = a.acquire(&path, Duration::from_secs(1)).unwrap();
+            assert!(b.acquire(&path, Duration::from_millis(30)).is_err());
+            drop(held);
+            // b's abandoned wait may win the flock now; it must hand it back.
+            let got = c.acquire(&path, Duration::from_secs(30)).unwrap();
+            drop(got);
+        }
+    }
+
+    /// A waiter queued in the kernel gets the lock when the holder in another "process" (its
+    /// own descriptor) releases it.
+    #[test]
+    fn a_queued_waiter_gets_the_lock_on_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".memory.lock");
+        let a = LockRegistry::default();
+        let held = a.acquire(&path, Duration::from_secs(1)).unwrap();
+        let p2 = path.clone();
+        let waiter = std::thread::spawn(move || {
+            LockRegistry::default()
+                .acquire(&p2, Duration::from_secs(60))
+                .map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert!(waiter.join().unwrap().is_ok());
     }
 
     #[test]
