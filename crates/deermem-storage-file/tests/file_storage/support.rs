@@ -49,7 +49,8 @@ pub(crate) fn open_with(
     FileMemoryStorage::new(FileStorageConfig::new(root), clock.clone(), Some(retrieval)).unwrap()
 }
 
-/// The shared fixtures directory, or `None` (with a printed reason) when it is absent.
+/// The shared fixtures directory (`../shared` beside the repository, or `$DEERMEM_SHARED_DIR`).
+/// CI always has it, so a missing directory fails the test rather than skipping it.
 pub(crate) fn fixtures_dir() -> Option<PathBuf> {
     let candidates = [
         std::env::var_os("DEERMEM_SHARED_DIR")
@@ -61,8 +62,9 @@ pub(crate) fn fixtures_dir() -> Option<PathBuf> {
             return Some(c);
         }
     }
-    eprintln!("SKIP: shared/fixtures/python-deermem not found beside the repository");
-    None
+    panic!(
+        "the reference fixtures (shared/fixtures/python-deermem) were not found beside the repository; set DEERMEM_SHARED_DIR"
+    );
 }
 
 pub(crate) fn copy_dir(src: &Path, dst: &Path) {
