@@ -132,6 +132,26 @@ fn ci() -> ExitCode {
             }),
         ),
         (
+            "test-no-default-features",
+            Box::new(|| {
+                // Backends left out of a build must fail naming their feature.
+                run(
+                    "test-no-default-features",
+                    &cargo,
+                    &[
+                        "test",
+                        "-p",
+                        "deermem",
+                        "--no-default-features",
+                        "--locked",
+                        "--test",
+                        "build",
+                    ],
+                    &[],
+                )
+            }),
+        ),
+        (
             "doc",
             Box::new(|| {
                 run(
