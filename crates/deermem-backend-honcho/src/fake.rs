@@ -1,12 +1,14 @@
-//! A fake Honcho v3 server on 127.0.0.1 for the backend tests: the six POST routes the
-//! backend uses, request validation against Honcho's v3 schemas (id pattern, 1–100 messages
-//! per batch, 25 000-character contents, limits 1–100), a record of every request, and
-//! switches for failures, delays and a server that forgot its sessions.
-
-#![allow(dead_code, unreachable_pub)]
+//! A fake Honcho v3 server on 127.0.0.1 for tests (Cargo feature `fake-server`): the six POST
+//! routes the backend uses, request validation against Honcho's v3 schemas (id pattern, 1–100
+//! messages per batch, 25 000-character contents, limits 1–100), a record of every request,
+//! and switches for failures, delays and a server that forgot its sessions.
+//!
+//! It is test infrastructure: this crate's tests, the facade's and the CLI's use it to prove
+//! the backend end to end without a real server. Production builds never enable the feature.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -39,9 +41,13 @@ pub struct Recorded {
 /// A stored message.
 #[derive(Clone, Debug)]
 pub struct Stored {
+    /// The workspace id (decoded).
     pub workspace: String,
+    /// The session id (decoded).
     pub session: String,
+    /// The peer that said it.
     pub peer_id: String,
+    /// The message text.
     pub content: String,
 }
 
@@ -62,11 +68,24 @@ struct Inner {
     next_id: u64,
 }
 
-/// The fake server handle.
+/// The fake server handle. Clones share the server; it runs until its tokio runtime stops.
 #[derive(Clone)]
 pub struct FakeHoncho {
+    /// The base URL, `http://127.0.0.1:PORT` (the backend's `base_url`).
     pub url: String,
     inner: Arc<Mutex<Inner>>,
+}
+
+impl fmt::Debug for FakeHoncho {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeHoncho")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    inner.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn is_id(s: &str) -> bool {
@@ -95,31 +114,48 @@ fn int_in(v: Option<&Value>, lo: i64, hi: i64) -> Result<(), String> {
 }
 
 impl FakeHoncho {
-    /// Starts the fake on an ephemeral loopback port.
-    pub async fn start() -> Self {
+    /// Starts the fake on an ephemeral loopback port, served by a task on the current tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// No loopback port could be bound.
+    pub async fn try_start() -> std::io::Result<Self> {
         let inner = Arc::new(Mutex::new(Inner::default()));
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&inner));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "fake Honcho server stopped");
+            }
         });
-        Self {
+        Ok(Self {
             url: format!("http://{addr}"),
             inner,
+        })
+    }
+
+    /// As [`FakeHoncho::try_start`], for tests.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        match Self::try_start().await {
+            Ok(fake) => fake,
+            Err(e) => panic!("cannot start the fake Honcho server on 127.0.0.1: {e}"),
         }
     }
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.inner.lock().unwrap().requests.clone()
+        lock(&self.inner).requests.clone()
     }
 
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
-        self.inner.lock().unwrap().requests.clear();
+        lock(&self.inner).requests.clear();
     }
 
     /// `(raw path, body)` of every request, for exact sequence assertions.
@@ -132,48 +168,46 @@ impl FakeHoncho {
 
     /// Every stored message.
     pub fn messages(&self) -> Vec<Stored> {
-        self.inner.lock().unwrap().messages.clone()
+        lock(&self.inner).messages.clone()
     }
 
     /// Answers the next `count` requests with `status` (`usize::MAX` for always; 0 stops).
     pub fn fail(&self, status: u16, count: usize) {
-        let mut i = self.inner.lock().unwrap();
+        let mut i = lock(&self.inner);
         i.fail_status = status;
         i.fail_remaining = count;
     }
 
     /// Rejects the next message batch with `status`.
     pub fn reject_next_messages(&self, status: u16) {
-        self.inner.lock().unwrap().reject_messages = Some(status);
+        lock(&self.inner).reject_messages = Some(status);
     }
 
     /// Lets `ok_first` message batches through, then answers the next `count` with `status`.
     pub fn fail_messages_after(&self, ok_first: usize, status: u16, count: usize) {
-        self.inner.lock().unwrap().fail_messages = Some((ok_first, status, count));
+        lock(&self.inner).fail_messages = Some((ok_first, status, count));
     }
 
     /// Delays every answer.
     pub fn delay(&self, d: Duration) {
-        self.inner.lock().unwrap().delay = d;
+        lock(&self.inner).delay = d;
     }
 
     /// Simulates a server that lost its sessions.
     pub fn forget_sessions(&self) {
-        self.inner.lock().unwrap().sessions.clear();
+        lock(&self.inner).sessions.clear();
     }
 
     /// Sets a peer's representation.
     pub fn set_representation(&self, workspace: &str, peer: &str, text: &str) {
-        self.inner
-            .lock()
-            .unwrap()
+        lock(&self.inner)
             .representations
             .insert((workspace.into(), peer.into()), text.into());
     }
 
     /// Makes the representation route answer this exact JSON body.
     pub fn set_raw_representation(&self, body: Value) {
-        self.inner.lock().unwrap().raw_representation = Some(body);
+        lock(&self.inner).raw_representation = Some(body);
     }
 }
 
@@ -200,7 +234,7 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, req: Request) -> Respons
         .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
         .collect();
     let (index, delay) = {
-        let mut i = inner.lock().unwrap();
+        let mut i = lock(&inner);
         i.requests.push(Recorded {
             method: method.to_string(),
             raw_path: raw_path.clone(),
@@ -216,7 +250,7 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, req: Request) -> Respons
         tokio::time::sleep(delay).await;
     }
     let (status, answer) = {
-        let mut i = inner.lock().unwrap();
+        let mut i = lock(&inner);
         let out = if i.fail_remaining > 0 {
             if i.fail_remaining != usize::MAX {
                 i.fail_remaining -= 1;
@@ -230,10 +264,13 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, req: Request) -> Respons
         } else {
             route(&mut i, &segments, &body)
         };
-        i.requests[index].status = out.0;
+        if let Some(r) = i.requests.get_mut(index) {
+            r.status = out.0;
+        }
         out
     };
-    (StatusCode::from_u16(status).unwrap(), axum::Json(answer)).into_response()
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(answer)).into_response()
 }
 
 fn route(i: &mut Inner, seg: &[String], body: &Value) -> (u16, Value) {

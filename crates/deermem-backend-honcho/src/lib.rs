@@ -10,6 +10,9 @@
 //!   in batches of at most 100, each within Honcho's message size limit.
 //! - Reads (`get_context`, `get_memory`, `search`) follow `failure_policy.read`.
 //!
+//! - With the Cargo feature `fake-server`, `fake` is a strict fake Honcho v3 server on
+//!   127.0.0.1 for tests (this crate's, the facade's and the CLI's).
+//!
 //! Deliberate differences from the Python reference are listed in `docs/compat-honcho.md`.
 
 #![deny(missing_docs)]
@@ -18,6 +21,8 @@ mod capture;
 mod client;
 pub mod config;
 mod cursor;
+#[cfg(feature = "fake-server")]
+pub mod fake;
 pub mod identity;
 mod manager;
 

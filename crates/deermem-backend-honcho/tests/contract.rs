@@ -1,15 +1,13 @@
 //! Runs the `MemoryManager` contract suite from deermem-testkit against the Honcho backend
 //! talking to the fake Honcho v3 server on 127.0.0.1.
 
-mod fake;
-
 use std::sync::Arc;
 
+use deermem_backend_honcho::fake::FakeHoncho;
 use deermem_backend_honcho::from_backend_config;
 use deermem_core::config::MemoryMode;
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::manager::ManagerFixture;
-use fake::FakeHoncho;
 use serde_json::json;
 
 async fn fixture() -> ManagerFixture {

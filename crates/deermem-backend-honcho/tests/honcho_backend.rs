@@ -2,13 +2,12 @@
 //! request sequences, the cursor (only new messages, batches of 100, restarts), reads under
 //! both failure policies, identity and percent-encoding, and secret hygiene.
 
-mod fake;
-
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use deermem_backend_honcho::fake::{self, FakeHoncho};
 use deermem_backend_honcho::{BACKEND_NAME, HonchoManager, from_backend_config};
 use deermem_core::PublicMemoryDocument;
 use deermem_core::config::MemoryMode;
@@ -19,7 +18,6 @@ use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
 use deermem_testkit::clock::ManualClock;
-use fake::FakeHoncho;
 use serde_json::{Value, json};
 
 const USER: &str = "bob@example.com";

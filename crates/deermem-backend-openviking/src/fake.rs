@@ -1,25 +1,22 @@
-//! A fake OpenViking server on 127.0.0.1 for the contract tests: the seven routes the backend
-//! uses with the `{status, result|error}` envelope, strict checks of headers and bodies (every
-//! protocol deviation is answered with an error and recorded as a violation), a request log,
-//! and switches for the failures the backend must handle.
-
-#![allow(dead_code, unreachable_pub)]
+//! A fake OpenViking server on 127.0.0.1 for tests (Cargo feature `fake-server`): the seven
+//! routes the backend uses with the `{status, result|error}` envelope, strict checks of headers
+//! and bodies (every protocol deviation is answered with an error and recorded as a violation),
+//! a request log, and switches for the failures the backend must handle.
+//!
+//! It is test infrastructure: this crate's tests, the facade's and the CLI's use it to prove
+//! the backend end to end without a real server. Production builds never enable the feature.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use deermem_backend_openviking::OpenVikingManager;
-use deermem_core::ports::Clock;
-use deermem_core::{MemoryMode, Timestamp};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The USER API key the fake accepts.
 pub const API_KEY: &str = "ov-user-key-7f3a9c";
@@ -58,14 +55,24 @@ const FIND_KEYS: [&str; 17] = [
 /// One request as the fake received it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recorded {
+    /// HTTP method.
     pub method: String,
+    /// The path (still percent-encoded).
     pub path: String,
+    /// The query string, when any.
     pub query: Option<String>,
+    /// Every header, lower-case names (non-text values as `<binary>`).
     pub headers: Vec<(String, String)>,
+    /// The JSON body, when any.
     pub body: Option<Value>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Recorded {
+    /// The first header with this name (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -120,11 +127,11 @@ pub struct FakeState {
 
 impl FakeState {
     fn record(&self, r: Recorded) {
-        self.requests.lock().unwrap().push(r);
+        lock(&self.requests).push(r);
     }
 
     fn violation(&self, v: String) {
-        self.violations.lock().unwrap().push(v);
+        lock(&self.violations).push(v);
     }
 
     fn take_read_failure(&self) -> bool {
@@ -138,10 +145,12 @@ fn take(counter: &AtomicUsize) -> bool {
         .is_ok()
 }
 
-/// A running fake server.
+/// A running fake server; dropping it stops the server.
 #[derive(Debug)]
 pub struct FakeOv {
+    /// The loopback address it listens on.
     pub addr: SocketAddr,
+    /// Shared state and the failure switches.
     pub state: Arc<FakeState>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -153,70 +162,102 @@ impl Drop for FakeOv {
 }
 
 impl FakeOv {
-    /// Starts the fake on an ephemeral loopback port.
-    pub async fn start() -> Self {
+    /// Starts the fake on an ephemeral loopback port, served by a task on the current tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// No loopback port could be bound.
+    pub async fn try_start() -> std::io::Result<Self> {
         let state = Arc::new(FakeState::default());
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "fake OpenViking server stopped");
+            }
         });
-        Self { addr, state, task }
+        Ok(Self { addr, state, task })
     }
 
+    /// As [`FakeOv::try_start`], for tests.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        match Self::try_start().await {
+            Ok(fake) => fake,
+            Err(e) => panic!("cannot start the fake OpenViking server on 127.0.0.1: {e}"),
+        }
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT` (the backend's `base_url`).
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.addr.port())
     }
 
+    /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.state.requests.lock().unwrap().clone()
+        lock(&self.state.requests).clone()
     }
 
+    /// `METHOD path` of every request so far.
     pub fn lines(&self) -> Vec<String> {
         self.requests().iter().map(Recorded::line).collect()
     }
 
+    /// Forgets the recorded requests.
     pub fn clear(&self) {
-        self.state.requests.lock().unwrap().clear();
+        lock(&self.state.requests).clear();
+    }
+
+    /// Every protocol violation recorded so far (empty for a well-behaved client).
+    pub fn violations(&self) -> Vec<String> {
+        lock(&self.state.violations).clone()
     }
 
     /// Panics when any request broke the protocol.
+    ///
+    /// # Panics
+    /// When [`FakeOv::violations`] is not empty, listing them.
     pub fn assert_clean(&self) {
-        let v = self.state.violations.lock().unwrap().clone();
+        let v = self.violations();
         assert!(v.is_empty(), "protocol violations: {v:#?}");
     }
 
     /// Messages stored in a session.
     pub fn session_messages(&self, sid: &str) -> Vec<Value> {
-        self.state
-            .sessions
-            .lock()
-            .unwrap()
+        lock(&self.state.sessions)
             .get(sid)
             .map(|s| s.messages.clone())
             .unwrap_or_default()
     }
 
+    /// Ids of every session that received messages, sorted.
+    pub fn session_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.state.sessions).keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// How many commits a session received.
     pub fn session_commits(&self, sid: &str) -> usize {
-        self.state
-            .sessions
-            .lock()
-            .unwrap()
-            .get(sid)
-            .map_or(0, |s| s.commits)
+        lock(&self.state.sessions).get(sid).map_or(0, |s| s.commits)
     }
 
+    /// Sets the memory hits `find` and `search` return.
     pub fn set_hits(&self, hits: Vec<Value>) {
-        *self.state.hits.lock().unwrap() = hits;
+        *lock(&self.state.hits) = hits;
     }
 
+    /// Holds every batch request until [`FakeOv::open_gate`].
     pub fn close_gate(&self) {
         self.state.gate_closed.store(true, Ordering::SeqCst);
     }
 
+    /// Releases held batch requests.
     pub fn open_gate(&self) {
         self.state.gate_closed.store(false, Ordering::SeqCst);
         self.state.gate.notify_waiters();
@@ -344,7 +385,7 @@ async fn handle(
                 if state.take_read_failure() {
                     return envelope_err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "busy");
                 }
-                let sessions = state.sessions.lock().unwrap();
+                let sessions = lock(&state.sessions);
                 match sessions.get(&sid) {
                     None => envelope_err(StatusCode::NOT_FOUND, "NOT_FOUND", "session not found"),
                     Some(s) => {
@@ -376,7 +417,7 @@ async fn handle(
                 return envelope_err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "busy");
             }
             let uri_param = params.get("uri").cloned().unwrap_or_default();
-            match state.contents.lock().unwrap().get(&uri_param) {
+            match lock(&state.contents).get(&uri_param) {
                 Some(v) => envelope_ok(v.clone()),
                 None => envelope_err(StatusCode::NOT_FOUND, "NOT_FOUND", "no such content"),
             }
@@ -436,10 +477,10 @@ async fn batch(state: &FakeState, sid: &str, actor: &str, body: Option<Value>) -
     if take(&state.unavailable_writes) {
         return envelope_err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "busy");
     }
-    if *state.fail_batch_number.lock().unwrap() == Some(n) {
+    if *lock(&state.fail_batch_number) == Some(n) {
         return envelope_err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "disk full");
     }
-    let mut sessions = state.sessions.lock().unwrap();
+    let mut sessions = lock(&state.sessions);
     let s = sessions.entry(sid.to_owned()).or_default();
     s.messages.extend(messages.iter().cloned());
     s.pending_tokens += messages.len() as u64 * 10;
@@ -461,7 +502,7 @@ fn commit(state: &FakeState, sid: &str, body: Option<Value>) -> Response {
         )
             .into_response();
     }
-    let mut sessions = state.sessions.lock().unwrap();
+    let mut sessions = lock(&state.sessions);
     let Some(s) = sessions.get_mut(sid) else {
         return envelope_err(StatusCode::NOT_FOUND, "NOT_FOUND", "session not found");
     };
@@ -508,48 +549,9 @@ fn retrieve(state: &FakeState, body: Option<Value>, with_session: bool) -> Respo
             "index offline",
         );
     }
-    let hits = state.hits.lock().unwrap().clone();
+    let hits = lock(&state.hits).clone();
     let total = hits.len();
     envelope_ok(json!({"memories": hits,
         "resources": [{"context_type": "resource", "uri": "viking://resources/doc.md", "level": 2, "score": 0.99, "abstract": "RESOURCE TEXT MUST NOT APPEAR"}],
         "skills": [], "total": total + 1}))
-}
-
-/// A clock fixed at one instant.
-#[derive(Debug)]
-pub struct FixedClock(pub Timestamp);
-
-impl Clock for FixedClock {
-    fn now(&self) -> Timestamp {
-        self.0
-    }
-}
-
-pub fn clock() -> Arc<dyn Clock> {
-    Arc::new(FixedClock(Timestamp::from_unix_seconds(1_780_000_000)))
-}
-
-/// The environment the tests give the config parser.
-pub fn env(name: &str) -> Option<String> {
-    (name == "OPENVIKING_API_KEY").then(|| API_KEY.to_owned())
-}
-
-/// A manager for `owner_user_id: alice` against the fake, with extra config keys merged in.
-pub fn manager(fake: &FakeOv, dir: &Path, extra: Value) -> OpenVikingManager {
-    let mut cfg = Map::new();
-    cfg.insert("base_url".into(), Value::String(fake.url()));
-    cfg.insert("owner_user_id".into(), Value::String("alice".into()));
-    if let Value::Object(extra) = extra {
-        for (k, v) in extra {
-            cfg.insert(k, v);
-        }
-    }
-    OpenVikingManager::from_backend_config(
-        &cfg,
-        MemoryMode::Middleware,
-        dir.to_path_buf(),
-        clock(),
-        &env,
-    )
-    .unwrap()
 }

@@ -15,6 +15,8 @@
 //! - [`cursor`]: the capture cursor files and session locks.
 //! - [`recall`]: hit selection and formatting.
 //! - [`manager`]: [`OpenVikingManager`], the `MemoryManager` implementation.
+//! - `fake` (Cargo feature `fake-server`): a strict fake OpenViking server on 127.0.0.1 for
+//!   tests (this crate's, the facade's and the CLI's).
 
 #![deny(missing_docs)]
 
@@ -22,6 +24,8 @@ pub mod client;
 pub mod config;
 pub mod convert;
 pub mod cursor;
+#[cfg(feature = "fake-server")]
+pub mod fake;
 pub mod manager;
 pub mod recall;
 pub mod scope;
