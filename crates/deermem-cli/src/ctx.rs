@@ -72,15 +72,26 @@ impl Ctx {
 
     /// Builds the configured backend.
     pub(crate) fn backend(&self) -> Result<Backend, CliError> {
-        deermem::build_backend(self.memory(), self.build_options()).map_err(|e| match e {
-            deermem::BuildError::Config(c) => CliError::invalid(c.to_string()),
-            other => CliError::new(Kind::Failure, other.to_string()),
-        })
+        deermem::build_backend(self.memory(), self.build_options()).map_err(build_error)
     }
 
     /// Builds the configured backend's manager.
     pub(crate) fn manager(&self) -> Result<Arc<dyn MemoryManager>, CliError> {
         Ok(self.backend()?.manager())
+    }
+}
+
+/// Maps a backend build failure to an exit code: configuration mistakes are invalid input (5),
+/// including those a remote backend reports while starting (a missing API key, tool mode for
+/// OpenViking); anything else is a failure (1).
+pub(crate) fn build_error(e: deermem::BuildError) -> CliError {
+    match e {
+        deermem::BuildError::Config(c) => CliError::invalid(c.to_string()),
+        e @ deermem::BuildError::Backend {
+            source: deermem_core::ManagerError::InvalidInput { .. },
+            ..
+        } => CliError::invalid(e.to_string()),
+        other => CliError::new(Kind::Failure, other.to_string()),
     }
 }
 

@@ -84,10 +84,7 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     opts.observer = Some(Arc::new(MetricsObserver {
         metrics: metrics.clone(),
     }));
-    let backend = deermem::build_backend(ctx.memory(), opts).map_err(|e| match e {
-        deermem::BuildError::Config(c) => CliError::invalid(c.to_string()),
-        other => CliError::failure(other.to_string()),
-    })?;
+    let backend = deermem::build_backend(ctx.memory(), opts).map_err(ctx::build_error)?;
     if let Some(dm) = backend.deermem() {
         // Queue depth, sampled every two seconds.
         let dm = Arc::clone(dm);

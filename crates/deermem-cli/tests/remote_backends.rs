@@ -552,7 +552,11 @@ fn openviking_cli_commands_reach_the_fake() {
 
     // Without its key the backend refuses to start, naming the variable (never a key).
     let out = ws.run(&["context", "--user", "alice"], None);
-    assert!(!out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "a configuration mistake is invalid input"
+    );
     assert!(
         stderr(&out).contains("api_key_env") && stderr(&out).contains(OV_KEY_ENV),
         "{}",
@@ -605,4 +609,27 @@ fn openviking_serve_reaches_the_fake_and_stops_on_sigterm() {
         "{lines:?}"
     );
     fake.assert_clean();
+}
+
+#[test]
+fn openviking_tool_mode_is_refused_before_anything_starts() {
+    let rt = runtime();
+    let fake = rt.block_on(FakeOv::start());
+    let ws = Workspace::new(&format!(
+        "memory:\n  manager_class: openviking\n  mode: tool\n  backend_config:\n    base_url: {}\n    owner_user_id: alice\n    api_key_env: {OV_KEY_ENV}\n",
+        fake.url()
+    ));
+    for args in [
+        &["context", "--user", "alice"][..],
+        &["serve", "--bind", "127.0.0.1:0"][..],
+    ] {
+        let out = ws.run(args, Some(API_KEY));
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("memory.mode: middleware") && !err.contains("serving"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(fake.requests().is_empty(), "{:?}", fake.lines());
 }
