@@ -146,7 +146,13 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn error(&self, message: &str) -> JsonError {
-        let before = &self.text[..self.pos.min(self.text.len())];
+        // The position can sit inside a multi-byte character (after a bad escape such as
+        // `\Ս`): report at the start of that character instead of slicing through it.
+        let mut end = self.pos.min(self.text.len());
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let before = &self.text[..end];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
         JsonError {
@@ -392,6 +398,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Regression (fuzz target `manifest_json`): an invalid escape followed by a multi-byte
+    /// character made the error report slice through that character and panic.
+    #[test]
+    fn errors_inside_multibyte_characters_are_reported_not_panicked() {
+        for text in [
+            "{\"r+fv\\v\\\\\u{54d}\\\"revsion\": \"v\"\t\\\u{0}",
+            "\"\\\u{54d}\"",
+            "[\"\\\u{1F98C}\"]",
+            "{\"a\": \"\\u12\u{e9}\"}",
+        ] {
+            let err = parse_lenient(text).unwrap_err();
+            assert!(err.line >= 1 && err.column >= 1, "{text:?}: {err}");
+        }
+    }
 
     #[test]
     fn writer_matches_python_layout() {
