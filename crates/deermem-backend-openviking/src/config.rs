@@ -193,7 +193,9 @@ pub struct OpenVikingConfig {
     pub default_peer_id: String,
     /// One timeout for connect, read and write of every request, in seconds.
     pub timeout_seconds: f64,
-    /// Root of the cursor files (relative paths resolve against the manager's storage root).
+    /// Root of the cursor files as configured. The host resolves it into the storage root it
+    /// passes to [`crate::OpenVikingManager`], which is where the cursors live; it is kept here
+    /// for the record and not applied again.
     pub storage_path: String,
     /// What `warm` does on an unhealthy server.
     pub startup_policy: StartupPolicy,

@@ -190,24 +190,13 @@ fn config_error(e: ConfigError) -> ManagerError {
     ManagerError::invalid(InvalidInputCode::Other, e.to_string())
 }
 
-fn resolve_storage(storage_root: &Path, storage_path: &str) -> PathBuf {
-    if storage_path.is_empty() {
-        return storage_root.to_path_buf();
-    }
-    let p = Path::new(storage_path);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        storage_root.join(p)
-    }
-}
-
 impl OpenVikingManager {
     /// Builds the manager. Sends no request and touches no file.
     ///
-    /// The cursor files live under `{root}/openviking/sessions/`, where `root` is
-    /// `config.storage_path` (relative paths resolve against `storage_root`) or `storage_root`
-    /// when it is empty.
+    /// The cursor files live under `{storage_root}/openviking/sessions/`. `storage_root` is the
+    /// root the host resolved from `backend_config.storage_path` (the facade applies the CLI's
+    /// `--storage-path`, `$DEER_FLOW_HOME` for relative paths and the data-directory defaults),
+    /// so `config.storage_path` is not applied a second time.
     ///
     /// # Errors
     /// `mode: tool` (OpenViking memory is middleware-only), an invalid configuration, or an HTTP
@@ -223,7 +212,8 @@ impl OpenVikingManager {
 
     /// Parses `backend_config` (reading the key through `env`) and builds the manager; the
     /// facade's entry point. Configuration warnings are logged and kept
-    /// ([`OpenVikingManager::config_warnings`]).
+    /// ([`OpenVikingManager::config_warnings`]). The cursor root is `storage_root`, as for
+    /// [`OpenVikingManager::new`].
     ///
     /// # Errors
     /// As [`OpenVikingConfig::from_backend_config`] and [`OpenVikingManager::new`].
@@ -258,7 +248,7 @@ impl OpenVikingManager {
         config.validate().map_err(config_error)?;
         let client =
             OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
-        let root = resolve_storage(&storage_root, &config.storage_path);
+        let root = storage_root;
         let (tx, _rx) = watch::channel(0usize);
         Ok(Self {
             inner: Arc::new(Inner {

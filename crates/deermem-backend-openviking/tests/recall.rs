@@ -543,32 +543,35 @@ async fn construction_rejects_bad_config_and_sends_nothing() {
 }
 
 #[tokio::test]
-async fn storage_path_resolves_against_the_storage_root() {
+async fn cursors_live_under_the_storage_root_the_host_resolved() {
+    // The host (the facade) resolves `storage_path` into the storage root it passes; applying
+    // a relative `storage_path` again would nest it (`ov-data/ov-data/...`), and an absolute one
+    // would override the CLI's `--storage-path`.
     let fake = FakeOv::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let rel = manager(&fake, dir.path(), json!({"storage_path": "ov-data"}));
-    assert_eq!(
-        rel.cursor_dir(),
-        dir.path()
-            .join("ov-data")
-            .join("openviking")
-            .join("sessions")
-    );
-    let other = tempfile::tempdir().unwrap();
-    let abs = manager(
-        &fake,
-        dir.path(),
-        json!({"storage_path": other.path().to_str().unwrap()}),
-    );
-    assert_eq!(
-        abs.cursor_dir(),
-        other.path().join("openviking").join("sessions")
-    );
-    let none = manager(&fake, dir.path(), json!({}));
-    assert_eq!(
-        none.cursor_dir(),
-        dir.path().join("openviking").join("sessions")
-    );
+    let want = dir.path().join("openviking").join("sessions");
+    for extra in [
+        json!({}),
+        json!({"storage_path": "ov-data"}),
+        json!({"storage_path": "/somewhere/else"}),
+    ] {
+        let m = manager(&fake, dir.path(), extra.clone());
+        assert_eq!(m.cursor_dir(), want, "{extra}");
+    }
+    let m = manager(&fake, dir.path(), json!({"storage_path": "ov-data"}));
+    m.add(deermem_core::ports::AddRequest {
+        thread_id: "t".into(),
+        messages: vec![deermem_core::Message::human("hello")],
+        scope: alice(None),
+        trace_id: None,
+    })
+    .await
+    .unwrap();
+    assert!(m.shutdown_flush(std::time::Duration::from_secs(30)).await);
+    let files: Vec<_> = std::fs::read_dir(&want).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one cursor file under the storage root");
+    assert!(!dir.path().join("ov-data").exists());
+    fake.assert_clean();
 }
 
 #[tokio::test]

@@ -399,3 +399,43 @@ async fn openviking_without_its_key_fails_at_build_naming_the_variable() {
     assert!(err.contains("memory.backend_config.base_url"), "{err}");
     assert!(!err.contains(API_KEY), "the key leaked into: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openviking_cursor_root_is_the_storage_root_the_facade_resolved() {
+    let fake = FakeOv::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().to_str().unwrap().to_owned();
+    let env = move |name: &str| match name {
+        OV_KEY_ENV => Some(API_KEY.to_owned()),
+        "DEER_FLOW_HOME" => Some(home_path.clone()),
+        _ => None,
+    };
+    let sid = deermem_backend_openviking::scope::session_id("alice", "deerflow", "t1");
+    let cursor = |root: &Path| root.join("openviking/sessions").join(format!("{sid}.json"));
+    let yaml = |storage_path: &str| {
+        format!(
+            "{}    storage_path: {storage_path}\n",
+            openviking_yaml(&fake.url(), "middleware")
+        )
+    };
+
+    // A relative storage_path resolves against $DEER_FLOW_HOME, once.
+    let m = build_manager(&load(&yaml("mem"), &env), BuildOptions::new(&env)).unwrap();
+    m.add(add("alice", "t1")).await.unwrap();
+    assert!(m.shutdown_flush(FLUSH).await);
+    assert!(cursor(&home.path().join("mem")).is_file());
+    assert!(!home.path().join("mem/mem").exists());
+
+    // The host's override (the CLI's --storage-path) wins over an absolute storage_path.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let chosen = tempfile::tempdir().unwrap();
+    let config = load(&yaml(elsewhere.path().to_str().unwrap()), &env);
+    let m = build_manager(&config, options(&env, chosen.path())).unwrap();
+    m.add(add("alice", "t1")).await.unwrap();
+    assert!(m.shutdown_flush(FLUSH).await);
+    assert!(cursor(chosen.path()).is_file());
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    // Each root holds its own cursor, so the second root sent the thread again.
+    assert_eq!(fake.session_messages(&sid).len(), 4);
+    fake.assert_clean();
+}
