@@ -151,9 +151,10 @@ pub(crate) async fn summaries(ctx: &Ctx, user: &str) -> Result<(), CliError> {
     }
 }
 
+/// The export document is the `get_memory` document, as the gateway's `/api/memory/export`.
 pub(crate) async fn export(ctx: &Ctx, scope: &ScopeArgs) -> Result<(), CliError> {
     let manager = ctx.manager()?;
-    let result = manager.export_memory(ctx::scope(scope)?).await;
+    let result = manager.get_memory(ctx::scope(scope)?).await;
     finish(&manager, ctx).await;
     output::print_json(&result?.for_http())
 }
