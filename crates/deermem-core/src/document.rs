@@ -2,6 +2,9 @@
 //! "DeerMem shape" the API shows, and the change sets that write them.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -107,6 +110,115 @@ impl SummarySection {
     }
 }
 
+/// The facts of a [`MemoryDocument`]: a list shared between clones and copied on first write.
+///
+/// Cloning a document (what every cached load returns) therefore costs one reference count, not
+/// a copy of every fact. Reading goes through `Deref<Target = Vec<Fact>>`; any mutable access
+/// (`push`, `retain`, `iter_mut`, indexing) first makes the list unique (`Arc::make_mut`), so a
+/// change never shows through another clone.
+#[derive(Clone, Default, PartialEq)]
+pub struct Facts(Arc<Vec<Fact>>);
+
+impl Facts {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The owned list (copied only when another clone still shares it).
+    pub fn into_vec(self) -> Vec<Fact> {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// Whether both lists are the same allocation (a clone not written to since).
+    pub fn shares_with(&self, other: &Facts) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Deref for Facts {
+    type Target = Vec<Fact>;
+
+    fn deref(&self) -> &Vec<Fact> {
+        &self.0
+    }
+}
+
+impl DerefMut for Facts {
+    fn deref_mut(&mut self) -> &mut Vec<Fact> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl fmt::Debug for Facts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<Vec<Fact>> for Facts {
+    fn from(list: Vec<Fact>) -> Self {
+        Self(Arc::new(list))
+    }
+}
+
+impl From<Facts> for Vec<Fact> {
+    fn from(list: Facts) -> Self {
+        list.into_vec()
+    }
+}
+
+impl FromIterator<Fact> for Facts {
+    fn from_iter<I: IntoIterator<Item = Fact>>(iter: I) -> Self {
+        Self(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl Extend<Fact> for Facts {
+    fn extend<I: IntoIterator<Item = Fact>>(&mut self, iter: I) {
+        Arc::make_mut(&mut self.0).extend(iter);
+    }
+}
+
+impl IntoIterator for Facts {
+    type Item = Fact;
+    type IntoIter = std::vec::IntoIter<Fact>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.into_vec().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Facts {
+    type Item = &'a Fact;
+    type IntoIter = std::slice::Iter<'a, Fact>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Facts {
+    type Item = &'a mut Fact;
+    type IntoIter = std::slice::IterMut<'a, Fact>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Arc::make_mut(&mut self.0).iter_mut()
+    }
+}
+
+impl PartialEq<Vec<Fact>> for Facts {
+    fn eq(&self, other: &Vec<Fact>) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<[Fact]> for Facts {
+    fn eq(&self, other: &[Fact]) -> bool {
+        self.0.as_slice() == other
+    }
+}
+
 /// The complete memory view of one user and agent bucket, as storage loads it: the user's shared
 /// summaries plus the selected agent's facts (sorted by id), with structured sources.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,7 +234,7 @@ pub struct MemoryDocument {
     /// The `history` summaries.
     pub history: SummarySection,
     /// The agent's facts, sorted by id; empty for user-level loads.
-    pub facts: Vec<Fact>,
+    pub facts: Facts,
     /// Extra top-level manifest keys (readable, dropped on the next commit).
     pub extra: Map<String, Value>,
 }
@@ -136,7 +248,7 @@ impl MemoryDocument {
             last_updated: now.to_iso_z(),
             user: SummarySection::default_user(),
             history: SummarySection::default_history(),
-            facts: Vec::new(),
+            facts: Facts::new(),
             extra: Map::new(),
         }
     }
@@ -361,6 +473,56 @@ pub struct SummariesSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fact(id: &str, content: &str) -> Fact {
+        use crate::fact::{NormalizeContext, normalize_fact};
+        let scope = crate::fact::FactScope {
+            user_id: Some("alice".into()),
+            agent_name: None,
+        };
+        let new_id = || FactId::new(id).unwrap();
+        let ctx = NormalizeContext {
+            scope: &scope,
+            existing: None,
+            now: Timestamp::parse_iso("2026-12-02T09:00:00Z").unwrap(),
+            new_id: &new_id,
+        };
+        let draft = serde_json::json!({"content": content});
+        normalize_fact(draft.as_object().unwrap(), &ctx).unwrap()
+    }
+
+    #[test]
+    fn cloned_facts_share_the_list_until_one_clone_is_written() {
+        let now = Timestamp::parse_iso("2026-01-01T00:00:00Z").unwrap();
+        let mut doc = MemoryDocument::empty(now);
+        doc.facts = vec![fact("a", "likes tea"), fact("b", "lives in Paris")].into();
+        let snapshot = doc.clone();
+        assert!(
+            doc.facts.shares_with(&snapshot.facts),
+            "a clone copies no fact"
+        );
+
+        doc.facts[0].content = "likes coffee".into();
+        doc.facts.push(fact("c", "works remotely"));
+        assert!(!doc.facts.shares_with(&snapshot.facts));
+        assert_eq!(snapshot.facts.len(), 2, "the clone never sees the push");
+        assert_eq!(snapshot.facts[0].content, "likes tea", "nor the edit");
+        assert_eq!(doc.facts[0].content, "likes coffee");
+
+        let mut other = snapshot.clone();
+        other.facts.retain(|f| f.id.as_str() != "a");
+        for f in &mut other.facts {
+            f.content.push('!');
+        }
+        assert_eq!(other.facts.len(), 1);
+        assert_eq!(other.facts[0].content, "lives in Paris!");
+        assert_eq!(snapshot.facts[1].content, "lives in Paris");
+
+        let owned: Vec<Fact> = snapshot.facts.clone().into_vec();
+        assert_eq!(snapshot.facts, owned);
+        let collected: Facts = owned.into_iter().rev().collect();
+        assert_eq!(collected[0].id.as_str(), "b");
+    }
 
     #[test]
     fn empty_document_matches_reference_template() {

@@ -26,8 +26,8 @@ pub use config::{
     DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, TokenCounting,
 };
 pub use document::{
-    ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, PublicMemoryDocument, SummariesSnapshot,
-    SummaryEntry, SummaryPatch, SummarySection,
+    ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, PublicMemoryDocument,
+    SummariesSnapshot, SummaryEntry, SummaryPatch, SummarySection,
 };
 pub use error::{
     ConfigError, FactError, IdError, InvalidInputCode, LlmError, ManagerError, RetrievalError,

@@ -262,7 +262,7 @@ pub(crate) fn document(
 ) -> Result<MemoryDocument> {
     let Some(m) = manifest else {
         let mut doc = MemoryDocument::empty(now);
-        doc.facts = facts;
+        doc.facts = facts.into();
         return Ok(doc);
     };
     let extra = m
@@ -282,7 +282,7 @@ pub(crate) fn document(
         last_updated: m.last_updated(),
         user: m.user()?,
         history: m.history()?,
-        facts,
+        facts: facts.into(),
         extra,
     })
 }

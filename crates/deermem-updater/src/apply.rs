@@ -713,7 +713,7 @@ impl<'a> Builder<'a> {
                 }
             }
             self.report.evicted.extend(evicted);
-            self.doc.facts = d.decision.kept.clone();
+            self.doc.facts = d.decision.kept.clone().into();
             self.capacity.push(d);
         }
     }

@@ -37,7 +37,7 @@ fn counter_ids() -> FactIdSource {
 fn doc(facts: Vec<Fact>) -> MemoryDocument {
     let mut d = MemoryDocument::empty(now());
     d.revision = 3;
-    d.facts = facts;
+    d.facts = facts.into();
     d
 }
 

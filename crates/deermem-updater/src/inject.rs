@@ -247,7 +247,7 @@ mod tests {
 
     fn doc(facts: Vec<Fact>) -> MemoryDocument {
         let mut d = MemoryDocument::empty(Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap());
-        d.facts = facts;
+        d.facts = facts.into();
         d
     }
 

@@ -681,7 +681,7 @@ mod tests {
 
     fn doc(facts: Vec<Fact>) -> MemoryDocument {
         let mut d = MemoryDocument::empty(now());
-        d.facts = facts;
+        d.facts = facts.into();
         d
     }
 
