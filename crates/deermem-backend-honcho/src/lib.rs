@@ -13,7 +13,8 @@
 //! - With the Cargo feature `fake-server`, `fake` is a strict fake Honcho v3 server on
 //!   127.0.0.1 for tests (this crate's, the facade's and the CLI's).
 //!
-//! Deliberate differences from the Python reference are listed in `docs/compat-honcho.md`.
+//! Deliberate differences from the Python reference are listed in `docs/compat.md` (section
+//! "Honcho backend").
 
 #![deny(missing_docs)]
 

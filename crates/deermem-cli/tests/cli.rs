@@ -474,6 +474,49 @@ fn migrate_all_users_keeps_lossy_ids_readable() {
 }
 
 #[test]
+fn migrate_continues_past_a_failing_user_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("v1");
+    copy_dir(&fixtures().join("v1-root"), &root);
+    // Carol's legacy global document is corrupt: her migration must fail, Dave's must not.
+    let broken = root.join("users/carol/memory.json");
+    std::fs::write(&broken, "{\"facts\": [ {\"id\": ").unwrap();
+
+    let out = run(&root, &["migrate", "--all-users"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        code(&out),
+        1,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("failed=1"), "{stdout}");
+    assert!(stdout.contains("migrated=1"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(&broken).unwrap(),
+        "{\"facts\": [ {\"id\": ",
+        "the failing user's data is left as it was"
+    );
+
+    // The other user was migrated completely and reads back.
+    let dave = ok_json(&root, &["facts", "list", "--user", "dave@corp.example"]);
+    assert!(!dave.as_array().unwrap().is_empty());
+    assert!(
+        root.join("users/dave-corp-example-24e6e8e886de6c22/memory.json.v1.bak")
+            .exists(),
+        "the migrated user's legacy document is kept as a backup"
+    );
+    assert!(!root.join("users/carol/memory.json.v1.bak").exists());
+
+    // --json reports the failure per user as well.
+    let json = run(&root, &["migrate", "--all-users", "--json"]);
+    assert_eq!(code(&json), 1);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let text = report.to_string();
+    assert!(text.contains("carol"), "{text}");
+}
+
+#[test]
 fn migrate_user_isolation_moves_the_shared_layout() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

@@ -15,7 +15,7 @@
 //!   query runs are segmented with jieba.
 //! - **Scopes** own disjoint rowid ranges, so a search reads only its scope's postings, and
 //!   live in one of 128 FTS5 tables chosen by scope: BM25's term statistics (IDF, average
-//!   length) cover that shard, not every tenant (see `docs/compat-retrieval.md`).
+//!   length) cover that shard, not every tenant (see `docs/compat.md`, section "Retrieval").
 //! - **Robustness**: a corrupt or unreadable file is deleted and recreated once at open; a
 //!   corrupt file found later is recreated by the next full rebuild; rows that fail to decode
 //!   are logged and skipped; no query text is an error.

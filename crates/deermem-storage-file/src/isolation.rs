@@ -10,8 +10,8 @@
 //!
 //! Markdown facts written by DeerMem without a user (`user_id: null` in the front matter) are
 //! rescoped to the target user as they arrive in the bucket, because the storage rejects an
-//! unscoped fact inside a user bucket as corruption (see `docs/compat-gateway.md`, which lists
-//! this module's differences from the reference script).
+//! unscoped fact inside a user bucket as corruption (see `docs/compat.md`, section "Gateway",
+//! which lists this module's differences from the reference script).
 
 use std::fmt;
 use std::fs;

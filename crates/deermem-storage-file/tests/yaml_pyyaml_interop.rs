@@ -195,7 +195,7 @@ const HAND_EDITED: &[&str] = &[
     "a: \"x\u{2029}y\"",
 ];
 
-/// Hand-edited inputs PyYAML accepts and we reject on purpose (docs/compat-yaml.md).
+/// Hand-edited inputs PyYAML accepts and we reject on purpose (docs/compat.md, YAML front matter).
 const KNOWN_STRICTER: &[&str] = &[
     "<<: {a: 1}",
     "a: !!binary aGVsbG8=",
@@ -207,11 +207,11 @@ const KNOWN_STRICTER: &[&str] = &[
     "c: 'x\ny'",
 ];
 
-/// Hand-edited inputs PyYAML rejects and we accept (docs/compat-yaml.md): tabs used as
+/// Hand-edited inputs PyYAML rejects and we accept (docs/compat.md, YAML front matter): tabs used as
 /// separation or indentation outside scalars.
 const KNOWN_LAXER: &[&str] = &["\ta: tab indent", "a: x  \nb: y\t"];
 
-/// Hand-edited inputs both accept with different values (docs/compat-yaml.md): Python's
+/// Hand-edited inputs both accept with different values (docs/compat.md, YAML front matter): Python's
 /// `1 == True` merges those keys, JSON keys are text.
 /// Raw LS and PS are line breaks for PyYAML (kept as LS/PS, surrounding indentation dropped),
 /// content for us; PyYAML only writes them in single quotes, which we never do.

@@ -126,7 +126,7 @@ fn empty_mapping_is_flow_braces() {
 
 #[test]
 fn yaml_1_1_line_breaks_are_escaped_in_double_quotes() {
-    // Deliberate divergence (docs/compat-yaml.md): PyYAML writes NEL/LS/PS raw in single quotes
+    // Deliberate divergence (docs/compat.md, YAML front matter): PyYAML writes NEL/LS/PS raw in single quotes
     // and reads a leading NEL back as a space; escaping them keeps every value intact.
     check(
         json!({"nel": "\u{85}x", "ls": "a\u{2028}b", "ps": "\u{2029}"}),

@@ -40,7 +40,7 @@
 //! merge keys `<<` and the value key `=` (unquoted), unknown tags, integers outside the 64-bit
 //! range, invalid dates. Nesting is limited to [`MAX_DEPTH`] levels and alias expansion to
 //! [`MAX_ALIAS_NODES`] nodes (no "billion laughs"). Deliberate differences from PyYAML are
-//! listed in `docs/compat-yaml.md`.
+//! listed in `docs/compat.md` (section "YAML front matter").
 
 mod read;
 mod resolve;
