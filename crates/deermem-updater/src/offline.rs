@@ -5,13 +5,19 @@
 //!
 //! The rules are deliberately narrow: a sentence must start with the statement, questions are
 //! ignored, and statements about "this"/"it" (the current task) are not memories.
+//!
+//! A correction ("actually, X, not Y") that names something a stored fact says (`Y`) replaces
+//! that fact: the proposal is the stored text with `Y` changed to `X` (its `sourceError` is `Y`)
+//! plus a contradiction removal of the stored fact naming the new one as its replacement, so
+//! the gates remove the old fact only if the new one is kept. A correction that matches no
+//! stored fact is recorded as a `correction` fact of its own.
 
 use std::sync::OnceLock;
 
-use deermem_core::{Message, MessageKind, py};
+use deermem_core::{Fact, MemoryDocument, Message, MessageKind, py};
 use regex::Regex;
 
-use crate::parse::{ProposedFact, ProposedUpdate};
+use crate::parse::{ProposedFact, ProposedUpdate, RemovalEntry, ReplacementRef};
 
 /// What kind of statement a rule recognises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,10 +224,19 @@ fn render(rule: &Rule, caps: &regex::Captures<'_>) -> Option<(String, Option<Str
     }
 }
 
-/// Extracts labelled proposals from the user turns of `feed`.
+/// Extracts labelled proposals from the user turns of `feed`, without looking at memory.
 pub fn propose_offline(feed: &[Message]) -> ProposedUpdate {
+    propose_offline_with_memory(feed, None)
+}
+
+/// Extracts labelled proposals from the user turns of `feed`; corrections that name what a fact
+/// of `memory` says replace that fact (see the module documentation).
+pub fn propose_offline_with_memory(
+    feed: &[Message],
+    memory: Option<&MemoryDocument>,
+) -> ProposedUpdate {
     let mut update = ProposedUpdate::default();
-    let mut index = 0usize;
+    let mut replaced: Vec<&str> = Vec::new();
     for msg in feed.iter().filter(|m| m.kind == MessageKind::Human) {
         for sentence in sentences(&msg.text()) {
             let Some((rule, caps)) = rules()
@@ -230,6 +245,31 @@ pub fn propose_offline(feed: &[Message]) -> ProposedUpdate {
             else {
                 continue;
             };
+            let index = update.new_facts.len();
+            if rule.kind == Kind::Correction
+                && let Some(memory) = memory
+                && let Some((old, content, wrong)) = correct_stored_fact(&caps, memory, &replaced)
+            {
+                replaced.push(old.id.as_str());
+                update.new_facts.push(ProposedFact {
+                    index,
+                    content,
+                    category: old.category_or_default().to_owned(),
+                    confidence: Kind::Correction.confidence(),
+                    source_error: Some(wrong.clone()),
+                    expected_valid_days: old.expected_valid_days().map(i128::from),
+                    scope: Some("user".into()),
+                    durability: Some("durable".into()),
+                    authority: Some("descriptive".into()),
+                });
+                update.facts_to_remove.push(RemovalEntry {
+                    id: old.id.as_str().to_owned(),
+                    scope: Some("user".into()),
+                    reason: Some(format!("the user corrected it: not {wrong}")),
+                    replacement: ReplacementRef::Index(index),
+                });
+                continue;
+            }
             let Some((content, source_error)) = render(rule, &caps) else {
                 continue;
             };
@@ -244,10 +284,76 @@ pub fn propose_offline(feed: &[Message]) -> ProposedUpdate {
                 durability: Some("durable".into()),
                 authority: Some("descriptive".into()),
             });
-            index += 1;
         }
     }
     update
+}
+
+/// For a correction "X, not Y": the stored fact that says `Y` (and not already `X`), its text
+/// with `Y` replaced by the part of `X` that contrasts with it, and `Y`.
+fn correct_stored_fact<'m>(
+    caps: &regex::Captures<'_>,
+    memory: &'m MemoryDocument,
+    already: &[&str],
+) -> Option<(&'m Fact, String, String)> {
+    let right = clean(caps.name("x")?.as_str())?;
+    let wrong = clean(caps.name("y")?.as_str())?;
+    let right = contrasting_tail(&right, &wrong);
+    if wrong.chars().count() < 2 || right.is_empty() || right.eq_ignore_ascii_case(&wrong) {
+        return None;
+    }
+    let mut best: Option<(&Fact, usize)> = None;
+    for fact in memory.facts.iter() {
+        if already.contains(&fact.id.as_str()) || fact.category_or_default() == "correction" {
+            continue;
+        }
+        let Some(at) = find_term(&fact.content, &wrong) else {
+            continue;
+        };
+        if find_term(&fact.content, &right).is_some() {
+            continue;
+        }
+        // The most recently written fact wins a tie between several that say `Y`.
+        if best.is_none_or(|(b, _)| fact.updated_at > b.updated_at) {
+            best = Some((fact, at));
+        }
+    }
+    let (fact, at) = best?;
+    let mut content = String::with_capacity(fact.content.len() + right.len());
+    content.push_str(&fact.content[..at]);
+    content.push_str(&right);
+    content.push_str(&fact.content[at + wrong.len()..]);
+    Some((fact, content, wrong))
+}
+
+/// The words at the end of `right` that stand against `wrong`: as many words as `wrong` has
+/// ("the deadline is April" against "March" is "April").
+fn contrasting_tail(right: &str, wrong: &str) -> String {
+    let n = wrong.split_whitespace().count().max(1);
+    let words: Vec<&str> = right.split_whitespace().collect();
+    if words.len() <= n {
+        return right.to_owned();
+    }
+    words[words.len() - n..].join(" ")
+}
+
+/// The byte offset of `term` in `text`, case-insensitively for ASCII, at word boundaries where
+/// the neighbours are ASCII alphanumerics (CJK text has no spaces, so any position counts).
+fn find_term(text: &str, term: &str) -> Option<usize> {
+    if term.is_empty() || term.len() > text.len() {
+        return None;
+    }
+    let hay = text.as_bytes();
+    let needle = term.as_bytes();
+    (0..=hay.len() - needle.len()).find(|&i| {
+        text.is_char_boundary(i)
+            && text.is_char_boundary(i + needle.len())
+            && hay[i..i + needle.len()].eq_ignore_ascii_case(needle)
+            && !(i > 0 && hay[i - 1].is_ascii_alphanumeric() && needle[0].is_ascii_alphanumeric())
+            && !(i + needle.len() < hay.len()
+                && hay[i + needle.len()].is_ascii_alphanumeric()
+                && needle[needle.len() - 1].is_ascii_alphanumeric())
+    })
 }
 
 #[cfg(test)]
@@ -369,5 +475,148 @@ mod tests {
             assert_eq!(f.authority.as_deref(), Some("descriptive"));
         }
         assert!(u.facts_to_remove.is_empty());
+    }
+
+    fn memory(facts: &[(&str, &str, &str)]) -> MemoryDocument {
+        let mut d = MemoryDocument::empty(crate::testutil::ts("2026-06-01T00:00:00Z"));
+        d.facts = facts
+            .iter()
+            .map(|(id, category, content)| {
+                crate::testutil::fact(serde_json::json!({
+                    "id": id, "category": category, "content": content, "confidence": 0.75,
+                    "expected_valid_days": 180,
+                }))
+            })
+            .collect();
+        d
+    }
+
+    #[test]
+    fn a_correction_naming_a_stored_fact_replaces_it() {
+        let d = memory(&[
+            (
+                "fact_goal",
+                "goal",
+                "User's goal is to ship the service before March",
+            ),
+            ("fact_tea", "preference", "User likes tea"),
+        ]);
+        let feed = [Message::human(
+            "Actually, the deadline is April, not March.",
+        )];
+        let u = propose_offline_with_memory(&feed, Some(&d));
+        assert_eq!(u.new_facts.len(), 1, "{u:?}");
+        let f = &u.new_facts[0];
+        assert_eq!(f.content, "User's goal is to ship the service before April");
+        assert_eq!(f.category, "goal", "the replaced fact's category is kept");
+        assert_eq!(f.source_error.as_deref(), Some("March"));
+        assert_eq!(f.expected_valid_days, Some(180));
+        assert_eq!(u.facts_to_remove.len(), 1);
+        let r = &u.facts_to_remove[0];
+        assert_eq!(r.id, "fact_goal");
+        assert_eq!(r.replacement, ReplacementRef::Index(0));
+
+        // Without memory, or when nothing stored says "March", it is a correction fact.
+        let alone = propose_offline(&feed);
+        assert_eq!(
+            alone.new_facts[0].content,
+            "Correction: the deadline is April, not March"
+        );
+        assert!(alone.facts_to_remove.is_empty());
+        let unrelated = memory(&[("fact_tea", "preference", "User likes tea")]);
+        let u = propose_offline_with_memory(&feed, Some(&unrelated));
+        assert_eq!(u.new_facts[0].category, "correction");
+        assert!(u.facts_to_remove.is_empty());
+    }
+
+    #[test]
+    fn correction_matching_respects_words_case_and_what_is_already_right() {
+        // "Mar" inside "Marseille" is not the word "Mar".
+        let d = memory(&[("fact_city", "identity", "User lives in Marseille")]);
+        let u = propose_offline_with_memory(
+            &[Message::human("Actually, it's Apr, not Mar.")],
+            Some(&d),
+        );
+        assert!(u.facts_to_remove.is_empty(), "{u:?}");
+        // Case-insensitive match, the stored text keeps its own surroundings.
+        let d = memory(&[(
+            "fact_db",
+            "decision",
+            "We store everything in mysql for now",
+        )]);
+        let u = propose_offline_with_memory(
+            &[Message::human("Actually, I use Postgres, not MySQL.")],
+            Some(&d),
+        );
+        assert_eq!(
+            u.new_facts[0].content,
+            "We store everything in Postgres for now"
+        );
+        assert_eq!(u.facts_to_remove[0].id, "fact_db");
+        // A fact that already says the right thing is not "corrected".
+        let d = memory(&[("fact_db", "decision", "Moved from MySQL to Postgres")]);
+        let u = propose_offline_with_memory(
+            &[Message::human("Actually, I use Postgres, not MySQL.")],
+            Some(&d),
+        );
+        assert!(u.facts_to_remove.is_empty());
+        // Chinese: no spaces, the whole phrase is the term.
+        let d = memory(&[("fact_db", "decision", "项目数据库用MySQL")]);
+        let u = propose_offline_with_memory(&[Message::human("不是MySQL，是Postgres")], Some(&d));
+        assert_eq!(u.new_facts[0].content, "项目数据库用Postgres");
+        // One stored fact is replaced once even when two sentences name it.
+        let d = memory(&[("fact_db", "decision", "The database is MySQL")]);
+        let u = propose_offline_with_memory(
+            &[Message::human(
+                "Actually, it's Postgres, not MySQL. Actually, it's SQLite, not MySQL.",
+            )],
+            Some(&d),
+        );
+        assert_eq!(u.facts_to_remove.len(), 1);
+        assert_eq!(u.new_facts.len(), 2);
+        assert_eq!(u.new_facts[1].category, "correction");
+    }
+
+    #[test]
+    fn a_replacement_passes_the_gates_and_removes_the_old_fact() {
+        use crate::apply::{ApplyContext, apply_update};
+        let d = memory(&[(
+            "fact_goal",
+            "goal",
+            "User's goal is to ship the service before March",
+        )]);
+        let u = propose_offline_with_memory(
+            &[Message::human(
+                "Actually, the deadline is April, not March.",
+            )],
+            Some(&d),
+        );
+        let cfg = deermem_core::DeerMemConfig::default();
+        let usage = deermem_core::policy::eviction::FactUsageMap::new();
+        let ids =
+            crate::facts::FactIdSource::from_fn(|| deermem_core::FactId::new("fact_new").unwrap());
+        let s = crate::testutil::scope();
+        let ctx = ApplyContext {
+            config: &cfg,
+            now: crate::testutil::ts("2026-06-02T00:00:00Z"),
+            thread_id: "t",
+            signals: crate::signals::SignalSet::new(),
+            scope: &s,
+            usage: &usage,
+            ids: &ids,
+            consolidation_allowed: None,
+        };
+        let out = apply_update(&d, &u, &ctx);
+        let contents: Vec<&str> = out
+            .document
+            .facts
+            .iter()
+            .map(|f| f.content.as_str())
+            .collect();
+        assert_eq!(
+            contents,
+            ["User's goal is to ship the service before April"]
+        );
+        assert_eq!(out.document.facts[0].source_error(), Some("March"));
     }
 }

@@ -15,7 +15,7 @@ use deermem_core::{
 };
 
 use crate::observe::{LlmCallInfo, LlmResultInfo, UpdateObserver};
-use crate::offline::propose_offline;
+use crate::offline::propose_offline_with_memory;
 use crate::parse::{ParseError, ProposedUpdate, parse_update_response};
 use crate::prompt::{PromptError, PromptInput, TemplateStore, build_update_prompt};
 use crate::signals::SignalSet;
@@ -218,7 +218,7 @@ impl Proposer for OfflineProposer {
             return Ok(None);
         }
         Ok(Some(Proposal {
-            update: propose_offline(req.feed),
+            update: propose_offline_with_memory(req.feed, Some(req.memory)),
             origin: ProposalOrigin::Offline,
             consolidation_shown: None,
             token_usage: None,
