@@ -697,9 +697,9 @@ fn demo_runs_offline_and_prints_the_block() {
     assert!(text.contains("乌龙茶"));
     assert!(text.contains("Stored facts"));
     // The user's correction replaced the goal it contradicts, in storage and in the block.
-    let block = &text[text.find("<memory>").unwrap()..];
-    assert!(block.contains("before April"), "{text}");
-    assert!(!text.contains("fleet telemetry service before March\n"), "{text}");
+    let stored = &text[text.find("Stored facts").unwrap()..];
+    assert!(stored.contains("before April"), "{text}");
+    assert!(!stored.contains("before March"), "{text}");
     assert!(text.contains("Stored facts (6)"), "{text}");
 }
 
