@@ -10,10 +10,14 @@
 //! - Every failure is a typed [`deermem_core::LlmError`]; a malformed body is
 //!   [`deermem_core::LlmError::InvalidResponse`], never a panic.
 //! - The API key never appears in `Debug` output, logs or error messages.
+//! - With the Cargo feature `fake-server`, `fake` is a fake chat-completions server on
+//!   127.0.0.1 for tests (this crate's and the facade's).
 
 #![deny(missing_docs)]
 
 mod client;
+#[cfg(feature = "fake-server")]
+pub mod fake;
 mod retry;
 mod wire;
 

@@ -1,8 +1,6 @@
 //! End-to-end tests of the OpenAI-compatible client against a fake chat-completions server on
 //! 127.0.0.1: request shape, content parsing, the retry rules and secret hygiene.
 
-mod fake;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,8 +9,8 @@ use async_trait::async_trait;
 use deermem_core::LlmError;
 use deermem_core::ModelConfig;
 use deermem_core::ports::{ChatMessage, ChatRequest, LanguageModel};
+use deermem_llm_openai::fake::{Reply, start};
 use deermem_llm_openai::{OpenAiChatModel, RetryPolicy, Sleeper};
-use fake::{Reply, start};
 use serde_json::json;
 
 /// Records requested delays and returns at once.

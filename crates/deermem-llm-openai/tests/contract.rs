@@ -1,16 +1,14 @@
 //! Runs the language-model contract suite from deermem-testkit against the OpenAI-compatible
 //! client talking to a fake chat-completions server on 127.0.0.1.
 
-mod fake;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use deermem_core::ModelConfig;
 use deermem_core::ports::{ChatMessage, ChatRequest};
+use deermem_llm_openai::fake::{self, Reply, Seen};
 use deermem_llm_openai::{OpenAiChatModel, RetryPolicy};
 use deermem_testkit::llm::{FakeAnswer, LlmFixture};
-use fake::{Reply, Seen};
 use serde_json::Value;
 
 fn to_chat_request(seen: &Seen) -> ChatRequest {
