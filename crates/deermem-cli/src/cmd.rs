@@ -354,9 +354,15 @@ async fn index_inner(
                 ))?;
             }
             if report.fatal {
-                return Err(CliError::failure(
-                    "the index rebuild failed; search falls back to a substring scan until a rebuild succeeds",
-                ));
+                let cause = storage
+                    .retrieval_status()
+                    .await
+                    .last_error
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default();
+                return Err(CliError::failure(format!(
+                    "the index rebuild failed{cause}; search falls back to a substring scan until a rebuild succeeds"
+                )));
             }
             Ok(())
         }
@@ -371,6 +377,12 @@ async fn index_inner(
             );
             if let Some(a) = &status.adapter {
                 out.push_str(&format!("adapter:    {a}\n"));
+            }
+            if status.configured && status.total_docs.is_none() {
+                // The adapter could not report statistics: it is unusable right now.
+                out.push_str(
+                    "state:      unavailable (search uses the substring scan until the index opens or a rebuild succeeds)\n",
+                );
             }
             if let Some(n) = status.total_docs {
                 out.push_str(&format!("documents:  {n}\n"));

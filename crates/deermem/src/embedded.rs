@@ -1,12 +1,18 @@
 //! Composition of the embedded engine's adapters: the file storage with its FTS5 index, from a
 //! DeerMem `backend_config`.
 
+#[cfg(feature = "retrieval-fts5")]
+mod recovering;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deermem_core::ports::{Clock, Retrieval};
 use deermem_core::{ConfigError, DeerMemConfig, StorageError};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+
+#[cfg(feature = "retrieval-fts5")]
+pub use recovering::RecoveringFts5;
 
 /// Why the embedded storage could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +41,13 @@ pub fn deermem_config(
 }
 
 /// Opens the derived search index under `root`, or `None` when the configuration disables it
-/// or it cannot be opened (then storage falls back to substring search, with a warning).
+/// (`retrieval_adapter: ""`; storage then always uses its substring scan).
+///
+/// An index that cannot be opened now (an unusable `{root}/.retrieval/`, a file the adapter
+/// could not recreate) does not disable search for the life of the process: the returned
+/// [`RecoveringFts5`] reports the cause as `last_error` in the index status, lets search fall
+/// back to the substring scan, and opens the index again on the next call (search, write,
+/// rebuild, status).
 ///
 /// # Errors
 /// `retrieval_adapter: fts5` in a build without the `retrieval-fts5` feature.
@@ -49,16 +61,9 @@ pub fn open_retrieval(
     }
     #[cfg(feature = "retrieval-fts5")]
     {
-        match deermem_retrieval_fts5::Fts5Retrieval::open(root, clock) {
-            Ok(r) => Ok(Some(Arc::new(r) as Arc<dyn Retrieval>)),
-            Err(e) => {
-                tracing::warn!(
-                    "the FTS5 index under {} could not be opened ({e}); search falls back to a substring scan",
-                    root.display()
-                );
-                Ok(None)
-            }
-        }
+        Ok(Some(
+            Arc::new(RecoveringFts5::open(root, clock)) as Arc<dyn Retrieval>
+        ))
     }
     #[cfg(not(feature = "retrieval-fts5"))]
     {

@@ -1,0 +1,196 @@
+//! The embedded engine's search index handle: the FTS5 index of a storage root that recovers
+//! when it could not be opened at start-up, instead of leaving the process on the substring
+//! scan until a restart.
+//!
+//! [`RecoveringFts5`] starts by opening `{root}/.retrieval/` (the adapter itself deletes and
+//! recreates a corrupt or unreadable file once). When that fails, every later call (upsert,
+//! search, rebuild, status...) tries to open it again first; until one succeeds, each call fails
+//! with [`RetrievalError::Unavailable`] naming the cause, so the storage searches with its
+//! substring scan, marks the scopes of failed writes dirty, reports the cause as the status's
+//! `last_error`, and a rebuild reports failure. Once the index opens, the manager's lazy
+//! per-scope rebuild (or an explicit rebuild) refills it from the canonical files.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::{Fact, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery};
+use deermem_retrieval_fts5::Fts5Retrieval;
+
+#[derive(Default)]
+struct Slot {
+    index: Option<Fts5Retrieval>,
+    /// Why the last open attempt failed (cleared when one succeeds).
+    open_error: Option<String>,
+}
+
+/// The FTS5 index of a storage root, opened again on demand after a failed open.
+pub struct RecoveringFts5 {
+    root: PathBuf,
+    clock: Arc<dyn Clock>,
+    slot: Mutex<Slot>,
+    /// One open attempt at a time.
+    opening: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for RecoveringFts5 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slot = self.lock();
+        f.debug_struct("RecoveringFts5")
+            .field("root", &self.root)
+            .field("open", &slot.index.is_some())
+            .field("open_error", &slot.open_error)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn closed_error() -> RetrievalError {
+    RetrievalError::Unavailable("the FTS5 index is closed".into())
+}
+
+impl RecoveringFts5 {
+    /// Opens the index of `root` now (blocking: run at start-up); a failure is logged and
+    /// remembered, and the next call tries again.
+    pub fn open(root: &Path, clock: Arc<dyn Clock>) -> Self {
+        let me = Self {
+            root: root.to_path_buf(),
+            clock,
+            slot: Mutex::new(Slot::default()),
+            opening: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+        };
+        let result = Fts5Retrieval::open(&me.root, Arc::clone(&me.clock));
+        if me.settle(result.map_err(|e| e.to_string())).is_err() {
+            // Logged and remembered by `settle`; the next call tries again.
+        }
+        me
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the index is open now.
+    pub fn is_open(&self) -> bool {
+        self.lock().index.is_some()
+    }
+
+    /// Why the index could not be opened, while it is not open.
+    pub fn open_error(&self) -> Option<String> {
+        self.lock().open_error.clone()
+    }
+
+    /// Records the outcome of an open attempt; returns the index or the error to report.
+    fn settle(
+        &self,
+        result: Result<Fts5Retrieval, String>,
+    ) -> Result<Fts5Retrieval, RetrievalError> {
+        let mut slot = self.lock();
+        match result {
+            Ok(index) => {
+                if let Some(previous) = slot.open_error.take() {
+                    tracing::info!(root = %self.root.display(), %previous,
+                        "the FTS5 search index is open again; scopes are re-indexed on their next search or by `deermem index rebuild`");
+                }
+                slot.index = Some(index.clone());
+                Ok(index)
+            }
+            Err(e) => {
+                if slot.open_error.as_deref() == Some(e.as_str()) {
+                    tracing::debug!(root = %self.root.display(), error = %e,
+                        "the FTS5 search index still cannot be opened");
+                } else {
+                    tracing::warn!(root = %self.root.display(), error = %e,
+                        "the FTS5 search index cannot be opened; search uses the substring scan and the index is opened again on the next search or rebuild");
+                }
+                slot.open_error = Some(e.clone());
+                Err(RetrievalError::Unavailable(format!(
+                    "the FTS5 index under {} cannot be opened: {e}",
+                    self.root.display()
+                )))
+            }
+        }
+    }
+
+    /// The open index, opening it first when an earlier attempt failed.
+    async fn index(&self) -> Result<Fts5Retrieval, RetrievalError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed_error());
+        }
+        if let Some(index) = self.lock().index.clone() {
+            return Ok(index);
+        }
+        let _one_at_a_time = self.opening.lock().await;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed_error());
+        }
+        if let Some(index) = self.lock().index.clone() {
+            return Ok(index);
+        }
+        let root = self.root.clone();
+        let clock = Arc::clone(&self.clock);
+        let attempt = move || Fts5Retrieval::open(&root, clock).map_err(|e| e.to_string());
+        let result = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(attempt)
+                .await
+                .unwrap_or_else(|e| Err(format!("the index open task failed: {e}"))),
+            Err(_) => attempt(),
+        };
+        self.settle(result)
+    }
+}
+
+#[async_trait]
+impl Retrieval for RecoveringFts5 {
+    fn kind(&self) -> &'static str {
+        deermem_retrieval_fts5::KIND
+    }
+
+    async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
+        self.index().await?.upsert(scope, fact).await
+    }
+
+    async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
+        self.index().await?.remove(scope, id).await
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        self.index().await?.search(query).await
+    }
+
+    async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError> {
+        self.index().await?.clear(scopes).await
+    }
+
+    async fn rebuild(
+        &self,
+        scopes: Option<&[Scope]>,
+        facts: &[(Scope, Fact)],
+    ) -> Result<usize, RetrievalError> {
+        self.index().await?.rebuild(scopes, facts).await
+    }
+
+    async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
+        self.index().await?.stats().await
+    }
+
+    async fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Wait for a running open attempt, so an index it opens is closed too.
+        let _no_open_running = self.opening.lock().await;
+        let index = self.lock().index.take();
+        if let Some(index) = index {
+            index.close().await;
+        }
+    }
+}
