@@ -368,6 +368,62 @@ fn help_documents_exit_codes_and_bad_arguments_exit_2() {
     assert_eq!(code(&bin().args(["bogus"]).output().unwrap()), 2);
 }
 
+/// Issue 4: an index that cannot be opened is reported as such (not as "not configured"),
+/// search still answers, and a rebuild succeeds once the path is usable again.
+#[test]
+fn index_tools_report_an_unusable_index_truthfully() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(
+        root.join(".retrieval"),
+        "a file where the index folder belongs",
+    )
+    .unwrap();
+    ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "gail",
+            "--content",
+            "Grows tomatoes on the balcony",
+        ],
+    );
+    let status = ok_json(root, &["index", "status"]);
+    assert_eq!(status["configured"], true, "{status}");
+    assert!(status.get("total_docs").is_none(), "{status}");
+    let cause = status["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(cause.contains(".retrieval"), "{status}");
+    let text = run(root, &["index", "status"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("state:      unavailable"), "{text}");
+    assert!(text.contains("last error:"), "{text}");
+
+    let hits = ok_json(root, &["search", "--user", "gail", "tomatoes"]);
+    assert_eq!(hits.as_array().map(Vec::len), Some(1), "{hits}");
+    assert_eq!(hits[0]["matchType"], "substring", "{hits}");
+
+    let failed = run(root, &["index", "rebuild"]);
+    assert_eq!(code(&failed), 1);
+    let err = String::from_utf8_lossy(&failed.stderr).into_owned();
+    assert!(err.contains("the index rebuild failed ("), "{err}");
+    assert!(err.contains(".retrieval"), "{err}");
+    assert!(!err.contains("retrieval_adapter is empty"), "{err}");
+
+    std::fs::remove_file(root.join(".retrieval")).unwrap();
+    let rebuilt = ok_json(root, &["index", "rebuild"]);
+    assert_eq!(
+        (rebuilt["indexed"].as_u64(), rebuilt["fatal"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let status = ok_json(root, &["index", "status"]);
+    assert_eq!(status["total_docs"], 1, "{status}");
+    assert!(status.get("last_error").is_none(), "{status}");
+    let hits = ok_json(root, &["search", "--user", "gail", "balcony tomatoes"]);
+    assert_eq!(hits[0]["matchType"], "fts5", "{hits}");
+}
+
 #[test]
 fn reads_the_reference_fixtures() {
     let dir = tempfile::tempdir().unwrap();
