@@ -17,6 +17,9 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     "sha2",
     "hex",
     "caseless",
+    // Optional, behind core's `schema` feature: derives JSON Schemas of the wire types
+    // (compile-time code generation plus in-memory JSON values; no I/O).
+    "schemars",
 ];
 
 /// Text that must not appear in core sources (I/O, clock, environment, runtime).

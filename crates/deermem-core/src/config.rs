@@ -15,6 +15,7 @@ use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 /// How memory reaches the agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum MemoryMode {
     /// Passive extraction after every turn plus automatic injection (the default).
     #[default]

@@ -25,6 +25,7 @@ pub const HISTORY_SECTION_KEYS: [&str; 3] =
 
 /// One summary: `{"summary": ..., "updatedAt": ...}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SummaryEntry {
     /// One to three sentences.
     #[serde(default)]
@@ -282,6 +283,8 @@ impl MemoryDocument {
 /// The public `user` summaries.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "UserSummaries"))]
 pub struct PublicUserSummaries {
     /// Work context.
     #[serde(default)]
@@ -297,6 +300,8 @@ pub struct PublicUserSummaries {
 /// The public `history` summaries.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "HistorySummaries"))]
 pub struct PublicHistorySummaries {
     /// Recent months.
     #[serde(default)]
@@ -335,6 +340,8 @@ impl PublicHistorySummaries {
 /// export/import format.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "MemoryResponse"))]
 pub struct PublicMemoryDocument {
     /// `"1.0"` or `"2.0"`.
     #[serde(default = "default_version")]

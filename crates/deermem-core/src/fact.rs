@@ -55,6 +55,7 @@ pub type FactDraft = Map<String, Value>;
 
 /// The scope recorded inside a fact: the raw user id and the agent name as written.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FactScope {
     /// The raw (unsanitised) user id, or `None` for the legacy no-user layout.
     #[serde(rename = "userId")]
@@ -820,9 +821,12 @@ impl PartialEq for Fact {
 /// A fact in the public API shape: what the gateway, the tools and exports show.
 ///
 /// Unknown keys are dropped on input, missing keys take the reference's defaults, and `None`
-/// fields are left out of the output.
+/// fields are left out of the output. Its JSON Schema (feature `schema`) is the HTTP shape: the
+/// manager-level fields [`PublicFact::for_http`] drops are not in it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Fact"))]
 pub struct PublicFact {
     /// Fact id.
     pub id: String,
@@ -872,6 +876,7 @@ pub struct PublicFact {
     pub consolidated_from: Option<Vec<String>>,
     /// Title (manager level; the HTTP shape drops it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(skip))]
     pub title: Option<String>,
     /// Review window in days (manager level).
     #[serde(
@@ -879,12 +884,15 @@ pub struct PublicFact {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "schema", schemars(skip))]
     pub expected_valid_days: Option<Value>,
     /// Last explicit confirmation (manager level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(skip))]
     pub last_confirmed_at: Option<String>,
     /// Confirmation count (manager level).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(skip))]
     pub confirmation_count: Option<u64>,
 }
 

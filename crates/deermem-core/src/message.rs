@@ -128,7 +128,12 @@ fn empty_content() -> Value {
     Value::String(String::new())
 }
 
+/// The accepted spellings of a message: `{"role": ..., "content": ...}` (chat completions),
+/// `{"type": "human"|"ai"|..., "content": ...}` (LangChain), or a LangChain dump
+/// `{"type": ..., "data": {...}}`. One of `role` / `type` is needed.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Message"))]
 struct RawMessage {
     #[serde(default, rename = "type")]
     kind: Option<String>,
@@ -205,6 +210,22 @@ impl Serialize for Message {
             m.insert("name".into(), Value::String(n.clone()));
         }
         Value::Object(m).serialize(s)
+    }
+}
+
+/// A message's JSON Schema is the schema of what its `Deserialize` accepts.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Message {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Message".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<RawMessage>()
     }
 }
 

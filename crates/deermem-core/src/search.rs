@@ -9,6 +9,7 @@ use crate::ids::Scope;
 /// How a hit was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum MatchType {
     /// FTS5 full-text match ranked by BM25.
     Fts5,

@@ -4,6 +4,8 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use deermem_core::{InvalidInputCode, ManagerError};
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 /// The fixed body of a corruption error: the private detail is never shown.
@@ -92,19 +94,34 @@ impl Operation {
     }
 }
 
-/// One pydantic-style validation problem (`{"type", "loc", "msg", "input"?, "ctx"?}`).
-#[derive(Clone, Debug, PartialEq)]
+/// One pydantic-style validation problem (`{"type", "loc", "msg", "input"?, "ctx"?}`); its
+/// serialisation is the item of a 422 body.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(rename = "ValidationError")]
 pub struct ValidationItem {
     /// Machine-readable kind (`missing`, `string_type`, `json_invalid`...).
+    #[serde(rename = "type")]
     pub kind: &'static str,
     /// Where: `["body", "content"]`, `["query", "top_k"]`...
+    #[schemars(schema_with = "loc_schema")]
     pub loc: Vec<Value>,
     /// Human-readable message.
     pub msg: String,
     /// The offending input, when small enough to echo.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
     /// Constraint parameters (`{"le": 1.0}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub ctx: Option<Value>,
+}
+
+/// A `loc`: field names and list indexes.
+fn loc_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "anyOf": [{ "type": "string" }, { "type": "integer", "minimum": 0 }] }
+    })
 }
 
 impl ValidationItem {
@@ -137,17 +154,8 @@ impl ValidationItem {
     }
 
     fn to_json(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        m.insert("type".into(), Value::String(self.kind.into()));
-        m.insert("loc".into(), Value::Array(self.loc.clone()));
-        m.insert("msg".into(), Value::String(self.msg.clone()));
-        if let Some(i) = &self.input {
-            m.insert("input".into(), i.clone());
-        }
-        if let Some(c) = &self.ctx {
-            m.insert("ctx".into(), c.clone());
-        }
-        Value::Object(m)
+        // Strings and JSON values: serialising cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 

@@ -45,6 +45,8 @@ use deermem_core::ports::Clock;
 use deermem_core::time::Timestamp;
 use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
 use parking_lot::Mutex;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// The event type of a run's memory identity.
@@ -81,23 +83,25 @@ impl Default for RunJournalOptions {
     }
 }
 
-/// One recorded run event, in the reference's run-event shape.
-#[derive(Clone, Debug, PartialEq)]
+/// One recorded run event, in the reference's run-event shape (its JSON is the body of the
+/// events route: fields in this order).
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct RunEvent {
-    /// Position in the user's journal (increasing, never reused).
-    pub seq: u64,
     /// The thread the run belongs to.
     pub thread_id: String,
     /// The run.
     pub run_id: String,
-    /// `context:memory`.
+    /// The event type, e.g. `context:memory`.
     pub event_type: String,
-    /// `context`.
+    /// The event category, e.g. `context`.
     pub category: String,
     /// For `context:memory`: exactly `{"content_sha256": "<hex>"}`.
     pub content: Map<String, Value>,
     /// Extra facts (`agent_name`).
     pub metadata: Map<String, Value>,
+    /// Position in the user's journal (increasing from 1, never reused).
+    #[schemars(range(min = 1))]
+    pub seq: u64,
     /// When it was recorded (ISO-Z).
     pub created_at: String,
 }
@@ -106,16 +110,8 @@ impl RunEvent {
     /// The public JSON shape (`thread_id`, `run_id`, `event_type`, `category`, `content`,
     /// `metadata`, `seq`, `created_at`).
     pub fn to_json(&self) -> Value {
-        json!({
-            "thread_id": self.thread_id,
-            "run_id": self.run_id,
-            "event_type": self.event_type,
-            "category": self.category,
-            "content": self.content,
-            "metadata": self.metadata,
-            "seq": self.seq,
-            "created_at": self.created_at,
-        })
+        // Strings, integers and maps of JSON values: serialising cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
     /// The recorded block hash of a `context:memory` event.

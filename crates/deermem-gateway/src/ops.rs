@@ -4,28 +4,33 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
 
+fn health(status: HealthStatus) -> Json<Health> {
+    Json(Health { status })
+}
+
 /// `GET /healthz`: the process is up.
-pub(crate) async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+pub(crate) async fn healthz() -> Json<Health> {
+    health(HealthStatus::Ok)
 }
 
 /// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
 /// draining.
 pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
     match state.lifecycle() {
-        Lifecycle::Ready => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+        Lifecycle::Ready => (StatusCode::OK, health(HealthStatus::Ready)).into_response(),
         Lifecycle::Starting => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "starting" })),
+            health(HealthStatus::Starting),
         )
             .into_response(),
         Lifecycle::Stopping => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "stopping" })),
+            health(HealthStatus::Stopping),
         )
             .into_response(),
     }

@@ -23,7 +23,10 @@ use crate::auth::Caller;
 use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
-use crate::schema::{self, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS};
+use crate::schema::{
+    self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
+    MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit, SearchResponse,
+};
 use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
@@ -213,20 +216,20 @@ pub(crate) async fn import_memory(
 }
 
 /// The `/config` body: the `memory:` section with secrets in `backend_config` redacted.
-fn config_json(state: &GatewayState) -> Value {
+fn config_json(state: &GatewayState) -> MemoryConfigResponse {
     let cfg = state.memory_config();
-    json!({
-        "enabled": cfg.enabled,
-        "mode": cfg.mode.as_str(),
-        "injection_enabled": cfg.injection_enabled,
-        "shutdown_flush_timeout_seconds": cfg.shutdown_flush_timeout_seconds,
-        "manager_class": cfg.manager_class,
-        "backend_config": redact_secrets(&Value::Object(cfg.backend_config.clone())),
-    })
+    MemoryConfigResponse {
+        enabled: cfg.enabled,
+        mode: cfg.mode,
+        injection_enabled: cfg.injection_enabled,
+        shutdown_flush_timeout_seconds: cfg.shutdown_flush_timeout_seconds,
+        manager_class: cfg.manager_class.clone(),
+        backend_config: redact_secrets(&Value::Object(cfg.backend_config.clone())),
+    }
 }
 
 /// `GET /api/memory/config` (answers even when memory is disabled).
-pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<Value> {
+pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<MemoryConfigResponse> {
     Json(config_json(&state))
 }
 
@@ -235,16 +238,17 @@ pub(crate) async fn memory_status(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<Value>> {
+) -> Result<Json<MemoryStatusResponse>> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let doc = run(&state, Operation::GetMemoryStatus, async move {
         m.get_memory(scope).await
     })
     .await?;
-    let data = serde_json::to_value(doc.for_http())
-        .map_err(|e| GatewayError::Internal(format!("cannot serialise the document: {e}")))?;
-    Ok(Json(json!({ "config": config_json(&state), "data": data })))
+    Ok(Json(MemoryStatusResponse {
+        config: config_json(&state),
+        data: doc.for_http(),
+    }))
 }
 
 /// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.
@@ -276,7 +280,7 @@ pub(crate) async fn add_messages(
         m.add(request).await
     })
     .await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted" }))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(Accepted::BODY)).into_response())
 }
 
 /// `GET /api/memory/context`: the injection block with its `<memory>` wrapper and SHA-256.
@@ -286,7 +290,7 @@ pub(crate) async fn memory_context(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<Value>> {
+) -> Result<Json<ContextResponse>> {
     let agent = q.agent()?;
     let thread_id = schema::id_param(&q, "thread_id", MAX_THREAD_ID_CHARS)?;
     let run_id = schema::id_param(&q, "run_id", MAX_TRACE_ID_CHARS)?;
@@ -301,7 +305,10 @@ pub(crate) async fn memory_context(
         run_key(r, "run_id")?;
     }
     if !state.memory_config().injection_enabled {
-        return Ok(Json(json!({ "context": "", "content_sha256": null })));
+        return Ok(Json(ContextResponse {
+            context: String::new(),
+            content_sha256: None,
+        }));
     }
     let request = ContextRequest {
         scope: scope(&caller, agent.clone()),
@@ -325,10 +332,10 @@ pub(crate) async fn memory_context(
         };
         notify_observers(&state, served).await?;
     }
-    Ok(Json(json!({
-        "context": ctx.block,
-        "content_sha256": ctx.content_sha256,
-    })))
+    Ok(Json(ContextResponse {
+        context: ctx.block,
+        content_sha256: ctx.content_sha256,
+    }))
 }
 
 /// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`.
@@ -336,7 +343,7 @@ pub(crate) async fn search_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<Value>> {
+) -> Result<Json<SearchResponse>> {
     let params = schema::search_params(&q)?;
     let request = SearchRequest {
         query: params.query,
@@ -349,29 +356,35 @@ pub(crate) async fn search_memory(
         m.search_scored(request).await
     })
     .await?;
-    let mut results = Vec::with_capacity(hits.len());
-    for hit in hits {
-        let mut fact = serde_json::to_value(hit.fact.for_http())
-            .map_err(|e| GatewayError::Internal(format!("cannot serialise a fact: {e}")))?;
-        if let Value::Object(m) = &mut fact {
-            m.insert("score".into(), json!(hit.score));
-            m.insert("matchType".into(), json!(hit.match_type.as_str()));
-        }
-        results.push(fact);
-    }
+    let results: Vec<SearchHit> = hits
+        .into_iter()
+        .map(|hit| SearchHit {
+            fact: hit.fact.for_http(),
+            score: hit.score,
+            match_type: hit.match_type,
+        })
+        .collect();
     let count = results.len();
-    Ok(Json(json!({ "results": results, "count": count })))
+    Ok(Json(SearchResponse { results, count }))
 }
 
 /// `POST /api/memory/index/rebuild`: runs the manager's `warm()` (DeerMem rebuilds its derived
 /// search index) and reports the outcome; 409 while another rebuild runs.
-pub(crate) async fn rebuild_index(State(state): State<GatewayState>) -> Result<Json<Value>> {
+pub(crate) async fn rebuild_index(
+    State(state): State<GatewayState>,
+) -> Result<Json<RebuildResponse>> {
     let Some(task) = spawn_warm(&state) else {
         return Err(GatewayError::RebuildRunning);
     };
     match task.await {
-        Ok(Some(true)) => Ok(Json(json!({ "status": "ok", "warmed": true }))),
-        Ok(None) => Ok(Json(json!({ "status": "nothing_to_warm", "warmed": null }))),
+        Ok(Some(true)) => Ok(Json(RebuildResponse {
+            status: RebuildStatus::Ok,
+            warmed: Some(true),
+        })),
+        Ok(None) => Ok(Json(RebuildResponse {
+            status: RebuildStatus::NothingToWarm,
+            warmed: None,
+        })),
         Ok(Some(false)) => Err(GatewayError::RebuildFailed),
         Err(join) => Err(GatewayError::Internal(format!(
             "index rebuild task failed: {join}"

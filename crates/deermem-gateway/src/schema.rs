@@ -1,9 +1,16 @@
-//! Request schemas and their validation, reproducing pydantic's lax rules and error items
-//! (`type`, `loc`, `msg`): fact create and patch bodies, the import document (the
-//! `MemoryResponse` shape), the conversation-turn body, and the search query.
+//! The wire types of the gateway and the validation of its requests.
+//!
+//! Requests are validated by hand, reproducing pydantic's lax rules and error items (`type`,
+//! `loc`, `msg`): fact create and patch bodies, the import document (the `MemoryResponse`
+//! shape), the conversation-turn body, and the search query. The validated bodies and every
+//! response body are typed here (or in `deermem_core`), and their `JsonSchema` derivations are
+//! the component schemas of `/openapi.json` (see [`crate::openapi`]).
 
-use deermem_core::fact::FactSource;
-use deermem_core::{Message, PublicMemoryDocument};
+use deermem_core::fact::{DEFAULT_CATEGORY, FactSource, PublicFact};
+use deermem_core::search::MatchType;
+use deermem_core::{MemoryMode, Message, PublicMemoryDocument};
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{GatewayError, ValidationItem};
@@ -339,12 +346,30 @@ impl Checker {
     }
 }
 
+/// The confidence of a created fact when the body has none.
+const DEFAULT_CONFIDENCE: f64 = 0.5;
+
+fn default_category() -> String {
+    DEFAULT_CATEGORY.to_owned()
+}
+
+fn default_confidence() -> f64 {
+    DEFAULT_CONFIDENCE
+}
+
 /// `POST /api/memory/facts`: `{content (min 1 char), category = "context", confidence = 0.5
 /// in [0, 1]}`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, JsonSchema)]
+#[schemars(rename = "FactCreateRequest")]
 pub(crate) struct FactCreateBody {
+    /// The fact text (whitespace-only content is refused by the manager with a 400).
+    #[schemars(length(min = 1))]
     pub(crate) content: String,
+    /// The category; a non-core one is stored as `other` plus `categoryExtension`.
+    #[schemars(default = "default_category")]
     pub(crate) category: String,
+    /// Confidence in [0, 1].
+    #[schemars(default = "default_confidence", range(min = 0.0, max = 1.0))]
     pub(crate) confidence: f64,
 }
 
@@ -358,9 +383,9 @@ pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> 
     if let Some(s) = &content {
         c.min_len(s, 1, at(&base, "content"));
     }
-    let category = c.str_or(m, "category", &base, "context");
+    let category = c.str_or(m, "category", &base, DEFAULT_CATEGORY);
     let confidence = match m.get("confidence") {
-        None => Some(0.5),
+        None => Some(DEFAULT_CONFIDENCE),
         Some(v) => c.unit_float(v, at(&base, "confidence")),
     };
     let out = match (content, category, confidence) {
@@ -378,10 +403,16 @@ pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> 
 }
 
 /// `PATCH /api/memory/facts/{id}`: every field optional; `null` or absent keeps the value.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, JsonSchema)]
+#[schemars(rename = "FactPatchRequest")]
 pub(crate) struct FactPatchBody {
+    /// New fact text.
+    #[schemars(length(min = 1))]
     pub(crate) content: Option<String>,
+    /// New category.
     pub(crate) category: Option<String>,
+    /// New confidence in [0, 1].
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub(crate) confidence: Option<f64>,
 }
 
@@ -589,12 +620,160 @@ pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, Gate
 }
 
 /// `POST /api/memory/messages`: one conversation turn to remember.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, JsonSchema)]
+#[schemars(rename = "MessagesRequest")]
 pub(crate) struct MessagesBody {
+    /// The conversation (no control characters).
+    #[schemars(length(min = 1, max = MAX_THREAD_ID_CHARS))]
     pub(crate) thread_id: String,
+    /// The agent bucket; must equal the `agent` query parameter when both are given.
     pub(crate) agent: Option<String>,
+    /// The turn's messages.
     pub(crate) messages: Vec<Message>,
+    /// A trace id for the logs (no control characters).
+    #[schemars(length(max = MAX_TRACE_ID_CHARS))]
     pub(crate) trace_id: Option<String>,
+}
+
+/// `GET /api/memory/config`: the `memory:` section, secrets in `backend_config` redacted.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub(crate) struct MemoryConfigResponse {
+    /// `memory.enabled`.
+    pub(crate) enabled: bool,
+    /// `memory.mode`.
+    pub(crate) mode: MemoryMode,
+    /// `memory.injection_enabled`.
+    pub(crate) injection_enabled: bool,
+    /// `memory.shutdown_flush_timeout_seconds`.
+    pub(crate) shutdown_flush_timeout_seconds: f64,
+    /// `memory.manager_class`.
+    pub(crate) manager_class: String,
+    /// `memory.backend_config` with secret values replaced by `"***"`.
+    #[schemars(with = "Map<String, Value>")]
+    pub(crate) backend_config: Value,
+}
+
+/// `GET /api/memory/status`: the configuration plus the caller's document.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub(crate) struct MemoryStatusResponse {
+    /// As `GET /api/memory/config`.
+    pub(crate) config: MemoryConfigResponse,
+    /// As `GET /api/memory`.
+    pub(crate) data: PublicMemoryDocument,
+}
+
+/// The one status of [`Accepted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AcceptedStatus {
+    /// The turn was queued.
+    Accepted,
+}
+
+/// `POST /api/memory/messages` (202): the turn was queued for extraction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct Accepted {
+    /// Always `accepted`.
+    pub(crate) status: AcceptedStatus,
+}
+
+impl Accepted {
+    pub(crate) const BODY: Self = Self {
+        status: AcceptedStatus::Accepted,
+    };
+}
+
+/// `GET /api/memory/context`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct ContextResponse {
+    /// The exact block, `<memory>` wrapper included; empty when nothing is injected.
+    pub(crate) context: String,
+    /// SHA-256 (hex) of `context`; `null` when nothing is injected.
+    pub(crate) content_sha256: Option<String>,
+}
+
+/// One search result: the fact in its HTTP shape plus its ranking.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub(crate) struct SearchHit {
+    /// The fact.
+    #[serde(flatten)]
+    pub(crate) fact: PublicFact,
+    /// The backend's relevance score (higher is better), when it has one.
+    pub(crate) score: Option<f64>,
+    /// How the fact matched.
+    #[serde(rename = "matchType")]
+    pub(crate) match_type: MatchType,
+}
+
+/// `GET /api/memory/search`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub(crate) struct SearchResponse {
+    /// Best first.
+    pub(crate) results: Vec<SearchHit>,
+    /// `results.len()`.
+    pub(crate) count: usize,
+}
+
+/// The outcome of an index rebuild.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RebuildStatus {
+    /// The backend rebuilt its derived data.
+    Ok,
+    /// The backend has nothing to rebuild.
+    NothingToWarm,
+}
+
+/// `POST /api/memory/index/rebuild`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct RebuildResponse {
+    /// What happened.
+    pub(crate) status: RebuildStatus,
+    /// `true` after a rebuild, `null` when there was nothing to rebuild.
+    pub(crate) warmed: Option<bool>,
+}
+
+/// The state `GET /healthz` and `GET /readyz` report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum HealthStatus {
+    /// `/healthz`: the process is up.
+    Ok,
+    /// `/readyz`: serving.
+    Ready,
+    /// `/readyz` (503): starting up.
+    Starting,
+    /// `/readyz` (503): shutting down.
+    Stopping,
+}
+
+/// `GET /healthz`, `GET /readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct Health {
+    /// The state.
+    pub(crate) status: HealthStatus,
+}
+
+/// Every error body but validation: `{"detail": "<message>"}`.
+///
+/// Written by [`GatewayError`]'s response and by the router-error normaliser in `layers.rs`
+/// as `{"detail": ...}`; this type names the shape for the document, and the conformance
+/// tests check every error response against it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(rename = "HTTPError")]
+#[allow(dead_code)]
+pub(crate) struct HttpError {
+    /// The message (for 500s a fixed text; the private cause is only logged).
+    pub(crate) detail: String,
+}
+
+/// A 422 body: `{"detail": [validation item, ...]}`, every problem at once.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(rename = "HTTPValidationError")]
+#[allow(dead_code)]
+pub(crate) struct HttpValidationError {
+    /// The problems.
+    pub(crate) detail: Vec<ValidationItem>,
 }
 
 fn has_control(s: &str) -> bool {
