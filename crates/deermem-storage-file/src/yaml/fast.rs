@@ -36,12 +36,9 @@ pub(crate) fn parse(text: &str) -> Option<FrontMatter> {
         fm: FrontMatter::default(),
         path: String::new(),
     };
-    let mut map = Map::new();
+    let mut map = Map::with_capacity(16);
     while let Some(line) = p.lines.next() {
         let (key, rest) = split_key(line)?;
-        if map.contains_key(key) {
-            return None;
-        }
         p.path.clear();
         p.path.push_str(key);
         let value = if rest.is_empty() {
@@ -49,7 +46,10 @@ pub(crate) fn parse(text: &str) -> Option<FrontMatter> {
         } else {
             p.leaf(rest.strip_prefix(' ')?)?
         };
-        map.insert(key.to_owned(), value);
+        if map.insert(key.to_owned(), value).is_some() {
+            // A repeated key (the full reader keeps the first position and the last value).
+            return None;
+        }
     }
     p.fm.map = map;
     Some(p.fm)
@@ -163,9 +163,6 @@ impl Parser<'_> {
             let line = &next[indent..];
             self.lines.next();
             let (key, rest) = split_key(line)?;
-            if map.contains_key(key) {
-                return None;
-            }
             self.path.truncate(base);
             self.path.push('.');
             self.path.push_str(key);
@@ -185,7 +182,9 @@ impl Parser<'_> {
             } else {
                 self.leaf(rest.strip_prefix(' ')?)?
             };
-            map.insert(key.to_owned(), value);
+            if map.insert(key.to_owned(), value).is_some() {
+                return None;
+            }
         }
         self.path.truncate(base);
         if map.is_empty() {
