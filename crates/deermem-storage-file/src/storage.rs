@@ -926,7 +926,7 @@ impl Inner {
         let mut records = Vec::new();
         let mut failed = 0;
         for listed in per_agent {
-            let listed: Result<Vec<(PathBuf, Result<(Scope, Fact)>)>> = listed;
+            let listed: Result<Vec<IndexedFile>> = listed;
             match listed {
                 Ok(files) => {
                     for (file, r) in files {
@@ -992,6 +992,9 @@ impl Inner {
         Ok(out.into_iter().collect())
     }
 }
+
+/// One listed fact file and its index record (or why it could not be indexed).
+type IndexedFile = (PathBuf, Result<(Scope, Fact)>);
 
 /// Parses and validates one file for the full index rebuild: the owner is checked through the
 /// bucket (original ids such as e-mail addresses are accepted).
