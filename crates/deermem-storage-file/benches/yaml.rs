@@ -3,7 +3,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use deermem_storage_file::yaml::{parse_front_matter, render_mapping};
+use deermem_storage_file::yaml::{
+    parse_front_matter, parse_front_matter_fast, parse_front_matter_full, render_mapping,
+};
 
 /// A front matter as the reference writes it for a consolidated, confirmed fact.
 const TYPICAL: &str = "id: fact_6624de2e72f548599395858571fc9ab6
@@ -40,6 +42,12 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function("yaml_parse_typical_front_matter", |b| {
         b.iter(|| parse_front_matter(black_box(TYPICAL)))
+    });
+    c.bench_function("yaml_parse_typical_front_matter_fast_path_only", |b| {
+        b.iter(|| parse_front_matter_fast(black_box(TYPICAL)))
+    });
+    c.bench_function("yaml_parse_typical_front_matter_full_reader_only", |b| {
+        b.iter(|| parse_front_matter_full(black_box(TYPICAL)))
     });
     c.bench_function("yaml_render_typical_front_matter", |b| {
         b.iter(|| render_mapping(black_box(&parsed)))

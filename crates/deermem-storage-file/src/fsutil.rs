@@ -171,31 +171,126 @@ pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
 
 /// Every `*.md` file at any depth below `dir` (the reference loads any Markdown under
 /// `facts/`), sorted by path. Symlinked directories are not followed.
+///
+/// The walk is depth-first over name-sorted entries, which yields the paths already in `Path`
+/// order (component by component), so no final sort of the whole list is needed.
 pub(crate) fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in sorted_entries(&d)? {
-            let path = entry.path();
-            let ft = entry
-                .file_type()
-                .map_err(|e| Error::io("Failed to stat", &path, e))?;
-            if ft.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "md")
-                && (ft.is_file() || path.is_file())
-            {
-                out.push(path);
+    for entry in sorted_entries(dir)? {
+        markdown_files_of(&entry, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The `*.md` files of one entry of a listed directory: the entry itself if it is a Markdown
+/// file, or every one at any depth below it if it is a directory, in `Path` order.
+/// [`markdown_files`] of a directory is the concatenation of this over its sorted entries.
+pub(crate) fn markdown_files_of(entry: &fs::DirEntry, out: &mut Vec<PathBuf>) -> Result<()> {
+    // An explicit stack of the directories being listed (no recursion on deep trees).
+    let mut stack: Vec<std::vec::IntoIter<fs::DirEntry>> = Vec::new();
+    let mut visit = |entry: &fs::DirEntry,
+                     stack: &mut Vec<std::vec::IntoIter<fs::DirEntry>>|
+     -> Result<()> {
+        let path = entry.path();
+        let ft = entry
+            .file_type()
+            .map_err(|e| Error::io("Failed to stat", &path, e))?;
+        if ft.is_dir() {
+            stack.push(sorted_entries(&path)?.into_iter());
+        } else if path.extension().is_some_and(|e| e == "md") && (ft.is_file() || path.is_file()) {
+            out.push(path);
+        }
+        Ok(())
+    };
+    visit(entry, &mut stack)?;
+    while let Some(entries) = stack.last_mut() {
+        match entries.next() {
+            Some(entry) => visit(&entry, &mut stack)?,
+            None => {
+                stack.pop();
             }
         }
     }
-    out.sort();
-    Ok(out)
+    Ok(())
+}
+
+/// Reads a whole file into `buf` (cleared first), reusing its allocation. Unlike
+/// `std::fs::read` it does not `stat` the file for a size hint: fact files are small, and the
+/// `stat` is a system call per file on every cold load and index rebuild.
+pub(crate) fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::Read;
+    buf.clear();
+    let mut f = File::open(path)?;
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(8192);
+        }
+        let start = buf.len();
+        // Zero-fill at most 16 KiB of spare room per read (the buffer may have grown large).
+        let window = (buf.capacity() - start).min(16 * 1024);
+        buf.resize(start + window, 0);
+        match f.read(&mut buf[start..]) {
+            Ok(0) => {
+                buf.truncate(start);
+                return Ok(());
+            }
+            Ok(n) => buf.truncate(start + n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => buf.truncate(start),
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn markdown_files_are_listed_in_path_order_at_any_depth() {
+        let dir = tempfile::tempdir().unwrap();
+        for rel in [
+            "b/x.md",
+            "a-b/y.md",
+            "a/z.md",
+            "a/sub/w.md",
+            "top.md",
+            "a/skip.txt",
+        ] {
+            let p = dir.path().join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, "x").unwrap();
+        }
+        let got = markdown_files(dir.path()).unwrap();
+        let mut want: Vec<PathBuf> = ["b/x.md", "a-b/y.md", "a/z.md", "a/sub/w.md", "top.md"]
+            .iter()
+            .map(|r| dir.path().join(r))
+            .collect();
+        want.sort();
+        assert_eq!(got, want);
+        assert!(
+            markdown_files(&dir.path().join("missing"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn read_into_reads_whole_files_of_any_size_and_reuses_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut buf = b"stale".to_vec();
+        for len in [0_usize, 1, 4095, 4096, 8192, 100_000] {
+            let p = dir.path().join(format!("f{len}"));
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            fs::write(&p, &bytes).unwrap();
+            read_into(&p, &mut buf).unwrap();
+            assert_eq!(buf, bytes, "{len}");
+        }
+        let missing = read_into(&dir.path().join("missing"), &mut buf).unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
+    }
 
     #[test]
     fn temp_names_are_recognised() {

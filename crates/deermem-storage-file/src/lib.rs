@@ -17,6 +17,7 @@ mod lock;
 mod manifest;
 mod markdown;
 mod migrate;
+mod par;
 pub mod paths;
 pub mod probe;
 mod sidecar;

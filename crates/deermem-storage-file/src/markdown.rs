@@ -2,7 +2,7 @@
 //! plus `# title` plus body, and parsing and validating a stored file (§3.9) the way the
 //! reference does, with its exact newline and title rules.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::ids::safe_user_id;
@@ -233,8 +233,21 @@ pub(crate) fn validate(
 /// # Errors
 /// `FactParse` for unreadable files; as [`validate`].
 pub(crate) fn load_file(path: &Path, expected: Expected<'_>, now: Timestamp) -> Result<LoadedFact> {
-    let bytes = std::fs::read(path).map_err(|e| parse_error(path, e.to_string()))?;
-    let parsed = parse(path, &bytes)?;
+    load_file_with(path, expected, now, &mut Vec::new())
+}
+
+/// [`load_file`] reading into `buf` (reused across the files of a scope).
+///
+/// # Errors
+/// As [`load_file`].
+pub(crate) fn load_file_with(
+    path: &Path,
+    expected: Expected<'_>,
+    now: Timestamp,
+    buf: &mut Vec<u8>,
+) -> Result<LoadedFact> {
+    crate::fsutil::read_into(path, buf).map_err(|e| parse_error(path, e.to_string()))?;
+    let parsed = parse(path, buf)?;
     validate(path, parsed, expected, now)
 }
 
@@ -268,14 +281,44 @@ pub(crate) fn load_all(
     expected: Expected<'_>,
     now: Timestamp,
 ) -> Result<Vec<LoadedFact>> {
+    // Each entry of `facts/` (a shard directory, or a misplaced file) is listed and loaded
+    // independently, possibly on two threads; the results are then taken in path order, so
+    // errors and duplicates resolve exactly as in a sequential read.
+    let entries = crate::fsutil::sorted_entries(facts_dir)?;
+    let per_entry = crate::par::map_in_order(&entries, |entry| {
+        let mut files = Vec::new();
+        crate::fsutil::markdown_files_of(entry, &mut files)?;
+        let mut buf = Vec::new();
+        let loaded: Vec<(PathBuf, Result<LoadedFact>)> = files
+            .into_iter()
+            .map(|path| {
+                let l = load_file_with(&path, expected, now, &mut buf);
+                (path, l)
+            })
+            .collect();
+        Ok(loaded)
+    });
+    // Every file is listed before any is read, as in the reference: a listing error comes first.
+    let mut all = Vec::new();
+    for listed in per_entry {
+        let listed: Result<Vec<(PathBuf, Result<LoadedFact>)>> = listed;
+        all.extend(listed?);
+    }
     let mut by_id: std::collections::BTreeMap<String, (bool, LoadedFact)> =
         std::collections::BTreeMap::new();
-    for path in crate::fsutil::markdown_files(facts_dir)? {
-        let loaded = load_file(&path, expected, now)?;
-        let canonical = facts_dir
-            .join(loaded.fact.id.shard())
-            .join(format!("{}.md", loaded.fact.id))
-            == path;
+    for (path, loaded) in all {
+        let loaded = loaded?;
+        // `validate` checked that the file stem is the id, so the file is canonical when it
+        // sits directly in `facts_dir/<shard>/`.
+        let canonical = path.parent().is_some_and(|shard_dir| {
+            shard_dir.parent() == Some(facts_dir)
+                && shard_dir
+                    .file_name()
+                    .is_some_and(|n| n.to_str() == Some(loaded.fact.id.shard().as_str()))
+        }) && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.strip_suffix(".md") == Some(loaded.fact.id.as_str()));
         if !canonical {
             tracing::warn!(path = %path.display(), "fact file outside its shard directory");
         }

@@ -889,8 +889,6 @@ impl Inner {
     /// memory directories).
     fn collect_all_for_index(&self) -> (Vec<(Scope, Fact)>, usize) {
         let now = self.now();
-        let mut records = Vec::new();
-        let mut failed = 0;
         let mut roots: Vec<(Option<String>, PathBuf)> = vec![(None, self.layout.root.clone())];
         if let Ok(users) = crate::fsutil::sorted_entries(&self.layout.root.join("users")) {
             for u in users {
@@ -899,6 +897,9 @@ impl Inner {
                 }
             }
         }
+        // Every agent directory, then each one listed and read independently (possibly on
+        // two threads), merged in order.
+        let mut agent_dirs: Vec<(Option<String>, String, PathBuf)> = Vec::new();
         for (bucket, dir) in roots {
             let Ok(agents) = crate::fsutil::sorted_entries(&dir.join("agents")) else {
                 continue;
@@ -908,22 +909,39 @@ impl Inner {
                     continue;
                 }
                 let name = a.file_name().to_string_lossy().into_owned();
-                let files = match crate::fsutil::markdown_files(&a.path().join("facts")) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot list facts for the index");
-                        failed += 1;
-                        continue;
-                    }
-                };
-                for file in files {
-                    match index_record(&file, bucket.as_deref(), &name, now) {
-                        Ok(r) => records.push(r),
-                        Err(e) => {
-                            failed += 1;
-                            tracing::warn!(path = %file.display(), error = %e, "fact not indexed");
+                agent_dirs.push((bucket.clone(), name, a.path().join("facts")));
+            }
+        }
+        let per_agent = crate::par::map_in_order(&agent_dirs, |(bucket, name, facts)| {
+            let files = crate::fsutil::markdown_files(facts)?;
+            let mut buf = Vec::new();
+            Ok(files
+                .into_iter()
+                .map(|file| {
+                    let r = index_record(&file, bucket.as_deref(), name, now, &mut buf);
+                    (file, r)
+                })
+                .collect::<Vec<_>>())
+        });
+        let mut records = Vec::new();
+        let mut failed = 0;
+        for listed in per_agent {
+            let listed: Result<Vec<IndexedFile>> = listed;
+            match listed {
+                Ok(files) => {
+                    for (file, r) in files {
+                        match r {
+                            Ok(r) => records.push(r),
+                            Err(e) => {
+                                failed += 1;
+                                tracing::warn!(path = %file.display(), error = %e, "fact not indexed");
+                            }
                         }
                     }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list facts for the index");
+                    failed += 1;
                 }
             }
         }
@@ -975,6 +993,9 @@ impl Inner {
     }
 }
 
+/// One listed fact file and its index record (or why it could not be indexed).
+type IndexedFile = (PathBuf, Result<(Scope, Fact)>);
+
 /// Parses and validates one file for the full index rebuild: the owner is checked through the
 /// bucket (original ids such as e-mail addresses are accepted).
 fn index_record(
@@ -982,12 +1003,13 @@ fn index_record(
     bucket: Option<&str>,
     agent_dir: &str,
     now: Timestamp,
+    buf: &mut Vec<u8>,
 ) -> Result<(Scope, Fact)> {
-    let bytes = std::fs::read(path).map_err(|e| Error::FactParse {
+    crate::fsutil::read_into(path, buf).map_err(|e| Error::FactParse {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let parsed = markdown::parse(path, &bytes)?;
+    let parsed = markdown::parse(path, buf)?;
     let user = match (&parsed.user_id, bucket) {
         (Value::Null, None) => None,
         (Value::String(s), Some(b)) => {

@@ -42,6 +42,7 @@
 //! [`MAX_ALIAS_NODES`] nodes (no "billion laughs"). Deliberate differences from PyYAML are
 //! listed in `docs/compat.md` (section "YAML front matter").
 
+mod fast;
 mod read;
 mod resolve;
 mod write;
@@ -99,7 +100,28 @@ pub struct FrontMatter {
 /// An empty document, `null` or any other value Python treats as false (`false`, `0`, `''`,
 /// `[]`) is an empty mapping; any other non-mapping top level is an error
 /// ("front matter is not a mapping").
+///
+/// Front matter in the plain block layout the writers produce is read by a fast path (see
+/// [`parse_front_matter_fast`]); anything else goes through the full reader.
 pub fn parse_front_matter(text: &str) -> Result<FrontMatter, YamlError> {
+    match fast::parse(text) {
+        Some(fm) => Ok(fm),
+        None => read::parse(text),
+    }
+}
+
+/// The fast path alone: `Some` only for the plain block layout PyYAML's `safe_dump` and
+/// [`render_mapping`] produce (a block mapping of one-line plain, single- or double-quoted
+/// scalars, `[]`/`{}`, block sequences of those, one nested mapping level), `None` for anything
+/// it does not fully understand, errors included. Whenever it returns `Some`, the value equals
+/// [`parse_front_matter_full`]'s. Public for the agreement tests and benchmarks.
+pub fn parse_front_matter_fast(text: &str) -> Option<FrontMatter> {
+    fast::parse(text)
+}
+
+/// The full reader alone (yaml-rust2's parser typed by the YAML 1.1 resolver), which
+/// [`parse_front_matter`] falls back to. Public for the agreement tests and benchmarks.
+pub fn parse_front_matter_full(text: &str) -> Result<FrontMatter, YamlError> {
     read::parse(text)
 }
 

@@ -18,7 +18,7 @@ const CORE: &str = "tag:yaml.org,2002:";
 
 /// What a leaf stood for in Python when JSON has no equivalent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Special {
+pub(super) enum Special {
     /// An ordinary JSON value.
     None,
     /// A `date`/`datetime` in Python; kept as its original text.
@@ -404,34 +404,79 @@ fn number_node(v: f64) -> Node {
     }
 }
 
-fn int_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+fn int_node(value: &str) -> Result<Node, String> {
     match construct_int(value) {
         Ok(IntValue::Signed(i)) => Ok(Node::Leaf(Value::Number(i.into()), Special::None)),
         Ok(IntValue::Unsigned(u)) => Ok(Node::Leaf(Value::Number(u.into()), Special::None)),
-        Err(IntError::Invalid) => Err(err_at(format!("invalid integer {value:?}"), mark)),
-        Err(IntError::OutOfRange) => Err(err_at(
-            format!("integer {value:?} is outside the 64-bit range this reader supports"),
-            mark,
+        Err(IntError::Invalid) => Err(format!("invalid integer {value:?}")),
+        Err(IntError::OutOfRange) => Err(format!(
+            "integer {value:?} is outside the 64-bit range this reader supports"
         )),
     }
 }
 
-fn float_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+fn float_node(value: &str) -> Result<Node, String> {
     construct_float(value)
         .map(number_node)
-        .ok_or_else(|| err_at(format!("invalid float {value:?}"), mark))
+        .ok_or_else(|| format!("invalid float {value:?}"))
 }
 
-fn timestamp_node(value: String, mark: &Marker) -> Result<Node, YamlError> {
-    check_timestamp(&value)
-        .map_err(|why| err_at(format!("invalid timestamp {value:?}: {why}"), mark))?;
+fn timestamp_node(value: String) -> Result<Node, String> {
+    check_timestamp(&value).map_err(|why| format!("invalid timestamp {value:?}: {why}"))?;
     Ok(Node::Leaf(Value::String(value), Special::Timestamp))
 }
 
-fn bool_node(value: &str, mark: &Marker) -> Result<Node, YamlError> {
+fn bool_node(value: &str) -> Result<Node, String> {
     construct_bool(value)
         .map(|b| Node::Leaf(Value::Bool(b), Special::None))
-        .ok_or_else(|| err_at(format!("invalid boolean {value:?}"), mark))
+        .ok_or_else(|| format!("invalid boolean {value:?}"))
+}
+
+/// Types an untagged PLAIN scalar with PyYAML's implicit resolver (shared by the full reader
+/// and the fast path, so both give the same value): the value and what it stood for in Python,
+/// or the error message.
+pub(super) fn plain_scalar(value: String, is_key: bool) -> Result<(Value, Special), String> {
+    if value.contains('\t') {
+        // PyYAML's scanner ends a plain scalar at a tab and then cannot start a token there.
+        return Err(
+            "found character '\\t' that cannot start any token (tabs are not allowed in plain scalars)"
+                .to_owned(),
+        );
+    }
+    resolve_untagged(value, is_key)
+}
+
+/// Types a scalar by the implicit resolver (an untagged plain scalar after the tab check, or
+/// any scalar with the non-specific tag `!`).
+fn resolve_untagged(value: String, is_key: bool) -> Result<(Value, Special), String> {
+    let node = match resolve_plain(&value) {
+        Implicit::Str => Node::Leaf(Value::String(value), Special::None),
+        Implicit::Null => Node::Leaf(Value::Null, Special::None),
+        Implicit::Bool => bool_node(&value)?,
+        Implicit::Int => int_node(&value)?,
+        Implicit::Float => float_node(&value)?,
+        Implicit::Timestamp => timestamp_node(value)?,
+        Implicit::Merge => {
+            return Err(
+                "merge keys (`<<`) are not supported; quote the text if it is meant as a string"
+                    .to_owned(),
+            );
+        }
+        // As a mapping key PyYAML turns the value key `=` into the string "=".
+        Implicit::Value if is_key => Node::Leaf(Value::String(value), Special::None),
+        Implicit::Value | Implicit::Yaml => {
+            return Err(format!(
+                "plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"
+            ));
+        }
+    };
+    match node {
+        Node::Leaf(v, special) => Ok((v, special)),
+        // The constructors above only build leaves.
+        Node::Seq(_) | Node::Map(_) => {
+            Err("internal error: a plain scalar built a collection".to_owned())
+        }
+    }
 }
 
 /// Types one scalar: plain scalars by the implicit resolver, quoted ones as strings, tags honoured.
@@ -442,6 +487,7 @@ fn scalar(
     is_key: bool,
     mark: &Marker,
 ) -> Result<Node, YamlError> {
+    let at = |message: String| err_at(message, mark);
     // PyYAML resolves a scalar with the non-specific tag `!` like an untagged plain one.
     let non_specific = tag.is_some_and(|t| format!("{}{}", t.handle, t.suffix) == "!");
     if let (Some(tag), false) = (tag, non_specific) {
@@ -449,10 +495,10 @@ fn scalar(
         return match full.strip_prefix(CORE) {
             Some("str") => Ok(Node::Leaf(Value::String(value), Special::None)),
             Some("null") => Ok(Node::Leaf(Value::Null, Special::None)),
-            Some("bool") => bool_node(&value, mark),
-            Some("int") => int_node(&value, mark),
-            Some("float") => float_node(&value, mark),
-            Some("timestamp") => timestamp_node(value, mark),
+            Some("bool") => bool_node(&value).map_err(at),
+            Some("int") => int_node(&value).map_err(at),
+            Some("float") => float_node(&value).map_err(at),
+            Some("timestamp") => timestamp_node(value).map_err(at),
             _ => Err(err_at(
                 format!("unsupported tag {full:?} on a scalar"),
                 mark,
@@ -462,31 +508,14 @@ fn scalar(
     if style != TScalarStyle::Plain && !non_specific {
         return Ok(Node::Leaf(Value::String(value), Special::None));
     }
-    if style == TScalarStyle::Plain && value.contains('\t') {
-        // PyYAML's scanner ends a plain scalar at a tab and then cannot start a token there.
-        return Err(err_at(
-            "found character '\\t' that cannot start any token (tabs are not allowed in plain scalars)",
-            mark,
-        ));
+    if style != TScalarStyle::Plain {
+        // A quoted scalar with the non-specific tag: resolved like a plain one, tabs included.
+        return match resolve_untagged(value, is_key) {
+            Ok((v, special)) => Ok(Node::Leaf(v, special)),
+            Err(message) => Err(at(message)),
+        };
     }
-    match resolve_plain(&value) {
-        Implicit::Str => Ok(Node::Leaf(Value::String(value), Special::None)),
-        Implicit::Null => Ok(Node::Leaf(Value::Null, Special::None)),
-        Implicit::Bool => bool_node(&value, mark),
-        Implicit::Int => int_node(&value, mark),
-        Implicit::Float => float_node(&value, mark),
-        Implicit::Timestamp => timestamp_node(value, mark),
-        Implicit::Merge => Err(err_at(
-            "merge keys (`<<`) are not supported; quote the text if it is meant as a string",
-            mark,
-        )),
-        // As a mapping key PyYAML turns the value key `=` into the string "=".
-        Implicit::Value if is_key => Ok(Node::Leaf(Value::String(value), Special::None)),
-        Implicit::Value | Implicit::Yaml => Err(err_at(
-            format!(
-                "plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"
-            ),
-            mark,
-        )),
-    }
+    plain_scalar(value, is_key)
+        .map(|(v, special)| Node::Leaf(v, special))
+        .map_err(at)
 }
