@@ -1196,6 +1196,6 @@ fn moving_kept_facts_falls_back_to_the_copies_on_duplicate_or_unknown_ids() {
     assert_eq!(moved, vec![a2.clone(), b.clone()]);
     // A kept id that is not there: the copies.
     let c = f("fact_c", "Four", 0.6);
-    let moved = move_in_kept_order(vec![a.clone()], &[c.clone()]);
+    let moved = move_in_kept_order(vec![a.clone()], std::slice::from_ref(&c));
     assert_eq!(moved, vec![c]);
 }
