@@ -713,7 +713,8 @@ impl<'a> Builder<'a> {
                 }
             }
             self.report.evicted.extend(evicted);
-            self.doc.facts = d.decision.kept.clone().into();
+            let all = std::mem::take(&mut self.doc.facts).into_vec();
+            self.doc.facts = move_in_kept_order(all, &d.decision.kept).into();
             self.capacity.push(d);
         }
     }
@@ -949,23 +950,53 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        let removed: Vec<String> = self
-            .doc
-            .facts
-            .iter()
-            .filter(|f| uploads::mentions_upload_event(&f.content))
-            .map(|f| f.id.as_str().to_owned())
-            .collect();
+        // One regex pass per fact.
+        let mut removed: Vec<String> = Vec::new();
+        self.doc.facts.retain(|f| {
+            let mentions = uploads::mentions_upload_event(&f.content);
+            if mentions {
+                removed.push(f.id.as_str().to_owned());
+            }
+            !mentions
+        });
         if !removed.is_empty() {
-            self.doc
-                .facts
-                .retain(|f| !uploads::mentions_upload_event(&f.content));
             for id in &removed {
                 self.drafts.remove(id);
             }
             self.report.upload_removed.extend(removed);
         }
     }
+}
+
+/// The facts of `all` in the order of `kept`, the copies the capacity policy kept of some of
+/// them: each kept fact is the one of `all` with its id, moved rather than cloned a second
+/// time. When an id occurs more than once in `all` (or a kept id is not found), the copies are
+/// cloned instead, so which of several same-id facts is kept stays the policy's choice.
+fn move_in_kept_order(all: Vec<Fact>, kept: &[Fact]) -> Vec<Fact> {
+    let order: Option<Vec<usize>> = {
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(all.len());
+        let mut unique = true;
+        for (i, f) in all.iter().enumerate() {
+            unique &= index.insert(f.id.as_str(), i).is_none();
+        }
+        if unique {
+            kept.iter()
+                .map(|k| index.get(k.id.as_str()).copied())
+                .collect()
+        } else {
+            None
+        }
+    };
+    let Some(order) = order else {
+        return kept.to_vec();
+    };
+    let mut slots: Vec<Option<Fact>> = all.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(kept.len());
+    for (i, k) in order.into_iter().zip(kept) {
+        // Ids are unique, so a slot is taken at most once; the fallback keeps this total.
+        out.push(slots[i].take().unwrap_or_else(|| k.clone()));
+    }
+    out
 }
 
 /// The reference's source-confidence coercion for a stored (always numeric) confidence.

@@ -1157,3 +1157,45 @@ fn changed_facts_carry_their_stored_revision() {
     );
     assert!(cs.summaries.is_none());
 }
+
+#[test]
+fn capacity_keeps_the_policy_order_and_the_facts_it_kept() {
+    let mut fx = Fx::new();
+    fx.cfg.max_facts = 3;
+    let d = doc(vec![
+        f("fact_a", "Uses Python", 0.7),
+        f("fact_b", "Old tool", 0.5),
+        f("fact_c", "Likes tea", 0.95),
+        f("fact_d", "Writes Rust", 0.8),
+    ]);
+    let u = update(json!({"newFacts": [labelled("Uses uv", 0.9)]}));
+    let out = fx.run(&d, &u);
+    let kept = &out.capacity[0].decision.kept;
+    // The document holds exactly the facts the policy kept, in its ranked order.
+    assert_eq!(&out.document.facts, kept);
+    assert_eq!(
+        contents(&out.document),
+        vec!["Likes tea", "Uses uv", "Writes Rust"]
+    );
+    assert_eq!(out.report.evicted, vec!["fact_b", "fact_a"]);
+}
+
+#[test]
+fn moving_kept_facts_falls_back_to_the_copies_on_duplicate_or_unknown_ids() {
+    let a = f("fact_a", "One", 0.9);
+    let a2 = f("fact_a", "Two", 0.8);
+    let b = f("fact_b", "Three", 0.7);
+    // Unique ids: the originals, in the kept order.
+    let moved = move_in_kept_order(vec![a.clone(), b.clone()], &[b.clone(), a.clone()]);
+    assert_eq!(moved, vec![b.clone(), a.clone()]);
+    // A duplicated id: the kept copies, whichever of the same-id facts they are.
+    let moved = move_in_kept_order(
+        vec![a.clone(), a2.clone(), b.clone()],
+        &[a2.clone(), b.clone()],
+    );
+    assert_eq!(moved, vec![a2.clone(), b.clone()]);
+    // A kept id that is not there: the copies.
+    let c = f("fact_c", "Four", 0.6);
+    let moved = move_in_kept_order(vec![a.clone()], std::slice::from_ref(&c));
+    assert_eq!(moved, vec![c]);
+}

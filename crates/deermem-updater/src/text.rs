@@ -45,6 +45,10 @@ pub fn content_key(content: &str) -> Option<String> {
     let s = py::strip(content);
     if s.is_empty() {
         None
+    } else if s.is_ascii() {
+        // Python's `casefold` maps only `A`-`Z` within ASCII (to `a`-`z`), so the per-character
+        // Unicode fold table is not needed for the common all-ASCII text.
+        Some(s.to_ascii_lowercase())
     } else {
         Some(py::casefold(s))
     }
@@ -339,6 +343,40 @@ mod tests {
         );
         for bad in ["{x!r}", "{x:>4}", "{0}", "{", "}", "{x.y}", "{}"] {
             assert!(format_template(bad, &vars).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn content_key_ascii_fast_path_matches_the_unicode_casefold() {
+        for s in [
+            "  User Prefers GO for new Services \n",
+            "ABC xyz 0123 !@#[]{}~ \t",
+            "MiXeD\tCase\u{7f}",
+            "Straße",
+            "ΣΊΣΥΦΟΣ",
+            "Kelvin \u{212a} and long \u{17f}",
+            "用户 likes Tea",
+        ] {
+            let stripped = py::strip(s);
+            assert_eq!(content_key(s), Some(py::casefold(stripped)), "{s:?}");
+        }
+        assert_eq!(content_key(" \t\n"), None);
+        assert_eq!(content_key("Straße").as_deref(), Some("strasse"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn content_key_is_strip_then_casefold(s in "\\PC{0,40}") {
+            let stripped = py::strip(&s);
+            let expected = (!stripped.is_empty()).then(|| py::casefold(stripped));
+            proptest::prop_assert_eq!(content_key(&s), expected);
+        }
+
+        #[test]
+        fn ascii_content_key_is_strip_then_casefold(s in "[ -~\\t\\n\\r\\x0b\\x0c]{0,40}") {
+            let stripped = py::strip(&s);
+            let expected = (!stripped.is_empty()).then(|| py::casefold(stripped));
+            proptest::prop_assert_eq!(content_key(&s), expected);
         }
     }
 }
