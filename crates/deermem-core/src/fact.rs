@@ -684,32 +684,40 @@ impl Fact {
         }
     }
 
-    fn ordered_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = Vec::with_capacity(self.key_order.len() + 4);
+    /// Whether [`Self::typed_value`] has a value for `key`, without building it.
+    fn has_typed(&self, key: &str) -> bool {
+        match key {
+            "id" | "content" | "title" | "createdAt" | "updatedAt" | "source" | "schemaVersion"
+            | "status" | "topics" | "consolidatedFrom" | "revision" | "scope" => true,
+            "category" => self.category.is_some(),
+            "confidence" => self.confidence.is_finite(),
+            "lastConfirmedAt" => self.last_confirmed_at.is_some(),
+            "confirmationCount" => self.confirmation_count.is_some(),
+            _ => false,
+        }
+    }
+
+    fn ordered_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = Vec::with_capacity(self.key_order.len() + 4);
         let known = |k: &str| {
-            k == "user_id"
-                || k == "agent_name"
-                || self.extra.contains_key(k)
-                || self.typed_value(k).is_some()
+            k == "user_id" || k == "agent_name" || self.extra.contains_key(k) || self.has_typed(k)
         };
         for k in self.key_order.iter() {
-            if known(k) && !keys.contains(k) {
-                keys.push(k.clone());
+            if known(k) && !keys.contains(&k.as_str()) {
+                keys.push(k);
             }
         }
         for k in APPENDED_KEY_ORDER
             .iter()
             .chain(["revision", "consolidatedAt"].iter())
         {
-            let k = (*k).to_owned();
-            if !keys.contains(&k) && (self.typed_value(&k).is_some() || self.extra.contains_key(&k))
-            {
+            if !keys.contains(k) && (self.has_typed(k) || self.extra.contains_key(*k)) {
                 keys.push(k);
             }
         }
         for k in self.extra.keys() {
-            if !keys.contains(k) {
-                keys.push(k.clone());
+            if !keys.contains(&k.as_str()) {
+                keys.push(k);
             }
         }
         keys
@@ -723,8 +731,8 @@ impl Fact {
             if k == "user_id" || k == "agent_name" {
                 continue;
             }
-            if let Some(v) = self.typed_value(&k).or_else(|| self.extra.get(&k).cloned()) {
-                out.insert(k, v);
+            if let Some(v) = self.typed_value(k).or_else(|| self.extra.get(k).cloned()) {
+                out.insert(k.to_owned(), v);
             }
         }
         for k in ["title", "content", "scope"] {
@@ -753,17 +761,17 @@ impl Fact {
             .clone()
             .map_or(Value::Null, Value::String);
         for k in self.ordered_keys() {
-            match k.as_str() {
+            match k {
                 "content" | "title" | "scope" => {}
                 "user_id" => {
-                    out.insert(k, user.clone());
+                    out.insert(k.to_owned(), user.clone());
                 }
                 "agent_name" => {
-                    out.insert(k, agent.clone());
+                    out.insert(k.to_owned(), agent.clone());
                 }
                 _ => {
-                    if let Some(v) = self.typed_value(&k).or_else(|| self.extra.get(&k).cloned()) {
-                        out.insert(k, v);
+                    if let Some(v) = self.typed_value(k).or_else(|| self.extra.get(k).cloned()) {
+                        out.insert(k.to_owned(), v);
                     }
                 }
             }
@@ -1002,6 +1010,48 @@ mod tests {
 
     fn keys(m: &Map<String, Value>) -> Vec<&str> {
         m.keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn key_presence_check_agrees_with_the_values_it_stands_for() {
+        let bare = norm(json!({"content": "x"}), None).unwrap();
+        let full = norm(
+            json!({"content": "x", "category": "goal", "confidence": 0.5, "topics": ["a"],
+                   "lastConfirmedAt": null, "confirmationCount": 3, "extra_key": 1}),
+            None,
+        )
+        .unwrap();
+        let mut odd = full.clone();
+        odd.confidence = f64::NAN;
+        odd.category = None;
+        odd.last_confirmed_at = None;
+        odd.confirmation_count = None;
+        for f in [&bare, &full, &odd] {
+            for k in [
+                "id",
+                "content",
+                "title",
+                "category",
+                "confidence",
+                "createdAt",
+                "updatedAt",
+                "source",
+                "schemaVersion",
+                "status",
+                "topics",
+                "consolidatedFrom",
+                "lastConfirmedAt",
+                "confirmationCount",
+                "revision",
+                "scope",
+                "user_id",
+                "agent_name",
+                "extra_key",
+                "nope",
+            ] {
+                assert_eq!(f.has_typed(k), f.typed_value(k).is_some(), "{k} of {f:?}");
+            }
+        }
     }
 
     #[test]
