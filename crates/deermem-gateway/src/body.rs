@@ -386,16 +386,21 @@ mod tests {
             id: format!("fact_{i:08x}"),
             content: content.to_owned(),
             category: "preference".into(),
-            category_extension: (i % 3 == 0).then(|| "hobby \"x\"".to_owned()),
-            topics: (i % 2 == 0).then(|| vec!["tools".to_owned(), "é\u{1}".to_owned()]),
+            category_extension: (i.is_multiple_of(3)).then(|| "hobby \"x\"".to_owned()),
+            topics: (i.is_multiple_of(2)).then(|| vec!["tools".to_owned(), "é\u{1}".to_owned()]),
             confidence: [0.5, 0.9, 1.0, 0.0, 0.123_456_789, 1e-7][i % 6],
             created_at: "2026-01-02T03:04:05.678901Z".into(),
-            source: if i % 4 == 0 { "thread-1" } else { "unknown" }.into(),
-            source_error: (i % 5 == 0).then(|| "was\twrong\n".to_owned()),
-            schema_version: (i % 7 != 0).then_some(2),
+            source: if i.is_multiple_of(4) {
+                "thread-1"
+            } else {
+                "unknown"
+            }
+            .into(),
+            source_error: (i.is_multiple_of(5)).then(|| "was\twrong\n".to_owned()),
+            schema_version: (!i.is_multiple_of(7)).then_some(2),
             status: (i % 7 != 1).then(|| "active".to_owned()),
             scope: (i % 7 != 2).then(|| FactScope {
-                user_id: (i % 2 == 0).then(|| "alice".to_owned()),
+                user_id: (i.is_multiple_of(2)).then(|| "alice".to_owned()),
                 agent_name: Some("__default__".to_owned()),
             }),
             revision: (i % 7 != 3).then_some(u64::MAX - i as u64),
