@@ -9,11 +9,18 @@ use tokio::net::TcpStream;
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 
+/// Bytes asked of each `read`: a whole ~40 KB document usually arrives in one or two reads.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// One keep-alive connection.
 #[derive(Debug)]
 pub struct Connection {
     stream: TcpStream,
+    /// Received bytes; those before `pos` are consumed.
     buf: Vec<u8>,
+    pos: usize,
+    /// The request being sent (reused between requests).
+    req: Vec<u8>,
 }
 
 /// A response: status and body.
@@ -41,35 +48,62 @@ impl Connection {
         stream.set_nodelay(true)?;
         Ok(Self {
             stream,
-            buf: Vec::with_capacity(16 * 1024),
+            buf: Vec::with_capacity(READ_CHUNK),
+            pos: 0,
+            req: Vec::with_capacity(256),
         })
     }
 
+    /// The received, not yet consumed bytes.
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// Reads once from the socket straight into the buffer (no intermediate copy).
     async fn fill(&mut self) -> Result<()> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > 0 && self.buf.capacity() - self.buf.len() < READ_CHUNK / 2 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.reserve(READ_CHUNK);
+        let n = self.stream.read_buf(&mut self.buf).await?;
         if n == 0 {
             bail!("connection closed by the server");
         }
-        self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
     }
 
-    async fn take(&mut self, n: usize) -> Result<Vec<u8>> {
-        while self.buf.len() < n {
+    /// Waits until `n` bytes are pending.
+    async fn want(&mut self, n: usize) -> Result<()> {
+        while self.pending().len() < n {
             self.fill().await?;
         }
-        let rest = self.buf.split_off(n);
-        Ok(std::mem::replace(&mut self.buf, rest))
+        Ok(())
+    }
+
+    /// Consumes `n` pending bytes.
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+
+    async fn take(&mut self, n: usize) -> Result<Vec<u8>> {
+        self.want(n).await?;
+        let out = self.pending()[..n].to_vec();
+        self.consume(n);
+        Ok(out)
     }
 
     async fn line(&mut self) -> Result<String> {
         loop {
-            if let Some(i) = find(&self.buf, b"\r\n") {
-                let line = self.take(i + 2).await?;
-                return Ok(String::from_utf8_lossy(&line[..i]).into_owned());
+            if let Some(i) = find(self.pending(), b"\r\n") {
+                let line = String::from_utf8_lossy(&self.pending()[..i]).into_owned();
+                self.consume(i + 2);
+                return Ok(line);
             }
-            if self.buf.len() > MAX_HEAD {
+            if self.pending().len() > MAX_HEAD {
                 bail!("line too long");
             }
             self.fill().await?;
@@ -81,19 +115,28 @@ impl Connection {
     /// # Errors
     /// I/O failures or a malformed response.
     pub async fn get(&mut self, path: &str, headers: &str) -> Result<Response> {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n");
-        self.stream.write_all(req.as_bytes()).await?;
+        self.req.clear();
+        for part in [
+            "GET ",
+            path,
+            " HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+            headers,
+            "\r\n",
+        ] {
+            self.req.extend_from_slice(part.as_bytes());
+        }
+        self.stream.write_all(&self.req).await?;
         let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+            if let Some(i) = find(self.pending(), b"\r\n\r\n") {
                 break i;
             }
-            if self.buf.len() > MAX_HEAD {
+            if self.pending().len() > MAX_HEAD {
                 bail!("response head too large");
             }
             self.fill().await?;
         };
-        let head = self.take(head_end + 4).await?;
-        let head = String::from_utf8_lossy(&head[..head_end]).into_owned();
+        let head = String::from_utf8_lossy(&self.pending()[..head_end]).into_owned();
+        self.consume(head_end + 4);
         let mut lines = head.split("\r\n");
         let status_line = lines.next().unwrap_or_default();
         let status: u16 = status_line

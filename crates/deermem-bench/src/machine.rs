@@ -14,6 +14,28 @@ pub fn peak_rss_kb() -> Option<u64> {
     parse_status_kb(&status, "VmHWM:")
 }
 
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`, in the
+/// kernel's fixed `USER_HZ` ticks of 10 ms.
+pub fn process_cpu_time() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_stat_cpu(&stat)
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line (fields 14 and 15; the command name in
+/// parentheses may hold spaces, so fields are counted after its closing parenthesis).
+fn parse_stat_cpu(stat: &str) -> Option<std::time::Duration> {
+    /// `USER_HZ`: the unit of the tick counts the kernel exports, 100 on Linux.
+    const TICKS_PER_SEC: u64 = 100;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    // After the command: state (3) ... utime (14), stime (15).
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(
+        (utime + stime) * 1000 / TICKS_PER_SEC,
+    ))
+}
+
 fn parse_status_kb(status: &str, key: &str) -> Option<u64> {
     status
         .lines()
@@ -91,6 +113,17 @@ mod tests {
         let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t  1234 kB\n";
         assert_eq!(parse_status_kb(status, "VmHWM:"), Some(1234));
         assert_eq!(parse_status_kb(status, "VmRSS:"), None);
+    }
+
+    #[test]
+    fn stat_cpu_times_are_summed() {
+        let stat = "42 (a (weird) name) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
+        assert_eq!(
+            parse_stat_cpu(stat),
+            Some(std::time::Duration::from_millis(3000))
+        );
+        assert_eq!(parse_stat_cpu("42 (x) S 1"), None);
+        assert!(process_cpu_time().is_some());
     }
 
     #[test]

@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+mod body;
 pub mod config;
 pub mod error;
 mod extract;

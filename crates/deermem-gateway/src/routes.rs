@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
+use crate::body::{self, JsonDocument};
 use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
@@ -55,8 +56,10 @@ fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
     MemoryScope::new(Some(caller.user.clone()), agent)
 }
 
-fn document(doc: PublicMemoryDocument) -> Json<PublicMemoryDocument> {
-    Json(doc.for_http())
+/// The document in its HTTP shape (manager-level fact fields dropped), serialised once into
+/// a pre-sized buffer.
+fn document(doc: PublicMemoryDocument) -> JsonDocument {
+    JsonDocument(doc)
 }
 
 /// `GET /api/memory`.
@@ -64,7 +67,7 @@ pub(crate) async fn get_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     read_document(&state, &caller, &q, Operation::GetMemory).await
 }
 
@@ -73,7 +76,7 @@ pub(crate) async fn export_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     read_document(&state, &caller, &q, Operation::ExportMemory).await
 }
 
@@ -82,7 +85,7 @@ async fn read_document(
     caller: &Caller,
     q: &QueryParams,
     op: Operation,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let scope = scope(caller, q.agent()?);
     let m = manager(state);
     let doc = run(state, op, async move { m.get_memory(scope).await }).await?;
@@ -95,7 +98,7 @@ pub(crate) async fn reload_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let doc = run(&state, Operation::ReloadMemory, async move {
@@ -114,7 +117,7 @@ pub(crate) async fn clear_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let doc = run(&state, Operation::ClearMemory, async move {
@@ -131,7 +134,7 @@ pub(crate) async fn create_fact(
     caller: Caller,
     q: QueryParams,
     JsonBody(body): JsonBody,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let input = schema::fact_create(&body)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
@@ -163,7 +166,7 @@ pub(crate) async fn update_fact(
     q: QueryParams,
     path: Result<Path<String>, PathRejection>,
     JsonBody(body): JsonBody,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let fact_id = path_fact_id(path)?;
     let input = schema::fact_patch(&body)?;
     let scope = scope(&caller, q.agent()?);
@@ -187,7 +190,7 @@ pub(crate) async fn delete_fact(
     caller: Caller,
     q: QueryParams,
     path: Result<Path<String>, PathRejection>,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let fact_id = path_fact_id(path)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
@@ -204,7 +207,7 @@ pub(crate) async fn import_memory(
     caller: Caller,
     q: QueryParams,
     JsonBody(body): JsonBody,
-) -> Result<Json<PublicMemoryDocument>> {
+) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -55,6 +56,13 @@ where
         "deermem gateway listening"
     );
     let draining = state.clone();
+    // Responses go out as soon as they are written: with Nagle's algorithm a response split
+    // over several segments can wait for the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -65,6 +65,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         conns.push(c);
     }
     let started = Instant::now();
+    let cpu_before = crate::machine::process_cpu_time();
     let mut set = tokio::task::JoinSet::new();
     let mut remaining = total;
     for mut c in conns {
@@ -88,6 +89,14 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         }
     }
     let elapsed = started.elapsed();
+    // Server and clients share this process: its CPU time over the measured phase, per
+    // request, is the cost the throughput figure hides on a shared machine.
+    let cpu_us_per_request = match (cpu_before, crate::machine::process_cpu_time()) {
+        (Some(a), Some(b)) => serde_json::json!(
+            ((b.saturating_sub(a).as_secs_f64() * 1e6 / total.max(1) as f64) * 10.0).round() / 10.0
+        ),
+        _ => serde_json::Value::Null,
+    };
     let _ = stop_tx.send(());
     match tokio::time::timeout(Duration::from_secs(30), server).await {
         Ok(Ok(Ok(()))) => {}
@@ -99,5 +108,6 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let mut r = rec.finish(total, Duration::ZERO);
     r.elapsed = elapsed;
     Ok(r.with("clients", clients.into())
-        .with("response_bytes", first.body.len().into()))
+        .with("response_bytes", first.body.len().into())
+        .with("cpu_us_per_request", cpu_us_per_request))
 }
