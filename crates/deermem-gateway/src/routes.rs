@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
-use crate::body::{self, JsonDocument};
+use crate::body::JsonDocument;
 use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
