@@ -115,15 +115,46 @@ impl Connection {
     /// # Errors
     /// I/O failures or a malformed response.
     pub async fn get(&mut self, path: &str, headers: &str) -> Result<Response> {
+        self.send("GET", path, headers, None).await
+    }
+
+    /// Sends `POST path` with a JSON body and reads the whole response.
+    ///
+    /// # Errors
+    /// I/O failures or a malformed response.
+    pub async fn post_json(&mut self, path: &str, headers: &str, body: &[u8]) -> Result<Response> {
+        self.send("POST", path, headers, Some(body)).await
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Response> {
         self.req.clear();
         for part in [
-            "GET ",
+            method,
+            " ",
             path,
             " HTTP/1.1\r\nHost: 127.0.0.1\r\n",
             headers,
-            "\r\n",
         ] {
             self.req.extend_from_slice(part.as_bytes());
+        }
+        if let Some(body) = body {
+            self.req.extend_from_slice(
+                format!(
+                    "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        self.req.extend_from_slice(b"\r\n");
+        if let Some(body) = body {
+            self.req.extend_from_slice(body);
         }
         self.stream.write_all(&self.req).await?;
         let head_end = loop {
@@ -215,5 +246,35 @@ mod tests {
         let r = c.get("/b", "X-Test: 1\r\n").await.unwrap();
         assert_eq!((r.status, r.body.as_slice()), (404, b"abcde".as_slice()));
         server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn posts_a_json_body_with_its_length() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.ends_with(b"{\"a\":1}") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the body arrived");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8(seen).unwrap()
+        });
+        let mut c = Connection::connect(addr).await.unwrap();
+        let r = c.post_json("/p", "", br#"{"a":1}"#).await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (201, b"ok".as_slice()));
+        let sent = server.await.unwrap();
+        assert!(sent.starts_with("POST /p HTTP/1.1\r\n"), "{sent}");
+        assert!(sent.contains("Content-Length: 7\r\n"), "{sent}");
+        assert!(
+            sent.contains("Content-Type: application/json\r\n"),
+            "{sent}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 11] = [
+const WORKLOADS: [&str; 12] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -18,6 +18,7 @@ const WORKLOADS: [&str; 11] = [
     "apply_update",
     "migrate_v1",
     "gateway_get",
+    "gateway_post",
 ];
 
 fn bench(args: &[&str], tmp: &Path) -> Value {

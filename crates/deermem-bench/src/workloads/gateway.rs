@@ -1,4 +1,5 @@
-//! `gateway_get`: `GET /api/memory` of a 100-fact user, served by the gateway's router over the
+//! `gateway_get` and `gateway_post`: `GET /api/memory` of a 100-fact user and `POST
+//! /api/memory/facts` (one durable fact create each), served by the gateway's router over the
 //! DeerMem manager and file storage on 127.0.0.1 (an ephemeral port, in this process), driven
 //! by concurrent HTTP/1.1 keep-alive clients; latency is measured on the client side.
 
@@ -110,4 +111,109 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     Ok(r.with("clients", clients.into())
         .with("response_bytes", first.body.len().into())
         .with("cpu_us_per_request", cpu_us_per_request))
+}
+
+/// `gateway_post`: `POST /api/memory/facts` creating one fact per request for the user
+/// `default` (authentication mode `none`) from 4 concurrent clients; every create is a durable
+/// commit, so this is fsync-bound like `write_fact`. Concurrent creates of one user may be
+/// answered 409 (the manager's snapshot retries ran out); they are counted, not hidden.
+pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
+    let storage = open(&env.root, true)?;
+    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
+    let state = GatewayState::new(
+        mgr.clone(),
+        MemoryConfig::default(),
+        GatewayConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+
+    let clients = env.sizes.gateway_clients.clamp(1, 4);
+    let total = (env.sizes.gateway_requests / 40).max(4);
+    let per = total.div_ceil(clients);
+    let drafts = env.drafts(total);
+    let mut bodies: Vec<Vec<u8>> = drafts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let content = d
+                .get("content")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("bench fact");
+            serde_json::to_vec(&serde_json::json!({
+                "content": format!("{content} (post {i})"),
+                "category": d.get("category").cloned().unwrap_or(serde_json::json!("context")),
+                "confidence": d.get("confidence").cloned().unwrap_or(serde_json::json!(0.9)),
+            }))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(Connection::connect(addr).await?);
+    }
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for mut c in conns {
+        let take = per.min(bodies.len());
+        let mine: Vec<Vec<u8>> = bodies.drain(..take).collect();
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(mine.len());
+            let (mut created, mut conflicts) = (0usize, 0usize);
+            for body in mine {
+                let t = Instant::now();
+                let r = c.post_json("/api/memory/facts", "", &body).await?;
+                samples.push(t.elapsed());
+                match r.status {
+                    200 => created += 1,
+                    409 => conflicts += 1,
+                    other => anyhow::bail!(
+                        "POST /api/memory/facts answered {other}: {}",
+                        String::from_utf8_lossy(&r.body)
+                    ),
+                }
+            }
+            anyhow::Ok((samples, created, conflicts))
+        });
+    }
+    let mut rec = Recorder::start(total);
+    let (mut created, mut conflicts) = (0usize, 0usize);
+    while let Some(r) = set.join_next().await {
+        let (samples, c, k) = r.context("client task")??;
+        created += c;
+        conflicts += k;
+        for s in samples {
+            rec.push(s);
+        }
+    }
+    let elapsed = started.elapsed();
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(30), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => return Err(e).context("gateway server"),
+        Ok(Err(e)) => return Err(e).context("gateway task"),
+        Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
+    }
+    // Every create that was answered 200 is in the stored document.
+    let doc = mgr
+        .get_memory(deermem_core::ports::MemoryScope::new(
+            Some(UserId::default_user()),
+            Some(AgentName::default_bucket()),
+        ))
+        .await?;
+    anyhow::ensure!(
+        doc.facts.len() == created,
+        "{created} creates were acknowledged but {} facts are stored",
+        doc.facts.len()
+    );
+    mgr.close().await;
+    let n = created + conflicts;
+    let mut r = rec.finish(n, Duration::ZERO);
+    r.elapsed = elapsed;
+    Ok(r.with("clients", clients.into())
+        .with("created", created.into())
+        .with("conflicts", conflicts.into()))
 }

@@ -25,7 +25,7 @@ use crate::sizes::Sizes;
 use crate::stats::WorkloadResult;
 
 /// Every workload, in the order the report lists them.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -37,6 +37,7 @@ pub const NAMES: [&str; 11] = [
     "apply_update",
     "migrate_v1",
     "gateway_get",
+    "gateway_post",
 ];
 
 /// What a workload runs on.
@@ -126,6 +127,7 @@ pub fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
             "apply_update" => update::run(env).await,
             "migrate_v1" => migrate::run(env).await,
             "gateway_get" => gateway::run(env).await,
+            "gateway_post" => gateway::post(env).await,
             other => bail!("unknown workload {other:?} (known: {})", NAMES.join(", ")),
         }
     })
