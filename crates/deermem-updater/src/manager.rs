@@ -18,6 +18,7 @@
 mod bucket;
 mod facts;
 mod ingest;
+mod locks;
 mod search;
 
 use std::fmt;
@@ -136,6 +137,8 @@ pub struct DeerMemManager {
     /// Whether the storage has a retrieval index (fixed for the storage's lifetime).
     indexed: bool,
     closed: AtomicBool,
+    /// Per-user turns of the manager's own write loops.
+    write_turns: locks::UserWriteTurns,
 }
 
 impl fmt::Debug for DeerMemManager {
@@ -229,6 +232,7 @@ impl DeerMemManager {
             warm: search::WarmState::new(),
             indexed,
             closed: AtomicBool::new(false),
+            write_turns: locks::UserWriteTurns::default(),
         })
     }
 

@@ -218,6 +218,37 @@ async fn create_recomputes_after_a_competing_create() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_of_one_user_through_one_manager_all_succeed() {
+    // Sixteen callers create at once for one user (two agents share the user's revision):
+    // the manager's writes of one user take turns, so none runs out of retries into a 409.
+    let env = file_env(config(), None);
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let m = env.manager.clone();
+        let agent = if i % 2 == 0 { None } else { Some("coder") };
+        tasks.push(tokio::spawn(async move {
+            m.create_fact(
+                NewFact::new(&format!("Parallel fact {i}")),
+                scope("alice", agent),
+            )
+            .await
+        }));
+    }
+    for t in tasks {
+        let (_, id) = t.await.unwrap().expect("no create is refused");
+        assert!(id.is_some());
+    }
+    let default = env.manager.get_memory(scope("alice", None)).await.unwrap();
+    let coder = env
+        .manager
+        .get_memory(scope("alice", Some("coder")))
+        .await
+        .unwrap();
+    assert_eq!(default.facts.len() + coder.facts.len(), 16);
+    assert_eq!(default.revision, Some(16), "one commit per create");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_facts_is_recomputed_after_a_competing_create() {
     let (m, hooked, _dir) = hooked_file(DeerMemConfig {
         max_facts: 10,

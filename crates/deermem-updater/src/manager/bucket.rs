@@ -60,6 +60,7 @@ impl DeerMemManager {
     ) -> Result<PublicMemoryDocument, ManagerError> {
         self.check_user(scope.user.as_ref())?;
         let user = scope.user.as_ref();
+        let _turn = self.write_turns.take(user).await;
         match &scope.agent {
             None => Ok(self.storage.clear_all(user).await?.to_public()),
             Some(agent) => self.clear_agent(user, agent).await,
@@ -119,6 +120,7 @@ impl DeerMemManager {
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
+        let _turn = self.write_turns.take(user.as_ref()).await;
         let user = user.as_ref();
         let incoming = incoming_facts(&document)?;
         let fact_scope = Scope::new(user.cloned(), Some(agent.clone())).to_fact_scope();

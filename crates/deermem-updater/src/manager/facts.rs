@@ -160,6 +160,7 @@ impl DeerMemManager {
         scope: MemoryScope,
     ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
+        let _turn = self.write_turns.take(user.as_ref()).await;
         let content = validate_content(&fact.content)?;
         let category = validate_category(&fact.category)?;
         let confidence = validate_confidence(fact.confidence)?;
@@ -251,6 +252,7 @@ impl DeerMemManager {
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
+        let _turn = self.write_turns.take(user.as_ref()).await;
         let id = FactId::new(fact_id)?;
         let content = patch.content.as_deref().map(validate_content).transpose()?;
         let category = patch
@@ -286,6 +288,7 @@ impl DeerMemManager {
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
+        let _turn = self.write_turns.take(user.as_ref()).await;
         let id = FactId::new(fact_id)?;
         let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
         let revision = expected_revision.unwrap_or(stored.revision);
