@@ -228,7 +228,7 @@ async fn concurrent_creates_of_one_user_through_one_manager_all_succeed() {
         let agent = if i % 2 == 0 { None } else { Some("coder") };
         tasks.push(tokio::spawn(async move {
             m.create_fact(
-                NewFact::new(&format!("Parallel fact {i}")),
+                NewFact::new(format!("Parallel fact {i}")),
                 scope("alice", agent),
             )
             .await
