@@ -68,9 +68,13 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let file = open(&env.root, true)?;
     seed_scope(&file, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
     let original = file.load(Some(&user), Some(&agent)).await?;
+    // The removal names the most confident fact: capacity eviction (which runs before the
+    // removals and trims the lowest-scoring facts) never takes it first, so every cycle
+    // really removes it.
     let removed = original
         .facts
-        .get(3.min(original.facts.len().saturating_sub(1)))
+        .iter()
+        .max_by(|a, b| a.confidence.total_cmp(&b.confidence))
         .map(|f| f.id.to_string())
         .context("the seeded scope is empty")?;
     let storage = Arc::new(TimedStorage::new(Arc::new(file.clone())));
