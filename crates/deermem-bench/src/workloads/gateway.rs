@@ -115,8 +115,9 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
 
 /// `gateway_post`: `POST /api/memory/facts` creating one fact per request for the user
 /// `default` (authentication mode `none`) from 4 concurrent clients; every create is a durable
-/// commit, so this is fsync-bound like `write_fact`. Concurrent creates of one user may be
-/// answered 409 (the manager's snapshot retries ran out); they are counted, not hidden.
+/// commit, so this is fsync-bound like `write_fact`. Answers other than 200 are counted, not
+/// hidden: 409 for a conflict, and (past the default capacity of 100 facts) 409 for a create
+/// the capacity policy evicts at once, as the reference answers.
 pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
     let storage = open(&env.root, true)?;
     let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
@@ -162,29 +163,40 @@ pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
         let mine: Vec<Vec<u8>> = bodies.drain(..take).collect();
         set.spawn(async move {
             let mut samples = Vec::with_capacity(mine.len());
-            let (mut created, mut conflicts) = (0usize, 0usize);
+            let (mut created, mut conflicts, mut not_kept) = (0usize, 0usize, 0usize);
+            let mut first_conflict: Option<String> = None;
             for body in mine {
                 let t = Instant::now();
                 let r = c.post_json("/api/memory/facts", "", &body).await?;
                 samples.push(t.elapsed());
                 match r.status {
                     200 => created += 1,
-                    409 => conflicts += 1,
+                    // Past `max_facts` a create the capacity policy evicts at once is answered
+                    // 409 with this detail (the reference's behaviour): not a conflict.
+                    409 if r.body.windows(9).any(|w| w == b"max_facts") => not_kept += 1,
+                    409 => {
+                        conflicts += 1;
+                        first_conflict
+                            .get_or_insert_with(|| String::from_utf8_lossy(&r.body).into_owned());
+                    }
                     other => anyhow::bail!(
                         "POST /api/memory/facts answered {other}: {}",
                         String::from_utf8_lossy(&r.body)
                     ),
                 }
             }
-            anyhow::Ok((samples, created, conflicts))
+            anyhow::Ok((samples, created, conflicts, not_kept, first_conflict))
         });
     }
     let mut rec = Recorder::start(total);
-    let (mut created, mut conflicts) = (0usize, 0usize);
+    let (mut created, mut conflicts, mut not_kept) = (0usize, 0usize, 0usize);
+    let mut first_conflict = None;
     while let Some(r) = set.join_next().await {
-        let (samples, c, k) = r.context("client task")??;
+        let (samples, c, k, nk, f) = r.context("client task")??;
         created += c;
         conflicts += k;
+        not_kept += nk;
+        first_conflict = first_conflict.or(f);
         for s in samples {
             rec.push(s);
         }
@@ -197,23 +209,27 @@ pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
         Ok(Err(e)) => return Err(e).context("gateway task"),
         Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
     }
-    // Every create that was answered 200 is in the stored document.
+    // Every create that was answered 200 is in the stored document, up to the capacity (past
+    // it, each create evicts the lowest-scoring fact or is itself not kept).
     let doc = mgr
         .get_memory(deermem_core::ports::MemoryScope::new(
             Some(UserId::default_user()),
             Some(AgentName::default_bucket()),
         ))
         .await?;
+    let capacity = deermem_core::DeerMemConfig::default().max_facts;
     anyhow::ensure!(
-        doc.facts.len() == created,
-        "{created} creates were acknowledged but {} facts are stored",
+        doc.facts.len() == created.min(capacity),
+        "{created} creates were acknowledged (capacity {capacity}) but {} facts are stored",
         doc.facts.len()
     );
     mgr.close().await;
-    let n = created + conflicts;
+    let n = created + conflicts + not_kept;
     let mut r = rec.finish(n, Duration::ZERO);
     r.elapsed = elapsed;
     Ok(r.with("clients", clients.into())
         .with("created", created.into())
-        .with("conflicts", conflicts.into()))
+        .with("conflicts", conflicts.into())
+        .with("not_kept_over_capacity", not_kept.into())
+        .with("first_conflict", first_conflict.into()))
 }
