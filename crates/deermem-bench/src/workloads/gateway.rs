@@ -16,6 +16,37 @@ use super::{Env, open, seed_scope, settle};
 use crate::http::Connection;
 use crate::stats::{Recorder, WorkloadResult};
 
+/// The gateway served over `mgr` on an ephemeral loopback port, in this process.
+struct Server {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(mgr: Arc<dyn MemoryManager>) -> Result<Self> {
+        let state = GatewayState::new(mgr, MemoryConfig::default(), GatewayConfig::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, state, async move {
+            let _ = stop_rx.await;
+        }));
+        Ok(Self { addr, stop, task })
+    }
+
+    /// Shuts the server down gracefully and reports how it ended.
+    async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(Duration::from_secs(30), self.task).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e).context("gateway server"),
+            Ok(Err(e)) => Err(e).context("gateway task"),
+            Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
+        }
+    }
+}
+
 pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     // Authentication mode `none` serves the user `default` to loopback callers.
     let user = UserId::default_user();
@@ -23,17 +54,8 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let storage = open(&env.root, true)?;
     seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
     let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
-    let state = GatewayState::new(
-        mgr.clone(),
-        MemoryConfig::default(),
-        GatewayConfig::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let server = Server::start(mgr.clone()).await?;
+    let addr = server.addr;
 
     // One checked request: the document holds the seeded facts.
     let mut probe = Connection::connect(addr).await?;
@@ -98,13 +120,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         ),
         _ => serde_json::Value::Null,
     };
-    let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(30), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => return Err(e).context("gateway server"),
-        Ok(Err(e)) => return Err(e).context("gateway task"),
-        Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
-    }
+    server.stop().await?;
     mgr.close().await;
     let mut r = rec.finish(total, Duration::ZERO);
     r.elapsed = elapsed;
@@ -121,17 +137,8 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
 pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
     let storage = open(&env.root, true)?;
     let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
-    let state = GatewayState::new(
-        mgr.clone(),
-        MemoryConfig::default(),
-        GatewayConfig::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let server = Server::start(mgr.clone()).await?;
+    let addr = server.addr;
 
     let clients = env.sizes.gateway_clients.clamp(1, 4);
     let total = (env.sizes.gateway_requests / 40).max(4);
@@ -202,13 +209,7 @@ pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
         }
     }
     let elapsed = started.elapsed();
-    let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(30), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => return Err(e).context("gateway server"),
-        Ok(Err(e)) => return Err(e).context("gateway task"),
-        Err(_) => anyhow::bail!("the gateway did not stop within 30 s"),
-    }
+    server.stop().await?;
     // Every create that was answered 200 is in the stored document, up to the capacity (past
     // it, each create evicts the lowest-scoring fact or is itself not kept).
     let doc = mgr
