@@ -346,13 +346,17 @@ fn string_list(v: Option<&Value>, err: FactError) -> Result<Vec<String>, FactErr
 /// else the first line of the content, else [`DEFAULT_TITLE`]; at most 160 code points.
 pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
     let explicit = explicit.filter(|v| py::truthy(v)).map(|v| match v {
-        Value::String(s) => s.clone(),
-        other => py::py_str(other).unwrap_or_else(|| other.to_string()),
+        Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+        other => std::borrow::Cow::Owned(py::py_str(other).unwrap_or_else(|| other.to_string())),
     });
     if let Some(t) = explicit {
         let t = py::strip(&t);
         if !t.is_empty() {
-            return py::prefix_chars(&t.replace('\n', " "), TITLE_MAX_CHARS).to_owned();
+            return if t.contains('\n') {
+                py::prefix_chars(&t.replace('\n', " "), TITLE_MAX_CHARS).to_owned()
+            } else {
+                py::prefix_chars(t, TITLE_MAX_CHARS).to_owned()
+            };
         }
     }
     let first = py::splitlines(content)
@@ -373,10 +377,13 @@ pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
 /// # Errors
 /// A [`FactError`] naming the offending field, or a revision conflict for a stale update.
 pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<Fact, FactError> {
-    let mut key_order: Vec<String> = draft.keys().cloned().collect();
-    let push_key = |k: &str, order: &mut Vec<String>| {
-        if !order.iter().any(|x| x == k) {
-            order.push(k.to_owned());
+    // Borrowed while normalising; interned into a shared `Arc` at the end (facts read from one
+    // writer nearly all have the same order, so no string is copied for them).
+    let mut key_order: Vec<&str> = Vec::with_capacity(draft.len() + 4);
+    key_order.extend(draft.keys().map(String::as_str));
+    let push_key = |k: &'static str, order: &mut Vec<&str>| {
+        if !order.contains(&k) {
+            order.push(k);
         }
     };
 
@@ -509,7 +516,8 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         Some(_) => return Err(FactError::Timestamps),
     };
 
-    let now = ctx.now.to_iso_z();
+    // Formatted only when a default or a bump needs it.
+    let now = || ctx.now.to_iso_z();
     let mut fact = Fact {
         id,
         content,
@@ -532,7 +540,7 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
     // 15. timestamps and revision
     match ctx.existing {
         None => {
-            fact.created_at = created_in.unwrap_or_else(|| now.clone());
+            fact.created_at = created_in.unwrap_or_else(now);
             fact.updated_at = updated_in.unwrap_or_else(|| fact.created_at.clone());
         }
         Some(existing) => {
@@ -546,9 +554,7 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
             fact.created_at = if !existing.created_at.is_empty() {
                 existing.created_at.clone()
             } else {
-                created_in
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or_else(|| now.clone())
+                created_in.filter(|c| !c.is_empty()).unwrap_or_else(now)
             };
             // Compare with the updatedAt/revision of the candidate made irrelevant.
             fact.updated_at = existing.updated_at.clone();
@@ -561,7 +567,7 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
                 };
             } else {
                 fact.revision = existing.revision + 1;
-                fact.updated_at = now.clone();
+                fact.updated_at = now();
             }
         }
     }
@@ -578,8 +584,37 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         push_key("consolidatedAt", &mut key_order);
     }
 
-    fact.key_order = Arc::from(key_order);
+    fact.key_order = intern_key_order(&key_order);
     Ok(fact)
+}
+
+/// The shared `Arc` of a key order: one of the orders this thread made recently when equal,
+/// else a new one (remembered in place of the oldest).
+fn intern_key_order(order: &[&str]) -> Arc<[String]> {
+    const KEPT: usize = 8;
+    thread_local! {
+        static RECENT: std::cell::RefCell<Vec<Arc<[String]>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let same =
+        |a: &Arc<[String]>| a.len() == order.len() && a.iter().zip(order).all(|(x, y)| x == y);
+    RECENT.with(|recent| {
+        let Ok(mut recent) = recent.try_borrow_mut() else {
+            return order.iter().map(|k| (*k).to_owned()).collect();
+        };
+        if let Some(i) = recent.iter().position(same) {
+            let hit = Arc::clone(&recent[i]);
+            // Most recently used first.
+            recent[..=i].rotate_right(1);
+            return hit;
+        }
+        let made: Arc<[String]> = order.iter().map(|k| (*k).to_owned()).collect();
+        if recent.len() == KEPT {
+            recent.pop();
+        }
+        recent.insert(0, Arc::clone(&made));
+        made
+    })
 }
 
 impl Fact {

@@ -186,26 +186,66 @@ pub(crate) fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
 /// file, or every one at any depth below it if it is a directory, in `Path` order.
 /// [`markdown_files`] of a directory is the concatenation of this over its sorted entries.
 pub(crate) fn markdown_files_of(entry: &fs::DirEntry, out: &mut Vec<PathBuf>) -> Result<()> {
+    let path = entry.path();
+    let ft = entry
+        .file_type()
+        .map_err(|e| Error::io("Failed to stat", &path, e))?;
+    markdown_files_below(path, Kind::of(ft), out)
+}
+
+/// What a directory entry is, as far as the fact walk cares (symlinks are not followed as
+/// directories, but a symlink to a file counts as a file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Dir,
+    File,
+    /// A symlink or another special file: a Markdown file only if it resolves to one.
+    Other,
+}
+
+impl Kind {
+    fn of(ft: fs::FileType) -> Kind {
+        if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        }
+    }
+}
+
+/// [`markdown_files_of`] for an entry given by its path and kind.
+pub(crate) fn markdown_files_below(
+    path: PathBuf,
+    kind: Kind,
+    out: &mut Vec<PathBuf>,
+) -> Result<()> {
     // An explicit stack of the directories being listed (no recursion on deep trees).
     let mut stack: Vec<std::vec::IntoIter<fs::DirEntry>> = Vec::new();
-    let mut visit = |entry: &fs::DirEntry,
+    let mut visit = |path: PathBuf,
+                     kind: Kind,
                      stack: &mut Vec<std::vec::IntoIter<fs::DirEntry>>|
      -> Result<()> {
-        let path = entry.path();
-        let ft = entry
-            .file_type()
-            .map_err(|e| Error::io("Failed to stat", &path, e))?;
-        if ft.is_dir() {
+        if kind == Kind::Dir {
             stack.push(sorted_entries(&path)?.into_iter());
-        } else if path.extension().is_some_and(|e| e == "md") && (ft.is_file() || path.is_file()) {
+        } else if path.extension().is_some_and(|e| e == "md")
+            && (kind == Kind::File || path.is_file())
+        {
             out.push(path);
         }
         Ok(())
     };
-    visit(entry, &mut stack)?;
+    visit(path, kind, &mut stack)?;
     while let Some(entries) = stack.last_mut() {
         match entries.next() {
-            Some(entry) => visit(&entry, &mut stack)?,
+            Some(entry) => {
+                let path = entry.path();
+                let ft = entry
+                    .file_type()
+                    .map_err(|e| Error::io("Failed to stat", &path, e))?;
+                visit(path, Kind::of(ft), &mut stack)?;
+            }
             None => {
                 stack.pop();
             }
@@ -218,9 +258,13 @@ pub(crate) fn markdown_files_of(entry: &fs::DirEntry, out: &mut Vec<PathBuf>) ->
 /// `std::fs::read` it does not `stat` the file for a size hint: fact files are small, and the
 /// `stat` is a system call per file on every cold load and index rebuild.
 pub(crate) fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    read_file_into(File::open(path)?, buf)
+}
+
+/// [`read_into`] of an opened file.
+pub(crate) fn read_file_into(mut f: File, buf: &mut Vec<u8>) -> std::io::Result<()> {
     use std::io::Read;
     buf.clear();
-    let mut f = File::open(path)?;
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(8192);

@@ -22,6 +22,7 @@ pub mod paths;
 pub mod probe;
 mod sidecar;
 mod storage;
+mod walk;
 pub mod yaml;
 
 pub use paths::resolve_root;

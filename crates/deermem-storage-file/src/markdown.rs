@@ -114,24 +114,72 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ParsedFile> {
     let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
 
     let body = body.trim_start_matches('\n');
-    let mut lines = py::splitlines(body);
-    let mut title = String::new();
-    if lines.first().is_some_and(|l| l.starts_with("# ")) {
-        let first = lines.remove(0);
-        title = py::strip(&first[2..]).to_owned();
-        if lines.first().is_some_and(|l| py::strip(l).is_empty()) {
-            lines.remove(0);
-        }
-    }
-    let content = lines.join("\n");
-    let content = content.trim_end_matches('\n');
-    draft.insert("title".into(), Value::String(title));
-    draft.insert("content".into(), Value::String(content.to_owned()));
+    let (title, content) = split_body(body);
+    draft.insert("title".into(), Value::String(title.to_owned()));
+    draft.insert("content".into(), Value::String(content.into_owned()));
     Ok(ParsedFile {
         draft,
         user_id,
         agent_name,
     })
+}
+
+/// Whether `c` is one of the line boundaries of Python's `str.splitlines` other than `\n` (the
+/// text was already given universal newlines, so `\r` cannot occur).
+fn is_other_line_boundary(c: char) -> bool {
+    matches!(
+        c,
+        '\r' | '\x0b' | '\x0c' | '\x1c' | '\x1d' | '\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// The title and content of a fact body, as the reference splits them: the body's lines
+/// (`str.splitlines`), a first line `# title` taken as the title (stripped) along with one
+/// blank line after it, and the rest joined with `\n` and stripped of trailing newlines.
+///
+/// When `\n` is the body's only line boundary, the rest is a slice of the body and nothing is
+/// copied; otherwise the lines are split and joined as the reference does.
+fn split_body(body: &str) -> (&str, std::borrow::Cow<'_, str>) {
+    let only_newlines = if body.is_ascii() {
+        !body
+            .bytes()
+            .any(|b| matches!(b, b'\r' | 0x0b | 0x0c | 0x1c..=0x1e))
+    } else {
+        !body.chars().any(is_other_line_boundary)
+    };
+    if !only_newlines {
+        let mut lines = py::splitlines(body);
+        let mut title = "";
+        if lines.first().is_some_and(|l| l.starts_with("# ")) {
+            let first = lines.remove(0);
+            title = py::strip(&first[2..]);
+            if lines.first().is_some_and(|l| py::strip(l).is_empty()) {
+                lines.remove(0);
+            }
+        }
+        let content = lines.join("\n");
+        let content = content.trim_end_matches('\n').to_owned();
+        return (title, std::borrow::Cow::Owned(content));
+    }
+    // `\n` is the only boundary: a line is the text up to the next `\n`, and joining lines
+    // with `\n` gives back the text they came from (minus the final newline, which the
+    // trailing-newline strip removes anyway).
+    let mut title = "";
+    let mut rest = body;
+    if rest.starts_with("# ") {
+        let (first, after) = rest.split_once('\n').unwrap_or((rest, ""));
+        title = py::strip(&first[2..]);
+        rest = after;
+        let (next, after_next) = rest.split_once('\n').unwrap_or((rest, ""));
+        // Python's `splitlines` yields no line for an empty remainder.
+        if !rest.is_empty() && py::strip(next).is_empty() {
+            rest = after_next;
+        }
+    }
+    (
+        title,
+        std::borrow::Cow::Borrowed(rest.trim_end_matches('\n')),
+    )
 }
 
 /// The scope a read expects: the requesting user and agent.
@@ -191,7 +239,7 @@ pub(crate) fn validate(
     let agent_ok = parsed
         .agent_name
         .as_str()
-        .is_some_and(|a| py::lower(a) == py::lower(expected.agent));
+        .is_some_and(|a| a == expected.agent || py::lower(a) == py::lower(expected.agent));
     if !agent_ok || !owner_matches(&parsed.user_id, expected.user) {
         let want_user = expected
             .user
@@ -217,10 +265,10 @@ pub(crate) fn validate(
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let requested_raw = expected.user.map(|u| u.as_str().to_owned());
-    let foreign_owner = fact.scope.user_id != requested_raw;
+    let requested_raw = expected.user.map(UserId::as_str);
+    let foreign_owner = fact.scope.user_id.as_deref() != requested_raw;
     if foreign_owner {
-        fact.scope.user_id = requested_raw;
+        fact.scope.user_id = requested_raw.map(str::to_owned);
     }
     Ok(LoadedFact {
         fact,
@@ -284,19 +332,18 @@ pub(crate) fn load_all(
     // Each entry of `facts/` (a shard directory, or a misplaced file) is listed and loaded
     // independently, possibly on two threads; the results are then taken in path order, so
     // errors and duplicates resolve exactly as in a sequential read.
-    let entries = crate::fsutil::sorted_entries(facts_dir)?;
-    let per_entry = crate::par::map_in_order(&entries, |entry| {
-        let mut files = Vec::new();
-        crate::fsutil::markdown_files_of(entry, &mut files)?;
+    let Some(dir) = crate::walk::FactsDir::open(facts_dir)? else {
+        return Ok(Vec::new());
+    };
+    let per_entry = crate::par::map_in_order(dir.entries(), |entry| {
         let mut buf = Vec::new();
-        let loaded: Vec<(PathBuf, Result<LoadedFact>)> = files
-            .into_iter()
-            .map(|path| {
-                let l = load_file_with(&path, expected, now, &mut buf);
-                (path, l)
-            })
-            .collect();
-        Ok(loaded)
+        dir.read_entry(entry, &mut buf, |path, read, bytes| {
+            let loaded = read
+                .map_err(|e| parse_error(&path, e.to_string()))
+                .and_then(|()| parse(&path, bytes))
+                .and_then(|parsed| validate(&path, parsed, expected, now));
+            (path, loaded)
+        })
     });
     // Every file is listed before any is read, as in the reference: a listing error comes first.
     let mut all = Vec::new();
@@ -336,4 +383,83 @@ pub(crate) fn load_all(
 /// The canonical agent name of a directory name, when it is one DeerMem can write.
 pub(crate) fn canonical_agent_dir(name: &str) -> Option<AgentName> {
     AgentName::parse(name).ok().filter(|a| a.as_str() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference's split, line by line (the definition `split_body` must match).
+    fn split_body_by_lines(body: &str) -> (String, String) {
+        let mut lines = py::splitlines(body);
+        let mut title = String::new();
+        if lines.first().is_some_and(|l| l.starts_with("# ")) {
+            let first = lines.remove(0);
+            title = py::strip(&first[2..]).to_owned();
+            if lines.first().is_some_and(|l| py::strip(l).is_empty()) {
+                lines.remove(0);
+            }
+        }
+        let content = lines.join("\n");
+        (title, content.trim_end_matches('\n').to_owned())
+    }
+
+    fn check(body: &str) {
+        let (title, content) = split_body(body);
+        let (want_title, want_content) = split_body_by_lines(body);
+        assert_eq!(
+            (title, content.as_ref()),
+            (want_title.as_str(), want_content.as_str()),
+            "{body:?}"
+        );
+    }
+
+    #[test]
+    fn body_split_matches_the_line_by_line_definition_on_edge_cases() {
+        for body in [
+            "",
+            "\n",
+            "\n\n",
+            "# ",
+            "# T",
+            "# T\n",
+            "# T\n\n",
+            "# T\n\nC\n",
+            "# T\nC",
+            "# T\n   \n",
+            "# T\n   ",
+            "# T\n \t\nC\n\n",
+            "A\n\nB\n\n\n",
+            "A \n",
+            "#T\nC",
+            "# T\n\n\nC",
+            "# T\x0bU\nC",
+            "# T\n\x1c\nC",
+            "C\u{2028}D\n",
+            "# T\r\nC",
+            "# \u{3000}T\u{3000}\n\u{3000}\nC",
+            "# T\n\x1f\nC",
+            "\n# T\nC",
+        ] {
+            check(body);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn body_split_matches_the_line_by_line_definition(
+            body in proptest::collection::vec(
+                prop_oneof![
+                    Just("# ".to_owned()), Just("\n".to_owned()), Just(" ".to_owned()),
+                    Just("\t".to_owned()), Just("\x0b".to_owned()), Just("\x1c".to_owned()),
+                    Just("\u{85}".to_owned()), Just("\u{2029}".to_owned()), Just("\u{3000}".to_owned()),
+                    Just("\x1f".to_owned()), "[a-z#]{1,4}",
+                ],
+                0..12,
+            ).prop_map(|parts| parts.concat())
+        ) {
+            check(&body);
+        }
+    }
 }

@@ -913,15 +913,23 @@ impl Inner {
             }
         }
         let per_agent = crate::par::map_in_order(&agent_dirs, |(bucket, name, facts)| {
-            let files = crate::fsutil::markdown_files(facts)?;
+            let Some(dir) = crate::walk::FactsDir::open(facts)? else {
+                return Ok(Vec::new());
+            };
             let mut buf = Vec::new();
-            Ok(files
-                .into_iter()
-                .map(|file| {
-                    let r = index_record(&file, bucket.as_deref(), name, now, &mut buf);
+            let mut out = Vec::new();
+            for entry in dir.entries() {
+                out.extend(dir.read_entry(entry, &mut buf, |file, read, bytes| {
+                    let r = read
+                        .map_err(|e| Error::FactParse {
+                            path: file.clone(),
+                            reason: e.to_string(),
+                        })
+                        .and_then(|()| index_record(&file, bytes, bucket.as_deref(), name, now));
                     (file, r)
-                })
-                .collect::<Vec<_>>())
+                })?);
+            }
+            Ok(out)
         });
         let mut records = Vec::new();
         let mut failed = 0;
@@ -1000,16 +1008,12 @@ type IndexedFile = (PathBuf, Result<(Scope, Fact)>);
 /// bucket (original ids such as e-mail addresses are accepted).
 fn index_record(
     path: &Path,
+    bytes: &[u8],
     bucket: Option<&str>,
     agent_dir: &str,
     now: Timestamp,
-    buf: &mut Vec<u8>,
 ) -> Result<(Scope, Fact)> {
-    crate::fsutil::read_into(path, buf).map_err(|e| Error::FactParse {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let parsed = markdown::parse(path, buf)?;
+    let parsed = markdown::parse(path, bytes)?;
     let user = match (&parsed.user_id, bucket) {
         (Value::Null, None) => None,
         (Value::String(s), Some(b)) => {

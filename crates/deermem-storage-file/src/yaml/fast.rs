@@ -79,13 +79,13 @@ fn indent_of(line: &str) -> usize {
 
 /// Splits `key:rest` where `key` is a simple word that resolves to a string.
 fn split_key(line: &str) -> Option<(&str, &str)> {
-    let colon = line.find(':')?;
+    // One pass: every byte before the first colon must be a word character.
+    let colon = line
+        .bytes()
+        .position(|b| !(b.is_ascii_alphanumeric() || b == b'_'))
+        .filter(|&i| line.as_bytes()[i] == b':')?;
     let key = &line[..colon];
-    if key.is_empty()
-        || key.len() > MAX_KEY
-        || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        || resolve_plain(key) != Implicit::Str
-    {
+    if key.is_empty() || key.len() > MAX_KEY || resolve_plain(key) != Implicit::Str {
         return None;
     }
     Some((key, &line[colon + 1..]))
@@ -229,10 +229,13 @@ fn is_simple_plain(text: &str) -> bool {
         b'-' | b'?' | b':' if bytes.get(1).is_none_or(|&b| b == b' ') => return false,
         _ => {}
     }
-    if text.ends_with(' ') || text.ends_with(':') || text.contains(": ") || text.contains(" #") {
+    if text.ends_with(' ') || text.ends_with(':') {
         return false;
     }
-    true
+    // Neither `: ` nor ` #` inside (a byte scan: both are ASCII pairs).
+    !bytes
+        .windows(2)
+        .any(|w| (w[0] == b':' && w[1] == b' ') || (w[0] == b' ' && w[1] == b'#'))
 }
 
 /// The value of a one-line single-quoted scalar (`''` is a quote).

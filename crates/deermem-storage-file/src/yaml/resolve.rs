@@ -155,6 +155,16 @@ fn digits_value(digits: &str, radix: u32) -> Result<u128, IntError> {
 
 /// PyYAML's `construct_yaml_int` (used for implicit ints and explicit `!!int`).
 pub(crate) fn construct_int(value: &str) -> Result<IntValue, IntError> {
+    // A plain decimal such as `1` or `42` (every revision and schema version): no sign,
+    // underscores, base prefix or sexagesimal part, and no leading zero (octal).
+    let bytes = value.as_bytes();
+    if (1..=18).contains(&bytes.len())
+        && bytes.iter().all(u8::is_ascii_digit)
+        && (bytes[0] != b'0' || bytes.len() == 1)
+        && let Ok(n) = value.parse::<i64>()
+    {
+        return Ok(IntValue::Signed(n));
+    }
     let cleaned: String = value.chars().filter(|&c| c != '_').collect();
     let (negative, body) = match cleaned.as_bytes().first() {
         Some(b'-') => (true, &cleaned[1..]),
@@ -204,6 +214,15 @@ pub(crate) fn construct_int(value: &str) -> Result<IntValue, IntError> {
 
 /// PyYAML's `construct_yaml_float`; `None` when Python's `float()` would raise.
 pub(crate) fn construct_float(value: &str) -> Option<f64> {
+    // Plain decimals such as `0.8` (every confidence) need none of the clean-up below, and
+    // Rust's parser rounds them exactly as Python's `float` does.
+    let bytes = value.as_bytes();
+    if bytes.iter().all(|b| b.is_ascii_digit() || *b == b'.')
+        && bytes.iter().filter(|b| **b == b'.').count() == 1
+        && bytes.iter().any(u8::is_ascii_digit)
+    {
+        return value.parse::<f64>().ok();
+    }
     let cleaned: String = value
         .chars()
         .filter(|&c| c != '_')
@@ -377,6 +396,41 @@ mod tests {
             construct_int("-9223372036854775809"),
             Err(IntError::OutOfRange)
         );
+    }
+
+    #[test]
+    fn plain_decimals_take_the_short_path_with_the_same_values() {
+        for (text, want) in [
+            ("0", 0_i64),
+            ("1", 1),
+            ("2", 2),
+            ("42", 42),
+            ("123456789012345678", 123_456_789_012_345_678),
+            ("999999999999999999", 999_999_999_999_999_999),
+        ] {
+            assert_eq!(construct_int(text), Ok(IntValue::Signed(want)), "{text}");
+        }
+        // Leading zeros stay octal, 19+ digits take the general path.
+        assert_eq!(construct_int("07"), Ok(IntValue::Signed(7)));
+        assert_eq!(construct_int("08"), Err(IntError::Invalid));
+        assert_eq!(
+            construct_int("9223372036854775807"),
+            Ok(IntValue::Signed(i64::MAX))
+        );
+        assert_eq!(
+            construct_int("9223372036854775808"),
+            Ok(IntValue::Unsigned(9_223_372_036_854_775_808))
+        );
+        for (text, want) in [
+            ("0.8", 0.8),
+            ("1.0", 1.0),
+            ("0.", 0.0),
+            (".25", 0.25),
+            ("10.125", 10.125),
+        ] {
+            assert_eq!(construct_float(text), Some(want), "{text}");
+        }
+        assert_eq!(construct_float("1.2.3"), None);
     }
 
     #[test]
