@@ -140,6 +140,9 @@ pub fn run_child(args: &Args, name: &str) -> Result<Value> {
         args.queries.as_deref(),
         root,
     )?;
+    // Nothing an earlier workload left dirty is written back during this one, and (as root) no
+    // cached inode table remembers its deletions.
+    let caches_dropped = workloads::fresh_disk_state();
     let result = workloads::run(name, &env).with_context(|| format!("workload {name}"))?;
     let mut out = result.summary().to_json();
     if let Value::Object(m) = &mut out {
@@ -147,6 +150,7 @@ pub fn run_child(args: &Args, name: &str) -> Result<Value> {
             m.insert(k, v);
         }
         m.insert("peak_rss_kb".into(), json!(machine::peak_rss_kb()));
+        m.insert("caches_dropped".into(), json!(caches_dropped));
     }
     drop(tmp);
     Ok(out)

@@ -1,7 +1,9 @@
 //! The commit transaction (spec/storage.md §3.3) in the reference's order: manifest revision
 //! check, per-fact preconditions and normalisation, summary merge, no-op exit, durable
-//! pre-images, prepared journal, fact writes and unlinks, manifest, committed journal, cleanup.
-//! The caller holds both locks and has run recovery.
+//! pre-images (hard links where the filesystem allows), prepared journal, fact writes and
+//! unlinks, manifest, then the commit point: the journal is unlinked and the user directory
+//! fsynced (instead of the reference's rewrite to `committed`; see `docs/compat.md`), and the
+//! pre-images are removed. The caller holds both locks and has run recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -13,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::fsutil;
-use crate::journal::{COMMITTED, Journal, PREPARED};
+use crate::journal::{Journal, PREPARED};
 use crate::manifest::{self, Manifest};
 use crate::markdown::{self, Expected};
 use crate::paths::{RECOVERY_MANIFEST, UserDir};
@@ -282,7 +284,7 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
         .map(|p| p.fact.id.to_string())
         .chain(removals.iter().map(|(id, _)| id.to_string()))
         .collect();
-    let mut journal = Journal {
+    let journal = Journal {
         operation_id: op.clone(),
         state: PREPARED,
         agent_name: agent_dir_name,
@@ -298,13 +300,13 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     fsutil::create_dir_all(&op_dir)?;
     let manifest_path = udir.manifest();
     if current.is_some() {
-        fsutil::durable_copy(&manifest_path, &op_dir.join(RECOVERY_MANIFEST))?;
+        fsutil::preserve_preimage(&manifest_path, &op_dir.join(RECOVERY_MANIFEST))?;
     }
     for p in prepared.iter().filter(|p| p.existed) {
-        fsutil::durable_copy(&p.path, &op_dir.join(format!("{}.md", p.fact.id)))?;
+        fsutil::preserve_preimage(&p.path, &op_dir.join(format!("{}.md", p.fact.id)))?;
     }
     for (id, path) in &removals {
-        fsutil::durable_copy(path, &op_dir.join(format!("{id}.md")))?;
+        fsutil::preserve_preimage(path, &op_dir.join(format!("{id}.md")))?;
     }
     fsutil::fsync_dir(&op_dir)?;
     fsutil::fsync_dir(&recovery_root)?;
@@ -347,13 +349,16 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     let text = manifest::render(next, &last_updated, &user_sec, &hist_sec);
     fsutil::atomic_write(&manifest_path, text.as_bytes())?;
     fault::point("after-manifest");
-    // 13. Committed journal.
-    journal.state = COMMITTED;
-    journal.write(udir)?;
-    fault::point("after-committed");
-    // 14. Cleanup.
-    let _ = std::fs::remove_dir_all(&op_dir);
+    // 13. The commit point: with the manifest durable, the journal goes and its unlink is made
+    // durable. A crash before this rolls the operation back; after it, nothing is undone.
+    // (The reference rewrites the journal as `committed` first, one more file, fsync and
+    // rename for the same guarantee; recovery still understands such journals.)
     fsutil::remove_file_if_exists(&udir.journal())?;
+    fsutil::fsync_dir(&udir.dir)?;
+    fault::point("after-committed");
+    // 14. Cleanup: a crash here leaves a recovery directory without a journal, which the next
+    // recovery sweeps.
+    let _ = std::fs::remove_dir_all(&op_dir);
     fault::point("after-cleanup");
     Ok(Committed {
         version: deermem_core::document::DOCUMENT_VERSION.to_owned(),

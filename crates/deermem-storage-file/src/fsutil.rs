@@ -136,6 +136,37 @@ pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
         .map_err(|e| Error::io("Failed to fsync", dst, e))
 }
 
+/// Keeps the current bytes of `src` at `dst` as a commit pre-image.
+///
+/// A hard link when the filesystem allows it: every writer of a memory file (this storage and
+/// the reference) replaces it by renaming a new file over it, or unlinks it, so the linked inode
+/// keeps the old bytes without a copy, a new inode or a file fsync (the bytes were made durable
+/// when the file was written; the caller fsyncs `dst`'s directory). Where links are refused
+/// (some network or FUSE filesystems), a durable copy as before.
+pub(crate) fn preserve_preimage(src: &Path, dst: &Path) -> Result<()> {
+    fault::io(IoOp::Create, dst).map_err(|e| Error::io("Failed to create", dst, e))?;
+    match fs::hard_link(src, dst) {
+        Ok(()) => Ok(()),
+        // Errors a copy would meet too.
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::NotFound
+                    | ErrorKind::AlreadyExists
+                    | ErrorKind::StorageFull
+                    | ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Err(Error::io("Failed to create", dst, e))
+        }
+        Err(e) => {
+            tracing::debug!(src = %src.display(), error = %e,
+                "hard link refused; copying the pre-image");
+            durable_copy(src, dst)
+        }
+    }
+}
+
 /// Reads a file, or `None` when it does not exist.
 pub(crate) fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match fs::read(path) {
@@ -334,6 +365,38 @@ mod tests {
         }
         let missing = read_into(&dir.path().join("missing"), &mut buf).unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn preimages_keep_the_old_bytes_when_the_file_is_replaced_or_unlinked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("memory.json");
+        let fact = tmp.path().join("f1.md");
+        atomic_write(&src, b"old manifest").unwrap();
+        atomic_write(&fact, b"old fact").unwrap();
+        let op = tmp.path().join(".recovery/op");
+        create_dir_all(&op).unwrap();
+        preserve_preimage(&src, &op.join("memory.json")).unwrap();
+        preserve_preimage(&fact, &op.join("f1.md")).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (a, b) = (
+                fs::metadata(&src).unwrap(),
+                fs::metadata(op.join("memory.json")).unwrap(),
+            );
+            assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()), "a link, not a copy");
+        }
+        atomic_write(&src, b"new manifest").unwrap();
+        fs::remove_file(&fact).unwrap();
+        assert_eq!(fs::read(&src).unwrap(), b"new manifest");
+        assert_eq!(fs::read(op.join("memory.json")).unwrap(), b"old manifest");
+        assert_eq!(fs::read(op.join("f1.md")).unwrap(), b"old fact");
+        // A missing source and an existing target are errors, as for a copy.
+        let err = preserve_preimage(&fact, &op.join("gone.md")).unwrap_err();
+        assert!(err.to_string().contains("gone.md"), "{err}");
+        let err = preserve_preimage(&src, &op.join("memory.json")).unwrap_err();
+        assert!(err.to_string().contains("Failed to create"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 
-use super::{Env, open, seed_scope, settle};
+use super::{Env, open, quiesce, seed_scope, settle};
 use crate::stats::{Recorder, WorkloadResult};
 
 async fn seeded(env: &Env) -> Result<(UserId, AgentName)> {
@@ -15,6 +15,7 @@ async fn seeded(env: &Env) -> Result<(UserId, AgentName)> {
     let agent = AgentName::default_bucket();
     let storage = open(&env.root, false)?;
     seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    quiesce();
     Ok((user, agent))
 }
 

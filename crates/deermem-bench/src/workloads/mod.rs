@@ -183,11 +183,30 @@ pub(crate) async fn seed_scope(
     Ok(())
 }
 
+/// Flushes every dirty page and inode of the machine to disk (`sync(2)`), so a measured phase
+/// does not share the disk and the CPU with the kernel writing back what the setup (or an
+/// earlier workload) left dirty. Called after seeding and before each workload.
+pub fn quiesce() {
+    #[cfg(unix)]
+    rustix::fs::sync();
+}
+
+/// [`quiesce`], then asks the kernel to drop its clean page cache (root only; `false` when it
+/// could not). Called before each workload so every one starts from the same disk state: on a
+/// filesystem without a journal, ext4 skips inodes freed in the last minute (longer while
+/// their inode table block is cached dirty) when it allocates a new one, so the files an earlier
+/// workload deleted would otherwise slow every file the next one creates.
+pub fn fresh_disk_state() -> bool {
+    quiesce();
+    std::fs::write("/proc/sys/vm/drop_caches", b"1").is_ok()
+}
+
 /// Waits until a freshly written manifest is older than the storage's time-stamp granularity
 /// window (at most 2 s), so reads measure the steady state of a memory read long after its last
 /// write (the cache is then validated by `stat` alone; inside the window the storage re-reads
 /// the manifest).
 pub(crate) async fn settle() {
+    quiesce();
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
 }
 
@@ -215,5 +234,6 @@ pub(crate) async fn seed_corpus(storage: &FileMemoryStorage, env: &Env) -> Resul
             r.context("seeding task")??;
         }
     }
+    quiesce();
     Ok(scopes)
 }

@@ -16,7 +16,7 @@ use deermem_updater::{MemoryUpdater, SignalSet, UpdateRequest, UpdateStatus};
 use serde_json::json;
 
 use super::timed::TimedStorage;
-use super::{Env, clock, config, open, seed_scope};
+use super::{Env, clock, config, open, quiesce, seed_scope};
 use crate::stats::{Recorder, WorkloadResult, percentile};
 
 /// A model that always gives the same answer.
@@ -67,6 +67,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let agent = AgentName::default_bucket();
     let file = open(&env.root, true)?;
     seed_scope(&file, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    quiesce();
     let original = file.load(Some(&user), Some(&agent)).await?;
     // The removal names the most confident fact: capacity eviction (which runs before the
     // removals and trims the lowest-scoring facts) never takes it first, so every cycle

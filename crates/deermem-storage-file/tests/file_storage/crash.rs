@@ -1,6 +1,7 @@
 //! Crash recovery: a child process aborts at each step of the commit protocol; reopening the
-//! root rolls the commit back (before the committed journal) or forward (after it), every fact
-//! parses, the manifest revision matches, and no acknowledged write is lost.
+//! root rolls the commit back (before the commit point, the durable unlink of the journal) or
+//! forward (after it), every fact parses, the manifest revision matches, no acknowledged write
+//! is lost and no leftover stays.
 
 use std::path::Path;
 use std::process::Command;
