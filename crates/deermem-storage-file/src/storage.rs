@@ -387,6 +387,14 @@ impl Inner {
     }
 
     fn lock(&self, udir: &UserDir) -> Result<UserLock> {
+        // The first user directory of a new root: create `users/` as the top of per-user trees.
+        if let Some(users) = udir.dir.parent()
+            && users == self.layout.root.join("users")
+            && !users.is_dir()
+        {
+            crate::fsutil::create_dir_all(users)?;
+            crate::fsutil::mark_top_directory(users);
+        }
         self.locks.acquire(&udir.lock(), self.config.lock_timeout)
     }
 

@@ -514,3 +514,71 @@ async fn lock_timeout_is_typed_and_does_not_block_the_runtime() {
     .await
     .unwrap();
 }
+
+/// A new root's `users/` is marked as the top of per-user trees (`chattr +T`) wherever the
+/// filesystem has that flag, so user directories are spread over its block groups; the root of
+/// an existing installation is never touched.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_new_users_directory_is_marked_as_a_top_directory() {
+    use rustix::fs::{IFlags, ioctl_getflags, ioctl_setflags};
+    let tmp = tempfile::tempdir().unwrap();
+    // Does this filesystem take the flag at all?
+    let probe = tmp.path().join("probe");
+    std::fs::create_dir(&probe).unwrap();
+    let supported = std::fs::File::open(&probe)
+        .ok()
+        .and_then(|f| {
+            let flags = ioctl_getflags(&f).ok()?;
+            ioctl_setflags(&f, flags | IFlags::TOPDIR).ok()?;
+            Some(ioctl_getflags(&f).ok()?.contains(IFlags::TOPDIR))
+        })
+        .unwrap_or(false);
+    let root = tmp.path().join("root");
+    let c = clock();
+    let s = open(&root, &c);
+    s.upsert_fact(
+        Some(&user("alice")),
+        &agent("agent-a"),
+        fact("f1", "one"),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let users = std::fs::File::open(root.join("users")).unwrap();
+    let flags = ioctl_getflags(&users);
+    if supported {
+        assert!(flags.unwrap().contains(IFlags::TOPDIR), "users/ not marked");
+    } else {
+        eprintln!("this filesystem has no FS_TOPDIR_FL; the storage must still work");
+        assert!(
+            s.get_fact(
+                Some(&user("alice")),
+                &agent("agent-a"),
+                &deermem_core::FactId::new("f1").unwrap()
+            )
+            .await
+            .unwrap()
+            .is_some()
+        );
+    }
+
+    // An existing users/ directory keeps its flags.
+    let old = tmp.path().join("old");
+    std::fs::create_dir_all(old.join("users")).unwrap();
+    let s = open(&old, &c);
+    s.upsert_fact(
+        Some(&user("bob")),
+        &agent("agent-a"),
+        fact("f1", "one"),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    if supported {
+        let f = std::fs::File::open(old.join("users")).unwrap();
+        assert!(!ioctl_getflags(&f).unwrap().contains(IFlags::TOPDIR));
+    }
+}
