@@ -61,7 +61,16 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         assert!(ops > 0.0 && p50 > 0.0 && p99 >= p50, "{name}: {r}");
         assert!(r["peak_rss_kb"].as_u64().unwrap_or(0) > 1000, "{name}: {r}");
     }
-    assert_eq!(w["fsync_floor"]["file_fsyncs_per_op"], 5);
+    assert_eq!(w["fsync_floor"]["file_fsyncs_per_op"], 3);
+    assert_eq!(w["fsync_floor"]["dir_fsyncs_per_op"], 6);
+    assert!(
+        w["write_fact"]["paired_floor_ops_per_sec"]
+            .as_f64()
+            .is_some_and(|f| f > 0.0),
+        "{}",
+        w["write_fact"]
+    );
+    assert!(w["write_fact"]["caches_dropped"].is_boolean());
     assert_eq!(w["apply_update"]["created_per_cycle"], 5);
     assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
     assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");

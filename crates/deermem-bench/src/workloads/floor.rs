@@ -16,8 +16,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use deermem_core::FactId;
@@ -61,37 +61,71 @@ fn filler(len: usize, tag: &str) -> Vec<u8> {
     s.into_bytes()
 }
 
-pub(crate) fn run(env: &Env) -> Result<WorkloadResult> {
-    let udir = env.root.join("users").join("bench").to_path_buf();
-    let facts = udir.join("agents").join("__default__").join("facts");
-    let recovery = udir.join(".recovery");
-    let manifest = udir.join("memory.json");
-    let journal = udir.join(".memory.journal.json");
-    fs::create_dir_all(&facts)?;
-    fs::create_dir_all(&recovery)?;
-    let manifest_bytes = filler(620, "manifest");
-    let fact_bytes = filler(450, "fact");
-    let journal_bytes = filler(250, "journal");
-    atomic_write(&manifest, &manifest_bytes, 0)?;
-    let n = env.sizes.fsync_floor;
-    let mut rec = Recorder::start(n);
-    for i in 0..n {
+/// The raw-file state of the floor: one user directory with a manifest.
+pub(crate) struct Floor {
+    udir: PathBuf,
+    facts: PathBuf,
+    recovery: PathBuf,
+    manifest: PathBuf,
+    journal: PathBuf,
+    fact_bytes: Vec<u8>,
+    manifest_bytes: Vec<u8>,
+    journal_bytes: Vec<u8>,
+    next: usize,
+}
+
+impl Floor {
+    /// A floor user directory under `base` (created), with its manifest written.
+    pub(crate) fn new(base: &Path) -> Result<Self> {
+        let udir = base.join("users").join("bench");
+        let facts = udir.join("agents").join("__default__").join("facts");
+        let recovery = udir.join(".recovery");
+        fs::create_dir_all(&facts)?;
+        fs::create_dir_all(&recovery)?;
+        let floor = Self {
+            manifest: udir.join("memory.json"),
+            journal: udir.join(".memory.journal.json"),
+            udir,
+            facts,
+            recovery,
+            fact_bytes: filler(450, "fact"),
+            manifest_bytes: filler(620, "manifest"),
+            journal_bytes: filler(250, "journal"),
+            next: 0,
+        };
+        atomic_write(&floor.manifest, &floor.manifest_bytes, 0)?;
+        Ok(floor)
+    }
+
+    /// The durable operations of one single-fact create; returns their duration.
+    pub(crate) fn create(&mut self) -> Result<Duration> {
+        let i = self.next;
+        self.next += 1;
         let id = FactId::new(format!("fact_{i:032x}")).context("fact id")?;
-        let fact_path = facts.join(id.shard()).join(format!("{id}.md"));
+        let fact_path = self.facts.join(id.shard()).join(format!("{id}.md"));
         let op = format!("{:032x}", i + 1);
         let t = Instant::now();
-        let op_dir = recovery.join(&op);
+        let op_dir = self.recovery.join(&op);
         fs::create_dir_all(&op_dir)?;
-        fs::hard_link(&manifest, op_dir.join("memory.json"))?;
+        fs::hard_link(&self.manifest, op_dir.join("memory.json"))?;
         fsync_dir(&op_dir)?;
-        fsync_dir(&recovery)?;
-        atomic_write(&journal, &journal_bytes, 3 * i + 1)?;
-        atomic_write(&fact_path, &fact_bytes, 3 * i + 2)?;
-        atomic_write(&manifest, &manifest_bytes, 3 * i + 3)?;
-        fs::remove_file(&journal)?;
-        fsync_dir(&udir)?;
+        fsync_dir(&self.recovery)?;
+        atomic_write(&self.journal, &self.journal_bytes, 3 * i + 1)?;
+        atomic_write(&fact_path, &self.fact_bytes, 3 * i + 2)?;
+        atomic_write(&self.manifest, &self.manifest_bytes, 3 * i + 3)?;
+        fs::remove_file(&self.journal)?;
+        fsync_dir(&self.udir)?;
         fs::remove_dir_all(&op_dir)?;
-        rec.push(t.elapsed());
+        Ok(t.elapsed())
+    }
+}
+
+pub(crate) fn run(env: &Env) -> Result<WorkloadResult> {
+    let mut floor = Floor::new(&env.root)?;
+    let n = env.sizes.fsync_floor;
+    let mut rec = Recorder::start(n);
+    for _ in 0..n {
+        rec.push(floor.create()?);
     }
     Ok(rec
         .finish(n, std::time::Duration::ZERO)

@@ -8,17 +8,35 @@ use anyhow::{Context, Result};
 use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 
+use super::floor::Floor;
 use super::{Env, open};
 use crate::stats::{Recorder, WorkloadResult};
 
+/// Creates one after another. The floor's operations are measured alongside, in alternating
+/// blocks of a tenth of the run on raw files next to the root (`paired_floor_ops_per_sec`), so
+/// the 1.3× comparison holds for the same minutes of a shared disk whose speed drifts between
+/// runs; the `fsync_floor` workload remains the floor measured on its own.
 pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
     let storage = open(&env.root, true)?;
+    let mut floor = Floor::new(&env.root.parent().unwrap_or(&env.root).join("floor"))?;
     let user = UserId::new("writer@bench.example")?;
     let agent = AgentName::default_bucket();
     let n = env.sizes.write_fact;
+    let block = (n / 10).max(1);
     let drafts = env.drafts(n);
+    let mut floor_time = Duration::ZERO;
+    let mut floor_ops = 0usize;
+    let mut untimed = Duration::ZERO;
     let mut rec = Recorder::start(n);
-    for d in drafts {
+    for (i, d) in drafts.into_iter().enumerate() {
+        if i % block == 0 {
+            let paused = Instant::now();
+            for _ in 0..block {
+                floor_time += floor.create()?;
+                floor_ops += 1;
+            }
+            untimed += paused.elapsed();
+        }
         let t = Instant::now();
         storage
             .upsert_fact(Some(&user), &agent, d, None, None)
@@ -33,9 +51,14 @@ pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
         doc.facts.len()
     );
     storage.close().await;
+    let paired = floor_ops as f64 / floor_time.as_secs_f64().max(1e-9);
     Ok(rec
-        .finish(n, Duration::ZERO)
-        .with("revision", doc.revision.into()))
+        .finish(n, untimed)
+        .with("revision", doc.revision.into())
+        .with(
+            "paired_floor_ops_per_sec",
+            ((paired * 10.0).round() / 10.0).into(),
+        ))
 }
 
 pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
