@@ -71,6 +71,13 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         w["write_fact"]
     );
     assert!(w["write_fact"]["caches_dropped"].is_boolean());
+    assert!(
+        w["write_fact_parallel"]["parallel_floor_ops_per_sec"]
+            .as_f64()
+            .is_some_and(|f| f > 0.0),
+        "{}",
+        w["write_fact_parallel"]
+    );
     assert_eq!(w["apply_update"]["created_per_cycle"], 5);
     assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
     assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");

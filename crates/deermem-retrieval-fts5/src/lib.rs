@@ -88,12 +88,35 @@ struct State {
     writer: Option<Connection>,
 }
 
+/// A single-document write waiting for the writer connection.
+enum WriteOp {
+    Upsert(Row),
+    Remove(ScopeKeyText, String),
+}
+
+impl WriteOp {
+    fn apply(&self, w: &mut Writer<'_>) -> Result<(), WriteError> {
+        match self {
+            Self::Upsert(row) => w.upsert(row),
+            Self::Remove(scope, id) => w.remove(scope, id),
+        }
+    }
+}
+
+/// Where the writer that applied an operation leaves its outcome.
+type Outcome = Arc<Mutex<Option<Result<(), RetrievalError>>>>;
+
 struct Inner {
     location: Location,
     options: Fts5Options,
     clock: Arc<dyn Clock>,
     segmenter: Box<dyn Segmenter>,
     state: Mutex<State>,
+    /// Single-document writes queued for the next holder of `state`, which applies every one
+    /// of them in its transaction (group commit).
+    queued: Mutex<Vec<(WriteOp, Outcome)>>,
+    /// Transactions committed by [`Inner::write_one`] (tests check the sharing).
+    shared_commits: AtomicU64,
     readers: Mutex<Vec<(u64, Connection)>>,
     generation: AtomicU64,
     closed: AtomicBool,
@@ -247,6 +270,8 @@ impl Fts5Retrieval {
                 state: Mutex::new(State {
                     writer: Some(writer),
                 }),
+                queued: Mutex::new(Vec::new()),
+                shared_commits: AtomicU64::new(0),
                 readers: Mutex::new(Vec::new()),
                 generation: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
@@ -439,19 +464,66 @@ impl Inner {
         Ok(())
     }
 
-    fn upsert(&self, row: &Row) -> Result<(), RetrievalError> {
-        self.with_writer(|conn| {
-            let mut w = Writer::begin(conn)?;
-            w.upsert(row)?;
-            w.finish()
-        })
+    fn write_error(&self, e: WriteError) -> RetrievalError {
+        match e {
+            WriteError::Sqlite(e) => self.record_sqlite(&e),
+            WriteError::Limit(m) => self.record(RetrievalError::Backend(m)),
+        }
     }
 
-    fn remove(&self, scope: &ScopeKeyText, id: &str) -> Result<(), RetrievalError> {
-        self.with_writer(|conn| {
+    /// Applies one single-document write. Writes that arrive while another holds the writer
+    /// are queued, and the next holder applies all queued writes in one transaction: concurrent
+    /// writers share one commit (and one FTS5 segment) instead of queueing for one each. When a
+    /// shared transaction fails, each of its writes is retried alone so every caller gets its
+    /// own outcome.
+    fn write_one(&self, op: WriteOp) -> Result<(), RetrievalError> {
+        self.ensure_open()?;
+        let mine: Outcome = Arc::new(Mutex::new(None));
+        self.queued.lock().push((op, Arc::clone(&mine)));
+        let mut state = self.state.lock();
+        if let Some(done) = mine.lock().take() {
+            // An earlier holder applied it.
+            return done;
+        }
+        let batch = std::mem::take(&mut *self.queued.lock());
+        let Some(conn) = state.writer.as_mut() else {
+            for (_, outcome) in &batch {
+                *outcome.lock() = Some(Err(closed_error()));
+            }
+            return mine.lock().take().unwrap_or_else(|| Err(closed_error()));
+        };
+        let run = |conn: &mut Connection, ops: &mut dyn Iterator<Item = &WriteOp>| {
             let mut w = Writer::begin(conn)?;
-            w.remove(scope, id)?;
+            for op in ops {
+                op.apply(&mut w)?;
+            }
             w.finish()
+        };
+        match run(conn, &mut batch.iter().map(|(op, _)| op)) {
+            Ok(()) => {
+                self.shared_commits.fetch_add(1, Ordering::Relaxed);
+                for (_, outcome) in &batch {
+                    *outcome.lock() = Some(Ok(()));
+                }
+            }
+            Err(e) if batch.len() == 1 => {
+                let e = self.write_error(e);
+                if let Some((_, outcome)) = batch.first() {
+                    *outcome.lock() = Some(Err(e));
+                }
+            }
+            Err(_) => {
+                for (op, outcome) in &batch {
+                    let r = run(conn, &mut std::iter::once(op)).map_err(|e| self.write_error(e));
+                    *outcome.lock() = Some(r);
+                }
+            }
+        }
+        drop(state);
+        mine.lock().take().unwrap_or_else(|| {
+            Err(RetrievalError::Backend(
+                "index write lost its outcome".into(),
+            ))
         })
     }
 
@@ -688,7 +760,8 @@ impl Retrieval for Fts5Retrieval {
 
     async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
         let row = engine::encode_row(scope, fact)?;
-        self.blocking(move |inner| inner.upsert(&row)).await
+        self.blocking(move |inner| inner.write_one(WriteOp::Upsert(row)))
+            .await
     }
 
     async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
@@ -698,7 +771,8 @@ impl Retrieval for Fts5Retrieval {
         }
         let key = ScopeKeyText::of(scope);
         let id = id.to_owned();
-        self.blocking(move |inner| inner.remove(&key, &id)).await
+        self.blocking(move |inner| inner.write_one(WriteOp::Remove(key, id)))
+            .await
     }
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
@@ -746,5 +820,81 @@ impl Retrieval for Fts5Retrieval {
         } else {
             inner.close_connections();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::retrieval::{fact, scope};
+
+    /// Writes that arrive while the writer is busy are applied by the next holder in one
+    /// transaction, and every caller gets its outcome.
+    #[test]
+    fn queued_writes_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Fts5Retrieval::open(
+            dir.path(),
+            Arc::new(ManualClock::at("2026-01-01T00:00:00Z")),
+        )
+        .unwrap();
+        let s = scope(Some("alice"), "coder");
+        let key = ScopeKeyText::of(&s);
+        // Seed one document so a removal has something to remove.
+        let seed = fact(&s, "f0", "seeded memory", "context", 0.5);
+        index
+            .inner
+            .write_one(WriteOp::Upsert(engine::encode_row(&s, &seed).unwrap()))
+            .unwrap();
+        let before = index.inner.shared_commits.load(Ordering::Relaxed);
+        let held = index.inner.state.lock();
+        let mut threads = Vec::new();
+        for i in 1..=3 {
+            let inner = Arc::clone(&index.inner);
+            let row = engine::encode_row(
+                &s,
+                &fact(&s, &format!("f{i}"), "queued memory", "context", 0.5),
+            )
+            .unwrap();
+            threads.push(std::thread::spawn(move || {
+                inner.write_one(WriteOp::Upsert(row))
+            }));
+        }
+        let inner = Arc::clone(&index.inner);
+        let k = key.clone();
+        threads.push(std::thread::spawn(move || {
+            inner.write_one(WriteOp::Remove(k, "f0".into()))
+        }));
+        while index.inner.queued.lock().len() < 4 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        assert_eq!(
+            index.inner.shared_commits.load(Ordering::Relaxed) - before,
+            1
+        );
+        let hits = index
+            .search_blocking(&SearchQuery::new("memory", s.clone(), 10))
+            .unwrap();
+        let mut ids: Vec<_> = hits.iter().map(|h| h.fact.id.as_str().to_owned()).collect();
+        ids.sort();
+        assert_eq!(ids, vec!["f1", "f2", "f3"]);
+    }
+
+    /// A closed index answers every queued writer with an error, none is left waiting.
+    #[test]
+    fn queued_writes_fail_cleanly_when_the_index_closes() {
+        let index =
+            Fts5Retrieval::in_memory(Arc::new(ManualClock::at("2026-01-01T00:00:00Z"))).unwrap();
+        let s = scope(Some("alice"), "coder");
+        index.inner.state.lock().writer = None;
+        let row = engine::encode_row(&s, &fact(&s, "f1", "memory", "context", 0.5)).unwrap();
+        let err = index.inner.write_one(WriteOp::Upsert(row)).unwrap_err();
+        assert!(matches!(err, RetrievalError::Unavailable(_)), "{err}");
+        assert!(index.inner.queued.lock().is_empty());
     }
 }

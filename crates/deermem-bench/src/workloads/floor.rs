@@ -61,6 +61,19 @@ fn filler(len: usize, tag: &str) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// Sets ext4's `FS_TOPDIR_FL` on `dir` where the filesystem has it, as the storage does on a
+/// new root's `users/`, so parallel floors get the same block-group placement.
+pub(crate) fn mark_top_directory(dir: &Path) {
+    #[cfg(target_os = "linux")]
+    if let Ok(f) = File::open(dir)
+        && let Ok(flags) = rustix::fs::ioctl_getflags(&f)
+    {
+        let _ = rustix::fs::ioctl_setflags(&f, flags | rustix::fs::IFlags::TOPDIR);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = dir;
+}
+
 /// The raw-file state of the floor: one user directory with a manifest.
 pub(crate) struct Floor {
     udir: PathBuf,

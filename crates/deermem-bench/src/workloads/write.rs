@@ -92,11 +92,52 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
     }
     let elapsed = started.elapsed();
     storage.close().await;
+    let floor = parallel_floor(env, writers, n)?;
     let mut rec = Recorder::start(0);
     for s in samples {
         rec.push(s);
     }
     let mut result = rec.finish(n, Duration::ZERO);
     result.elapsed = elapsed;
-    Ok(result.with("writers", writers.into()))
+    Ok(result.with("writers", writers.into()).with(
+        "parallel_floor_ops_per_sec",
+        ((floor * 10.0).round() / 10.0).into(),
+    ))
+}
+
+/// The floor's operations from `writers` threads at once, each in its own user directory (what
+/// the disk allows this protocol at that concurrency): `n` creates in all, creates/s.
+fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<f64> {
+    let base = env
+        .root
+        .parent()
+        .unwrap_or(&env.root)
+        .join("floor-parallel");
+    std::fs::create_dir_all(&base)?;
+    // As the storage does for `users/`: one block group per writer's tree.
+    super::floor::mark_top_directory(&base);
+    let per = n.div_ceil(writers);
+    let mut floors = (0..writers)
+        .map(|w| Floor::new(&base.join(format!("w{w}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = floors
+            .iter_mut()
+            .map(|f| {
+                scope.spawn(move || -> Result<()> {
+                    for _ in 0..per {
+                        f.create()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok((per * writers) as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
