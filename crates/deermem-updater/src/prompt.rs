@@ -21,7 +21,9 @@ use crate::consolidation::{
 };
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{select_stale_candidates, staleness_lines};
-use crate::text::{FormatError, format_template, html_escape, json_dumps_pretty_escaped};
+use crate::text::{
+    FormatError, Member, format_template, html_escape, write_pretty_escaped_members,
+};
 use crate::uploads;
 
 /// The chat template file.
@@ -480,19 +482,7 @@ fn is_manual(f: &Fact) -> bool {
 /// The `{current_memory}` value: the snapshot as JSON with `[MANUAL]` marks on hand-written
 /// facts and every string value HTML-escaped, laid out like Python's `json.dumps(indent=2)`.
 pub fn current_memory_json(memory: &MemoryDocument) -> String {
-    let mut m = Map::new();
-    m.insert("version".into(), Value::String(memory.version.clone()));
-    m.insert("revision".into(), Value::from(memory.revision));
-    m.insert(
-        "lastUpdated".into(),
-        Value::String(memory.last_updated.clone()),
-    );
-    m.insert("user".into(), Value::Object(memory.user.as_map().clone()));
-    m.insert(
-        "history".into(),
-        Value::Object(memory.history.as_map().clone()),
-    );
-    let facts = memory
+    let facts: Vec<Map<String, Value>> = memory
         .facts
         .iter()
         .map(|f| {
@@ -503,11 +493,27 @@ pub fn current_memory_json(memory: &MemoryDocument) -> String {
                     Value::String(format!("[MANUAL] {}", f.content)),
                 );
             }
-            Value::Object(fm)
+            fm
         })
         .collect();
-    m.insert("facts".into(), Value::Array(facts));
-    json_dumps_pretty_escaped(&Value::Object(m))
+    // The layout of `json_dumps_pretty_escaped` over the same object, written from borrowed
+    // parts (no copy of the summaries, no intermediate array).
+    let version = Value::String(memory.version.clone());
+    let revision = Value::from(memory.revision);
+    let last_updated = Value::String(memory.last_updated.clone());
+    let mut out = String::with_capacity(512 + facts.len() * 512);
+    write_pretty_escaped_members(
+        &[
+            ("version", Member::Value(&version)),
+            ("revision", Member::Value(&revision)),
+            ("lastUpdated", Member::Value(&last_updated)),
+            ("user", Member::Map(memory.user.as_map())),
+            ("history", Member::Map(memory.history.as_map())),
+            ("facts", Member::Maps(&facts)),
+        ],
+        &mut out,
+    );
+    out
 }
 
 fn turn_text(msg: &Message) -> String {
@@ -783,6 +789,51 @@ mod tests {
         assert_eq!(
             d.facts[2].content, "hand written",
             "the snapshot itself is unchanged"
+        );
+    }
+
+    /// The borrowed writer produces exactly `json_dumps_pretty_escaped` of the whole object.
+    #[test]
+    fn memory_json_equals_the_escaped_dump_of_the_document_object() {
+        let mut d = doc(vec![
+            fact(
+                json!({"id": "a", "content": "用户 \"q\" \\ \n\t<b>", "confidence": 0.25,
+                "tags": ["x&y", 3, null, {"k": "<v>"}]}),
+            ),
+            fact(json!({"id": "c", "content": "hand", "source": "manual"})),
+        ]);
+        d.user = deermem_core::SummarySection::default_user();
+        let mut m = Map::new();
+        m.insert("version".into(), Value::String(d.version.clone()));
+        m.insert("revision".into(), Value::from(d.revision));
+        m.insert("lastUpdated".into(), Value::String(d.last_updated.clone()));
+        m.insert("user".into(), Value::Object(d.user.as_map().clone()));
+        m.insert("history".into(), Value::Object(d.history.as_map().clone()));
+        let facts = d
+            .facts
+            .iter()
+            .map(|f| {
+                let mut fm = f.to_internal_map();
+                if is_manual(f) && !f.content.starts_with("[MANUAL]") {
+                    fm.insert(
+                        "content".into(),
+                        Value::String(format!("[MANUAL] {}", f.content)),
+                    );
+                }
+                Value::Object(fm)
+            })
+            .collect();
+        m.insert("facts".into(), Value::Array(facts));
+        assert_eq!(
+            current_memory_json(&d),
+            crate::text::json_dumps_pretty_escaped(&Value::Object(m))
+        );
+        assert_eq!(
+            current_memory_json(&doc(vec![])),
+            crate::text::json_dumps_pretty_escaped(&json!({
+                "version": d.version, "revision": d.revision, "lastUpdated": d.last_updated,
+                "user": d.user.as_map(), "history": d.history.as_map(), "facts": []
+            }))
         );
     }
 

@@ -87,10 +87,11 @@ fn write_json(v: &Value, level: usize, escape_values: bool, out: &mut String) {
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => {
+            use std::fmt::Write as _;
             if let Some(i) = n.as_i64() {
-                out.push_str(&i.to_string());
+                let _ = write!(out, "{i}");
             } else if let Some(u) = n.as_u64() {
-                out.push_str(&u.to_string());
+                let _ = write!(out, "{u}");
             } else {
                 let f = n.as_f64().unwrap_or(f64::NAN);
                 out.push_str(&json_float(f));
@@ -98,7 +99,7 @@ fn write_json(v: &Value, level: usize, escape_values: bool, out: &mut String) {
         }
         Value::String(s) => {
             if escape_values {
-                write_json_string(&html_escape(s, true), out);
+                write_escaped_json_string(s, out);
             } else {
                 write_json_string(s, out);
             }
@@ -119,25 +120,80 @@ fn write_json(v: &Value, level: usize, escape_values: bool, out: &mut String) {
             newline_indent(level, out);
             out.push(']');
         }
-        Value::Object(map) => {
-            if map.is_empty() {
-                out.push_str("{}");
-                return;
-            }
-            out.push('{');
-            for (i, (k, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+        Value::Object(map) => write_json_object(map, level, escape_values, out),
+    }
+}
+
+/// One object of [`json_dumps_pretty_escaped`]'s layout, written from a borrowed map.
+fn write_json_object(
+    map: &serde_json::Map<String, Value>,
+    level: usize,
+    escape_values: bool,
+    out: &mut String,
+) {
+    if map.is_empty() {
+        out.push_str("{}");
+        return;
+    }
+    out.push('{');
+    for (i, (k, item)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        newline_indent(level + 1, out);
+        write_json_string(k, out);
+        out.push_str(": ");
+        write_json(item, level + 1, escape_values, out);
+    }
+    newline_indent(level, out);
+    out.push('}');
+}
+
+/// Writes a top-level object of [`json_dumps_pretty_escaped`]'s layout whose members are
+/// given one by one (borrowed, so the caller need not build and clone a map first). `members`
+/// must not be empty.
+pub(crate) fn write_pretty_escaped_members(members: &[(&str, Member<'_>)], out: &mut String) {
+    out.push('{');
+    for (i, (k, m)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        newline_indent(1, out);
+        write_json_string(k, out);
+        out.push_str(": ");
+        match m {
+            Member::Value(v) => write_json(v, 1, true, out),
+            Member::Map(map) => write_json_object(map, 1, true, out),
+            Member::Maps(items) => {
+                if items.is_empty() {
+                    out.push_str("[]");
+                } else {
+                    out.push('[');
+                    for (j, item) in items.iter().enumerate() {
+                        if j > 0 {
+                            out.push(',');
+                        }
+                        newline_indent(2, out);
+                        write_json_object(item, 2, true, out);
+                    }
+                    newline_indent(1, out);
+                    out.push(']');
                 }
-                newline_indent(level + 1, out);
-                write_json_string(k, out);
-                out.push_str(": ");
-                write_json(item, level + 1, escape_values, out);
             }
-            newline_indent(level, out);
-            out.push('}');
         }
     }
+    newline_indent(0, out);
+    out.push('}');
+}
+
+/// A member of [`write_pretty_escaped_members`].
+pub(crate) enum Member<'a> {
+    /// Any value.
+    Value(&'a Value),
+    /// An object.
+    Map(&'a serde_json::Map<String, Value>),
+    /// An array of objects.
+    Maps(&'a [serde_json::Map<String, Value>]),
 }
 
 fn json_float(f: f64) -> String {
@@ -164,6 +220,39 @@ fn write_json_string(s: &str, out: &mut String) {
         // Every escaped character is ASCII, so `i` is always a char boundary here.
         let esc: Option<std::borrow::Cow<'static, str>> = match b {
             b'"' => Some("\\\"".into()),
+            b'\\' => Some("\\\\".into()),
+            b'\n' => Some("\\n".into()),
+            b'\r' => Some("\\r".into()),
+            b'\t' => Some("\\t".into()),
+            0x08 => Some("\\b".into()),
+            0x0c => Some("\\f".into()),
+            b if b < 0x20 => Some(format!("\\u{b:04x}").into()),
+            _ => None,
+        };
+        if let Some(e) = esc {
+            out.push_str(&s[start..i]);
+            out.push_str(&e);
+            start = i + 1;
+        }
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// `write_json_string(&html_escape(s, true))` in one pass: the entities `html.escape` produces
+/// contain nothing JSON escapes, so each byte is either an entity, a JSON escape or copied.
+fn write_escaped_json_string(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        // Every escaped character is ASCII, so `i` is always a char boundary here.
+        let esc: Option<std::borrow::Cow<'static, str>> = match b {
+            b'&' => Some("&amp;".into()),
+            b'<' => Some("&lt;".into()),
+            b'>' => Some("&gt;".into()),
+            b'"' => Some("&quot;".into()),
+            b'\'' => Some("&#x27;".into()),
             b'\\' => Some("\\\\".into()),
             b'\n' => Some("\\n".into()),
             b'\r' => Some("\\r".into()),
@@ -370,6 +459,40 @@ mod tests {
             let stripped = py::strip(&s);
             let expected = (!stripped.is_empty()).then(|| py::casefold(stripped));
             proptest::prop_assert_eq!(content_key(&s), expected);
+        }
+
+        #[test]
+        fn one_pass_escaping_equals_html_escape_then_json(s in "\\PC{0,40}|[&<>\"'\\\\\\x00-\\x1f a-z]{0,40}") {
+            let mut one = String::new();
+            write_escaped_json_string(&s, &mut one);
+            let mut two = String::new();
+            write_json_string(&html_escape(&s, true), &mut two);
+            proptest::prop_assert_eq!(one, two);
+        }
+
+        #[test]
+        fn members_writer_equals_the_map_writer(
+            a in "\\PC{0,12}", n in proptest::num::i64::ANY, f in proptest::num::f64::NORMAL,
+            keys in proptest::collection::vec("[a-z<&]{1,6}", 0..4),
+        ) {
+            let inner: serde_json::Map<String, Value> =
+                keys.iter().map(|k| (k.clone(), Value::String(format!("{a}{k}")))).collect();
+            let facts = vec![inner.clone(), serde_json::Map::new(), inner.clone()];
+            let whole = serde_json::json!({
+                "version": a, "revision": n, "score": f, "user": inner, "facts": facts,
+            });
+            let mut out = String::new();
+            write_pretty_escaped_members(
+                &[
+                    ("version", Member::Value(&whole["version"])),
+                    ("revision", Member::Value(&whole["revision"])),
+                    ("score", Member::Value(&whole["score"])),
+                    ("user", Member::Map(&inner)),
+                    ("facts", Member::Maps(&facts)),
+                ],
+                &mut out,
+            );
+            proptest::prop_assert_eq!(out, json_dumps_pretty_escaped(&whole));
         }
 
         #[test]
