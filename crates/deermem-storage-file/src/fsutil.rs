@@ -168,6 +168,11 @@ pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
 /// when the file was written; the caller fsyncs `dst`'s directory). Where links are refused
 /// (some network or FUSE filesystems), a durable copy as before.
 pub(crate) fn preserve_preimage(src: &Path, dst: &Path) -> Result<()> {
+    // A symbolic link would be linked itself (and a relative one would dangle from
+    // `.recovery/<op>/`): keep a copy of what it points to, as before.
+    if fs::symlink_metadata(src).is_ok_and(|m| m.file_type().is_symlink()) {
+        return durable_copy(src, dst);
+    }
     fault::io(IoOp::Create, dst).map_err(|e| Error::io("Failed to create", dst, e))?;
     match fs::hard_link(src, dst) {
         Ok(()) => Ok(()),
@@ -416,6 +421,17 @@ mod tests {
         assert_eq!(fs::read(&src).unwrap(), b"new manifest");
         assert_eq!(fs::read(op.join("memory.json")).unwrap(), b"old manifest");
         assert_eq!(fs::read(op.join("f1.md")).unwrap(), b"old fact");
+        // A symbolic link (here relative) is copied through, not linked.
+        #[cfg(unix)]
+        {
+            fs::write(tmp.path().join("real.md"), b"through the link").unwrap();
+            let link = tmp.path().join("f2.md");
+            std::os::unix::fs::symlink("real.md", &link).unwrap();
+            preserve_preimage(&link, &op.join("f2.md")).unwrap();
+            let m = fs::symlink_metadata(op.join("f2.md")).unwrap();
+            assert!(m.file_type().is_file());
+            assert_eq!(fs::read(op.join("f2.md")).unwrap(), b"through the link");
+        }
         // A missing source and an existing target are errors, as for a copy.
         let err = preserve_preimage(&fact, &op.join("gone.md")).unwrap_err();
         assert!(err.to_string().contains("gone.md"), "{err}");
