@@ -14,7 +14,8 @@ use crate::paths::{RECOVERY_MANIFEST, UserDir};
 
 /// The journal state before any target is touched.
 pub(crate) const PREPARED: &str = "prepared";
-/// The journal state after every target was written.
+/// The journal state after every target was written (the reference writes it before cleaning up;
+/// DeerMem never does, its commit point is the journal's durable unlink, but recovers it).
 pub(crate) const COMMITTED: &str = "committed";
 
 /// One in-flight commit, as written to `<U>/.memory.journal.json`.
