@@ -492,14 +492,14 @@ impl Inner {
             }
             return mine.lock().take().unwrap_or_else(|| Err(closed_error()));
         };
-        let run = |conn: &mut Connection, ops: &mut dyn Iterator<Item = &WriteOp>| {
+        let run = |conn: &mut Connection, ops: &[(WriteOp, Outcome)]| {
             let mut w = Writer::begin(conn)?;
-            for op in ops {
+            for (op, _) in ops {
                 op.apply(&mut w)?;
             }
             w.finish()
         };
-        match run(conn, &mut batch.iter().map(|(op, _)| op)) {
+        match run(conn, &batch) {
             Ok(()) => {
                 self.shared_commits.fetch_add(1, Ordering::Relaxed);
                 for (_, outcome) in &batch {
@@ -513,9 +513,11 @@ impl Inner {
                 }
             }
             Err(_) => {
-                for (op, outcome) in &batch {
-                    let r = run(conn, &mut std::iter::once(op)).map_err(|e| self.write_error(e));
-                    *outcome.lock() = Some(r);
+                for one in batch.chunks(1) {
+                    let r = run(conn, one).map_err(|e| self.write_error(e));
+                    if let Some((_, outcome)) = one.first() {
+                        *outcome.lock() = Some(r);
+                    }
                 }
             }
         }

@@ -119,6 +119,8 @@ struct Inner {
     locks: LockRegistry,
     cache: Mutex<HashMap<CacheKey, CacheEntry>>,
     dirty: Mutex<BTreeSet<DirtyKey>>,
+    /// `users/` was seen or created (and marked) by this instance: later locks skip the check.
+    users_dir_ready: AtomicBool,
     closed: AtomicBool,
 }
 
@@ -147,6 +149,7 @@ impl FileMemoryStorage {
                 locks: LockRegistry::default(),
                 cache: Mutex::new(HashMap::new()),
                 dirty: Mutex::new(BTreeSet::new()),
+                users_dir_ready: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -388,12 +391,16 @@ impl Inner {
 
     fn lock(&self, udir: &UserDir) -> Result<UserLock> {
         // The first user directory of a new root: create `users/` as the top of per-user trees.
-        if let Some(users) = udir.dir.parent()
+        // Checked until this instance has seen `users/` once, so the write path pays no `stat`.
+        if !self.users_dir_ready.load(Ordering::Relaxed)
+            && let Some(users) = udir.dir.parent()
             && users == self.layout.root.join("users")
-            && !users.is_dir()
         {
-            crate::fsutil::create_dir_all(users)?;
-            crate::fsutil::mark_top_directory(users);
+            if !users.is_dir() {
+                crate::fsutil::create_dir_all(users)?;
+                crate::fsutil::mark_top_directory(users);
+            }
+            self.users_dir_ready.store(true, Ordering::Relaxed);
         }
         self.locks.acquire(&udir.lock(), self.config.lock_timeout)
     }

@@ -214,53 +214,36 @@ fn newline_indent(level: usize, out: &mut String) {
 }
 
 fn write_json_string(s: &str, out: &mut String) {
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        // Every escaped character is ASCII, so `i` is always a char boundary here.
-        let esc: Option<std::borrow::Cow<'static, str>> = match b {
-            b'"' => Some("\\\"".into()),
-            b'\\' => Some("\\\\".into()),
-            b'\n' => Some("\\n".into()),
-            b'\r' => Some("\\r".into()),
-            b'\t' => Some("\\t".into()),
-            0x08 => Some("\\b".into()),
-            0x0c => Some("\\f".into()),
-            b if b < 0x20 => Some(format!("\\u{b:04x}").into()),
-            _ => None,
-        };
-        if let Some(e) = esc {
-            out.push_str(&s[start..i]);
-            out.push_str(&e);
-            start = i + 1;
-        }
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
+    push_json_string(s, false, out);
 }
 
 /// `write_json_string(&html_escape(s, true))` in one pass: the entities `html.escape` produces
 /// contain nothing JSON escapes, so each byte is either an entity, a JSON escape or copied.
 fn write_escaped_json_string(s: &str, out: &mut String) {
+    push_json_string(s, true, out);
+}
+
+/// A JSON string literal of `s`, HTML-escaped first (`quote=True`) when `html` is set.
+fn push_json_string(s: &str, html: bool, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
         // Every escaped character is ASCII, so `i` is always a char boundary here.
-        let esc: Option<std::borrow::Cow<'static, str>> = match b {
-            b'&' => Some("&amp;".into()),
-            b'<' => Some("&lt;".into()),
-            b'>' => Some("&gt;".into()),
-            b'"' => Some("&quot;".into()),
-            b'\'' => Some("&#x27;".into()),
-            b'\\' => Some("\\\\".into()),
-            b'\n' => Some("\\n".into()),
-            b'\r' => Some("\\r".into()),
-            b'\t' => Some("\\t".into()),
-            0x08 => Some("\\b".into()),
-            0x0c => Some("\\f".into()),
-            b if b < 0x20 => Some(format!("\\u{b:04x}").into()),
-            _ => None,
+        let entity = if html { html_entity(b, true) } else { None };
+        let esc: Option<std::borrow::Cow<'static, str>> = match entity {
+            Some(entity) => Some(entity.into()),
+            None => match b {
+                b'"' => Some("\\\"".into()),
+                b'\\' => Some("\\\\".into()),
+                b'\n' => Some("\\n".into()),
+                b'\r' => Some("\\r".into()),
+                b'\t' => Some("\\t".into()),
+                0x08 => Some("\\b".into()),
+                0x0c => Some("\\f".into()),
+                b if b < 0x20 => Some(format!("\\u{b:04x}").into()),
+                _ => None,
+            },
         };
         if let Some(e) = esc {
             out.push_str(&s[start..i]);
