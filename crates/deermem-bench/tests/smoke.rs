@@ -62,7 +62,7 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         assert!(r["peak_rss_kb"].as_u64().unwrap_or(0) > 1000, "{name}: {r}");
     }
     assert_eq!(w["fsync_floor"]["file_fsyncs_per_op"], 3);
-    assert_eq!(w["fsync_floor"]["dir_fsyncs_per_op"], 6);
+    assert_eq!(w["fsync_floor"]["dir_fsyncs_per_op"], 4);
     assert!(
         w["write_fact"]["paired_floor_ops_per_sec"]
             .as_f64()

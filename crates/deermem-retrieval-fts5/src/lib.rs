@@ -103,8 +103,12 @@ impl WriteOp {
     }
 }
 
-/// Where the writer that applied an operation leaves its outcome.
-type Outcome = Arc<Mutex<Option<Result<(), RetrievalError>>>>;
+/// Single-document writes accepted but not applied yet, and whether an applier is scheduled.
+#[derive(Default)]
+struct Pending {
+    ops: Vec<(WriteOp, Scope)>,
+    applier: bool,
+}
 
 struct Inner {
     location: Location,
@@ -112,10 +116,14 @@ struct Inner {
     clock: Arc<dyn Clock>,
     segmenter: Box<dyn Segmenter>,
     state: Mutex<State>,
-    /// Single-document writes queued for the next holder of `state`, which applies every one
-    /// of them in its transaction (group commit).
-    queued: Mutex<Vec<(WriteOp, Outcome)>>,
-    /// Transactions committed by [`Inner::write_one`] (tests check the sharing).
+    /// Single-document writes acknowledged to their callers and applied by a background
+    /// applier, or by the next search, stats, clear, rebuild or close, whichever takes the
+    /// writer first; each holder applies all of them in one transaction (write-behind with
+    /// group commit).
+    pending: Mutex<Pending>,
+    /// Scopes of accepted writes that failed to apply, until the storage takes them.
+    stale: Mutex<Vec<Scope>>,
+    /// Transactions committed by [`Inner::apply_pending`] (tests check the sharing).
     shared_commits: AtomicU64,
     readers: Mutex<Vec<(u64, Connection)>>,
     generation: AtomicU64,
@@ -270,7 +278,8 @@ impl Fts5Retrieval {
                 state: Mutex::new(State {
                     writer: Some(writer),
                 }),
-                queued: Mutex::new(Vec::new()),
+                pending: Mutex::new(Pending::default()),
+                stale: Mutex::new(Vec::new()),
                 shared_commits: AtomicU64::new(0),
                 readers: Mutex::new(Vec::new()),
                 generation: AtomicU64::new(0),
@@ -394,6 +403,7 @@ impl Inner {
     ) -> Result<T, RetrievalError> {
         self.ensure_open()?;
         let mut state = self.state.lock();
+        self.apply_pending(&mut state);
         let conn = state.writer.as_mut().ok_or_else(closed_error)?;
         f(conn).map_err(|e| match e {
             WriteError::Sqlite(e) => self.record_sqlite(&e),
@@ -471,28 +481,57 @@ impl Inner {
         }
     }
 
-    /// Applies one single-document write. Writes that arrive while another holds the writer
-    /// are queued, and the next holder applies all queued writes in one transaction: concurrent
-    /// writers share one commit (and one FTS5 segment) instead of queueing for one each. When a
-    /// shared transaction fails, each of its writes is retried alone so every caller gets its
-    /// own outcome.
-    fn write_one(&self, op: WriteOp) -> Result<(), RetrievalError> {
+    /// Accepts one single-document write and returns: it is applied by an applier on the
+    /// blocking pool (inline without a runtime), together with every write accepted meanwhile,
+    /// in one transaction. Every later search, stats, clear, rebuild or close applies what is
+    /// still pending before it reads or writes, so an acknowledged write is always seen.
+    fn enqueue(self: &Arc<Self>, op: WriteOp, scope: Scope) -> Result<(), RetrievalError> {
         self.ensure_open()?;
-        let mine: Outcome = Arc::new(Mutex::new(None));
-        self.queued.lock().push((op, Arc::clone(&mine)));
-        let mut state = self.state.lock();
-        if let Some(done) = mine.lock().take() {
-            // An earlier holder applied it.
-            return done;
-        }
-        let batch = std::mem::take(&mut *self.queued.lock());
-        let Some(conn) = state.writer.as_mut() else {
-            for (_, outcome) in &batch {
-                *outcome.lock() = Some(Err(closed_error()));
-            }
-            return mine.lock().take().unwrap_or_else(|| Err(closed_error()));
+        let start = {
+            let mut p = self.pending.lock();
+            p.ops.push((op, scope));
+            !std::mem::replace(&mut p.applier, true)
         };
-        let run = |conn: &mut Connection, ops: &[(WriteOp, Outcome)]| {
+        if start {
+            let inner = Arc::clone(self);
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn_blocking(move || inner.run_applier());
+                }
+                Err(_) => inner.run_applier(),
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies pending writes until none is left, then stands down.
+    fn run_applier(&self) {
+        loop {
+            {
+                let mut state = self.state.lock();
+                self.apply_pending(&mut state);
+            }
+            let mut p = self.pending.lock();
+            if p.ops.is_empty() {
+                p.applier = false;
+                return;
+            }
+        }
+    }
+
+    /// Applies every pending write in one transaction; when it fails, each write is retried
+    /// alone. The scope of a write that cannot be applied (or finds the index closed) is kept
+    /// for [`Retrieval::take_stale_scopes`]. The caller holds `state`.
+    fn apply_pending(&self, state: &mut State) {
+        let batch = std::mem::take(&mut self.pending.lock().ops);
+        if batch.is_empty() {
+            return;
+        }
+        let Some(conn) = state.writer.as_mut() else {
+            self.stale.lock().extend(batch.into_iter().map(|(_, s)| s));
+            return;
+        };
+        let run = |conn: &mut Connection, ops: &[(WriteOp, Scope)]| {
             let mut w = Writer::begin(conn)?;
             for (op, _) in ops {
                 op.apply(&mut w)?;
@@ -502,31 +541,33 @@ impl Inner {
         match run(conn, &batch) {
             Ok(()) => {
                 self.shared_commits.fetch_add(1, Ordering::Relaxed);
-                for (_, outcome) in &batch {
-                    *outcome.lock() = Some(Ok(()));
-                }
             }
             Err(e) if batch.len() == 1 => {
-                let e = self.write_error(e);
-                if let Some((_, outcome)) = batch.first() {
-                    *outcome.lock() = Some(Err(e));
-                }
+                let _ = self.write_error(e);
+                self.stale.lock().extend(batch.into_iter().map(|(_, s)| s));
             }
             Err(_) => {
                 for one in batch.chunks(1) {
-                    let r = run(conn, one).map_err(|e| self.write_error(e));
-                    if let Some((_, outcome)) = one.first() {
-                        *outcome.lock() = Some(r);
+                    if let Err(e) = run(conn, one) {
+                        let _ = self.write_error(e);
+                        self.stale.lock().extend(one.iter().map(|(_, s)| s.clone()));
                     }
                 }
             }
         }
-        drop(state);
-        mine.lock().take().unwrap_or_else(|| {
-            Err(RetrievalError::Backend(
-                "index write lost its outcome".into(),
-            ))
-        })
+    }
+
+    /// Waits until every write accepted before the call is applied: a running applier holds
+    /// the writer until its transaction ends, and what is still queued is applied here.
+    fn settle(&self) {
+        let busy = {
+            let p = self.pending.lock();
+            !p.ops.is_empty() || p.applier
+        };
+        if busy {
+            let mut state = self.state.lock();
+            self.apply_pending(&mut state);
+        }
     }
 
     fn clear(&self, scopes: Option<&[ScopeKeyText]>) -> Result<(), RetrievalError> {
@@ -595,6 +636,7 @@ impl Inner {
             return Ok(Vec::new());
         }
         self.ensure_open()?;
+        self.settle();
         let Some(plan) = query::plan(&query.text, self.segmenter.as_ref()) else {
             return Ok(Vec::new());
         };
@@ -708,6 +750,8 @@ impl Inner {
     }
 
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
+        self.ensure_open()?;
+        self.settle();
         let total_docs = self.with_reader(engine::count_docs)?;
         let (db_path, db_bytes) = match &self.location {
             Location::Memory => (None, None),
@@ -738,7 +782,11 @@ impl Inner {
     /// Closes the connections (after [`Inner::mark_closed`]); waits for a running write.
     fn close_connections(&self) {
         self.readers.lock().clear();
-        let writer = self.state.lock().writer.take();
+        let writer = {
+            let mut state = self.state.lock();
+            self.apply_pending(&mut state);
+            state.writer.take()
+        };
         if let Some(conn) = writer
             && let Err((_, e)) = conn.close()
         {
@@ -762,8 +810,7 @@ impl Retrieval for Fts5Retrieval {
 
     async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
         let row = engine::encode_row(scope, fact)?;
-        self.blocking(move |inner| inner.write_one(WriteOp::Upsert(row)))
-            .await
+        self.inner.enqueue(WriteOp::Upsert(row), scope.clone())
     }
 
     async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
@@ -772,9 +819,8 @@ impl Retrieval for Fts5Retrieval {
             return Ok(());
         }
         let key = ScopeKeyText::of(scope);
-        let id = id.to_owned();
-        self.blocking(move |inner| inner.write_one(WriteOp::Remove(key, id)))
-            .await
+        self.inner
+            .enqueue(WriteOp::Remove(key, id.to_owned()), scope.clone())
     }
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
@@ -808,9 +854,14 @@ impl Retrieval for Fts5Retrieval {
         self.blocking(|inner| inner.stats()).await
     }
 
+    fn take_stale_scopes(&self) -> Vec<Scope> {
+        std::mem::take(&mut *self.inner.stale.lock())
+    }
+
     async fn close(&self) {
-        // Later calls fail at once; the connections close off the async threads (closing waits
-        // for a running write), or when the last clone is dropped if that task never runs.
+        // Later calls fail at once; the connections close off the async threads (closing
+        // applies the pending writes and waits for a running one), or when the last clone is
+        // dropped if that task never runs.
         if !self.inner.mark_closed() {
             return;
         }
@@ -831,10 +882,14 @@ mod tests {
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::retrieval::{fact, scope};
 
-    /// Writes that arrive while the writer is busy are applied by the next holder in one
-    /// transaction, and every caller gets its outcome.
+    fn upsert_op(s: &Scope, id: &str, text: &str) -> WriteOp {
+        WriteOp::Upsert(engine::encode_row(s, &fact(s, id, text, "context", 0.5)).unwrap())
+    }
+
+    /// Writes accepted while the writer is busy are applied by the next holder in one
+    /// transaction, in the order they were accepted, and a search sees all of them.
     #[test]
-    fn queued_writes_share_one_commit() {
+    fn accepted_writes_share_one_commit_and_are_seen_by_the_next_search() {
         let dir = tempfile::tempdir().unwrap();
         let index = Fts5Retrieval::open(
             dir.path(),
@@ -843,60 +898,86 @@ mod tests {
         .unwrap();
         let s = scope(Some("alice"), "coder");
         let key = ScopeKeyText::of(&s);
-        // Seed one document so a removal has something to remove.
-        let seed = fact(&s, "f0", "seeded memory", "context", 0.5);
         index
             .inner
-            .write_one(WriteOp::Upsert(engine::encode_row(&s, &seed).unwrap()))
+            .enqueue(upsert_op(&s, "f0", "seeded memory"), s.clone())
             .unwrap();
+        index.inner.settle();
         let before = index.inner.shared_commits.load(Ordering::Relaxed);
-        let held = index.inner.state.lock();
-        let mut threads = Vec::new();
+        // As if an applier were scheduled but not yet running: the writes wait in the queue.
+        index.inner.pending.lock().applier = true;
         for i in 1..=3 {
-            let inner = Arc::clone(&index.inner);
-            let row = engine::encode_row(
-                &s,
-                &fact(&s, &format!("f{i}"), "queued memory", "context", 0.5),
-            )
+            index
+                .inner
+                .enqueue(upsert_op(&s, &format!("f{i}"), "queued memory"), s.clone())
+                .unwrap();
+        }
+        // Upsert then remove of one id: the order is kept.
+        index
+            .inner
+            .enqueue(WriteOp::Remove(key.clone(), "f0".into()), s.clone())
             .unwrap();
-            threads.push(std::thread::spawn(move || {
-                inner.write_one(WriteOp::Upsert(row))
-            }));
-        }
-        let inner = Arc::clone(&index.inner);
-        let k = key.clone();
-        threads.push(std::thread::spawn(move || {
-            inner.write_one(WriteOp::Remove(k, "f0".into()))
-        }));
-        while index.inner.queued.lock().len() < 4 {
-            std::thread::yield_now();
-        }
-        drop(held);
-        for t in threads {
-            t.join().unwrap().unwrap();
-        }
-        assert_eq!(
-            index.inner.shared_commits.load(Ordering::Relaxed) - before,
-            1
-        );
+        index
+            .inner
+            .enqueue(upsert_op(&s, "f4", "late memory"), s.clone())
+            .unwrap();
+        index
+            .inner
+            .enqueue(WriteOp::Remove(key, "f4".into()), s.clone())
+            .unwrap();
+        assert_eq!(index.inner.pending.lock().ops.len(), 6);
         let hits = index
             .search_blocking(&SearchQuery::new("memory", s.clone(), 10))
             .unwrap();
         let mut ids: Vec<_> = hits.iter().map(|h| h.fact.id.as_str().to_owned()).collect();
         ids.sort();
         assert_eq!(ids, vec!["f1", "f2", "f3"]);
+        assert_eq!(
+            index.inner.shared_commits.load(Ordering::Relaxed) - before,
+            1
+        );
+        assert!(index.inner.pending.lock().ops.is_empty());
+        index.inner.pending.lock().applier = false;
+        assert!(index.take_stale_scopes().is_empty());
     }
 
-    /// A closed index answers every queued writer with an error, none is left waiting.
+    /// A write that cannot be applied (here: the writer is gone) is reported once as a stale
+    /// scope, for the storage to rebuild; nothing is left pending.
     #[test]
-    fn queued_writes_fail_cleanly_when_the_index_closes() {
+    fn writes_that_cannot_be_applied_report_their_scope() {
         let index =
             Fts5Retrieval::in_memory(Arc::new(ManualClock::at("2026-01-01T00:00:00Z"))).unwrap();
         let s = scope(Some("alice"), "coder");
         index.inner.state.lock().writer = None;
-        let row = engine::encode_row(&s, &fact(&s, "f1", "memory", "context", 0.5)).unwrap();
-        let err = index.inner.write_one(WriteOp::Upsert(row)).unwrap_err();
-        assert!(matches!(err, RetrievalError::Unavailable(_)), "{err}");
-        assert!(index.inner.queued.lock().is_empty());
+        index
+            .inner
+            .enqueue(upsert_op(&s, "f1", "memory"), s.clone())
+            .unwrap();
+        assert!(index.inner.pending.lock().ops.is_empty());
+        assert_eq!(index.take_stale_scopes(), vec![s]);
+        assert!(index.take_stale_scopes().is_empty());
+    }
+
+    /// Closing applies what was accepted before: a reopened index has it.
+    #[tokio::test]
+    async fn close_applies_accepted_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::at("2026-01-01T00:00:00Z"));
+        let index = Fts5Retrieval::open(dir.path(), clock.clone()).unwrap();
+        let s = scope(Some("alice"), "coder");
+        let held = index.inner.state.lock();
+        for i in 0..5 {
+            index
+                .upsert(
+                    &s,
+                    &fact(&s, &format!("f{i}"), "closing memory", "context", 0.5),
+                )
+                .await
+                .unwrap();
+        }
+        drop(held);
+        index.close().await;
+        let reopened = Fts5Retrieval::open(dir.path(), clock).unwrap();
+        assert_eq!(reopened.stats().await.unwrap().total_docs, 5);
     }
 }

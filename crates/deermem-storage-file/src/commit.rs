@@ -1,6 +1,7 @@
 //! The commit transaction (spec/storage.md §3.3) in the reference's order: manifest revision
 //! check, per-fact preconditions and normalisation, summary merge, no-op exit, durable
-//! pre-images (hard links where the filesystem allows), prepared journal, fact writes and
+//! pre-images (hard links where the filesystem allows; none for a commit that only creates
+//! facts), prepared journal, fact writes and
 //! unlinks, manifest, then the commit point: the journal is unlinked and the user directory
 //! fsynced (instead of the reference's rewrite to `committed`; see `docs/compat.md`), and the
 //! pre-images are removed. The caller holds both locks and has run recovery.
@@ -294,22 +295,33 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
         old_entries,
     };
 
-    // 9. Durable pre-images, then the prepared journal.
-    let recovery_root = udir.recovery_root();
-    let op_dir = recovery_root.join(&op);
-    fsutil::create_dir_all(&op_dir)?;
+    // 9. Durable pre-images, then the prepared journal. A commit that only creates facts and
+    // leaves the summaries alone needs none: rolling it back unlinks the new facts, and its
+    // manifest differs from the current one only in `revision` and `lastUpdated`, so recovery
+    // rolls such a commit forward once the manifest holds `nextRevision` (every fact write
+    // precedes it) and otherwise leaves the manifest alone, as the reference's recovery does
+    // without a manifest pre-image. No `.recovery/<op>` is created for it (the reference's
+    // recovery skips a missing one): two directory fsyncs, a mkdir and an rmdir less.
     let manifest_path = udir.manifest();
-    if current.is_some() {
-        fsutil::preserve_preimage(&manifest_path, &op_dir.join(RECOVERY_MANIFEST))?;
+    let manifest_changes =
+        summaries_changed || current.as_ref().is_some_and(Manifest::needs_migration);
+    let has_fact_preimages = prepared.iter().any(|p| p.existed) || !removals.is_empty();
+    let op_dir = (has_fact_preimages || (current.is_some() && manifest_changes))
+        .then(|| udir.recovery_root().join(&op));
+    if let Some(op_dir) = &op_dir {
+        fsutil::create_dir_all(op_dir)?;
+        if current.is_some() {
+            fsutil::preserve_preimage(&manifest_path, &op_dir.join(RECOVERY_MANIFEST))?;
+        }
+        for p in prepared.iter().filter(|p| p.existed) {
+            fsutil::preserve_preimage(&p.path, &op_dir.join(format!("{}.md", p.fact.id)))?;
+        }
+        for (id, path) in &removals {
+            fsutil::preserve_preimage(path, &op_dir.join(format!("{id}.md")))?;
+        }
+        fsutil::fsync_dir(op_dir)?;
+        fsutil::fsync_dir(&udir.recovery_root())?;
     }
-    for p in prepared.iter().filter(|p| p.existed) {
-        fsutil::preserve_preimage(&p.path, &op_dir.join(format!("{}.md", p.fact.id)))?;
-    }
-    for (id, path) in &removals {
-        fsutil::preserve_preimage(path, &op_dir.join(format!("{id}.md")))?;
-    }
-    fsutil::fsync_dir(&op_dir)?;
-    fsutil::fsync_dir(&recovery_root)?;
     fault::point("after-preimages");
     journal.write(udir)?;
     fault::point("after-prepared");
@@ -358,7 +370,9 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     fault::point("after-committed");
     // 14. Cleanup: a crash here leaves a recovery directory without a journal, which the next
     // recovery sweeps.
-    let _ = std::fs::remove_dir_all(&op_dir);
+    if let Some(op_dir) = &op_dir {
+        let _ = std::fs::remove_dir_all(op_dir);
+    }
     fault::point("after-cleanup");
     Ok(Committed {
         version: deermem_core::document::DOCUMENT_VERSION.to_owned(),

@@ -103,22 +103,25 @@ pub(crate) enum Recovery {
     Nothing,
     /// A prepared operation was rolled back.
     RolledBack,
+    /// A prepared operation without a manifest pre-image whose manifest already held its
+    /// `nextRevision` was completed: every fact write precedes the manifest's.
+    RolledForward,
     /// A committed operation was cleaned up.
     CleanedUp,
 }
 
-/// Recovers an interrupted commit of the user directory, if a journal exists. The caller holds
-/// both locks.
+/// Recovers an interrupted commit of the user directory, if a journal exists, and names the
+/// journal's agent (whose facts may have changed). The caller holds both locks.
 ///
 /// # Errors
 /// `Journal` corruption for an unreadable or inconsistent journal (every operation of the user
 /// is then blocked until an operator repairs it), path-escape corruption, `Io`.
-pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
+pub(crate) fn recover(udir: &UserDir) -> Result<(Recovery, Option<AgentName>)> {
     let path = udir.journal();
     let bytes = match fsutil::read_optional(&path) {
         Ok(None) => {
             sweep_stale_recovery(udir);
-            return Ok(Recovery::Nothing);
+            return Ok((Recovery::Nothing, None));
         }
         Ok(Some(b)) => b,
         Err(e) => return Err(journal_error(&path, e.to_string())),
@@ -146,6 +149,7 @@ pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
     let op_dir = udir.recovery_root().join(&op);
     let state = j.get("state").and_then(Value::as_str).unwrap_or_default();
     let outcome = match state {
+        PREPARED if completed_without_preimage(udir, &j, &op_dir) => Recovery::RolledForward,
         PREPARED => {
             roll_back(udir, &path, &j, &op_dir, agent.as_ref())?;
             Recovery::RolledBack
@@ -168,7 +172,7 @@ pub(crate) fn recover(udir: &UserDir) -> Result<Recovery> {
     fsutil::fsync_dir(&udir.dir)?;
     sweep_temp_files(udir);
     tracing::info!(journal = %path.display(), operation = %op, ?outcome, "recovered interrupted memory commit");
-    Ok(outcome)
+    Ok((outcome, agent))
 }
 
 fn lenient_u64(v: Option<&Value>) -> u64 {
@@ -181,6 +185,32 @@ fn lenient_u64(v: Option<&Value>) -> u64 {
         Some(Value::Bool(b)) => u64::from(*b),
         _ => 0,
     }
+}
+
+/// Whether a prepared journal describes a commit that wrote everything but was interrupted
+/// before its commit point, and had nothing to restore but facts to unlink: no manifest
+/// pre-image (DeerMem writes none for a create-only commit with unchanged summaries) and a
+/// manifest that already holds `nextRevision == expectedRevision + 1`. Both implementations
+/// write the manifest after every fact file, each durably, so that manifest proves the fact
+/// writes done. The reference would unlink the new facts and keep that manifest; completing the
+/// commit loses nothing and keeps the revision consistent with the facts.
+fn completed_without_preimage(udir: &UserDir, j: &Map<String, Value>, op_dir: &Path) -> bool {
+    if op_dir.join(RECOVERY_MANIFEST).exists() {
+        return false;
+    }
+    let (Some(expected), Some(next)) = (
+        j.get("expectedRevision").and_then(Value::as_u64),
+        j.get("nextRevision").and_then(Value::as_u64),
+    ) else {
+        return false;
+    };
+    if expected.checked_add(1) != Some(next) {
+        return false;
+    }
+    matches!(
+        crate::manifest::read_manifest(&udir.manifest()),
+        Ok(Some(m)) if m.revision == next && !m.needs_migration()
+    )
 }
 
 fn roll_back(
@@ -254,24 +284,35 @@ fn roll_back(
 }
 
 /// Removes leftovers of a commit that crashed before its journal was durable: recovery
-/// directories without a journal (their targets were never touched) and, when any were found,
-/// our orphaned atomic-write temporaries in the user's tree. Best effort; the caller holds the
-/// locks and no journal exists.
+/// directories without a journal and a journal temporary that was never renamed (their
+/// targets were never touched) and, when any were found, our orphaned atomic-write temporaries
+/// in the user's tree. One directory listing of the user directory when nothing is left over.
+/// Best effort; the caller holds the locks and no journal exists.
 fn sweep_stale_recovery(udir: &UserDir) {
-    let root = udir.recovery_root();
-    let Ok(entries) = std::fs::read_dir(&root) else {
+    let Ok(entries) = std::fs::read_dir(&udir.dir) else {
         return;
     };
     let mut found = false;
+    let mut has_recovery = false;
     for e in entries.flatten() {
-        let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
+        let name = e.file_name();
+        if name == crate::paths::RECOVERY_DIR {
+            has_recovery = true;
+        } else if name.to_str().is_some_and(fsutil::is_atomic_temp) {
             found = true;
-            if let Err(err) = std::fs::remove_dir_all(&p) {
-                tracing::warn!(path = %p.display(), error = %err, "could not remove stale recovery directory");
+        }
+    }
+    if has_recovery && let Ok(entries) = std::fs::read_dir(udir.recovery_root()) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                found = true;
+                if let Err(err) = std::fs::remove_dir_all(&p) {
+                    tracing::warn!(path = %p.display(), error = %err, "could not remove stale recovery directory");
+                }
+            } else if e.file_name().to_str().is_some_and(fsutil::is_atomic_temp) {
+                let _ = std::fs::remove_file(&p);
             }
-        } else if e.file_name().to_str().is_some_and(fsutil::is_atomic_temp) {
-            let _ = std::fs::remove_file(&p);
         }
     }
     if found {

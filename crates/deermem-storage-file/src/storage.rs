@@ -209,6 +209,53 @@ impl FileMemoryStorage {
         }
     }
 
+    /// [`Self::run`] for a write to one scope: when it fails with an I/O error, part of it may
+    /// be on disk without the index having been told (a commit that failed after its commit
+    /// point, a read migration committed before a later step failed), so the scope is marked
+    /// dirty and the next search there rebuilds it from the files.
+    async fn run_write<T, F>(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        f: F,
+    ) -> std::result::Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
+    {
+        let r = self.run(f).await;
+        if let (Err(StorageError::Io { .. }), Some(agent), true) =
+            (&r, agent, self.inner.retrieval.is_some())
+        {
+            self.inner
+                .dirty
+                .lock()
+                .insert((user.cloned(), agent.clone()));
+        }
+        r
+    }
+
+    /// Marks dirty the scopes whose acknowledged index writes failed to apply later; `true`
+    /// when one of `among` (or any, without a list) was among them.
+    fn absorb_stale_scopes(&self, among: Option<&[Scope]>) -> bool {
+        let Some(retrieval) = &self.inner.retrieval else {
+            return false;
+        };
+        let stale = retrieval.take_stale_scopes();
+        if stale.is_empty() {
+            return false;
+        }
+        let hit = among.is_none_or(|list| stale.iter().any(|s| list.contains(s)));
+        let mut dirty = self.inner.dirty.lock();
+        for s in stale {
+            if let Some(agent) = s.agent {
+                tracing::warn!(user = ?s.user, agent = %agent, "index writes of a scope failed; scope marked dirty");
+                dirty.insert((s.user, agent));
+            }
+        }
+        hit
+    }
+
     /// Sends queued notifications to the index; failures mark their scope dirty.
     async fn dispatch(&self, notes: Vec<Notification>) {
         let Some(retrieval) = &self.inner.retrieval else {
@@ -453,6 +500,23 @@ impl Inner {
                 && migrate::has_legacy_default_bucket(udir))
     }
 
+    /// Journal recovery (§3.4); the caller holds the locks. After an interrupted commit was
+    /// rolled back or forward, the user's cached documents are dropped and the journal's scope
+    /// is marked dirty: the index was never told about the interrupted commit's facts, and the
+    /// next search rebuilds that scope from the files.
+    fn recover_locked(&self, udir: &UserDir) -> Result<()> {
+        let (outcome, agent) = journal::recover(udir)?;
+        if outcome != journal::Recovery::Nothing {
+            self.invalidate_user(&udir.user);
+            if let Some(agent) = agent
+                && self.retrieval.is_some()
+            {
+                self.dirty.lock().insert((udir.user.clone(), agent));
+            }
+        }
+        Ok(())
+    }
+
     /// Recovery plus the lazy read migrations (§4.2); the caller holds the locks.
     fn read_migrations_locked(
         &self,
@@ -461,7 +525,7 @@ impl Inner {
         now: Timestamp,
     ) -> Result<Vec<Notification>> {
         let mut notes = Vec::new();
-        journal::recover(udir)?;
+        self.recover_locked(udir)?;
         let global_legacy = manifest::read_manifest(&udir.manifest())?
             .as_ref()
             .is_some_and(Manifest::needs_migration);
@@ -858,7 +922,7 @@ impl Inner {
             Some(self.lock(&udir)?)
         };
         if !dry_run {
-            journal::recover(&udir)?;
+            self.recover_locked(&udir)?;
             journal::sweep_temp_files(&udir);
         }
         let out = migrate::migrate_locked(&udir, agent, true, true, dry_run, now)?;
@@ -1126,9 +1190,11 @@ impl MemoryStorage for FileMemoryStorage {
         agent: &AgentName,
         id: &FactId,
     ) -> std::result::Result<Option<Fact>, StorageError> {
-        let (user, agent, id) = (user.cloned(), agent.clone(), id.clone());
+        let (u, a, id) = (user.cloned(), agent.clone(), id.clone());
         let (fact, notes) = self
-            .run(move |inner| inner.get_fact(user.as_ref(), &agent, &id))
+            .run_write(user, Some(agent), move |inner| {
+                inner.get_fact(u.as_ref(), &a, &id)
+            })
             .await?;
         self.dispatch(notes).await;
         Ok(fact)
@@ -1172,9 +1238,11 @@ impl MemoryStorage for FileMemoryStorage {
         options: ApplyOptions,
     ) -> std::result::Result<ChangeResult, StorageError> {
         let prepared = prepare_changes(changes, agent)?;
-        let (user, agent) = (user.cloned(), agent.cloned());
+        let (u, a) = (user.cloned(), agent.cloned());
         let (done, notes) = self
-            .run(move |inner| inner.apply(user.as_ref(), agent.as_ref(), prepared, options))
+            .run_write(user, agent, move |inner| {
+                inner.apply(u.as_ref(), a.as_ref(), prepared, options)
+            })
             .await?;
         self.dispatch(notes).await;
         Ok(ChangeResult {
@@ -1197,10 +1265,10 @@ impl MemoryStorage for FileMemoryStorage {
         document: &MemoryDocument,
         expected_revision: Option<u64>,
     ) -> std::result::Result<(), StorageError> {
-        let (user, agent, document) = (user.cloned(), agent.cloned(), document.clone());
+        let (u, a, document) = (user.cloned(), agent.cloned(), document.clone());
         let (_, notes, _) = self
-            .run(move |inner| {
-                inner.save(user.as_ref(), agent.as_ref(), &document, expected_revision)
+            .run_write(user, agent, move |inner| {
+                inner.save(u.as_ref(), a.as_ref(), &document, expected_revision)
             })
             .await?;
         self.dispatch(notes).await;
@@ -1261,7 +1329,9 @@ impl MemoryStorage for FileMemoryStorage {
     ) -> std::result::Result<MigrationReport, StorageError> {
         let (u, a) = (user.cloned(), agent.clone());
         let (report, notes) = self
-            .run(move |inner| inner.migrate(u.as_ref(), &a, dry_run))
+            .run_write(user, Some(agent), move |inner| {
+                inner.migrate(u.as_ref(), &a, dry_run)
+            })
             .await?;
         self.dispatch(notes).await;
         Ok(report)
@@ -1370,6 +1440,7 @@ impl MemoryStorage for FileMemoryStorage {
         let Some(retrieval) = self.inner.retrieval.clone() else {
             return self.substring_search(query).await;
         };
+        self.absorb_stale_scopes(None);
         let dirty: Vec<DirtyKey> = {
             let d = self.inner.dirty.lock();
             query
@@ -1390,6 +1461,11 @@ impl MemoryStorage for FileMemoryStorage {
             }
         }
         match retrieval.search(query).await {
+            // A write of a searched scope that failed while the search applied it: answer from
+            // the files instead (the next search rebuilds the scope).
+            Ok(_) if self.absorb_stale_scopes(Some(&query.scopes)) => {
+                self.substring_search(query).await
+            }
             Ok(hits) => Ok(hits),
             Err(e) => {
                 tracing::warn!(error = %e, "retrieval search failed; using substring fallback");
@@ -1493,6 +1569,13 @@ impl MemoryStorage for FileMemoryStorage {
     }
 
     async fn retrieval_status(&self) -> RetrievalStatus {
+        if let Some(retrieval) = &self.inner.retrieval
+            && !self.inner.closed.load(Ordering::SeqCst)
+        {
+            // Applies the index's pending writes, so failures among them are counted below.
+            let _ = retrieval.stats().await;
+        }
+        self.absorb_stale_scopes(None);
         let dirty_scopes = self
             .inner
             .dirty

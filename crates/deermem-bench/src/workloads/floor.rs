@@ -3,16 +3,14 @@
 //! floor `write_fact` is judged against.
 //!
 //! Per create into a scope whose manifest exists (counted from
-//! `deermem-storage-file/src/commit.rs` and `fsutil.rs`):
-//! 1. pre-images: `mkdir -p .recovery/<op>`, hard link of the manifest into it, fsync of
-//!    `.recovery/<op>` and of `.recovery`;
-//! 2. the prepared journal: temp file, write, fsync, rename, fsync of the user directory;
-//! 3. the fact file: the same atomic replace into its shard directory;
-//! 4. the manifest: the same atomic replace;
-//! 5. the commit point: unlink the journal, fsync of the user directory;
-//! 6. cleanup: remove `.recovery/<op>` (no fsync: recovery sweeps a leftover).
+//! `deermem-storage-file/src/commit.rs` and `fsutil.rs`; a create-only commit needs no
+//! pre-image, so no `.recovery/<op>`):
+//! 1. the prepared journal: temp file, write, fsync, rename, fsync of the user directory;
+//! 2. the fact file: the same atomic replace into its shard directory;
+//! 3. the manifest: the same atomic replace;
+//! 4. the commit point: unlink the journal, fsync of the user directory.
 //!
-//! That is 3 file fsyncs and 6 directory fsyncs, 3 renames, 4 new inodes.
+//! That is 3 file fsyncs and 4 directory fsyncs, 3 renames, 3 new inodes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -28,7 +26,7 @@ use crate::stats::{Recorder, WorkloadResult};
 /// File fsyncs per create.
 pub(crate) const FILE_FSYNCS: usize = 3;
 /// Directory fsyncs per create.
-pub(crate) const DIR_FSYNCS: usize = 6;
+pub(crate) const DIR_FSYNCS: usize = 4;
 
 fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
@@ -78,7 +76,6 @@ pub(crate) fn mark_top_directory(dir: &Path) {
 pub(crate) struct Floor {
     udir: PathBuf,
     facts: PathBuf,
-    recovery: PathBuf,
     manifest: PathBuf,
     journal: PathBuf,
     fact_bytes: Vec<u8>,
@@ -92,15 +89,12 @@ impl Floor {
     pub(crate) fn new(base: &Path) -> Result<Self> {
         let udir = base.join("users").join("bench");
         let facts = udir.join("agents").join("__default__").join("facts");
-        let recovery = udir.join(".recovery");
         fs::create_dir_all(&facts)?;
-        fs::create_dir_all(&recovery)?;
         let floor = Self {
             manifest: udir.join("memory.json"),
             journal: udir.join(".memory.journal.json"),
             udir,
             facts,
-            recovery,
             fact_bytes: filler(450, "fact"),
             manifest_bytes: filler(620, "manifest"),
             journal_bytes: filler(250, "journal"),
@@ -116,19 +110,12 @@ impl Floor {
         self.next += 1;
         let id = FactId::new(format!("fact_{i:032x}")).context("fact id")?;
         let fact_path = self.facts.join(id.shard()).join(format!("{id}.md"));
-        let op = format!("{:032x}", i + 1);
         let t = Instant::now();
-        let op_dir = self.recovery.join(&op);
-        fs::create_dir_all(&op_dir)?;
-        fs::hard_link(&self.manifest, op_dir.join("memory.json"))?;
-        fsync_dir(&op_dir)?;
-        fsync_dir(&self.recovery)?;
         atomic_write(&self.journal, &self.journal_bytes, 3 * i + 1)?;
         atomic_write(&fact_path, &self.fact_bytes, 3 * i + 2)?;
         atomic_write(&self.manifest, &self.manifest_bytes, 3 * i + 3)?;
         fs::remove_file(&self.journal)?;
         fsync_dir(&self.udir)?;
-        fs::remove_dir_all(&op_dir)?;
         Ok(t.elapsed())
     }
 }

@@ -16,7 +16,8 @@ use crate::search::{RetrievalStats, SearchHit, SearchQuery};
 ///   compare the raw user id exactly and the agent name exactly (storage passes canonical
 ///   lowercase names).
 /// - **Upsert/remove.** `upsert` replaces any earlier document with the same `(scope, id)`;
-///   `remove` of an absent id is a no-op.
+///   `remove` of an absent id is a no-op. Every later call sees an acknowledged write, even
+///   when the adapter applies it after returning (see [`Retrieval::take_stale_scopes`]).
 /// - **Search.** Blank queries and `top_k == 0` return no hits without touching the index. Any
 ///   query text is accepted: text that is not valid index syntax is searched as plain words,
 ///   never an error. Hits are ordered by descending score; the category filter applies before
@@ -70,6 +71,16 @@ pub trait Retrieval: Send + Sync + Debug {
     /// `Unavailable`/`Backend`.
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError>;
 
-    /// Closes the index. Idempotent; later calls fail with `Unavailable`.
+    /// Closes the index. Idempotent; later calls fail with `Unavailable`. Writes accepted
+    /// before are applied first.
     async fn close(&self);
+
+    /// Scopes whose accepted writes were lost since the last call. An adapter may acknowledge
+    /// `upsert`/`remove` before applying them (every later `search`, `stats`, `clear` and
+    /// `rebuild` sees them); when applying one then fails, its scope is reported here once, and
+    /// the storage rebuilds it from the canonical files before searching it. Adapters that
+    /// apply writes before returning report nothing (the default).
+    fn take_stale_scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
 }

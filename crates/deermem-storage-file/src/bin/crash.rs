@@ -1,5 +1,6 @@
 //! Crash-test helper (built only with the `fault-injection` feature): applies one fixed
-//! multi-fact commit to `<root>` for user `alice`, agent `agent-a`. The integration tests run
+//! multi-fact commit to `<root>` for user `alice`, agent `agent-a` (`<root> create`: a commit
+//! that only creates two facts, the kind that writes no pre-image). The integration tests run
 //! it with `DEERMEM_FAULT_STEP` naming the protocol step at which the process aborts.
 
 use std::process::ExitCode;
@@ -19,11 +20,31 @@ impl Clock for FixedClock {
     }
 }
 
-async fn run(root: &str) -> Result<u64, String> {
+async fn run(root: &str, create_only: bool) -> Result<u64, String> {
     let storage = FileMemoryStorage::new(FileStorageConfig::new(root), Arc::new(FixedClock), None)
         .map_err(|e| e.to_string())?;
     let user = UserId::new("alice").map_err(|e| e.to_string())?;
     let agent = AgentName::parse("agent-a").map_err(|e| e.to_string())?;
+    if create_only {
+        let draft = |id: &str, text: &str| {
+            json!({"id": id, "content": text})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let changes = ChangeSet {
+            upserts: vec![
+                draft("f4", "created by the crashing commit"),
+                draft("f5", "also created by the crashing commit"),
+            ],
+            ..ChangeSet::default()
+        };
+        let r = storage
+            .apply_changes(Some(&user), Some(&agent), changes, ApplyOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(r.revision);
+    }
     let f1 = storage
         .get_fact(
             Some(&user),
@@ -63,9 +84,10 @@ async fn run(root: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let Some(root) = std::env::args().nth(1) else {
-        eprintln!("usage: deermem-storage-crash <root>");
+        eprintln!("usage: deermem-storage-crash <root> [create]");
         return ExitCode::from(2);
     };
+    let create_only = std::env::args().nth(2).as_deref() == Some("create");
     let rt = match tokio::runtime::Builder::new_current_thread().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -73,7 +95,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(&root)) {
+    match rt.block_on(run(&root, create_only)) {
         Ok(rev) => {
             println!("committed revision {rev}");
             ExitCode::SUCCESS

@@ -51,8 +51,12 @@ async fn seed(root: &Path) -> u64 {
 }
 
 fn run_child(root: &Path, step: Option<&str>) -> std::process::Output {
+    run_child_with(root, step, &[])
+}
+
+fn run_child_with(root: &Path, step: Option<&str>, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deermem-storage-crash"));
-    cmd.arg(root);
+    cmd.arg(root).args(args);
     match step {
         Some(s) => cmd.env("DEERMEM_FAULT_STEP", s),
         None => cmd.env_remove("DEERMEM_FAULT_STEP"),
@@ -190,4 +194,73 @@ async fn the_child_commits_normally_without_a_fault() {
         format!("committed revision {}", before + 1)
     );
     assert_clean(tmp.path());
+}
+
+/// A commit that only creates facts writes no pre-image and no `.recovery/<op>`: a crash
+/// before its manifest is written rolls it back (the new facts are unlinked), a crash after it
+/// completes it, since the manifest is written after every fact file. Either way the revision
+/// matches the facts, and the journal left behind is one the reference's recovery reads.
+#[tokio::test]
+async fn a_create_only_commit_has_no_preimages_and_recovers_either_way() {
+    const BACK: [&str; 5] = [
+        "after-preimages",
+        "atomic-before-rename",
+        "after-prepared",
+        "after-fact-1",
+        "after-fact-2",
+    ];
+    const FORWARD: [&str; 3] = ["after-manifest", "after-committed", "after-cleanup"];
+    for step in BACK.iter().chain(FORWARD.iter()) {
+        let tmp = tempfile::tempdir().unwrap();
+        let before_rev = seed(tmp.path()).await;
+        let out = run_child_with(tmp.path(), Some(step), &["create"]);
+        assert!(!out.status.success(), "{step}: the child must have aborted");
+        let udir = tmp.path().join("users/alice");
+        let ops: Vec<_> = std::fs::read_dir(udir.join(".recovery"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(ops.is_empty(), "{step}: no pre-image directory: {ops:?}");
+        let journal = udir.join(".memory.journal.json");
+        if [
+            "after-prepared",
+            "after-fact-1",
+            "after-fact-2",
+            "after-manifest",
+        ]
+        .contains(step)
+        {
+            let j: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&journal).unwrap()).unwrap();
+            assert_eq!(j["state"], "prepared", "{step}");
+            assert_eq!(j["factIds"], json!(["f4", "f5"]), "{step}");
+            assert_eq!(j["oldEntries"], json!({}), "{step}");
+            assert_eq!(j["expectedRevision"], json!(before_rev), "{step}");
+        }
+        let c = clock();
+        let s = open(tmp.path(), &c);
+        let (u, a) = (user("alice"), agent("agent-a"));
+        let doc = s
+            .load(Some(&u), Some(&a))
+            .await
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
+        let ids: Vec<&str> = doc.facts.iter().map(|f| f.id.as_str()).collect();
+        if BACK.contains(step) {
+            assert_eq!(doc.revision, before_rev, "{step}");
+            assert_eq!(ids, vec!["f1", "f2", "f3"], "{step}");
+        } else {
+            assert_eq!(doc.revision, before_rev + 1, "{step}");
+            assert_eq!(ids, vec!["f1", "f2", "f3", "f4", "f5"], "{step}");
+        }
+        assert_eq!(
+            doc.user.entry("workContext").summary,
+            "acknowledged",
+            "{step}"
+        );
+        assert_clean(tmp.path());
+        let r = s
+            .upsert_fact(Some(&u), &a, fact("after", "post-crash write"), None, None)
+            .await
+            .unwrap();
+        assert_eq!(r.revision, doc.revision + 1, "{step}");
+    }
 }

@@ -69,10 +69,8 @@ async fn manifest_holds_only_summaries_and_facts_are_sharded_markdown() {
     );
     assert!(!tmp.path().join("users/alice/.memory.journal.json").exists());
     assert!(tmp.path().join("users/alice/.memory.lock").exists());
-    let recovery: Vec<_> = std::fs::read_dir(tmp.path().join("users/alice/.recovery"))
-        .unwrap()
-        .collect();
-    assert!(recovery.is_empty(), "op dirs are removed after the commit");
+    // A create-only commit writes no pre-image, so `.recovery/` is never created for it.
+    assert!(!tmp.path().join("users/alice/.recovery").exists());
     // The legacy no-user layout lives at the root.
     s.apply_changes(None, None, ChangeSet::default(), ApplyOptions::default())
         .await

@@ -243,3 +243,86 @@ async fn reload_reindexes_the_scope_after_out_of_band_edits() {
             .is_empty()
     );
 }
+
+/// A create-only commit that failed after its manifest was written is completed by the next
+/// access (it has no pre-image to roll back to), here by a second instance on the same root and
+/// index, and the index, which was never told about it, learns its facts through the dirty
+/// scope before the next search. One that failed after its commit point (no journal left) is
+/// on disk, and its own instance marks the scope dirty. One that failed earlier is rolled back
+/// and never reaches the index.
+#[tokio::test]
+async fn an_interrupted_commit_completed_by_recovery_reaches_the_index() {
+    use deermem_storage_file::fault::inject::{IoFault, arm, disarm};
+    let (u, a) = (user("alice"), agent("agent-a"));
+    let mut outcomes = (0, 0);
+    for skip in 0.. {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = clock();
+        let rec = Arc::new(Recording::default());
+        let s = open_with(tmp.path(), &c, rec.clone());
+        let seeded = s
+            .upsert_fact(Some(&u), &a, fact("f1", "seeded words"), None, None)
+            .await
+            .unwrap()
+            .revision;
+        arm(tmp.path(), IoFault::FsyncEio, skip);
+        let r = s
+            .upsert_fact(Some(&u), &a, fact("f2", "interrupted words"), None, None)
+            .await;
+        disarm(tmp.path());
+        if r.is_ok() {
+            break;
+        }
+        let journal_left = tmp.path().join("users/alice/.memory.journal.json").exists();
+        let other = open_with(tmp.path(), &c, rec.clone());
+        let s = if journal_left { &other } else { &s };
+        let doc = s.load(Some(&u), Some(&a)).await.unwrap();
+        let hits = s
+            .search_facts(&SearchQuery::new("interrupted", Scope::agent(&u, &a), 5))
+            .await
+            .unwrap();
+        if doc.facts.len() == 2 {
+            outcomes.1 += 1;
+            assert_eq!(doc.revision, seeded + 1, "skip {skip}");
+            assert_eq!(
+                hits.len(),
+                1,
+                "skip {skip}: the completed fact is searchable"
+            );
+        } else {
+            outcomes.0 += 1;
+            assert_eq!(doc.revision, seeded, "skip {skip}");
+            assert!(hits.is_empty(), "skip {skip}");
+        }
+        assert!(s.retrieval_status().await.dirty_scopes.is_empty());
+    }
+    assert!(outcomes.0 > 0 && outcomes.1 > 0, "{outcomes:?}");
+}
+
+/// An index write acknowledged and then lost (reported through `take_stale_scopes`) marks its
+/// scope dirty: the status shows it and the next search there rebuilds it from the files.
+#[tokio::test]
+async fn scopes_whose_acknowledged_index_writes_failed_are_rebuilt_before_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let rec = Arc::new(Recording::default());
+    let s = open_with(tmp.path(), &c, rec.clone());
+    let (u, a) = (user("alice"), agent("agent-a"));
+    s.upsert_fact(Some(&u), &a, fact("f1", "findable words"), None, None)
+        .await
+        .unwrap();
+    // The adapter lost the write after acknowledging it.
+    rec.docs.lock().unwrap().clear();
+    rec.stale.lock().unwrap().push(Scope::agent(&u, &a));
+    assert_eq!(
+        s.retrieval_status().await.dirty_scopes,
+        vec!["alice|agent-a".to_owned()]
+    );
+    let hits = s
+        .search_facts(&SearchQuery::new("findable", Scope::agent(&u, &a), 5))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(rec.calls().contains(&Call::Rebuild(1)));
+    assert!(s.retrieval_status().await.dirty_scopes.is_empty());
+}

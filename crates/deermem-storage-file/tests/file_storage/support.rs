@@ -138,6 +138,9 @@ pub(crate) struct Recording {
     pub(crate) docs: Mutex<BTreeMap<DocKey, Fact>>,
     pub(crate) fail_upserts: Mutex<Vec<String>>,
     pub(crate) bulk_unsupported: bool,
+    /// Scopes to report once through `take_stale_scopes` (an acknowledged write that failed
+    /// later).
+    pub(crate) stale: Mutex<Vec<Scope>>,
 }
 
 fn key(scope: &Scope) -> (Option<String>, String) {
@@ -159,6 +162,10 @@ impl Recording {
 
 #[async_trait]
 impl Retrieval for Recording {
+    fn take_stale_scopes(&self) -> Vec<Scope> {
+        std::mem::take(&mut *self.stale.lock().unwrap())
+    }
+
     fn kind(&self) -> &'static str {
         "recording"
     }

@@ -182,6 +182,14 @@ impl Retrieval for RecoveringFts5 {
         self.index().await?.stats().await
     }
 
+    fn take_stale_scopes(&self) -> Vec<Scope> {
+        self.lock()
+            .index
+            .as_ref()
+            .map(Retrieval::take_stale_scopes)
+            .unwrap_or_default()
+    }
+
     async fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
