@@ -965,7 +965,8 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::at("2026-01-01T00:00:00Z"));
         let index = Fts5Retrieval::open(dir.path(), clock.clone()).unwrap();
         let s = scope(Some("alice"), "coder");
-        let held = index.inner.state.lock();
+        // As if an applier were scheduled but not yet running: the writes wait in the queue.
+        index.inner.pending.lock().applier = true;
         for i in 0..5 {
             index
                 .upsert(
@@ -975,7 +976,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        drop(held);
+        assert_eq!(index.inner.pending.lock().ops.len(), 5);
         index.close().await;
         let reopened = Fts5Retrieval::open(dir.path(), clock).unwrap();
         assert_eq!(reopened.stats().await.unwrap().total_docs, 5);
