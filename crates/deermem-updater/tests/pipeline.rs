@@ -32,6 +32,10 @@ fn submission(thread: &str) -> Submission {
 
 #[tokio::test]
 async fn backpressure_is_logged_not_raised() {
+    // Log capture races with other test threads over tracing's call-site cache.
+    if !deermem_testkit::isolation::run_alone("backpressure_is_logged_not_raised") {
+        return;
+    }
     let log = LogCapture::default();
     let _g = log.install();
     let clock = clock();

@@ -569,6 +569,10 @@ async fn reinforcement_needs_a_human_confirmation_in_the_batch() {
 
 #[tokio::test]
 async fn without_a_model_the_offline_rules_propose() {
+    // Log capture races with other test threads over tracing's call-site cache.
+    if !deermem_testkit::isolation::run_alone("without_a_model_the_offline_rules_propose") {
+        return;
+    }
     let clock = clock();
     let storage = Arc::new(SpyStorage::new(clock.clone()));
     let log = LogCapture::default();
@@ -614,6 +618,10 @@ async fn without_a_model_the_offline_rules_propose() {
 
 #[tokio::test]
 async fn rejection_warnings_are_logged() {
+    // Log capture races with other test threads over tracing's call-site cache.
+    if !deermem_testkit::isolation::run_alone("rejection_warnings_are_logged") {
+        return;
+    }
     let log = LogCapture::default();
     let _g = log.install();
     let r = rig(&[answer(&[
