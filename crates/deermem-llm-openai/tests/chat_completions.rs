@@ -300,7 +300,9 @@ impl Write for Captured {
 #[test]
 fn the_key_never_appears_in_debug_output_errors_or_logs() {
     // Log capture races with other test threads over tracing's call-site cache.
-    if !deermem_testkit::isolation::run_alone("the_key_never_appears_in_debug_output_errors_or_logs") {
+    if !deermem_testkit::isolation::run_alone(
+        "the_key_never_appears_in_debug_output_errors_or_logs",
+    ) {
         return;
     }
     const KEY: &str = "sk-live-SECRET-0123456789";
