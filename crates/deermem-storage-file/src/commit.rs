@@ -1,9 +1,9 @@
 //! The commit transaction (spec/storage.md §3.3) in the reference's order: manifest revision
 //! check, per-fact preconditions and normalisation, summary merge, no-op exit, durable
 //! pre-images (hard links where the filesystem allows; none for a commit that only creates
-//! facts), prepared journal, fact writes and
-//! unlinks, manifest, then the commit point: the journal is unlinked and the user directory
-//! fsynced (instead of the reference's rewrite to `committed`; see `docs/compat.md`), and the
+//! facts), prepared journal (written into a recycled inode), fact writes and
+//! unlinks, manifest, then the commit point: the journal is taken away (renamed back to its
+//! spare name) and the user directory fsynced (instead of the reference's rewrite to `committed`; see `docs/compat.md`), and the
 //! pre-images are removed. The caller holds both locks and has run recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -49,6 +49,9 @@ pub(crate) struct CommitRequest {
     /// Set only by the global migration, whose commit rewrites a legacy manifest that still
     /// holds inline facts; every other commit refuses to drop them.
     pub(crate) allow_legacy_drop: bool,
+    /// The manifest as the caller read it under the same locks (`Some(None)`: none exists);
+    /// `None` makes the commit read it.
+    pub(crate) current_manifest: Option<Option<Manifest>>,
 }
 
 /// What a commit did.
@@ -77,7 +80,10 @@ struct Prepared {
 /// `ManifestConflict`, `FactConflict`, `Invalid`, corruption, `Io`.
 pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Result<Committed> {
     // 1–2. Manifest and the shared revision precondition.
-    let current = manifest::read_manifest(&udir.manifest())?;
+    let current = match req.current_manifest {
+        Some(m) => m,
+        None => manifest::read_manifest(&udir.manifest())?,
+    };
     let current_rev = current.as_ref().map_or(0, |m| m.revision);
     if let Some(m) = &current {
         let holds_facts = m.map.get("facts").is_some_and(py::truthy);
@@ -323,7 +329,9 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
         fsutil::fsync_dir(&udir.recovery_root())?;
     }
     fault::point("after-preimages");
-    journal.write(udir)?;
+    // One handle on the user directory for its three fsyncs (journal, manifest, commit point).
+    let udir_file = fsutil::open_dir(&udir.dir)?;
+    journal.write(udir, &udir_file)?;
     fault::point("after-prepared");
 
     // 10. Fact writes.
@@ -359,14 +367,16 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     // 12. Manifest.
     let last_updated = now.to_iso_z();
     let text = manifest::render(next, &last_updated, &user_sec, &hist_sec);
-    fsutil::atomic_write(&manifest_path, text.as_bytes())?;
+    fsutil::atomic_write_in(&udir_file, &udir.dir, &manifest_path, text.as_bytes())?;
     fault::point("after-manifest");
     // 13. The commit point: with the manifest durable, the journal goes and its unlink is made
     // durable. A crash before this rolls the operation back; after it, nothing is undone.
     // (The reference rewrites the journal as `committed` first, one more file, fsync and
     // rename for the same guarantee; recovery still understands such journals.)
-    fsutil::remove_file_if_exists(&udir.journal())?;
-    fsutil::fsync_dir(&udir.dir)?;
+    // The journal's inode goes back to the spare name for the next commit (an unlink for
+    // every reader: `fsutil::retire_recycled`).
+    fsutil::retire_recycled(&udir.journal(), &udir.journal_spare())?;
+    fsutil::sync_dir_file(&udir_file, &udir.dir)?;
     fault::point("after-committed");
     // 14. Cleanup: a crash here leaves a recovery directory without a journal, which the next
     // recovery sweeps.

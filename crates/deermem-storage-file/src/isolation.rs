@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::fsutil;
 use crate::lock::LockRegistry;
-use crate::paths::{AGENT_CONFIG_FILE, BACKUP_SUFFIX, JOURNAL_FILE, LOCK_FILE};
+use crate::paths::{AGENT_CONFIG_FILE, BACKUP_SUFFIX, JOURNAL_FILE, JOURNAL_SPARE_FILE, LOCK_FILE};
 
 /// Where legacy copies that could not be moved into place are kept for manual review.
 pub const CONFLICTS_DIR: &str = "migration-conflicts";
@@ -385,6 +385,14 @@ pub fn migrate_user_isolation(
 
     for planned in plan {
         report.items.push(planned.run(user, options.dry_run));
+    }
+    if !options.dry_run {
+        // The journal's spare inode of the user-less layout (never read; see
+        // `fsutil::write_recycled`) has no use once that layout is gone.
+        let spare = root.join(JOURNAL_SPARE_FILE);
+        if let Err(e) = fsutil::remove_file_if_exists(&spare) {
+            tracing::debug!(path = %spare.display(), error = %e, "could not remove the journal spare");
+        }
     }
     if !options.dry_run && is_empty_dir(&legacy_agents) {
         match fs::remove_dir(&legacy_agents) {

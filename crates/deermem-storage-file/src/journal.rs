@@ -71,12 +71,19 @@ impl Journal {
         json::to_python_json(&Value::Object(m))
     }
 
-    /// Writes the journal atomically.
+    /// Writes the journal atomically and durably into the user directory (open as `dir`),
+    /// recycling the previous commit's journal inode (`fsutil::write_recycled`).
     ///
     /// # Errors
     /// `Io` on write failure.
-    pub(crate) fn write(&self, udir: &UserDir) -> Result<()> {
-        fsutil::atomic_write(&udir.journal(), self.render().as_bytes())
+    pub(crate) fn write(&self, udir: &UserDir, dir: &std::fs::File) -> Result<()> {
+        fsutil::write_recycled(
+            dir,
+            &udir.dir,
+            &udir.journal(),
+            &udir.journal_spare(),
+            self.render().as_bytes(),
+        )
     }
 }
 

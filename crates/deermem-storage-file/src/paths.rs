@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 pub(crate) const LOCK_FILE: &str = ".memory.lock";
 /// The operation journal of a user directory.
 pub(crate) const JOURNAL_FILE: &str = ".memory.journal.json";
+/// The inode the journal is written into and returned to between commits (DeerMem only; see
+/// `fsutil::write_recycled`). Never read; the reference ignores it.
+pub(crate) const JOURNAL_SPARE_FILE: &str = ".memory.journal.spare";
 /// The pre-image directory of a user directory.
 pub(crate) const RECOVERY_DIR: &str = ".recovery";
 /// The manifest pre-image name inside a recovery directory (always this, whatever the
@@ -135,6 +138,11 @@ impl UserDir {
     /// The operation journal.
     pub(crate) fn journal(&self) -> PathBuf {
         self.dir.join(JOURNAL_FILE)
+    }
+
+    /// The journal's spare inode between commits.
+    pub(crate) fn journal_spare(&self) -> PathBuf {
+        self.dir.join(JOURNAL_SPARE_FILE)
     }
 
     /// The recovery directory root.

@@ -524,11 +524,22 @@ impl Inner {
         agent: Option<&AgentName>,
         now: Timestamp,
     ) -> Result<Vec<Notification>> {
+        self.read_migrations_keeping_manifest(udir, agent, now)
+            .map(|(notes, _)| notes)
+    }
+
+    /// [`Self::read_migrations_locked`] that also hands back the manifest it read, when nothing
+    /// was migrated after reading it (so a commit under the same locks need not read it again).
+    fn read_migrations_keeping_manifest(
+        &self,
+        udir: &UserDir,
+        agent: Option<&AgentName>,
+        now: Timestamp,
+    ) -> Result<(Vec<Notification>, Option<Option<Manifest>>)> {
         let mut notes = Vec::new();
         self.recover_locked(udir)?;
-        let global_legacy = manifest::read_manifest(&udir.manifest())?
-            .as_ref()
-            .is_some_and(Manifest::needs_migration);
+        let current = manifest::read_manifest(&udir.manifest())?;
+        let global_legacy = current.as_ref().is_some_and(Manifest::needs_migration);
         if global_legacy {
             let out = migrate::migrate_locked(
                 udir,
@@ -540,19 +551,23 @@ impl Inner {
             )?;
             notes.extend(out.notifications);
         }
+        let mut migrated = global_legacy;
         if let Some(agent) = agent {
             if udir.legacy_agent_doc(agent).exists() {
+                migrated = true;
                 let out = migrate::migrate_locked(udir, agent, false, true, false, now)?;
                 notes.extend(out.notifications);
             }
-            if agent.is_default() {
+            if agent.is_default() && migrate::has_legacy_default_bucket(udir) {
+                migrated = true;
                 notes.extend(migrate::migrate_legacy_default_bucket(udir, now)?);
             }
         }
         if !notes.is_empty() {
             self.invalidate_user(&udir.user);
         }
-        Ok(notes)
+        // The manifest read above is still the current one unless a migration ran.
+        Ok((notes, (!migrated).then_some(current)))
     }
 
     fn read_document_locked(
@@ -675,8 +690,10 @@ impl Inner {
         loop {
             let now = self.now();
             let lock = self.lock(&udir)?;
-            let mut notes = self.read_migrations_locked(&udir, agent, now)?;
+            let (mut notes, current_manifest) =
+                self.read_migrations_keeping_manifest(&udir, agent, now)?;
             let req = CommitRequest {
+                current_manifest,
                 agent: agent.cloned(),
                 upserts: prepared.upserts.clone(),
                 upsert_revisions: Some(prepared.upsert_revisions.clone()),
@@ -786,6 +803,7 @@ impl Inner {
             )
         });
         let req = CommitRequest {
+            current_manifest: None,
             agent: agent.cloned(),
             upserts: document
                 .facts

@@ -10,6 +10,7 @@ use deermem_core::{AgentName, UserId};
 
 use super::floor::Floor;
 use super::{Env, open};
+use crate::machine::process_cpu_time_precise;
 use crate::stats::{Recorder, WorkloadResult};
 
 /// Creates one after another. The floor's operations are measured alongside, in alternating
@@ -81,15 +82,18 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
     let mut parallel_time = Duration::ZERO;
     let mut seq_time = Duration::ZERO;
     let mut seq_done = 0usize;
+    let (mut seq_cpu, mut parallel_cpu) = (Duration::ZERO, Duration::ZERO);
     for round in 0..rounds {
         let seq_block = seq_n * (round + 1) / rounds - seq_n * round / rounds;
         for d in seq_drafts.drain(..seq_block.min(seq_drafts.len())) {
             let t = Instant::now();
+            let cpu = process_cpu_time_precise();
             storage
                 .upsert_fact(Some(&seq_user), &agent, d, None, None)
                 .await
                 .context("sequential create")?;
             seq_time += t.elapsed();
+            seq_cpu += process_cpu_time_precise().saturating_sub(cpu);
             seq_done += 1;
         }
         let block = n * (round + 1) / rounds - n * round / rounds;
@@ -100,6 +104,7 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
             }
         }
         let started = Instant::now();
+        let cpu = process_cpu_time_precise();
         let mut set = tokio::task::JoinSet::new();
         for (w, mine) in mine.into_iter().enumerate() {
             let s = storage.clone();
@@ -121,9 +126,10 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
             samples.extend(r.context("writer task")??);
         }
         parallel_time += started.elapsed();
+        parallel_cpu += process_cpu_time_precise().saturating_sub(cpu);
     }
     storage.close().await;
-    let floor = parallel_floor(env, writers, n)?;
+    let (floor, floor_cpu) = parallel_floor(env, writers, n)?;
     let mut rec = Recorder::start(0);
     for s in samples {
         rec.push(s);
@@ -131,8 +137,16 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
     let mut result = rec.finish(n, Duration::ZERO);
     result.elapsed = parallel_time;
     let paired = seq_done as f64 / seq_time.as_secs_f64().max(1e-9);
+    let per_op_us = |cpu: Duration, ops: usize| {
+        ((cpu.as_secs_f64() * 1e6 / ops.max(1) as f64) * 10.0).round() / 10.0
+    };
     Ok(result
         .with("writers", writers.into())
+        .with("cpu_us_per_op", per_op_us(parallel_cpu, n).into())
+        .with(
+            "paired_sequential_cpu_us_per_op",
+            per_op_us(seq_cpu, seq_done).into(),
+        )
         .with(
             "paired_sequential_ops_per_sec",
             ((paired * 10.0).round() / 10.0).into(),
@@ -140,12 +154,14 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
         .with(
             "parallel_floor_ops_per_sec",
             ((floor * 10.0).round() / 10.0).into(),
-        ))
+        )
+        .with("parallel_floor_cpu_us_per_op", floor_cpu.into()))
 }
 
 /// The floor's operations from `writers` threads at once, each in its own user directory (what
-/// the disk allows this protocol at that concurrency): `n` creates in all, creates/s.
-fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<f64> {
+/// the disk allows this protocol at that concurrency): `n` creates in all; creates/s and the
+/// process's CPU µs per create.
+fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<(f64, f64)> {
     let base = env
         .root
         .parent()
@@ -159,6 +175,7 @@ fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<f64> {
         .map(|w| Floor::new(&base.join(format!("w{w}"))))
         .collect::<Result<Vec<_>>>()?;
     let started = Instant::now();
+    let cpu = process_cpu_time_precise();
     std::thread::scope(|scope| {
         let handles: Vec<_> = floors
             .iter_mut()
@@ -177,5 +194,11 @@ fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<f64> {
         }
         anyhow::Ok(())
     })?;
-    Ok((per * writers) as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    let elapsed = started.elapsed();
+    let cpu = process_cpu_time_precise().saturating_sub(cpu);
+    let ops = (per * writers) as f64;
+    Ok((
+        ops / elapsed.as_secs_f64().max(1e-9),
+        ((cpu.as_secs_f64() * 1e6 / ops.max(1.0)) * 10.0).round() / 10.0,
+    ))
 }

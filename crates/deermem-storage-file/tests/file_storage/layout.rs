@@ -580,3 +580,104 @@ async fn a_new_users_directory_is_marked_as_a_top_directory() {
         assert!(!ioctl_getflags(&f).unwrap().contains(IFlags::TOPDIR));
     }
 }
+
+/// The journal is written into one recycled inode, `.memory.journal.spare` between commits:
+/// no journal is left after a commit, the spare's inode is the same from commit to commit, and
+/// its bytes are the last journal's (never read back, so they need no cleaning).
+#[cfg(unix)]
+#[tokio::test]
+async fn the_journal_recycles_one_inode_between_commits() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let s = open(tmp.path(), &c);
+    let (u, a) = (user("alice"), agent("agent-a"));
+    let udir = tmp.path().join("users/alice");
+    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None)
+        .await
+        .unwrap();
+    assert!(!udir.join(".memory.journal.json").exists());
+    let spare = udir.join(".memory.journal.spare");
+    let first = std::fs::metadata(&spare).unwrap();
+    assert!(first.is_file());
+    let text = std::fs::read_to_string(&spare).unwrap();
+    let j: Value = serde_json::from_str(&text).expect("the last journal, whole");
+    assert_eq!(j["factIds"], json!(["f1"]));
+    for (id, content) in [("f2", "two"), ("f3", "three")] {
+        s.upsert_fact(Some(&u), &a, fact(id, content), None, None)
+            .await
+            .unwrap();
+        let now = std::fs::metadata(&spare).unwrap();
+        assert_eq!(now.ino(), first.ino(), "the same inode is reused");
+        assert_eq!(now.nlink(), 1);
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&spare).unwrap()).unwrap();
+        assert_eq!(
+            j["factIds"],
+            json!([id]),
+            "no bytes of a longer journal stay behind"
+        );
+    }
+    assert!(!udir.join(".memory.journal.json").exists());
+    let doc = s.reload(Some(&u), Some(&a)).await.unwrap();
+    assert_eq!(doc.facts.len(), 3);
+    assert_eq!(doc.revision, 3);
+}
+
+/// Whatever sits at the spare's name is never written through: a symbolic link (to a file
+/// outside the root), a hard link shared with another file, a directory or garbage from a crash
+/// mid-rewrite. Commits go through with a fresh journal file and nothing outside is touched.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_foreign_journal_spare_is_never_written_through() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let s = open(tmp.path(), &c);
+    let (u, a) = (user("alice"), agent("agent-a"));
+    let udir = tmp.path().join("users/alice");
+    s.upsert_fact(Some(&u), &a, fact("f0", "zero"), None, None)
+        .await
+        .unwrap();
+    let spare = udir.join(".memory.journal.spare");
+    let outside = tmp.path().join("outside.txt");
+
+    // A symbolic link to a file outside.
+    std::fs::remove_file(&spare).unwrap();
+    std::fs::write(&outside, "keep me").unwrap();
+    std::os::unix::fs::symlink(&outside, &spare).unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f1", "one"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
+
+    // A hard link shared with another file.
+    let _ = std::fs::remove_file(&spare);
+    std::fs::hard_link(&outside, &spare).unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f2", "two"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
+    assert_eq!(std::fs::metadata(&outside).unwrap().nlink(), 1);
+
+    // A directory with something in it.
+    let _ = std::fs::remove_file(&spare);
+    std::fs::create_dir(&spare).unwrap();
+    std::fs::write(spare.join("x"), "x").unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f3", "three"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(spare.join("x")).unwrap(), "x");
+    std::fs::remove_dir_all(&spare).unwrap();
+
+    // Garbage left by a crash while the spare was being rewritten.
+    std::fs::write(&spare, "{\"operationId\": \"torn").unwrap();
+    s.upsert_fact(Some(&u), &a, fact("f4", "four"), None, None)
+        .await
+        .unwrap();
+
+    assert!(!udir.join(".memory.journal.json").exists());
+    let fresh = open(tmp.path(), &c);
+    let doc = fresh.load(Some(&u), Some(&a)).await.unwrap();
+    assert_eq!(doc.facts.len(), 5);
+    assert_eq!(doc.revision, 5);
+}
