@@ -232,27 +232,33 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
             SummarySection::default_history(),
         ),
     };
-    let mut user_sec = base_user.0.clone();
-    let mut hist_sec = base_hist.0.clone();
-    if let Some((user_patch, hist_patch)) = &req.summaries {
-        if let Some(p) = user_patch {
+    // Without a patch the sections stay borrowed (no copy, no comparison).
+    let (user_patch, hist_patch) = match &req.summaries {
+        Some((u, h)) => (u.as_ref(), h.as_ref()),
+        None => (None, None),
+    };
+    let merged = |base: &Map<String, Value>, patch: Option<&Map<String, Value>>| {
+        patch.map(|p| {
+            let mut out = base.clone();
             for (k, v) in p {
-                user_sec.insert(k.clone(), v.clone());
+                out.insert(k.clone(), v.clone());
             }
-        }
-        if let Some(p) = hist_patch {
-            for (k, v) in p {
-                hist_sec.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    let summaries_changed = !py::py_eq(
-        &Value::Object(user_sec.clone()),
-        &Value::Object(base_user.0.clone()),
-    ) || !py::py_eq(
-        &Value::Object(hist_sec.clone()),
-        &Value::Object(base_hist.0.clone()),
-    );
+            out
+        })
+    };
+    let user_new = merged(&base_user.0, user_patch);
+    let hist_new = merged(&base_hist.0, hist_patch);
+    let differs = |new: &Option<Map<String, Value>>, base: &Map<String, Value>| {
+        new.as_ref().is_some_and(|n| {
+            n.len() != base.len()
+                || !n
+                    .iter()
+                    .all(|(k, v)| base.get(k).is_some_and(|w| py::py_eq(v, w)))
+        })
+    };
+    let summaries_changed = differs(&user_new, &base_user.0) || differs(&hist_new, &base_hist.0);
+    let user_sec = user_new.as_ref().unwrap_or(&base_user.0);
+    let hist_sec = hist_new.as_ref().unwrap_or(&base_hist.0);
 
     // 7. No-op exit.
     let needs_cleanup = current.as_ref().is_none_or(Manifest::needs_migration);
@@ -366,7 +372,7 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     }
     // 12. Manifest.
     let last_updated = now.to_iso_z();
-    let text = manifest::render(next, &last_updated, &user_sec, &hist_sec);
+    let text = manifest::render(next, &last_updated, user_sec, hist_sec);
     fsutil::atomic_write_in(&udir_file, &udir.dir, &manifest_path, text.as_bytes())?;
     fault::point("after-manifest");
     // 13. The commit point: with the manifest durable, the journal goes and its unlink is made

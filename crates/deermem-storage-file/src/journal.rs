@@ -296,19 +296,9 @@ fn roll_back(
 /// in the user's tree. One directory listing of the user directory when nothing is left over.
 /// Best effort; the caller holds the locks and no journal exists.
 fn sweep_stale_recovery(udir: &UserDir) {
-    let Ok(entries) = std::fs::read_dir(&udir.dir) else {
+    let Some((mut found, has_recovery)) = scan_user_dir(&udir.dir) else {
         return;
     };
-    let mut found = false;
-    let mut has_recovery = false;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        if name == crate::paths::RECOVERY_DIR {
-            has_recovery = true;
-        } else if name.to_str().is_some_and(fsutil::is_atomic_temp) {
-            found = true;
-        }
-    }
     if has_recovery && let Ok(entries) = std::fs::read_dir(udir.recovery_root()) {
         for e in entries.flatten() {
             let p = e.path();
@@ -325,6 +315,42 @@ fn sweep_stale_recovery(udir: &UserDir) {
     if found {
         sweep_temp_files(udir);
     }
+}
+
+/// Whether the user directory holds one of our atomic-write temporaries and whether it has a
+/// `.recovery/` directory; `None` when it cannot be listed. Runs before every commit, so on
+/// Linux it lists through a stack buffer (`getdents64`) instead of `read_dir`, whose 32 KiB
+/// buffer per call showed in the write profiles (an allocation that consolidates the heap).
+fn scan_user_dir(dir: &Path) -> Option<(bool, bool)> {
+    let mut temp = false;
+    let mut recovery = false;
+    let mut see = |name: &[u8]| {
+        if name == crate::paths::RECOVERY_DIR.as_bytes() {
+            recovery = true;
+        } else if std::str::from_utf8(name).is_ok_and(fsutil::is_atomic_temp) {
+            temp = true;
+        }
+    };
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{Mode, OFlags, RawDir};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        let mut entries = RawDir::new(&fd, &mut buf);
+        while let Some(entry) = entries.next() {
+            see(entry.ok()?.file_name().to_bytes());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        see(e.file_name().as_encoded_bytes());
+    }
+    Some((temp, recovery))
 }
 
 /// Removes our orphaned atomic-write temporaries (`.<name>.<32 hex>.tmp`) from the user
