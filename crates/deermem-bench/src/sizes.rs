@@ -130,6 +130,7 @@ impl Sizes {
             "fsync_floor": self.fsync_floor,
             "write_fact": self.write_fact,
             "write_fact_parallel": self.write_parallel,
+            "write_fact_one_user": self.write_parallel,
             "writers": self.writers,
             "scope_facts": self.scope_facts,
             "load_scope_cold": self.load_cold,

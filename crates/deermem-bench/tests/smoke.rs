@@ -6,10 +6,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 12] = [
+const WORKLOADS: [&str; 13] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
+    "write_fact_one_user",
     "load_scope_cold",
     "load_scope_warm",
     "search",

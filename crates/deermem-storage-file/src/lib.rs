@@ -10,6 +10,7 @@ mod commit;
 mod error;
 pub mod fault;
 mod fsutil;
+mod group;
 pub mod isolation;
 mod journal;
 pub mod json;

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::commit::{self, CommitRequest, Committed, Notification};
 use crate::error::{Error, Result};
+use crate::group::{Groups, Member, Turn};
 use crate::journal;
 use crate::lock::{LockRegistry, UserLock};
 use crate::manifest::{self, Manifest, Signature, StatToken};
@@ -119,6 +120,8 @@ struct Inner {
     locks: LockRegistry,
     cache: Mutex<HashMap<CacheKey, CacheEntry>>,
     dirty: Mutex<BTreeSet<DirtyKey>>,
+    /// Point writes of one user waiting for a leader to take them into its commit.
+    groups: Groups<Option<UserId>, GroupedWrite, Applied>,
     /// `users/` was seen or created (and marked) by this instance: later locks skip the check.
     users_dir_ready: AtomicBool,
     closed: AtomicBool,
@@ -149,6 +152,7 @@ impl FileMemoryStorage {
                 locks: LockRegistry::default(),
                 cache: Mutex::new(HashMap::new()),
                 dirty: Mutex::new(BTreeSet::new()),
+                groups: Groups::default(),
                 users_dir_ready: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
             }),
@@ -340,6 +344,20 @@ impl FileMemoryStorage {
 }
 
 /// Validated inputs of `apply_changes`.
+/// One writer's share of a group commit: the agent and its prepared upserts.
+#[derive(Debug)]
+struct GroupedWrite {
+    agent: AgentName,
+    prepared: PreparedChanges,
+}
+
+/// What a commit gives its writer: the commit and the index notifications to send.
+type Applied = Result<(Committed, Vec<Notification>)>;
+
+/// Writers taken into one group commit at most (the leader included).
+const GROUP_MAX: usize = 64;
+
+#[derive(Debug)]
 struct PreparedChanges {
     upserts: Vec<(FactId, FactDraft)>,
     upsert_revisions: HashMap<FactId, Option<u64>>,
@@ -353,6 +371,37 @@ fn bad_revision() -> Error {
         "change_set.upsertRevisions",
         "change_set.upsertRevisions values must be null or integers >= 1",
     )
+}
+
+/// One writer's part of a group's commit: the shared revision and time stamps, its own facts
+/// and their index notifications.
+fn share_of(done: &Committed, w: &GroupedWrite) -> (Committed, Vec<Notification>) {
+    let ids: HashSet<&FactId> = w.prepared.upserts.iter().map(|(id, _)| id).collect();
+    let written: Vec<Fact> = done
+        .written
+        .iter()
+        .filter(|f| ids.contains(&f.id))
+        .cloned()
+        .collect();
+    let notifications: Vec<Notification> = done
+        .notifications
+        .iter()
+        .filter(|n| match n {
+            Notification::Upsert { fact, .. } => ids.contains(&fact.id),
+            Notification::Remove { .. } => false,
+        })
+        .cloned()
+        .collect();
+    let share = Committed {
+        version: done.version.clone(),
+        revision: done.revision,
+        last_updated: done.last_updated.clone(),
+        written,
+        deleted: Vec::new(),
+        notifications: notifications.clone(),
+        wrote: done.wrote,
+    };
+    (share, notifications)
 }
 
 fn prepare_changes(changes: ChangeSet, agent: Option<&AgentName>) -> Result<PreparedChanges> {
@@ -668,7 +717,183 @@ impl Inner {
     }
 
     /// Commits under the locks, with recovery, read migrations, and the rebase loop of §3.7.
+    /// Point upserts without a shared-revision check go through a group commit.
     fn apply(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        prepared: PreparedChanges,
+        options: ApplyOptions,
+    ) -> Result<(Committed, Vec<Notification>)> {
+        if let Some(agent) = agent
+            && options.expected_manifest_revision.is_none()
+            && !prepared.upserts.is_empty()
+            && prepared.deletes.is_empty()
+            && prepared.summaries.is_none()
+        {
+            return self.apply_grouped(user, agent, prepared);
+        }
+        self.apply_alone(user, agent, prepared, options)
+    }
+
+    /// A point upsert (no deletes, no summaries, no shared-revision check) through the user's
+    /// write group (`group.rs`): writers that arrive while the leader waits for the user lock
+    /// or commits are taken into its next commit when they write the same agent and other fact
+    /// ids: one journal, one manifest revision and one set of fsyncs for all of them. Each
+    /// writer's own fact preconditions still hold: when the shared commit fails (a fact
+    /// conflict, an I/O error), each writer's changes are committed alone under the same lock,
+    /// so each gets exactly the result it would have had alone.
+    fn apply_grouped(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        prepared: PreparedChanges,
+    ) -> Result<(Committed, Vec<Notification>)> {
+        let mine = GroupedWrite {
+            agent: agent.clone(),
+            prepared,
+        };
+        let (mine, leader) = match self.groups.join(user.cloned(), mine) {
+            Turn::Lead(mine, leader) => (mine, leader),
+            Turn::Done(result) => return result,
+            Turn::Abandoned => {
+                return Err(Error::io(
+                    "The group commit this write joined stopped without an answer under",
+                    &self.layout.root,
+                    std::io::Error::other("the leading writer failed"),
+                ));
+            }
+        };
+        let udir = self.user_dir(user)?;
+        let now = self.now();
+        let lock = match self.lock(&udir) {
+            Ok(lock) => lock,
+            Err(Error::LockTimeout { lock }) => {
+                // Everyone queued behind this leader waited for the same lock: they time out
+                // with it instead of each waiting the whole timeout again.
+                for m in leader.take(usize::MAX, |_| true) {
+                    m.finish(Err(Error::LockTimeout { lock: lock.clone() }));
+                }
+                return Err(Error::LockTimeout { lock });
+            }
+            Err(e) => return Err(e),
+        };
+        let (notes, current_manifest) =
+            self.read_migrations_keeping_manifest(&udir, Some(agent), now)?;
+        // Other writers of this agent whose fact ids no member writes.
+        let mut ids: HashSet<FactId> = mine
+            .prepared
+            .upserts
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        let members = leader.take(GROUP_MAX - 1, |w| {
+            w.agent == mine.agent && w.prepared.upserts.iter().all(|(id, _)| !ids.contains(id)) && {
+                ids.extend(w.prepared.upserts.iter().map(|(id, _)| id.clone()));
+                true
+            }
+        });
+        let result = if members.is_empty() {
+            self.commit_point_upserts(&udir, &mine, current_manifest, now)
+        } else {
+            self.commit_group(&udir, mine, members, current_manifest, now)
+        };
+        drop(lock);
+        drop(leader);
+        let (done, mut own_notes) = result?;
+        let mut all = notes;
+        all.append(&mut own_notes);
+        Ok((done, all))
+    }
+
+    /// Commits one writer's point upserts; the caller holds the locks and ran recovery.
+    fn commit_point_upserts(
+        &self,
+        udir: &UserDir,
+        w: &GroupedWrite,
+        current_manifest: Option<Option<Manifest>>,
+        now: Timestamp,
+    ) -> Result<(Committed, Vec<Notification>)> {
+        let req = CommitRequest {
+            current_manifest,
+            agent: Some(w.agent.clone()),
+            upserts: w.prepared.upserts.clone(),
+            upsert_revisions: Some(w.prepared.upsert_revisions.clone()),
+            ..CommitRequest::default()
+        };
+        let done = commit::commit(udir, req, now)?;
+        if done.wrote {
+            self.invalidate_user(&udir.user);
+        }
+        let notes = done.notifications.clone();
+        Ok((done, notes))
+    }
+
+    /// Commits the leader's and its members' upserts together, or, when that fails, each
+    /// alone; answers the members and returns the leader's result.
+    fn commit_group(
+        &self,
+        udir: &UserDir,
+        mine: GroupedWrite,
+        members: Vec<Member<GroupedWrite, Applied>>,
+        current_manifest: Option<Option<Manifest>>,
+        now: Timestamp,
+    ) -> Result<(Committed, Vec<Notification>)> {
+        let writes = std::iter::once(&mine).chain(members.iter().map(|m| &m.work));
+        let mut upserts = Vec::new();
+        let mut revisions = HashMap::new();
+        for w in writes {
+            upserts.extend(w.prepared.upserts.iter().cloned());
+            revisions.extend(
+                w.prepared
+                    .upsert_revisions
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v)),
+            );
+        }
+        let req = CommitRequest {
+            current_manifest,
+            agent: Some(mine.agent.clone()),
+            upserts,
+            upsert_revisions: Some(revisions),
+            ..CommitRequest::default()
+        };
+        match commit::commit(udir, req, now) {
+            Ok(done) => {
+                if done.wrote {
+                    self.invalidate_user(&udir.user);
+                }
+                tracing::debug!(
+                    writers = members.len() + 1,
+                    revision = done.revision,
+                    "group commit"
+                );
+                for m in members {
+                    let share = share_of(&done, &m.work);
+                    m.finish(Ok(share));
+                }
+                Ok(share_of(&done, &mine))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, writers = members.len() + 1,
+                    "group commit failed; committing each writer alone");
+                let alone = |w: &GroupedWrite| {
+                    let (_, current) =
+                        self.read_migrations_keeping_manifest(udir, Some(&w.agent), now)?;
+                    self.commit_point_upserts(udir, w, current, now)
+                };
+                let own = alone(&mine);
+                for m in members {
+                    let r = alone(&m.work);
+                    m.finish(r);
+                }
+                own
+            }
+        }
+    }
+
+    /// The commit loop for everything that is not a grouped point upsert.
+    fn apply_alone(
         &self,
         user: Option<&UserId>,
         agent: Option<&AgentName>,

@@ -25,10 +25,11 @@ use crate::sizes::Sizes;
 use crate::stats::WorkloadResult;
 
 /// Every workload, in the order the report lists them.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
+    "write_fact_one_user",
     "load_scope_cold",
     "load_scope_warm",
     "search",
@@ -119,6 +120,7 @@ pub fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
             "fsync_floor" => floor::run(env),
             "write_fact" => write::sequential(env).await,
             "write_fact_parallel" => write::parallel(env).await,
+            "write_fact_one_user" => write::one_user(env).await,
             "load_scope_cold" => load::cold(env).await,
             "load_scope_warm" => load::warm(env).await,
             "search" => search::search(env).await,

@@ -1,6 +1,8 @@
-//! `write_fact` (single-fact creates one after another into one scope) and
-//! `write_fact_parallel` (the same spread over several users from as many tasks), through
-//! `MemoryStorage::upsert_fact` on the file storage with its FTS5 index.
+//! `write_fact` (single-fact creates one after another into one scope),
+//! `write_fact_parallel` (the same spread over several users from as many tasks) and
+//! `write_fact_one_user` (the same from as many tasks into one scope, where the storage's group
+//! commit applies), through `MemoryStorage::upsert_fact` on the file storage with its FTS5
+//! index.
 
 use std::time::{Duration, Instant};
 
@@ -156,6 +158,69 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
             ((floor * 10.0).round() / 10.0).into(),
         )
         .with("parallel_floor_cpu_us_per_op", floor_cpu.into()))
+}
+
+/// Creates from `writers` tasks at once into one (user, agent) scope: concurrent point writes
+/// of one user share commits (the storage's group commit). Reports `commits`, the shared
+/// revisions the creates took, and `facts_per_commit`.
+pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
+    let storage = open(&env.root, true)?;
+    let writers = env.sizes.writers.max(1);
+    let n = env.sizes.write_parallel;
+    let user = UserId::new("shared@bench.example")?;
+    let agent = AgentName::default_bucket();
+    let mut mine: Vec<Vec<_>> = (0..writers).map(|_| Vec::new()).collect();
+    for (i, d) in env.drafts(n).into_iter().enumerate() {
+        if let Some(m) = mine.get_mut(i % writers) {
+            m.push(d);
+        }
+    }
+    let started = Instant::now();
+    let cpu = process_cpu_time_precise();
+    let mut set = tokio::task::JoinSet::new();
+    for mine in mine {
+        let (s, user, agent) = (storage.clone(), user.clone(), agent.clone());
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(mine.len());
+            for d in mine {
+                let t = Instant::now();
+                s.upsert_fact(Some(&user), &agent, d, None, None)
+                    .await
+                    .context("create")?;
+                samples.push(t.elapsed());
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut rec = Recorder::start(n);
+    while let Some(r) = set.join_next().await {
+        for s in r.context("writer task")?? {
+            rec.push(s);
+        }
+    }
+    let elapsed = started.elapsed();
+    let cpu = process_cpu_time_precise().saturating_sub(cpu);
+    let doc = storage.load(Some(&user), Some(&agent)).await?;
+    anyhow::ensure!(
+        doc.facts.len() == n,
+        "expected {n} facts, found {}",
+        doc.facts.len()
+    );
+    storage.close().await;
+    let commits = doc.revision;
+    let mut result = rec.finish(n, Duration::ZERO);
+    result.elapsed = elapsed;
+    Ok(result
+        .with("writers", writers.into())
+        .with("commits", commits.into())
+        .with(
+            "facts_per_commit",
+            ((n as f64 / commits.max(1) as f64 * 100.0).round() / 100.0).into(),
+        )
+        .with(
+            "cpu_us_per_op",
+            ((cpu.as_secs_f64() * 1e6 / n.max(1) as f64 * 10.0).round() / 10.0).into(),
+        ))
 }
 
 /// The floor's operations from `writers` threads at once, each in its own user directory (what

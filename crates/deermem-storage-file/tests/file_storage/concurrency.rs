@@ -122,3 +122,112 @@ fn two_instances_on_threads_never_lose_a_write() {
         assert_eq!(total, 60, "every attempt was applied or reported");
     });
 }
+
+/// Holds the user's lock from outside the storage (another open file description, as another
+/// process would) until dropped.
+fn hold_user_lock(root: &std::path::Path, user: &str) -> std::fs::File {
+    let dir = root.join("users").join(user);
+    std::fs::create_dir_all(&dir).unwrap();
+    let holder = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(".memory.lock"))
+        .unwrap();
+    holder.lock().unwrap();
+    holder
+}
+
+/// Point creates of one user that arrive while its lock is busy share a commit: eight
+/// concurrent writers, blocked behind a lock held elsewhere, land in one or two commits
+/// instead of eight, each gets its own fact back and the shared revision, and every fact is
+/// on disk and in a fresh instance's view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_point_writes_of_one_user_share_a_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let s = Arc::new(open(tmp.path(), &c));
+    let (u, a) = (user("alice"), agent("agent-a"));
+    s.upsert_fact(Some(&u), &a, fact("seed", "seeded"), None, None)
+        .await
+        .unwrap();
+    let base = s.load(Some(&u), Some(&a)).await.unwrap().revision;
+    let holder = hold_user_lock(tmp.path(), "alice");
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (s, u, a) = (Arc::clone(&s), u.clone(), a.clone());
+            tokio::spawn(async move {
+                s.upsert_fact(
+                    Some(&u),
+                    &a,
+                    fact(&format!("f{i}"), &format!("fact {i}")),
+                    None,
+                    None,
+                )
+                .await
+            })
+        })
+        .collect();
+    // Every writer reaches the storage while the lock is held.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    holder.unlock().unwrap();
+    let mut revisions = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let r = t.await.unwrap().unwrap();
+        let ids: Vec<&str> = r.upserted_facts.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, vec![format!("f{i}")], "each writer gets its own fact");
+        revisions.push(r.revision);
+    }
+    let fresh = open(tmp.path(), &c);
+    let doc = fresh.load(Some(&u), Some(&a)).await.unwrap();
+    assert_eq!(doc.facts.len(), 9);
+    assert!(
+        doc.revision - base <= 2,
+        "eight writers in {} commits",
+        doc.revision - base
+    );
+    assert!(revisions.iter().all(|r| *r > base && *r <= doc.revision));
+}
+
+/// A writer whose own precondition fails (here: a create of a fact that exists) fails alone:
+/// the writers grouped with it still commit, and the existing fact is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_writer_in_a_group_fails_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let s = Arc::new(open(tmp.path(), &c));
+    let (u, a) = (user("alice"), agent("agent-a"));
+    s.upsert_fact(Some(&u), &a, fact("taken", "the original"), None, None)
+        .await
+        .unwrap();
+    let holder = hold_user_lock(tmp.path(), "alice");
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let (s, u, a) = (Arc::clone(&s), u.clone(), a.clone());
+            tokio::spawn(async move {
+                let (id, text) = if i == 3 {
+                    ("taken".to_owned(), "a conflicting create".to_owned())
+                } else {
+                    (format!("f{i}"), format!("fact {i}"))
+                };
+                // Without an expected fact revision the fact must not exist yet.
+                s.upsert_fact(Some(&u), &a, fact(&id, &text), None, None)
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    holder.unlock().unwrap();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let r = t.await.unwrap();
+        if i == 3 {
+            assert!(matches!(r, Err(StorageError::FactConflict { .. })), "{r:?}");
+        } else {
+            assert_eq!(r.unwrap().upserted_facts.len(), 1);
+        }
+    }
+    let fresh = open(tmp.path(), &c);
+    let doc = fresh.load(Some(&u), Some(&a)).await.unwrap();
+    assert_eq!(doc.facts.len(), 6);
+    let taken = doc.facts.iter().find(|f| f.id.as_str() == "taken").unwrap();
+    assert_eq!(taken.content, "the original");
+}
