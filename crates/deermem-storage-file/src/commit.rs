@@ -340,12 +340,43 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     journal.write(udir, &udir_file)?;
     fault::point("after-prepared");
 
-    // 10. Fact writes.
+    // 10. Fact writes: one atomic replace, or for several facts every temporary file made
+    // durable together, then the renames; their directories are fsynced with the unlinks'
+    // below. Nothing orders one fact's durability before another's, only all of them before the
+    // manifest, so the fsyncs are issued together and share the disk's cache flushes.
     let mut notifications = Vec::new();
     let mut written = Vec::new();
-    for (i, p) in prepared.into_iter().enumerate() {
-        fsutil::atomic_write(&p.path, p.rendered.as_bytes())?;
-        fault::point(&format!("after-fact-{}", i + 1));
+    let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    if let [single] = prepared.as_slice() {
+        fsutil::atomic_write(&single.path, single.rendered.as_bytes())?;
+        fault::point("after-fact-1");
+    } else if !prepared.is_empty() {
+        let items: Vec<(&std::path::Path, &[u8])> = prepared
+            .iter()
+            .map(|p| (p.path.as_path(), p.rendered.as_bytes()))
+            .collect();
+        let temps = fsutil::write_temps(&items)?;
+        let mut renamed = 0;
+        let result = temps.iter().try_for_each(|(tmp, target)| {
+            fault::point("atomic-before-rename");
+            fault::io(crate::fault::IoOp::Rename, target)
+                .and_then(|()| std::fs::rename(tmp, target))
+                .map_err(|e| Error::io("Failed to replace", target, e))?;
+            renamed += 1;
+            fault::point(&format!("after-fact-{renamed}"));
+            if let Some(d) = target.parent() {
+                touched_dirs.insert(d.to_path_buf());
+            }
+            Ok::<(), Error>(())
+        });
+        if let Err(e) = result {
+            for (tmp, _) in temps.iter().skip(renamed) {
+                let _ = std::fs::remove_file(tmp);
+            }
+            return Err(e);
+        }
+    }
+    for p in prepared {
         notifications.push(Notification::Upsert {
             scope: note_scope.clone(),
             fact: Box::new(p.fact.clone()),
@@ -354,7 +385,6 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
     }
     // 11. Unlinks.
     let mut deleted = Vec::new();
-    let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     for (i, (id, path)) in removals.into_iter().enumerate() {
         fsutil::remove_file_if_exists(&path)?;
         if let Some(d) = path.parent() {
@@ -367,9 +397,8 @@ pub(crate) fn commit(udir: &UserDir, req: CommitRequest, now: Timestamp) -> Resu
         });
         deleted.push(id);
     }
-    for d in &touched_dirs {
-        fsutil::fsync_dir(d)?;
-    }
+    let touched_dirs: Vec<PathBuf> = touched_dirs.into_iter().collect();
+    fsutil::fsync_dirs(&touched_dirs)?;
     // 12. Manifest.
     let last_updated = now.to_iso_z();
     let text = manifest::render(next, &last_updated, user_sec, hist_sec);

@@ -90,6 +90,98 @@ pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     atomic_write_in(&open_dir(dir)?, dir, path, bytes)
 }
 
+/// Most threads [`each_in_parallel`] runs at once.
+const PARALLEL_SYNCS: usize = 16;
+
+/// Runs `f` on every item, each on its own thread (at most [`PARALLEL_SYNCS`] at a time), and
+/// returns the first error. For `fsync`s with no order among them: issued together, the block
+/// layer serves them with shared cache flushes instead of one flush after another. A single
+/// item runs on the calling thread.
+pub(crate) fn each_in_parallel<T: Sync>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<()> + Sync,
+) -> Result<()> {
+    if items.len() <= 1 {
+        return items.iter().try_for_each(&f);
+    }
+    for wave in items.chunks(PARALLEL_SYNCS) {
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let f = &f;
+            let handles: Vec<_> = wave
+                .iter()
+                .map(|item| {
+                    std::thread::Builder::new()
+                        .name("deermem-sync".into())
+                        .spawn_scoped(scope, move || f(item))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .zip(wave)
+                .map(|(h, item)| match h {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|payload| std::panic::resume_unwind(payload)),
+                    // No thread to be had: do it here.
+                    Err(_) => f(item),
+                })
+                .collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>>>()?;
+    }
+    Ok(())
+}
+
+/// Writes each `(target, bytes)` to a new temporary file beside its target (parents created)
+/// and makes all of them durable together ([`each_in_parallel`]); returns `(temporary,
+/// target)` pairs for the caller to rename. Every temporary is removed on failure.
+pub(crate) fn write_temps(items: &[(&Path, &[u8])]) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let mut made: Vec<(PathBuf, PathBuf, File)> = Vec::with_capacity(items.len());
+    let result = (|| {
+        for (path, bytes) in items {
+            let dir = path.parent().ok_or_else(|| {
+                Error::Corrupt(format!("{} has no parent directory", path.display()))
+            })?;
+            create_dir_all(dir)?;
+            let tmp = temp_path(path);
+            let mut f = fault::io(IoOp::Create, &tmp)
+                .and_then(|()| OpenOptions::new().write(true).create_new(true).open(&tmp))
+                .map_err(|e| Error::io("Failed to create temporary file", &tmp, e))?;
+            made.push((
+                tmp.clone(),
+                path.to_path_buf(),
+                f.try_clone()
+                    .map_err(|e| Error::io("Failed to open", &tmp, e))?,
+            ));
+            fault::io(IoOp::Write, &tmp)
+                .and_then(|()| f.write_all(bytes))
+                .map_err(|e| Error::io("Failed to write", &tmp, e))?;
+        }
+        each_in_parallel(&made, |(tmp, _, f)| {
+            fault::io(IoOp::Fsync, tmp)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| Error::io("Failed to fsync", tmp, e))
+        })
+    })();
+    match result {
+        Ok(()) => Ok(made
+            .into_iter()
+            .map(|(tmp, target, _)| (tmp, target))
+            .collect()),
+        Err(e) => {
+            for (tmp, _, _) in &made {
+                let _ = fs::remove_file(tmp);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// fsyncs directories together ([`each_in_parallel`]).
+pub(crate) fn fsync_dirs(dirs: &[PathBuf]) -> Result<()> {
+    each_in_parallel(dirs, |d| fsync_dir(d))
+}
+
 /// Atomically replaces `path` (a file directly in `dir`, which exists and is open as `dir_file`)
 /// like [`atomic_write`], without the `stat` of the directory and with the caller's handle for
 /// the directory fsync.
@@ -496,6 +588,50 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn each_in_parallel_runs_every_item_and_reports_an_error() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let items: Vec<usize> = (0..40).collect();
+        let ran = AtomicUsize::new(0);
+        each_in_parallel(&items, |_| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 40);
+        let err = each_in_parallel(&items, |i| {
+            if *i == 17 {
+                Err(Error::Corrupt("item 17".into()))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("item 17"));
+    }
+
+    #[test]
+    fn write_temps_writes_every_file_or_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("x/a.md");
+        let b = dir.path().join("y/b.md");
+        let temps = write_temps(&[(a.as_path(), b"alpha"), (b.as_path(), b"beta")]).unwrap();
+        assert_eq!(temps.len(), 2);
+        for (tmp, target) in &temps {
+            assert!(is_atomic_temp(tmp.file_name().unwrap().to_str().unwrap()));
+            fs::rename(tmp, target).unwrap();
+        }
+        assert_eq!(fs::read(&a).unwrap(), b"alpha");
+        assert_eq!(fs::read(&b).unwrap(), b"beta");
+        // The second target's parent is a file: nothing of the first is left behind.
+        fs::write(dir.path().join("blocked"), "file").unwrap();
+        let c = dir.path().join("z/c.md");
+        let d = dir.path().join("blocked/d.md");
+        assert!(write_temps(&[(c.as_path(), b"gamma"), (d.as_path(), b"delta")]).is_err());
+        let left: Vec<_> = fs::read_dir(dir.path().join("z")).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]
