@@ -79,6 +79,23 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         "{}",
         w["write_fact_parallel"]
     );
+    for key in [
+        "floor_scaling",
+        "sequential_floor_ops_per_sec",
+        "cpu_us_per_op",
+    ] {
+        assert!(
+            w["write_fact_parallel"][key]
+                .as_f64()
+                .is_some_and(|f| f > 0.0),
+            "{key}: {}",
+            w["write_fact_parallel"]
+        );
+    }
+    // Every create of the one-scope run is in some commit, and no commit is empty.
+    let one = &w["write_fact_one_user"];
+    let (n, commits) = (one["n"].as_u64().unwrap(), one["commits"].as_u64().unwrap());
+    assert!(commits >= 1 && commits <= n, "{one}");
     assert_eq!(w["apply_update"]["created_per_cycle"], 5);
     assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
     assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");

@@ -131,7 +131,7 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
         parallel_cpu += process_cpu_time_precise().saturating_sub(cpu);
     }
     storage.close().await;
-    let (floor, floor_cpu) = parallel_floor(env, writers, n)?;
+    let (floor, floor_cpu, seq_floor) = floors(env, writers, n)?;
     let mut rec = Recorder::start(0);
     for s in samples {
         rec.push(s);
@@ -157,7 +157,15 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
             "parallel_floor_ops_per_sec",
             ((floor * 10.0).round() / 10.0).into(),
         )
-        .with("parallel_floor_cpu_us_per_op", floor_cpu.into()))
+        .with("parallel_floor_cpu_us_per_op", floor_cpu.into())
+        .with(
+            "sequential_floor_ops_per_sec",
+            ((seq_floor * 10.0).round() / 10.0).into(),
+        )
+        .with(
+            "floor_scaling",
+            ((floor / seq_floor.max(1e-9) * 100.0).round() / 100.0).into(),
+        ))
 }
 
 /// Creates from `writers` tasks at once into one (user, agent) scope: concurrent point writes
@@ -224,46 +232,56 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
 }
 
 /// The floor's operations from `writers` threads at once, each in its own user directory (what
-/// the disk allows this protocol at that concurrency): `n` creates in all; creates/s and the
-/// process's CPU µs per create.
-fn parallel_floor(env: &Env, writers: usize, n: usize) -> Result<(f64, f64)> {
-    let base = env
-        .root
-        .parent()
-        .unwrap_or(&env.root)
-        .join("floor-parallel");
+/// the disk allows this protocol at that concurrency), alternating in four rounds with the same
+/// number of creates one after another in another directory: parallel creates/s, the process's
+/// CPU µs per parallel create, and sequential creates/s. Their quotient (`floor_scaling`) is
+/// how far the protocol's raw file operations themselves scale with 8 writers on this disk in
+/// these minutes: the ceiling for `write_fact_parallel`'s ratio.
+fn floors(env: &Env, writers: usize, n: usize) -> Result<(f64, f64, f64)> {
+    let dir = env.root.parent().unwrap_or(&env.root);
+    let base = dir.join("floor-parallel");
     std::fs::create_dir_all(&base)?;
     // As the storage does for `users/`: one block group per writer's tree.
     super::floor::mark_top_directory(&base);
-    let per = n.div_ceil(writers);
+    let rounds = 4;
+    let per = n.div_ceil(writers * rounds).max(1);
     let mut floors = (0..writers)
         .map(|w| Floor::new(&base.join(format!("w{w}"))))
         .collect::<Result<Vec<_>>>()?;
-    let started = Instant::now();
-    let cpu = process_cpu_time_precise();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = floors
-            .iter_mut()
-            .map(|f| {
-                scope.spawn(move || -> Result<()> {
-                    for _ in 0..per {
-                        f.create()?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+    let mut single = Floor::new(&dir.join("floor-sequential"))?;
+    let (mut par_time, mut par_cpu, mut seq_time) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        for _ in 0..per * writers {
+            seq_time += single.create()?;
         }
-        anyhow::Ok(())
-    })?;
-    let elapsed = started.elapsed();
-    let cpu = process_cpu_time_precise().saturating_sub(cpu);
-    let ops = (per * writers) as f64;
+        let started = Instant::now();
+        let cpu = process_cpu_time_precise();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = floors
+                .iter_mut()
+                .map(|f| {
+                    scope.spawn(move || -> Result<()> {
+                        for _ in 0..per {
+                            f.create()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+            }
+            anyhow::Ok(())
+        })?;
+        par_time += started.elapsed();
+        par_cpu += process_cpu_time_precise().saturating_sub(cpu);
+    }
+    let ops = (per * writers * rounds) as f64;
     Ok((
-        ops / elapsed.as_secs_f64().max(1e-9),
-        ((cpu.as_secs_f64() * 1e6 / ops.max(1.0)) * 10.0).round() / 10.0,
+        ops / par_time.as_secs_f64().max(1e-9),
+        ((par_cpu.as_secs_f64() * 1e6 / ops.max(1.0)) * 10.0).round() / 10.0,
+        ops / seq_time.as_secs_f64().max(1e-9),
     ))
 }
