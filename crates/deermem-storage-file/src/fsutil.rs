@@ -39,10 +39,7 @@ pub(crate) fn is_atomic_temp(name: &str) -> bool {
 
 /// fsyncs a directory so a rename or unlink inside it is durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(|e| Error::io("Failed to open directory", dir, e))?;
-    fault::io(IoOp::Fsync, dir)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io("Failed to fsync directory", dir, e))
+    sync_dir_file(&open_dir(dir)?, dir)
 }
 
 /// Marks a directory we just created as the top of separate directory trees (ext4's
@@ -144,18 +141,16 @@ pub(crate) fn write_temps(items: &[(&Path, &[u8])]) -> Result<Vec<(PathBuf, Path
             })?;
             create_dir_all(dir)?;
             let tmp = temp_path(path);
-            let mut f = fault::io(IoOp::Create, &tmp)
+            let f = fault::io(IoOp::Create, &tmp)
                 .and_then(|()| OpenOptions::new().write(true).create_new(true).open(&tmp))
                 .map_err(|e| Error::io("Failed to create temporary file", &tmp, e))?;
-            made.push((
-                tmp.clone(),
-                path.to_path_buf(),
-                f.try_clone()
-                    .map_err(|e| Error::io("Failed to open", &tmp, e))?,
-            ));
-            fault::io(IoOp::Write, &tmp)
-                .and_then(|()| f.write_all(bytes))
-                .map_err(|e| Error::io("Failed to write", &tmp, e))?;
+            // Recorded before the write, so a failed write removes it too.
+            made.push((tmp, path.to_path_buf(), f));
+            if let Some((tmp, _, f)) = made.last_mut() {
+                fault::io(IoOp::Write, tmp)
+                    .and_then(|()| f.write_all(bytes))
+                    .map_err(|e| Error::io("Failed to write", tmp, e))?;
+            }
         }
         each_in_parallel(&made, |(tmp, _, f)| {
             fault::io(IoOp::Fsync, tmp)

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use deermem_core::ports::MemoryStorage;
-use deermem_core::{AgentName, UserId};
+use deermem_core::{AgentName, FactDraft, UserId};
+use deermem_storage_file::FileMemoryStorage;
 
 use super::floor::Floor;
 use super::{Env, open};
@@ -99,34 +100,14 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
             seq_done += 1;
         }
         let block = n * (round + 1) / rounds - n * round / rounds;
-        let mut mine: Vec<Vec<_>> = (0..writers).map(|_| Vec::new()).collect();
-        for (i, d) in drafts.drain(..block.min(drafts.len())).enumerate() {
-            if let Some(m) = mine.get_mut(i % writers) {
-                m.push(d);
-            }
-        }
+        let tasks = spread(drafts.drain(..block.min(drafts.len())), writers)
+            .into_iter()
+            .enumerate()
+            .map(|(w, mine)| Ok((UserId::new(format!("writer{w}@bench.example"))?, mine)))
+            .collect::<Result<Vec<_>>>()?;
         let started = Instant::now();
         let cpu = process_cpu_time_precise();
-        let mut set = tokio::task::JoinSet::new();
-        for (w, mine) in mine.into_iter().enumerate() {
-            let s = storage.clone();
-            set.spawn(async move {
-                let user = UserId::new(format!("writer{w}@bench.example"))?;
-                let agent = AgentName::default_bucket();
-                let mut samples = Vec::with_capacity(mine.len());
-                for d in mine {
-                    let t = Instant::now();
-                    s.upsert_fact(Some(&user), &agent, d, None, None)
-                        .await
-                        .context("create")?;
-                    samples.push(t.elapsed());
-                }
-                anyhow::Ok(samples)
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            samples.extend(r.context("writer task")??);
-        }
+        samples.extend(concurrent_creates(&storage, tasks).await?);
         parallel_time += started.elapsed();
         parallel_cpu += process_cpu_time_precise().saturating_sub(cpu);
     }
@@ -177,36 +158,18 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
     let n = env.sizes.write_parallel;
     let user = UserId::new("shared@bench.example")?;
     let agent = AgentName::default_bucket();
-    let mut mine: Vec<Vec<_>> = (0..writers).map(|_| Vec::new()).collect();
-    for (i, d) in env.drafts(n).into_iter().enumerate() {
-        if let Some(m) = mine.get_mut(i % writers) {
-            m.push(d);
-        }
-    }
+    let tasks = spread(env.drafts(n), writers)
+        .into_iter()
+        .map(|mine| (user.clone(), mine))
+        .collect();
     let started = Instant::now();
     let cpu = process_cpu_time_precise();
-    let mut set = tokio::task::JoinSet::new();
-    for mine in mine {
-        let (s, user, agent) = (storage.clone(), user.clone(), agent.clone());
-        set.spawn(async move {
-            let mut samples = Vec::with_capacity(mine.len());
-            for d in mine {
-                let t = Instant::now();
-                s.upsert_fact(Some(&user), &agent, d, None, None)
-                    .await
-                    .context("create")?;
-                samples.push(t.elapsed());
-            }
-            anyhow::Ok(samples)
-        });
-    }
-    let mut rec = Recorder::start(n);
-    while let Some(r) = set.join_next().await {
-        for s in r.context("writer task")?? {
-            rec.push(s);
-        }
-    }
+    let latencies = concurrent_creates(&storage, tasks).await?;
     let elapsed = started.elapsed();
+    let mut rec = Recorder::start(n);
+    for s in latencies {
+        rec.push(s);
+    }
     let cpu = process_cpu_time_precise().saturating_sub(cpu);
     let doc = storage.load(Some(&user), Some(&agent)).await?;
     anyhow::ensure!(
@@ -229,6 +192,47 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
             "cpu_us_per_op",
             ((cpu.as_secs_f64() * 1e6 / n.max(1) as f64 * 10.0).round() / 10.0).into(),
         ))
+}
+
+/// Deals `drafts` round robin into `writers` lists.
+fn spread(drafts: impl IntoIterator<Item = FactDraft>, writers: usize) -> Vec<Vec<FactDraft>> {
+    let mut mine: Vec<Vec<FactDraft>> = (0..writers.max(1)).map(|_| Vec::new()).collect();
+    let count = mine.len();
+    for (i, d) in drafts.into_iter().enumerate() {
+        if let Some(m) = mine.get_mut(i % count) {
+            m.push(d);
+        }
+    }
+    mine
+}
+
+/// One task per `(user, drafts)` at once, each creating its drafts one after another in the
+/// user's default scope; the latency of every create.
+async fn concurrent_creates(
+    storage: &FileMemoryStorage,
+    tasks: Vec<(UserId, Vec<FactDraft>)>,
+) -> Result<Vec<Duration>> {
+    let mut set = tokio::task::JoinSet::new();
+    for (user, mine) in tasks {
+        let s = storage.clone();
+        set.spawn(async move {
+            let agent = AgentName::default_bucket();
+            let mut samples = Vec::with_capacity(mine.len());
+            for d in mine {
+                let t = Instant::now();
+                s.upsert_fact(Some(&user), &agent, d, None, None)
+                    .await
+                    .context("create")?;
+                samples.push(t.elapsed());
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut samples = Vec::new();
+    while let Some(r) = set.join_next().await {
+        samples.extend(r.context("writer task")??);
+    }
+    Ok(samples)
 }
 
 /// The floor's operations from `writers` threads at once, each in its own user directory (what

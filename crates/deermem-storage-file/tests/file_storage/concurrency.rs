@@ -123,20 +123,6 @@ fn two_instances_on_threads_never_lose_a_write() {
     });
 }
 
-/// Holds the user's lock from outside the storage (another open file description, as another
-/// process would) until dropped.
-fn hold_user_lock(root: &std::path::Path, user: &str) -> std::fs::File {
-    let dir = root.join("users").join(user);
-    std::fs::create_dir_all(&dir).unwrap();
-    let holder = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(".memory.lock"))
-        .unwrap();
-    holder.lock().unwrap();
-    holder
-}
-
 /// Point creates of one user that arrive while its lock is busy share a commit: eight
 /// concurrent writers, blocked behind a lock held elsewhere, land in one or two commits
 /// instead of eight, each gets its own fact back and the shared revision, and every fact is

@@ -475,14 +475,7 @@ async fn lock_timeout_is_typed_and_does_not_block_the_runtime() {
     let mut cfg = FileStorageConfig::new(tmp.path());
     cfg.lock_timeout = Duration::from_millis(300);
     let s = Arc::new(FileMemoryStorage::new(cfg, c.clone(), None).unwrap());
-    let dir = tmp.path().join("users/alice");
-    std::fs::create_dir_all(&dir).unwrap();
-    let holder = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(".memory.lock"))
-        .unwrap();
-    holder.lock().unwrap();
+    let holder = hold_user_lock(tmp.path(), "alice");
     let err = s
         .apply_changes(
             Some(&user("alice")),

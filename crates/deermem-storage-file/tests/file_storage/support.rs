@@ -278,3 +278,17 @@ impl Retrieval for Recording {
         self.calls.lock().unwrap().push(Call::Close);
     }
 }
+
+/// Holds the user's lock from outside the storage (another open file description, as another
+/// process would) until dropped.
+pub(crate) fn hold_user_lock(root: &std::path::Path, user: &str) -> std::fs::File {
+    let dir = root.join("users").join(user);
+    std::fs::create_dir_all(&dir).unwrap();
+    let holder = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(".memory.lock"))
+        .unwrap();
+    holder.lock().unwrap();
+    holder
+}
