@@ -16,7 +16,8 @@
 //! - **Scopes** own disjoint rowid ranges, so a search reads only its scope's postings, and
 //!   live in one of 128 FTS5 tables chosen by scope: BM25's term statistics (IDF, average
 //!   length) cover that shard, not every tenant (see `docs/compat.md`, section "Retrieval").
-//! - **Robustness**: a corrupt or unreadable file is deleted and recreated once at open; a
+//! - **Robustness**: a corrupt or foreign file is deleted and recreated once at open (a busy,
+//!   unreadable or unwritable one is left alone and reported `Unavailable`); a
 //!   corrupt file found later is recreated by the next full rebuild; rows that fail to decode
 //!   are logged and skipped; no query text is an error.
 //! - **Concurrency**: one writer connection behind a mutex and a small pool of reader
@@ -232,11 +233,14 @@ impl Fts5Retrieval {
         Self::open_file(&Self::index_path(root), clock, Fts5Options::default())
     }
 
-    /// Opens an index file at an explicit path. A corrupt, foreign or unreadable file is
-    /// deleted (with its `-wal` and `-shm`) and recreated once.
+    /// Opens an index file at an explicit path. A file SQLite reports as corrupt or not a
+    /// database is deleted (with its `-wal` and `-shm`) and recreated once; any other failure
+    /// (a lock held by another process past the busy timeout, permissions, a full disk, I/O)
+    /// leaves the file untouched.
     ///
     /// # Errors
-    /// `Unavailable` when the parent folder cannot be created or the retry fails too.
+    /// `Unavailable` when the parent folder cannot be created, the file cannot be opened for
+    /// a reason other than corruption, or the retry after deleting a corrupt file fails too.
     pub fn open_file(
         path: &Path,
         clock: Arc<dyn Clock>,
@@ -253,6 +257,16 @@ impl Fts5Retrieval {
         let location = Location::File(path.to_path_buf());
         let writer = match open_writer(&location, &options) {
             Ok(c) => c,
+            // Only a file SQLite calls corrupt or foreign is replaced. A lock held too long by
+            // another process, a permission, a full disk or an I/O error says nothing about
+            // the file, which may be a live index another process is using: it is left alone
+            // and the storage falls back to substring search until the next open.
+            Err(first) if engine::classify(&first) != engine::FailureKind::Corrupt => {
+                return Err(RetrievalError::Unavailable(format!(
+                    "index {} cannot be opened: {first}",
+                    path.display()
+                )));
+            }
             Err(first) => {
                 tracing::warn!(path = %path.display(), error = %first,
                     "FTS5 index unusable; deleting and recreating it");

@@ -433,6 +433,43 @@ mod robustness {
     }
 
     #[test]
+    fn a_busy_index_is_reported_unavailable_and_left_intact() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let index =
+                Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+            run(async {
+                assert_works(&index).await;
+                index.close().await;
+            });
+        }
+        let file = index_file(dir.path());
+        let before = std::fs::read(&file).expect("read");
+        // Another process holds the database exclusively (as a long rebuild or a stuck
+        // process would) for longer than our busy timeout.
+        let holder = rusqlite::Connection::open(&file).expect("holder");
+        holder
+            .execute_batch("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE;")
+            .expect("lock");
+        let options = deermem_retrieval_fts5::Fts5Options {
+            busy_timeout_ms: 50,
+            ..Default::default()
+        };
+        let err = Fts5Retrieval::open_file(&file, clock("2026-01-01T00:00:00Z"), options)
+            .expect_err("busy");
+        assert!(matches!(err, RetrievalError::Unavailable(_)), "{err:?}");
+        assert!(err.to_string().contains(INDEX_FILE_NAME), "{err}");
+        // The file was not deleted or rewritten under the other process.
+        assert_eq!(std::fs::read(&file).expect("still there"), before);
+        holder.execute_batch("COMMIT;").expect("commit");
+        drop(holder);
+        // Once the lock is gone the same index opens with its rows.
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        let s = scope(Some("alice"), "coder");
+        run(async { assert_eq!(ids_for(&index, "robust", &s, 5).await, vec!["f"]) });
+    }
+
+    #[test]
     fn unusable_locations_fail_cleanly_with_unavailable() {
         let dir = tempfile::tempdir().expect("tempdir");
         // `.retrieval` is a file, so the folder cannot be created (even as root).
