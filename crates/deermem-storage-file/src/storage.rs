@@ -476,6 +476,26 @@ fn prepare_changes(changes: ChangeSet, agent: Option<&AgentName>) -> Result<Prep
     })
 }
 
+/// How far `clear_all` got: the notifications of the commits that landed, the agents cleared,
+/// the agent whose step was running when it failed, and the outcome.
+struct ClearProgress {
+    notes: Vec<Notification>,
+    agents: Vec<AgentName>,
+    failed_at: Option<AgentName>,
+    result: Result<()>,
+}
+
+impl Default for ClearProgress {
+    fn default() -> Self {
+        Self {
+            notes: Vec::new(),
+            agents: Vec::new(),
+            failed_at: None,
+            result: Ok(()),
+        }
+    }
+}
+
 impl Inner {
     fn now(&self) -> Timestamp {
         self.clock.now()
@@ -1078,13 +1098,29 @@ impl Inner {
         Ok((fact, notes))
     }
 
-    fn clear_all(&self, user: Option<&UserId>) -> Result<(Vec<Notification>, Vec<AgentName>)> {
+    /// Clears every agent of a user, one commit per agent, then resets the summaries. What was
+    /// committed before a failure stays committed, so `out` collects the notifications of each
+    /// commit as it lands (the caller dispatches them whether or not a later step failed) and
+    /// names the agent whose step failed.
+    fn clear_all(&self, user: Option<&UserId>, out: &mut ClearProgress) -> Result<()> {
         let udir = self.user_dir(user)?;
         let now = self.now();
         let _lock = self.lock(&udir)?;
-        let mut notes = self.read_migrations_locked(&udir, None, now)?;
-        journal::sweep_temp_files(&udir);
-        let mut agents_seen = Vec::new();
+        let result = self.clear_all_locked(&udir, now, out);
+        // Earlier agents' commits may have landed even when a later one failed.
+        self.invalidate_user(&udir.user);
+        result
+    }
+
+    fn clear_all_locked(
+        &self,
+        udir: &UserDir,
+        now: Timestamp,
+        out: &mut ClearProgress,
+    ) -> Result<()> {
+        let notes = self.read_migrations_locked(udir, None, now)?;
+        out.notes.extend(notes);
+        journal::sweep_temp_files(udir);
         for entry in crate::fsutil::sorted_entries(&udir.agents())? {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
@@ -1094,9 +1130,10 @@ impl Inner {
                 tracing::warn!(dir = %entry.path().display(), "clear_all skips a directory that is not a DeerMem agent bucket");
                 continue;
             };
+            out.failed_at = Some(agent.clone());
             if udir.legacy_agent_doc(&agent).exists() {
-                let out = migrate::migrate_locked(&udir, &agent, false, false, false, now)?;
-                notes.extend(out.notifications);
+                let migrated = migrate::migrate_locked(udir, &agent, false, false, false, now)?;
+                out.notes.extend(migrated.notifications);
             }
             let facts = markdown::load_all(
                 &udir.facts(&agent),
@@ -1114,7 +1151,7 @@ impl Inner {
                     .map(|l| (l.fact.id.clone(), l.fact.revision))
                     .collect();
                 let done = commit::commit(
-                    &udir,
+                    udir,
                     CommitRequest {
                         agent: Some(agent.clone()),
                         deletes,
@@ -1124,29 +1161,29 @@ impl Inner {
                     },
                     now,
                 )?;
-                notes.extend(done.notifications);
+                out.notes.extend(done.notifications);
             }
-            agents_seen.push(agent);
+            out.failed_at = None;
+            out.agents.push(agent);
         }
         let defaults = (
             Some(SummarySection::default_user().0),
             Some(SummarySection::default_history().0),
         );
         commit::commit(
-            &udir,
+            udir,
             CommitRequest {
                 summaries: Some(defaults),
                 ..CommitRequest::default()
             },
             now,
         )?;
-        for agent in &agents_seen {
-            if let Err(e) = self.clear_metadata_locked(&udir, agent, None) {
+        for agent in &out.agents {
+            if let Err(e) = self.clear_metadata_locked(udir, agent, None) {
                 tracing::warn!(error = %e, agent = %agent, "could not remove sidecar metadata");
             }
         }
-        self.invalidate_user(&udir.user);
-        Ok((notes, agents_seen))
+        Ok(())
     }
 
     fn migrate(
@@ -1558,8 +1595,26 @@ impl MemoryStorage for FileMemoryStorage {
         user: Option<&UserId>,
     ) -> std::result::Result<MemoryDocument, StorageError> {
         let u = user.cloned();
-        let (notes, _agents) = self.run(move |inner| inner.clear_all(u.as_ref())).await?;
-        self.dispatch(notes).await;
+        let progress = self
+            .run(move |inner| {
+                let mut progress = ClearProgress::default();
+                progress.result = inner.clear_all(u.as_ref(), &mut progress);
+                Ok(progress)
+            })
+            .await?;
+        // The agents cleared before a failure are gone from the files: the index hears of it.
+        self.dispatch(progress.notes).await;
+        if let Err(e) = progress.result {
+            let e = StorageError::from(e);
+            // The failing agent's commit may have landed in part (an I/O error after its
+            // commit point): its scope is rebuilt from the files at its next search.
+            if let (StorageError::Io { .. }, Some(agent), true) =
+                (&e, progress.failed_at, self.inner.retrieval.is_some())
+            {
+                self.inner.dirty.lock().insert((user.cloned(), agent));
+            }
+            return Err(e);
+        }
         self.load_impl(user, Some(&AgentName::default_bucket()), true)
             .await
     }

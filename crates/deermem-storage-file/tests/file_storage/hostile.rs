@@ -1,20 +1,11 @@
 //! Hostile input: traversal ids and names, NUL, huge content, malformed files. Every case is a
 //! typed error or works; nothing outside the root is touched and no data is lost.
 
-use std::path::Path;
-
 use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, StorageError, UserId};
 use serde_json::json;
 
 use crate::support::*;
-
-fn fact_path(root: &Path, bucket: &str, agent: &str, id: &str) -> std::path::PathBuf {
-    root.join(format!(
-        "users/{bucket}/agents/{agent}/facts/{}/{id}.md",
-        FactId::new(id).unwrap().shard()
-    ))
-}
 
 #[tokio::test]
 async fn traversal_ids_never_leave_the_root() {

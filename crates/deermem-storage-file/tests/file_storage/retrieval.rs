@@ -326,3 +326,43 @@ async fn scopes_whose_acknowledged_index_writes_failed_are_rebuilt_before_search
     assert!(rec.calls().contains(&Call::Rebuild(1)));
     assert!(s.retrieval_status().await.dirty_scopes.is_empty());
 }
+
+#[tokio::test]
+async fn clear_all_failing_midway_still_reports_what_it_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let rec = Arc::new(Recording::default());
+    let s = open_with(tmp.path(), &c, rec.clone());
+    let u = user("alice");
+    let (a, b) = (agent("agent-a"), agent("agent-b"));
+    for (ag, id) in [(&a, "fa1"), (&a, "fa2"), (&b, "fb1")] {
+        s.upsert_fact(Some(&u), ag, fact(id, "remember this"), None, None)
+            .await
+            .unwrap();
+    }
+    // Cached before the clear.
+    assert_eq!(s.load(Some(&u), Some(&a)).await.unwrap().facts.len(), 2);
+    // agent-b (cleared after agent-a) holds a damaged file: its step fails.
+    let damaged = fact_path(tmp.path(), "alice", "agent-b", "fb1");
+    std::fs::write(&damaged, b"---\nid: [unclosed\n---\n").unwrap();
+    let err = s.clear_all(Some(&u)).await.expect_err("agent-b is damaged");
+    assert!(
+        matches!(err, deermem_core::StorageError::Corrupt { .. }),
+        "{err:?}"
+    );
+    // agent-a's commit landed: the index was told and the cache forgot the old document.
+    let raw = Some("alice".to_owned());
+    let calls = rec.calls();
+    for id in ["fa1", "fa2"] {
+        assert!(
+            calls.contains(&Call::Remove(raw.clone(), "agent-a".into(), id.into())),
+            "{calls:?}"
+        );
+    }
+    assert!(s.load(Some(&u), Some(&a)).await.unwrap().facts.is_empty());
+    // The damaged file is left as it was for a person to look at.
+    assert_eq!(
+        std::fs::read(&damaged).unwrap(),
+        b"---\nid: [unclosed\n---\n"
+    );
+}

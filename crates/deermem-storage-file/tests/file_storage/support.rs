@@ -292,3 +292,11 @@ pub(crate) fn hold_user_lock(root: &std::path::Path, user: &str) -> std::fs::Fil
     holder.lock().unwrap();
     holder
 }
+
+/// The path of a fact file under a root, by user bucket (the directory name), agent and id.
+pub(crate) fn fact_path(root: &Path, bucket: &str, agent: &str, id: &str) -> PathBuf {
+    root.join(format!(
+        "users/{bucket}/agents/{agent}/facts/{}/{id}.md",
+        deermem_core::FactId::new(id).unwrap().shard()
+    ))
+}
