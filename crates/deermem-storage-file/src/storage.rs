@@ -1867,12 +1867,14 @@ impl MemoryStorage for FileMemoryStorage {
     }
 
     async fn retrieval_status(&self) -> RetrievalStatus {
-        if let Some(retrieval) = &self.inner.retrieval
-            && !self.inner.closed.load(Ordering::SeqCst)
-        {
-            // Applies the index's pending writes, so failures among them are counted below.
-            let _ = retrieval.stats().await;
-        }
+        // One stats call: it applies the index's pending writes first, so the scopes whose
+        // writes failed are among the stale ones absorbed below, and its figures are reported.
+        let stats = match &self.inner.retrieval {
+            Some(retrieval) if !self.inner.closed.load(Ordering::SeqCst) => {
+                Some(retrieval.stats().await)
+            }
+            _ => None,
+        };
         self.absorb_stale_scopes(None);
         let dirty_scopes = self
             .inner
@@ -1896,16 +1898,15 @@ impl MemoryStorage for FileMemoryStorage {
             dirty_scopes,
             ..RetrievalStatus::default()
         };
-        if !self.inner.closed.load(Ordering::SeqCst) {
-            match retrieval.stats().await {
-                Ok(s) => {
-                    status.total_docs = Some(s.total_docs);
-                    status.db_bytes = s.db_bytes;
-                    status.db_path = s.db_path;
-                    status.last_error = s.last_error;
-                }
-                Err(e) => status.last_error = Some(e.to_string()),
+        match stats {
+            Some(Ok(s)) => {
+                status.total_docs = Some(s.total_docs);
+                status.db_bytes = s.db_bytes;
+                status.db_path = s.db_path;
+                status.last_error = s.last_error;
             }
+            Some(Err(e)) => status.last_error = Some(e.to_string()),
+            None => {}
         }
         status
     }
