@@ -191,8 +191,8 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
     check_storage_root(&root)?;
     let backend = match name.as_str() {
         "noop" => Backend::Noop(Arc::new(NoopManager::new(config.mode))),
-        "honcho" => build_honcho(config, &root, clock).map_err(backend_err)?,
-        "openviking" => build_openviking(config, &root, clock, opts.env).map_err(backend_err)?,
+        "honcho" => build_honcho(config, &root, clock, backend_err)?,
+        "openviking" => build_openviking(config, &root, clock, opts.env, backend_err)?,
         "deermem" => build_deermem(config, &root, clock, &opts)?,
         _ => {
             return Err(BuildError::UnknownBackend {
@@ -225,18 +225,36 @@ pub fn build_manager(
     build_backend(config, opts).map(|b| b.manager())
 }
 
+/// A remote backend's configuration error, saying which backend read the key.
+#[cfg(any(feature = "honcho", feature = "openviking"))]
+fn naming_backend(e: ConfigError, backend: &str) -> BuildError {
+    BuildError::Config(ConfigError::new(
+        e.key,
+        format!("{} (memory.manager_class: {backend})", e.message),
+    ))
+}
+
+/// Honcho. Its configuration is parsed and validated here first, so a mistake in it is a
+/// [`BuildError::Config`] naming the key, like the embedded engine's; only a client that
+/// cannot start is a [`BuildError::Backend`].
 #[cfg(feature = "honcho")]
 fn build_honcho(
     config: &MemoryConfig,
     root: &std::path::Path,
     clock: Arc<dyn Clock>,
-) -> Result<Backend, ManagerError> {
+    backend_err: impl Fn(ManagerError) -> BuildError,
+) -> Result<Backend, BuildError> {
+    let (parsed, _warnings) =
+        deermem_backend_honcho::HonchoConfig::from_backend_config(&config.backend_config)
+            .map_err(|e| naming_backend(e, "honcho"))?;
+    parsed.validate().map_err(|e| naming_backend(e, "honcho"))?;
     let m = deermem_backend_honcho::from_backend_config(
         &config.backend_config,
         config.mode,
         root.to_path_buf(),
         clock,
-    )?;
+    )
+    .map_err(backend_err)?;
     Ok(Backend::Honcho(Arc::new(m)))
 }
 
@@ -245,24 +263,46 @@ fn build_honcho(
     _: &MemoryConfig,
     _: &std::path::Path,
     _: Arc<dyn Clock>,
-) -> Result<Backend, ManagerError> {
-    Err(ManagerError::Backend { message: "manager_class \"honcho\" is not compiled into this build; rebuild with the Cargo feature `honcho` of the `deermem` crate".into() })
+    _: impl Fn(ManagerError) -> BuildError,
+) -> Result<Backend, BuildError> {
+    Err(BuildError::NotCompiled {
+        name: "honcho".into(),
+        feature: "honcho",
+    })
 }
 
+/// OpenViking, with its configuration (and its one supported mode) checked here first as for
+/// [`build_honcho`].
 #[cfg(feature = "openviking")]
 fn build_openviking(
     config: &MemoryConfig,
     root: &std::path::Path,
     clock: Arc<dyn Clock>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Backend, ManagerError> {
+    backend_err: impl Fn(ManagerError) -> BuildError,
+) -> Result<Backend, BuildError> {
+    if config.mode != MemoryMode::Middleware {
+        return Err(BuildError::Config(ConfigError::new(
+            "memory.mode",
+            "the openviking backend supports only memory.mode: middleware; for tool-style access use OpenViking's MCP server",
+        )));
+    }
+    let (parsed, _warnings) = deermem_backend_openviking::OpenVikingConfig::from_backend_config(
+        &config.backend_config,
+        env,
+    )
+    .map_err(|e| naming_backend(e, "openviking"))?;
+    parsed
+        .validate()
+        .map_err(|e| naming_backend(e, "openviking"))?;
     let m = deermem_backend_openviking::OpenVikingManager::from_backend_config(
         &config.backend_config,
         config.mode,
         root.to_path_buf(),
         clock,
         env,
-    )?;
+    )
+    .map_err(backend_err)?;
     Ok(Backend::OpenViking(Arc::new(m)))
 }
 
@@ -272,8 +312,12 @@ fn build_openviking(
     _: &std::path::Path,
     _: Arc<dyn Clock>,
     _: &dyn Fn(&str) -> Option<String>,
-) -> Result<Backend, ManagerError> {
-    Err(ManagerError::Backend { message: "manager_class \"openviking\" is not compiled into this build; rebuild with the Cargo feature `openviking` of the `deermem` crate".into() })
+    _: impl Fn(ManagerError) -> BuildError,
+) -> Result<Backend, BuildError> {
+    Err(BuildError::NotCompiled {
+        name: "openviking".into(),
+        feature: "openviking",
+    })
 }
 
 #[cfg(all(feature = "updater", feature = "storage-file"))]

@@ -260,6 +260,10 @@ async fn honcho_api_key_over_plain_http_fails_naming_the_key() {
         !err.contains("sk-secret-value"),
         "the key leaked into: {err}"
     );
+    assert!(matches!(
+        build_backend(&load(&yaml, &no_env), options(&no_env, dir.path())),
+        Err(BuildError::Config(c)) if c.key == "memory.backend_config.api_key"
+    ));
     // `$VAR` strings resolve from the environment given to the loader: the same rule holds.
     let env = |name: &str| (name == "HONCHO_KEY").then(|| "sk-from-env".to_owned());
     let yaml = honcho_yaml("http://127.0.0.1:9", "    api_key: $HONCHO_KEY\n");
@@ -375,9 +379,10 @@ async fn openviking_tool_mode_fails_at_build_naming_the_reason() {
         err.contains("openviking") && err.contains("middleware") && err.contains("memory.mode"),
         "{err}"
     );
+    // A configuration mistake, typed as one (not as a backend that failed to start).
     assert!(matches!(
         build_backend(&config, options(&ov_env, dir.path())),
-        Err(BuildError::Backend { .. })
+        Err(BuildError::Config(c)) if c.key == "memory.mode"
     ));
 }
 
@@ -393,6 +398,10 @@ async fn openviking_without_its_key_fails_at_build_naming_the_variable() {
         err.contains("memory.backend_config.api_key_env") && err.contains(OV_KEY_ENV),
         "{err}"
     );
+    assert!(matches!(
+        build_backend(&config, options(&no_env, dir.path())),
+        Err(BuildError::Config(c)) if c.key == "memory.backend_config.api_key_env"
+    ));
     // Plain http to a non-loopback host is refused (the key would travel in clear text).
     let yaml = openviking_yaml("http://memory.example:1933", "middleware");
     let err = build_err(&load(&yaml, &ov_env), &ov_env, dir.path());
