@@ -4,7 +4,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 
 use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
@@ -50,6 +49,19 @@ pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
 }
 
 /// `GET /openapi.json`.
-pub(crate) async fn openapi() -> Json<Value> {
-    Json(crate::openapi::document())
+pub(crate) async fn openapi() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    // The document depends only on the build: generated and serialised once per process.
+    static DOCUMENT: std::sync::OnceLock<axum::body::Bytes> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(|| {
+        axum::body::Bytes::from(serde_json::to_vec(&crate::openapi::document()).unwrap_or_default())
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body.clone(),
+    )
+        .into_response()
 }

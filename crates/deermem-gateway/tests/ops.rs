@@ -102,7 +102,13 @@ async fn openapi_lists_exactly_the_served_routes() {
     let a = app(m);
     let r = send(&a, empty(Method::GET, "/openapi.json")).await;
     assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "application/json");
     assert_eq!(r.body["openapi"], "3.1.0");
+    // Served from the document generated once: the same bytes every time, and the same
+    // document the generator gives.
+    let again = send(&a, empty(Method::GET, "/openapi.json")).await;
+    assert_eq!(again.body, r.body);
+    assert_eq!(r.body, deermem_gateway::openapi::document());
     let paths = r.body["paths"].as_object().cloned().unwrap_or_default();
     let documented: usize = paths
         .values()
