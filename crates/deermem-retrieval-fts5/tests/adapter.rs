@@ -410,17 +410,19 @@ mod robustness {
         });
     }
 
+    /// Writes an index under `root` holding one fact (see [`assert_works`]) and closes it.
+    fn index_one_fact_and_close(root: &std::path::Path) {
+        let index = Fts5Retrieval::open(root, clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            assert_works(&index).await;
+            index.close().await;
+        });
+    }
+
     #[test]
     fn truncated_database_is_recreated() {
         let dir = tempfile::tempdir().expect("tempdir");
-        {
-            let index =
-                Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
-            run(async {
-                assert_works(&index).await;
-                index.close().await;
-            });
-        }
+        index_one_fact_and_close(dir.path());
         let file = index_file(dir.path());
         let bytes = std::fs::read(&file).expect("read");
         // Keep the header, destroy the pages.
@@ -435,14 +437,7 @@ mod robustness {
     #[test]
     fn a_busy_index_is_reported_unavailable_and_left_intact() {
         let dir = tempfile::tempdir().expect("tempdir");
-        {
-            let index =
-                Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
-            run(async {
-                assert_works(&index).await;
-                index.close().await;
-            });
-        }
+        index_one_fact_and_close(dir.path());
         let file = index_file(dir.path());
         let before = std::fs::read(&file).expect("read");
         // Another process holds the database exclusively (as a long rebuild or a stuck
