@@ -48,12 +48,7 @@ pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
             .context("create")?;
         rec.push(t.elapsed());
     }
-    let doc = storage.load(Some(&user), Some(&agent)).await?;
-    anyhow::ensure!(
-        doc.facts.len() == n,
-        "expected {n} facts, found {}",
-        doc.facts.len()
-    );
+    let doc = load_expecting(&storage, &user, &agent, n).await?;
     storage.close().await;
     let paired = floor_ops as f64 / floor_time.as_secs_f64().max(1e-9);
     Ok(rec
@@ -171,12 +166,7 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
         rec.push(s);
     }
     let cpu = process_cpu_time_precise().saturating_sub(cpu);
-    let doc = storage.load(Some(&user), Some(&agent)).await?;
-    anyhow::ensure!(
-        doc.facts.len() == n,
-        "expected {n} facts, found {}",
-        doc.facts.len()
-    );
+    let doc = load_expecting(&storage, &user, &agent, n).await?;
     storage.close().await;
     let commits = doc.revision;
     let mut result = rec.finish(n, Duration::ZERO);
@@ -195,6 +185,22 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
 }
 
 /// Deals `drafts` round robin into `writers` lists.
+/// Loads the written scope and checks that every create is there.
+async fn load_expecting(
+    storage: &FileMemoryStorage,
+    user: &UserId,
+    agent: &AgentName,
+    n: usize,
+) -> Result<deermem_core::MemoryDocument> {
+    let doc = storage.load(Some(user), Some(agent)).await?;
+    anyhow::ensure!(
+        doc.facts.len() == n,
+        "expected {n} facts, found {}",
+        doc.facts.len()
+    );
+    Ok(doc)
+}
+
 fn spread(drafts: impl IntoIterator<Item = FactDraft>, writers: usize) -> Vec<Vec<FactDraft>> {
     let mut mine: Vec<Vec<FactDraft>> = (0..writers.max(1)).map(|_| Vec::new()).collect();
     let count = mine.len();
