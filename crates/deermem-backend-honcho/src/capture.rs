@@ -54,7 +54,8 @@ pub(crate) fn content_text(content: &Value) -> String {
 }
 
 /// The host's rule for hidden messages worth keeping: a human-input clarification response
-/// (spec/updater.md §2.2).
+/// (version 1, the right kind, non-blank source, request id and value, and a text answer or a
+/// chosen option).
 fn is_clarification_response(kwargs: &Map<String, Value>) -> bool {
     let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
         return false;

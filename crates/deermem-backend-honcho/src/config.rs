@@ -74,7 +74,7 @@ pub enum ReadFailurePolicy {
     FailClosed,
 }
 
-/// The Honcho backend settings (spec/remote-backends.md §1.1).
+/// The Honcho backend settings, with the reference's keys, defaults and validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HonchoConfig {
     /// Server base URL without a trailing `/` (a path prefix is kept).

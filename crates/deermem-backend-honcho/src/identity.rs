@@ -1,4 +1,4 @@
-//! Identity derivation (spec/remote-backends.md §1.2): the collision-resistant sanitised ids,
+//! Identity derivation, byte for byte the reference's: the collision-resistant sanitised ids,
 //! and the workspace, user peer, assistant peer and session a call maps to.
 
 use sha2::{Digest, Sha256};

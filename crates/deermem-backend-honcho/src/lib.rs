@@ -2,7 +2,7 @@
 //!
 //! - [`HonchoConfig`] parses the `backend_config` keys with the reference's defaults and
 //!   validation; the API key never appears in `Debug` output or logs.
-//! - Identity (spec/remote-backends.md §1.2): one workspace per user, the user's peer, the
+//! - Identity, derived as the reference derives it: one workspace per user, the user's peer, the
 //!   assistant's peer, one session per thread ([`identity`]). A missing user means no memory
 //!   and no request.
 //! - [`HonchoManager`]'s `add` never blocks on HTTP: captures go to a bounded queue served by one

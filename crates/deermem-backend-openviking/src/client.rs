@@ -1,5 +1,5 @@
-//! A small typed client for the seven OpenViking endpoints the backend uses
-//! (spec/remote-backends.md §2.3, §2.4, §2.10): `X-API-Key` with the USER key, the per-request
+//! A small typed client for the seven OpenViking endpoints the backend uses, with the
+//! reference's requests and headers: `X-API-Key` with the USER key, the per-request
 //! `X-OpenViking-Actor-Peer`, the `{status, result|error}` envelope, and one retry of reads on
 //! recoverable errors (writes are never retried).
 //!

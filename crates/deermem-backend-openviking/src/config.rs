@@ -1,5 +1,5 @@
 //! The OpenViking `backend_config`: pre-checks that reject removed and unknown fields, every
-//! key's default and validation (spec/remote-backends.md §2.1), and the USER API key read from
+//! key's default and validation as the reference has them, and the USER API key read from
 //! the environment variable `api_key_env` names (the lookup is injected, never ambient).
 
 use std::fmt;

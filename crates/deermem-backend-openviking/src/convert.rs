@@ -1,6 +1,6 @@
-//! Message handling of the capture path (spec/remote-backends.md §2.5, §2.6 step 5): the hidden
-//! message filter, which messages are recorded, their conversion to OpenViking
-//! `{role, parts, peer_id}` payloads, and the content hash each cursor entry holds.
+//! Message handling of the capture path: the hidden message filter, which messages are
+//! recorded, their conversion to OpenViking `{role, parts, peer_id}` payloads, and the content
+//! hash each cursor entry holds (a SHA-256 of the message's canonical JSON).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The hash-only capture cursor (spec/remote-backends.md §2.6): its JSON file under
+//! The hash-only capture cursor, which never holds message text: its JSON file under
 //! `{root}/openviking/sessions/{session}.json`, the prefix digest, the append-only and rebase
 //! matching, atomic saves, and the weakly held per-session locks.
 //!

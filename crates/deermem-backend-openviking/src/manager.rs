@@ -1,6 +1,6 @@
-//! `OpenVikingManager`: the `MemoryManager` over an OpenViking server (spec/remote-backends.md
-//! §2): owner-checked scopes, background capture with the hash-only cursor, recall with the
-//! fixed injection query, failure policies, health warm-up and a drain-then-close lifecycle.
+//! `OpenVikingManager`: the `MemoryManager` over an OpenViking server: owner-checked scopes,
+//! background capture with the hash-only cursor, recall with the fixed injection query, failure
+//! policies, health warm-up and a drain-then-close lifecycle.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -576,7 +576,9 @@ impl Inner {
         }
     }
 
-    /// The capture algorithm of §2.6, under the session lock.
+    /// The reference's capture algorithm, under the session lock: load the cursor, retry a
+    /// pending commit, find the messages not yet submitted, record them, and advance the cursor
+    /// by what the server confirmed.
     async fn capture_session(
         &self,
         session_id: &str,

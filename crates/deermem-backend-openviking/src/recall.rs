@@ -1,4 +1,4 @@
-//! Recall (spec/remote-backends.md §2.7): reading memory hits from a `find`/`search` result,
+//! Recall: reading memory hits from a `find`/`search` result,
 //! choosing each hit's text by `content_mode`, and formatting the injection block under the
 //! character budget (counted in Unicode code points).
 

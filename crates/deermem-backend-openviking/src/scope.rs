@@ -1,4 +1,4 @@
-//! Scope derivation (spec/remote-backends.md §2.2): the single-owner rule, the actor peer of an
+//! Scope derivation as the reference does it: the single-owner rule, the actor peer of an
 //! agent, the stable session id of a thread, and the two target URIs of every read.
 
 use deermem_core::ids::DEFAULT_AGENT_BUCKET;

@@ -1,4 +1,4 @@
-//! Configuration of the `memory:` section (spec/api.md §4): the shared host fields, the DeerMem
+//! Configuration of the host's `memory:` section: the shared host fields, the DeerMem
 //! `backend_config` keys with their defaults and ranges, `$VAR` resolution and the legacy
 //! top-level key migration. Parsing is pure: the environment arrives as a lookup function.
 //!
@@ -502,7 +502,7 @@ impl ModelConfig {
     }
 }
 
-/// The DeerMem `backend_config` (spec/api.md §4.2, spec/storage.md §7).
+/// The DeerMem `backend_config`: every key the reference accepts, with its default and range.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[allow(missing_docs)]
 pub struct DeerMemConfig {

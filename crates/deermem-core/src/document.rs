@@ -336,8 +336,8 @@ impl PublicHistorySummaries {
     }
 }
 
-/// The public memory document (the reference's `MemoryResponse`, spec/api.md §1.13); also the
-/// export/import format.
+/// The public memory document (the reference's `MemoryResponse`: version, revision, last
+/// update, the six summary sections and the public facts); also the export/import format.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -75,7 +75,7 @@ impl IdError {
     }
 }
 
-/// Fact validation failures (spec/storage.md §2.3), with the reference's messages.
+/// Fact validation failures of the strict write-time checks, with the reference's messages.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum FactError {

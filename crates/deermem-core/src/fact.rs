@@ -1,5 +1,6 @@
-//! The `Fact` domain type, its strict validation and normalisation (spec/storage.md §2.3), the
-//! structured `FactSource` with its public string projection (§2.6), and the public fact shape.
+//! The `Fact` domain type, its strict validation and normalisation (the reference's rules for
+//! id, content, category, confidence, status, lists, timestamps, revision and source), the
+//! structured `FactSource` with its public string projection, and the public fact shape.
 //!
 //! A fact keeps every key it was written with: the validated fields are typed, every other key
 //! lives in `extra` in its original order, and the original key order is remembered so that a
@@ -67,7 +68,7 @@ pub struct FactScope {
 
 impl FactScope {
     /// Whether a loaded fact's scope matches the requested one: the user id exactly, the agent
-    /// case-insensitively (spec/storage.md §3.9).
+    /// case-insensitively, as the reference checks every loaded fact.
     pub fn matches(&self, requested: &FactScope) -> bool {
         self.user_id == requested.user_id
             && match (&self.agent_name, &requested.agent_name) {
@@ -132,7 +133,10 @@ impl FactSource {
         Self::literal("unknown")
     }
 
-    /// Normalises any JSON value the way the reference does (spec/storage.md §2.6).
+    /// Normalises any JSON value the way the reference does: `manual`, `consolidation`, `import`
+    /// and `unknown` become that type without a thread, any other string is a conversation's
+    /// thread id, an object is kept (its `type` defaulting to `unknown`), anything else is
+    /// `unknown`.
     ///
     /// # Errors
     /// A mapping whose `type` is not a string, or whose `threadId` is neither a string nor null.
@@ -181,7 +185,8 @@ impl FactSource {
         self.0.get("threadId").and_then(Value::as_str)
     }
 
-    /// The public string projection (spec/api.md §1.13).
+    /// The public string projection: a conversation's thread id, else a non-empty type, else a
+    /// non-empty thread id, else `unknown`.
     pub fn to_public_string(&self) -> String {
         let kind = self.kind();
         let thread = self.thread_id().filter(|t| !t.is_empty());
@@ -215,7 +220,7 @@ impl fmt::Debug for FactSource {
     }
 }
 
-/// A validated, normalised memory fact (the internal schema of spec/storage.md §2.3).
+/// A validated, normalised memory fact (the reference's internal fact schema).
 #[derive(Clone, Debug)]
 pub struct Fact {
     /// The fact id; also the file stem.
@@ -372,7 +377,8 @@ pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
 }
 
 /// Validates and normalises a raw fact exactly as the reference's `_normalize_fact`
-/// (spec/storage.md §2.3), including the update rules against an existing stored fact.
+/// (deep copy, id check, stripped content, core category or `other`, confidence in [0, 1], title
+/// and timestamps), including the update rules against an existing stored fact.
 ///
 /// # Errors
 /// A [`FactError`] naming the offending field, or a revision conflict for a stale update.
@@ -826,7 +832,7 @@ impl Fact {
         self.to_internal_map()
     }
 
-    /// The public fact shape (spec/api.md §1.13), with `source` as a string.
+    /// The public fact shape the reference's Gateway exposes, with `source` as a string.
     pub fn to_public(&self) -> PublicFact {
         PublicFact {
             id: self.id.as_str().to_owned(),

@@ -1,6 +1,6 @@
-//! Caller identity (spec/api.md §2.1, §3): bearer tokens mapped to users, the internal-caller
-//! token that unlocks the owner header, and the loopback `Host`/`Origin` guard of the
-//! unauthenticated mode. Every user id is made safe with `safe_user_id`.
+//! Caller identity, with the reference's owner resolution: bearer tokens mapped to users, the
+//! internal-caller token that unlocks the owner header, and the loopback `Host`/`Origin` guard
+//! of the unauthenticated mode. Every user id is made safe with `safe_user_id`.
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::HeaderMap;

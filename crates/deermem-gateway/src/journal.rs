@@ -1,6 +1,6 @@
 //! The run journal: a small, bounded, append-only record of run events per user, so a host
-//! can prove afterwards exactly which memory block an agent run saw (spec/api.md §3.7) without
-//! storing the memory text twice.
+//! can prove afterwards exactly which memory block an agent run saw (through the block's
+//! SHA-256, as the reference records it) without storing the memory text twice.
 //!
 //! # Layout and format
 //!

@@ -1,5 +1,6 @@
-//! The `/api/memory*` handlers: the DeerFlow-compatible routes (spec/api.md §2.3) and the
-//! extensions (agent selection, conversation turns, context block, search, index rebuild).
+//! The `/api/memory*` handlers: the DeerFlow-compatible routes (the reference router's paths,
+//! shapes, status codes and error details) and the extensions (agent selection, conversation
+//! turns, context block, search, index rebuild).
 //! Handlers validate input, call the `MemoryManager` port on a spawned task (so a timed-out
 //! request never cancels a write half-way) and answer in the public shapes.
 

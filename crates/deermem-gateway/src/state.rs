@@ -26,8 +26,8 @@ pub enum Lifecycle {
     Stopping,
 }
 
-/// One served context block, for hosts that record run-level memory identity
-/// (spec/api.md §3.7).
+/// One served context block, for hosts that record run-level memory identity (which exact
+/// memory block, by hash, a run was given).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextServed {
     /// The user the block was built for.

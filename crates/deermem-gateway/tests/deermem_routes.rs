@@ -1,4 +1,4 @@
-//! The route suites and the reference's end-to-end router tests (spec/api.md §6.3) against the
+//! The route suites and the reference's end-to-end router tests (ported as our own) against the
 //! real DeerMem manager: file storage with its FTS5 index on a temporary root.
 
 mod common;

@@ -1,7 +1,7 @@
-//! Route tests: every row of spec/api.md §2.3 and the extensions against the recording manager
-//! (asserting the exact manager calls), the reference's router tests (§6.3), the error mapping
-//! table on every route, and the 501 paths against `deermem::NoopManager` and a tier-1-only
-//! backend.
+//! Route tests: every route of the reference's memory router and the extensions against the
+//! recording manager (asserting the exact manager calls), the reference's router tests, the
+//! error mapping table on every route, and the 501 paths against `deermem::NoopManager` and a
+//! tier-1-only backend.
 
 mod common;
 
@@ -22,7 +22,7 @@ fn default_user() -> Option<String> {
 }
 
 // ----------------------------------------------------------------------------------------
-// §2.3 rows.
+// The reference router's routes.
 
 #[tokio::test]
 async fn get_memory_returns_the_document_for_the_caller() {

@@ -1,4 +1,4 @@
-//! Run-level memory identity (spec/api.md §3.7) end to end: `GET /api/memory/context` with a
+//! Run-level memory identity end to end: `GET /api/memory/context` with a
 //! `thread_id` and `run_id` records one `context:memory` event in the file-backed run journal,
 //! read back with `GET /api/threads/{thread_id}/runs/{run_id}/events`. Covers the hash of the
 //! returned block, once per run, refusal of a different block, user isolation, restarts, the

@@ -1,7 +1,7 @@
-//! Identity and isolation (spec/api.md §2.1, §3): owner header rules for internal callers and
-//! browsers (the reference's router tests), bearer tokens, forged internal tokens, cross-user
-//! access through every route, hostile ids and agent names, oversized bodies, the loopback
-//! guard, and secrets kept out of responses and logs.
+//! Identity and isolation (who owns a request, and that no user reaches another's memory):
+//! owner header rules for internal callers and browsers (the reference's router tests), bearer
+//! tokens, forged internal tokens, cross-user access through every route, hostile ids and agent
+//! names, oversized bodies, the loopback guard, and secrets kept out of responses and logs.
 
 mod common;
 

@@ -4,10 +4,10 @@
 //! (rusqlite with the bundled SQLite, so FTS5 is always there), either on disk at
 //! `{root}/.retrieval/deermem-fts5-v1.sqlite3` or in memory.
 //!
-//! - **Ranking** is the reference's (spec/storage.md §5.4): `-bm25` with SQLite's defaults, a
+//! - **Ranking** is the reference's: `-bm25` with SQLite's defaults, a
 //!   30-day grace then `exp(-0.01 * (days - 30))` decay on `createdAt`, `+ 0.2 * confidence`,
 //!   `4 * top_k` candidates per scope, category filter before the cut, stable ordering.
-//! - **Queries** are sanitised like the reference (§5.3): valid FTS5 syntax passes through,
+//! - **Queries** are sanitised like the reference: valid FTS5 syntax passes through,
 //!   anything else becomes a quoted OR of its words, and a syntax error retries as words.
 //! - **CJK**: runs of Han, kana or Hangul are indexed as overlapping bigrams in a second column,
 //!   so `乌龙茶`, `東京` or `住んでいる` find the facts that contain them (the reference's

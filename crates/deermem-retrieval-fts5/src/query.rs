@@ -1,5 +1,6 @@
 //! Query sanitisation: the reference's advanced-syntax detection and quoted-OR fallback
-//! (spec/storage.md §5.3), extended so that CJK runs in a query search the bigram column.
+//! (a query that looks like FTS5 syntax passes through, anything else becomes a quoted OR of its
+//! words), extended so that CJK runs in a query search the bigram column.
 //!
 //! For a query without CJK letters the expressions are exactly the reference's. CJK runs become
 //! terms over the `cjk` column: a run of one character is a prefix term (`"茶"*`), a run of two
@@ -307,7 +308,7 @@ pub fn plan(text: &str, seg: &dyn Segmenter) -> Option<QueryPlan> {
 mod tests {
     use super::*;
 
-    /// spec/storage.md §5.3, the verified examples.
+    /// The reference's sanitisation, on queries whose output was checked against it.
     #[test]
     fn reference_sanitisation_table() {
         let table: [(&str, bool, &str); 11] = [

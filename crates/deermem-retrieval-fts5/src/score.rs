@@ -1,4 +1,4 @@
-//! The reference's ranking (spec/storage.md §5.4): `rel = -bm25`, a 30-day grace period then
+//! The reference's ranking: `rel = -bm25`, a 30-day grace period then
 //! `exp(-0.01 * (age_days - 30))` decay on `createdAt`, plus `0.2 * confidence`.
 
 use deermem_core::{Fact, Timestamp};

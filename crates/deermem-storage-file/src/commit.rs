@@ -1,10 +1,10 @@
-//! The commit transaction (spec/storage.md §3.3) in the reference's order: manifest revision
-//! check, per-fact preconditions and normalisation, summary merge, no-op exit, durable
-//! pre-images (hard links where the filesystem allows; none for a commit that only creates
-//! facts), prepared journal (written into a recycled inode), fact writes and
-//! unlinks, manifest, then the commit point: the journal is taken away (renamed back to its
-//! spare name) and the user directory fsynced (instead of the reference's rewrite to `committed`; see `docs/compat.md`), and the
-//! pre-images are removed. The caller holds both locks and has run recovery.
+//! The commit transaction in the reference's order: manifest revision check, per-fact preconditions
+//! and normalisation, summary merge, no-op exit, durable pre-images (hard links where the
+//! filesystem allows; none for a commit that only creates facts), prepared journal (written into a
+//! recycled inode), fact writes and unlinks, manifest, then the commit point: the journal is taken
+//! away (renamed back to its spare name) and the user directory fsynced (instead of the reference's
+//! rewrite to `committed`; see `docs/compat.md`), and the pre-images are removed. The caller holds
+//! both locks and has run recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;

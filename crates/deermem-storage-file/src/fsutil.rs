@@ -1,6 +1,6 @@
-//! Durable file primitives (spec/storage.md §3.1): atomic replace through a same-directory
-//! temporary file with fsync of the file and of its directory, durable copies for pre-images,
-//! and the recognition of our own orphaned temporary files.
+//! Durable file primitives: atomic replace through a same-directory temporary file with fsync of
+//! the file and of its directory, durable copies for pre-images, and the recognition of our own
+//! orphaned temporary files.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};

@@ -1,6 +1,7 @@
-//! The operation journal (spec/storage.md §2.8) and crash recovery (§3.4). The JSON keys, the
-//! states and the pre-image layout are the reference's, so a Python process can recover a Rust
-//! crash and the other way round.
+//! The operation journal (`<U>/.memory.journal.json`) and crash recovery (a prepared but
+//! unfinished commit is rolled back from its pre-images; a committed one is only cleaned up).
+//! The JSON keys, the states and the pre-image layout are the reference's, so a Python process
+//! can recover a Rust crash and the other way round.
 
 use std::path::{Path, PathBuf};
 

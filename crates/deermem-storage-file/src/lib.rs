@@ -1,8 +1,7 @@
 //! DeerMem file storage: Markdown facts and JSON summaries, byte-compatible with the Python
-//! reference (spec/storage.md). [`FileMemoryStorage`] implements the
-//! [`deermem_core::ports::MemoryStorage`] port over the reference's on-disk layout, with its
-//! journaled commit protocol, its `flock(2)` locking, lazy v1 → v2 migration, the usage and
-//! audit sidecars, and the retrieval-index notifications.
+//! reference. [`FileMemoryStorage`] implements the [`deermem_core::ports::MemoryStorage`] port over
+//! the reference's on-disk layout, with its journaled commit protocol, its `flock(2)` locking, lazy
+//! v1 → v2 migration, the usage and audit sidecars, and the retrieval-index notifications.
 
 #![deny(missing_docs)]
 

@@ -1,4 +1,4 @@
-//! The two lock layers of a user directory (spec/storage.md §3.2): an in-process mutex per user
+//! The two lock layers of a user directory, as in the reference: an in-process mutex per user
 //! directory (held weakly in a registry so unused entries disappear), then the cross-process
 //! `flock(2)` on `<U>/.memory.lock`. A contended flock is waited for in the kernel (a blocking
 //! `flock` on a helper thread, so the wait can time out) rather than polled: under contention

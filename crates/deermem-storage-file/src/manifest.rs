@@ -1,6 +1,7 @@
-//! The per-user manifest (spec/storage.md §2.1–2.2): reading it strictly (unreadable means
-//! corrupt, never empty), its lenient revision, the legacy checks, the cache signature, the
-//! compatibility document built from it, and the exact five-key v2 form the writer produces.
+//! The per-user manifest (the version 2.0 JSON with the summaries and the manifest revision):
+//! reading it strictly (unreadable means corrupt, never empty), its lenient revision, the legacy
+//! checks, the cache signature, the compatibility document built from it, and the exact five-key v2
+//! form the writer produces.
 
 use std::path::{Path, PathBuf};
 

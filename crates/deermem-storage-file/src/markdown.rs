@@ -1,6 +1,6 @@
-//! Markdown fact files (spec/storage.md §2.4): rendering a normalised fact as YAML front matter
-//! plus `# title` plus body, and parsing and validating a stored file (§3.9) the way the
-//! reference does, with its exact newline and title rules.
+//! Markdown fact files: rendering a normalised fact as YAML front matter plus `# title` plus
+//! body, and parsing and validating a stored file (id, scope and fact checks, any failure being
+//! corruption) the way the reference does, with its exact newline and title rules.
 
 use std::path::{Path, PathBuf};
 
@@ -216,7 +216,7 @@ pub(crate) fn owner_matches(recorded: &Value, requested: Option<&UserId>) -> boo
     }
 }
 
-/// Validates a parsed file against the requested scope (§3.9) and normalises it.
+/// Validates a parsed file against its file name and the requested scope, and normalises it.
 ///
 /// # Errors
 /// `FactIdMismatch`, `ScopeMismatch` or `InvalidFact` corruption.

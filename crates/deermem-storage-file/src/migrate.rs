@@ -1,4 +1,4 @@
-//! v1 → v2 migration (spec/storage.md §4): legacy global manifests (inline facts or the
+//! v1 → v2 migration, as the reference migrates: legacy global manifests (inline facts or the
 //! v2-preview path mapping), legacy per-agent documents, and the old implicit `lead-agent`
 //! bucket. Backups are written and verified before anything else changes; conflicting data
 //! stops the migration with nothing modified.
@@ -195,7 +195,7 @@ fn ensure_backup(source: &Source) -> Result<()> {
     }
 }
 
-/// Migrates the legacy sources of one agent (§4.3). With `dry_run` everything is read and
+/// Migrates the legacy sources of one agent. With `dry_run` everything is read and
 /// checked but nothing is written. The caller holds both locks and has run recovery.
 ///
 /// # Errors
@@ -342,7 +342,7 @@ pub(crate) fn has_legacy_default_bucket(udir: &UserDir) -> bool {
     dir.is_dir() && !dir.join(AGENT_CONFIG_FILE).is_file()
 }
 
-/// Moves the old implicit `lead-agent` bucket into `__default__` (§4.4). Its `.metadata`
+/// Moves the old implicit `lead-agent` bucket into `__default__`. Its `.metadata`
 /// sidecars move along (or are dropped when `__default__` already has its own) and orphaned
 /// temporaries of our atomic writes are removed, instead of blocking every default read as in
 /// the reference.

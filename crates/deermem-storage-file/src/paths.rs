@@ -1,4 +1,4 @@
-//! The on-disk layout (spec/storage.md §1): root resolution, user and agent directories, fact
+//! The reference's on-disk layout: root resolution, user and agent directories, fact
 //! shards, and the names of the manifest, lock, journal, recovery and sidecar files.
 //!
 //! Every path is built from validated core types (`UserId::bucket`, `AgentName`, `FactId`), so

@@ -1,4 +1,4 @@
-//! The non-canonical sidecars under `<A>/.metadata/` (spec/storage.md §2.7, §6.4): the
+//! The non-canonical sidecars under `<A>/.metadata/`, in the reference's format: the
 //! query-access usage with decaying heat, and the bounded, metadata-only capacity-eviction
 //! audit. Reads are tolerant (an unreadable sidecar reads as empty); writes are atomic.
 

@@ -569,7 +569,7 @@ impl Inner {
                 && migrate::has_legacy_default_bucket(udir))
     }
 
-    /// Journal recovery (§3.4); the caller holds the locks. After an interrupted commit was
+    /// Journal recovery; the caller holds the locks. After an interrupted commit was
     /// rolled back or forward, the user's cached documents are dropped and the journal's scope
     /// is marked dirty: the index was never told about the interrupted commit's facts, and the
     /// next search rebuilds that scope from the files.
@@ -586,7 +586,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Recovery plus the lazy read migrations (§4.2); the caller holds the locks.
+    /// Recovery plus the lazy read migrations (the legacy global manifest into `__default__`,
+    /// the agent's legacy document, the old `lead-agent` bucket); the caller holds the locks.
     fn read_migrations_locked(
         &self,
         udir: &UserDir,
@@ -736,7 +737,9 @@ impl Inner {
         Ok((MemoryDocument::clone(&shared), notes))
     }
 
-    /// Commits under the locks, with recovery, read migrations, and the rebase loop of §3.7.
+    /// Commits under the locks, with recovery, read migrations, and the reference's rebase loop
+    /// (up to three attempts; a manifest revision conflict is retried only for fact changes
+    /// whose every fact carries its own revision check).
     /// Point upserts without a shared-revision check go through a group commit.
     fn apply(
         &self,
@@ -1244,8 +1247,8 @@ impl Inner {
             .collect()
     }
 
-    /// Every fact file of the layout, for a full index rebuild (§5.6, restricted to the
-    /// memory directories).
+    /// Every fact file of the layout, for a full index rebuild (restricted to the memory
+    /// directories, where the reference globs every Markdown file under the home).
     fn collect_all_for_index(&self) -> (Vec<(Scope, Fact)>, usize) {
         let now = self.now();
         let mut roots: Vec<(Option<String>, PathBuf)> = vec![(None, self.layout.root.clone())];

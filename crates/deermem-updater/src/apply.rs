@@ -1,6 +1,6 @@
-//! Applying a proposed update to a memory snapshot (spec/updater.md §8, §9.1): every gate and
-//! guardrail in the reference's order, producing the updated document, the drafts of the facts
-//! it creates, the capacity decisions to audit after the commit, and the gate metrics.
+//! Applying a proposed update to a memory snapshot, then stripping upload mentions: every gate and
+//! guardrail in the reference's order, producing the updated document, the drafts of the facts it
+//! creates, the capacity decisions to audit after the commit, and the gate metrics.
 //!
 //! The function is pure: time, ids and the usage sidecar arrive in an [`ApplyContext`], and the
 //! input snapshot is never modified, so a commit conflict can re-apply the same proposal to a
@@ -177,10 +177,10 @@ pub struct CapacityDecision {
     pub shadow: Option<EvictionDecision>,
 }
 
-/// The capacity decision for a list of facts (spec/updater.md §11.1), or `None` when the list
-/// fits in `max_facts`. The configured policy decides; in shadow mode with the confidence
-/// policy, the hybrid decision is computed too, for the audit only. `usage` is read only by the
-/// hybrid policy and shadow mode. Shared by automatic updates, manual creation and import.
+/// The capacity decision for a list of facts, or `None` when the list fits in `max_facts`. The
+/// configured policy decides; in shadow mode with the confidence policy, the hybrid decision is
+/// computed too, for the audit only. `usage` is read only by the hybrid policy and shadow mode.
+/// Shared by automatic updates, manual creation and import.
 pub fn capacity_decision(
     facts: &[Fact],
     config: &DeerMemConfig,
@@ -381,7 +381,7 @@ struct Builder<'a> {
 
 /// Applies a proposal to a snapshot: reinforcement, summaries, staleness removals and
 /// extensions, new facts, capacity, contradiction removals, consolidation, then upload-mention
-/// stripping, in that order (§8).
+/// stripping, in the reference's order.
 pub fn apply_update(
     current: &MemoryDocument,
     update: &ProposedUpdate,
@@ -431,7 +431,7 @@ impl<'a> Builder<'a> {
         });
     }
 
-    /// §8.1: explicit confirmations, only with a deterministic reinforcement signal in the
+    /// Reinforcement: explicit confirmations, only with a deterministic reinforcement signal in the
     /// batch and only when confirmation metadata is tracked.
     fn reinforce(&mut self, update: &ProposedUpdate) {
         if !(self.cfg().tracks_usage() && self.ctx.signals.contains(Signal::Reinforcement)) {
@@ -453,7 +453,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// §8.2: summary replacements behind the scope/authority gate.
+    /// Summaries: replacements behind the scope/authority gate.
     fn summaries(&mut self, update: &ProposedUpdate) {
         for p in &update.summaries {
             let counts = &mut self.metrics.scope_gate_rejections.summaries;
@@ -493,7 +493,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// §8.3: staleness removals and extensions, intersected with the current candidates.
+    /// Staleness: removals and extensions, intersected with the current candidates.
     fn staleness(&mut self, update: &ProposedUpdate) {
         if update.stale_facts_to_remove.is_empty() && update.stale_facts_to_extend.is_empty() {
             return;
@@ -549,7 +549,8 @@ impl<'a> Builder<'a> {
             if by <= 0 {
                 continue;
             }
-            // Measured from the same instant the review window runs from (§16 item 10).
+            // Measured from the same instant the review window runs from (the reference measured
+            // from `createdAt` even when the window ran from `lastConfirmedAt`).
             let Some((reference, _)) = review_reference(f) else {
                 continue;
             };
@@ -622,7 +623,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// §8.4: new facts through the threshold count, the scope gate, the threshold and dedup.
+    /// New facts: through the threshold count, the scope gate, the threshold and dedup.
     /// Returns the content key of every fact that passed the gates, by the model's index.
     fn new_facts(&mut self, update: &ProposedUpdate) -> HashMap<usize, String> {
         let threshold = self.cfg().fact_confidence_threshold;
@@ -695,7 +696,7 @@ impl<'a> Builder<'a> {
         replacement_keys
     }
 
-    /// §8.5: capacity eviction through the core policy.
+    /// Capacity: eviction through the core policy.
     fn enforce_capacity(&mut self) {
         if let Some(d) =
             capacity_decision(&self.doc.facts, self.cfg(), self.ctx.usage, self.ctx.now)
@@ -719,7 +720,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// §8.6: contradiction removals; a paired removal needs its replacement to have survived.
+    /// Contradiction removals; a paired removal needs its replacement to have survived.
     fn removals(&mut self, update: &ProposedUpdate, replacement_keys: &HashMap<usize, String>) {
         if update.facts_to_remove.is_empty() {
             return;
@@ -793,7 +794,7 @@ impl<'a> Builder<'a> {
         self.report.removed.extend(before);
     }
 
-    /// §8.7: consolidation with its guardrails.
+    /// Consolidation with its guardrails.
     fn consolidate(&mut self, update: &ProposedUpdate) {
         let cfg = self.cfg();
         if !cfg.consolidation_enabled || update.facts_to_consolidate.is_empty() {
@@ -858,8 +859,9 @@ impl<'a> Builder<'a> {
                 .iter()
                 .map(|f| bounded(f.confidence))
                 .fold(f64::NEG_INFINITY, f64::max);
-            // One rule for every path (§16 item 13): a missing confidence is 0.9, and the
-            // merged fact is never more confident than its most confident source.
+            // One rule for every path (the reference's default differed between the parser and a
+            // direct apply): a missing confidence is 0.9, and the merged fact is never more
+            // confident than its most confident source.
             let model = p.confidence.unwrap_or(DEFAULT_CONSOLIDATION_CONFIDENCE);
             let conf = model.clamp(0.0, 1.0).min(max_src);
             if conf < threshold {
@@ -904,7 +906,8 @@ impl<'a> Builder<'a> {
             d.insert("content".into(), Value::String(p.content.clone()));
             d.insert("category".into(), Value::String(p.category.clone()));
             d.insert("confidence".into(), json_f64(conf));
-            // Always UTC ISO-Z, whatever the sources' offsets (§16 item 4).
+            // Always UTC ISO-Z, whatever the sources' offsets (the reference appended `Z` to a
+            // non-UTC offset, giving an invalid timestamp).
             d.insert("createdAt".into(), Value::String(newest.to_iso_z()));
             d.insert("source".into(), Value::String("consolidation".into()));
             d.insert("consolidatedFrom".into(), Value::from(p.source_ids.clone()));
@@ -934,7 +937,8 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// §9.1: upload-event sentences leave the summaries, upload-event facts are deleted.
+    /// Upload mentions: upload-event sentences leave the summaries, upload-event facts are
+    /// deleted.
     fn strip_uploads(&mut self) {
         for section in [&mut self.doc.user, &mut self.doc.history] {
             for child in section.0.values_mut() {

@@ -1,4 +1,6 @@
-//! Tests of the gates and lifecycle steps of `apply_update` (spec/updater.md §17.2–17.6).
+//! Tests of the gates and lifecycle steps of `apply_update`: new facts, the scope gate and
+//! contradiction removals, reinforcement and capacity, staleness, consolidation, and upload
+//! mentions (the behaviours the reference's updater tests pin, ported as our own).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -105,7 +107,7 @@ fn f(id: &str, content: &str, conf: f64) -> Fact {
     fact(json!({"id": id, "content": content, "confidence": conf, "createdAt": days_ago(1)}))
 }
 
-// ---- §17.2 new facts -------------------------------------------------------------------
+// ---- new facts -------------------------------------------------------------------------
 
 #[test]
 fn duplicate_of_existing_content_is_not_added_and_removals_still_apply() {
@@ -219,7 +221,7 @@ fn expected_valid_days_are_capped_at_creation() {
     );
 }
 
-// ---- §17.3 scope gate and contradiction removals --------------------------------------------
+// ---- scope gate and contradiction removals --------------------------------------------------
 
 #[test]
 fn fact_gate_accepts_only_durable_descriptive_user_facts() {
@@ -443,7 +445,7 @@ fn scope_gate_warning_fires_above_sixty_percent() {
     );
 }
 
-// ---- §17.4 reinforcement and capacity ---------------------------------------------------
+// ---- reinforcement and capacity ---------------------------------------------------------
 
 fn reinforce_update() -> ProposedUpdate {
     update(json!({"factsToReinforce": [
@@ -549,7 +551,7 @@ fn hybrid_capacity_keeps_a_recently_confirmed_fact_over_a_stale_confident_one() 
     );
 }
 
-// ---- §17.5 staleness at apply time ------------------------------------------------------
+// ---- staleness at apply time ------------------------------------------------------------
 
 fn aged(id: &str, conf: f64, days: i64) -> Fact {
     fact(
@@ -729,7 +731,7 @@ fn reinforced_facts_are_fresh_so_not_reviewed_in_the_same_cycle() {
     assert_eq!(ids(&fx.run(&d, &u).document), vec!["a"]);
 }
 
-// ---- §17.6 consolidation -----------------------------------------------------------------
+// ---- consolidation -----------------------------------------------------------------------
 
 fn group(cat: &str, n: usize, prefix: &str, conf: f64, days: i64) -> Vec<Fact> {
     (0..n)
@@ -1089,7 +1091,7 @@ fn consolidation_combines_with_staleness_and_contradiction() {
     assert_eq!(contents(&out.document), vec!["Merged"]);
 }
 
-// ---- §9.1 upload mentions -----------------------------------------------------------------
+// ---- upload mentions ----------------------------------------------------------------------
 
 #[test]
 fn upload_mentions_are_stripped_from_memory() {

@@ -1,5 +1,5 @@
-//! Consolidation (spec/updater.md §8.7): which categories are fragmented enough to merge, the
-//! prompt section that shows them, and the set of fact ids a merge may consume.
+//! Consolidation: which categories are fragmented enough to merge, the prompt section that shows
+//! them, and the set of fact ids a merge may consume.
 
 use std::collections::BTreeSet;
 
@@ -68,7 +68,8 @@ pub fn shown_groups<'a>(
         .collect()
 }
 
-/// The ids shown in the prompt: a merge may consume only these (§16 item 12).
+/// The ids shown in the prompt: a merge may consume only these (the reference let a merge
+/// consume any fact of a qualifying category, even one the prompt had cut off).
 pub fn shown_ids(groups: &[(String, Vec<&Fact>)]) -> BTreeSet<String> {
     groups
         .iter()

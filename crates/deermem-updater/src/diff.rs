@@ -1,5 +1,5 @@
-//! The change set between a snapshot and its updated copy (spec/updater.md §9 step 2): facts
-//! created, changed and deleted with their revision preconditions, and the summary children
+//! The change set between a snapshot and its updated copy, as the reference finalises an update:
+//! facts created, changed and deleted with their revision preconditions, and the summary children
 //! that differ.
 
 use std::collections::{BTreeMap, HashMap};

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use deermem_core::{Fact, FactId};
 
 /// The category to show and group by: storage keeps a non-core category as `other` plus
-/// `categoryExtension`, and this returns the original (`knowledge` rather than `other`,
-/// §16 item 5). Missing or blank categories read as `context`.
+/// `categoryExtension`, and this returns the original (`knowledge` rather than `other`, where
+/// the reference showed and grouped such facts as `other`). Missing or blank categories read
+/// as `context`.
 pub fn display_category(fact: &Fact) -> &str {
     let stored = fact.category.as_deref().map(str::trim).unwrap_or("");
     if stored == "other"

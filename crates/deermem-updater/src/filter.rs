@@ -1,4 +1,4 @@
-//! Message filtering before extraction (spec/updater.md §2): hidden messages, tool-calling
+//! Message filtering before extraction, as the reference filters: hidden messages, tool-calling
 //! turns, upload blocks, trivial acknowledgements, and the admission rule that decides whether a
 //! conversation is queued at all.
 
@@ -30,7 +30,8 @@ impl fmt::Debug for HiddenMessagePolicy {
 }
 
 impl HiddenMessagePolicy {
-    /// The default rule: keep only structured human-input responses (§2.2).
+    /// The default rule: keep only structured human-input responses (a clarification answer
+    /// the host asked for).
     pub fn structural() -> Self {
         Self { hook: None }
     }
@@ -80,9 +81,9 @@ pub fn is_human_input_response(kwargs: &Map<String, Value>) -> bool {
     }
 }
 
-/// Keeps user turns and final assistant answers (§2.1): hidden user messages go unless the
-/// policy keeps them, upload blocks are stripped (an upload-only turn and the assistant reply to
-/// it are dropped), tool-calling assistant turns and every other message type are dropped.
+/// Keeps user turns and final assistant answers: hidden user messages go unless the policy keeps
+/// them, upload blocks are stripped (an upload-only turn and the assistant reply to it are
+/// dropped), tool-calling assistant turns and every other message type are dropped.
 pub fn filter_messages_for_memory(
     messages: &[Message],
     hidden: &HiddenMessagePolicy,
@@ -132,7 +133,8 @@ const TRIVIAL_TRAILING: &[char] = &[
 ];
 
 /// Drops trivial acknowledgements ("ok", "thanks", "好的") and the assistant reply to each
-/// (§2.3). With no trivial patterns the input is returned unchanged.
+/// (a user turn is trivial when a pattern matches all of it once trailing punctuation is
+/// trimmed). With no trivial patterns the input is returned unchanged.
 pub fn filter_trivial(messages: &[Message], patterns: &PatternSet) -> Vec<Message> {
     if patterns.trivial_is_empty() {
         return messages.to_vec();
@@ -176,8 +178,8 @@ pub struct Admitted {
     pub signals: SignalSet,
 }
 
-/// The admission rule (§2.5): filter, drop trivial turns, and admit only a conversation that
-/// still holds at least one user turn and one assistant turn.
+/// The admission rule: filter, drop trivial turns, and admit only a conversation that still holds
+/// at least one user turn and one assistant turn.
 pub fn admit(
     messages: &[Message],
     hidden: &HiddenMessagePolicy,

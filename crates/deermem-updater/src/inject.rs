@@ -1,7 +1,7 @@
-//! The memory text injected into conversations (spec/updater.md §12): `User Context:`,
-//! `History:` and `Facts:` sections, guaranteed categories first within their own budget, then
-//! the rest by confidence under `max_injection_tokens`, and structure-aware truncation that
-//! shortens the summaries before it would ever cut a fact.
+//! The memory text injected into conversations, in the reference's format: `User Context:`,
+//! `History:` and `Facts:` sections, guaranteed categories first within their own budget, then the
+//! rest by confidence under `max_injection_tokens`, and structure-aware truncation that shortens
+//! the summaries before it would ever cut a fact.
 
 use deermem_core::{DeerMemConfig, Fact, MemoryDocument, MemoryMode, SummarySection, py};
 use serde_json::Value;
@@ -54,7 +54,7 @@ const HISTORY_LINES: [(&str, &str); 3] = [
 
 /// A summary's text: strings as they are, other scalars as Python prints them; lists,
 /// mappings and falsy values show nothing. A child that is not a mapping is skipped instead of
-/// failing the whole injection (§16 item 17).
+/// failing the whole injection (as a `null` section did in the reference).
 fn summary_text(section: &SummarySection, key: &str) -> Option<String> {
     let v = section.as_map().get(key)?.as_object()?.get("summary")?;
     if !py::truthy(v) {
@@ -169,7 +169,8 @@ pub fn format_memory_for_injection(doc: &MemoryDocument, opts: &InjectionOptions
         });
         let guaranteed = by_confidence(guaranteed.into_iter());
         let regular = by_confidence(regular.into_iter());
-        // The separator before the facts section is charged too (§16 item 17).
+        // The separator before the facts section is charged too (the reference left it out of
+        // the budget).
         let base = if preceding.is_empty() {
             0
         } else {

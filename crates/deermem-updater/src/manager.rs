@@ -1,5 +1,5 @@
-//! The DeerMem manager: the backend-neutral `MemoryManager` contract (spec/api.md §1.10) over
-//! any `MemoryStorage` and the update pipeline of this crate.
+//! The DeerMem manager: the backend-neutral `MemoryManager` contract over any `MemoryStorage` and
+//! the update pipeline of this crate.
 //!
 //! - **Writes from conversations.** `add` / `add_nowait` filter the raw turn, detect signals and
 //!   queue it ([`UpdatePipeline`]); [`DeerMemManager::ingest_now`] runs one extraction at once

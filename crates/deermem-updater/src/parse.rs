@@ -1,4 +1,4 @@
-//! The model's response → a typed, normalised update (spec/updater.md §7).
+//! The model's response → a typed, normalised update, following the reference's JSON contract.
 //!
 //! The first JSON object in the text that holds the keys `user`, `history` and `newFacts` is
 //! taken, wherever it sits (code fences, `<think>` blocks, prose before or after, unrelated
@@ -223,9 +223,9 @@ impl ProposedUpdate {
     }
 }
 
-/// The text of a chat-model response whose content may be a list of blocks (§2.4c): strings
-/// are concatenated without separator into one piece, each `{"text": ...}` block is its own
-/// piece, pieces are joined with newlines; any other value is shown as Python would.
+/// The text of a chat-model response whose content may be a list of blocks: strings are
+/// concatenated without separator into one piece, each `{"text": ...}` block is its own piece,
+/// pieces are joined with newlines; any other value is shown as Python would.
 pub fn response_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -390,7 +390,7 @@ fn normalize_summaries(
                 continue;
             }
             let Some(text) = summary.and_then(PyJson::as_str) else {
-                // A number or list here used to abort every later update (§16 item 2).
+                // In the reference a number or list here aborted every later update.
                 *dropped += 1;
                 continue;
             };
@@ -426,7 +426,7 @@ fn raw_non_empty_id(o: &IndexMap<String, PyJson>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Normalises an accepted update object (§7.3).
+/// Normalises an accepted update object into the eight keys of a proposed update.
 ///
 /// # Errors
 /// [`ParseError::UnsafePartialUpdate`] when removals come with any malformed new fact.
@@ -509,7 +509,7 @@ pub fn normalize_update(obj: &IndexMap<String, PyJson>) -> Result<ProposedUpdate
             };
             let days = match o.get("extend_by_days") {
                 Some(PyJson::Int(i)) => *i,
-                // Non-finite values used to abort the whole update (§16 item 3).
+                // In the reference non-finite values aborted the whole update.
                 Some(PyJson::Float(f)) if f.is_finite() => {
                     let t = f.trunc();
                     if t >= i128::MAX as f64 {

@@ -1,8 +1,8 @@
-//! The extraction prompt (spec/updater.md §6): template files in the reference's format
-//! (`memory_update.chat.yaml`, `staleness_review.yaml`, `consolidation.yaml`, with per-agent
-//! overrides under `prompts_dir/<agent>/`), our own bundled wording, and the variables: the
-//! current memory as escaped JSON, the conversation, signal hints, and the staleness-review and
-//! consolidation sections.
+//! The extraction prompt: template files in the reference's format (`memory_update.chat.yaml`,
+//! `staleness_review.yaml`, `consolidation.yaml`, with per-agent overrides under
+//! `prompts_dir/<agent>/`), our own bundled wording, and the variables: the current memory as
+//! escaped JSON, the conversation, signal hints, and the staleness-review and consolidation
+//! sections.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
@@ -528,7 +528,7 @@ fn turn_text(msg: &Message) -> String {
                 })
                 .collect();
             if parts.is_empty() && !items.is_empty() {
-                // The reference leaked the Python repr of image blocks here (§16 item 16).
+                // The reference leaked the Python repr of image blocks here.
                 "[non-text content]".to_owned()
             } else {
                 parts.join(" ")

@@ -1,11 +1,11 @@
-//! The debounced update queue (spec/updater.md §4), on tokio.
+//! The debounced update queue, on tokio.
 //!
-//! Items coalesce per `(thread, user, agent)`: the latest messages win and signals are
-//! unioned. Unlike the reference's single global timer, every conversation has its own
-//! deadline, so one busy thread never delays the others (§16 item 7). Emergency items
-//! (`bypass_watermark`) are due at once and never replace a normal item. Items of one
-//! conversation run one at a time; by default items run one at a time overall, like the
-//! reference. A processor error or panic is logged and counted; the queue keeps going.
+//! Items coalesce per `(thread, user, agent)`: the latest messages win and signals are unioned.
+//! Unlike the reference's single global timer, every conversation has its own deadline, so one busy
+//! thread never delays the others. Emergency items (`bypass_watermark`) are due at once and never
+//! replace a normal item. Items of one conversation run one at a time; by default items run one at
+//! a time overall, like the reference. A processor error or panic is logged and counted; the queue
+//! keeps going.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

@@ -1,6 +1,6 @@
-//! Deterministic signal detection (spec/updater.md §3): regex pattern files in the reference's
-//! format (a YAML list of regex strings or `{pattern, flags: [ignorecase]}` mappings), our own
-//! bundled English, Chinese and Japanese defaults, and the detection rules.
+//! Deterministic signal detection: regex pattern files in the reference's format (a YAML list of
+//! regex strings or `{pattern, flags: [ignorecase]}` mappings), our own bundled English, Chinese
+//! and Japanese defaults, and the detection rules.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

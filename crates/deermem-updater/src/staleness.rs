@@ -1,6 +1,5 @@
-//! Staleness review (spec/updater.md §8.3): which facts are past their review window, how a
-//! fact's window is read, the prompt section listing them, and the date arithmetic with
-//! Python's overflow points.
+//! Staleness review: which facts are past their review window, how a fact's window is read, the
+//! prompt section listing them, and the date arithmetic with Python's overflow points.
 
 use deermem_core::{DeerMemConfig, Fact, Timestamp};
 use serde_json::Value;
@@ -12,7 +11,7 @@ use crate::text::{fmt2, html_escape};
 pub const MAX_TIMEDELTA_DAYS: i128 = 999_999_999;
 
 /// At most this many candidates are listed in one prompt (the reference listed all of them,
-/// §16 item 21); the oldest come first.
+/// so the prompt grew without bound); the oldest come first.
 pub const MAX_PROMPT_CANDIDATES: usize = 50;
 
 /// Parses a fact timestamp like the reference: blank → none, Python `fromisoformat`, naive
@@ -87,7 +86,7 @@ pub fn is_protected(fact: &Fact, protected: &[String]) -> bool {
         .any(|p| stored == Some(p.as_str()) || shown == p)
 }
 
-/// The facts past their review window, in memory order (§8.3).
+/// The facts past their review window, in memory order.
 pub fn select_stale_candidates<'a>(
     facts: &'a [Fact],
     config: &DeerMemConfig,

@@ -1,6 +1,6 @@
-//! Token counting for the injection budget (spec/updater.md §12.5): BPE counting with the
-//! `cl100k_base` encoding bundled in `tiktoken-rs` (nothing is downloaded; the table is parsed
-//! once, lazily), or the network-free CJK-aware character estimate.
+//! Token counting for the injection budget: BPE counting with the `cl100k_base` encoding bundled in
+//! `tiktoken-rs` (nothing is downloaded; the table is parsed once, lazily), or the network-free
+//! CJK-aware character estimate.
 //!
 //! BPE counts of short texts are memoised in a bounded process-wide LRU map: the injection
 //! formatter counts the same fact lines on every `get_context`, and a lookup costs far less

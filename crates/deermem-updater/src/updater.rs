@@ -1,7 +1,7 @@
-//! The updater service (spec/updater.md §5, §9): feed the messages after the watermark, detect
-//! their signals, load the memory, ask the proposer once, apply the proposal through the gates,
-//! commit the change set with a bounded snapshot-recompute retry on revision conflicts, audit
-//! capacity evictions after the commit, and advance the watermark only on success.
+//! The updater service: feed the messages after the watermark, detect their signals, load the
+//! memory, ask the proposer once, apply the proposal through the gates, commit the change set with
+//! a bounded snapshot-recompute retry on revision conflicts, audit capacity evictions after the
+//! commit, and advance the watermark only on success.
 
 use std::fmt;
 use std::path::Path;
@@ -341,8 +341,9 @@ impl MemoryUpdater {
         if feed.is_empty() {
             return Ok(UpdateOutcome::simple(UpdateStatus::NothingNew));
         }
-        // Every message of the batch is new, so every user turn in it is looked at (§16
-        // item 6); messages before the watermark are never looked at again.
+        // Every message of the batch is new, so every user turn in it is looked at (signals
+        // are detected here, on the watermark feed, not taken from the queue); messages before
+        // the watermark are never looked at again.
         let signals = self.patterns.detect_in(&feed);
         let user = req.user.as_ref();
         let agent = &req.agent;

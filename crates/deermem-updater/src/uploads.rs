@@ -1,6 +1,5 @@
-//! Upload handling at its three layers (spec/updater.md §2.6): upload blocks stripped from user
-//! messages, again from the prompt's conversation, and upload-event sentences and facts removed
-//! from memory after an update.
+//! Upload handling at its three layers: upload blocks stripped from user messages, again from the
+//! prompt's conversation, and upload-event sentences and facts removed from memory after an update.
 
 use std::sync::OnceLock;
 
@@ -25,8 +24,8 @@ fn upload_block_re() -> &'static Regex {
     })
 }
 
-/// One sentence that talks about an upload event (spec/updater.md §9.1), with the `\b` of the
-/// path and tag alternatives removed so that those branches can match (§16 item 9).
+/// One sentence that talks about an upload event, with the `\b` the reference put before the
+/// path and tag alternatives removed so that those branches can match.
 fn upload_sentence_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
@@ -127,7 +126,7 @@ mod tests {
 
     #[test]
     fn path_and_tag_branches_match_without_a_word_before_them() {
-        // The reference's `\b` made these two branches unreachable (§16 item 9).
+        // The reference's `\b` made these two branches unreachable.
         assert!(mentions_upload_event("see /mnt/user-data/uploads/x.csv"));
         assert!(mentions_upload_event("<uploaded_files> listed"));
         assert!(mentions_upload_event(

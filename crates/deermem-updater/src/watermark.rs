@@ -1,6 +1,6 @@
-//! The conversation watermark (spec/updater.md §5.2): the identity of the last message already
-//! extracted, per `(thread, user, agent)`, in a bounded LRU, so each update feeds the model only
-//! the messages it has not seen.
+//! The conversation watermark: the identity of the last message already extracted, per
+//! `(thread, user, agent)`, in a bounded LRU, so each update feeds the model only the messages it
+//! has not seen.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

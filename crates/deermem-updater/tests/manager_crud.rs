@@ -1,7 +1,6 @@
-//! Manager management operations (spec/updater.md §17.13, spec/storage.md §8.8, §8.9, §8.18,
-//! spec/api.md §1.10, §2.4, §6.3): fact CRUD with validation, capacity and revision rules, the
-//! snapshot-retry semantics, import as a replace, clear, legacy migration on read, tool-mode
-//! injection, and `ingest_now` reports.
+//! Manager management operations, as the reference's manager and router tests pin them: fact
+//! CRUD with validation, capacity and revision rules, the snapshot-retry semantics, import as a
+//! replace, clear, legacy migration on read, tool-mode injection, and `ingest_now` reports.
 
 mod manager_support;
 

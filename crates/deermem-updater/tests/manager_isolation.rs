@@ -1,7 +1,7 @@
-//! User and agent isolation through the DeerMem manager (spec/api.md §3, §6.6): two users and
-//! two agents interleaving extraction (immediate and queued), searches and CRUD never see each
-//! other's facts; an omitted agent is `__default__`; agent names are case-insensitive; unsafe
-//! user ids get a hashed bucket while facts record the raw id; hostile input is refused.
+//! User and agent isolation through the DeerMem manager: two users and two agents interleaving
+//! extraction (immediate and queued), searches and CRUD never see each other's facts; an omitted
+//! agent is `__default__`; agent names are case-insensitive; unsafe user ids get a hashed bucket
+//! while facts record the raw id; hostile input is refused.
 
 mod manager_support;
 

@@ -1,7 +1,6 @@
-//! Manager search and lifecycle (spec/storage.md §5.5, §5.6, §8.12, §8.13; spec/api.md §1.10,
-//! §6.2): the index first, the substring scan over the whole bucket when the index finds
-//! nothing or fails, the category filter before the cut, access heat only under hybrid or
-//! shadow eviction, the lazy per-scope rebuild until a full warm-up, and shutdown, warm and
+//! Manager search and lifecycle: the index first, the substring scan over the whole bucket when the
+//! index finds nothing or fails, the category filter before the cut, access heat only under hybrid
+//! or shadow eviction, the lazy per-scope rebuild until a full warm-up, and shutdown, warm and
 //! close.
 
 mod manager_support;

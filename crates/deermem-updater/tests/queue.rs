@@ -1,7 +1,6 @@
-//! Queue mechanics with a recording processor (spec/updater.md §17.9): coalescing, isolation
-//! by thread/user/agent, per-conversation debounce, emergency items, backpressure, flushing,
-//! failures and panics. Paused tokio time drives the debounce; tests assert order and counts,
-//! never durations.
+//! Queue mechanics with a recording processor: coalescing, isolation by thread/user/agent,
+//! per-conversation debounce, emergency items, backpressure, flushing, failures and panics. Paused
+//! tokio time drives the debounce; tests assert order and counts, never durations.
 
 mod common;
 

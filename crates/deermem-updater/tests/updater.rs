@@ -1,7 +1,6 @@
 //! The updater service end to end over the in-memory storage and a scripted model: parsing
 //! through wrappers, fail-closed failures, hints, the watermark, capacity and usage reads,
-//! conflict retries, observers and the offline proposer (spec/updater.md §17.1, §17.4, §17.7,
-//! §17.8).
+//! conflict retries, observers and the offline proposer.
 
 mod common;
 
@@ -310,7 +309,7 @@ async fn facts_land_in_the_captured_user_bucket_only() {
     assert_eq!(fact.source.thread_id(), Some("t1"));
 }
 
-// ---- watermark (§17.8) ---------------------------------------------------------------------
+// ---- watermark -----------------------------------------------------------------------------
 
 #[tokio::test]
 async fn the_watermark_feeds_only_new_messages() {
@@ -415,7 +414,7 @@ async fn blank_conversations_ask_nothing_and_move_on() {
     assert_eq!(r.llm.calls(), 0);
 }
 
-// ---- capacity and usage (§17.4) -------------------------------------------------------------
+// ---- capacity and usage ---------------------------------------------------------------------
 
 #[tokio::test]
 async fn confidence_capacity_never_reads_usage_and_audits_after_commit() {

@@ -1,7 +1,8 @@
 //! Tool mode: the four memory tools (`memory_search`, `memory_add`, `memory_update`,
 //! `memory_delete`) as JSON-schema tool definitions, a dispatcher that runs one tool call against
-//! any [`MemoryManager`], and the small mode-gating helpers a host needs (spec/api.md §4.3, §5.4;
-//! spec/updater.md §13).
+//! any [`MemoryManager`], and the small mode-gating helpers a host needs (which of the tools,
+//! the passive per-turn writes and the injected facts each memory mode turns on, as the
+//! reference's host decides).
 //!
 //! The dispatcher never panics and never returns a Rust error: every outcome is the JSON string
 //! the model sees, `{"error": "..."}` for failures. The scope (user and agent) always comes from

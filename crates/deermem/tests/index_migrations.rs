@@ -167,8 +167,8 @@ async fn an_explicit_migration_indexes_the_migrated_facts_and_a_dry_run_indexes_
         .expect("migration");
     assert!(report.migrated && !report.dry_run, "{report:?}");
     // The agent's legacy document (3 facts) and the global v1 manifest (6): an explicit
-    // migration moves the global facts into the NAMED agent, as the reference does
-    // (spec/storage.md §4.2 item 4), unlike the lazy path which uses `__default__`.
+    // migration moves the global facts into the NAMED agent, as the reference's explicit
+    // `migrate` does, unlike the lazy path which uses `__default__`.
     assert_eq!(report.migrated_facts, 3 + 6);
     assert_eq!(indexed_docs(&s).await, 3 + 6);
     assert_eq!(

@@ -17,7 +17,8 @@ use serde_json::json;
 
 const FLUSH: Duration = Duration::from_secs(30);
 
-/// Honcho identity of `bob@example.com` (spec/remote-backends.md §1.2 derivation).
+/// Honcho identity of `bob@example.com`, derived as the reference derives it (sanitised id plus
+/// the first 8 hex digits of the raw id's SHA-256).
 const BOB: &str = "bob@example.com";
 const BOB_WS: &str = "deerflow-u-bob-example-com-5ff860bf";
 const BOB_PEER: &str = "bob-example-com-5ff860bf";

@@ -1,5 +1,5 @@
 //! Tool-mode tests: the four memory tool definitions, the dispatcher against a recording
-//! manager and `NoopManager` (spec/api.md §6.4, ported as our own tests), argument handling,
+//! manager and `NoopManager` (the reference's tool tests, ported as our own), argument handling,
 //! and the mode-gating helpers.
 
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
-//! Capacity eviction (spec/storage.md §6): which facts to keep when a bucket exceeds
-//! `max_facts`, by the `confidence` policy or the opt-in `hybrid-v1` blend of confidence,
-//! confirmation freshness and query-access heat with a bounded correction reserve.
+//! Capacity eviction, scored and selected as the reference does: which facts to keep when a
+//! bucket exceeds `max_facts`, by the `confidence` policy or the opt-in `hybrid-v1` blend of
+//! confidence, confirmation freshness and query-access heat with a bounded correction reserve.
 
 use std::collections::HashMap;
 
@@ -149,7 +149,9 @@ fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
     }
 }
 
-/// Normalised access heat of a usage entry (spec/storage.md §6.2).
+/// Normalised access heat of a usage entry: the recorded heat decayed by the half-life since the
+/// last access, mapped onto [0, 1] so that a decayed heat of 8 saturates; 0 for an entry that
+/// is missing, malformed, non-finite or not positive.
 pub fn access_heat(entry: Option<&Value>, now: Timestamp, half_life: f64) -> f64 {
     let Some(Value::Object(e)) = entry else {
         return 0.0;

@@ -1,4 +1,4 @@
-//! The `MemoryManager` port: the backend contract a host calls (spec/api.md §1), in three tiers.
+//! The `MemoryManager` port: the backend contract a host calls, in the reference's three tiers.
 //! Tier 1 (`add`, `get_context`) is required; tiers 2 and 3 default to a typed `Unsupported`.
 
 use std::fmt::Debug;
@@ -227,7 +227,8 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// Backend failures (most backends degrade to `""` instead).
     async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError>;
 
-    /// The injection block with the wrapper and its identity (spec/api.md §3.7).
+    /// The injection block with the wrapper and its identity, so that a host can record which
+    /// memory block a run saw.
     ///
     /// # Errors
     /// As `get_context`.

@@ -1,4 +1,4 @@
-//! Migration paths of §4: legacy per-agent documents, backups, summary adoption, the v2-preview
+//! Migration paths from v1: legacy per-agent documents, backups, summary adoption, the v2-preview
 //! mapping, the old `lead-agent` bucket, and writes that meet a never-loaded v1 manifest.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Retrieval integration (§5.5–5.6): notifications after commits, dirty scopes, substring
+//! Retrieval integration: notifications after commits, dirty scopes, substring
 //! fallback, rebuilds, status and close.
 
 use std::sync::Arc;

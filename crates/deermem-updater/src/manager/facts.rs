@@ -1,6 +1,6 @@
-//! Manual fact CRUD (spec/updater.md §13, spec/api.md §1.10): validation with stable error
-//! codes, the duplicate check over the whole bucket, capacity eviction of a new fact with a
-//! snapshot-recompute retry, and revision-checked point updates and deletes.
+//! Manual fact CRUD (what the Gateway's fact routes and the memory tools call): validation with
+//! stable error codes, the duplicate check over the whole bucket, capacity eviction of a new fact
+//! with a snapshot-recompute retry, and revision-checked point updates and deletes.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
-//! Manager search (spec/storage.md §5.5, §5.6): the storage's ranked search over the scope's
-//! index (rebuilt lazily per scope until a full warm-up has run), then a substring scan over the
-//! whole bucket when the index finds nothing or fails; access heat under hybrid/shadow only.
+//! Manager search: the storage's ranked search over the scope's index (rebuilt lazily per scope
+//! until a full warm-up has run), then a substring scan over the whole bucket when the index finds
+//! nothing or fails; access heat under hybrid/shadow only.
 
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
