@@ -1,7 +1,8 @@
 //! Tidy: the project's structural rules, checked mechanically. Core stays I/O-free (dependency
 //! allowlist and banned APIs), every Rust file opens with a `//!` line, every adapter crate runs
-//! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other, and
-//! no stub macros or ignored tests are committed.
+//! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other, no
+//! stub macros or ignored tests are committed, and nothing points outside the repository (a
+//! user's clone has only what is committed).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,7 @@ pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
     check_core_sources(root, &mut problems);
     check_rust_files(root, &mut problems);
     check_adapters(root, &mut problems);
+    check_outside_references(root, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -207,6 +209,91 @@ fn check_adapters(root: &Path, problems: &mut Vec<String>) {
     }
 }
 
+/// What a line may not contain: a path or variable naming material beside the repository, or a
+/// section of a specification document that is not in it. Returns a description of the first
+/// offence.
+fn outside_reference(line: &str) -> Option<String> {
+    let shared = concat!("../", "shared");
+    if line.contains(shared) {
+        return Some(format!("`{shared}` (material outside the repository)"));
+    }
+    let var = concat!("DEERMEM_", "SHARED_DIR");
+    if line.contains(var) {
+        return Some(format!("`{var}` (material outside the repository)"));
+    }
+    // `spec/<lowercase-or-dash name>.md`
+    let mut rest = line;
+    while let Some(at) = rest.find("spec/") {
+        let after = &rest[at + 5..];
+        let name_len = after
+            .bytes()
+            .take_while(|b| b.is_ascii_lowercase() || *b == b'-')
+            .count();
+        if name_len > 0 && after[name_len..].starts_with(".md") {
+            return Some(format!(
+                "`spec/{}.md` (a document the reader cannot open; describe the behaviour instead)",
+                &after[..name_len]
+            ));
+        }
+        rest = after;
+    }
+    // `§<digit>`: a section number of such a document.
+    let section = '\u{a7}';
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == section && chars.peek().is_some_and(char::is_ascii_digit) {
+            return Some(format!(
+                "`{section}<n>` (a section of a document the reader cannot open)"
+            ));
+        }
+    }
+    None
+}
+
+/// Every committed-looking text file (outside `target/`, `.git/` and fuzz corpora) is checked
+/// with [`outside_reference`]; this file, which names the patterns, is exempt.
+fn check_outside_references(root: &Path, problems: &mut Vec<String>) {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                if matches!(
+                    name.as_ref(),
+                    "target" | ".git" | "corpus" | "artifacts" | "bench-out"
+                ) {
+                    continue;
+                }
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    files.sort();
+    let this_file = root.join("xtask/src/tidy.rs");
+    for file in files {
+        if file == this_file {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue; // binary data
+        };
+        for (n, line) in text.lines().enumerate() {
+            if let Some(what) = outside_reference(line) {
+                let shown = file.strip_prefix(root).unwrap_or(&file);
+                problems.push(format!("{}:{}: {what}", shown.display(), n + 1));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,5 +339,29 @@ mod tests {
                 .any(|p| p.contains("bad.rs") && p.contains("//!")),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn flags_references_outside_the_repository() {
+        let flagged = [
+            concat!("see ../", "shared/fixtures"),
+            concat!("set DEERMEM_", "SHARED_DIR"),
+            concat!("(spec/", "storage.md)"),
+            concat!("spec/", "remote-backends.md"),
+            "storage \u{a7}2.8",
+        ];
+        for line in flagged {
+            assert!(outside_reference(line).is_some(), "{line}");
+        }
+        let fine = [
+            "the OpenAPI spec/document",
+            "spec/README",
+            "shared/fixtures",
+            "a \u{a7} sign alone",
+            "",
+        ];
+        for line in fine {
+            assert_eq!(outside_reference(line), None, "{line}");
+        }
     }
 }

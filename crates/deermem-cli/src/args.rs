@@ -50,10 +50,10 @@ pub(crate) struct GlobalArgs {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ScopeArgs {
     /// The raw user id, e.g. `bob@example.com`.
-    #[arg(long, value_name = "USER")]
+    #[arg(long, value_name = "USER", allow_hyphen_values = true)]
     pub(crate) user: String,
     /// The agent; omitted means the default bucket.
-    #[arg(long, value_name = "AGENT")]
+    #[arg(long, value_name = "AGENT", allow_hyphen_values = true)]
     pub(crate) agent: Option<String>,
 }
 
@@ -81,13 +81,14 @@ pub(crate) enum Command {
     Search {
         #[command(flatten)]
         scope: ScopeArgs,
-        /// The query.
+        /// The query (may start with `-`).
+        #[arg(allow_hyphen_values = true)]
         query: String,
         /// How many hits.
         #[arg(long, default_value_t = 5)]
         top_k: usize,
         /// Only this category.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         category: Option<String>,
     },
     /// The derived search index.
@@ -101,7 +102,7 @@ pub(crate) enum Command {
         #[command(flatten)]
         scope: ScopeArgs,
         /// The host thread id the conversation belongs to.
-        #[arg(long, default_value = "cli")]
+        #[arg(long, default_value = "cli", allow_hyphen_values = true)]
         thread: String,
         /// A JSON list of `{role, content}` messages or a DeerFlow/LangChain message dump
         /// (`-` for stdin).
@@ -158,14 +159,14 @@ pub(crate) enum FactsCommand {
     Add {
         #[command(flatten)]
         scope: ScopeArgs,
-        /// The fact text.
-        #[arg(long)]
+        /// The fact text (may start with `-`, e.g. a Markdown list item).
+        #[arg(long, allow_hyphen_values = true)]
         content: String,
         /// Category (default `context`).
-        #[arg(long, default_value = "context")]
+        #[arg(long, default_value = "context", allow_hyphen_values = true)]
         category: String,
         /// Confidence between 0 and 1.
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, allow_hyphen_values = true)]
         confidence: f64,
     },
     /// Change a fact; omitted fields are kept.
@@ -174,14 +175,14 @@ pub(crate) enum FactsCommand {
         id: String,
         #[command(flatten)]
         scope: ScopeArgs,
-        /// New text.
-        #[arg(long)]
+        /// New text (may start with `-`).
+        #[arg(long, allow_hyphen_values = true)]
         content: Option<String>,
         /// New category.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         category: Option<String>,
         /// New confidence.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         confidence: Option<f64>,
         /// Fail with a conflict unless the fact is at this revision.
         #[arg(long)]
@@ -204,7 +205,7 @@ pub(crate) enum SummariesCommand {
     /// Show the user's summaries.
     Get {
         /// The raw user id.
-        #[arg(long, value_name = "USER")]
+        #[arg(long, value_name = "USER", allow_hyphen_values = true)]
         user: String,
     },
 }
@@ -231,7 +232,7 @@ pub(crate) struct MigrateArgs {
     #[arg(long, conflicts_with_all = ["user_id", "user_isolation"])]
     pub(crate) all_users: bool,
     /// Migrate these users (original ids, e.g. `bob@example.com`); repeatable.
-    #[arg(long = "user-id", value_name = "ID")]
+    #[arg(long = "user-id", value_name = "ID", allow_hyphen_values = true)]
     pub(crate) user_id: Vec<String>,
     /// Move the pre-isolation shared layout (`memory.json`, `agents/`) into a user's bucket
     /// (`--user-id`, default `default`).

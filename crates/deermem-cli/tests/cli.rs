@@ -48,24 +48,11 @@ fn code(out: &Output) -> i32 {
 }
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem")
+    deermem_testkit::fixtures::python_deermem()
 }
 
 fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for entry in std::fs::read_dir(src).unwrap() {
-        let entry = entry.unwrap();
-        let to = dst.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to);
-        } else {
-            std::fs::copy(entry.path(), &to).unwrap();
-            let mut perms = std::fs::metadata(&to).unwrap().permissions();
-            #[allow(clippy::permissions_set_readonly_false)]
-            perms.set_readonly(false);
-            std::fs::set_permissions(&to, perms).unwrap();
-        }
-    }
+    deermem_testkit::fixtures::copy_tree(src, dst);
 }
 
 /// Paths and content hashes of every file under `dir` (compact when an assertion fails).
@@ -927,4 +914,100 @@ fn mcp_over_stdio_lists_tools() {
     assert_eq!(bad["result"]["isError"], true, "{bad}");
     drop(stdin);
     let _ = child.wait();
+}
+
+#[test]
+fn free_text_arguments_may_start_with_a_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let added = ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "-dash-user",
+            "--content",
+            "- item one",
+            "--category",
+            "-cat",
+            "--confidence",
+            "0.9",
+        ],
+    );
+    assert_eq!(added["content"], "- item one");
+    // Not a core category: stored as `other` with the given text as its extension.
+    assert_eq!(added["category"], "other");
+    assert_eq!(added["categoryExtension"], "-cat");
+    assert_eq!(added["scope"]["userId"], "-dash-user");
+    let id = added["id"].as_str().unwrap().to_owned();
+
+    let updated = ok_json(
+        root,
+        &[
+            "facts",
+            "update",
+            &id,
+            "--user",
+            "-dash-user",
+            "--content",
+            "-5 degrees is too cold",
+        ],
+    );
+    assert_eq!(updated["content"], "-5 degrees is too cold");
+
+    let listed = ok_json(root, &["facts", "list", "--user", "-dash-user"]);
+    assert_eq!(listed[0]["content"], "-5 degrees is too cold");
+
+    // A query that starts with a dash is a value, not an option.
+    let out = run(
+        root,
+        &[
+            "search",
+            "--user",
+            "-dash-user",
+            "-5 degrees",
+            "--category",
+            "other",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("-5 degrees is too cold"));
+    // So is a category filter (it matches nothing here, but it is accepted).
+    let out = run(
+        root,
+        &[
+            "search",
+            "--user",
+            "-dash-user",
+            "cold",
+            "--category",
+            "-cat",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A negative confidence reaches validation (exit 5, invalid input), not the argument parser.
+    let out = run(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "u",
+            "--content",
+            "x",
+            "--confidence",
+            "-1",
+        ],
+    );
+    assert_eq!(code(&out), 5, "{}", String::from_utf8_lossy(&out.stderr));
 }

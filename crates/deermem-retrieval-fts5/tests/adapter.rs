@@ -43,11 +43,7 @@ mod reference_parity {
     use super::*;
 
     fn expected_json() -> Value {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/python-deermem/expected.json");
-        let raw = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reference fixture {} missing: {e}", path.display()));
-        serde_json::from_str(&raw).expect("expected.json parses")
+        deermem_testkit::fixtures::python_expected()
     }
 
     fn load_fact(raw: &Value, fs: &FactScope) -> Fact {

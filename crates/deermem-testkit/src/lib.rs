@@ -6,6 +6,7 @@
 //! no behaviour can be skipped silently.
 
 pub mod clock;
+pub mod fixtures;
 pub mod isolation;
 pub mod llm;
 pub mod manager;

@@ -818,28 +818,14 @@ async fn legacy_global_json_is_migrated_into_the_default_bucket() {
     assert!(manifest.get("facts").is_none());
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_v1_fixture_reads_like_the_reference() {
-    let fixtures =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem");
-    let expected: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected.json")).unwrap())
-            .unwrap();
+    let expected = deermem_testkit::fixtures::python_expected();
     let env = file_env(config(), None);
-    copy_tree(&fixtures.join("v1-root"), &env.root());
+    deermem_testkit::fixtures::copy_tree(
+        &deermem_testkit::fixtures::python_deermem_path("v1-root"),
+        &env.root(),
+    );
     for (key, want) in expected["v1-migrated"].as_object().unwrap() {
         let (u, a) = key.split_once('|').unwrap();
         let s = MemoryScope::new(Some(user(u)), Some(AgentName::parse(a).unwrap()));

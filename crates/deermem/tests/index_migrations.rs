@@ -19,31 +19,11 @@ use deermem_testkit::clock::ManualClock;
 use serde_json::json;
 
 fn fixtures() -> PathBuf {
-    let candidates = [
-        std::env::var_os("DEERMEM_SHARED_DIR")
-            .map(|d| PathBuf::from(d).join("fixtures/python-deermem")),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem")),
-    ];
-    for c in candidates.into_iter().flatten() {
-        if c.join("v1-root").is_dir() {
-            return c;
-        }
-    }
-    panic!(
-        "the reference fixtures (shared/fixtures/python-deermem) were not found beside the repository; set DEERMEM_SHARED_DIR"
-    );
+    deermem_testkit::fixtures::python_deermem()
 }
 
 fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).expect("create dir");
-    for e in std::fs::read_dir(src).expect("read fixture dir").flatten() {
-        let to = dst.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).expect("copy fixture file");
-        }
-    }
+    deermem_testkit::fixtures::copy_tree(src, dst);
 }
 
 /// A temp copy of `v1-root` and the facade's embedded storage over it, with its FTS5 index.

@@ -49,39 +49,13 @@ pub(crate) fn open_with(
     FileMemoryStorage::new(FileStorageConfig::new(root), clock.clone(), Some(retrieval)).unwrap()
 }
 
-/// The shared fixtures directory (`../shared` beside the repository, or `$DEERMEM_SHARED_DIR`).
-/// CI always has it, so a missing directory fails the test rather than skipping it.
-pub(crate) fn fixtures_dir() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("DEERMEM_SHARED_DIR")
-            .map(|d| PathBuf::from(d).join("fixtures/python-deermem")),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/python-deermem")),
-    ];
-    for c in candidates.into_iter().flatten() {
-        if c.join("expected.json").is_file() {
-            return Some(c);
-        }
-    }
-    panic!(
-        "the reference fixtures (shared/fixtures/python-deermem) were not found beside the repository; set DEERMEM_SHARED_DIR"
-    );
+/// The Python reference's fixture roots, committed under `testdata/python-deermem/`.
+pub(crate) fn fixtures_dir() -> PathBuf {
+    deermem_testkit::fixtures::python_deermem()
 }
 
 pub(crate) fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-            let mut perms = std::fs::metadata(&to).unwrap().permissions();
-            #[allow(clippy::permissions_set_readonly_false)]
-            perms.set_readonly(false);
-            std::fs::set_permissions(&to, perms).unwrap();
-        }
-    }
+    deermem_testkit::fixtures::copy_tree(src, dst);
 }
 
 /// Every file below `root` (relative path → bytes).

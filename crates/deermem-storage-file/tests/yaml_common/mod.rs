@@ -152,22 +152,9 @@ pub fn python_front_matter(loaded: &Value) -> Value {
     if falsy { json!({}) } else { loaded.clone() }
 }
 
-/// Root of the shared reference material (fixtures), beside the repository.
-pub fn shared_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("DEERMEM_SHARED_DIR") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
-}
-
 /// Every fact file of the Python fixtures, sorted.
 pub fn fixture_fact_files() -> Vec<PathBuf> {
-    let root = shared_dir().join("fixtures/python-deermem");
-    assert!(
-        root.is_dir(),
-        "fixtures not found at {} (set DEERMEM_SHARED_DIR)",
-        root.display()
-    );
+    let root = deermem_testkit::fixtures::python_deermem();
     let mut out = Vec::new();
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
