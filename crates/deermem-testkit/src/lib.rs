@@ -9,6 +9,7 @@ pub mod clock;
 pub mod fixtures;
 pub mod isolation;
 pub mod llm;
+pub mod pyenv;
 pub mod manager;
 pub mod retrieval;
 pub mod storage;
