@@ -192,6 +192,64 @@ async fn create_evicted_at_once_returns_none_and_writes_the_audit() {
     assert!(!ids(&doc).contains(&evicted.to_owned()));
 }
 
+/// A create refused by capacity changes nothing, even in a bucket that is already over the
+/// cap (`max_facts` lowered after the facts were stored): the stored facts stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_refused_by_capacity_evicts_nothing_from_an_over_full_bucket() {
+    let env = file_env(
+        DeerMemConfig {
+            max_facts: 20,
+            ..config()
+        },
+        None,
+    );
+    let s = scope("alice", None);
+    for i in 0..18 {
+        env.manager
+            .create_fact(
+                new_fact(&format!("solid fact {i}"), "context", 0.5 + f64::from(i) / 100.0),
+                s.clone(),
+            )
+            .await
+            .unwrap();
+    }
+    let before = markdown_files(&env.root());
+    assert_eq!(before.len(), 18);
+    // The same root under a configuration with a smaller cap.
+    let lowered = DeerMemManager::new(parts(
+        DeerMemConfig {
+            max_facts: 10,
+            ..config()
+        },
+        Arc::new(env.storage.clone()),
+        env.clock.clone(),
+        None,
+    ))
+    .unwrap();
+    let (doc, id) = lowered
+        .create_fact(new_fact("another low", "context", 0.2), s.clone())
+        .await
+        .unwrap();
+    assert_eq!(id, None, "the new fact is the one capacity drops");
+    assert_eq!(doc.facts.len(), 18, "nothing was evicted for it");
+    assert_eq!(markdown_files(&env.root()), before);
+    assert_eq!(lowered.get_memory(s.clone()).await.unwrap().facts.len(), 18);
+    assert!(
+        !env.root()
+            .join("users/alice/agents/__default__/.metadata/eviction-audit.json")
+            .exists(),
+        "no eviction happened, so none is audited"
+    );
+    // A fact that survives the cap is stored, and the trim it causes is part of that success.
+    let (doc, id) = lowered
+        .create_fact(new_fact("a strong fact", "context", 0.99), s.clone())
+        .await
+        .unwrap();
+    assert!(id.is_some());
+    assert_eq!(doc.facts.len(), 10);
+    assert!(contents(&doc).contains(&"a strong fact".to_owned()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_recomputes_after_a_competing_create() {
     let (m, hooked, _dir) = hooked_file(config());
@@ -462,6 +520,46 @@ async fn category_changes_recompute_the_extension() {
         .unwrap();
     assert_eq!(doc.facts[0].category, "other");
     assert_eq!(doc.facts[0].category_extension.as_deref(), Some("workflow"));
+}
+
+/// An edit that resends the stored category (DeerFlow's edit dialog always sends
+/// `{content, category, confidence}`) keeps the category extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resending_the_stored_category_keeps_the_extension() {
+    let (m, _storage, _clock) = memory_manager(config(), None);
+    let s = scope("u", None);
+    let (_, id) = m
+        .create_fact(new_fact("Plays the cello", "hobby", 0.9), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    let doc = m
+        .update_fact(
+            &id,
+            FactPatch {
+                content: Some("Plays the cello on weekends".into()),
+                category: Some("other".into()),
+                confidence: Some(0.8),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(doc.facts[0].content, "Plays the cello on weekends");
+    assert_eq!(doc.facts[0].category, "other");
+    assert_eq!(doc.facts[0].category_extension.as_deref(), Some("hobby"));
+    let block = m
+        .get_context(ContextRequest {
+            scope: s.clone(),
+            thread_id: None,
+        })
+        .await
+        .unwrap();
+    assert!(
+        block.contains("[hobby | 0.80] Plays the cello on weekends"),
+        "{block}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -197,17 +197,21 @@ impl DeerMemManager {
             let kept_new = decision
                 .as_ref()
                 .is_none_or(|d| d.decision.kept.iter().any(|f| f.id == id));
-            let changes = creation_changes(
-                &snapshot,
-                decision.as_ref(),
-                kept_new.then_some((&id, draft)),
-            );
-            if !changes.has_fact_changes() {
-                // Only the new fact was over the cap: nothing is stored.
-                self.audit_capacity(user.as_ref(), &agent, decision.as_ref(), now)
-                    .await;
+            if !kept_new {
+                // The new fact is the one capacity would drop: the create fails and changes
+                // nothing. Stored facts are never evicted for a fact that is not stored (an
+                // over-full bucket, e.g. after `max_facts` was lowered, stays as it is).
+                // The audit records the decision only when it evicted nothing but the new fact.
+                let only_new = decision
+                    .as_ref()
+                    .is_some_and(|d| d.decision.evicted.iter().all(|e| e.fact_id == id.as_str()));
+                if only_new {
+                    self.audit_capacity(user.as_ref(), &agent, decision.as_ref(), now)
+                        .await;
+                }
                 return Ok((snapshot.to_public(), None));
             }
+            let changes = creation_changes(&snapshot, decision.as_ref(), Some((&id, draft)));
             let options = ApplyOptions {
                 expected_manifest_revision: Some(snapshot.revision),
                 allow_manifest_rebase: false,
@@ -358,8 +362,8 @@ fn creation_changes(
 /// The stored fact with the patch applied, sent back with its revision.
 ///
 /// A title derived from the old content is re-derived from the new content (an explicit title
-/// is kept); a new category drops a stale `categoryExtension` (storage recomputes it for a
-/// non-core category).
+/// is kept); a category different from the stored one drops the stale `categoryExtension`
+/// (storage recomputes it for a non-core category), the same category keeps it.
 fn patched_draft(
     stored: &Fact,
     content: Option<String>,
@@ -374,7 +378,11 @@ fn patched_draft(
         draft.insert("content".into(), Value::String(c));
     }
     if let Some(c) = category {
-        draft.shift_remove("categoryExtension");
+        // Resending the stored category (an edit form always sends it) keeps the extension;
+        // only a real change drops it, and storage derives a new one for a non-core category.
+        if stored.category.as_deref() != Some(c.as_str()) {
+            draft.shift_remove("categoryExtension");
+        }
         draft.insert("category".into(), Value::String(c));
     }
     if let Some(c) = confidence {
