@@ -1011,3 +1011,54 @@ fn free_text_arguments_may_start_with_a_dash() {
     );
     assert_eq!(code(&out), 5, "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Writers without an expected revision in separate processes on one root (one user, two
+/// agents sharing the user's revision) retry their own optimistic commits: none exits 3.
+#[test]
+fn concurrent_processes_writing_one_user_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let doc = dir.path().join("import.json");
+    std::fs::write(
+        &doc,
+        r#"{"version": "2.0", "facts": [{"id": "fact_imported1", "content": "Imported fact", "category": "context", "confidence": 0.9, "createdAt": "2026-01-01T00:00:00Z", "source": "manual"}]}"#,
+    )
+    .unwrap();
+    let mut children = Vec::new();
+    for i in 0..8 {
+        let mut cmd = bin();
+        cmd.arg("--storage-path").arg(&root);
+        if i < 6 {
+            cmd.args(["facts", "add", "--user", "alice", "--content"])
+                .arg(format!("Parallel fact number {i}"));
+        } else {
+            cmd.args(["import", "--user", "alice", "--agent"])
+                .arg(format!("agent{i}"))
+                .arg(&doc);
+        }
+        children.push(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "exit {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let listed = ok_json(&root, &["facts", "list", "--user", "alice"]);
+    assert_eq!(listed.as_array().unwrap().len(), 6);
+    for agent in ["agent6", "agent7"] {
+        let listed = ok_json(
+            &root,
+            &["facts", "list", "--user", "alice", "--agent", agent],
+        );
+        assert_eq!(listed[0]["content"], "Imported fact", "{agent}");
+    }
+}

@@ -54,9 +54,26 @@ use crate::updater::MemoryUpdater;
 /// The backend name used in "not supported by" messages and logs.
 pub const DEERMEM_NAME: &str = "DeerMem";
 
-/// Attempts of a snapshot-derived operation (create, scoped clear, import) before a revision
-/// conflict is reported (the first try plus two recomputes, as in the reference).
-pub const MAX_SNAPSHOT_ATTEMPTS: u32 = 3;
+/// Attempts of a manager write whose caller named no revision (create, scoped clear, import,
+/// and update or delete without `expected_revision`) before a revision conflict is reported.
+/// The reference stops after three; several processes writing one user (CLI invocations,
+/// gateway replicas on one root) lose that race often enough that three is not enough, so we
+/// retry more, each time after a short randomised pause ([`conflict_backoff`]).
+pub const MAX_SNAPSHOT_ATTEMPTS: u32 = 8;
+
+/// The pause before retry `attempt + 1` of a write that lost a revision race: exponential from
+/// 2 ms, capped at 64 ms, scaled by a random factor in [0.5, 1.5) so racing writers spread out.
+pub(crate) async fn conflict_backoff(attempt: u32) {
+    let base_ms = 2u64 << attempt.min(5);
+    let factor = 0.5 + rand::random::<f64>();
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let micros = (base_ms as f64 * 1000.0 * factor) as u64;
+    tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
+}
 
 /// The longest thread id accepted (bytes). Thread ids end up in fact sources on disk.
 pub const MAX_THREAD_ID_BYTES: usize = 1024;

@@ -207,7 +207,11 @@ async fn a_create_refused_by_capacity_evicts_nothing_from_an_over_full_bucket() 
     for i in 0..18 {
         env.manager
             .create_fact(
-                new_fact(&format!("solid fact {i}"), "context", 0.5 + f64::from(i) / 100.0),
+                new_fact(
+                    &format!("solid fact {i}"),
+                    "context",
+                    0.5 + f64::from(i) / 100.0,
+                ),
                 s.clone(),
             )
             .await
@@ -271,6 +275,106 @@ async fn create_recomputes_after_a_competing_create() {
         hooked.applies.load(Ordering::SeqCst),
         2,
         "one conflict, one retry"
+    );
+}
+
+/// A write without an expected revision keeps recomputing while other writers (other
+/// processes on the same root) win the race, more times than the reference's three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_outlasts_a_run_of_competing_writers() {
+    let (m, hooked, _dir) = hooked_file(config());
+    for i in 0..5 {
+        hooked.compete(competing_create(
+            "alice",
+            "__default__",
+            &format!("fact_rival{i}"),
+            &format!("Rival fact {i}"),
+            0.7,
+        ));
+    }
+    let (doc, id) = m
+        .create_fact(NewFact::new("My fact"), scope("alice", None))
+        .await
+        .unwrap();
+    assert!(id.is_some());
+    assert_eq!(doc.facts.len(), 6);
+    assert_eq!(
+        hooked.applies.load(Ordering::SeqCst),
+        6,
+        "five losses, then a win"
+    );
+}
+
+/// A competing write of the same fact at `revision`, committed between the manager's read and
+/// its write.
+fn competing_edit(id: &str, revision: u64, content: &str, confidence: f64) -> Competitor {
+    let draft = json!({"id": id, "content": content, "category": "context", "confidence": confidence, "source": "manual"});
+    let id = deermem_core::FactId::new(id).unwrap();
+    Competitor {
+        user: Some(user("alice")),
+        agent: agent("__default__"),
+        changes: deermem_core::ChangeSet {
+            upserts: vec![draft.as_object().cloned().unwrap()],
+            upsert_revisions: Some([(id, Some(revision))].into_iter().collect()),
+            ..deermem_core::ChangeSet::default()
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_and_delete_without_a_revision_retry_a_concurrent_edit_of_the_fact() {
+    let (m, hooked, _dir) = hooked_file(config());
+    let s = scope("alice", None);
+    let (_, id) = m
+        .create_fact(new_fact("Drinks tea", "preference", 0.6), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+
+    // No revision named: the patch lands on the fresh fact (its confidence from the rival).
+    hooked.compete(competing_edit(&id, 1, "Drinks green tea", 0.9));
+    let doc = m
+        .update_fact(
+            &id,
+            FactPatch {
+                category: Some("knowledge".into()),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let f = &doc.facts[0];
+    assert_eq!(
+        (f.content.as_str(), f.confidence, f.revision),
+        ("Drinks green tea", 0.9, Some(3))
+    );
+    assert_eq!(f.category_extension.as_deref(), Some("knowledge"));
+
+    // A named revision that a rival made stale is the caller's conflict.
+    hooked.compete(competing_edit(&id, 3, "Drinks oolong", 0.9));
+    let r = m
+        .update_fact(
+            &id,
+            FactPatch {
+                content: Some("Drinks coffee".into()),
+                expected_revision: Some(3),
+                ..FactPatch::default()
+            },
+            s.clone(),
+        )
+        .await;
+    assert!(matches!(r, Err(ManagerError::Conflict { .. })), "{r:?}");
+    let applies = hooked.applies.load(Ordering::SeqCst);
+
+    // Delete without a revision deletes the fact a rival just edited.
+    hooked.compete(competing_edit(&id, 4, "Drinks rooibos", 0.9));
+    let doc = m.delete_fact(&id, None, s.clone()).await.unwrap();
+    assert!(doc.facts.is_empty());
+    assert_eq!(
+        hooked.applies.load(Ordering::SeqCst),
+        applies + 2,
+        "one lost race, one retry"
     );
 }
 

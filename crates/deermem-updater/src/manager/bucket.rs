@@ -11,7 +11,7 @@ use deermem_core::{
 };
 
 use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
-use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS};
+use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
 use crate::apply::capacity_decision;
 
 fn memory_data(message: String) -> ManagerError {
@@ -108,6 +108,7 @@ impl DeerMemManager {
                 }
                 Err(e) if e.is_conflict() && attempt < MAX_SNAPSHOT_ATTEMPTS => {
                     tracing::info!(attempt, error = %e, "memory changed during clear; recomputing from a fresh snapshot");
+                    conflict_backoff(attempt).await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -190,6 +191,7 @@ impl DeerMemManager {
                     if attempt < MAX_SNAPSHOT_ATTEMPTS =>
                 {
                     tracing::info!(attempt, error = %e, "memory changed during import; recomputing from a fresh snapshot");
+                    conflict_backoff(attempt).await;
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -13,7 +13,7 @@ use deermem_core::{
 };
 use serde_json::{Map, Value};
 
-use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS};
+use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
 use crate::apply::{CapacityDecision, capacity_decision};
 use crate::text::content_key;
 
@@ -229,6 +229,7 @@ impl DeerMemManager {
                 }
                 Err(e) if e.is_conflict() && attempt < MAX_SNAPSHOT_ATTEMPTS => {
                     tracing::info!(attempt, error = %e, "memory changed during create; recomputing from a fresh snapshot");
+                    conflict_backoff(attempt).await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -265,24 +266,42 @@ impl DeerMemManager {
             .map(validate_category)
             .transpose()?;
         let confidence = patch.confidence.map(validate_confidence).transpose()?;
-        let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
-        let expected = patch.expected_revision.unwrap_or(stored.revision);
-        if expected != stored.revision {
-            return Err(ManagerError::Conflict {
-                message: format!(
-                    "Expected fact '{id}' revision {expected}, found {}",
-                    stored.revision
-                ),
-            });
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
+            let expected = patch.expected_revision.unwrap_or(stored.revision);
+            if expected != stored.revision {
+                return Err(ManagerError::Conflict {
+                    message: format!(
+                        "Expected fact '{id}' revision {expected}, found {}",
+                        stored.revision
+                    ),
+                });
+            }
+            if content.is_none() && category.is_none() && confidence.is_none() {
+                return self.fresh_document(user.as_ref(), &agent).await;
+            }
+            let draft = patched_draft(&stored, content.clone(), category.clone(), confidence);
+            match self
+                .storage
+                .upsert_fact(user.as_ref(), &agent, draft, None, Some(expected))
+                .await
+            {
+                Ok(_) => return self.fresh_document(user.as_ref(), &agent).await,
+                // The caller named no revision: the patch applies to whatever is current, so a
+                // concurrent write of the same fact is re-read and the patch applied again.
+                Err(e)
+                    if e.is_conflict()
+                        && patch.expected_revision.is_none()
+                        && attempt < MAX_SNAPSHOT_ATTEMPTS =>
+                {
+                    tracing::info!(attempt, error = %e, "fact changed during update; applying the patch to the fresh fact");
+                    conflict_backoff(attempt).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        if content.is_none() && category.is_none() && confidence.is_none() {
-            return self.fresh_document(user.as_ref(), &agent).await;
-        }
-        let draft = patched_draft(&stored, content, category, confidence);
-        self.storage
-            .upsert_fact(user.as_ref(), &agent, draft, None, Some(expected))
-            .await?;
-        self.fresh_document(user.as_ref(), &agent).await
     }
 
     pub(super) async fn delete_fact_impl(
@@ -294,17 +313,36 @@ impl DeerMemManager {
         let (user, agent) = self.bucket(&scope)?;
         let _turn = self.write_turns.take(user.as_ref()).await;
         let id = FactId::new(fact_id)?;
-        let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
-        let revision = expected_revision.unwrap_or(stored.revision);
-        let result = self
-            .storage
-            .delete_fact(user.as_ref(), &agent, &id, None, Some(revision))
-            .await?;
-        if !result.deleted_fact_ids.contains(&id) {
-            // Deleted concurrently between the read and the write.
-            return Err(not_found(fact_id));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
+            let revision = expected_revision.unwrap_or(stored.revision);
+            let result = match self
+                .storage
+                .delete_fact(user.as_ref(), &agent, &id, None, Some(revision))
+                .await
+            {
+                Ok(r) => r,
+                // No revision named: deleting means "whatever is current", so a concurrent
+                // update of the fact is re-read and deleted at its new revision.
+                Err(e)
+                    if e.is_conflict()
+                        && expected_revision.is_none()
+                        && attempt < MAX_SNAPSHOT_ATTEMPTS =>
+                {
+                    tracing::info!(attempt, error = %e, "fact changed during delete; deleting the fresh fact");
+                    conflict_backoff(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if !result.deleted_fact_ids.contains(&id) {
+                // Deleted concurrently between the read and the write.
+                return Err(not_found(fact_id));
+            }
+            return self.fresh_document(user.as_ref(), &agent).await;
         }
-        self.fresh_document(user.as_ref(), &agent).await
     }
 }
 

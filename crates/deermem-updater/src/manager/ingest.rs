@@ -192,7 +192,7 @@ impl DeerMemManager {
     /// # Errors
     /// Invalid scope or thread id; the model failing transiently (`Unavailable`: timeout, rate
     /// limit, server or transport error), otherwise failing or answering unusably (`Backend`);
-    /// storage errors (conflicts after three attempts are `Conflict`).
+    /// storage errors (conflicts after the bounded retries are `Conflict`).
     pub async fn ingest_now(&self, request: AddRequest) -> Result<IngestReport, ManagerError> {
         let submission = self.submission(&request)?;
         let updater = self.pipeline.updater();
