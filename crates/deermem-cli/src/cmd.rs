@@ -368,8 +368,30 @@ async fn index_inner(
         }
         IndexCommand::Status => {
             let status = storage.retrieval_status().await;
+            // Compare the index with the files: only this can notice facts committed by a
+            // process that died before its index write (no record of that exists anywhere).
+            let verification = if status.configured && status.total_docs.is_some() {
+                match storage.verify_index().await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not compare the index with the fact files");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
             if ctx.global.json {
-                return output::print_json(&status);
+                let mut value = serde_json::to_value(&status).map_err(|e| {
+                    CliError::failure(format!("cannot encode the index status: {e}"))
+                })?;
+                if let (Some(map), Some(v)) = (value.as_object_mut(), &verification) {
+                    let v = serde_json::to_value(v).map_err(|e| {
+                        CliError::failure(format!("cannot encode the index check: {e}"))
+                    })?;
+                    map.insert("verification".into(), v);
+                }
+                return output::print_json(&value);
             }
             let mut out = format!(
                 "configured: {}\nmode:       {}\n",
@@ -401,6 +423,37 @@ async fn index_inner(
                     status.dirty_scopes.join(", ")
                 }
             ));
+            if let Some(v) = &verification {
+                if v.stale_scopes.is_empty() {
+                    out.push_str(&format!(
+                        "files:      in sync ({} fact(s) on disk, all indexed)\n",
+                        v.canonical_facts
+                    ));
+                } else {
+                    let scopes: Vec<String> = v
+                        .stale_scopes
+                        .iter()
+                        .map(|s| {
+                            format!(
+                                "{} ({} missing, {} extra, {} outdated)",
+                                s.scope, s.missing, s.extra, s.outdated
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "files:      OUT OF SYNC: {} fact(s) on disk, {} indexed; {}; run `deermem index rebuild` (searches of these scopes still find every fact through the fallback)\n",
+                        v.canonical_facts,
+                        v.indexed_docs,
+                        scopes.join(", ")
+                    ));
+                }
+                if v.unreadable_facts > 0 {
+                    out.push_str(&format!(
+                        "unreadable: {} fact file(s) (see the warnings above)\n",
+                        v.unreadable_facts
+                    ));
+                }
+            }
             if let Some(e) = &status.last_error {
                 out.push_str(&format!("last error: {e}\n"));
             }

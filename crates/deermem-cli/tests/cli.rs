@@ -1062,3 +1062,67 @@ fn concurrent_processes_writing_one_user_all_succeed() {
         assert_eq!(listed[0]["content"], "Imported fact", "{agent}");
     }
 }
+
+/// `index status` compares the index with the fact files: facts committed by a process that
+/// died before its index write (here: an index that lost them) are reported, not "clean".
+#[test]
+fn index_status_reports_facts_the_index_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for content in ["Likes hiking", "Owns a cat", "Speaks Dutch"] {
+        ok_json(
+            root,
+            &["facts", "add", "--user", "alice", "--content", content],
+        );
+    }
+    let status = ok_json(root, &["index", "status"]);
+    assert_eq!(status["verification"]["canonical_facts"], 3, "{status}");
+    assert_eq!(
+        status["verification"]["stale_scopes"],
+        serde_json::json!([])
+    );
+    let text = String::from_utf8_lossy(&run(root, &["index", "status"]).stdout).into_owned();
+    assert!(text.contains("files:      in sync (3 fact(s)"), "{text}");
+
+    // The index loses every document (as if the writes never reached it).
+    std::fs::remove_dir_all(root.join(".retrieval")).unwrap();
+    let status = ok_json(root, &["index", "status"]);
+    let v = &status["verification"];
+    assert_eq!(
+        (v["canonical_facts"].as_u64(), v["indexed_docs"].as_u64()),
+        (Some(3), Some(0)),
+        "{status}"
+    );
+    assert_eq!(v["stale_scopes"][0]["scope"], "alice|__default__");
+    assert_eq!(v["stale_scopes"][0]["missing"], 3);
+    let text = String::from_utf8_lossy(&run(root, &["index", "status"]).stdout).into_owned();
+    assert!(
+        text.contains("OUT OF SYNC")
+            && text.contains("alice|__default__ (3 missing, 0 extra, 0 outdated)"),
+        "{text}"
+    );
+
+    ok_json(root, &["index", "rebuild"]);
+    // A fact file removed behind the index's back is an extra document.
+    let facts = root.join("users/alice/agents/__default__/facts");
+    let one = std::fs::read_dir(&facts)
+        .unwrap()
+        .flatten()
+        .flat_map(|shard| std::fs::read_dir(shard.path()).unwrap().flatten())
+        .next()
+        .unwrap()
+        .path();
+    std::fs::remove_file(one).unwrap();
+    let status = ok_json(root, &["index", "status"]);
+    assert_eq!(
+        status["verification"]["stale_scopes"][0]["extra"], 1,
+        "{status}"
+    );
+    ok_json(root, &["index", "rebuild"]);
+    let status = ok_json(root, &["index", "status"]);
+    assert_eq!(
+        status["verification"]["stale_scopes"],
+        serde_json::json!([]),
+        "{status}"
+    );
+}

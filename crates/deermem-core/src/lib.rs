@@ -37,6 +37,6 @@ pub use fact::{Fact, FactDraft, FactScope, FactSource, PublicFact};
 pub use ids::{AgentName, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, FactId, Scope, UserId};
 pub use message::{Message, MessageKind};
 pub use search::{
-    MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery,
+    IndexedDoc, MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery,
 };
 pub use time::Timestamp;

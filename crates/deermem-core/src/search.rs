@@ -119,6 +119,18 @@ pub struct RetrievalStatus {
     pub db_path: Option<String>,
 }
 
+/// One document an index holds, as an inventory entry: enough to compare the index with the
+/// canonical facts without reading the documents back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexedDoc {
+    /// The scope the document was indexed under.
+    pub scope: Scope,
+    /// The fact id.
+    pub fact_id: String,
+    /// The fact revision the document was indexed at, when it carried one.
+    pub revision: Option<u64>,
+}
+
 /// Statistics an index adapter reports about itself.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RetrievalStats {

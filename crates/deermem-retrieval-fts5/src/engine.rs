@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use deermem_core::fact::{NormalizeContext, normalize_fact};
-use deermem_core::{Fact, FactId, FactScope, RetrievalError, Scope, Timestamp};
+use deermem_core::{AgentName, Fact, FactId, FactScope, RetrievalError, Scope, Timestamp, UserId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
@@ -654,6 +654,44 @@ pub(crate) fn load_doc(conn: &Connection, id: i64) -> rusqlite::Result<Option<(S
     conn.prepare_cached("SELECT fact_id, fact_json FROM docs WHERE id=?1")?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()
+}
+
+/// One inventory row: scope user JSON, scope agent JSON, fact id, revision.
+pub(crate) type InventoryRow = (String, String, String, Option<i64>);
+
+/// Every document as an [`InventoryRow`].
+pub(crate) fn inventory(conn: &Connection) -> rusqlite::Result<Vec<InventoryRow>> {
+    conn.prepare_cached(
+        "SELECT s.scope_user, s.scope_agent, d.fact_id, json_extract(d.fact_json, '$.revision') \
+         FROM docs d JOIN scopes s ON s.scope_key = d.scope_key",
+    )?
+    .query_map([], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3).ok().flatten()))
+    })?
+    .collect()
+}
+
+/// The scope of a stored scope key text (the inverse of [`ScopeKeyText::of`]).
+///
+/// # Errors
+/// A message when the stored text is not a JSON string or null, or not a valid id.
+pub(crate) fn decode_scope(user: &str, agent: &str) -> Result<Scope, String> {
+    let text = |s: &str| -> Result<Option<String>, String> {
+        match serde_json::from_str::<Value>(s).map_err(|e| e.to_string())? {
+            Value::Null => Ok(None),
+            Value::String(v) => Ok(Some(v)),
+            other => Err(format!("unexpected {other}")),
+        }
+    };
+    let user = text(user)?
+        .map(UserId::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let agent = text(agent)?
+        .map(|a| AgentName::parse(&a))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok(Scope::new(user, agent))
 }
 
 /// Number of indexed documents.

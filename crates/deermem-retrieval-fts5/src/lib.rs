@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use deermem_core::ports::{Clock, Retrieval};
 use deermem_core::{
-    Fact, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
+    Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
 };
 use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
@@ -803,6 +803,26 @@ impl Inner {
         Ok(fact)
     }
 
+    fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
+        self.ensure_open()?;
+        self.settle();
+        let rows = self.with_reader(engine::inventory)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (user, agent, fact_id, revision) in rows {
+            let scope = engine::decode_scope(&user, &agent).map_err(|e| {
+                RetrievalError::Backend(format!(
+                    "index holds an unreadable scope ({user}, {agent}): {e}"
+                ))
+            })?;
+            out.push(IndexedDoc {
+                scope,
+                fact_id,
+                revision: revision.and_then(|r| u64::try_from(r).ok()),
+            });
+        }
+        Ok(out)
+    }
+
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
         self.ensure_open()?;
         self.settle();
@@ -910,6 +930,10 @@ impl Retrieval for Fts5Retrieval {
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
         self.blocking(|inner| inner.stats()).await
+    }
+
+    async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
+        self.blocking(|inner| inner.inventory()).await
     }
 
     fn take_stale_scopes(&self) -> Vec<Scope> {

@@ -26,7 +26,7 @@ mod walk;
 pub mod yaml;
 
 pub use paths::resolve_root;
-pub use storage::{FileMemoryStorage, FileStorageConfig};
+pub use storage::{FileMemoryStorage, FileStorageConfig, IndexVerification, StaleScope};
 
 /// Renders a fact as the exact bytes of its Markdown file (what the storage writes).
 ///

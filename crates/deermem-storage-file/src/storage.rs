@@ -16,8 +16,9 @@ use deermem_core::ports::{
 };
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
-    MatchType, MemoryDocument, RebuildReport, RetrievalStatus, Scope, SearchHit, SearchQuery,
-    StorageError, SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    IndexedDoc, MatchType, MemoryDocument, RebuildReport, RetrievalError, RetrievalStatus, Scope,
+    SearchHit, SearchQuery, StorageError, SummariesSnapshot, SummaryPatch, SummarySection,
+    Timestamp, UserId, py,
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -195,6 +196,38 @@ impl FileMemoryStorage {
     }
 
     /// Runs blocking filesystem work off the async runtime's worker threads.
+    /// Compares the derived index with the canonical fact files, scope by scope: facts the
+    /// index lacks, documents it holds for facts that are gone, and documents of an older
+    /// revision. A process killed between its durable commit and its index write leaves the
+    /// index behind without any record of it, so an honest status has to look. `None` when no
+    /// index is configured or the adapter cannot list its documents.
+    ///
+    /// Reads every fact file: an operator's check (`deermem index status`), not a hot path.
+    ///
+    /// # Errors
+    /// The index cannot be listed (`Unavailable`), or the facts cannot be read.
+    pub async fn verify_index(
+        &self,
+    ) -> std::result::Result<Option<IndexVerification>, StorageError> {
+        let Some(retrieval) = self.inner.retrieval.clone() else {
+            return Ok(None);
+        };
+        let indexed = match retrieval.inventory().await {
+            Ok(docs) => docs,
+            Err(RetrievalError::Unsupported { .. }) => return Ok(None),
+            Err(e) => {
+                return Err(StorageError::Io {
+                    context: "listing the search index".into(),
+                    source: std::io::Error::other(e.to_string()),
+                });
+            }
+        };
+        let (records, unreadable) = self.run(|inner| Ok(inner.collect_all_for_index())).await?;
+        Ok(Some(IndexVerification::compare(
+            &records, &indexed, unreadable,
+        )))
+    }
+
     async fn run<T, F>(&self, f: F) -> std::result::Result<T, StorageError>
     where
         T: Send + 'static,
@@ -1408,6 +1441,82 @@ fn index_record(
         now,
     )?;
     Ok((Scope::new(user, Some(agent)), loaded.fact))
+}
+
+/// How the derived index compares with the canonical facts ([`FileMemoryStorage::verify_index`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IndexVerification {
+    /// Readable fact files.
+    pub canonical_facts: usize,
+    /// Fact files that could not be read (they are never indexed; the logs name them).
+    pub unreadable_facts: usize,
+    /// Documents in the index.
+    pub indexed_docs: usize,
+    /// Scopes where the two differ, sorted by label.
+    pub stale_scopes: Vec<StaleScope>,
+}
+
+/// One scope whose index documents differ from its fact files.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StaleScope {
+    /// `user|agent`.
+    pub scope: String,
+    /// Facts on disk the index lacks.
+    pub missing: usize,
+    /// Index documents whose fact is gone.
+    pub extra: usize,
+    /// Index documents of another revision than the fact on disk.
+    pub outdated: usize,
+}
+
+impl IndexVerification {
+    fn compare(records: &[(Scope, Fact)], indexed: &[IndexedDoc], unreadable: usize) -> Self {
+        type Key = (Option<UserId>, Option<AgentName>);
+        let mut canonical: BTreeMap<Key, BTreeMap<&str, u64>> = BTreeMap::new();
+        for (scope, fact) in records {
+            canonical
+                .entry((scope.user.clone(), scope.agent.clone()))
+                .or_default()
+                .insert(fact.id.as_str(), fact.revision);
+        }
+        let mut in_index: BTreeMap<Key, BTreeMap<&str, Option<u64>>> = BTreeMap::new();
+        for doc in indexed {
+            in_index
+                .entry((doc.scope.user.clone(), doc.scope.agent.clone()))
+                .or_default()
+                .insert(doc.fact_id.as_str(), doc.revision);
+        }
+        let empty_c = BTreeMap::new();
+        let empty_i = BTreeMap::new();
+        let keys: BTreeSet<&Key> = canonical.keys().chain(in_index.keys()).collect();
+        let mut stale_scopes = Vec::new();
+        for key in keys {
+            let c = canonical.get(key).unwrap_or(&empty_c);
+            let i = in_index.get(key).unwrap_or(&empty_i);
+            let missing = c.keys().filter(|id| !i.contains_key(*id)).count();
+            let extra = i.keys().filter(|id| !c.contains_key(*id)).count();
+            let outdated = c
+                .iter()
+                .filter(|(id, rev)| i.get(*id).is_some_and(|r| *r != Some(**rev)))
+                .count();
+            if missing + extra + outdated > 0 {
+                let agent = key.1.as_ref().map_or("", |a| a.as_str());
+                stale_scopes.push(StaleScope {
+                    scope: format!("{}|{agent}", key.0.as_ref().map_or("", |u| u.as_str())),
+                    missing,
+                    extra,
+                    outdated,
+                });
+            }
+        }
+        stale_scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
+        Self {
+            canonical_facts: records.len(),
+            unreadable_facts: unreadable,
+            indexed_docs: indexed.len(),
+            stale_scopes,
+        }
+    }
 }
 
 fn scope_label(user: &Option<UserId>, agent: &AgentName) -> String {

@@ -21,8 +21,8 @@ use async_trait::async_trait;
 use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::ports::Retrieval;
 use deermem_core::{
-    AgentName, Fact, FactId, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
-    SearchQuery, Timestamp, UserId, py,
+    AgentName, Fact, FactId, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
+    SearchHit, SearchQuery, Timestamp, UserId, py,
 };
 use serde_json::{Map, Value, json};
 
@@ -86,6 +86,7 @@ macro_rules! retrieval_contract {
             hostile_queries_never_error,
             upsert_requires_an_agent,
             stats_count_documents,
+            inventory_lists_every_document_with_its_scope_and_revision,
             close_is_idempotent_and_later_calls_fail,
         );
     };
@@ -661,6 +662,52 @@ pub async fn stats_count_documents(index: &dyn Retrieval) {
     assert_eq!(stats.adapter, index.kind());
 }
 
+/// `inventory` lists every document once, under its scope, with the indexed revision; removals
+/// and rebuilds are reflected (an adapter that cannot list answers `Unsupported`).
+pub async fn inventory_lists_every_document_with_its_scope_and_revision(index: &dyn Retrieval) {
+    let s = scope(Some("alice"), "coder");
+    let t = scope(None, "__default__");
+    put(index, &s, &fact(&s, "a", "lima one", "context", 0.5)).await;
+    let mut b = fact_with(&s, "b", "lima two", json!({}));
+    b.revision = 4;
+    put(index, &s, &b).await;
+    put(index, &t, &fact(&t, "a", "lima three", "context", 0.5)).await;
+    put(index, &s, &fact(&s, "c", "lima four", "context", 0.5)).await;
+    index
+        .remove(&s, "c")
+        .await
+        .unwrap_or_else(|e| panic!("remove: {e}"));
+    let mut docs = match index.inventory().await {
+        Ok(d) => d,
+        Err(RetrievalError::Unsupported { .. }) => return,
+        Err(e) => panic!("inventory: {e}"),
+    };
+    docs.sort_by(|x, y| {
+        (format!("{:?}", x.scope), &x.fact_id).cmp(&(format!("{:?}", y.scope), &y.fact_id))
+    });
+    let mut want = vec![
+        IndexedDoc {
+            scope: s.clone(),
+            fact_id: "a".to_owned(),
+            revision: Some(1),
+        },
+        IndexedDoc {
+            scope: s.clone(),
+            fact_id: "b".to_owned(),
+            revision: Some(4),
+        },
+        IndexedDoc {
+            scope: t.clone(),
+            fact_id: "a".to_owned(),
+            revision: Some(1),
+        },
+    ];
+    want.sort_by(|x, y| {
+        (format!("{:?}", x.scope), &x.fact_id).cmp(&(format!("{:?}", y.scope), &y.fact_id))
+    });
+    assert_eq!(docs, want);
+}
+
 /// `close` is idempotent and later calls fail with `Unavailable`.
 pub async fn close_is_idempotent_and_later_calls_fail(index: &dyn Retrieval) {
     let s = scope(Some("alice"), "coder");
@@ -840,6 +887,21 @@ impl Retrieval for SubstringRetrieval {
             total_docs: st.docs.values().map(|m| m.len() as u64).sum(),
             ..RetrievalStats::default()
         })
+    }
+
+    async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
+        let st = self.open()?;
+        Ok(st
+            .docs
+            .iter()
+            .flat_map(|(scope, docs)| {
+                docs.values().map(move |f| IndexedDoc {
+                    scope: scope.clone(),
+                    fact_id: f.id.as_str().to_owned(),
+                    revision: Some(f.revision),
+                })
+            })
+            .collect())
     }
 
     async fn close(&self) {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use crate::error::RetrievalError;
 use crate::fact::Fact;
 use crate::ids::Scope;
-use crate::search::{RetrievalStats, SearchHit, SearchQuery};
+use crate::search::{IndexedDoc, RetrievalStats, SearchHit, SearchQuery};
 
 /// A scope-aware search index. It holds only data that can be rebuilt from canonical storage.
 ///
@@ -70,6 +70,21 @@ pub trait Retrieval: Send + Sync + Debug {
     /// # Errors
     /// `Unavailable`/`Backend`.
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError>;
+
+    /// Every document the index holds (after applying accepted writes), so that an operator's
+    /// status check can compare the index with the canonical facts: a process killed between
+    /// its durable commit and its index write leaves facts the index lacks, and nothing else
+    /// records that.
+    ///
+    /// # Errors
+    /// `Unsupported` (the default) for an adapter that cannot list its documents;
+    /// `Unavailable`/`Backend` on index failure.
+    async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
+        Err(RetrievalError::Unsupported {
+            operation: "inventory",
+            adapter: self.kind(),
+        })
+    }
 
     /// Closes the index. Idempotent; later calls fail with `Unavailable`. Writes accepted
     /// before are applied first.

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use deermem_core::ports::{Clock, Retrieval};
-use deermem_core::{Fact, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery};
+use deermem_core::{
+    Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
+};
 use deermem_retrieval_fts5::Fts5Retrieval;
 
 #[derive(Default)]
@@ -180,6 +182,10 @@ impl Retrieval for RecoveringFts5 {
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
         self.index().await?.stats().await
+    }
+
+    async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
+        self.index().await?.inventory().await
     }
 
     fn take_stale_scopes(&self) -> Vec<Scope> {
