@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deermem_core::ports::{FactPatch, MemoryManager, MemoryStorage, NewFact, SearchRequest};
+use deermem_core::ports::{FactPatch, MemoryManager, NewFact, SearchRequest};
 use deermem_core::{AgentName, PublicMemoryDocument, UserId};
 use serde_json::json;
 
@@ -13,6 +13,7 @@ use crate::args::{FactsCommand, IndexCommand, MigrateArgs, ScopeArgs};
 use crate::ctx::{self, Ctx};
 use crate::error::{CliError, Kind};
 use crate::output;
+use deermem_core::prelude::*;
 
 /// Drains and closes a manager after a command that may have queued work.
 pub(crate) async fn finish(manager: &Arc<dyn MemoryManager>, ctx: &Ctx) {

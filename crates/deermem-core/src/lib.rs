@@ -18,6 +18,13 @@ pub mod ids;
 pub mod message;
 pub mod policy;
 pub mod ports;
+/// The storage traits in scope without their names: `use deermem_core::prelude::*;` lets code
+/// call every storage operation on a concrete adapter or a `dyn MemoryStorage`.
+pub mod prelude {
+    pub use crate::ports::{
+        FactMetadata as _, FactRepository as _, MemoryStorageExt as _, ScopedSearch as _,
+    };
+}
 pub mod py;
 pub mod search;
 pub mod time;

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request};
-use deermem_core::ports::{Clock, MemoryStorage, Retrieval};
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, DeerMemConfig, Fact, MemoryConfig, Scope, SearchQuery, StorageError, Timestamp,
     UserId,

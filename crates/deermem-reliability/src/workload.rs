@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use deermem_core::ports::MemoryStorage;
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, FactDraft, FactId, StorageError, SummaryPatch, UserId,
 };

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use deermem_core::ports::{Clock, MemoryStorage};
+use deermem_core::ports::Clock;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, Timestamp, UserId};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::json;

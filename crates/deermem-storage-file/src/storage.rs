@@ -12,13 +12,13 @@ use async_trait::async_trait;
 use deermem_core::document::DOCUMENT_VERSION;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::ports::{
-    Clock, ListQuery, MemoryStorage, MigrationReport, Retrieval, StorageCapabilities,
+    Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, Retrieval, ScopedSearch,
+    StorageCapabilities,
 };
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
     IndexedDoc, MatchType, MemoryDocument, RebuildReport, RetrievalError, RetrievalStatus, Scope,
-    SearchHit, SearchQuery, StorageError, SummariesSnapshot, SummaryPatch, SummarySection,
-    Timestamp, UserId, py,
+    SearchHit, SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp, UserId, py,
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -1034,84 +1034,6 @@ impl Inner {
         }
     }
 
-    fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> Result<(Committed, Vec<Notification>, Vec<FactId>)> {
-        if agent.is_none() && !document.facts.is_empty() {
-            return Err(Error::invalid(
-                "memory_data.facts",
-                "an agent-less save must not contain facts",
-            ));
-        }
-        let udir = self.user_dir(user)?;
-        let now = self.now();
-        let _lock = self.lock(&udir)?;
-        let mut notes = self.read_migrations_locked(&udir, agent, now)?;
-        let mut ids: HashSet<&str> = HashSet::new();
-        for f in &document.facts {
-            if !ids.insert(f.id.as_str()) {
-                return Err(Error::invalid(
-                    "memory_data.facts",
-                    format!("Duplicate fact id '{}' in facts", f.id),
-                ));
-            }
-        }
-        let mut deletes: Vec<FactId> = Vec::new();
-        if let Some(a) = agent {
-            let existing = markdown::load_all(
-                &udir.facts(a),
-                Expected {
-                    user: udir.user.as_ref(),
-                    agent: a.as_str(),
-                },
-                now,
-            )?;
-            deletes = existing
-                .into_iter()
-                .map(|l| l.fact.id)
-                .filter(|id| !ids.contains(id.as_str()))
-                .collect();
-            deletes.sort();
-        }
-        let summaries = agent.is_none().then(|| {
-            (
-                Some(document.user.0.clone()),
-                Some(document.history.0.clone()),
-            )
-        });
-        let req = CommitRequest {
-            current_manifest: None,
-            agent: agent.cloned(),
-            upserts: document
-                .facts
-                .iter()
-                .map(|f| (f.id.clone(), f.to_draft()))
-                .collect(),
-            upsert_revisions: None,
-            deletes: deletes.clone(),
-            delete_revisions: None,
-            summaries,
-            expected_revision,
-            allow_legacy_drop: false,
-        };
-        let done = commit::commit(&udir, req, now)?;
-        if done.wrote {
-            self.invalidate_user(&udir.user);
-        }
-        if let (Some(a), false) = (agent, deletes.is_empty()) {
-            let ids: Vec<String> = deletes.iter().map(|i| i.to_string()).collect();
-            if let Err(e) = self.clear_metadata_locked(&udir, a, Some(&ids)) {
-                tracing::warn!(error = %e, "could not clear sidecar metadata of deleted facts");
-            }
-        }
-        notes.extend(done.notifications.iter().cloned());
-        Ok((done, notes, deletes))
-    }
-
     fn get_fact(
         &self,
         user: Option<&UserId>,
@@ -1528,7 +1450,7 @@ fn scope_label(user: &Option<UserId>, agent: &AgentName) -> String {
 }
 
 #[async_trait]
-impl MemoryStorage for FileMemoryStorage {
+impl FactRepository for FileMemoryStorage {
     fn capabilities(&self) -> StorageCapabilities {
         let mut names: BTreeSet<String> = [
             "file",
@@ -1650,58 +1572,6 @@ impl MemoryStorage for FileMemoryStorage {
         crate::fresh_fact_id()
     }
 
-    async fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> std::result::Result<(), StorageError> {
-        let (u, a, document) = (user.cloned(), agent.cloned(), document.clone());
-        let (_, notes, _) = self
-            .run_write(user, agent, move |inner| {
-                inner.save(u.as_ref(), a.as_ref(), &document, expected_revision)
-            })
-            .await?;
-        self.dispatch(notes).await;
-        Ok(())
-    }
-
-    async fn get_summaries(
-        &self,
-        user: Option<&UserId>,
-    ) -> std::result::Result<SummariesSnapshot, StorageError> {
-        let doc = self.load_impl(user, None, false).await?;
-        Ok(SummariesSnapshot {
-            user: doc.user,
-            history: doc.history,
-            revision: doc.revision,
-        })
-    }
-
-    async fn update_summaries(
-        &self,
-        user: Option<&UserId>,
-        patch: SummaryPatch,
-        expected_revision: Option<u64>,
-    ) -> std::result::Result<MemoryDocument, StorageError> {
-        let changes = ChangeSet {
-            summaries: Some(patch),
-            ..ChangeSet::default()
-        };
-        self.apply_changes(
-            user,
-            None,
-            changes,
-            ApplyOptions {
-                expected_manifest_revision: expected_revision,
-                allow_manifest_rebase: false,
-            },
-        )
-        .await?;
-        self.load_impl(user, None, true).await
-    }
-
     async fn clear_all(
         &self,
         user: Option<&UserId>,
@@ -1731,22 +1601,18 @@ impl MemoryStorage for FileMemoryStorage {
             .await
     }
 
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        dry_run: bool,
-    ) -> std::result::Result<MigrationReport, StorageError> {
-        let (u, a) = (user.cloned(), agent.clone());
-        let (report, notes) = self
-            .run_write(user, Some(agent), move |inner| {
-                inner.migrate(u.as_ref(), &a, dry_run)
-            })
-            .await?;
-        self.dispatch(notes).await;
-        Ok(report)
+    async fn close(&self) {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(r) = &self.inner.retrieval {
+            r.close().await;
+        }
     }
+}
 
+#[async_trait]
+impl FactMetadata for FileMemoryStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,
@@ -1835,7 +1701,10 @@ impl MemoryStorage for FileMemoryStorage {
         })
         .await
     }
+}
 
+#[async_trait]
+impl ScopedSearch for FileMemoryStorage {
     async fn search_facts(
         &self,
         query: &SearchQuery,
@@ -2022,18 +1891,37 @@ impl MemoryStorage for FileMemoryStorage {
         }
         status
     }
+}
 
-    async fn list_users(&self) -> std::result::Result<Vec<UserId>, StorageError> {
-        self.run(|inner| inner.list_users()).await
+impl FileMemoryStorage {
+    /// Migrates legacy v1 data of the user into the agent's bucket (explicit migration), or
+    /// with `dry_run` only reports whether it would. An administrative operation of this
+    /// adapter (`deermem migrate`); normal reads migrate lazily on their own.
+    ///
+    /// # Errors
+    /// `Corrupt` for conflicting summaries or mismatched backups (nothing modified).
+    pub async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        dry_run: bool,
+    ) -> std::result::Result<MigrationReport, StorageError> {
+        let (u, a) = (user.cloned(), agent.clone());
+        let (report, notes) = self
+            .run_write(user, Some(agent), move |inner| {
+                inner.migrate(u.as_ref(), &a, dry_run)
+            })
+            .await?;
+        self.dispatch(notes).await;
+        Ok(report)
     }
 
-    async fn close(&self) {
-        if self.inner.closed.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        if let Some(r) = &self.inner.retrieval {
-            r.close().await;
-        }
+    /// The raw ids of the users this root holds data for (those it can name).
+    ///
+    /// # Errors
+    /// `Io` when the root cannot be read.
+    pub async fn list_users(&self) -> std::result::Result<Vec<UserId>, StorageError> {
+        self.run(|inner| inner.list_users()).await
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use deermem_core::ports::MemoryStorage;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, StorageError, UserId};
 use deermem_storage_file::isolation::{
     AgentConfigDir, IsolationAction, IsolationItemKind, IsolationOptions, IsolationSummary,

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use deermem_core::ports::{
     ContextRequest, FactPatch, MemoryManager, MemoryScope, MemoryStorage, NewFact,
 };
+use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, DeerMemConfig, InvalidInputCode, LlmError, ManagerError, MemoryMode,
     PublicMemoryDocument, SummaryPatch,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{LogCapture, SpyStorage, a, answer, clock, h, labelled, seed_fact};
-use deermem_core::ports::MemoryStorage;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, UserId};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_updater::prompt::{

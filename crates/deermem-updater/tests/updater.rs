@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use deermem_core::policy::eviction::EvictionPolicy;
-use deermem_core::ports::MemoryStorage;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, LlmError, Message, UserId};
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
 use deermem_updater::observe::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};

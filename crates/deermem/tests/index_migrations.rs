@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use deermem_core::ports::MemoryStorage;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, MatchType, Scope, SearchQuery, UserId};
 use deermem_storage_file::FileMemoryStorage;
 use deermem_testkit::clock::ManualClock;

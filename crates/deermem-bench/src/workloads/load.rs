@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 
 use super::{Env, open, quiesce, seed_scope, settle};
 use crate::stats::{Recorder, WorkloadResult};
+use deermem_core::prelude::*;
 
 async fn seeded(env: &Env) -> Result<(UserId, AgentName)> {
     let user = UserId::new("reader@bench.example")?;

@@ -5,12 +5,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 use serde_json::{Value, json};
 
 use super::{Env, open};
 use crate::stats::{Recorder, WorkloadResult};
+use deermem_core::prelude::*;
 
 fn summary(text: &str) -> Value {
     json!({"summary": text, "updatedAt": if text.is_empty() { "" } else { "2026-05-01T00:00:00Z" }})

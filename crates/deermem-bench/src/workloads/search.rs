@@ -4,12 +4,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{Scope, SearchQuery};
 
 use super::{Env, open, scope_ids, seed_corpus};
 use crate::corpus;
 use crate::stats::{Recorder, WorkloadResult};
+use deermem_core::prelude::*;
 
 /// Seeds the corpus (without index notifications), then opens the storage with its index.
 async fn seeded(env: &Env) -> Result<(deermem_storage_file::FileMemoryStorage, usize)> {

@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::ports::{ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
+use deermem_core::ports::{
+    FactMetadata, FactRepository, ListQuery, MemoryStorage, ScopedSearch, StorageCapabilities,
+};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, RebuildReport,
-    RetrievalStatus, SearchHit, SearchQuery, StorageError, SummariesSnapshot, SummaryPatch,
-    Timestamp, UserId,
+    RetrievalStatus, SearchHit, SearchQuery, StorageError, Timestamp, UserId,
 };
 
 /// Delegates everything to `inner`, timing the write operations.
@@ -41,7 +42,7 @@ impl TimedStorage {
 }
 
 #[async_trait]
-impl MemoryStorage for TimedStorage {
+impl FactRepository for TimedStorage {
     fn capabilities(&self) -> StorageCapabilities {
         self.inner.capabilities()
     }
@@ -100,44 +101,6 @@ impl MemoryStorage for TimedStorage {
         self.inner.new_fact_id()
     }
 
-    async fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StorageError> {
-        let t = Instant::now();
-        let r = self
-            .inner
-            .save(user, agent, document, expected_revision)
-            .await;
-        self.add(t);
-        r
-    }
-
-    async fn get_summaries(
-        &self,
-        user: Option<&UserId>,
-    ) -> Result<SummariesSnapshot, StorageError> {
-        self.inner.get_summaries(user).await
-    }
-
-    async fn update_summaries(
-        &self,
-        user: Option<&UserId>,
-        patch: SummaryPatch,
-        expected_revision: Option<u64>,
-    ) -> Result<MemoryDocument, StorageError> {
-        let t = Instant::now();
-        let r = self
-            .inner
-            .update_summaries(user, patch, expected_revision)
-            .await;
-        self.add(t);
-        r
-    }
-
     async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
         let t = Instant::now();
         let r = self.inner.clear_all(user).await;
@@ -145,15 +108,13 @@ impl MemoryStorage for TimedStorage {
         r
     }
 
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        dry_run: bool,
-    ) -> Result<MigrationReport, StorageError> {
-        self.inner.migrate(user, agent, dry_run).await
+    async fn close(&self) {
+        self.inner.close().await;
     }
+}
 
+#[async_trait]
+impl FactMetadata for TimedStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,
@@ -204,7 +165,10 @@ impl MemoryStorage for TimedStorage {
         self.add(t);
         r
     }
+}
 
+#[async_trait]
+impl ScopedSearch for TimedStorage {
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         self.inner.search_facts(query).await
     }
@@ -218,13 +182,5 @@ impl MemoryStorage for TimedStorage {
 
     async fn retrieval_status(&self) -> RetrievalStatus {
         self.inner.retrieval_status().await
-    }
-
-    async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
-        self.inner.list_users().await
-    }
-
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }

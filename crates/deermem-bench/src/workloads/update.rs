@@ -18,6 +18,8 @@ use serde_json::json;
 use super::timed::TimedStorage;
 use super::{Env, clock, config, open, quiesce, seed_scope};
 use crate::stats::{Recorder, WorkloadResult, percentile};
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::prelude::*;
 
 /// A model that always gives the same answer.
 #[derive(Debug)]

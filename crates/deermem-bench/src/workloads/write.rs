@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, FactDraft, UserId};
 use deermem_storage_file::FileMemoryStorage;
 
@@ -15,6 +14,8 @@ use super::floor::Floor;
 use super::{Env, open};
 use crate::machine::process_cpu_time_precise;
 use crate::stats::{Recorder, WorkloadResult};
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::prelude::*;
 
 /// Creates one after another. The floor's operations are measured alongside, in alternating
 /// blocks of a tenth of the run on raw files next to the root (`paired_floor_ops_per_sec`), so

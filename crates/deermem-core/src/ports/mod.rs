@@ -14,4 +14,7 @@ pub use manager::{
     MemoryScope, NewFact, ScoredFact, SearchRequest, wrap_memory_block,
 };
 pub use retrieval::Retrieval;
-pub use storage::{ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
+pub use storage::{
+    FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
+    ScopedSearch, StorageCapabilities,
+};

@@ -1,5 +1,11 @@
-//! The `MemoryStorage` port: the fact repository plus the per-user summaries, with optimistic
-//! revisions, usage and audit sidecars, migration, and scoped search over a derived index.
+//! The storage ports, each saying one thing: [`FactRepository`] (load a scope, commit a change
+//! set under optimistic revisions), [`FactMetadata`] (usage heat and the capacity audit),
+//! [`ScopedSearch`] (ranked search over a derived index), [`MemoryStorage`] (all three, what the
+//! manager holds), and [`MemoryStorageExt`] (point writes, whole-document save and summaries,
+//! derived once from the repository for every adapter).
+//!
+//! A new storage adapter implements the three small traits and runs the storage contract suite
+//! of `deermem-testkit`; everything else comes with them.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -31,7 +37,7 @@ pub struct StorageCapabilities {
     pub retrieval: bool,
 }
 
-/// Filters and paging for [`MemoryStorage::list_facts`].
+/// Filters and paging for [`FactRepository::list_facts`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListQuery {
     /// Keep facts whose internal field equals the value (Python equality), for every entry.
@@ -64,7 +70,7 @@ pub struct MigrationReport {
     pub dry_run: bool,
 }
 
-/// The fact repository and the per-user summaries.
+/// The fact repository: per-user summaries plus per-agent facts, committed in change sets.
 ///
 /// # Contract
 /// - **Scopes.** `user == None` is the legacy root layout. Fact operations need an agent; a
@@ -88,7 +94,7 @@ pub struct MigrationReport {
 /// - **Corruption.** Unreadable manifests, fact files, journals or mismatched backups are
 ///   `Corrupt`, never silently repaired or skipped in canonical reads.
 #[async_trait]
-pub trait MemoryStorage: Send + Sync + Debug {
+pub trait FactRepository: Send + Sync + Debug {
     /// What the adapter supports.
     fn capabilities(&self) -> StorageCapabilities;
 
@@ -149,6 +155,106 @@ pub trait MemoryStorage: Send + Sync + Debug {
         options: ApplyOptions,
     ) -> Result<ChangeResult, StorageError>;
 
+    /// A fresh storage-style fact id (`fact_` + 32 hex).
+    fn new_fact_id(&self) -> FactId;
+
+    /// Deletes every agent's facts and resets the summaries, keeping agent configuration files;
+    /// returns the reloaded default-bucket document.
+    ///
+    /// # Errors
+    /// As `apply_changes`.
+    async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError>;
+
+    /// Releases resources (the index connection). Idempotent.
+    async fn close(&self);
+}
+
+/// Metadata about facts kept beside them and never part of a fact's revision: the decaying
+/// query-access heat the hybrid eviction policy reads, and the bounded capacity audit.
+#[async_trait]
+pub trait FactMetadata: Send + Sync + Debug {
+    /// The usage sidecar of the agent (tolerant: unreadable sidecars read as empty).
+    ///
+    /// # Errors
+    /// `LockTimeout` or scope errors.
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<FactUsageMap, StorageError>;
+
+    /// Records one query access for each existing fact among `ids`.
+    ///
+    /// # Errors
+    /// `LockTimeout`, `Io`.
+    async fn record_fact_accesses(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: &[FactId],
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError>;
+
+    /// Appends a capacity-eviction event to the bounded audit (metadata only).
+    ///
+    /// # Errors
+    /// `LockTimeout`, `Io`.
+    async fn record_capacity_eviction(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        decision: &EvictionDecision,
+        max_facts: usize,
+        shadow: Option<&EvictionDecision>,
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError>;
+
+    /// Removes sidecar metadata of the given ids, or all of the agent's with `None`.
+    ///
+    /// # Errors
+    /// `LockTimeout`, `Io`.
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> Result<(), StorageError>;
+}
+
+/// Ranked search over the storage's facts, through a derived index kept in step with commits.
+#[async_trait]
+pub trait ScopedSearch: Send + Sync + Debug {
+    /// Ranked search within the query's scopes through the retrieval index, falling back to a
+    /// substring scan when no index is configured or the scope is dirty and cannot be rebuilt.
+    ///
+    /// # Errors
+    /// `InvalidInput` for bad scopes; index failures fall back instead of failing.
+    async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError>;
+
+    /// Rebuilds the derived index for the given `(user, agent)` scopes, or for everything.
+    ///
+    /// # Errors
+    /// Scoped rebuilds propagate `Corrupt`; failures of single facts are counted, not raised.
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError>;
+
+    /// Index configuration and health.
+    async fn retrieval_status(&self) -> RetrievalStatus;
+}
+
+/// Everything the memory manager needs of a storage: implemented for every type that
+/// implements the three ports.
+pub trait MemoryStorage: FactRepository + FactMetadata + ScopedSearch {}
+
+impl<T: FactRepository + FactMetadata + ScopedSearch + ?Sized> MemoryStorage for T {}
+
+/// Operations every fact repository gets from [`FactRepository::apply_changes`] and
+/// [`FactRepository::load`]: point writes, the compatibility whole-document save, and the
+/// summaries. Implemented once, here, for every repository.
+#[async_trait]
+pub trait MemoryStorageExt: FactRepository {
     /// Creates or updates one fact: `expected_fact_revision == None` means create-only.
     /// Rebases over unrelated concurrent commits.
     ///
@@ -211,28 +317,91 @@ pub trait MemoryStorage: Send + Sync + Debug {
             .await
     }
 
-    /// A fresh storage-style fact id (`fact_` + 32 hex).
-    fn new_fact_id(&self) -> FactId;
-
     /// The compatibility whole-document save: the agent's facts become exactly `document.facts`
     /// (missing ones deleted); agent-less saves write the summaries.
     ///
+    /// The current facts are read and the change set committed against that read's revision,
+    /// so a fact created in between is never deleted unseen: with `expected_revision` a stale
+    /// read is the caller's `ManifestConflict`; without one the save is recomputed (at most
+    /// three times).
+    ///
     /// # Errors
-    /// As `apply_changes`.
+    /// `InvalidInput` for facts in an agent-less save or duplicate ids; as `apply_changes`.
     async fn save(
         &self,
         user: Option<&UserId>,
         agent: Option<&AgentName>,
         document: &MemoryDocument,
         expected_revision: Option<u64>,
-    ) -> Result<(), StorageError>;
+    ) -> Result<(), StorageError> {
+        let invalid = |message: String| StorageError::InvalidInput {
+            field: "memory_data.facts".into(),
+            message,
+        };
+        if agent.is_none() && !document.facts.is_empty() {
+            return Err(invalid("an agent-less save must not contain facts".into()));
+        }
+        let mut keep: BTreeSet<&str> = BTreeSet::new();
+        for f in &document.facts {
+            if !keep.insert(f.id.as_str()) {
+                return Err(invalid(format!("Duplicate fact id '{}' in facts", f.id)));
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.load(user, agent).await?;
+            let deletes: Vec<FactId> = current
+                .facts
+                .iter()
+                .map(|f| f.id.clone())
+                .filter(|id| !keep.contains(id.as_str()))
+                .collect();
+            // Each fact is written over whatever the read saw: a create when it is new, an
+            // overwrite at the stored revision otherwise (never the payload's own revision).
+            let upsert_revisions = document
+                .facts
+                .iter()
+                .map(|f| (f.id.clone(), current.fact(f.id.as_str()).map(|c| c.revision)))
+                .collect();
+            let changes = ChangeSet {
+                upserts: document.facts.iter().map(Fact::to_draft).collect(),
+                upsert_revisions: Some(upsert_revisions),
+                deletes,
+                summaries: agent.is_none().then(|| SummaryPatch {
+                    user: Some(document.user.0.clone()),
+                    history: Some(document.history.0.clone()),
+                }),
+                ..ChangeSet::default()
+            };
+            let options = ApplyOptions {
+                expected_manifest_revision: Some(expected_revision.unwrap_or(current.revision)),
+                allow_manifest_rebase: false,
+            };
+            match self.apply_changes(user, agent, changes, options).await {
+                Ok(_) => return Ok(()),
+                Err(StorageError::ManifestConflict { .. })
+                    if expected_revision.is_none() && attempt < 3 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 
     /// The user's summaries with their revision.
     ///
     /// # Errors
     /// As `load`.
-    async fn get_summaries(&self, user: Option<&UserId>)
-    -> Result<SummariesSnapshot, StorageError>;
+    async fn get_summaries(
+        &self,
+        user: Option<&UserId>,
+    ) -> Result<SummariesSnapshot, StorageError> {
+        let doc = self.load(user, None).await?;
+        Ok(SummariesSnapshot {
+            user: doc.user,
+            history: doc.history,
+            revision: doc.revision,
+        })
+    }
 
     /// Merges summary children and returns the reloaded user document.
     ///
@@ -243,99 +412,18 @@ pub trait MemoryStorage: Send + Sync + Debug {
         user: Option<&UserId>,
         patch: SummaryPatch,
         expected_revision: Option<u64>,
-    ) -> Result<MemoryDocument, StorageError>;
-
-    /// Deletes every agent's facts and resets the summaries, keeping agent configuration files;
-    /// returns the reloaded default-bucket document.
-    ///
-    /// # Errors
-    /// As `apply_changes`.
-    async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError>;
-
-    /// Migrates legacy v1 data of the user into the agent's bucket (explicit migration), or with
-    /// `dry_run` only reports whether it would.
-    ///
-    /// # Errors
-    /// `Corrupt` for conflicting summaries or mismatched backups (nothing modified).
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        dry_run: bool,
-    ) -> Result<MigrationReport, StorageError>;
-
-    /// The usage sidecar of the agent (tolerant: unreadable sidecars read as empty).
-    ///
-    /// # Errors
-    /// `LockTimeout` or scope errors.
-    async fn get_fact_usage(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-    ) -> Result<FactUsageMap, StorageError>;
-
-    /// Records one query access for each existing fact among `ids`.
-    ///
-    /// # Errors
-    /// `LockTimeout`, `Io`.
-    async fn record_fact_accesses(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        ids: &[FactId],
-        at: Option<Timestamp>,
-    ) -> Result<(), StorageError>;
-
-    /// Appends a capacity-eviction event to the bounded audit (metadata only).
-    ///
-    /// # Errors
-    /// `LockTimeout`, `Io`.
-    async fn record_capacity_eviction(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        decision: &EvictionDecision,
-        max_facts: usize,
-        shadow: Option<&EvictionDecision>,
-        at: Option<Timestamp>,
-    ) -> Result<(), StorageError>;
-
-    /// Removes sidecar metadata of the given ids, or all of the agent's with `None`.
-    ///
-    /// # Errors
-    /// `LockTimeout`, `Io`.
-    async fn clear_fact_metadata(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        ids: Option<&[FactId]>,
-    ) -> Result<(), StorageError>;
-
-    /// Ranked search within the query's scopes through the retrieval index, falling back to a
-    /// substring scan when no index is configured or the scope is dirty and cannot be rebuilt.
-    ///
-    /// # Errors
-    /// `InvalidInput` for bad scopes; index failures fall back instead of failing.
-    async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError>;
-
-    /// Rebuilds the derived index for the given `(user, agent)` scopes, or for everything.
-    ///
-    /// # Errors
-    /// Scoped rebuilds propagate `Corrupt`; failures of single facts are counted, not raised.
-    async fn rebuild_index(
-        &self,
-        scopes: Option<&[(Option<UserId>, AgentName)]>,
-    ) -> Result<RebuildReport, StorageError>;
-
-    /// Index configuration and health.
-    async fn retrieval_status(&self) -> RetrievalStatus;
-
-    /// The raw ids of the users this storage holds data for (those it can name).
-    ///
-    /// # Errors
-    /// `Io` when the root cannot be read.
-    async fn list_users(&self) -> Result<Vec<UserId>, StorageError>;
-
-    /// Releases resources (the index connection). Idempotent.
-    async fn close(&self);
+    ) -> Result<MemoryDocument, StorageError> {
+        let changes = ChangeSet {
+            summaries: Some(patch),
+            ..ChangeSet::default()
+        };
+        let options = ApplyOptions {
+            expected_manifest_revision: expected_revision,
+            allow_manifest_rebase: false,
+        };
+        self.apply_changes(user, None, changes, options).await?;
+        self.reload(user, None).await
+    }
 }
+
+impl<T: FactRepository + ?Sized> MemoryStorageExt for T {}

@@ -15,7 +15,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use deermem::SystemClock;
-use deermem_core::ports::{Clock, MemoryStorage};
+use deermem_core::ports::Clock;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, StorageError, UserId};
 use deermem_reliability::workload::{self, LogLine, State};
 use deermem_storage_file::FileMemoryStorage;

@@ -8,12 +8,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 use deermem_reliability::{figure, pick, verify};
 use serde_json::Value;
 
 use crate::support;
+use deermem_core::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_by_four_tasks_lose_no_update() {

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::ports::{MemoryScope, SearchRequest};
 use deermem_core::{AgentName, UserId};
 use deermem_reliability::workload::{self, AGENT, Op, State, USER};
@@ -19,6 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::support;
+use deermem_core::prelude::*;
 
 /// The part of the state a load of the main agent shows.
 fn main_view(

@@ -6,7 +6,6 @@
 //! at all, and the next operation succeeds once the fault clears.
 
 use deermem_core::StorageError;
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 use deermem_reliability::figure;
 use deermem_reliability::verify;
@@ -14,6 +13,7 @@ use deermem_reliability::workload::{self, AGENT, Op, State, USER};
 use deermem_storage_file::fault::inject::{IoFault, arm, disarm};
 
 use crate::support;
+use deermem_core::prelude::*;
 
 fn main_view(
     s: &State,

@@ -7,12 +7,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, UserId};
 use deermem_reliability::{figure, pick, verify};
 use serde_json::{Value, json};
 
 use crate::support;
+use deermem_core::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_writer_and_a_rust_writer_share_one_root() {

@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deermem_core::ports::{
-    AddRequest, ContextRequest, MemoryScope, MemoryStorage, NewFact, SearchRequest,
-};
+use deermem_core::ports::{AddRequest, ContextRequest, MemoryScope, NewFact, SearchRequest};
 use deermem_core::{AgentName, ManagerError, MemoryConfig, Message, Timestamp, UserId};
 use deermem_reliability::{figure, pick, verify};
 use serde_json::json;
 
 use crate::support;
+use deermem_core::prelude::*;
 
 /// Generous guard against a hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(600);

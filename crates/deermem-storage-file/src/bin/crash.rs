@@ -6,7 +6,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use deermem_core::ports::{Clock, MemoryStorage};
+use deermem_core::ports::Clock;
+use deermem_core::prelude::*;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, Timestamp, UserId};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::json;

@@ -9,6 +9,7 @@ use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet};
 
 use crate::support::{clock, fact, open, user};
+use deermem_core::prelude::*;
 
 async fn write(s: &dyn MemoryStorage, n: usize) {
     let u = user("cache@example.com");

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{FactId, StorageError};
 use serde_json::json;
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 #[test]
 fn two_instances_on_threads_never_lose_a_write() {

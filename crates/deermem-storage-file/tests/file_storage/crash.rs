@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{FactId, SummaryPatch};
 use serde_json::json;
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 const STEPS_ROLLED_BACK: [&str; 7] = [
     "after-preimages",

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, Fact, UserId, py};
 use serde_json::Value;
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 fn expected(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()

@@ -1,11 +1,11 @@
 //! Hostile input: traversal ids and names, NUL, huge content, malformed files. Every case is a
 //! typed error or works; nothing outside the root is touched and no data is lost.
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, StorageError, UserId};
 use serde_json::json;
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 #[tokio::test]
 async fn traversal_ids_never_leave_the_root() {

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deermem_core::policy::eviction::{EvictedFact, EvictionDecision, EvictionPolicy};
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch, py};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::{Value, json};
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 fn interop_script(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

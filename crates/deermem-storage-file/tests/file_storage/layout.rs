@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::{Value, json};
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 #[tokio::test]
 async fn manifest_holds_only_summaries_and_facts_are_sharded_markdown() {

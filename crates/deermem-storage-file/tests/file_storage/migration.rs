@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId};
 use serde_json::json;
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 fn v1_doc(summary: &str, facts: serde_json::Value) -> String {
     json!({

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use deermem_core::ports::MemoryStorage;
 use deermem_core::{ApplyOptions, ChangeSet, FactId, Scope, SearchQuery};
 
 use crate::support::*;
+use deermem_core::prelude::*;
 
 #[tokio::test]
 async fn commits_notify_upserts_and_removes_with_raw_scope() {

@@ -9,11 +9,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::ports::{Clock, ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::ports::{
+    Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, ScopedSearch,
+    StorageCapabilities,
+};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MatchType,
     MemoryDocument, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
-    SummariesSnapshot, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    SummaryPatch, SummarySection, Timestamp, UserId, py,
 };
 use serde_json::{Map, Value};
 
@@ -273,7 +277,7 @@ fn bad_revision() -> StorageError {
 }
 
 #[async_trait]
-impl MemoryStorage for InMemoryStorage {
+impl FactRepository for InMemoryStorage {
     fn capabilities(&self) -> StorageCapabilities {
         StorageCapabilities {
             names: ["revision", "fact-repository", "substring-fallback"]
@@ -440,82 +444,6 @@ impl MemoryStorage for InMemoryStorage {
         fresh_id()
     }
 
-    async fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StorageError> {
-        if agent.is_none() && !document.facts.is_empty() {
-            return Err(invalid(
-                "memory_data.facts",
-                "an agent-less save must not contain facts",
-            ));
-        }
-        let keep: HashSet<&str> = document.facts.iter().map(|f| f.id.as_str()).collect();
-        if keep.len() != document.facts.len() {
-            return Err(invalid("memory_data.facts", "Duplicate fact id in facts"));
-        }
-        let deletes: Vec<FactId> = match agent {
-            Some(a) => self
-                .load(user, Some(a))
-                .await?
-                .facts
-                .into_iter()
-                .map(|f| f.id)
-                .filter(|id| !keep.contains(id.as_str()))
-                .collect(),
-            None => Vec::new(),
-        };
-        let changes = ChangeSet {
-            upserts: document.facts.iter().map(Fact::to_draft).collect(),
-            deletes,
-            summaries: agent.is_none().then(|| SummaryPatch {
-                user: Some(document.user.0.clone()),
-                history: Some(document.history.0.clone()),
-            }),
-            ..ChangeSet::default()
-        };
-        let no_checks = HashMap::new();
-        self.commit(user, agent, &changes, expected_revision, &no_checks)
-            .map(|_| ())
-    }
-
-    async fn get_summaries(
-        &self,
-        user: Option<&UserId>,
-    ) -> Result<SummariesSnapshot, StorageError> {
-        let doc = self.load(user, None).await?;
-        Ok(SummariesSnapshot {
-            user: doc.user,
-            history: doc.history,
-            revision: doc.revision,
-        })
-    }
-
-    async fn update_summaries(
-        &self,
-        user: Option<&UserId>,
-        patch: SummaryPatch,
-        expected_revision: Option<u64>,
-    ) -> Result<MemoryDocument, StorageError> {
-        self.apply_changes(
-            user,
-            None,
-            ChangeSet {
-                summaries: Some(patch),
-                ..ChangeSet::default()
-            },
-            ApplyOptions {
-                expected_manifest_revision: expected_revision,
-                allow_manifest_rebase: false,
-            },
-        )
-        .await?;
-        self.load(user, None).await
-    }
-
     async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
         let agents: Vec<AgentName> = self
             .data()
@@ -559,23 +487,11 @@ impl MemoryStorage for InMemoryStorage {
         self.load(user, Some(&AgentName::default_bucket())).await
     }
 
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        _agent: &AgentName,
-        dry_run: bool,
-    ) -> Result<MigrationReport, StorageError> {
-        let doc = self.load(user, None).await?;
-        Ok(MigrationReport {
-            migrated: false,
-            from_version: (doc.revision > 0).then(|| doc.version.clone()),
-            to_version: doc.version,
-            revision: doc.revision,
-            migrated_facts: 0,
-            dry_run,
-        })
-    }
+    async fn close(&self) {}
+}
 
+#[async_trait]
+impl FactMetadata for InMemoryStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,
@@ -694,7 +610,10 @@ impl MemoryStorage for InMemoryStorage {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl ScopedSearch for InMemoryStorage {
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         if query.is_trivially_empty() {
             return Ok(Vec::new());
@@ -749,12 +668,29 @@ impl MemoryStorage for InMemoryStorage {
             ..RetrievalStatus::default()
         }
     }
+}
 
-    async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
+impl InMemoryStorage {
+    pub async fn migrate(
+        &self,
+        user: Option<&UserId>,
+        _agent: &AgentName,
+        dry_run: bool,
+    ) -> Result<MigrationReport, StorageError> {
+        let doc = self.load(user, None).await?;
+        Ok(MigrationReport {
+            migrated: false,
+            from_version: (doc.revision > 0).then(|| doc.version.clone()),
+            to_version: doc.version,
+            revision: doc.revision,
+            migrated_facts: 0,
+            dry_run,
+        })
+    }
+
+    pub async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
         let mut users: Vec<UserId> = self.data().keys().flatten().cloned().collect();
         users.sort();
         Ok(users)
     }
-
-    async fn close(&self) {}
 }

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::clock::ManualClock;
 
+use deermem_core::ports::MemoryStorageExt;
 pub use memory::InMemoryStorage;
 
 /// The storage under test, the clock it reads, and whatever must outlive it.

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
 use crate::apply::{CapacityDecision, capacity_decision};
 use crate::text::content_key;
+use deermem_core::ports::MemoryStorageExt;
 
 /// The longest manual fact content accepted, in code points (facts are injected into prompts;
 /// one huge fact would crowd out every other).

@@ -9,11 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::ports::{Clock, ListQuery, MemoryStorage, MigrationReport, StorageCapabilities};
+use deermem_core::ports::{
+    Clock, FactMetadata, FactRepository, ListQuery, ScopedSearch, StorageCapabilities,
+};
+use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
     MemoryDocument, Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
-    SummariesSnapshot, SummaryPatch, Timestamp, UserId,
+    SummaryPatch, Timestamp, UserId,
 };
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::storage::InMemoryStorage;
@@ -109,10 +112,11 @@ impl SpyStorage {
 }
 
 #[async_trait]
-impl MemoryStorage for SpyStorage {
+impl FactRepository for SpyStorage {
     fn capabilities(&self) -> StorageCapabilities {
         self.inner.capabilities()
     }
+
     async fn load(
         &self,
         user: Option<&UserId>,
@@ -121,6 +125,7 @@ impl MemoryStorage for SpyStorage {
         self.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load(user, agent).await
     }
+
     async fn reload(
         &self,
         user: Option<&UserId>,
@@ -128,6 +133,7 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<MemoryDocument, StorageError> {
         self.inner.reload(user, agent).await
     }
+
     async fn get_fact(
         &self,
         user: Option<&UserId>,
@@ -136,6 +142,7 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<Option<Fact>, StorageError> {
         self.inner.get_fact(user, agent, id).await
     }
+
     async fn list_facts(
         &self,
         user: Option<&UserId>,
@@ -144,6 +151,7 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<Vec<Fact>, StorageError> {
         self.inner.list_facts(user, agent, query).await
     }
+
     async fn apply_changes(
         &self,
         user: Option<&UserId>,
@@ -178,47 +186,22 @@ impl MemoryStorage for SpyStorage {
             .apply_changes(user, agent, changes, options)
             .await
     }
+
     fn new_fact_id(&self) -> FactId {
         self.inner.new_fact_id()
     }
-    async fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StorageError> {
-        self.inner
-            .save(user, agent, document, expected_revision)
-            .await
-    }
-    async fn get_summaries(
-        &self,
-        user: Option<&UserId>,
-    ) -> Result<SummariesSnapshot, StorageError> {
-        self.inner.get_summaries(user).await
-    }
-    async fn update_summaries(
-        &self,
-        user: Option<&UserId>,
-        patch: SummaryPatch,
-        expected_revision: Option<u64>,
-    ) -> Result<MemoryDocument, StorageError> {
-        self.inner
-            .update_summaries(user, patch, expected_revision)
-            .await
-    }
+
     async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
         self.inner.clear_all(user).await
     }
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        dry_run: bool,
-    ) -> Result<MigrationReport, StorageError> {
-        self.inner.migrate(user, agent, dry_run).await
+
+    async fn close(&self) {
+        self.inner.close().await;
     }
+}
+
+#[async_trait]
+impl FactMetadata for SpyStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,
@@ -230,6 +213,7 @@ impl MemoryStorage for SpyStorage {
         ));
         self.inner.get_fact_usage(user, agent).await
     }
+
     async fn record_fact_accesses(
         &self,
         user: Option<&UserId>,
@@ -239,6 +223,7 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<(), StorageError> {
         self.inner.record_fact_accesses(user, agent, ids, at).await
     }
+
     async fn record_capacity_eviction(
         &self,
         user: Option<&UserId>,
@@ -256,6 +241,7 @@ impl MemoryStorage for SpyStorage {
             .record_capacity_eviction(user, agent, decision, max_facts, shadow, at)
             .await
     }
+
     async fn clear_fact_metadata(
         &self,
         user: Option<&UserId>,
@@ -264,23 +250,23 @@ impl MemoryStorage for SpyStorage {
     ) -> Result<(), StorageError> {
         self.inner.clear_fact_metadata(user, agent, ids).await
     }
+}
+
+#[async_trait]
+impl ScopedSearch for SpyStorage {
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         self.inner.search_facts(query).await
     }
+
     async fn rebuild_index(
         &self,
         scopes: Option<&[(Option<UserId>, AgentName)]>,
     ) -> Result<RebuildReport, StorageError> {
         self.inner.rebuild_index(scopes).await
     }
+
     async fn retrieval_status(&self) -> RetrievalStatus {
         self.inner.retrieval_status().await
-    }
-    async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
-        self.inner.list_users().await
-    }
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }
 

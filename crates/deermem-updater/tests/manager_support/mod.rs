@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::ports::{
-    AddRequest, Clock, LanguageModel, ListQuery, MemoryScope, MemoryStorage, MigrationReport,
-    SearchRequest, StorageCapabilities,
+    AddRequest, Clock, FactMetadata, FactRepository, LanguageModel, ListQuery, MemoryScope,
+    MemoryStorage, ScopedSearch, SearchRequest, StorageCapabilities,
 };
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactId, MemoryDocument,
-    Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
-    SummariesSnapshot, SummaryPatch, Timestamp, TokenCounting, UserId,
+    Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, Timestamp,
+    TokenCounting, UserId,
 };
 use deermem_retrieval_fts5::Fts5Retrieval;
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
@@ -262,7 +262,7 @@ impl HookedStorage {
 }
 
 #[async_trait]
-impl MemoryStorage for HookedStorage {
+impl FactRepository for HookedStorage {
     fn capabilities(&self) -> StorageCapabilities {
         let mut c = self.inner.capabilities();
         if let Some(on) = self.retrieval {
@@ -270,6 +270,7 @@ impl MemoryStorage for HookedStorage {
         }
         c
     }
+
     async fn load(
         &self,
         user: Option<&UserId>,
@@ -277,6 +278,7 @@ impl MemoryStorage for HookedStorage {
     ) -> Result<MemoryDocument, StorageError> {
         self.inner.load(user, agent).await
     }
+
     async fn reload(
         &self,
         user: Option<&UserId>,
@@ -284,6 +286,7 @@ impl MemoryStorage for HookedStorage {
     ) -> Result<MemoryDocument, StorageError> {
         self.inner.reload(user, agent).await
     }
+
     async fn get_fact(
         &self,
         user: Option<&UserId>,
@@ -292,6 +295,7 @@ impl MemoryStorage for HookedStorage {
     ) -> Result<Option<Fact>, StorageError> {
         self.inner.get_fact(user, agent, id).await
     }
+
     async fn list_facts(
         &self,
         user: Option<&UserId>,
@@ -300,6 +304,7 @@ impl MemoryStorage for HookedStorage {
     ) -> Result<Vec<Fact>, StorageError> {
         self.inner.list_facts(user, agent, query).await
     }
+
     async fn apply_changes(
         &self,
         user: Option<&UserId>,
@@ -323,47 +328,23 @@ impl MemoryStorage for HookedStorage {
             .apply_changes(user, agent, changes, options)
             .await
     }
+
     fn new_fact_id(&self) -> FactId {
         self.inner.new_fact_id()
     }
-    async fn save(
-        &self,
-        user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        document: &MemoryDocument,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StorageError> {
-        self.inner
-            .save(user, agent, document, expected_revision)
-            .await
-    }
-    async fn get_summaries(
-        &self,
-        user: Option<&UserId>,
-    ) -> Result<SummariesSnapshot, StorageError> {
-        self.inner.get_summaries(user).await
-    }
-    async fn update_summaries(
-        &self,
-        user: Option<&UserId>,
-        patch: SummaryPatch,
-        expected_revision: Option<u64>,
-    ) -> Result<MemoryDocument, StorageError> {
-        self.inner
-            .update_summaries(user, patch, expected_revision)
-            .await
-    }
+
     async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
         self.inner.clear_all(user).await
     }
-    async fn migrate(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        dry_run: bool,
-    ) -> Result<MigrationReport, StorageError> {
-        self.inner.migrate(user, agent, dry_run).await
+
+    async fn close(&self) {
+        self.closes.fetch_add(1, Ordering::SeqCst);
+        self.inner.close().await;
     }
+}
+
+#[async_trait]
+impl FactMetadata for HookedStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,
@@ -372,6 +353,7 @@ impl MemoryStorage for HookedStorage {
         self.usage_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.get_fact_usage(user, agent).await
     }
+
     async fn record_fact_accesses(
         &self,
         user: Option<&UserId>,
@@ -385,6 +367,7 @@ impl MemoryStorage for HookedStorage {
             .push(ids.iter().map(|i| i.as_str().to_owned()).collect());
         self.inner.record_fact_accesses(user, agent, ids, at).await
     }
+
     async fn record_capacity_eviction(
         &self,
         user: Option<&UserId>,
@@ -398,6 +381,7 @@ impl MemoryStorage for HookedStorage {
             .record_capacity_eviction(user, agent, decision, max_facts, shadow, at)
             .await
     }
+
     async fn clear_fact_metadata(
         &self,
         user: Option<&UserId>,
@@ -406,6 +390,10 @@ impl MemoryStorage for HookedStorage {
     ) -> Result<(), StorageError> {
         self.inner.clear_fact_metadata(user, agent, ids).await
     }
+}
+
+#[async_trait]
+impl ScopedSearch for HookedStorage {
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         self.search_calls.fetch_add(1, Ordering::SeqCst);
         if self.fail_search.load(Ordering::SeqCst) {
@@ -416,6 +404,7 @@ impl MemoryStorage for HookedStorage {
         }
         self.inner.search_facts(query).await
     }
+
     async fn rebuild_index(
         &self,
         scopes: Option<&[(Option<UserId>, AgentName)]>,
@@ -430,15 +419,9 @@ impl MemoryStorage for HookedStorage {
             None => self.inner.rebuild_index(scopes).await,
         }
     }
+
     async fn retrieval_status(&self) -> RetrievalStatus {
         self.inner.retrieval_status().await
-    }
-    async fn list_users(&self) -> Result<Vec<UserId>, StorageError> {
-        self.inner.list_users().await
-    }
-    async fn close(&self) {
-        self.closes.fetch_add(1, Ordering::SeqCst);
-        self.inner.close().await;
     }
 }
 
