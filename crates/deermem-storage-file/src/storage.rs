@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use deermem_core::document::DOCUMENT_VERSION;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, Retrieval, ScopedSearch,
     StorageCapabilities,
@@ -338,41 +339,33 @@ impl FileMemoryStorage {
         &self,
         query: &SearchQuery,
     ) -> std::result::Result<Vec<SearchHit>, StorageError> {
-        let q = py::lower(py::strip(&query.text));
-        if q.is_empty() || query.top_k == 0 {
+        if query.is_trivially_empty() {
             return Ok(Vec::new());
         }
-        let mut hits: Vec<SearchHit> = Vec::new();
+        let mut facts: Vec<Fact> = Vec::new();
         for scope in &query.scopes {
             let Some(agent) = &scope.agent else { continue };
-            let doc = self
-                .load_impl(scope.user.as_ref(), Some(agent), false)
-                .await?;
-            for fact in doc.facts {
-                if let Some(c) = &query.category
-                    && fact.category.as_deref() != Some(c.as_str())
-                {
-                    continue;
-                }
-                if !py::lower(&fact.content).contains(&q) {
-                    continue;
-                }
-                let score = if fact.confidence == 0.0 {
-                    0.5
-                } else {
-                    fact.confidence
-                };
-                hits.push(SearchHit {
-                    fact,
-                    score,
-                    match_type: MatchType::Substring,
-                    bm25: None,
-                });
-            }
+            facts.extend(
+                self.load_impl(scope.user.as_ref(), Some(agent), false)
+                    .await?
+                    .facts,
+            );
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(query.top_k);
-        Ok(hits)
+        Ok(substring_search(
+            &facts,
+            &query.text,
+            query.category.as_deref(),
+            query.top_k,
+            SubstringRules::STORAGE,
+        )
+        .into_iter()
+        .map(|(score, fact)| SearchHit {
+            fact: fact.clone(),
+            score,
+            match_type: MatchType::Substring,
+            bm25: None,
+        })
+        .collect())
     }
 }
 

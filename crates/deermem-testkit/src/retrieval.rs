@@ -19,10 +19,11 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::Retrieval;
 use deermem_core::{
     AgentName, Fact, FactId, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
-    SearchHit, SearchQuery, Timestamp, UserId, py,
+    SearchHit, SearchQuery, Timestamp, UserId,
 };
 use serde_json::{Map, Value, json};
 
@@ -805,40 +806,30 @@ impl Retrieval for SubstringRetrieval {
             return Ok(Vec::new());
         }
         let st = self.open()?;
-        let needle = py::lower(py::strip(&query.text));
         let mut seen: Vec<&Scope> = Vec::new();
-        let mut hits: Vec<SearchHit> = Vec::new();
+        let mut facts: Vec<&Fact> = Vec::new();
         for s in &query.scopes {
             if seen.contains(&s) {
                 continue;
             }
             seen.push(s);
-            let Some(docs) = st.docs.get(s) else { continue };
-            for f in docs.values() {
-                if let Some(c) = &query.category
-                    && f.category_or_default() != c
-                {
-                    continue;
-                }
-                if !py::lower(&f.content).contains(&needle) {
-                    continue;
-                }
-                let score = if f.confidence == 0.0 || !f.confidence.is_finite() {
-                    0.5
-                } else {
-                    f.confidence
-                };
-                hits.push(SearchHit {
-                    fact: f.clone(),
-                    score,
-                    match_type: MatchType::Substring,
-                    bm25: None,
-                });
-            }
+            facts.extend(st.docs.get(s).into_iter().flat_map(|docs| docs.values()));
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(query.top_k);
-        Ok(hits)
+        Ok(substring_search(
+            facts,
+            &query.text,
+            query.category.as_deref(),
+            query.top_k,
+            SubstringRules::INDEX,
+        )
+        .into_iter()
+        .map(|(score, fact)| SearchHit {
+            fact: fact.clone(),
+            score,
+            match_type: MatchType::Substring,
+            bm25: None,
+        })
+        .collect())
     }
 
     async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError> {

@@ -2,3 +2,4 @@
 //! argument.
 
 pub mod eviction;
+pub mod substring;

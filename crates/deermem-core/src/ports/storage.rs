@@ -362,7 +362,12 @@ pub trait MemoryStorageExt: FactRepository {
             let upsert_revisions = document
                 .facts
                 .iter()
-                .map(|f| (f.id.clone(), current.fact(f.id.as_str()).map(|c| c.revision)))
+                .map(|f| {
+                    (
+                        f.id.clone(),
+                        current.fact(f.id.as_str()).map(|c| c.revision),
+                    )
+                })
                 .collect();
             let changes = ChangeSet {
                 upserts: document.facts.iter().map(Fact::to_draft).collect(),

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, ScopedSearch,
@@ -618,36 +619,26 @@ impl ScopedSearch for InMemoryStorage {
         if query.is_trivially_empty() {
             return Ok(Vec::new());
         }
-        let q = py::lower(py::strip(&query.text));
-        let mut hits = Vec::new();
+        let mut facts = Vec::new();
         for scope in &query.scopes {
             let Some(agent) = &scope.agent else { continue };
-            for fact in self.load(scope.user.as_ref(), Some(agent)).await?.facts {
-                if query
-                    .category
-                    .as_ref()
-                    .is_some_and(|c| fact.category.as_deref() != Some(c.as_str()))
-                {
-                    continue;
-                }
-                if py::lower(&fact.content).contains(&q) {
-                    let score = if fact.confidence == 0.0 {
-                        0.5
-                    } else {
-                        fact.confidence
-                    };
-                    hits.push(SearchHit {
-                        fact,
-                        score,
-                        match_type: MatchType::Substring,
-                        bm25: None,
-                    });
-                }
-            }
+            facts.extend(self.load(scope.user.as_ref(), Some(agent)).await?.facts);
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(query.top_k);
-        Ok(hits)
+        Ok(substring_search(
+            &facts,
+            &query.text,
+            query.category.as_deref(),
+            query.top_k,
+            SubstringRules::STORAGE,
+        )
+        .into_iter()
+        .map(|(score, fact)| SearchHit {
+            fact: fact.clone(),
+            score,
+            match_type: MatchType::Substring,
+            bm25: None,
+        })
+        .collect())
     }
 
     async fn rebuild_index(

@@ -5,7 +5,7 @@
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
 
-use deermem_core::policy::eviction::bounded_confidence;
+use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{ScoredFact, SearchRequest};
 use deermem_core::{
     AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
@@ -77,19 +77,8 @@ pub(super) fn substring_matches(
     category: Option<&str>,
     top_k: usize,
 ) -> Vec<ScoredFact> {
-    let q = py::lower(py::strip(query));
-    if q.is_empty() || top_k == 0 {
-        return Vec::new();
-    }
-    let mut hits: Vec<(f64, &Fact)> = facts
-        .iter()
-        .filter(|f| category.is_none_or(|c| f.category_or_default() == c))
-        .filter(|f| py::lower(&f.content).contains(&q))
-        .map(|f| (bounded_confidence(f.confidence), f))
-        .collect();
-    hits.sort_by(|a, b| b.0.total_cmp(&a.0));
-    hits.into_iter()
-        .take(top_k)
+    substring_search(facts, query, category, top_k, SubstringRules::MANAGER)
+        .into_iter()
         .map(|(score, f)| ScoredFact {
             fact: f.to_public(),
             score: Some(score),
