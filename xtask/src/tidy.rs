@@ -99,7 +99,8 @@ fn check_core_dependencies(root: &Path, problems: &mut Vec<String>) {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file below `dir`, skipping directories for which `skip_dir(name)` holds.
+fn walk_files(dir: &Path, skip_dir: &dyn Fn(&str) -> bool, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -108,15 +109,31 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if path.is_dir() {
-            if name == "target" || name.starts_with('.') || name == "corpus" || name == "artifacts"
-            {
-                continue;
+            if !skip_dir(&name) {
+                walk_files(&path, skip_dir, out);
             }
-            rust_files(&path, out);
-        } else if name.ends_with(".rs") {
+        } else {
             out.push(path);
         }
     }
+}
+
+/// Generated or data directories no rule reads.
+fn is_generated_dir(name: &str) -> bool {
+    matches!(name, "target" | "corpus" | "artifacts" | "bench-out")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut all = Vec::new();
+    walk_files(
+        dir,
+        &|name| is_generated_dir(name) || name.starts_with('.'),
+        &mut all,
+    );
+    out.extend(
+        all.into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "rs")),
+    );
 }
 
 fn check_core_sources(root: &Path, problems: &mut Vec<String>) {
@@ -253,29 +270,12 @@ fn outside_reference(line: &str) -> Option<String> {
 /// Every committed-looking text file (outside `target/`, `.git/` and fuzz corpora) is checked
 /// with [`outside_reference`]; this file, which names the patterns, is exempt.
 fn check_outside_references(root: &Path, problems: &mut Vec<String>) {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if path.is_dir() {
-                if matches!(
-                    name.as_ref(),
-                    "target" | ".git" | "corpus" | "artifacts" | "bench-out"
-                ) {
-                    continue;
-                }
-                walk(&path, out);
-            } else {
-                out.push(path);
-            }
-        }
-    }
     let mut files = Vec::new();
-    walk(root, &mut files);
+    walk_files(
+        root,
+        &|name| is_generated_dir(name) || name == ".git",
+        &mut files,
+    );
     files.sort();
     let this_file = root.join("xtask/src/tidy.rs");
     for file in files {

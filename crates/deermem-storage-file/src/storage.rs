@@ -11,15 +11,15 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use deermem_core::document::DOCUMENT_VERSION;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::policy::substring::{SubstringRules, substring_search};
+use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, Retrieval, ScopedSearch,
     StorageCapabilities,
 };
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
-    IndexedDoc, MatchType, MemoryDocument, RebuildReport, RetrievalError, RetrievalStatus, Scope,
-    SearchHit, SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    IndexedDoc, MemoryDocument, RebuildReport, RetrievalError, RetrievalStatus, Scope, SearchHit,
+    SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp, UserId, py,
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -351,21 +351,7 @@ impl FileMemoryStorage {
                     .facts,
             );
         }
-        Ok(substring_search(
-            &facts,
-            &query.text,
-            query.category.as_deref(),
-            query.top_k,
-            SubstringRules::STORAGE,
-        )
-        .into_iter()
-        .map(|(score, fact)| SearchHit {
-            fact: fact.clone(),
-            score,
-            match_type: MatchType::Substring,
-            bm25: None,
-        })
-        .collect())
+        Ok(substring_hits(&facts, query, SubstringRules::STORAGE))
     }
 }
 

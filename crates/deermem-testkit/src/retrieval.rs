@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use deermem_core::fact::{NormalizeContext, normalize_fact};
-use deermem_core::policy::substring::{SubstringRules, substring_search};
+use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::Retrieval;
 use deermem_core::{
     AgentName, Fact, FactId, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
@@ -815,21 +815,7 @@ impl Retrieval for SubstringRetrieval {
             seen.push(s);
             facts.extend(st.docs.get(s).into_iter().flat_map(|docs| docs.values()));
         }
-        Ok(substring_search(
-            facts,
-            &query.text,
-            query.category.as_deref(),
-            query.top_k,
-            SubstringRules::INDEX,
-        )
-        .into_iter()
-        .map(|(score, fact)| SearchHit {
-            fact: fact.clone(),
-            score,
-            match_type: MatchType::Substring,
-            bm25: None,
-        })
-        .collect())
+        Ok(substring_hits(facts, query, SubstringRules::INDEX))
     }
 
     async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError> {

@@ -6,6 +6,7 @@
 use crate::fact::Fact;
 use crate::policy::eviction::bounded_confidence;
 use crate::py;
+use crate::search::{MatchType, SearchHit, SearchQuery};
 
 /// How a category filter compares with a fact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +90,30 @@ pub fn substring_search<'a>(
     hits.sort_by(|a, b| b.0.total_cmp(&a.0));
     hits.truncate(top_k);
     hits
+}
+
+/// [`substring_search`] over a [`SearchQuery`]'s text, category and `top_k`, as search hits
+/// (the facts cloned, `matchType: substring`).
+pub fn substring_hits<'a>(
+    facts: impl IntoIterator<Item = &'a Fact>,
+    query: &SearchQuery,
+    rules: SubstringRules,
+) -> Vec<SearchHit> {
+    substring_search(
+        facts,
+        &query.text,
+        query.category.as_deref(),
+        query.top_k,
+        rules,
+    )
+    .into_iter()
+    .map(|(score, fact)| SearchHit {
+        fact: fact.clone(),
+        score,
+        match_type: MatchType::Substring,
+        bm25: None,
+    })
+    .collect()
 }
 
 #[cfg(test)]

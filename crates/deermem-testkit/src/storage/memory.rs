@@ -9,16 +9,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::policy::substring::{SubstringRules, substring_search};
+use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, MigrationReport, ScopedSearch,
     StorageCapabilities,
 };
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MatchType,
-    MemoryDocument, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
-    SummaryPatch, SummarySection, Timestamp, UserId, py,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MemoryDocument,
+    RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch,
+    SummarySection, Timestamp, UserId, py,
 };
 use serde_json::{Map, Value};
 
@@ -624,21 +624,7 @@ impl ScopedSearch for InMemoryStorage {
             let Some(agent) = &scope.agent else { continue };
             facts.extend(self.load(scope.user.as_ref(), Some(agent)).await?.facts);
         }
-        Ok(substring_search(
-            &facts,
-            &query.text,
-            query.category.as_deref(),
-            query.top_k,
-            SubstringRules::STORAGE,
-        )
-        .into_iter()
-        .map(|(score, fact)| SearchHit {
-            fact: fact.clone(),
-            score,
-            match_type: MatchType::Substring,
-            bm25: None,
-        })
-        .collect())
+        Ok(substring_hits(&facts, query, SubstringRules::STORAGE))
     }
 
     async fn rebuild_index(
