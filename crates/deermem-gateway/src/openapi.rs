@@ -43,6 +43,8 @@ pub enum Body {
     PrometheusText,
     /// This document (an OpenAPI object).
     OpenApi,
+    /// An HTML page.
+    Html,
 }
 
 /// One documented response of an operation.
@@ -536,6 +538,18 @@ pub const ROUTES: &[RouteInfo] = &[
             body: Body::OpenApi,
         }],
     ),
+    open(
+        "GET",
+        "/docs",
+        "ops::docs",
+        "docs",
+        "This reference as an HTML page",
+        &[Reply {
+            status: 200,
+            description: "Every operation with its parameters, body and responses",
+            body: Body::Html,
+        }],
+    ),
 ];
 
 /// The errors every `/api` route shares (the route's own responses take precedence).
@@ -642,6 +656,7 @@ fn operation(route: &RouteInfo, out: &mut SchemaGenerator, input: &mut SchemaGen
             Body::Json(schema) => json_content(schema(out).to_value()),
             Body::PrometheusText => json!({ "text/plain": { "schema": { "type": "string" } } }),
             Body::OpenApi => json_content(json!({ "type": "object" })),
+            Body::Html => json!({ "text/html": { "schema": { "type": "string" } } }),
         };
         responses.insert(
             status.to_string(),
