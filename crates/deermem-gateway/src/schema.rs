@@ -595,17 +595,30 @@ fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
         {
             let id = fact.get("id").and_then(Value::as_str).unwrap_or("");
             return Err(GatewayError::BadRequest(format!(
-                "Invalid memory data: facts[{i}] ('{id}') has status {status:?}; only active \
-                 facts can be imported (leave status out or set it to \"active\")."
+                "Invalid memory data: facts[{i}] ('{}') has status '{}'; only active facts can \
+                 be imported (leave status out or set it to \"active\").",
+                shortened(id),
+                shortened(status)
             )));
         }
     }
     Ok(())
 }
 
+/// The start of a long value, for messages.
+fn shortened(s: &str) -> String {
+    const KEEP: usize = 64;
+    if s.chars().count() <= KEEP {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(KEEP).collect::<String>())
+    }
+}
+
 /// `POST /api/memory/import`: the `MemoryResponse` shape. Unknown keys are dropped, `null`
-/// optional fields are removed, `source` objects are projected to their string form, and each
-/// fact needs `id` and `content`.
+/// optional fields are removed, `source` objects are projected to their string form (other
+/// non-strings become `unknown`), a finite confidence is clamped into [0, 1], and each fact
+/// needs `id` and `content`; a fact whose `status` is not `active` is a 400.
 pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, GatewayError> {
     let mut c = Checker::default();
     let base = [json!("body")];
