@@ -264,7 +264,7 @@ fn shown(value: &HeaderValue) -> String {
 
 fn allowed_host(cfg: &GatewayConfig, name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    cfg.auth.allowed_hosts.iter().any(|h| *h == name)
+    cfg.auth.allowed_hosts.contains(&name)
 }
 
 fn check_loopback_request(cfg: &GatewayConfig, headers: &HeaderMap) -> Result<(), GatewayError> {

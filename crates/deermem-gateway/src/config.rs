@@ -197,18 +197,20 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     /// Reads `root["gateway"]` from a whole (env-resolved) configuration document, such as
     /// [`deermem_core::LoadedConfig::root`]. A missing section gives the defaults (no auth,
-    /// loopback). A relative `tokens_file` is resolved against the current directory; use
-    /// [`GatewayConfig::from_root_in`] to resolve it against the config file's folder.
+    /// loopback). A relative `tokens_file` or `jwt_secret_file` is resolved against the current
+    /// directory; use [`GatewayConfig::from_root_in`] to resolve it against the config file's
+    /// folder.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key (`gateway.auth.mode`...), an unreadable or malformed
-    /// tokens file (named, with the line number; the token itself is never shown).
+    /// tokens file (named, with the line number; the token itself is never shown), an
+    /// unreadable or empty JWT secret file.
     pub fn from_root(root: &Value) -> Result<Self, ConfigError> {
         Self::from_root_in(root, None)
     }
 
-    /// As [`GatewayConfig::from_root`], resolving a relative `tokens_file` against `base_dir`
-    /// (normally the folder of the configuration file).
+    /// As [`GatewayConfig::from_root`], resolving a relative `tokens_file` or `jwt_secret_file`
+    /// against `base_dir` (normally the folder of the configuration file).
     ///
     /// # Errors
     /// As [`GatewayConfig::from_root`].
@@ -523,10 +525,14 @@ fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
             .ok_or_else(|| {
                 ConfigError::new(key, format!("every entry must be a host name (got {item})"))
             })?;
-        let plain = name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
-        if !plain || name.contains("://") {
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        let plain = if bare.contains(':') {
+            bare.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            bare.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        };
+        if !plain {
             return Err(ConfigError::new(
                 key,
                 format!(
@@ -535,10 +541,7 @@ fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
                 ),
             ));
         }
-        let lower = name
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
+        let lower = bare.to_ascii_lowercase();
         if !out.contains(&lower) {
             out.push(lower);
         }
@@ -791,6 +794,149 @@ mod tests {
         for (root, key) in cases {
             let err = GatewayConfig::from_root(&root).unwrap_err();
             assert_eq!(err.key, key, "{root}: {err}");
+        }
+    }
+
+    #[test]
+    fn deerflow_session_needs_one_secret_and_keeps_it_out_of_debug() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"auth": {
+            "mode": "deerflow_session", "jwt_secret": "  s3cret-jwt-key\n", "tokens": {"tok-a": "alice"}}}}))
+        .unwrap();
+        assert_eq!(cfg.auth.mode, AuthMode::DeerflowSession);
+        assert_eq!(
+            cfg.auth.jwt_secret.as_ref().unwrap().expose(),
+            "s3cret-jwt-key"
+        );
+        assert!(!cfg.loopback_only());
+        assert!(!format!("{cfg:?}").contains("s3cret-jwt-key"));
+        for (auth, key) in [
+            (json!({"mode": "deerflow_session"}), "gateway.auth"),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": " "}),
+                "gateway.auth.jwt_secret",
+            ),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": 5}),
+                "gateway.auth.jwt_secret",
+            ),
+            (
+                json!({"mode": "token", "tokens": {"t": "a"}, "jwt_secret": "x"}),
+                "gateway.auth",
+            ),
+            (json!({"jwt_secret": "x"}), "gateway.auth"),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": "x", "jwt_secret_file": "f"}),
+                "gateway.auth.jwt_secret_file",
+            ),
+        ] {
+            let err = GatewayConfig::from_root(&json!({"gateway": {"auth": auth}})).unwrap_err();
+            assert_eq!(err.key, key, "{auth}: {err}");
+        }
+    }
+
+    #[test]
+    fn jwt_secret_file_is_read_relative_to_the_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("jwt.secret"), "from-a-file\n").unwrap();
+        let root = json!({"gateway": {"auth": {"mode": "deerflow_session", "jwt_secret_file": "jwt.secret"}}});
+        let cfg = GatewayConfig::from_root_in(&root, Some(dir.path())).unwrap();
+        assert_eq!(
+            cfg.auth.jwt_secret.as_ref().unwrap().expose(),
+            "from-a-file"
+        );
+        assert_eq!(
+            cfg.auth.jwt_secret_file,
+            Some(dir.path().join("jwt.secret"))
+        );
+        std::fs::write(dir.path().join("jwt.secret"), "\n").unwrap();
+        let err = GatewayConfig::from_root_in(&root, Some(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("is empty"), "{err}");
+        let err = GatewayConfig::from_root(&root).unwrap_err();
+        assert!(err.to_string().contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn allowed_hosts_are_bare_lowercase_names() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"auth": {
+            "allowed_hosts": ["DeerFlow.Test", "deerflow.test", "[::2]", "10.0.0.5"]}}}))
+        .unwrap();
+        assert_eq!(cfg.auth.allowed_hosts, ["deerflow.test", "::2", "10.0.0.5"]);
+        for bad in [
+            json!(["http://deerflow.test"]),
+            json!(["deerflow.test:3000"]),
+            json!(["deerflow.test/x"]),
+            json!([""]),
+            json!([5]),
+            json!("deerflow.test"),
+        ] {
+            let err =
+                GatewayConfig::from_root(&json!({"gateway": {"auth": {"allowed_hosts": bad}}}))
+                    .unwrap_err();
+            assert_eq!(err.key, "gateway.auth.allowed_hosts", "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cors_origins_are_normalised_like_browsers_send_them() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"cors": {
+            "allowed_origins": ["HTTP://LocalHost:3000/", "https://app.example:443", "http://[::1]:3000"],
+            "allow_credentials": true}}}))
+        .unwrap();
+        let cors = cfg.cors.unwrap();
+        assert_eq!(
+            cors.allowed_origins,
+            [
+                "http://localhost:3000",
+                "https://app.example",
+                "http://[::1]:3000"
+            ]
+        );
+        assert!(cors.allow_credentials);
+        assert!(cors.allows("http://localhost:3000"));
+        assert!(!cors.allows("http://localhost:3001"));
+        assert!(!cors.allows("null"));
+        assert_eq!(GatewayConfig::from_root(&json!({})).unwrap().cors, None);
+        let any =
+            GatewayConfig::from_root(&json!({"gateway": {"cors": {"allowed_origins": ["*"]}}}))
+                .unwrap()
+                .cors
+                .unwrap();
+        assert!(any.allows("https://anything.example") && !any.allow_credentials);
+        for (cors, key) in [
+            (
+                json!({"allowed_origins": []}),
+                "gateway.cors.allowed_origins",
+            ),
+            (json!({}), "gateway.cors.allowed_origins"),
+            (
+                json!({"allowed_origins": ["http://a.example/app"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["ftp://a.example"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["a.example"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["http://a.example?x=1"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["*"], "allow_credentials": true}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["http://a.example"], "allow_credentials": "yes"}),
+                "gateway.cors.allow_credentials",
+            ),
+            (json!({"origins": ["http://a.example"]}), "gateway.cors"),
+            (json!(["http://a.example"]), "gateway.cors"),
+        ] {
+            let err = GatewayConfig::from_root(&json!({"gateway": {"cors": cors}})).unwrap_err();
+            assert_eq!(err.key, key, "{cors}: {err}");
         }
     }
 

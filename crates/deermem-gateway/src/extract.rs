@@ -239,6 +239,16 @@ mod tests {
     }
 
     #[test]
+    fn nesting_is_parsed_up_to_127_levels() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(decode_json(nested(127).as_bytes()).is_ok());
+        assert!(matches!(
+            decode_json(nested(128).as_bytes()),
+            Err(GatewayError::BadRequest(d)) if d == BODY_PARSE_ERROR_DETAIL
+        ));
+    }
+
+    #[test]
     fn agent_parameter_validation() {
         assert_eq!(parse_agent(None).unwrap(), None);
         assert_eq!(parse_agent(Some("")).unwrap(), None);

@@ -819,6 +819,37 @@ pub(crate) struct HttpError {
     pub(crate) detail: String,
 }
 
+/// DeerFlow's 401 detail in `auth.mode: deerflow_session`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct SessionErrorDetail {
+    /// `not_authenticated`, `token_expired` or `token_invalid`.
+    pub(crate) code: String,
+    /// `Authentication required`, `Token error: expired`, `Token error: invalid_signature`,
+    /// `Token error: malformed` or `Invalid bearer token`.
+    pub(crate) message: String,
+}
+
+/// A 401 body in `auth.mode: deerflow_session`: `{"detail": {"code", "message"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct SessionError {
+    /// What was wrong with the session.
+    pub(crate) detail: SessionErrorDetail,
+}
+
+/// A 401 body: `{"detail": "<message>"}`, or DeerFlow's object in `deerflow_session` mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(rename = "HTTPUnauthorized")]
+#[allow(dead_code)]
+pub(crate) enum Unauthorized {
+    /// Bearer or internal tokens.
+    Message(HttpError),
+    /// DeerFlow's session cookie.
+    Session(SessionError),
+}
+
 /// A 422 body: `{"detail": [validation item, ...]}`, every problem at once.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[schemars(rename = "HTTPValidationError")]

@@ -214,7 +214,7 @@ async fn bodies_python_cannot_decode_are_400() {
     let parse_error = json!({"detail": "There was an error parsing the body"});
     let invalid_utf8 = b"{\"content\": \"\xff\xfe\"}".to_vec();
     let deep = "[".repeat(5000);
-    // Declared: our parser gives up past 128 levels (the reference's past Python's recursion
+    // Declared: our parser gives up at 128 levels (the reference's at Python's recursion
     // limit, about 1000).
     let deep_in_a_field = format!("{{\"content\": {}1{}}}", "[".repeat(200), "]".repeat(200));
     for body in [
