@@ -832,12 +832,17 @@ impl Fact {
         self.to_internal_map()
     }
 
-    /// The public fact shape the reference's Gateway exposes, with `source` as a string.
+    /// The public fact shape the reference's Gateway exposes, with `source` as a string. The
+    /// category is the stored one, even when empty (`category: ''` on disk is `""`, as the
+    /// reference reports it); `context` only when none is stored.
     pub fn to_public(&self) -> PublicFact {
         PublicFact {
             id: self.id.as_str().to_owned(),
             content: self.content.clone(),
-            category: self.category_or_default().to_owned(),
+            category: self
+                .category
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CATEGORY.to_owned()),
             category_extension: self.category_extension().map(str::to_owned),
             topics: Some(self.topics.clone()),
             confidence: self.confidence,
@@ -1415,6 +1420,17 @@ mod tests {
             draft["source"],
             json!({"type": "conversation", "threadId": "t-1"})
         );
+    }
+
+    #[test]
+    fn the_public_category_is_the_stored_one_even_when_empty() {
+        let empty = norm(json!({"content": "x", "category": ""}), None).unwrap();
+        assert_eq!(empty.category.as_deref(), Some(""));
+        assert_eq!(empty.to_public().category, "");
+        // Internal consumers (search filters, eviction) still read an empty one as `context`.
+        assert_eq!(empty.category_or_default(), "context");
+        let absent = norm(json!({"content": "x"}), None).unwrap();
+        assert_eq!(absent.to_public().category, "context");
     }
 
     #[test]

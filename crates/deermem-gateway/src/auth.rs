@@ -1,10 +1,11 @@
-//! Caller identity, with the reference's owner resolution: bearer tokens mapped to users, the
-//! internal-caller token that unlocks the owner header, and the loopback `Host`/`Origin` guard
-//! of the unauthenticated mode. Every user id is made safe with `safe_user_id`.
+//! Caller identity, with the reference's owner resolution: bearer tokens mapped to users,
+//! DeerFlow's session cookie (with its CSRF rule, see [`crate::session`]), the internal-caller
+//! token that unlocks the owner header, and the loopback `Host`/`Origin` guard of the
+//! unauthenticated mode. Every user id is made safe with `safe_user_id`.
 
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use deermem_core::UserId;
@@ -12,6 +13,9 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{AuthMode, GatewayConfig, safe_user};
 use crate::error::GatewayError;
+use crate::session::{
+    SESSION_COOKIE, SessionRejection, SessionVerifier, check_csrf, cookie, is_write,
+};
 use crate::state::GatewayState;
 
 /// The header internal callers (IM channel workers) authenticate with.
@@ -26,6 +30,8 @@ pub enum CallerKind {
     Anonymous,
     /// A bearer token.
     Token,
+    /// DeerFlow's session cookie (`auth.mode: deerflow_session`).
+    Session,
     /// A valid internal token: the owner header, when present, names the user.
     Internal,
 }
@@ -56,11 +62,13 @@ fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
         == 0
 }
 
-/// The configured tokens, pre-hashed for constant-time lookup.
+/// The configured credentials: tokens pre-hashed for constant-time lookup, and the session
+/// cookie verifier.
 #[derive(Clone)]
 pub(crate) struct TokenTable {
     tokens: Vec<([u8; 32], UserId)>,
     internal: Option<[u8; 32]>,
+    session: Option<SessionVerifier>,
 }
 
 impl std::fmt::Debug for TokenTable {
@@ -79,6 +87,7 @@ impl TokenTable {
                 .map(|(t, u)| (digest(t), u.clone()))
                 .collect(),
             internal: cfg.auth.internal_token.as_ref().map(|s| digest(s.expose())),
+            session: cfg.auth.jwt_secret.as_ref().and_then(SessionVerifier::new),
         }
     }
 
@@ -107,19 +116,21 @@ impl TokenTable {
     }
 }
 
-/// Resolves the caller of a request from its headers.
+/// Resolves the caller of a request from its method and headers.
 ///
 /// # Errors
-/// 401 without a valid bearer token (token mode) or with a wrong internal token; 403 for a
-/// non-loopback `Host`/`Origin` in unauthenticated loopback-only mode; 400 for an owner
-/// header that cannot be a user id.
+/// 401 without a valid bearer token (token mode), without a valid session cookie (session
+/// mode) or with a wrong internal token; 403 for a cookie-authenticated write that fails the
+/// CSRF rule, or for a `Host`/`Origin` the unauthenticated loopback-only mode does not serve;
+/// 400 for an owner header that cannot be a user id.
 pub(crate) fn authenticate(
     cfg: &GatewayConfig,
     table: &TokenTable,
+    method: &Method,
     headers: &HeaderMap,
 ) -> Result<Caller, GatewayError> {
     if cfg.loopback_only() {
-        check_loopback_request(headers)?;
+        check_loopback_request(cfg, headers)?;
     }
     if let Some(raw) = headers.get(INTERNAL_TOKEN_HEADER) {
         let ok = raw.to_str().is_ok_and(|t| table.internal_matches(t));
@@ -168,7 +179,47 @@ pub(crate) fn authenticate(
                 kind: CallerKind::Token,
             })
         }
+        AuthMode::DeerflowSession => session_caller(table, method, headers),
     }
+}
+
+/// `deerflow_session` mode, after the internal token: a present `Authorization` header is a
+/// bearer token and never falls back to the cookie (as in DeerFlow); otherwise writes must
+/// pass the CSRF rule (checked before the cookie, as DeerFlow's outer CSRF middleware does),
+/// and the `access_token` cookie names the user.
+fn session_caller(
+    table: &TokenTable,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Caller, GatewayError> {
+    if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+        let user = value
+            .to_str()
+            .ok()
+            .and_then(bearer_token)
+            .and_then(|t| table.lookup(t))
+            .ok_or(GatewayError::Session(SessionRejection::BadBearer))?;
+        return Ok(Caller {
+            user,
+            kind: CallerKind::Token,
+        });
+    }
+    if is_write(method) {
+        check_csrf(headers)?;
+    }
+    let verifier = table.session.as_ref().ok_or_else(|| {
+        GatewayError::Internal(
+            "deerflow_session mode without a usable gateway.auth.jwt_secret".into(),
+        )
+    })?;
+    let token = cookie(headers, SESSION_COOKIE)
+        .filter(|t| !t.is_empty())
+        .ok_or(GatewayError::Session(SessionRejection::Missing))?;
+    let user = verifier.verify(&token).map_err(GatewayError::Session)?;
+    Ok(Caller {
+        user,
+        kind: CallerKind::Session,
+    })
 }
 
 fn bearer_token(value: &str) -> Option<&str> {
@@ -202,30 +253,54 @@ fn host_name(authority: &str) -> &str {
     }
 }
 
-fn check_loopback_request(headers: &HeaderMap) -> Result<(), GatewayError> {
+/// A header value as it may be quoted in a message: visible ASCII, at most 100 characters.
+fn shown(value: &HeaderValue) -> String {
+    match value.to_str() {
+        Ok(text) if text.chars().count() <= 100 => text.to_owned(),
+        Ok(text) => format!("{}…", text.chars().take(100).collect::<String>()),
+        Err(_) => "<not visible ASCII>".to_owned(),
+    }
+}
+
+fn allowed_host(cfg: &GatewayConfig, name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    cfg.auth.allowed_hosts.contains(&name)
+}
+
+fn check_loopback_request(cfg: &GatewayConfig, headers: &HeaderMap) -> Result<(), GatewayError> {
     if let Some(host) = headers.get(axum::http::header::HOST) {
         let name = host.to_str().map(host_name).unwrap_or("");
-        if !is_loopback_host(name) {
-            return Err(GatewayError::Forbidden(
-                "Host is not a loopback name: without authentication the gateway only answers \
-                 requests addressed to localhost (set gateway.auth.mode: token to serve other \
-                 hosts)."
-                    .into(),
-            ));
+        if !is_loopback_host(name) && !allowed_host(cfg, name) {
+            return Err(GatewayError::Forbidden(format!(
+                "Host {:?} is refused: without authentication the gateway only answers requests \
+                 addressed to localhost or to a name in gateway.auth.allowed_hosts (a defence \
+                 against DNS rebinding). To serve this name, add {:?} to \
+                 gateway.auth.allowed_hosts, or authenticate callers with gateway.auth.mode.",
+                shown(host),
+                name.to_ascii_lowercase(),
+            )));
         }
     }
     if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
-        let ok = origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .is_some_and(|(_, rest)| is_loopback_host(host_name(rest)));
+        let text = origin.to_str().unwrap_or("");
+        let name = text.split_once("://").map(|(_, rest)| host_name(rest));
+        let ok = name.is_some_and(|n| is_loopback_host(n) || allowed_host(cfg, n))
+            || cfg.cors.as_ref().is_some_and(|c| c.allows(text));
         if !ok {
-            return Err(GatewayError::Forbidden(
-                "Cross-origin requests are refused: without authentication the gateway only \
-                 answers pages served from localhost."
-                    .into(),
-            ));
+            let hint = match name.filter(|n| !n.is_empty()) {
+                Some(n) => format!(
+                    "add {:?} to gateway.auth.allowed_hosts",
+                    n.to_ascii_lowercase()
+                ),
+                None => "send requests from a page served by an allowed host".to_owned(),
+            };
+            return Err(GatewayError::Forbidden(format!(
+                "Origin {:?} is refused: without authentication the gateway only answers pages \
+                 served from localhost or from a name in gateway.auth.allowed_hosts (a defence \
+                 against cross-site requests). To allow pages from this origin, {hint}, or \
+                 authenticate callers with gateway.auth.mode.",
+                shown(origin),
+            )));
         }
     }
     Ok(())
@@ -237,7 +312,12 @@ pub(crate) async fn require_caller(
     mut req: Request,
     next: Next,
 ) -> Response {
-    match authenticate(state.gateway_config(), state.token_table(), req.headers()) {
+    match authenticate(
+        state.gateway_config(),
+        state.token_table(),
+        req.method(),
+        req.headers(),
+    ) {
         Ok(caller) => {
             tracing::Span::current().record("user", caller.user.as_str());
             req.extensions_mut().insert(caller);
@@ -311,7 +391,13 @@ mod tests {
     fn token_mode_resolves_users_and_refuses_strangers() {
         let cfg = GatewayConfig::with_tokens([("tok-a", "alice"), ("tok-b", "bob")]).unwrap();
         let table = TokenTable::new(&cfg);
-        let c = authenticate(&cfg, &table, &headers(&[("authorization", "Bearer tok-b")])).unwrap();
+        let c = authenticate(
+            &cfg,
+            &table,
+            &Method::GET,
+            &headers(&[("authorization", "Bearer tok-b")]),
+        )
+        .unwrap();
         assert_eq!((c.user.as_str(), c.kind), ("bob", CallerKind::Token));
         for bad in [
             vec![],
@@ -319,7 +405,7 @@ mod tests {
             vec![("authorization", "tok-a")],
         ] {
             assert!(matches!(
-                authenticate(&cfg, &table, &headers(&bad)),
+                authenticate(&cfg, &table, &Method::GET, &headers(&bad)),
                 Err(GatewayError::NotAuthenticated)
             ));
         }
@@ -329,12 +415,29 @@ mod tests {
     fn loopback_guard_applies_only_without_auth() {
         let cfg = GatewayConfig::default();
         let table = TokenTable::new(&cfg);
-        assert!(authenticate(&cfg, &table, &headers(&[("host", "localhost:8765")])).is_ok());
-        assert!(authenticate(&cfg, &table, &headers(&[("host", "127.0.0.1:1")])).is_ok());
+        assert!(
+            authenticate(
+                &cfg,
+                &table,
+                &Method::GET,
+                &headers(&[("host", "localhost:8765")])
+            )
+            .is_ok()
+        );
+        assert!(
+            authenticate(
+                &cfg,
+                &table,
+                &Method::GET,
+                &headers(&[("host", "127.0.0.1:1")])
+            )
+            .is_ok()
+        );
         assert!(matches!(
             authenticate(
                 &cfg,
                 &table,
+                &Method::GET,
                 &headers(&[("host", "rebind.evil.example:8765")])
             ),
             Err(GatewayError::Forbidden(_))
@@ -343,18 +446,20 @@ mod tests {
             authenticate(
                 &cfg,
                 &table,
+                &Method::GET,
                 &headers(&[("origin", "https://evil.example")])
             ),
             Err(GatewayError::Forbidden(_))
         ));
         assert!(matches!(
-            authenticate(&cfg, &table, &headers(&[("origin", "null")])),
+            authenticate(&cfg, &table, &Method::GET, &headers(&[("origin", "null")])),
             Err(GatewayError::Forbidden(_))
         ));
         assert!(
             authenticate(
                 &cfg,
                 &table,
+                &Method::GET,
                 &headers(&[("origin", "http://localhost:3000")])
             )
             .is_ok()
@@ -362,6 +467,6 @@ mod tests {
         let tok = GatewayConfig::with_tokens([("t", "alice")]).unwrap();
         let ttable = TokenTable::new(&tok);
         let h = headers(&[("host", "memory.example"), ("authorization", "Bearer t")]);
-        assert!(authenticate(&tok, &ttable, &h).is_ok());
+        assert!(authenticate(&tok, &ttable, &Method::GET, &h).is_ok());
     }
 }

@@ -1,5 +1,6 @@
-//! The `gateway:` configuration section: bind address, authentication (none or bearer tokens,
-//! plus the internal-caller token), body size limit and request timeout.
+//! The `gateway:` configuration section: bind address, authentication (none, bearer tokens or
+//! DeerFlow's session cookie, plus the internal-caller token), the host names the
+//! unauthenticated mode also answers, CORS, body size limit and request timeout.
 //!
 //! Secrets (bearer tokens, the internal token) never appear in `Debug` output, and unknown keys
 //! are errors: a typo in a security setting must not silently fall back to a weaker default.
@@ -27,14 +28,24 @@ pub const MAX_MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
 /// The largest accepted request timeout in seconds.
 pub const MAX_REQUEST_TIMEOUT_SECONDS: f64 = 3600.0;
 
-const GATEWAY_KEYS: [&str; 4] = ["bind", "auth", "max_body_bytes", "request_timeout_seconds"];
-const AUTH_KEYS: [&str; 5] = [
+const GATEWAY_KEYS: [&str; 5] = [
+    "bind",
+    "auth",
+    "cors",
+    "max_body_bytes",
+    "request_timeout_seconds",
+];
+const AUTH_KEYS: [&str; 8] = [
     "mode",
     "tokens",
     "tokens_file",
     "internal_token",
+    "jwt_secret",
+    "jwt_secret_file",
+    "allowed_hosts",
     "allow_unauthenticated_remote",
 ];
+const CORS_KEYS: [&str; 2] = ["allowed_origins", "allow_credentials"];
 
 /// How callers authenticate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +56,10 @@ pub enum AuthMode {
     None,
     /// Bearer tokens, each mapped to one user.
     Token,
+    /// DeerFlow's session cookie (`access_token`, an HS256 JWT signed with DeerFlow's
+    /// `AUTH_JWT_SECRET`): the caller is the token's `sub`. Bearer tokens and the internal
+    /// token work beside it.
+    DeerflowSession,
 }
 
 impl AuthMode {
@@ -53,6 +68,7 @@ impl AuthMode {
         match self {
             Self::None => "none",
             Self::Token => "token",
+            Self::DeerflowSession => "deerflow_session",
         }
     }
 }
@@ -91,6 +107,15 @@ pub struct AuthConfig {
     /// The shared secret internal callers send in `X-DeerFlow-Internal-Token`; only then is
     /// `X-DeerFlow-Owner-User-Id` honoured.
     pub internal_token: Option<Secret>,
+    /// DeerFlow's `AUTH_JWT_SECRET` (`jwt_secret`, or the contents of `jwt_secret_file`): the
+    /// key session cookies are verified with in `deerflow_session` mode.
+    pub jwt_secret: Option<Secret>,
+    /// Where `jwt_secret` was read from, for messages.
+    pub jwt_secret_file: Option<PathBuf>,
+    /// Host names (lowercase, without scheme or port) that `none` mode answers besides the
+    /// loopback names, in `Host` and in `Origin`: the name a proxy or `/etc/hosts` gives the
+    /// local app (`deerflow.test`).
+    pub allowed_hosts: Vec<String>,
     /// Serve non-loopback addresses even in `none` mode.
     pub allow_unauthenticated_remote: bool,
 }
@@ -109,11 +134,36 @@ impl fmt::Debug for AuthConfig {
                 "internal_token",
                 &self.internal_token.as_ref().map(|_| "***"),
             )
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "***"))
+            .field("jwt_secret_file", &self.jwt_secret_file)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field(
                 "allow_unauthenticated_remote",
                 &self.allow_unauthenticated_remote,
             )
             .finish()
+    }
+}
+
+/// The `gateway.cors` section: browsers on these origins may call the gateway directly.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CorsConfig {
+    /// Origins as browsers send them (`scheme://host[:port]`, lowercase, default port left
+    /// out), or `*` (only without credentials).
+    pub allowed_origins: Vec<String>,
+    /// Whether the browser may send cookies (`Access-Control-Allow-Credentials: true`): needed
+    /// for DeerFlow's session cookie.
+    pub allow_credentials: bool,
+}
+
+impl CorsConfig {
+    /// Whether `origin` (an `Origin` header value) is one of the allowed origins (`*` allows
+    /// every origin).
+    pub fn allows(&self, origin: &str) -> bool {
+        let given = normalize_origin(origin).ok();
+        self.allowed_origins
+            .iter()
+            .any(|o| o == "*" || given.as_deref() == Some(o.as_str()))
     }
 }
 
@@ -124,6 +174,8 @@ pub struct GatewayConfig {
     pub bind: SocketAddr,
     /// Authentication.
     pub auth: AuthConfig,
+    /// Cross-origin access for browsers (off when `None`).
+    pub cors: Option<CorsConfig>,
     /// Largest accepted request body; larger ones get 413.
     pub max_body_bytes: usize,
     /// Per-request time budget; slower requests get 504.
@@ -135,6 +187,7 @@ impl Default for GatewayConfig {
         Self {
             bind: DEFAULT_BIND,
             auth: AuthConfig::default(),
+            cors: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout: Duration::from_secs_f64(DEFAULT_REQUEST_TIMEOUT_SECONDS),
         }
@@ -144,18 +197,20 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     /// Reads `root["gateway"]` from a whole (env-resolved) configuration document, such as
     /// [`deermem_core::LoadedConfig::root`]. A missing section gives the defaults (no auth,
-    /// loopback). A relative `tokens_file` is resolved against the current directory; use
-    /// [`GatewayConfig::from_root_in`] to resolve it against the config file's folder.
+    /// loopback). A relative `tokens_file` or `jwt_secret_file` is resolved against the current
+    /// directory; use [`GatewayConfig::from_root_in`] to resolve it against the config file's
+    /// folder.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key (`gateway.auth.mode`...), an unreadable or malformed
-    /// tokens file (named, with the line number; the token itself is never shown).
+    /// tokens file (named, with the line number; the token itself is never shown), an
+    /// unreadable or empty JWT secret file.
     pub fn from_root(root: &Value) -> Result<Self, ConfigError> {
         Self::from_root_in(root, None)
     }
 
-    /// As [`GatewayConfig::from_root`], resolving a relative `tokens_file` against `base_dir`
-    /// (normally the folder of the configuration file).
+    /// As [`GatewayConfig::from_root`], resolving a relative `tokens_file` or `jwt_secret_file`
+    /// against `base_dir` (normally the folder of the configuration file).
     ///
     /// # Errors
     /// As [`GatewayConfig::from_root`].
@@ -216,6 +271,23 @@ impl GatewayConfig {
         if let Some(v) = present(&map, "auth") {
             cfg.auth = parse_auth(v, base_dir)?;
         }
+        if let Some(v) = present(&map, "cors") {
+            cfg.cors = Some(parse_cors(v)?);
+        }
+        Ok(cfg)
+    }
+
+    /// A configuration with DeerFlow session-cookie authentication verified with `secret`
+    /// (handy for hosts and tests).
+    ///
+    /// # Errors
+    /// An empty secret.
+    pub fn with_deerflow_session(secret: &str) -> Result<Self, ConfigError> {
+        let mut cfg = Self::default();
+        cfg.auth.mode = AuthMode::DeerflowSession;
+        cfg.auth.jwt_secret = Some(
+            jwt_secret(secret, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?,
+        );
         Ok(cfg)
     }
 
@@ -307,10 +379,11 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
         auth.mode = match m.as_str() {
             Some("none") => AuthMode::None,
             Some("token") => AuthMode::Token,
+            Some("deerflow_session") => AuthMode::DeerflowSession,
             _ => {
                 return Err(ConfigError::new(
                     "gateway.auth.mode",
-                    format!("must be 'none' or 'token' (got {m})"),
+                    format!("must be 'none', 'token' or 'deerflow_session' (got {m})"),
                 ));
             }
         };
@@ -333,15 +406,9 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
         }
     }
     if let Some(f) = present(map, "tokens_file") {
-        let raw = f.as_str().filter(|s| !s.trim().is_empty()).ok_or_else(|| {
+        let path = config_path(f, base_dir).ok_or_else(|| {
             ConfigError::new("gateway.auth.tokens_file", "must be a non-empty path")
         })?;
-        let mut path = PathBuf::from(raw);
-        if path.is_relative()
-            && let Some(base) = base_dir
-        {
-            path = base.join(path);
-        }
         let text = std::fs::read_to_string(&path).map_err(|e| {
             ConfigError::new(
                 "gateway.auth.tokens_file",
@@ -361,6 +428,32 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
             auth.internal_token = Some(Secret::new(s));
         }
     }
+    if let Some(t) = present(map, "jwt_secret") {
+        let s = t
+            .as_str()
+            .ok_or_else(|| ConfigError::new("gateway.auth.jwt_secret", "must be a string"))?;
+        auth.jwt_secret =
+            Some(jwt_secret(s, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?);
+    }
+    if let Some(f) = present(map, "jwt_secret_file") {
+        let key = "gateway.auth.jwt_secret_file";
+        if auth.jwt_secret.is_some() {
+            return Err(ConfigError::new(
+                key,
+                "set either jwt_secret or jwt_secret_file, not both",
+            ));
+        }
+        let path = config_path(f, base_dir)
+            .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+        auth.jwt_secret =
+            Some(jwt_secret(&text, Some(&path)).map_err(|m| ConfigError::new(key, m))?);
+        auth.jwt_secret_file = Some(path);
+    }
+    if let Some(h) = present(map, "allowed_hosts") {
+        auth.allowed_hosts = parse_allowed_hosts(h)?;
+    }
     if let Some(b) = present(map, "allow_unauthenticated_remote") {
         auth.allow_unauthenticated_remote = b.as_bool().ok_or_else(|| {
             ConfigError::new(
@@ -375,7 +468,152 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
             "mode is 'token' but no tokens are configured (set tokens, tokens_file or internal_token)",
         ));
     }
+    match (auth.mode, auth.jwt_secret.is_some()) {
+        (AuthMode::DeerflowSession, false) => {
+            return Err(ConfigError::new(
+                "gateway.auth",
+                "mode is 'deerflow_session' but no jwt_secret or jwt_secret_file is set (use \
+                 DeerFlow's AUTH_JWT_SECRET, e.g. jwt_secret: $AUTH_JWT_SECRET)",
+            ));
+        }
+        (AuthMode::None | AuthMode::Token, true) => {
+            return Err(ConfigError::new(
+                "gateway.auth",
+                "jwt_secret and jwt_secret_file are only used with mode: deerflow_session",
+            ));
+        }
+        _ => {}
+    }
     Ok(auth)
+}
+
+/// A path setting, relative to `base_dir` (the config file's folder) when relative.
+fn config_path(v: &Value, base_dir: Option<&Path>) -> Option<PathBuf> {
+    let raw = v.as_str().filter(|s| !s.trim().is_empty())?;
+    let mut path = PathBuf::from(raw);
+    if path.is_relative()
+        && let Some(base) = base_dir
+    {
+        path = base.join(path);
+    }
+    Some(path)
+}
+
+/// DeerFlow's JWT secret: surrounding whitespace (a file's final newline) is not part of it.
+fn jwt_secret(raw: &str, file: Option<&Path>) -> Result<Secret, String> {
+    let s = raw.trim();
+    if s.is_empty() {
+        return Err(match file {
+            Some(p) => format!("{} is empty", p.display()),
+            None => "must not be empty".into(),
+        });
+    }
+    Ok(Secret::new(s))
+}
+
+fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
+    let key = "gateway.auth.allowed_hosts";
+    let items = v
+        .as_array()
+        .ok_or_else(|| ConfigError::new(key, "must be a list of host names"))?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let name = item
+            .as_str()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ConfigError::new(key, format!("every entry must be a host name (got {item})"))
+            })?;
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        let plain = if bare.contains(':') {
+            bare.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            bare.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        };
+        if !plain {
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "{name:?} is not a host name: give the bare name the browser shows, without \
+                     scheme, port or path (e.g. deerflow.test)"
+                ),
+            ));
+        }
+        let lower = bare.to_ascii_lowercase();
+        if !out.contains(&lower) {
+            out.push(lower);
+        }
+    }
+    Ok(out)
+}
+
+fn parse_cors(v: &Value) -> Result<CorsConfig, ConfigError> {
+    let map = v
+        .as_object()
+        .ok_or_else(|| ConfigError::new("gateway.cors", "must be a mapping"))?;
+    reject_unknown(map, &CORS_KEYS, "gateway.cors")?;
+    let mut cors = CorsConfig::default();
+    if let Some(b) = present(map, "allow_credentials") {
+        cors.allow_credentials = b.as_bool().ok_or_else(|| {
+            ConfigError::new("gateway.cors.allow_credentials", "must be true or false")
+        })?;
+    }
+    let key = "gateway.cors.allowed_origins";
+    let items = present(map, "allowed_origins")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| {
+            ConfigError::new(
+                key,
+                "must list at least one origin such as http://localhost:3000 (leave gateway.cors \
+                 out to turn CORS off)",
+            )
+        })?;
+    for item in items {
+        let raw = item.as_str().ok_or_else(|| {
+            ConfigError::new(key, format!("every entry must be a string (got {item})"))
+        })?;
+        let origin = if raw.trim() == "*" {
+            if cors.allow_credentials {
+                return Err(ConfigError::new(
+                    key,
+                    "'*' cannot be used with allow_credentials: true (browsers refuse it); list \
+                     the origins",
+                ));
+            }
+            "*".to_owned()
+        } else {
+            normalize_origin(raw).map_err(|m| ConfigError::new(key, m))?
+        };
+        if !cors.allowed_origins.contains(&origin) {
+            cors.allowed_origins.push(origin);
+        }
+    }
+    Ok(cors)
+}
+
+/// An origin as browsers serialise it: `scheme://host[:port]`, lowercase, default port left
+/// out. Anything with a path, query, fragment or credentials is not an origin.
+pub(crate) fn normalize_origin(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    let url = url::Url::parse(raw)
+        .map_err(|e| format!("{raw:?} is not an origin such as http://localhost:3000 ({e})"))?;
+    let is_origin = matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some()
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none();
+    if !is_origin {
+        return Err(format!(
+            "{raw:?} is not an origin: give scheme, host and port only, such as \
+             http://localhost:3000"
+        ));
+    }
+    Ok(url.origin().ascii_serialization())
 }
 
 fn validate_token_text(tok: &str) -> Result<(), String> {
@@ -556,6 +794,149 @@ mod tests {
         for (root, key) in cases {
             let err = GatewayConfig::from_root(&root).unwrap_err();
             assert_eq!(err.key, key, "{root}: {err}");
+        }
+    }
+
+    #[test]
+    fn deerflow_session_needs_one_secret_and_keeps_it_out_of_debug() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"auth": {
+            "mode": "deerflow_session", "jwt_secret": "  s3cret-jwt-key\n", "tokens": {"tok-a": "alice"}}}}))
+        .unwrap();
+        assert_eq!(cfg.auth.mode, AuthMode::DeerflowSession);
+        assert_eq!(
+            cfg.auth.jwt_secret.as_ref().unwrap().expose(),
+            "s3cret-jwt-key"
+        );
+        assert!(!cfg.loopback_only());
+        assert!(!format!("{cfg:?}").contains("s3cret-jwt-key"));
+        for (auth, key) in [
+            (json!({"mode": "deerflow_session"}), "gateway.auth"),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": " "}),
+                "gateway.auth.jwt_secret",
+            ),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": 5}),
+                "gateway.auth.jwt_secret",
+            ),
+            (
+                json!({"mode": "token", "tokens": {"t": "a"}, "jwt_secret": "x"}),
+                "gateway.auth",
+            ),
+            (json!({"jwt_secret": "x"}), "gateway.auth"),
+            (
+                json!({"mode": "deerflow_session", "jwt_secret": "x", "jwt_secret_file": "f"}),
+                "gateway.auth.jwt_secret_file",
+            ),
+        ] {
+            let err = GatewayConfig::from_root(&json!({"gateway": {"auth": auth}})).unwrap_err();
+            assert_eq!(err.key, key, "{auth}: {err}");
+        }
+    }
+
+    #[test]
+    fn jwt_secret_file_is_read_relative_to_the_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("jwt.secret"), "from-a-file\n").unwrap();
+        let root = json!({"gateway": {"auth": {"mode": "deerflow_session", "jwt_secret_file": "jwt.secret"}}});
+        let cfg = GatewayConfig::from_root_in(&root, Some(dir.path())).unwrap();
+        assert_eq!(
+            cfg.auth.jwt_secret.as_ref().unwrap().expose(),
+            "from-a-file"
+        );
+        assert_eq!(
+            cfg.auth.jwt_secret_file,
+            Some(dir.path().join("jwt.secret"))
+        );
+        std::fs::write(dir.path().join("jwt.secret"), "\n").unwrap();
+        let err = GatewayConfig::from_root_in(&root, Some(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("is empty"), "{err}");
+        let err = GatewayConfig::from_root(&root).unwrap_err();
+        assert!(err.to_string().contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn allowed_hosts_are_bare_lowercase_names() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"auth": {
+            "allowed_hosts": ["DeerFlow.Test", "deerflow.test", "[::2]", "10.0.0.5"]}}}))
+        .unwrap();
+        assert_eq!(cfg.auth.allowed_hosts, ["deerflow.test", "::2", "10.0.0.5"]);
+        for bad in [
+            json!(["http://deerflow.test"]),
+            json!(["deerflow.test:3000"]),
+            json!(["deerflow.test/x"]),
+            json!([""]),
+            json!([5]),
+            json!("deerflow.test"),
+        ] {
+            let err =
+                GatewayConfig::from_root(&json!({"gateway": {"auth": {"allowed_hosts": bad}}}))
+                    .unwrap_err();
+            assert_eq!(err.key, "gateway.auth.allowed_hosts", "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cors_origins_are_normalised_like_browsers_send_them() {
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {"cors": {
+            "allowed_origins": ["HTTP://LocalHost:3000/", "https://app.example:443", "http://[::1]:3000"],
+            "allow_credentials": true}}}))
+        .unwrap();
+        let cors = cfg.cors.unwrap();
+        assert_eq!(
+            cors.allowed_origins,
+            [
+                "http://localhost:3000",
+                "https://app.example",
+                "http://[::1]:3000"
+            ]
+        );
+        assert!(cors.allow_credentials);
+        assert!(cors.allows("http://localhost:3000"));
+        assert!(!cors.allows("http://localhost:3001"));
+        assert!(!cors.allows("null"));
+        assert_eq!(GatewayConfig::from_root(&json!({})).unwrap().cors, None);
+        let any =
+            GatewayConfig::from_root(&json!({"gateway": {"cors": {"allowed_origins": ["*"]}}}))
+                .unwrap()
+                .cors
+                .unwrap();
+        assert!(any.allows("https://anything.example") && !any.allow_credentials);
+        for (cors, key) in [
+            (
+                json!({"allowed_origins": []}),
+                "gateway.cors.allowed_origins",
+            ),
+            (json!({}), "gateway.cors.allowed_origins"),
+            (
+                json!({"allowed_origins": ["http://a.example/app"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["ftp://a.example"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["a.example"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["http://a.example?x=1"]}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["*"], "allow_credentials": true}),
+                "gateway.cors.allowed_origins",
+            ),
+            (
+                json!({"allowed_origins": ["http://a.example"], "allow_credentials": "yes"}),
+                "gateway.cors.allow_credentials",
+            ),
+            (json!({"origins": ["http://a.example"]}), "gateway.cors"),
+            (json!(["http://a.example"]), "gateway.cors"),
+        ] {
+            let err = GatewayConfig::from_root(&json!({"gateway": {"cors": cors}})).unwrap_err();
+            assert_eq!(err.key, key, "{cors}: {err}");
         }
     }
 

@@ -19,6 +19,8 @@ pub const CAPACITY_EVICTED_DETAIL: &str =
 pub const NOT_AUTHENTICATED_DETAIL: &str = "Not authenticated";
 /// The detail when an `X-DeerFlow-Internal-Token` header does not match.
 pub const INVALID_INTERNAL_TOKEN_DETAIL: &str = "Invalid internal token";
+/// The detail when a fact's content is empty (the reference's text).
+pub const EMPTY_CONTENT_DETAIL: &str = "Memory fact content cannot be empty.";
 /// The detail of every route when `memory.enabled` is false.
 pub const DISABLED_DETAIL: &str = "Memory is disabled (memory.enabled is false).";
 
@@ -180,6 +182,9 @@ pub enum GatewayError {
     BadRequest(String),
     /// No valid bearer token (401).
     NotAuthenticated,
+    /// `auth.mode: deerflow_session` refused the caller (401 with DeerFlow's `{"code",
+    /// "message"}` detail).
+    Session(crate::session::SessionRejection),
     /// An `X-DeerFlow-Internal-Token` that does not match the configured one (401).
     InvalidInternalToken,
     /// The request is refused (403), e.g. a non-loopback `Host` in unauthenticated mode.
@@ -240,6 +245,10 @@ impl GatewayError {
             ),
             Self::BadRequest(m) => s(StatusCode::BAD_REQUEST, m),
             Self::NotAuthenticated => s(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),
+            Self::Session(r) => (
+                StatusCode::UNAUTHORIZED,
+                json!({ "code": r.code(), "message": r.message() }),
+            ),
             Self::InvalidInternalToken => {
                 s(StatusCode::UNAUTHORIZED, INVALID_INTERNAL_TOKEN_DETAIL)
             }
@@ -312,7 +321,7 @@ fn invalid_input(code: InvalidInputCode, message: &str) -> (StatusCode, Value) {
         InvalidInputCode::Confidence => {
             bad("Invalid confidence value; must be between 0 and 1.".into())
         }
-        InvalidInputCode::Content => bad("Memory fact content cannot be empty.".into()),
+        InvalidInputCode::Content => bad(content_detail(message)),
         InvalidInputCode::AgentName => bad(
             "An agent name is required for fact operations; user-global memory stores summaries only."
                 .into(),
@@ -325,6 +334,23 @@ fn invalid_input(code: InvalidInputCode, message: &str) -> (StatusCode, Value) {
         InvalidInputCode::UserId => bad(format!("Invalid user id: {message}")),
         InvalidInputCode::FactId => bad(format!("Invalid fact id: {message}")),
         _ => bad(format!("Invalid input: {message}")),
+    }
+}
+
+/// The detail of a content error: the reference's text when the content is empty (the only
+/// content error it has), otherwise what is wrong, from the backend's message
+/// (`content is too long (at most 20000 characters)` → `Memory fact content is too long (at
+/// most 20000 characters).`).
+fn content_detail(message: &str) -> String {
+    let m = message.trim().trim_end_matches('.');
+    let m = m.strip_prefix("fact.").unwrap_or(m);
+    // A bare `content` is the reference's `ValueError("content")`: empty content.
+    if m.is_empty() || m == "content" || m.contains("empty") {
+        return EMPTY_CONTENT_DETAIL.to_owned();
+    }
+    match m.strip_prefix("content ") {
+        Some(rest) => format!("Memory fact content {rest}."),
+        None => format!("Invalid memory fact content: {m}."),
     }
 }
 
@@ -375,9 +401,34 @@ mod tests {
             ))
         };
         assert_eq!(m(InvalidInputCode::DuplicateFact).0, 409);
+        // A content error says what is wrong; only emptiness has the reference's text.
         assert_eq!(
-            m(InvalidInputCode::Content).1,
+            m(InvalidInputCode::Content),
+            (400, "Invalid memory fact content: bad thing.".into())
+        );
+        let content = |msg: &str| {
+            detail(GatewayError::manager(
+                Operation::CreateFact,
+                "X",
+                ManagerError::invalid(InvalidInputCode::Content, msg),
+            ))
+            .1
+        };
+        assert_eq!(
+            content("content must not be empty"),
             "Memory fact content cannot be empty."
+        );
+        assert_eq!(
+            content("fact.content must not be empty"),
+            "Memory fact content cannot be empty."
+        );
+        assert_eq!(
+            content("content is too long (at most 20000 characters)"),
+            "Memory fact content is too long (at most 20000 characters)."
+        );
+        assert_eq!(
+            content("fact.content must be a string"),
+            "Memory fact content must be a string."
         );
         assert_eq!(
             m(InvalidInputCode::Other),

@@ -1,15 +1,21 @@
 //! Request extraction with FastAPI's conventions: a JSON body (read under the size limit,
-//! decoded only for a JSON or missing `Content-Type`), query parameters, and the validated
-//! `agent` and fact-id parameters (400 for bad ids, before any manager call).
+//! decoded only for a JSON or missing `Content-Type`, with FastAPI's answers for what does not
+//! decode), query parameters, and the validated `agent` and fact-id parameters (400 for bad
+//! ids, before any manager call).
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use deermem_core::{AgentName, FactId};
+use deermem_core::{AgentName, FactId, IdError};
 use serde_json::{Value, json};
 
 use crate::error::{GatewayError, ValidationItem};
+use crate::pyjson::python_decode_error;
 use crate::state::GatewayState;
+
+/// FastAPI's 400 detail for a body that is not text it can decode (invalid UTF-8) or that its
+/// parser gives up on (nesting too deep).
+pub(crate) const BODY_PARSE_ERROR_DETAIL: &str = "There was an error parsing the body";
 
 /// A request body parsed as JSON; failures are 413 (too large) or 422 (pydantic-style).
 #[derive(Debug)]
@@ -42,16 +48,60 @@ fn is_json_content_type(ct: Option<&str>) -> bool {
     }
 }
 
-/// The byte offset of a serde_json error (line and column are 1-based).
-fn error_offset(bytes: &[u8], line: usize, column: usize) -> usize {
+/// The offset, in code points, of a serde_json error (line and column are 1-based; the
+/// column counts bytes).
+fn error_offset(text: &str, line: usize, column: usize) -> usize {
     let mut offset = 0;
-    for (i, l) in bytes.split(|b| *b == b'\n').enumerate() {
+    for (i, l) in text.split('\n').enumerate() {
         if i + 1 == line {
-            return offset + column.saturating_sub(1);
+            let upto = column.saturating_sub(1).min(l.len());
+            let chars = l.char_indices().take_while(|(b, _)| *b < upto).count();
+            return offset + chars;
         }
-        offset += l.len() + 1;
+        offset += l.chars().count() + 1;
     }
     offset
+}
+
+/// The body missing (empty, or JSON `null`): FastAPI's `missing` item.
+fn body_missing() -> GatewayError {
+    GatewayError::validation(
+        ValidationItem::new("missing", vec![json!("body")], "Field required")
+            .with_input(&Value::Null),
+    )
+}
+
+/// Decodes a JSON body as FastAPI does (Python's `json.loads` on the bytes): a leading UTF-8
+/// BOM is skipped; bytes that are not UTF-8 and nesting too deep to parse are a 400; a syntax
+/// error is a 422 `json_invalid` item at Python's position with Python's message; `null` is a
+/// missing body.
+fn decode_json(bytes: &[u8]) -> Result<Value, GatewayError> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| GatewayError::BadRequest(BODY_PARSE_ERROR_DETAIL.into()))?;
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Null) => Err(body_missing()),
+        Ok(v) => Ok(v),
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            Err(GatewayError::BadRequest(BODY_PARSE_ERROR_DETAIL.into()))
+        }
+        Err(e) => {
+            let (pos, msg) = match python_decode_error(text) {
+                Some(p) => (p.pos, p.msg.to_owned()),
+                // Python would have accepted it (NaN, a lone surrogate): serde_json's words.
+                None => (error_offset(text, e.line(), e.column()), e.to_string()),
+            };
+            Err(GatewayError::validation(
+                ValidationItem::new(
+                    "json_invalid",
+                    vec![json!("body"), json!(pos)],
+                    "JSON decode error",
+                )
+                .with_input(&json!({}))
+                .with_ctx(json!({ "error": msg })),
+            ))
+        }
+    }
 }
 
 impl FromRequest<GatewayState> for JsonBody {
@@ -76,10 +126,7 @@ impl FromRequest<GatewayState> for JsonBody {
             return Err(GatewayError::PayloadTooLarge { limit });
         }
         if bytes.is_empty() {
-            return Err(GatewayError::validation(
-                ValidationItem::new("missing", vec![json!("body")], "Field required")
-                    .with_input(&Value::Null),
-            ));
+            return Err(body_missing());
         }
         if !is_json_content_type(content_type.as_deref()) {
             let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -92,20 +139,7 @@ impl FromRequest<GatewayState> for JsonBody {
                 .with_input(&Value::String(text)),
             ));
         }
-        serde_json::from_slice::<Value>(&bytes)
-            .map(JsonBody)
-            .map_err(|e| {
-                let offset = error_offset(&bytes, e.line(), e.column());
-                GatewayError::validation(
-                    ValidationItem::new(
-                        "json_invalid",
-                        vec![json!("body"), json!(offset)],
-                        "JSON decode error",
-                    )
-                    .with_input(&json!({}))
-                    .with_ctx(json!({ "error": e.to_string() })),
-                )
-            })
+        decode_json(&bytes).map(JsonBody)
     }
 }
 
@@ -147,13 +181,30 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     }
 }
 
-/// Validates an optional agent name (`None` or `""`: the default bucket).
+/// Validates an optional agent name (`None` or `""`: the default bucket). Every refusal reads
+/// `Invalid agent name '<name>': <why>`.
 pub(crate) fn parse_agent(raw: Option<&str>) -> Result<Option<AgentName>, GatewayError> {
     match raw {
         None | Some("") => Ok(None),
-        Some(name) => AgentName::parse(name)
-            .map(Some)
-            .map_err(|e| GatewayError::BadRequest(e.to_string())),
+        Some(name) => AgentName::parse(name).map(Some).map_err(|e| {
+            GatewayError::BadRequest(match e {
+                IdError::AgentNameTooLong { len, max } => format!(
+                    "Invalid agent name '{}': names must be at most {max} bytes (got {len})",
+                    shortened(name)
+                ),
+                other => other.to_string(),
+            })
+        }),
+    }
+}
+
+/// The start of a long value, for messages.
+fn shortened(s: &str) -> String {
+    const KEEP: usize = 32;
+    if s.chars().count() <= KEEP {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(KEEP).collect::<String>())
     }
 }
 
@@ -181,9 +232,20 @@ mod tests {
     }
 
     #[test]
-    fn error_offsets_count_bytes() {
-        assert_eq!(error_offset(b"{\n  x", 2, 3), 4);
-        assert_eq!(error_offset(b"{x", 1, 2), 1);
+    fn error_offsets_count_code_points() {
+        assert_eq!(error_offset("{\n  x", 2, 3), 4);
+        assert_eq!(error_offset("{x", 1, 2), 1);
+        assert_eq!(error_offset("[\"é\", x", 1, 8), 6);
+    }
+
+    #[test]
+    fn nesting_is_parsed_up_to_127_levels() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(decode_json(nested(127).as_bytes()).is_ok());
+        assert!(matches!(
+            decode_json(nested(128).as_bytes()),
+            Err(GatewayError::BadRequest(d)) if d == BODY_PARSE_ERROR_DETAIL
+        ));
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! Cross-cutting middleware: the request id and log span with metrics, the JSON error-body
-//! normaliser (so 404, 405, 413 and timeouts answer `{"detail": ...}` like every other
-//! error), and the `memory.enabled` gate.
+//! Cross-cutting middleware: CORS (tower-http's layer, from `gateway.cors`), the request id
+//! and log span with metrics, the JSON error-body normaliser (so 404, 405, 413 and timeouts
+//! answer `{"detail": ...}` like every other error), and the `memory.enabled` gate.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
@@ -11,8 +11,10 @@ use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 use tracing::Instrument as _;
 
+use crate::config::CorsConfig;
 use crate::error::GatewayError;
 use crate::state::GatewayState;
 
@@ -42,6 +44,32 @@ fn method_label(m: &Method) -> &'static str {
         Method::OPTIONS => "OPTIONS",
         _ => "OTHER",
     }
+}
+
+/// How long a browser may cache a preflight answer (FastAPI's CORS default).
+const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// The CORS layer for `gateway.cors`: the listed origins (or any, for `*` without
+/// credentials), credentials when allowed, and the methods and headers a preflight asks for
+/// mirrored back (what FastAPI's `allow_methods=["*"]`, `allow_headers=["*"]` amount to with
+/// credentials). `X-Request-Id` is readable by the page.
+pub(crate) fn cors(cfg: &CorsConfig) -> CorsLayer {
+    let origin = if cfg.allowed_origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            cfg.allowed_origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok()),
+        )
+    };
+    CorsLayer::new()
+        .allow_origin(origin)
+        .allow_credentials(cfg.allow_credentials)
+        .allow_methods(AllowMethods::mirror_request())
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([REQUEST_ID_HEADER])
+        .max_age(PREFLIGHT_MAX_AGE)
 }
 
 /// Outermost layer: request id, the `request` span (with the route template, never the raw

@@ -10,11 +10,15 @@
 //!   reference's), and `POST /api/memory/messages`, `GET /api/memory/context`,
 //!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`,
 //!   `GET /api/threads/{thread_id}/runs/{run_id}/events` (run-level memory identity, with a
-//!   [`RunJournal`]), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`.
-//!   Every memory route takes an optional `agent` query parameter.
-//! - Identity: `gateway.auth.mode: none` (user `default`, loopback only) or `token` (bearer
-//!   tokens mapped to users); internal callers with the `X-DeerFlow-Internal-Token` act for
-//!   the user in `X-DeerFlow-Owner-User-Id`. See [`config::GatewayConfig`].
+//!   [`RunJournal`]), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
+//!   `GET /docs`. Every memory route takes an optional `agent` query parameter. A path with a
+//!   trailing slash is redirected (307) to the route without it, as FastAPI does.
+//! - Identity: `gateway.auth.mode: none` (user `default`, loopback only), `token` (bearer
+//!   tokens mapped to users) or `deerflow_session` (DeerFlow's session cookie, with its CSRF
+//!   rule); internal callers with the `X-DeerFlow-Internal-Token` act for the user in
+//!   `X-DeerFlow-Owner-User-Id`. See [`config::GatewayConfig`] and [`session`].
+//! - CORS, when `gateway.cors` is set: the outermost layer, so preflights are answered without
+//!   authentication and error responses carry the CORS headers too.
 //! - Errors: one mapping to HTTP in [`error::GatewayError`].
 
 #![deny(missing_docs)]
@@ -29,9 +33,11 @@ pub mod layers;
 pub mod metrics;
 pub mod openapi;
 mod ops;
+mod pyjson;
 mod routes;
 mod schema;
 mod server;
+pub mod session;
 pub mod state;
 
 use axum::Router;
@@ -53,10 +59,12 @@ pub use state::{
 
 /// Builds the gateway's router over a state.
 ///
-/// Layers, outermost first: request id, log span and metrics; JSON error bodies; the request
-/// timeout (504); the body size limit (413); then, on `/api` routes, caller authentication
-/// (401/403) and, on the data routes, the `memory.enabled` gate (503). The operational routes
-/// (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`) need no authentication.
+/// Layers, outermost first: CORS (only when `gateway.cors` is set; it answers preflights
+/// itself); request id, log span and metrics; JSON error bodies; the request timeout (504); the
+/// body size limit (413); then, on `/api` routes, caller authentication (401/403) and, on the
+/// data routes, the `memory.enabled` gate (503). The operational routes (`/healthz`,
+/// `/readyz`, `/metrics`, `/openapi.json`, `/docs`) need no authentication. Unknown paths go
+/// to the fallback: a 307 redirect when only a trailing slash is in the way, else 404.
 pub fn router(state: GatewayState) -> Router {
     let data = Router::new()
         .route(
@@ -89,17 +97,23 @@ pub fn router(state: GatewayState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi));
+        .route("/openapi.json", get(ops::openapi))
+        .route("/docs", get(ops::docs));
     let cfg = state.gateway_config().clone();
-    Router::new()
+    let app = Router::new()
         .merge(api)
         .merge(ops)
+        .fallback(ops::fallback)
         .layer(RequestBodyLimitLayer::new(cfg.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
             cfg.request_timeout,
         ))
         .layer(from_fn_with_state(state.clone(), layers::json_errors))
-        .layer(from_fn_with_state(state.clone(), layers::observe))
-        .with_state(state)
+        .layer(from_fn_with_state(state.clone(), layers::observe));
+    let app = match &cfg.cors {
+        Some(cors) => app.layer(layers::cors(cors)),
+        None => app,
+    };
+    app.with_state(state)
 }

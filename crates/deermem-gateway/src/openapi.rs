@@ -23,7 +23,7 @@ use crate::journal::RunEvent;
 use crate::schema::{
     Accepted, ContextResponse, FactCreateBody, FactPatchBody, Health, HttpError,
     HttpValidationError, MAX_THREAD_ID_CHARS, MAX_TOP_K, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
-    MemoryStatusResponse, MessagesBody, RebuildResponse, SearchResponse,
+    MemoryStatusResponse, MessagesBody, RebuildResponse, SearchResponse, Unauthorized,
 };
 
 /// Registers a body type with a generator and returns the schema to use for it (a `$ref` for
@@ -43,6 +43,8 @@ pub enum Body {
     PrometheusText,
     /// This document (an OpenAPI object).
     OpenApi,
+    /// An HTML page.
+    Html,
 }
 
 /// One documented response of an operation.
@@ -536,14 +538,33 @@ pub const ROUTES: &[RouteInfo] = &[
             body: Body::OpenApi,
         }],
     ),
+    open(
+        "GET",
+        "/docs",
+        "ops::docs",
+        "docs",
+        "This reference as an HTML page",
+        &[Reply {
+            status: 200,
+            description: "Every operation with its parameters, body and responses",
+            body: Body::Html,
+        }],
+    ),
 ];
 
 /// The errors every `/api` route shares (the route's own responses take precedence).
 fn shared_errors(route: &RouteInfo) -> Vec<Reply> {
     let mut out = vec![
         error(400, "Invalid id, agent name or argument"),
-        error(401, "Not authenticated"),
-        error(403, "Non-loopback Host/Origin in unauthenticated mode"),
+        Reply {
+            status: 401,
+            description: "Not authenticated (in deerflow_session mode with DeerFlow's {code, message} detail)",
+            body: Body::Json(of::<Unauthorized>),
+        },
+        error(
+            403,
+            "A cookie-authenticated write without DeerFlow's CSRF pair, or a Host/Origin the unauthenticated mode does not serve",
+        ),
     ];
     if route.request.is_some() {
         out.push(error(413, "Body larger than gateway.max_body_bytes"));
@@ -642,6 +663,7 @@ fn operation(route: &RouteInfo, out: &mut SchemaGenerator, input: &mut SchemaGen
             Body::Json(schema) => json_content(schema(out).to_value()),
             Body::PrometheusText => json!({ "text/plain": { "schema": { "type": "string" } } }),
             Body::OpenApi => json_content(json!({ "type": "object" })),
+            Body::Html => json!({ "text/html": { "schema": { "type": "string" } } }),
         };
         responses.insert(
             status.to_string(),
@@ -779,17 +801,18 @@ pub fn document() -> Value {
         "info": {
             "title": "DeerMem gateway",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "DeerFlow-compatible /api/memory routes plus extensions. With gateway.auth.mode: token, send Authorization: Bearer <token>; internal callers send X-DeerFlow-Internal-Token (and optionally X-DeerFlow-Owner-User-Id)."
+            "description": "DeerFlow-compatible /api/memory routes plus extensions. With gateway.auth.mode: token, send Authorization: Bearer <token>; with deerflow_session, DeerFlow's access_token cookie (and, on writes, the csrf_token cookie repeated in X-CSRF-Token); internal callers send X-DeerFlow-Internal-Token (and optionally X-DeerFlow-Owner-User-Id)."
         },
         "paths": paths,
         "components": {
             "schemas": schemas,
             "securitySchemes": {
                 "bearerAuth": { "type": "http", "scheme": "bearer" },
-                "internalToken": { "type": "apiKey", "in": "header", "name": "X-DeerFlow-Internal-Token" }
+                "internalToken": { "type": "apiKey", "in": "header", "name": "X-DeerFlow-Internal-Token" },
+                "sessionCookie": { "type": "apiKey", "in": "cookie", "name": "access_token" }
             }
         },
-        "security": [ {}, { "bearerAuth": [] }, { "internalToken": [] } ]
+        "security": [ {}, { "bearerAuth": [] }, { "internalToken": [] }, { "sessionCookie": [] } ]
     })
 }
 

@@ -1,9 +1,17 @@
-//! Operational routes: liveness, readiness, Prometheus metrics and the OpenAPI document.
+//! Operational routes: liveness, readiness, Prometheus metrics, the OpenAPI document and its
+//! human-readable page (`/docs`), and the fallback for unknown paths (FastAPI's trailing-slash
+//! redirect, else 404).
+
+use std::fmt::Write as _;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::error::GatewayError;
+use crate::openapi::ROUTES;
 
 use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
@@ -64,4 +72,214 @@ pub(crate) async fn openapi() -> axum::response::Response {
         body.clone(),
     )
         .into_response()
+}
+
+/// `GET /docs`: the API reference as one self-contained HTML page (no script, no external
+/// asset), generated once from the OpenAPI document: every operation with its summary,
+/// parameters, request body and responses, and a link to `/openapi.json`.
+pub(crate) async fn docs() -> Response {
+    static PAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let page = PAGE.get_or_init(|| docs_html(&crate::openapi::document()));
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+            ),
+        ],
+        page.clone(),
+    )
+        .into_response()
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The short name of a schema: its component name, or its type.
+fn schema_name(schema: &Value) -> String {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        return r.rsplit('/').next().unwrap_or(r).to_owned();
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            format!(
+                "array of {}",
+                schema_name(schema.get("items").unwrap_or(&Value::Null))
+            )
+        }
+        Some(Value::String(t)) => t.clone(),
+        _ => "JSON".to_owned(),
+    }
+}
+
+/// Renders the OpenAPI document as HTML (operations in document order).
+pub(crate) fn docs_html(doc: &Value) -> String {
+    let title = doc["info"]["title"].as_str().unwrap_or("API");
+    let version = doc["info"]["version"].as_str().unwrap_or("");
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\
+         <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}}\
+         code{{background:#f3f3f3;padding:0 .2em}}h2{{font-size:1.1em;margin-top:2em}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;\
+         text-align:left;vertical-align:top}}</style></head><body>\n<h1>{t} {v}</h1>\n<p>{d}</p>\n\
+         <p>Machine-readable: <a href=\"/openapi.json\">/openapi.json</a> (OpenAPI 3.1).</p>\n",
+        t = escape(title),
+        v = escape(version),
+        d = escape(doc["info"]["description"].as_str().unwrap_or("")),
+    );
+    let Some(paths) = doc["paths"].as_object() else {
+        return out;
+    };
+    for (path, ops) in paths {
+        let Some(ops) = ops.as_object() else { continue };
+        for (method, op) in ops {
+            let _ = write!(
+                out,
+                "<h2 id=\"{id}\"><code>{m} {p}</code></h2>\n<p>{s}</p>\n",
+                id = escape(op["operationId"].as_str().unwrap_or("")),
+                m = escape(&method.to_ascii_uppercase()),
+                p = escape(path),
+                s = escape(op["summary"].as_str().unwrap_or("")),
+            );
+            if let Some(params) = op["parameters"].as_array() {
+                out.push_str("<table><tr><th>parameter</th><th>in</th><th>required</th><th>description</th></tr>\n");
+                for p in params {
+                    let _ = writeln!(
+                        out,
+                        "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                        escape(p["name"].as_str().unwrap_or("")),
+                        escape(p["in"].as_str().unwrap_or("")),
+                        if p["required"].as_bool().unwrap_or(false) {
+                            "yes"
+                        } else {
+                            "no"
+                        },
+                        escape(p["description"].as_str().unwrap_or("")),
+                    );
+                }
+                out.push_str("</table>\n");
+            }
+            if let Some(body) = op["requestBody"]["content"].as_object() {
+                for (ctype, media) in body {
+                    let _ = writeln!(
+                        out,
+                        "<p>Body: <code>{}</code> ({})</p>",
+                        escape(&schema_name(&media["schema"])),
+                        escape(ctype),
+                    );
+                }
+            }
+            if let Some(responses) = op["responses"].as_object() {
+                out.push_str("<table><tr><th>status</th><th>meaning</th><th>body</th></tr>\n");
+                for (status, reply) in responses {
+                    let body = reply["content"]
+                        .as_object()
+                        .and_then(|c| c.iter().next())
+                        .map(|(ctype, media)| {
+                            format!("{} ({ctype})", schema_name(&media["schema"]))
+                        })
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                        escape(status),
+                        escape(reply["description"].as_str().unwrap_or("")),
+                        escape(&body),
+                    );
+                }
+                out.push_str("</table>\n");
+            }
+        }
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// Whether a concrete path matches a route template (`{name}` matches one non-empty segment).
+fn matches_template(template: &str, path: &str) -> bool {
+    let t: Vec<&str> = template.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    t.len() == p.len()
+        && t.iter().zip(&p).all(|(t, p)| {
+            if t.starts_with('{') && t.ends_with('}') {
+                !p.is_empty()
+            } else {
+                t == p
+            }
+        })
+}
+
+/// Unknown paths. Like FastAPI, a path that matches a route once its trailing slashes are
+/// removed is redirected there (307, so the method and body are kept; the query string is
+/// kept too; `Location` is the path, a relative reference). Anything else is 404.
+pub(crate) async fn fallback(uri: Uri) -> Response {
+    let path = uri.path();
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.len() < path.len()
+        && !trimmed.is_empty()
+        && ROUTES.iter().any(|r| matches_template(r.path, trimmed))
+    {
+        let location = match uri.query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_owned(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            return (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, value)]).into_response();
+        }
+    }
+    GatewayError::NotFound("Not Found".into()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_whole_segments() {
+        assert!(matches_template("/api/memory", "/api/memory"));
+        assert!(matches_template(
+            "/api/memory/facts/{fact_id}",
+            "/api/memory/facts/f1"
+        ));
+        assert!(!matches_template(
+            "/api/memory/facts/{fact_id}",
+            "/api/memory/facts/"
+        ));
+        assert!(!matches_template("/api/memory", "/api/memory/x"));
+        assert!(!matches_template("/api/memory", "//evil.example"));
+    }
+
+    #[test]
+    fn the_docs_page_escapes_and_lists_every_operation() {
+        let page = docs_html(&crate::openapi::document());
+        for r in ROUTES {
+            assert!(
+                page.contains(&format!("<code>{} {}</code>", r.method, escape(r.path))),
+                "{} {}",
+                r.method,
+                r.path
+            );
+        }
+        assert!(!page.contains("<script"));
+        let hostile = serde_json::json!({"info": {"title": "<b>x</b>"}, "paths": {}});
+        assert!(docs_html(&hostile).contains("&lt;b&gt;x&lt;/b&gt;"));
+    }
 }

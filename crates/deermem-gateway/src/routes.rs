@@ -16,7 +16,7 @@ use deermem_core::config::redact_secrets;
 use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
-use deermem_core::{AgentName, ManagerError, PublicMemoryDocument};
+use deermem_core::{AgentName, InvalidInputCode, ManagerError, PublicMemoryDocument};
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 
@@ -155,12 +155,19 @@ pub(crate) async fn create_fact(
 }
 
 fn path_fact_id(path: Result<Path<String>, PathRejection>) -> Result<deermem_core::FactId> {
-    let Path(raw) =
-        path.map_err(|_| GatewayError::BadRequest("Invalid fact id in the path.".into()))?;
+    let Path(raw) = path.map_err(|_| {
+        GatewayError::BadRequest(
+            "Invalid fact id: the path segment is not valid percent-encoded UTF-8.".into(),
+        )
+    })?;
     parse_fact_id(&raw)
 }
 
 /// `PATCH /api/memory/facts/{fact_id}`: fields left out (or `null`) are passed as `None`.
+///
+/// The order of the reference: the body is validated first (422), then the id; and the fact is
+/// looked up before its new values are checked, so a patch of a missing fact is a 404 even
+/// when the new content or confidence would be refused.
 pub(crate) async fn update_fact(
     State(state): State<GatewayState>,
     caller: Caller,
@@ -168,8 +175,8 @@ pub(crate) async fn update_fact(
     path: Result<Path<String>, PathRejection>,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
-    let fact_id = path_fact_id(path)?;
     let input = schema::fact_patch(&body)?;
+    let fact_id = path_fact_id(path)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let patch = FactPatch {
@@ -178,11 +185,50 @@ pub(crate) async fn update_fact(
         confidence: input.confidence,
         expected_revision: None,
     };
-    let doc = run(&state, Operation::UpdateFact, async move {
-        m.update_fact(fact_id.as_str(), patch, scope).await
+    let (id, patch_scope) = (fact_id.clone(), scope.clone());
+    let updated = run(&state, Operation::UpdateFact, async move {
+        m.update_fact(id.as_str(), patch, patch_scope).await
     })
-    .await?;
-    Ok(document(doc))
+    .await;
+    match updated {
+        Ok(doc) => Ok(document(doc)),
+        Err(e) if refuses_new_values(&e) => {
+            let m = manager(&state);
+            let found = run(&state, Operation::UpdateFact, async move {
+                m.get_memory(scope).await
+            })
+            .await
+            .map(|doc| doc.facts.iter().any(|f| f.id == fact_id.as_str()));
+            match found {
+                Ok(false) => Err(GatewayError::manager(
+                    Operation::UpdateFact,
+                    state.manager().name(),
+                    ManagerError::NotFound {
+                        fact_id: fact_id.as_str().to_owned(),
+                    },
+                )),
+                _ => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a failed update refused the patch's values (content, confidence, category), as
+/// opposed to the ids or the state of storage.
+fn refuses_new_values(e: &GatewayError) -> bool {
+    matches!(
+        e,
+        GatewayError::Manager {
+            error: ManagerError::InvalidInput {
+                code: InvalidInputCode::Content
+                    | InvalidInputCode::Confidence
+                    | InvalidInputCode::Other,
+                ..
+            },
+            ..
+        }
+    )
 }
 
 /// `DELETE /api/memory/facts/{fact_id}`.

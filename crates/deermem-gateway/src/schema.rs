@@ -168,6 +168,21 @@ impl Checker {
 
     /// A float (lax: numbers and numeric strings), finite.
     fn float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
+        let f = self.any_float(v, loc.clone())?;
+        if f.is_finite() {
+            Some(f)
+        } else {
+            self.push(
+                ValidationItem::new("finite_number", loc, "Input should be a finite number")
+                    .with_input(v),
+            );
+            None
+        }
+    }
+
+    /// A float (lax: numbers and numeric strings, `"inf"` and `"nan"` included, as pydantic's
+    /// float fields allow them).
+    fn any_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
         let f = match v {
             Value::Number(n) => n.as_f64(),
             Value::String(s) => match deermem_core::py::parse_float(s) {
@@ -187,14 +202,7 @@ impl Checker {
             _ => None,
         };
         match f {
-            Some(f) if f.is_finite() => Some(f),
-            Some(_) => {
-                self.push(
-                    ValidationItem::new("finite_number", loc, "Input should be a finite number")
-                        .with_input(v),
-                );
-                None
-            }
+            Some(f) => Some(f),
             None => {
                 self.push(
                     ValidationItem::new("float_type", loc, "Input should be a valid number")
@@ -205,9 +213,25 @@ impl Checker {
         }
     }
 
-    /// A float constrained to `[0, 1]`.
+    /// A float constrained to `[0, 1]`, checked as pydantic does: the upper bound first, and
+    /// as "not <= 1" so that `nan` fails it (`"nan"` and `"inf"` are `less_than_equal`,
+    /// `"-inf"` is `greater_than_equal`).
     fn unit_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
-        let f = self.float(v, loc.clone())?;
+        let f = self.any_float(v, loc.clone())?;
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let above = !(f <= 1.0);
+        if above {
+            self.push(
+                ValidationItem::new(
+                    "less_than_equal",
+                    loc,
+                    "Input should be less than or equal to 1",
+                )
+                .with_input(v)
+                .with_ctx(json!({ "le": 1.0 })),
+            );
+            return None;
+        }
         if f < 0.0 {
             self.push(
                 ValidationItem::new(
@@ -217,18 +241,6 @@ impl Checker {
                 )
                 .with_input(v)
                 .with_ctx(json!({ "ge": 0.0 })),
-            );
-            return None;
-        }
-        if f > 1.0 {
-            self.push(
-                ValidationItem::new(
-                    "less_than_equal",
-                    loc,
-                    "Input should be less than or equal to 1",
-                )
-                .with_input(v)
-                .with_ctx(json!({ "le": 1.0 })),
             );
             return None;
         }
@@ -438,6 +450,12 @@ pub(crate) fn fact_patch(body: &Value) -> Result<FactPatchBody, GatewayError> {
     })
 }
 
+/// The public `source` of a fact whose source says nothing.
+const UNKNOWN_SOURCE: &str = "unknown";
+
+/// The only fact status storage keeps (a deleted fact has no file).
+const ACTIVE_STATUS: &str = "active";
+
 /// Manager-level fact fields the reference's HTTP model does not have: dropped on import.
 const MANAGER_ONLY_FACT_KEYS: [&str; 4] = [
     "title",
@@ -504,11 +522,12 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
             out.insert(key.into(), Value::from(list));
         }
     }
+    // Out of range is clamped into [0, 1], as the reference's import does.
     match m.get("confidence") {
         None => {}
         Some(v) => {
             if let Some(f) = c.float(v, at(loc, "confidence")) {
-                out.insert("confidence".into(), json!(f));
+                out.insert("confidence".into(), json!(f.clamp(0.0, 1.0)));
             }
         }
     }
@@ -519,7 +538,8 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
             out.insert(key.into(), json!(u));
         }
     }
-    // The reference's model forces `source` to its public string form.
+    // The reference's model forces `source` to its public string form: a string is kept, an
+    // object is projected, anything else (`null`, a number, a list) becomes "unknown".
     match m.get("source") {
         None => {}
         Some(Value::String(s)) => {
@@ -538,8 +558,8 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
                 .with_input(v),
             ),
         },
-        Some(other) => {
-            c.string(other, at(loc, "source"));
+        Some(_) => {
+            out.insert("source".into(), Value::String(UNKNOWN_SOURCE.into()));
         }
     }
     if let Some(v) = m.get("scope").filter(|v| !v.is_null()) {
@@ -565,9 +585,40 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
     (c.errors.len() == before).then_some(Value::Object(out))
 }
 
+/// Storage keeps active facts only, so a fact with another `status` cannot be imported as it
+/// is: a 400 naming the fact (the reference fails with a 500 there).
+fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
+    let facts = doc.get("facts").and_then(Value::as_array);
+    for (i, fact) in facts.into_iter().flatten().enumerate() {
+        if let Some(status) = fact.get("status").and_then(Value::as_str)
+            && status != ACTIVE_STATUS
+        {
+            let id = fact.get("id").and_then(Value::as_str).unwrap_or("");
+            return Err(GatewayError::BadRequest(format!(
+                "Invalid memory data: facts[{i}] ('{}') has status '{}'; only active facts can \
+                 be imported (leave status out or set it to \"active\").",
+                shortened(id),
+                shortened(status)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The start of a long value, for messages.
+fn shortened(s: &str) -> String {
+    const KEEP: usize = 64;
+    if s.chars().count() <= KEEP {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(KEEP).collect::<String>())
+    }
+}
+
 /// `POST /api/memory/import`: the `MemoryResponse` shape. Unknown keys are dropped, `null`
-/// optional fields are removed, `source` objects are projected to their string form, and each
-/// fact needs `id` and `content`.
+/// optional fields are removed, `source` objects are projected to their string form (other
+/// non-strings become `unknown`), a finite confidence is clamped into [0, 1], and each fact
+/// needs `id` and `content`; a fact whose `status` is not `active` is a 400.
 pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, GatewayError> {
     let mut c = Checker::default();
     let base = [json!("body")];
@@ -610,6 +661,7 @@ pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, Gate
     if !c.errors.is_empty() {
         return Err(GatewayError::Validation(c.errors));
     }
+    check_statuses(&out)?;
     serde_json::from_value(Value::Object(out)).map_err(|e| {
         GatewayError::validation(ValidationItem::new(
             "value_error",
@@ -765,6 +817,37 @@ pub(crate) struct Health {
 pub(crate) struct HttpError {
     /// The message (for 500s a fixed text; the private cause is only logged).
     pub(crate) detail: String,
+}
+
+/// DeerFlow's 401 detail in `auth.mode: deerflow_session`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct SessionErrorDetail {
+    /// `not_authenticated`, `token_expired` or `token_invalid`.
+    pub(crate) code: String,
+    /// `Authentication required`, `Token error: expired`, `Token error: invalid_signature`,
+    /// `Token error: malformed` or `Invalid bearer token`.
+    pub(crate) message: String,
+}
+
+/// A 401 body in `auth.mode: deerflow_session`: `{"detail": {"code", "message"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct SessionError {
+    /// What was wrong with the session.
+    pub(crate) detail: SessionErrorDetail,
+}
+
+/// A 401 body: `{"detail": "<message>"}`, or DeerFlow's object in `deerflow_session` mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(rename = "HTTPUnauthorized")]
+#[allow(dead_code)]
+pub(crate) enum Unauthorized {
+    /// Bearer or internal tokens.
+    Message(HttpError),
+    /// DeerFlow's session cookie.
+    Session(SessionError),
 }
 
 /// A 422 body: `{"detail": [validation item, ...]}`, every problem at once.

@@ -907,6 +907,12 @@ async fn manager_errors_map_to_the_reference_statuses_on_every_route() {
             m.fail(op, *make);
             // reload falls back only on Unsupported: script both so the route surfaces it.
             let a = app(m.clone());
+            if op == "update_fact" {
+                // The fact exists: a patch of a missing fact is a 404 whatever its values.
+                let seed = json!({"facts": [{"id": "fact_x", "content": "x"}]});
+                let r = send(&a, json_req(Method::POST, "/api/memory/import", &seed)).await;
+                assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            }
             for (method, uri, body) in routes_calling(op, "fact_x") {
                 let r = send(&a, request(method.clone(), &uri, body.as_ref())).await;
                 assert_eq!(

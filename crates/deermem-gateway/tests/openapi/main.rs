@@ -88,6 +88,10 @@ impl Conformance {
                 "{method} {template} {status} body {}: {errors:#?}",
                 r.text
             );
+        } else if content.contains_key("text/html") {
+            let ctype = r.headers["content-type"].to_str().unwrap_or("");
+            assert!(ctype.starts_with("text/html"), "{ctype}");
+            assert!(r.text.starts_with("<!DOCTYPE html>"), "{}", r.text);
         } else {
             assert!(content.contains_key("text/plain"), "{content:?}");
             assert!(!r.text.is_empty());
@@ -177,6 +181,7 @@ async fn every_route_answers_what_the_document_says() {
     c.call(&a, get.clone(), "/metrics", "/metrics", None).await;
     c.call(&a, get.clone(), "/openapi.json", "/openapi.json", None)
         .await;
+    c.call(&a, get.clone(), "/docs", "/docs", None).await;
     let starting = router(GatewayState::new(
         m.clone(),
         MemoryConfig::default(),
@@ -411,6 +416,21 @@ async fn every_route_answers_what_the_document_says() {
         .call(&locked, get.clone(), "/api/memory", "/api/memory", None)
         .await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // deerflow_session mode: DeerFlow's 401 object, and the CSRF rule's 403.
+    let session = router(ready_state(
+        m.clone(),
+        MemoryConfig::default(),
+        GatewayConfig::with_deerflow_session("conformance-secret").expect("secret"),
+    ));
+    let r = c
+        .call(&session, get.clone(), "/api/memory", "/api/memory", None)
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.body["detail"]["code"], "not_authenticated");
+    let r = c
+        .call(&session, delete.clone(), "/api/memory", "/api/memory", None)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
     let small = router(ready_state(
         m.clone(),
         MemoryConfig::default(),
