@@ -5,7 +5,8 @@
 //! `-32600` invalid-request error carrying the request id when one can be read (`-32602` when
 //! it names a known method with params that do not fit). A lone UTF-16 surrogate escape is
 //! read as U+FFFD, so such a request is answered like any other. The server then keeps reading.
-//! Every error answered is logged at DEBUG: it is the client's mistake, not the server's.
+//! The errors this transport answers itself are logged at DEBUG (they are the client's mistakes,
+//! not the server's); the handler logs the ones it answers.
 
 use std::io;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use deermem_core::ports::MemoryManager;
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
 use rmcp::ServiceExt;
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
@@ -66,9 +67,6 @@ where
         .clone()
         .sink_map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))
         .with(|message: ServerJsonRpcMessage| {
-            if let JsonRpcMessage::Error(e) = &message {
-                tracing::debug!(id = ?e.id, code = e.error.code.0, message = %e.error.message, "answered a JSON-RPC error");
-            }
             futures::future::ready(serde_json::to_string(&message).map_err(io::Error::from))
         });
     let stream = incoming(reader, out_tx);
