@@ -30,6 +30,8 @@ pub struct Sizes {
     pub queries: usize,
     /// `get_context`: injection blocks built.
     pub get_context: usize,
+    /// `count_long_fact`: long facts counted (each a new text).
+    pub count_long_fact: usize,
     /// `apply_update`: update cycles.
     pub apply_update: usize,
     /// `migrate_v1`: legacy users.
@@ -58,6 +60,7 @@ impl Sizes {
             corpus_scopes: 200,
             queries: 2_000,
             get_context: 2_000,
+            count_long_fact: 200,
             apply_update: 500,
             migrate_users: 500,
             migrate_facts: 20,
@@ -82,6 +85,7 @@ impl Sizes {
             corpus_scopes: 20,
             queries: 200,
             get_context: 200,
+            count_long_fact: 20,
             apply_update: 50,
             migrate_users: 50,
             migrate_facts: 20,
@@ -105,6 +109,7 @@ impl Sizes {
             corpus_scopes: 4,
             queries: 5,
             get_context: 5,
+            count_long_fact: 3,
             apply_update: 5,
             migrate_users: 5,
             migrate_facts: 3,
@@ -139,6 +144,7 @@ impl Sizes {
             "corpus_scopes": self.corpus_scopes,
             "queries": self.queries,
             "get_context": self.get_context,
+            "count_long_fact": self.count_long_fact,
             "apply_update": self.apply_update,
             "migrate_users": self.migrate_users,
             "migrate_facts_per_user": self.migrate_facts,

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 13] = [
+const WORKLOADS: [&str; 14] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -16,6 +16,7 @@ const WORKLOADS: [&str; 13] = [
     "search",
     "rebuild_index",
     "get_context",
+    "count_long_fact",
     "apply_update",
     "migrate_v1",
     "gateway_get",
@@ -100,6 +101,7 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
     assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
     assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");
     assert_eq!(w["migrate_v1"]["facts_migrated"], 15);
+    assert_eq!(w["count_long_fact"]["fact_chars"], 20_000);
     let m = &report["machine"];
     for key in ["cpu", "kernel", "rustc", "tmp_filesystem"] {
         assert!(
@@ -108,7 +110,7 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         );
     }
     assert!(m["cores"].as_u64().unwrap_or(0) >= 1);
-    assert_eq!(report["targets"].as_object().map(|t| t.len()), Some(9));
+    assert_eq!(report["targets"].as_object().map(|t| t.len()), Some(10));
     // Every temporary root was removed by its child.
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()

@@ -128,8 +128,10 @@ pub(crate) enum Command {
     },
     /// Serve the memory tools as an MCP server (stdio, or streamable HTTP with `--bind`).
     Mcp {
-        /// The user (stdio mode; one user per process).
-        #[arg(long, value_name = "USER")]
+        /// The user every call acts for (stdio mode; one user per process). Without it the
+        /// server acts as the user `default`, the id the reference uses when a host names no
+        /// user.
+        #[arg(long, value_name = "USER", allow_hyphen_values = true)]
         user: Option<String>,
         /// The agent bucket; omitted means the default bucket.
         #[arg(long, value_name = "AGENT")]
@@ -138,7 +140,16 @@ pub(crate) enum Command {
         /// (`gateway.auth.tokens`).
         #[arg(long, value_name = "ADDR")]
         bind: Option<std::net::SocketAddr>,
+        /// With --bind: answer CORS preflights for this browser origin (scheme://host[:port],
+        /// or `*` for any), so browser-based MCP clients can connect; repeatable. Requests still
+        /// need a bearer token.
+        #[arg(long, value_name = "ORIGIN", requires = "bind", value_parser = parse_origin)]
+        allow_origin: Vec<String>,
     },
+}
+
+fn parse_origin(s: &str) -> Result<String, String> {
+    deermem_mcp::check_cors_origin(s).map(|()| s.to_owned())
 }
 
 #[derive(Debug, Subcommand)]

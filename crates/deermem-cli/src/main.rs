@@ -7,6 +7,7 @@ mod cmd;
 mod ctx;
 mod demo;
 mod error;
+mod logging;
 mod output;
 mod serve;
 
@@ -17,22 +18,6 @@ use clap::Parser;
 use crate::args::{Cli, Command, SummariesCommand};
 use crate::ctx::Ctx;
 use crate::error::CliError;
-
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info,deermem=debug",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DEERMEM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Logs go to stderr so stdout stays machine-readable (JSON output, MCP over stdio).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
-}
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
     let ctx = Ctx::load(cli.global)?;
@@ -61,13 +46,20 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Context { scope } => cmd::context(&ctx, &scope).await.map(|()| 0),
         Command::Demo { keep } => demo::run(&ctx, keep).await.map(|()| 0),
         Command::Serve { bind } => serve::serve(&ctx, bind).await.map(|()| 0),
-        Command::Mcp { user, agent, bind } => serve::mcp(&ctx, user, agent, bind).await.map(|()| 0),
+        Command::Mcp {
+            user,
+            agent,
+            bind,
+            allow_origin,
+        } => serve::mcp(&ctx, user, agent, bind, allow_origin)
+            .await
+            .map(|()| 0),
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    logging::init(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

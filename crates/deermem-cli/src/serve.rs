@@ -137,6 +137,7 @@ pub(crate) async fn mcp(
     user: Option<String>,
     agent: Option<String>,
     bind_addr: Option<SocketAddr>,
+    allow_origin: Vec<String>,
 ) -> Result<(), CliError> {
     let agent: Option<AgentName> = ctx::agent(agent.as_deref())?;
     let backend = ctx.backend()?;
@@ -164,9 +165,11 @@ pub(crate) async fn mcp(
                     "deermem mcp --bind needs bearer tokens: configure gateway.auth.tokens or gateway.auth.tokens_file",
                 ));
             }
+            // The raw ids as configured, so a fact shows the same `scope.userId` over HTTP as
+            // over stdio (the gateway's own routes use the safe ids, as the reference does).
             let tokens: Vec<(String, UserId)> = gateway
                 .auth
-                .tokens
+                .token_users
                 .iter()
                 .map(|(t, u)| (t.clone(), u.clone()))
                 .collect();
@@ -188,11 +191,16 @@ pub(crate) async fn mcp(
                 deermem_mcp::DEFAULT_PATH,
                 backend.class()
             );
-            deermem_mcp::serve_http(
+            let options = deermem_mcp::HttpOptions {
+                cors_origins: allow_origin,
+                ..deermem_mcp::HttpOptions::default()
+            };
+            deermem_mcp::serve_http_with(
                 listener,
                 Arc::clone(&manager),
                 auth,
                 agent,
+                options,
                 shutdown_signal(),
             )
             .await

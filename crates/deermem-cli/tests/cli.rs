@@ -724,6 +724,47 @@ fn ingest_reports_changes_and_context_prints_the_block() {
     );
 }
 
+/// A fact too long for the injection budget is skipped and the shorter, less confident ones
+/// still reach the block (default budget: 2,000 tokens).
+#[test]
+fn context_skips_a_fact_that_does_not_fit_and_keeps_filling() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let huge = "用户喜欢喝茶".repeat(2_084);
+    for (content, confidence) in [(huge.as_str(), "0.9"), ("Likes green tea", "0.8")] {
+        let out = run(
+            root,
+            &[
+                "facts",
+                "add",
+                "--user",
+                "dora",
+                "--content",
+                content,
+                "--category",
+                "preference",
+                "--confidence",
+                confidence,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ctx = run(root, &["context", "--user", "dora"]);
+    let text = String::from_utf8_lossy(&ctx.stdout);
+    assert!(
+        text.contains("- [preference | 0.80] Likes green tea"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("用户喜欢喝茶"),
+        "the oversized fact is left out"
+    );
+}
+
 #[test]
 fn demo_runs_offline_and_prints_the_block() {
     let out = bin().arg("demo").output().unwrap();

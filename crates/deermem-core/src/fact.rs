@@ -27,6 +27,14 @@ pub const DEFAULT_TITLE: &str = "Memory fact";
 pub const ACTIVE_STATUS: &str = "active";
 /// The default category consumers assume when a fact has none.
 pub const DEFAULT_CATEGORY: &str = "context";
+/// The longest manual fact content the embedded engine accepts, in code points (facts are
+/// injected into prompts; one huge fact would crowd out every other). The memory tools declare
+/// it in their schemas.
+pub const MAX_MANUAL_CONTENT_CHARS: usize = 20_000;
+/// The longest category accepted, in code points.
+pub const MAX_CATEGORY_CHARS: usize = 128;
+/// The longest search query accepted, in code points.
+pub const MAX_QUERY_CHARS: usize = 4096;
 
 /// The storage core categories; any other category is stored as `other` plus
 /// `categoryExtension`.

@@ -102,6 +102,9 @@ pub struct AuthConfig {
     pub mode: AuthMode,
     /// Bearer token → user id (already made safe with `safe_user_id`).
     pub tokens: BTreeMap<String, UserId>,
+    /// Bearer token → the user id as configured (the raw id, trimmed), for hosts that record
+    /// the raw id as stdio callers do (the MCP server). Same bucket as in `tokens`.
+    pub token_users: BTreeMap<String, UserId>,
     /// Where the `tokens_file` entries came from, for messages.
     pub tokens_file: Option<PathBuf>,
     /// The shared secret internal callers send in `X-DeerFlow-Internal-Token`; only then is
@@ -301,7 +304,7 @@ impl GatewayConfig {
         let mut cfg = Self::default();
         cfg.auth.mode = AuthMode::Token;
         for (tok, user) in tokens {
-            insert_token(&mut cfg.auth.tokens, tok, user, "gateway.auth.tokens")?;
+            insert_token(&mut cfg.auth, tok, user, "gateway.auth.tokens")?;
         }
         Ok(cfg)
     }
@@ -402,7 +405,7 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
                     "every token must map to a user id string",
                 )
             })?;
-            insert_token(&mut auth.tokens, tok, user, "gateway.auth.tokens")?;
+            insert_token(&mut auth, tok, user, "gateway.auth.tokens")?;
         }
     }
     if let Some(f) = present(map, "tokens_file") {
@@ -415,7 +418,7 @@ fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigEr
                 format!("cannot read {}: {e}", path.display()),
             )
         })?;
-        parse_tokens_file(&text, &path, &mut auth.tokens)?;
+        parse_tokens_file(&text, &path, &mut auth)?;
         auth.tokens_file = Some(path);
     }
     if let Some(t) = present(map, "internal_token") {
@@ -630,13 +633,16 @@ fn validate_token_text(tok: &str) -> Result<(), String> {
 }
 
 fn insert_token(
-    tokens: &mut BTreeMap<String, UserId>,
+    auth: &mut AuthConfig,
     tok: &str,
     user: &str,
     key: &str,
 ) -> Result<(), ConfigError> {
     validate_token_text(tok).map_err(|m| ConfigError::new(key, m))?;
     let user_id = safe_user(user).map_err(|m| ConfigError::new(key, m))?;
+    // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.
+    let raw = UserId::new(user.trim()).unwrap_or_else(|_| user_id.clone());
+    let tokens = &mut auth.tokens;
     match tokens.get(tok) {
         Some(existing) if existing != &user_id => Err(ConfigError::new(
             key,
@@ -648,6 +654,7 @@ fn insert_token(
         )),
         _ => {
             tokens.insert(tok.to_owned(), user_id);
+            auth.token_users.insert(tok.to_owned(), raw);
             Ok(())
         }
     }
@@ -660,11 +667,7 @@ pub(crate) fn safe_user(raw: &str) -> Result<UserId, String> {
 }
 
 /// Parses a tokens file: one `token user` per line, `#` comments and blank lines ignored.
-fn parse_tokens_file(
-    text: &str,
-    path: &Path,
-    tokens: &mut BTreeMap<String, UserId>,
-) -> Result<(), ConfigError> {
+fn parse_tokens_file(text: &str, path: &Path, auth: &mut AuthConfig) -> Result<(), ConfigError> {
     let key = "gateway.auth.tokens_file";
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -682,7 +685,7 @@ fn parse_tokens_file(
                 ),
             ));
         };
-        insert_token(tokens, tok, user, key).map_err(|e| {
+        insert_token(auth, tok, user, key).map_err(|e| {
             ConfigError::new(key, format!("{}:{}: {}", path.display(), n + 1, e.message))
         })?;
     }
@@ -724,6 +727,13 @@ mod tests {
             cfg.auth.tokens["tok-mail"].as_str(),
             "a-b-com-fb98d44ad7501a95"
         );
+        // The raw ids are kept beside them, in the same buckets (for the MCP server).
+        assert_eq!(cfg.auth.token_users["tok-mail"].as_str(), "a@b.com");
+        assert_eq!(
+            cfg.auth.token_users["tok-mail"].bucket(),
+            cfg.auth.tokens["tok-mail"].bucket()
+        );
+        assert_eq!(cfg.auth.token_users["tok-alice"].as_str(), "alice");
         assert_eq!(
             cfg.auth.internal_token.as_ref().unwrap().expose(),
             "s3cret-internal"
@@ -964,6 +974,10 @@ mod tests {
             cfg.auth.tokens["tok-carol"]
                 .as_str()
                 .starts_with("carol-example-com-")
+        );
+        assert_eq!(
+            cfg.auth.token_users["tok-carol"].as_str(),
+            "carol@example.com"
         );
         assert!(
             GatewayConfig::from_root(&root).is_err(),

@@ -1,6 +1,8 @@
 //! The MCP server handler: the four memory tools (run through `deermem::tools::dispatch`),
 //! `memory_context`, and the read-only `memory://facts` resource, for one fixed identity
-//! (stdio) or for the user an HTTP request authenticated as.
+//! (stdio) or for the user an HTTP request authenticated as. The instructions describe the
+//! tools actually offered; a known method whose params do not fit gets `-32602` with what is
+//! wrong; every JSON-RPC error answered is logged at DEBUG.
 
 use std::sync::Arc;
 
@@ -10,13 +12,16 @@ use deermem_core::{AgentName, ManagerError, UserId};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, JsonObject, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CustomRequest, CustomResult, ErrorCode, Implementation, JsonObject, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
+
+use crate::jsonrpc::invalid_params_message;
 
 /// Name of the MCP-only tool returning the injection block.
 pub const MEMORY_CONTEXT: &str = "memory_context";
@@ -97,6 +102,23 @@ impl MemoryMcpServer {
             .collect();
         out.push(context_tool());
         out
+    }
+
+    /// The instructions for the tools [`MemoryMcpServer::tools`] offers, and nothing about the
+    /// ones it does not.
+    pub fn instructions(&self) -> String {
+        let offered: Vec<String> = self
+            .tools()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        tools::instructions_for(
+            &offered,
+            &[&format!(
+                "- {MEMORY_CONTEXT}: read what is already known about the user at the start of \
+                 a conversation."
+            )],
+        )
     }
 
     fn scope(&self, context: &RequestContext<RoleServer>) -> Option<MemoryScope> {
@@ -209,11 +231,7 @@ impl ServerHandler for MemoryMcpServer {
                 .build(),
         )
         .with_server_info(Implementation::new("deermem", env!("CARGO_PKG_VERSION")))
-        .with_instructions(format!(
-            "{}\n- {MEMORY_CONTEXT}: read what is already known about the user at the start \
-             of a conversation.",
-            tools::tool_mode_instructions()
-        ))
+        .with_instructions(self.instructions())
     }
 
     async fn list_tools(
@@ -235,14 +253,14 @@ impl ServerHandler for MemoryMcpServer {
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
         if name != MEMORY_CONTEXT && !tools::TOOL_NAMES.contains(&name) {
-            return Err(McpError::invalid_params(
+            return Err(answered(McpError::invalid_params(
                 format!(
                     "Unknown tool: {}. Available tools: {}, {MEMORY_CONTEXT}",
                     deermem_core::py::prefix_chars(name, 200),
                     tools::TOOL_NAMES.join(", ")
                 ),
                 None,
-            ));
+            )));
         }
         let Some(scope) = self.scope(&context) else {
             return Ok(unauthenticated().into());
@@ -287,21 +305,21 @@ impl ServerHandler for MemoryMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         if request.uri != FACTS_RESOURCE_URI {
-            return Err(McpError::resource_not_found(
+            return Err(answered(McpError::resource_not_found(
                 format!(
                     "Unknown resource: {}. Available: {FACTS_RESOURCE_URI}",
                     deermem_core::py::prefix_chars(&request.uri, 200)
                 ),
                 None,
-            ));
+            )));
         }
         let Some(scope) = self.scope(&context) else {
-            return Err(McpError::invalid_request(
+            return Err(answered(McpError::invalid_request(
                 "the request carries no authenticated user",
                 None,
-            ));
+            )));
         };
-        let text = self.facts_json(scope).await?;
+        let text = self.facts_json(scope).await.map_err(answered)?;
         let contents = vec![
             ResourceContents::text(text, FACTS_RESOURCE_URI).with_mime_type("application/json"),
         ];
@@ -310,4 +328,32 @@ impl ServerHandler for MemoryMcpServer {
             .with_ttl_ms(0)
             .into())
     }
+
+    /// A request rmcp could not read as a method it knows: a known MCP method whose params do
+    /// not fit it (`tools/call` with `arguments` as an array, `resources/read` without `uri`)
+    /// is `-32602` with what is wrong; anything else is "Method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let method = deermem_core::py::prefix_chars(&request.method, 200);
+        Err(answered(
+            match invalid_params_message(&request.method, request.params.as_ref()) {
+                Some(message) => McpError::invalid_params(message, None),
+                None => McpError::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("Method not found: {method}"),
+                    None,
+                ),
+            },
+        ))
+    }
+}
+
+/// Logs a JSON-RPC error the server answers (at DEBUG: the request was the client's mistake)
+/// and passes it on.
+fn answered(error: McpError) -> McpError {
+    tracing::debug!(code = error.code.0, message = %error.message, "answered a JSON-RPC error");
+    error
 }

@@ -1,12 +1,17 @@
 //! The streamable-HTTP transport: an axum router serving the MCP endpoint, with the caller's
 //! identity taken from an `Authorization: Bearer` token (a missing or unknown token is refused
-//! with 401) and malformed JSON-RPC answered with a JSON-RPC error body (HTTP 400).
+//! with 401) and malformed JSON-RPC answered with a JSON-RPC error body (HTTP 400; 413 for a
+//! body over the limit).
 //!
 //! The endpoint runs statelessly (no `Mcp-Session-Id`) and answers plain JSON, so every request
-//! carries its own token and acts for exactly that user.
+//! carries its own token and acts for exactly that user; a POST that accepts JSON (`*/*`,
+//! `application/json` alone, or no `Accept` at all) is served. Only the endpoint asks for a
+//! token: every other path, the OAuth discovery documents and `/register` included, is a plain
+//! 404 (there is no OAuth here). CORS preflights are answered for the configured origins.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -16,15 +21,16 @@ use axum::response::{IntoResponse, Response};
 use deermem_core::ports::MemoryManager;
 use deermem_core::{AgentName, UserId};
 use http::{HeaderValue, Method, StatusCode, header};
-use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::McpServeError;
 use crate::handler::{AuthenticatedUser, MemoryMcpServer};
-use crate::stdio::error_line;
+use crate::jsonrpc::{INVALID_REQUEST, PARSE_ERROR, error_line, repair_lone_surrogates};
+use crate::stdio::check_message;
 
 /// Maps a bearer token to its user; `None` refuses the request.
 pub type TokenAuth = Arc<dyn Fn(&str) -> Option<UserId> + Send + Sync>;
@@ -47,6 +53,10 @@ pub struct HttpOptions {
     pub max_body_bytes: usize,
     /// Cancelling this token ends in-flight responses (graceful shutdown).
     pub cancellation: CancellationToken,
+    /// Browser origins (`https://host[:port]`) allowed to call the endpoint across origins;
+    /// `*` allows any. Empty (the default): no CORS headers, preflights are refused with 401.
+    /// Requests still need their bearer token whatever the origin.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for HttpOptions {
@@ -56,8 +66,39 @@ impl Default for HttpOptions {
             allowed_hosts: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             cancellation: CancellationToken::new(),
+            cors_origins: Vec::new(),
         }
     }
+}
+
+/// Checks one CORS origin option: `*`, or `scheme://host[:port]` with nothing after it.
+///
+/// # Errors
+/// A message saying what is wrong with `origin`.
+pub fn check_cors_origin(origin: &str) -> Result<(), String> {
+    if origin == "*" {
+        return Ok(());
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return Err(format!(
+            "{origin:?} is not an origin: expected scheme://host[:port] (e.g. http://localhost:6274) or *"
+        ));
+    };
+    let valid_scheme = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let valid_host = !rest.is_empty()
+        && !rest.contains(['/', '?', '#'])
+        && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !valid_scheme || !valid_host {
+        return Err(format!(
+            "{origin:?} is not an origin: expected scheme://host[:port] with no path"
+        ));
+    }
+    HeaderValue::from_str(origin)
+        .map(|_| ())
+        .map_err(|_| format!("{origin:?} is not a valid header value"))
 }
 
 /// The MCP endpoint at `/mcp` with default options: each request acts for the user its bearer
@@ -92,11 +133,52 @@ pub fn http_router_with(
         config,
     );
     let limit = options.max_body_bytes;
-    // Layers run outside-in: the token check first, then JSON-RPC validation, then rmcp.
-    Router::new()
+    // Layers run outside-in: CORS (answering preflights), the token check, JSON-RPC validation,
+    // then rmcp. The token check and validation are route layers: a path that is not the
+    // endpoint is a 404 without a token.
+    let router = Router::new()
         .route_service(&normalize_path(&options.path), service)
-        .layer(middleware::from_fn_with_state(limit, validate_json_rpc))
-        .layer(middleware::from_fn_with_state(auth, require_bearer))
+        .route_layer(middleware::from_fn_with_state(limit, validate_json_rpc))
+        .route_layer(middleware::from_fn_with_state(auth, require_bearer));
+    match cors_layer(&options.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// The CORS layer for `origins` (`None` when there are none). Invalid entries are skipped with
+/// a warning; [`check_cors_origin`] finds them beforehand.
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list: Vec<HeaderValue> = origins
+            .iter()
+            .filter_map(|o| match check_cors_origin(o) {
+                Ok(()) => HeaderValue::from_str(o).ok(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring a CORS origin");
+                    None
+                }
+            })
+            .collect();
+        AllowOrigin::list(list)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers([
+                header::WWW_AUTHENTICATE,
+                http::HeaderName::from_static("mcp-session-id"),
+                http::HeaderName::from_static("mcp-protocol-version"),
+            ])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 /// Serves [`http_router`] on `listener` until `shutdown` completes.
@@ -110,7 +192,30 @@ pub async fn serve_http(
     agent: Option<AgentName>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpServeError> {
-    let options = HttpOptions::default();
+    serve_http_with(
+        listener,
+        manager,
+        auth,
+        agent,
+        HttpOptions::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_http`] with explicit options; `options.cancellation` is cancelled when `shutdown`
+/// completes.
+///
+/// # Errors
+/// When the listener fails.
+pub async fn serve_http_with(
+    listener: tokio::net::TcpListener,
+    manager: Arc<dyn MemoryManager>,
+    auth: TokenAuth,
+    agent: Option<AgentName>,
+    options: HttpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), McpServeError> {
     let cancel = options.cancellation.clone();
     let router = http_router_with(manager, auth, agent, options);
     axum::serve(listener, router)
@@ -173,36 +278,87 @@ async fn require_bearer(
     }
 }
 
-/// Answers POST bodies that are not JSON (`-32700`) or not a JSON-RPC message (`-32600`) with
-/// a JSON-RPC error and HTTP 400; everything else goes on to the MCP service unchanged.
-async fn validate_json_rpc(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    if request.method() != Method::POST || !is_json(&request) {
+/// For POST: serves a client that accepts JSON whatever else its `Accept` says (the answers
+/// are plain JSON), and answers bodies over the limit (413), not JSON (`-32700`) or not a
+/// JSON-RPC message (`-32600`, or `-32602` for a known method with unfitting params) with a
+/// JSON-RPC error body (HTTP 400). A lone UTF-16 surrogate escape is read as U+FFFD.
+/// Everything else goes on to the MCP service.
+async fn validate_json_rpc(
+    State(limit): State<usize>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    if accepts_json(request.headers()) {
+        request.headers_mut().insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+    if !is_json(&request) {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
     let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
-            return (
+            return json_rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body exceeds {limit} bytes"),
-            )
-                .into_response();
+                Value::Null,
+                INVALID_REQUEST,
+                &format!("Invalid Request: the request body exceeds {limit} bytes"),
+            );
         }
+    };
+    let bytes = match repair_lone_surrogates(&bytes) {
+        std::borrow::Cow::Borrowed(_) => bytes,
+        std::borrow::Cow::Owned(fixed) => Bytes::from(fixed),
     };
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
-        Err(e) => return json_rpc_error(Value::Null, -32700, &format!("Parse error: {e}")),
+        Err(e) => {
+            return json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            );
+        }
     };
-    let id = match value.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        _ => Value::Null,
-    };
-    if let Err(e) = serde_json::from_value::<ClientJsonRpcMessage>(value) {
-        return json_rpc_error(id, -32600, &format!("Invalid Request: {e}"));
+    if let Err((id, code, message)) = check_message(value) {
+        return json_rpc_error(StatusCode::BAD_REQUEST, id, code, &message);
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// Whether an `Accept` header admits a JSON answer: absent, or listing `application/json`,
+/// `application/*` or `*/*` without `q=0`.
+fn accepts_json(headers: &http::HeaderMap) -> bool {
+    let values: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        return true;
+    }
+    values.iter().flat_map(|v| v.split(',')).any(|entry| {
+        let mut parts = entry.split(';');
+        let essence = parts.next().unwrap_or("").trim();
+        let refused = parts.any(|p| {
+            p.split_once('=').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("q")
+                    && v.trim().parse::<f64>().is_ok_and(|q| q <= 0.0)
+            })
+        });
+        !refused
+            && ["application/json", "application/*", "*/*"]
+                .iter()
+                .any(|m| essence.eq_ignore_ascii_case(m))
+    })
 }
 
 fn is_json(request: &Request) -> bool {
@@ -217,9 +373,10 @@ fn is_json(request: &Request) -> bool {
         })
 }
 
-fn json_rpc_error(id: Value, code: i64, message: &str) -> Response {
+fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    tracing::debug!(?id, code, message, "answered a JSON-RPC error");
     (
-        StatusCode::BAD_REQUEST,
+        status,
         [(header::CONTENT_TYPE, "application/json")],
         error_line(id, code, message),
     )
@@ -237,6 +394,39 @@ mod tests {
         assert_eq!(bearer_token("Basic abc"), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn json_accepting_clients_are_recognised() {
+        let with = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_str(v).expect("header"));
+            accepts_json(&h)
+        };
+        assert!(accepts_json(&http::HeaderMap::new()));
+        assert!(with("*/*"));
+        assert!(with("application/json"));
+        assert!(with("text/event-stream, application/json;q=0.9"));
+        assert!(with("Application/*"));
+        assert!(!with("text/event-stream"));
+        assert!(!with("application/json;q=0"));
+        assert!(!with("text/html"));
+    }
+
+    #[test]
+    fn cors_origins_are_checked() {
+        assert!(check_cors_origin("*").is_ok());
+        assert!(check_cors_origin("http://localhost:6274").is_ok());
+        assert!(check_cors_origin("https://inspector.example.com").is_ok());
+        for bad in [
+            "localhost:6274",
+            "http://",
+            "https://a.example/path",
+            "://x",
+            "http://a b",
+        ] {
+            assert!(check_cors_origin(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

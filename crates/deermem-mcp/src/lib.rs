@@ -14,6 +14,7 @@
 mod error;
 mod handler;
 mod http;
+mod jsonrpc;
 mod stdio;
 
 pub use error::McpServeError;
@@ -22,7 +23,7 @@ pub use handler::{
     MemoryMcpServer,
 };
 pub use http::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, TokenAuth, http_router, http_router_with,
-    serve_http,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, TokenAuth, check_cors_origin, http_router,
+    http_router_with, serve_http, serve_http_with,
 };
 pub use stdio::{MAX_LINE_BYTES, serve_io, serve_stdio};

@@ -2,8 +2,11 @@
 //!
 //! Unlike the SDK's own byte transport, malformed input is always answered: a line that is
 //! not JSON gets a `-32700` parse error, and JSON that is not a JSON-RPC message gets a
-//! `-32600` invalid-request error carrying the request id when one can be read. The server
-//! then keeps reading.
+//! `-32600` invalid-request error carrying the request id when one can be read (`-32602` when
+//! it names a known method with params that do not fit). A lone UTF-16 surrogate escape is
+//! read as U+FFFD, so such a request is answered like any other. The server then keeps reading.
+//! The errors this transport answers itself are logged at DEBUG (they are the client's mistakes,
+//! not the server's); the handler logs the ones it answers.
 
 use std::io;
 use std::sync::Arc;
@@ -13,20 +16,19 @@ use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
 use rmcp::ServiceExt;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::error::McpServeError;
 use crate::handler::{McpIdentity, MemoryMcpServer};
+use crate::jsonrpc::{
+    INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, error_line, invalid_params_message,
+    repair_lone_surrogates, request_id,
+};
 
 /// The longest line (one message) accepted, in bytes; longer lines are discarded and answered
 /// with an invalid-request error.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-/// JSON-RPC "Parse error".
-const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC "Invalid Request".
-const INVALID_REQUEST: i64 = -32600;
 
 /// Outgoing lines waiting for the writer.
 const OUTGOING_QUEUE: usize = 64;
@@ -223,38 +225,44 @@ fn classify(line: &[u8]) -> Parsed {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Parsed::Blank;
     }
-    let value: Value = match serde_json::from_slice(line) {
+    let line = repair_lone_surrogates(line);
+    let value: Value = match serde_json::from_slice(&line) {
         Ok(v) => v,
-        Err(e) => {
-            return Parsed::Reply(error_line(
-                Value::Null,
-                PARSE_ERROR,
-                &format!("Parse error: {e}"),
-            ));
-        }
+        Err(e) => return reply(Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),
     };
-    let id = match value.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        _ => Value::Null,
-    };
-    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+    match check_message(value) {
         Ok(message) => Parsed::Message(Box::new(message)),
-        Err(e) => Parsed::Reply(error_line(
-            id,
-            INVALID_REQUEST,
-            &format!("Invalid Request: {e}"),
-        )),
+        Err((id, code, message)) => reply(id, code, &message),
     }
 }
 
-/// A JSON-RPC error response line.
-pub(crate) fn error_line(id: Value, code: i64, message: &str) -> String {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": { "code": code, "message": message }
-    })
-    .to_string()
+fn reply(id: Value, code: i64, message: &str) -> Parsed {
+    tracing::debug!(?id, code, message, "answered a JSON-RPC error");
+    Parsed::Reply(error_line(id, code, message))
+}
+
+/// The client message `value` holds, or the error to answer it with: `-32602` for a request
+/// naming a known method whose params do not fit, `-32600` otherwise.
+pub(crate) fn check_message(value: Value) -> Result<ClientJsonRpcMessage, (Value, i64, String)> {
+    let id = request_id(&value);
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let params = value.get("params").cloned();
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(message) => Ok(message),
+        Err(e) => {
+            let invalid_params = method
+                .as_deref()
+                .filter(|_| !id.is_null())
+                .and_then(|m| invalid_params_message(m, params.as_ref()));
+            Err(match invalid_params {
+                Some(message) => (id, INVALID_PARAMS, message),
+                None => (id, INVALID_REQUEST, format!("Invalid Request: {e}")),
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -290,6 +298,18 @@ mod tests {
         let v: Value = serde_json::from_str(&r).expect("reply is JSON");
         assert_eq!(v["error"]["code"], INVALID_REQUEST);
         assert_eq!(v["id"], 7);
+        let Parsed::Reply(r) =
+            classify(br#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":5}"#)
+        else {
+            panic!("expected an invalid-params reply");
+        };
+        let v: Value = serde_json::from_str(&r).expect("reply is JSON");
+        assert_eq!(v["error"]["code"], INVALID_PARAMS, "{v}");
+        assert_eq!(v["id"], 8);
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"\ud83c"}}"#),
+            Parsed::Message(_)
+        ));
         assert!(matches!(classify(b"  \t"), Parsed::Blank));
         assert!(matches!(
             classify(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"),

@@ -522,3 +522,251 @@ async fn per_request_protocol_metadata_path_keeps_the_token_identity() {
     let found: Value = serde_json::from_str(text).expect("JSON");
     assert_eq!(found["count"], 0, "alice does not see bob's fact: {found}");
 }
+
+fn init_body(id: i64) -> String {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {},
+                   "clientInfo": {"name": "x", "version": "1"}}
+    })
+    .to_string()
+}
+
+/// The endpoint answers plain JSON, so a client that accepts JSON is served whatever else its
+/// `Accept` says; one that accepts neither JSON nor anything is still refused.
+#[tokio::test]
+async fn clients_accepting_json_are_served() {
+    let s = start().await;
+    for accept in [Some("*/*"), Some("application/json"), None] {
+        let mut req = s
+            .http
+            .post(&s.url)
+            .bearer_auth("tok-alice")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", PROTOCOL)
+            .body(init_body(1));
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        let resp = req.send().await.expect("request");
+        assert_eq!(resp.status(), StatusCode::OK, "Accept {accept:?}");
+        let v: Value = resp.json().await.expect("JSON body");
+        assert_eq!(v["id"], 1, "Accept {accept:?}: {v}");
+        assert_eq!(v["result"]["serverInfo"]["name"], "deermem");
+    }
+    let resp = s
+        .http
+        .post(&s.url)
+        .bearer_auth("tok-alice")
+        .header("content-type", "application/json")
+        .header("accept", "text/html")
+        .body(init_body(2))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::NOT_ACCEPTABLE);
+}
+
+/// There is no OAuth here: the discovery documents and dynamic client registration are plain
+/// 404s (an OAuth-capable client then uses its configured token), while the endpoint itself
+/// still wants a token.
+#[tokio::test]
+async fn oauth_discovery_paths_are_not_found_without_a_token() {
+    let s = start().await;
+    let base = s.url.trim_end_matches("/mcp").to_owned();
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+    ] {
+        let resp = s
+            .http
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let resp = s
+        .http
+        .post(format!("{base}/register"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let (status, _, _) = s.post_raw(None, init_body(1)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// A browser's preflight is answered for a configured origin (without a token, which a
+/// preflight never carries), and refused CORS headers for any other origin.
+#[tokio::test]
+async fn cors_preflights_follow_the_configured_origins() {
+    let s = start_with(|m| {
+        http_router_with(
+            m,
+            token_table(),
+            None,
+            HttpOptions {
+                cors_origins: vec!["http://localhost:6274".into()],
+                ..HttpOptions::default()
+            },
+        )
+    })
+    .await;
+    let preflight = |origin: &'static str| {
+        s.http
+            .request(reqwest::Method::OPTIONS, &s.url)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type, mcp-protocol-version",
+            )
+            .send()
+    };
+    let resp = preflight("http://localhost:6274").await.expect("request");
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let h = resp.headers();
+    assert_eq!(
+        h.get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://localhost:6274")
+    );
+    let allowed_headers = h
+        .get("access-control-allow-headers")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        allowed_headers.contains("authorization"),
+        "{allowed_headers}"
+    );
+    let methods = h
+        .get("access-control-allow-methods")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(methods.contains("POST"), "{methods}");
+    let resp = preflight("http://evil.example").await.expect("request");
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+    // The real request still needs its token, and carries the CORS header.
+    let resp = s
+        .http
+        .post(&s.url)
+        .header("origin", "http://localhost:6274")
+        .bearer_auth("tok-alice")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", PROTOCOL)
+        .body(init_body(1))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers()
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://localhost:6274")
+    );
+    // Without the option there are no CORS answers: the preflight meets the token check.
+    let plain = start().await;
+    let resp = plain
+        .http
+        .request(reqwest::Method::OPTIONS, &plain.url)
+        .header("origin", "http://localhost:6274")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// A body over the limit is answered with a JSON-RPC error body, not plain text.
+#[tokio::test]
+async fn an_oversized_body_gets_a_json_rpc_error() {
+    let s = start_with(|m| {
+        http_router_with(
+            m,
+            token_table(),
+            None,
+            HttpOptions {
+                max_body_bytes: 1024,
+                ..HttpOptions::default()
+            },
+        )
+    })
+    .await;
+    let big = json!({
+        "jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "memory_add", "arguments": {"content": "x".repeat(4096)}}
+    })
+    .to_string();
+    let (status, body, headers) = s.post_raw(Some("tok-alice"), big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json")
+    );
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1024 bytes")),
+        "{body}"
+    );
+}
+
+/// Over HTTP too: a lone surrogate is read as U+FFFD and answered with the request's id, and
+/// bad params of a known method are `-32602`.
+#[tokio::test]
+async fn lone_surrogates_and_bad_params_are_answered_over_http() {
+    let mut s = start().await;
+    s.initialize("tok-alice").await;
+    let (status, body, _) = s
+        .post_raw(
+            Some("tok-alice"),
+            r#"{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"broken \ud83c emoji"}}}"#.into(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["id"], 31, "{body}");
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    let facts = s.facts_resource("tok-alice").await;
+    assert_eq!(facts["facts"][0]["content"], "broken \u{FFFD} emoji");
+    for (params, wanted) in [
+        (
+            json!({"name": "memory_search", "arguments": ["tea"]}),
+            "'arguments' must be an object",
+        ),
+        (json!({"name": 5}), "'name' must be a string"),
+    ] {
+        let (_, body, _) = s
+            .post_raw(
+                Some("tok-alice"),
+                json!({"jsonrpc": "2.0", "id": 32, "method": "tools/call", "params": params})
+                    .to_string(),
+            )
+            .await;
+        assert_eq!(body["id"], 32, "{body}");
+        assert_eq!(body["error"]["code"], -32602, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(wanted)),
+            "{body}"
+        );
+    }
+    let (_, body, _) = s
+        .post_raw(
+            Some("tok-alice"),
+            json!({"jsonrpc": "2.0", "id": 33, "method": "resources/read", "params": {}})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}

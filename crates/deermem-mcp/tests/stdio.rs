@@ -501,3 +501,100 @@ async fn end_of_input_before_initialize_is_an_initialize_error() {
         "{outcome:?}"
     );
 }
+
+/// A known method whose params do not fit it is `-32602` with what is wrong, not "Method not
+/// found"; an unknown method still is.
+#[tokio::test]
+async fn bad_params_of_known_methods_are_invalid_params() {
+    let mut c = Client::start(Arc::new(MapManager::new()), alice());
+    c.initialize().await;
+    let cases = [
+        (
+            "tools/call",
+            json!({"name": "memory_search", "arguments": ["tea"]}),
+            "'arguments' must be an object",
+        ),
+        ("tools/call", json!({"arguments": {}}), "'name'"),
+        ("tools/call", json!({"name": 5}), "'name' must be a string"),
+        ("resources/read", json!({}), "'uri'"),
+        ("tools/list", json!(5), "params must be an object"),
+    ];
+    for (method, params, wanted) in cases {
+        let r = c.request(method, params.clone()).await;
+        assert_eq!(r["error"]["code"], -32602, "{method} {params}: {r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(wanted), "{method} {params}: {r}");
+    }
+    // No params at all.
+    let id = c.next_id;
+    c.next_id += 1;
+    c.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call"}).to_string())
+        .await;
+    let r = c.recv().await;
+    assert_eq!(r["id"], id, "{r}");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("params are required")),
+        "{r}"
+    );
+    let r = c.request("no/such_method", json!({})).await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    c.close().await.expect("clean shutdown");
+}
+
+/// JavaScript turns a broken emoji into a lone surrogate escape: the request is answered with
+/// its own id (the surrogate read as U+FFFD), so the client's call completes.
+#[tokio::test]
+async fn a_lone_surrogate_is_answered_with_the_request_id() {
+    let manager = Arc::new(MapManager::new());
+    let mut c = Client::start(manager.clone(), alice());
+    c.initialize().await;
+    c.send_raw(
+        r#"{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"broken \ud83c emoji"}}}"#,
+    )
+    .await;
+    let r = c.recv().await;
+    assert_eq!(r["id"], 77, "{r}");
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let stored = manager.get_memory(alice().scope()).await.expect("get");
+    assert_eq!(stored.facts[0].content, "broken \u{FFFD} emoji");
+    // A proper pair is kept as the character it encodes.
+    c.send_raw(
+        r#"{"jsonrpc":"2.0","id":78,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"tea \ud83c\udf75"}}}"#,
+    )
+    .await;
+    let r = c.recv().await;
+    assert_eq!(r["id"], 78, "{r}");
+    let stored = manager.get_memory(alice().scope()).await.expect("get");
+    assert_eq!(stored.facts[1].content, "tea \u{1F375}");
+    c.close().await.expect("clean shutdown");
+}
+
+/// The instructions describe the tools the server lists and no other.
+#[tokio::test]
+async fn instructions_describe_only_the_listed_tools() {
+    let mut c = Client::start(Arc::new(NoopManager::new(MemoryMode::Tool)), alice());
+    let r = c.initialize().await;
+    let text = r["result"]["instructions"].as_str().expect("instructions");
+    assert!(text.contains("memory_search"), "{text}");
+    assert!(text.contains("memory_context"), "{text}");
+    for absent in ["memory_add", "memory_update", "memory_delete"] {
+        assert!(!text.contains(absent), "{absent} in {text}");
+    }
+    c.close().await.expect("clean shutdown");
+    let mut c = Client::start(Arc::new(MapManager::new()), alice());
+    let r = c.initialize().await;
+    let text = r["result"]["instructions"].as_str().expect("instructions");
+    for present in [
+        "memory_search",
+        "memory_add",
+        "memory_update",
+        "memory_delete",
+        "memory_context",
+    ] {
+        assert!(text.contains(present), "{present} missing from {text}");
+    }
+    c.close().await.expect("clean shutdown");
+}

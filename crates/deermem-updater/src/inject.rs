@@ -102,8 +102,9 @@ pub fn fact_line(fact: &Fact) -> Option<String> {
     Some(line)
 }
 
-/// Greedy selection in strict order: stops at the first fact that does not fit, so a later
-/// shorter fact never jumps ahead of a more confident one.
+/// Greedy selection in confidence order: a fact whose line does not fit the remaining budget is
+/// skipped and the less confident facts after it still get their turn, so one oversized fact
+/// cannot empty the block (the reference stopped at the first fact that did not fit).
 fn select_lines(facts: &[&Fact], budget: usize, counter: &TokenCounter) -> (Vec<String>, usize) {
     let mut lines = Vec::new();
     let mut used = 0usize;
@@ -118,7 +119,7 @@ fn select_lines(facts: &[&Fact], budget: usize, counter: &TokenCounter) -> (Vec<
         };
         let cost = counter.count(&piece);
         if used + cost > budget {
-            break;
+            continue;
         }
         used += cost;
         lines.push(line);
@@ -375,7 +376,7 @@ mod tests {
     }
 
     #[test]
-    fn budget_admits_facts_in_strict_order() {
+    fn budget_admits_facts_in_confidence_order() {
         let d = doc(vec![
             f("a", "First fact with some words here", "context", 0.9),
             f("b", "Second fact with more words in it", "context", 0.8),
@@ -386,11 +387,39 @@ mod tests {
             first,
             "Facts:\n- [context | 0.90] First fact with some words here"
         );
+    }
+
+    #[test]
+    fn a_fact_that_does_not_fit_is_skipped_and_filling_goes_on() {
         let huge = f("h", &"long ".repeat(200), "context", 0.95);
-        let d = doc(vec![huge, f("s", "short", "context", 0.1)]);
+        let d = doc(vec![
+            huge,
+            f("s", "short", "context", 0.1),
+            f("m", "medium fact", "context", 0.5),
+        ]);
         assert_eq!(
             format_memory_for_injection(&d, &opts(100, TokenCounting::Char)),
-            ""
+            "Facts:\n- [context | 0.50] medium fact\n- [context | 0.10] short"
+        );
+        // A 12,504-character fact under the default 2,000-token budget with BPE counting.
+        let big = f("b", &"用户喜欢喝茶".repeat(2_084), "preference", 0.9);
+        let d = doc(vec![big, f("t", "Likes green tea", "preference", 0.8)]);
+        let mut o = opts(2000, TokenCounting::Tiktoken);
+        o.guaranteed_categories = vec![];
+        assert_eq!(
+            format_memory_for_injection(&d, &o),
+            "Facts:\n- [preference | 0.80] Likes green tea"
+        );
+        // The guaranteed pool skips too.
+        let mut c = opts(100, TokenCounting::Char);
+        c.guaranteed_token_budget = 20;
+        let d = doc(vec![
+            f("c1", &"avoid this ".repeat(50), "correction", 0.99),
+            f("c2", "Use uv", "correction", 0.6),
+        ]);
+        assert_eq!(
+            format_memory_for_injection(&d, &c),
+            "Facts:\n- [correction | 0.60] Use uv"
         );
     }
 

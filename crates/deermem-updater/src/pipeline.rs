@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deermem_core::{AgentName, MemoryMode, Message, StorageError, UserId};
+use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, UserId};
 
 use crate::filter::{HiddenMessagePolicy, admit};
 use crate::inject::{InjectionOptions, format_memory_for_injection};
@@ -133,6 +133,10 @@ impl UpdatePipeline {
     /// The injection text for a user and agent: summaries plus the agent's facts in
     /// middleware mode, summaries only in tool mode, nothing when injection is disabled.
     ///
+    /// With BPE counting the text is built on the blocking pool: counting text the memo has not
+    /// seen is CPU work (a long fact takes milliseconds), and on the async workers it would stall
+    /// every other request the runtime serves meanwhile.
+    ///
     /// # Errors
     /// Storage failures.
     pub async fn context(
@@ -148,7 +152,20 @@ impl UpdatePipeline {
         }
         let bucket = (mode == MemoryMode::Middleware).then_some(agent);
         let doc = self.updater.storage().load(user, bucket).await?;
-        Ok(format_memory_for_injection(&doc, &opts))
+        if opts.counter.mode() == TokenCounting::Char {
+            // The character estimate is one linear pass: cheaper than a thread hand-off.
+            return Ok(format_memory_for_injection(&doc, &opts));
+        }
+        let doc = Arc::new(doc);
+        let (shared, options) = (Arc::clone(&doc), opts.clone());
+        match tokio::task::spawn_blocking(move || format_memory_for_injection(&shared, &options))
+            .await
+        {
+            Ok(text) => Ok(text),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down and dropped the task: build the text here.
+            Err(_) => Ok(format_memory_for_injection(&doc, &opts)),
+        }
     }
 
     /// The queue.
@@ -159,5 +176,76 @@ impl UpdatePipeline {
     /// The updater.
     pub fn updater(&self) -> &Arc<MemoryUpdater> {
         &self.updater
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use deermem_core::ports::MemoryStorage;
+    use deermem_core::{
+        AgentName, ApplyOptions, ChangeSet, DeerMemConfig, MemoryMode, Timestamp, UserId,
+    };
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::storage::InMemoryStorage;
+    use serde_json::json;
+
+    use super::UpdatePipeline;
+    use crate::filter::HiddenMessagePolicy;
+    use crate::queue::QueueConfig;
+    use crate::tokens::probe;
+    use crate::updater::MemoryUpdater;
+
+    /// `get_context` counts tokens on the blocking pool, never on the runtime thread that
+    /// serves the other requests (a current-thread runtime: the test's own thread).
+    #[tokio::test]
+    async fn bpe_counting_runs_off_the_async_worker() {
+        let clock = Arc::new(ManualClock::new(
+            Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap(),
+        ));
+        let storage = Arc::new(InMemoryStorage::new(clock.clone()));
+        let user = UserId::new("alice").unwrap();
+        let agent = AgentName::default_bucket();
+        let content = format!("User writes {} in long unbroken text", probe::MARKER);
+        let draft = json!({"id": "fact_probe", "content": content, "category": "context",
+                           "confidence": 0.9, "createdAt": "2026-06-01T00:00:00Z"});
+        storage
+            .apply_changes(
+                Some(&user),
+                Some(&agent),
+                ChangeSet {
+                    upserts: vec![draft.as_object().unwrap().clone()],
+                    ..ChangeSet::default()
+                },
+                ApplyOptions::default(),
+            )
+            .await
+            .unwrap();
+        let config = Arc::new(DeerMemConfig::default());
+        let updater = MemoryUpdater::builder(config, storage, clock).build();
+        let pipeline = UpdatePipeline::new(
+            Arc::new(updater),
+            HiddenMessagePolicy::structural(),
+            QueueConfig {
+                debounce: Duration::from_secs(300),
+                max_depth: 4,
+                max_concurrency: 1,
+            },
+        )
+        .unwrap();
+        let text = pipeline
+            .context(Some(&user), &agent, MemoryMode::Middleware, true)
+            .await
+            .unwrap();
+        assert!(text.contains(probe::MARKER), "{text}");
+        let threads = probe::threads_counting(probe::MARKER);
+        assert!(!threads.is_empty(), "the block was counted");
+        let here = std::thread::current().id();
+        assert!(
+            threads.iter().all(|t| *t != here),
+            "tokens were counted on the async worker thread"
+        );
     }
 }

@@ -5,6 +5,14 @@
 //! BPE counts of short texts are memoised in a bounded process-wide LRU map: the injection
 //! formatter counts the same fact lines on every `get_context`, and a lookup costs far less
 //! than re-encoding (the count is a pure function of the text, so results are identical).
+//!
+//! BPE merging costs grow with the square of a pre-token's length, and the encoding's
+//! pre-tokenizer keeps a run of letters (CJK text has no spaces), of punctuation or of
+//! whitespace as one pre-token: a 20,000-character CJK fact took about a second. Runs of one
+//! character class longer than [`MAX_RUN_CHARS`] are therefore cut into pieces of that length,
+//! each encoded on its own. Text without such runs counts exactly as the encoding counts it;
+//! a cut run counts at most a token or so more per cut, which only matters to a budget as the
+//! estimate it already is.
 
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -59,10 +67,69 @@ fn memo() -> &'static Memo {
     MEMO.get_or_init(|| Mutex::new(MemoMap::new()))
 }
 
+/// The longest run of characters of one class (letters, digits, whitespace, other) that is
+/// encoded in one piece; longer runs are cut into pieces of this many characters.
+pub const MAX_RUN_CHARS: usize = 128;
+
+/// The character classes the encoding's pre-tokenizer splits between.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CharClass {
+    Letter,
+    Digit,
+    Space,
+    Other,
+}
+
+fn char_class(c: char) -> CharClass {
+    if c.is_whitespace() {
+        CharClass::Space
+    } else if c.is_alphabetic() {
+        CharClass::Letter
+    } else if c.is_numeric() {
+        CharClass::Digit
+    } else {
+        CharClass::Other
+    }
+}
+
+/// Splits `text` into segments to encode one by one: a cut falls only inside a run of one
+/// class longer than [`MAX_RUN_CHARS`] characters (digits are never cut: the encoding already
+/// splits them into groups of three). Text without such a run is one segment.
+fn segments(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    let mut run_class = None;
+    let mut run_len = 0usize;
+    for (i, c) in text.char_indices() {
+        let class = char_class(c);
+        if Some(class) == run_class {
+            run_len += 1;
+            if run_len > MAX_RUN_CHARS && class != CharClass::Digit {
+                out.push(&text[start..i]);
+                start = i;
+                run_len = 1;
+            }
+        } else {
+            run_class = Some(class);
+            run_len = 1;
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// The BPE count of `text`, segment by segment (see [`segments`]).
+fn encode_count(bpe: &CoreBPE, text: &str) -> usize {
+    segments(text)
+        .into_iter()
+        .map(|segment| bpe.encode_ordinary(segment).len())
+        .sum()
+}
+
 /// The BPE count of `text`, through the memo for short texts.
 fn bpe_count(bpe: &CoreBPE, text: &str) -> usize {
     let encode = || {
-        catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len()))
+        catch_unwind(AssertUnwindSafe(|| encode_count(bpe, text)))
             .unwrap_or_else(|_| char_estimate(text))
     };
     if text.len() > MEMO_MAX_TEXT_BYTES {
@@ -131,6 +198,8 @@ impl TokenCounter {
     /// Counts the tokens of `text`. In `tiktoken` mode the encoding is loaded on first use;
     /// if it cannot be loaded, or encoding fails, the character estimate is used.
     pub fn count(&self, text: &str) -> usize {
+        #[cfg(test)]
+        probe::record(text);
         match self.mode {
             TokenCounting::Char => char_estimate(text),
             TokenCounting::Tiktoken => match encoding() {
@@ -156,6 +225,36 @@ impl TokenCounter {
         tokio::task::spawn_blocking(move || me.warm())
             .await
             .unwrap_or(false)
+    }
+}
+
+/// Which threads counted texts holding a marker, so a test can tell where counting ran.
+#[cfg(test)]
+pub(crate) mod probe {
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    /// Texts holding this are recorded.
+    pub(crate) const MARKER: &str = "thread-probe-4f1c";
+
+    static SEEN: Mutex<Vec<(String, ThreadId)>> = Mutex::new(Vec::new());
+
+    pub(crate) fn record(text: &str) {
+        if text.contains(MARKER) {
+            SEEN.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((text.to_owned(), std::thread::current().id()));
+        }
+    }
+
+    /// The threads that counted a text containing `needle`.
+    pub(crate) fn threads_counting(needle: &str) -> Vec<ThreadId> {
+        SEEN.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(text, _)| text.contains(needle))
+            .map(|(_, thread)| *thread)
+            .collect()
     }
 }
 
@@ -185,6 +284,46 @@ mod tests {
         let c = TokenCounter::new(TokenCounting::Char);
         assert!(c.warm());
         assert_eq!(c.count("hello world"), 2);
+    }
+
+    #[test]
+    fn only_long_runs_of_one_class_are_cut() {
+        let english = "User prefers concise answers, in English. ".repeat(200);
+        assert_eq!(segments(&english), vec![english.as_str()]);
+        let cjk: String = "用户喜欢喝乌龙茶".chars().cycle().take(20_000).collect();
+        let parts = segments(&cjk);
+        assert_eq!(parts.len(), 20_000usize.div_ceil(MAX_RUN_CHARS));
+        assert!(parts.iter().all(|p| p.chars().count() <= MAX_RUN_CHARS));
+        assert_eq!(parts.concat(), cjk);
+        let digits = "1234567890".repeat(100);
+        assert_eq!(segments(&digits).len(), 1, "digits are never cut");
+        for run in ["!".repeat(1000), " ".repeat(1000), "x".repeat(1000)] {
+            let parts = segments(&run);
+            assert_eq!(parts.len(), 1000usize.div_ceil(MAX_RUN_CHARS));
+            assert_eq!(parts.concat(), run);
+        }
+        assert_eq!(segments(""), vec![""]);
+    }
+
+    #[test]
+    fn long_unbroken_text_counts_close_to_the_exact_encoding() {
+        let t = TokenCounter::new(TokenCounting::Tiktoken);
+        assert!(t.warm());
+        let bpe = encoding().unwrap();
+        let cjk: String = "用户喜欢喝乌龙茶每天早上跑步"
+            .chars()
+            .cycle()
+            .take(3_000)
+            .collect();
+        let cuts = segments(&cjk).len() - 1;
+        let exact = bpe.encode_ordinary(&cjk).len();
+        let counted = t.count(&cjk);
+        assert!(counted.abs_diff(exact) <= cuts, "{counted} vs {exact}");
+        let dashes = format!("a{}b", "-".repeat(2_000));
+        let exact = bpe.encode_ordinary(&dashes).len();
+        let counted = t.count(&dashes);
+        let cuts = segments(&dashes).len() - 1;
+        assert!(counted.abs_diff(exact) <= cuts, "{counted} vs {exact}");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! the model sees, `{"error": "..."}` for failures. The scope (user and agent) always comes from
 //! the host, never from the model's arguments.
 
-use deermem_core::fact::DEFAULT_CATEGORY;
+use deermem_core::fact::{
+    DEFAULT_CATEGORY, MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS, MAX_QUERY_CHARS,
+};
 use deermem_core::ports::{
     FactPatch, ManagerCapabilities, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
@@ -124,13 +126,15 @@ fn search_definition() -> ToolDefinition {
             "properties": {
                 "query": {
                     "type": "string",
-                    "description": "What to look for, in natural language or keywords."
+                    "description": "What to look for, in natural language or keywords.",
+                    "maxLength": MAX_QUERY_CHARS
                 },
                 "category": {
-                    "type": ["string", "null"],
+                    "type": "string",
                     "description": "Only return facts of this category (preference, correction, \
-                        context, goal, behavior, identity, constraint, decision, other).",
-                    "default": null
+                        context, goal, behavior, identity, constraint, decision, other); omit it \
+                        to search every category.",
+                    "maxLength": MAX_CATEGORY_CHARS
                 },
                 "limit": {
                     "type": "integer",
@@ -159,12 +163,14 @@ fn add_definition() -> ToolDefinition {
             "properties": {
                 "content": {
                     "type": "string",
-                    "description": "The fact, as one self-contained sentence."
+                    "description": "The fact, as one self-contained sentence.",
+                    "maxLength": MAX_MANUAL_CONTENT_CHARS
                 },
                 "category": {
                     "type": "string",
                     "description": "preference, correction, context, goal, behavior, identity, \
                         constraint, decision or other.",
+                    "maxLength": MAX_CATEGORY_CHARS,
                     "default": DEFAULT_CATEGORY
                 },
                 "confidence": {
@@ -196,21 +202,20 @@ fn update_definition() -> ToolDefinition {
                     "description": "The id of the fact to change."
                 },
                 "content": {
-                    "type": ["string", "null"],
-                    "description": "The new statement, or null to keep it.",
-                    "default": null
+                    "type": "string",
+                    "description": "The new statement; omit it to keep the current one.",
+                    "maxLength": MAX_MANUAL_CONTENT_CHARS
                 },
                 "category": {
-                    "type": ["string", "null"],
-                    "description": "The new category, or null to keep it.",
-                    "default": null
+                    "type": "string",
+                    "description": "The new category; omit it to keep the current one.",
+                    "maxLength": MAX_CATEGORY_CHARS
                 },
                 "confidence": {
-                    "type": ["number", "null"],
-                    "description": "The new confidence (0 to 1), or null to keep it.",
+                    "type": "number",
+                    "description": "The new confidence (0 to 1); omit it to keep the current one.",
                     "minimum": 0,
-                    "maximum": 1,
-                    "default": null
+                    "maximum": 1
                 }
             },
             "required": ["fact_id"],
@@ -240,16 +245,55 @@ fn delete_definition() -> ToolDefinition {
     }
 }
 
-/// Guidance for the system prompt in tool mode: when the model should call each tool.
-pub fn tool_mode_instructions() -> &'static str {
-    "You have a long-term memory about the user, reached through tools.\n\
-     - memory_search: before answering anything that may depend on what you know about the \
-     user (preferences, background, goals, past decisions), search for it.\n\
-     - memory_add: when the user states something lasting about themselves or asks you to \
-     remember something, store it as one self-contained fact.\n\
-     - memory_update: when a stored fact turns out to be outdated or imprecise, correct it.\n\
-     - memory_delete: when a stored fact is wrong or the user asks you to forget it, delete it.\n\
-     Do not store secrets, passwords or one-off details of the current task."
+const INSTRUCTIONS_HEAD: &str =
+    "You have a long-term memory about the user, reached through tools.";
+const INSTRUCTIONS_TAIL: &str =
+    "Do not store secrets, passwords or one-off details of the current task.";
+
+/// When the model should call one memory tool, as a line of the instructions (`None` for a
+/// name that is not a memory tool).
+pub fn tool_instruction(name: &str) -> Option<&'static str> {
+    match name {
+        MEMORY_SEARCH => Some(
+            "- memory_search: before answering anything that may depend on what you know about \
+             the user (preferences, background, goals, past decisions), search for it.",
+        ),
+        MEMORY_ADD => Some(
+            "- memory_add: when the user states something lasting about themselves or asks you \
+             to remember something, store it as one self-contained fact.",
+        ),
+        MEMORY_UPDATE => Some(
+            "- memory_update: when a stored fact turns out to be outdated or imprecise, correct \
+             it.",
+        ),
+        MEMORY_DELETE => Some(
+            "- memory_delete: when a stored fact is wrong or the user asks you to forget it, \
+             delete it.",
+        ),
+        _ => None,
+    }
+}
+
+/// Guidance for the system prompt in tool mode: when the model should call each of the four
+/// tools.
+pub fn tool_mode_instructions() -> String {
+    instructions_for(&TOOL_NAMES, &[])
+}
+
+/// The instructions for the memory tools a host actually offers (`offered`, in order; names
+/// that are not memory tools are skipped), followed by `extra` lines of the host's own. The
+/// advice against storing secrets is kept only when a tool that writes is offered.
+pub fn instructions_for<S: AsRef<str>>(offered: &[S], extra: &[&str]) -> String {
+    let mut lines = vec![INSTRUCTIONS_HEAD];
+    lines.extend(offered.iter().filter_map(|n| tool_instruction(n.as_ref())));
+    lines.extend_from_slice(extra);
+    if offered
+        .iter()
+        .any(|n| [MEMORY_ADD, MEMORY_UPDATE].contains(&n.as_ref()))
+    {
+        lines.push(INSTRUCTIONS_TAIL);
+    }
+    lines.join("\n")
 }
 
 /// Whether the host registers the memory tools: memory is enabled and `mode` is `tool`.
@@ -336,7 +380,11 @@ async fn search(
         let limit = optional_int(args, "limit")?;
         Ok::<_, String>((query, category, limit))
     })();
-    let (query, category, limit) = match parsed {
+    let (query, category, limit) = match parsed.and_then(|(q, c, l)| {
+        check_length("query", q, MAX_QUERY_CHARS)?;
+        check_optional_length("category", c, MAX_CATEGORY_CHARS)?;
+        Ok((q, c, l))
+    }) {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_SEARCH, &e),
     };
@@ -379,7 +427,11 @@ async fn add(
         let confidence = optional_number(args, "confidence")?;
         Ok::<_, String>((content, category, confidence))
     })();
-    let (content, category, confidence) = match parsed {
+    let (content, category, confidence) = match parsed.and_then(|(c, cat, conf)| {
+        check_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
+        check_optional_length("category", cat, MAX_CATEGORY_CHARS)?;
+        Ok((c, cat, conf))
+    }) {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_ADD, &e),
     };
@@ -428,7 +480,11 @@ async fn update(
         let confidence = optional_number(args, "confidence")?;
         Ok::<_, String>((fact_id, content, category, confidence))
     })();
-    let (fact_id, content, category, confidence) = match parsed {
+    let (fact_id, content, category, confidence) = match parsed.and_then(|(id, c, cat, conf)| {
+        check_optional_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
+        check_optional_length("category", cat, MAX_CATEGORY_CHARS)?;
+        Ok((id, c, cat, conf))
+    }) {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_UPDATE, &e),
     };
@@ -476,6 +532,19 @@ fn unsupported(manager: &dyn MemoryManager, operation: &str) -> ToolOutput {
 
 fn invalid_arguments(tool: &str, detail: &str) -> ToolOutput {
     ToolOutput::error(format!("invalid arguments for {tool}: {detail}"))
+}
+
+/// Refuses a string longer than `max` code points (the `maxLength` the schema declares).
+fn check_length(key: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.chars().nth(max).is_some() {
+        Err(format!("'{key}' is too long (at most {max} characters)"))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_optional_length(key: &str, value: Option<&str>, max: usize) -> Result<(), String> {
+    value.map_or(Ok(()), |v| check_length(key, v, max))
 }
 
 /// A present, non-null value for `key`.

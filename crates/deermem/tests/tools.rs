@@ -304,7 +304,7 @@ fn schemas_pin_model_visible_arguments_and_defaults() {
     let search = by("memory_search");
     assert_eq!(search["required"], json!(["query"]));
     assert_eq!(search["properties"]["limit"]["default"], json!(10));
-    assert_eq!(search["properties"]["category"]["default"], Value::Null);
+    assert!(search["properties"]["category"].get("default").is_none());
     let add = by("memory_add");
     assert_eq!(add["required"], json!(["content"]));
     assert_eq!(add["properties"]["confidence"]["default"], json!(0.7));
@@ -329,6 +329,87 @@ fn schemas_pin_model_visible_arguments_and_defaults() {
             );
         }
     }
+}
+
+/// Every property has one JSON type (no `["string", "null"]` unions, which strict schema
+/// checkers flag), no `null` default, and the strings the backend bounds declare the bound.
+#[test]
+fn schemas_are_portable_and_declare_the_enforced_limits() {
+    for tool in tool_definitions() {
+        let props = tool.input_schema["properties"].as_object().expect("props");
+        for (name, prop) in props {
+            assert!(
+                prop["type"].is_string(),
+                "{}.{name}: type {} is not a single type",
+                tool.name,
+                prop["type"]
+            );
+            assert!(
+                prop.get("default").is_none_or(|d| !d.is_null()),
+                "{}.{name}: null default",
+                tool.name
+            );
+        }
+    }
+    let defs = tool_definitions();
+    let max = |tool: &str, prop: &str| {
+        defs.iter()
+            .find(|t| t.name == tool)
+            .expect("tool")
+            .input_schema["properties"][prop]["maxLength"]
+            .clone()
+    };
+    assert_eq!(max("memory_search", "query"), json!(4096));
+    assert_eq!(max("memory_search", "category"), json!(128));
+    assert_eq!(max("memory_add", "content"), json!(20_000));
+    assert_eq!(max("memory_add", "category"), json!(128));
+    assert_eq!(max("memory_update", "content"), json!(20_000));
+    assert_eq!(max("memory_update", "category"), json!(128));
+}
+
+#[tokio::test]
+async fn arguments_over_the_declared_limits_are_refused_before_the_backend() {
+    let m = Recorder::new();
+    let long = |n: usize| "x".repeat(n);
+    let (v, err) = call(&m, "memory_add", json!({"content": long(20_001)})).await;
+    assert!(err);
+    assert_eq!(
+        error_text(&v),
+        "invalid arguments for memory_add: 'content' is too long (at most 20000 characters)"
+    );
+    let (v, _) = call(
+        &m,
+        "memory_add",
+        json!({"content": "x", "category": long(129)}),
+    )
+    .await;
+    assert!(error_text(&v).contains("'category' is too long"), "{v}");
+    let (v, _) = call(&m, "memory_search", json!({"query": long(4097)})).await;
+    assert!(error_text(&v).contains("'query' is too long"), "{v}");
+    let (v, _) = call(
+        &m,
+        "memory_search",
+        json!({"query": "x", "category": long(129)}),
+    )
+    .await;
+    assert!(error_text(&v).contains("'category' is too long"), "{v}");
+    let (v, _) = call(
+        &m,
+        "memory_update",
+        json!({"fact_id": "f", "content": long(20_001)}),
+    )
+    .await;
+    assert!(error_text(&v).contains("'content' is too long"), "{v}");
+    assert!(m.calls().is_empty(), "{:?}", m.calls());
+    // At the limit, counted in characters (not bytes), the call goes through.
+    let (_, err) = call(
+        &m,
+        "memory_search",
+        json!({"query": "茶".repeat(4096), "category": "é".repeat(128)}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(m.calls().len(), 1);
 }
 
 #[test]
@@ -985,6 +1066,21 @@ fn instructions_mention_every_tool() {
     for name in TOOL_NAMES {
         assert!(text.contains(name), "{name} missing from the instructions");
     }
+}
+
+#[test]
+fn instructions_describe_only_the_offered_tools() {
+    let read_only = tools::instructions_for(&["memory_search", "memory_context"], &["- extra"]);
+    assert!(read_only.contains("memory_search"), "{read_only}");
+    assert!(read_only.ends_with("- extra"), "{read_only}");
+    for absent in ["memory_add", "memory_update", "memory_delete", "secrets"] {
+        assert!(!read_only.contains(absent), "{absent}: {read_only}");
+    }
+    assert_eq!(
+        tools::instructions_for(&TOOL_NAMES, &[]),
+        tools::tool_mode_instructions()
+    );
+    assert!(tools::tool_mode_instructions().contains("secrets"));
 }
 
 #[tokio::test]

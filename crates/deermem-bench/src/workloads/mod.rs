@@ -25,7 +25,7 @@ use crate::sizes::Sizes;
 use crate::stats::WorkloadResult;
 
 /// Every workload, in the order the report lists them.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -35,6 +35,7 @@ pub const NAMES: [&str; 13] = [
     "search",
     "rebuild_index",
     "get_context",
+    "count_long_fact",
     "apply_update",
     "migrate_v1",
     "gateway_get",
@@ -126,6 +127,7 @@ pub fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
             "search" => search::search(env).await,
             "rebuild_index" => search::rebuild(env).await,
             "get_context" => context::run(env).await,
+            "count_long_fact" => context::long_fact(env),
             "apply_update" => update::run(env).await,
             "migrate_v1" => migrate::run(env).await,
             "gateway_get" => gateway::run(env).await,

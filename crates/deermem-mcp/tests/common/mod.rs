@@ -262,8 +262,8 @@ impl MemoryManager for MapManager {
 }
 
 /// Asserts that `schema` is a JSON Schema object for tool arguments: `type: object`, a
-/// `properties` object whose entries each have a valid `type`, and a `required` list naming
-/// only declared properties.
+/// `properties` object whose entries each have one valid `type` (no null), a `maxLength` on
+/// the bounded strings, and a `required` list naming only declared properties.
 pub(crate) fn assert_object_schema(name: &str, schema: &Value) {
     assert_eq!(schema["type"], "object", "{name}: type must be object");
     let props = schema["properties"]
@@ -283,15 +283,27 @@ pub(crate) fn assert_object_schema(name: &str, schema: &Value) {
         "string", "number", "integer", "boolean", "null", "array", "object",
     ];
     for (prop, spec) in props {
-        let types: Vec<&str> = match &spec["type"] {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            other => panic!("{name}.{prop}: bad type {other}"),
+        // One type per property: strict checkers (MCP Inspector's `--strict`) flag unions
+        // such as `["string", "null"]`; an optional property is simply left out.
+        let Value::String(t) = &spec["type"] else {
+            panic!(
+                "{name}.{prop}: type must be one type name, got {}",
+                spec["type"]
+            );
         };
-        assert!(!types.is_empty(), "{name}.{prop}: empty type");
         assert!(
-            types.iter().all(|t| allowed.contains(t)),
-            "{name}.{prop}: unknown type in {types:?}"
+            allowed.contains(&t.as_str()) && t != "null",
+            "{name}.{prop}: unknown type {t}"
         );
+        assert!(
+            spec.get("default").is_none_or(|d| !d.is_null()),
+            "{name}.{prop}: null default"
+        );
+        if t == "string" && ["content", "query", "category"].contains(&prop.as_str()) {
+            assert!(
+                spec["maxLength"].as_u64().is_some_and(|n| n > 0),
+                "{name}.{prop}: the enforced limit is declared"
+            );
+        }
     }
 }

@@ -18,12 +18,7 @@ use crate::apply::{CapacityDecision, capacity_decision};
 use crate::text::content_key;
 use deermem_core::ports::MemoryStorageExt;
 
-/// The longest manual fact content accepted, in code points (facts are injected into prompts;
-/// one huge fact would crowd out every other).
-pub const MAX_MANUAL_CONTENT_CHARS: usize = 20_000;
-
-/// The longest category accepted, in code points.
-pub const MAX_CATEGORY_CHARS: usize = 128;
+pub use deermem_core::fact::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
 
 /// Draws at most this many ids before giving up on finding an unused one.
 const ID_DRAWS: usize = 32;

@@ -19,8 +19,7 @@ use super::DeerMemManager;
 /// most 500 facts).
 pub const MAX_TOP_K: usize = 1000;
 
-/// The longest query accepted, in code points.
-pub const MAX_QUERY_CHARS: usize = 4096;
+pub use deermem_core::fact::MAX_QUERY_CHARS;
 
 /// Scopes remembered as warmed before a full warm-up; forgetting one only costs one more scoped
 /// rebuild.
