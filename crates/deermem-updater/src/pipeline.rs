@@ -184,7 +184,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use deermem_core::ports::MemoryStorage;
+    use deermem_core::prelude::*;
     use deermem_core::{
         AgentName, ApplyOptions, ChangeSet, DeerMemConfig, MemoryMode, Timestamp, UserId,
     };
