@@ -35,4 +35,6 @@ pub use config::{
     WriteFailurePolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
-pub use manager::{BACKEND_NAME, CaptureStats, OpenVikingManager};
+pub use manager::{
+    BACKEND_NAME, CaptureReport, CaptureStats, FAIL_OPEN_LOG_TARGET, OpenVikingManager,
+};

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use deermem_backend_openviking::OpenVikingManager;
-pub use deermem_backend_openviking::fake::{API_KEY, FakeOv};
+pub use deermem_backend_openviking::fake::{API_KEY, FakeOv, USER_ID};
 use deermem_core::ports::Clock;
 use deermem_core::{MemoryMode, Timestamp};
 use serde_json::{Map, Value};
