@@ -456,8 +456,18 @@ fn count_field(result: &Value, key: &str) -> Option<u64> {
 }
 
 fn transport_error(e: &reqwest::Error) -> OpenVikingError {
-    // reqwest errors name the URL, never headers, so the key cannot leak here.
-    let detail = error_chain(e);
+    // The message names neither the key (reqwest errors never carry headers) nor the URL
+    // (hosts show these messages, e.g. on an open readiness page, and the URL can name an
+    // internal host): the cause chain below reqwest's own error does not include it.
+    let cause = std::error::Error::source(e).map_or_else(|| "no detail".to_owned(), error_chain);
+    let what = if e.is_timeout() {
+        "request timed out"
+    } else if e.is_connect() {
+        "cannot connect to the server"
+    } else {
+        "request failed"
+    };
+    let detail = excerpt(&format!("{what}: {cause}"));
     if e.is_timeout() {
         OpenVikingError::new(ErrorKind::Timeout, "TIMEOUT", detail, None)
     } else if e.is_connect() {

@@ -35,6 +35,4 @@ pub use config::{
     WriteFailurePolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
-pub use manager::{
-    BACKEND_NAME, CaptureReport, CaptureStats, FAIL_OPEN_LOG_TARGET, OpenVikingManager,
-};
+pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, BackendFailure, Clock, ContextRequest, ManagerCapabilities, MemoryManager,
-    MemoryScope, ScoredFact, SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, ManagerCapabilities,
+    MemoryManager, MemoryScope, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{
@@ -54,10 +54,6 @@ pub struct CaptureStats {
     /// When the last capture succeeded.
     pub last_success_at: Option<Timestamp>,
 }
-
-/// The log target of the warning a fail-open read failure produces (a host that reports such
-/// failures itself, like the CLI, can silence it).
-pub const FAIL_OPEN_LOG_TARGET: &str = "deermem_backend_openviking::fail_open";
 
 /// What one capture achieved on the server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

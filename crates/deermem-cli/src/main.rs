@@ -18,12 +18,21 @@ use crate::args::{Cli, Command, SummariesCommand};
 use crate::ctx::Ctx;
 use crate::error::CliError;
 
-fn init_logging(verbose: u8) {
-    let default = match verbose {
+fn init_logging(verbose: u8, reports_failed_reads: bool) {
+    let mut default = match verbose {
         0 => "warn",
         1 => "info,deermem=debug",
         _ => "debug",
-    };
+    }
+    .to_owned();
+    if reports_failed_reads && verbose == 0 {
+        // `context` and `search` report a read answered empty under a fail-open policy in their
+        // own one-line error; the backend's warning about it would say the same thing twice.
+        default.push_str(&format!(
+            ",{}=off",
+            deermem_core::ports::FAIL_OPEN_LOG_TARGET
+        ));
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("DEERMEM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Logs go to stderr so stdout stays machine-readable (JSON output, MCP over stdio).
@@ -67,7 +76,11 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    let reports_failed_reads = matches!(
+        cli.command,
+        Command::Context { .. } | Command::Search { .. }
+    );
+    init_logging(cli.global.verbose, reports_failed_reads);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -9,8 +9,8 @@ pub mod clock;
 pub mod fixtures;
 pub mod isolation;
 pub mod llm;
-pub mod pyenv;
 pub mod manager;
+pub mod pyenv;
 pub mod retrieval;
 pub mod storage;
 

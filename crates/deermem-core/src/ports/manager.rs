@@ -17,9 +17,15 @@ use crate::message::Message;
 use crate::search::MatchType;
 use crate::time::Timestamp;
 
-/// A failure reaching a remote memory server that the caller did not receive as an error: a
-/// read answered with empty memory under a fail-open policy, or a capture that failed in the
-/// background. Hosts show it (a health page, a CLI warning); it never changes readiness.
+/// The `tracing` target of the warning a backend logs when a read fails and its fail-open
+/// policy answers with empty memory. A host that reports such failures itself (the CLI's
+/// `context` and `search`, through [`MemoryManager::last_backend_failure`]) may silence it.
+pub const FAIL_OPEN_LOG_TARGET: &str = "deermem::fail_open";
+
+/// The last failure reaching a remote memory server: typically one the caller did not receive
+/// as an error (a read answered with empty memory under a fail-open policy, a capture that
+/// failed in the background). Hosts show it (a health page, a CLI warning); it never changes
+/// readiness.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BackendFailure {
     /// What failed: `recall`, `search` or `capture`.
@@ -414,8 +420,8 @@ pub trait MemoryManager: Send + Sync + Debug {
         let _ = (turn_number, message);
     }
 
-    /// The last failure the caller did not receive as an error (see [`BackendFailure`]);
-    /// `None` when there was none, and for backends that report every failure to their caller.
+    /// The last failure reaching the backend's server (see [`BackendFailure`]); `None` when
+    /// there was none, and for backends that keep no such record.
     fn last_backend_failure(&self) -> Option<BackendFailure> {
         None
     }
