@@ -2,7 +2,7 @@
 //! behind the `fake-server` feature, re-exported here), a fixed clock, the environment the
 //! config parser reads the key from, and a manager for `owner_user_id: alice`.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::Path;
 use std::sync::Arc;
