@@ -413,8 +413,7 @@ fn bad_request(state: &FakeState, message: String) -> Response {
 /// Resolves a request's target uri as the server does for a USER key: `viking://~/…` is the
 /// user's own space; `viking://user/<reserved>/…` is refused (`INVALID_URI`), another user's
 /// space is `PERMISSION_DENIED`.
-#[allow(clippy::result_large_err)]
-fn resolve_target(uri: &str) -> Result<String, Response> {
+fn resolve_target(uri: &str) -> Result<String, Box<Response>> {
     let own = format!("viking://user/{USER_ID}");
     if let Some(rest) = uri.strip_prefix("viking://~") {
         return Ok(format!("{own}{rest}"));
@@ -425,20 +424,20 @@ fn resolve_target(uri: &str) -> Result<String, Response> {
             let reason = format!(
                 "'viking://user/{rest}' no longer expands to the current user's space: '{first}' is a reserved name, not a user id. Use 'viking://~/{rest}' for the current user, or 'viking://user/{{user_id}}/{rest}' for an explicit user."
             );
-            return Err(envelope_err_details(
+            return Err(Box::new(envelope_err_details(
                 StatusCode::BAD_REQUEST,
                 "INVALID_URI",
                 &format!("Invalid URI: {uri} ({reason})"),
                 json!({"uri": uri, "reason": reason}),
-            ));
+            )));
         }
         if first != USER_ID {
-            return Err(envelope_err_details(
+            return Err(Box::new(envelope_err_details(
                 StatusCode::FORBIDDEN,
                 "PERMISSION_DENIED",
                 &format!("Access denied for {uri}: read permission required"),
                 json!({"resource": uri}),
-            ));
+            )));
         }
         return Ok(uri.to_owned());
     }
@@ -811,7 +810,7 @@ fn retrieve(state: &FakeState, body: Option<Value>, with_session: bool) -> Respo
             Ok(r) => resolved.push(r),
             Err(resp) => {
                 state.violation(format!("target uri {t} refused"));
-                return resp;
+                return *resp;
             }
         }
     }

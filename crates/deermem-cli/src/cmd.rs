@@ -685,7 +685,6 @@ pub(crate) async fn ingest(
         trace_id: None,
     };
     let manager = backend.manager();
-    #[allow(unreachable_patterns)]
     let result = match (&backend, backend.deermem()) {
         (_, Some(dm)) => {
             let report = dm.ingest_now(request).await;

@@ -680,8 +680,9 @@ fn openviking_context_and_search_fail_when_nothing_could_be_read() {
             lines[0].starts_with("deermem: unavailable: ")
                 && lines[0].contains("OpenViking")
                 && lines[0].contains("[CONNECT]")
-                && lines[0].contains("no memory could be read"),
-            "{args:?}: {err}"
+                && lines[0].contains("no memory could be read")
+                && !lines[0].contains("127.0.0.1"),
+            "{args:?}: the server's error without its URL: {err}"
         );
         assert_eq!(
             stdout(&out),
