@@ -723,7 +723,7 @@ impl Inner {
             };
             let now = info.map_or(Some(0), |i| i.message_count);
             match (doubt.uncommitted_before, now) {
-                (Some(before), Some(n)) if n == before + doubt.payload_count => {
+                (Some(before), Some(n)) if before.checked_add(doubt.payload_count) == Some(n) => {
                     tracing::info!(
                         session = session_id,
                         messages = doubt.payload_count,
@@ -857,8 +857,10 @@ impl Inner {
                 Ok(count) => {
                     out.consumed = last + 1;
                     out.sent += chunk.len();
-                    out.uncommitted =
-                        count.or_else(|| out.uncommitted.map(|u| u + chunk.len() as u64));
+                    out.uncommitted = count.or_else(|| {
+                        out.uncommitted
+                            .map(|u| u.saturating_add(chunk.len() as u64))
+                    });
                 }
                 Err(error) => {
                     if error.may_have_been_applied() {

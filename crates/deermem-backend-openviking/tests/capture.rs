@@ -958,13 +958,24 @@ async fn an_unsettled_batch_is_sent_again() {
     let mut cursor = cursor_json(&m, &sid);
     cursor["in_doubt_batch"]["uncommitted_before"] = Value::Null;
     std::fs::write(&path, serde_json::to_string_pretty(&cursor).unwrap()).unwrap();
-    let r = m.capture(req).await.unwrap();
+    let r = m.capture(req.clone()).await.unwrap();
     assert_eq!((r.sent, r.found_on_server), (2, 0));
     assert_eq!(
         fake.session_counts(&sid),
         Some((0, 4)),
         "sent twice, nothing lost"
     );
+    // A hostile record (counts at the top of the range) is no panic: the batch is sent again.
+    let mut cursor = cursor_json(&m, &sid);
+    cursor["submitted_prefix_count"] = json!(0);
+    cursor["submitted_prefix_digest"] = json!(deermem_backend_openviking::cursor::seq_digest(&[]));
+    cursor["submitted_signatures"] = json!([]);
+    cursor["in_doubt_batch"] = json!({"signatures": [], "payload_count": u64::MAX,
+                                      "uncommitted_before": u64::MAX});
+    cursor["uncommitted_on_server"] = json!(u64::MAX);
+    std::fs::write(&path, serde_json::to_string_pretty(&cursor).unwrap()).unwrap();
+    let r = m.capture(req).await.unwrap();
+    assert_eq!(r.sent, 2);
 }
 
 /// A tool-using turn as a LangChain dump: the tool results carry their call id and status.
