@@ -37,7 +37,9 @@ const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANU
 pub enum ErrorKind {
     /// The server answered with an error envelope (or a non-2xx status).
     Server,
-    /// The connection failed or broke.
+    /// No connection could be made: the request never reached the server.
+    Connect,
+    /// The connection broke after the request may have been sent.
     Transport,
     /// The request timed out.
     Timeout,
@@ -51,7 +53,8 @@ pub struct OpenVikingError {
     /// The failure class.
     pub kind: ErrorKind,
     /// The server's code (`NOT_FOUND`, `UNAVAILABLE`...), `INTERNAL` for a non-JSON error body,
-    /// `UNKNOWN` for a JSON error body without one, or `TRANSPORT` / `TIMEOUT` / `INVALID_RESPONSE`.
+    /// `UNKNOWN` for a JSON error body without one, or `CONNECT` / `TRANSPORT` / `TIMEOUT` /
+    /// `INVALID_RESPONSE`.
     pub code: String,
     /// Human-readable detail (never the API key).
     pub message: String,
@@ -77,12 +80,32 @@ impl OpenVikingError {
         }
     }
 
-    /// Whether one retry may help: `UNAVAILABLE`, `DEADLINE_EXCEEDED`, transport errors and
+    /// Whether one retry may help: `UNAVAILABLE`, `DEADLINE_EXCEEDED`, connection errors and
     /// timeouts.
     pub fn is_recoverable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Transport | ErrorKind::Timeout)
-            || self.code == "UNAVAILABLE"
+        matches!(
+            self.kind,
+            ErrorKind::Connect | ErrorKind::Transport | ErrorKind::Timeout
+        ) || self.code == "UNAVAILABLE"
             || self.code == "DEADLINE_EXCEEDED"
+    }
+
+    /// Whether a write that failed this way may still have been applied by the server: the
+    /// request timed out, the connection broke after it was sent, or the server's own deadline
+    /// passed. A refused connection or an error answer means it was not.
+    pub fn may_have_been_applied(&self) -> bool {
+        matches!(self.kind, ErrorKind::Transport | ErrorKind::Timeout)
+            || self.code == "DEADLINE_EXCEEDED"
+    }
+
+    /// Whether the server refused the request itself (a bad key, a missing permission, an
+    /// invalid request): retrying the same request cannot help.
+    pub fn is_refusal(&self) -> bool {
+        self.kind == ErrorKind::Server
+            && matches!(
+                self.code.as_str(),
+                "UNAUTHENTICATED" | "PERMISSION_DENIED" | "INVALID_ARGUMENT" | "INVALID_URI"
+            )
     }
 
     /// Whether the server said the resource does not exist.
@@ -95,7 +118,7 @@ impl OpenVikingError {
         let message = format!("{context}: {self}");
         match self.kind {
             ErrorKind::Timeout => ManagerError::Timeout { message },
-            ErrorKind::Transport => ManagerError::Unavailable { message },
+            ErrorKind::Connect | ErrorKind::Transport => ManagerError::Unavailable { message },
             _ if self.code == "DEADLINE_EXCEEDED" => ManagerError::Timeout { message },
             _ if self.code == "UNAVAILABLE" || self.code == "RESOURCE_EXHAUSTED" => {
                 ManagerError::Unavailable { message }
@@ -120,6 +143,8 @@ pub struct RetrievalRequest {
     pub score_threshold: Option<f64>,
     /// Metadata filter, left out when `None`.
     pub filter: Option<Value>,
+    /// `key=value` tags every hit must carry (the server's `tags`), left out when `None`.
+    pub tags: Option<Vec<String>>,
 }
 
 impl RetrievalRequest {
@@ -139,6 +164,9 @@ impl RetrievalRequest {
         }
         if let Some(f) = &self.filter {
             m.insert("filter".into(), f.clone());
+        }
+        if let Some(t) = &self.tags {
+            m.insert("tags".into(), Value::from(t.clone()));
         }
         m.insert("telemetry".into(), Value::Bool(false));
         Value::Object(m)
@@ -237,7 +265,7 @@ impl OpenVikingClient {
     ) -> Result<Option<Value>, OpenVikingError> {
         match self.send(method.clone(), path, peer, query, body).await {
             Err(e) if e.is_recoverable() => {
-                tracing::warn!(path, error = %e, "OpenViking read failed with a recoverable error; retrying once");
+                tracing::info!(path, error = %e, "OpenViking read failed with a recoverable error; retrying once");
                 self.send(method, path, peer, query, body).await
             }
             other => other,
@@ -267,7 +295,7 @@ impl OpenVikingClient {
             match result {
                 Ok(healthy) => return healthy,
                 Err(e) if attempt == 0 && e.is_recoverable() => {
-                    tracing::warn!(error = %e, "OpenViking health check failed; retrying once");
+                    tracing::info!(error = %e, "OpenViking health check failed; retrying once");
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "OpenViking health check failed");
@@ -279,7 +307,8 @@ impl OpenVikingClient {
     }
 
     /// `POST /api/v1/sessions/{id}/messages/batch` (never retried). The session is created by
-    /// the server on first use.
+    /// the server on first use. Returns the session's uncommitted message count after the batch
+    /// (`message_count`), when the server reports it.
     ///
     /// # Errors
     /// Any failure.
@@ -288,7 +317,7 @@ impl OpenVikingClient {
         session_id: &str,
         peer: &str,
         messages: &[Value],
-    ) -> Result<(), OpenVikingError> {
+    ) -> Result<Option<u64>, OpenVikingError> {
         let mut body = Map::new();
         body.insert("messages".into(), Value::Array(messages.to_vec()));
         self.send(
@@ -299,7 +328,7 @@ impl OpenVikingClient {
             Some(&Value::Object(body)),
         )
         .await
-        .map(|_| ())
+        .map(|r| r.as_ref().and_then(|r| count_field(r, "message_count")))
     }
 
     /// `POST /api/v1/sessions/{id}/commit` with `keep_recent_count: 0` (never retried, never
@@ -322,16 +351,15 @@ impl OpenVikingClient {
         .map(|_| ())
     }
 
-    /// `GET /api/v1/sessions/{id}`: the session's uncommitted tokens; a missing session has
-    /// none.
+    /// `GET /api/v1/sessions/{id}`: the session's counters; a missing session is `None`.
     ///
     /// # Errors
     /// Any failure but `NOT_FOUND`.
-    pub async fn pending_tokens(
+    pub async fn session_info(
         &self,
         session_id: &str,
         peer: &str,
-    ) -> Result<u64, OpenVikingError> {
+    ) -> Result<Option<SessionInfo>, OpenVikingError> {
         match self
             .read_once_retried(
                 reqwest::Method::GET,
@@ -342,17 +370,33 @@ impl OpenVikingClient {
             )
             .await
         {
-            Ok(result) => Ok(result
-                .as_ref()
-                .and_then(|r| r.get("pending_tokens"))
-                .map_or(0, |v| {
-                    v.as_u64()
-                        .or_else(|| v.as_f64().filter(|f| *f > 0.0).map(|f| f.ceil() as u64))
-                        .unwrap_or(0)
-                })),
-            Err(e) if e.is_not_found() => Ok(0),
+            Ok(result) => {
+                let r = result.unwrap_or(Value::Null);
+                Ok(Some(SessionInfo {
+                    pending_tokens: count_field(&r, "pending_tokens").unwrap_or(0),
+                    message_count: count_field(&r, "message_count"),
+                    total_message_count: count_field(&r, "total_message_count"),
+                }))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// `GET /api/v1/sessions/{id}`: the session's uncommitted tokens; a missing session has
+    /// none.
+    ///
+    /// # Errors
+    /// Any failure but `NOT_FOUND`.
+    pub async fn pending_tokens(
+        &self,
+        session_id: &str,
+        peer: &str,
+    ) -> Result<u64, OpenVikingError> {
+        Ok(self
+            .session_info(session_id, peer)
+            .await?
+            .map_or(0, |i| i.pending_tokens))
     }
 
     /// `POST /api/v1/search/find`, or `/search/search` when the request names a session.
@@ -393,11 +437,41 @@ impl OpenVikingClient {
     }
 }
 
+/// What `GET /api/v1/sessions/{id}` reports about a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Tokens of the messages not yet committed.
+    pub pending_tokens: u64,
+    /// Messages added since the last commit (a commit resets it), when reported.
+    pub message_count: Option<u64>,
+    /// Messages ever added to the session (kept across commits), when reported.
+    pub total_message_count: Option<u64>,
+}
+
+/// A non-negative count field of a result object (a positive float is rounded up).
+fn count_field(result: &Value, key: &str) -> Option<u64> {
+    let v = result.get(key)?;
+    v.as_u64()
+        .or_else(|| v.as_f64().filter(|f| *f > 0.0).map(|f| f.ceil() as u64))
+}
+
 fn transport_error(e: &reqwest::Error) -> OpenVikingError {
-    // reqwest errors name the URL, never headers, so the key cannot leak here.
-    let detail = error_chain(e);
+    // The message names neither the key (reqwest errors never carry headers) nor the URL
+    // (hosts show these messages, e.g. on an open readiness page, and the URL can name an
+    // internal host): the cause chain below reqwest's own error does not include it.
+    let cause = std::error::Error::source(e).map_or_else(|| "no detail".to_owned(), error_chain);
+    let what = if e.is_timeout() {
+        "request timed out"
+    } else if e.is_connect() {
+        "cannot connect to the server"
+    } else {
+        "request failed"
+    };
+    let detail = excerpt(&format!("{what}: {cause}"));
     if e.is_timeout() {
         OpenVikingError::new(ErrorKind::Timeout, "TIMEOUT", detail, None)
+    } else if e.is_connect() {
+        OpenVikingError::new(ErrorKind::Connect, "CONNECT", detail, None)
     } else {
         OpenVikingError::new(ErrorKind::Transport, "TRANSPORT", detail, None)
     }
@@ -561,6 +635,19 @@ mod tests {
             e(ErrorKind::Server, "UNAVAILABLE").to_manager_error("x"),
             ManagerError::Unavailable { .. }
         ));
+        assert!(matches!(
+            e(ErrorKind::Connect, "CONNECT").to_manager_error("x"),
+            ManagerError::Unavailable { .. }
+        ));
+        // Only a request that may have reached the server is in doubt.
+        assert!(e(ErrorKind::Timeout, "TIMEOUT").may_have_been_applied());
+        assert!(e(ErrorKind::Transport, "TRANSPORT").may_have_been_applied());
+        assert!(e(ErrorKind::Server, "DEADLINE_EXCEEDED").may_have_been_applied());
+        assert!(!e(ErrorKind::Connect, "CONNECT").may_have_been_applied());
+        assert!(!e(ErrorKind::Server, "UNAVAILABLE").may_have_been_applied());
+        assert!(e(ErrorKind::Connect, "CONNECT").is_recoverable());
+        assert!(e(ErrorKind::Server, "UNAUTHENTICATED").is_refusal());
+        assert!(!e(ErrorKind::Server, "UNAVAILABLE").is_refusal());
         let b = e(ErrorKind::Server, "PERMISSION_DENIED").to_manager_error("find");
         assert!(matches!(b, ManagerError::Backend { .. }));
         assert!(b.to_string().contains("find: [PERMISSION_DENIED] m"));
@@ -575,6 +662,7 @@ mod tests {
             limit: 8,
             score_threshold: Some(0.5),
             filter: Some(json!({"op": "must", "field": "category", "conds": ["x"]})),
+            tags: Some(vec!["memory_type=x".into()]),
         };
         let keys: Vec<String> = r.body().as_object().unwrap().keys().cloned().collect();
         assert_eq!(
@@ -586,12 +674,14 @@ mod tests {
                 "limit",
                 "score_threshold",
                 "filter",
+                "tags",
                 "telemetry"
             ]
         );
         r.session_id = None;
         r.score_threshold = None;
         r.filter = None;
+        r.tags = None;
         assert_eq!(
             r.body().to_string(),
             r#"{"query":"q","target_uri":["u1","u2"],"limit":8,"telemetry":false}"#

@@ -102,6 +102,22 @@ fn kwarg_str<'a>(m: &'a Message, keys: &[&str]) -> Option<&'a str> {
         .find_map(|k| m.additional_kwargs.get(*k).and_then(Value::as_str))
 }
 
+/// The tool call a tool result answers: the message's `tool_call_id`, else
+/// `additional_kwargs.tool_call_id` / `tool_id`.
+fn tool_call_id(m: &Message) -> Option<&str> {
+    m.tool_call_id
+        .as_deref()
+        .or_else(|| kwarg_str(m, &["tool_call_id", "tool_id"]))
+}
+
+/// A tool result's status: the message's `status`, else `additional_kwargs.status` /
+/// `tool_status`.
+fn tool_status(m: &Message) -> Option<&str> {
+    m.status
+        .as_deref()
+        .or_else(|| kwarg_str(m, &["status", "tool_status"]))
+}
+
 fn py_str_or_empty(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),
@@ -165,12 +181,12 @@ pub(crate) fn to_payload(m: &Message) -> Option<Value> {
             Some(json!({"role": "assistant", "parts": parts}))
         }
         MessageKind::Tool => {
-            let status = kwarg_str(m, &["status", "tool_status"]);
+            let status = tool_status(m);
             Some(json!({
                 "role": "assistant",
                 "parts": [{
                     "type": "tool",
-                    "tool_id": kwarg_str(m, &["tool_call_id", "tool_id"]).unwrap_or_default(),
+                    "tool_id": tool_call_id(m).unwrap_or_default(),
                     "tool_name": m.name.as_deref().or_else(|| kwarg_str(m, &["tool_name"])).unwrap_or_default(),
                     "tool_output": text,
                     "tool_status": if status == Some("error") { "error" } else { "completed" },
@@ -243,10 +259,10 @@ fn canonical_json(v: &Value, out: &mut String) {
 /// The hashed fields are the reference's: id, role, content, tool calls, tool call id, tool name
 /// and tool status; a message without tool data hashes exactly as in the reference.
 pub fn message_signature(m: &Message) -> String {
-    let tool_call_id = kwarg_str(m, &["tool_call_id", "tool_id"]);
+    let tool_call_id = tool_call_id(m);
     let tool_name = m.name.as_deref().or_else(|| kwarg_str(m, &["tool_name"]));
-    let tool_status = kwarg_str(m, &["status", "tool_status"])
-        .or((m.kind == MessageKind::Tool).then_some("success"));
+    // LangChain's `ToolMessage.status` defaults to `success`; other messages have none.
+    let tool_status = tool_status(m).or((m.kind == MessageKind::Tool).then_some("success"));
     let opt = |s: Option<&str>| s.map_or(Value::Null, |s| Value::String(s.to_owned()));
     let mut v = Map::new();
     v.insert("id".into(), opt(m.id.as_deref()));

@@ -5,6 +5,13 @@
 //! A cursor never holds message text: only SHA-256 hashes of messages, at most
 //! `max_seen_message_ids` of them, a count and a digest of the submitted prefix, and whether a
 //! commit is still owed.
+//!
+//! Two keys of our own follow the reference's five, written only when they say something: a
+//! batch whose request timed out or broke after it was sent (`in_doubt_batch`: its hashes, its
+//! size and the session's uncommitted message count before it), so that the next capture asks
+//! the server whether it arrived instead of sending it again; and the session's uncommitted
+//! message count when it is not zero (`uncommitted_on_server`; `null` when unknown). The
+//! reference reads such a cursor and ignores both.
 
 use std::collections::HashMap;
 use std::fs;
@@ -34,6 +41,49 @@ pub struct CursorState {
     pub submitted_prefix_count: Option<u64>,
     /// [`seq_digest`] of those leading hashes.
     pub submitted_prefix_digest: Option<String>,
+    /// A batch the server may or may not have stored.
+    pub in_doubt: Option<InDoubtBatch>,
+    /// Messages the session holds that no commit has covered yet (`None`: unknown). A missing
+    /// key means 0: every capture ends with a commit unless it failed part-way.
+    pub uncommitted_on_server: Option<u64>,
+}
+
+/// A batch whose request timed out or broke after it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InDoubtBatch {
+    /// Hashes of the input messages the batch carried (with any unrecorded ones between them).
+    pub signatures: Vec<String>,
+    /// How many payloads the batch held.
+    pub payload_count: u64,
+    /// The session's uncommitted message count just before the batch, when known.
+    pub uncommitted_before: Option<u64>,
+}
+
+impl InDoubtBatch {
+    fn from_json(v: &Value) -> Option<Self> {
+        let o = v.as_object()?;
+        Some(Self {
+            signatures: o
+                .get("signatures")?
+                .as_array()?
+                .iter()
+                .map(|x| x.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()?,
+            payload_count: o.get("payload_count")?.as_u64()?,
+            uncommitted_before: o.get("uncommitted_before").and_then(Value::as_u64),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("signatures".into(), Value::from(self.signatures.clone()));
+        m.insert("payload_count".into(), Value::from(self.payload_count));
+        m.insert(
+            "uncommitted_before".into(),
+            self.uncommitted_before.map_or(Value::Null, Value::from),
+        );
+        Value::Object(m)
+    }
 }
 
 impl CursorState {
@@ -41,6 +91,7 @@ impl CursorState {
     pub fn new_empty() -> Self {
         Self {
             empty: true,
+            uncommitted_on_server: Some(0),
             ..Self::default()
         }
     }
@@ -70,6 +121,13 @@ impl CursorState {
                 .get("submitted_prefix_digest")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            // A malformed record is dropped: the batch is then sent again, as the reference
+            // would (a possible duplicate, never a loss).
+            in_doubt: o.get("in_doubt_batch").and_then(InDoubtBatch::from_json),
+            uncommitted_on_server: match o.get("uncommitted_on_server") {
+                None => Some(0),
+                Some(v) => v.as_u64(),
+            },
         })
     }
 
@@ -92,6 +150,15 @@ impl CursorState {
                 .clone()
                 .map_or(Value::Null, Value::String),
         );
+        if let Some(d) = &self.in_doubt {
+            m.insert("in_doubt_batch".into(), d.to_json());
+        }
+        if self.uncommitted_on_server != Some(0) {
+            m.insert(
+                "uncommitted_on_server".into(),
+                self.uncommitted_on_server.map_or(Value::Null, Value::from),
+            );
+        }
         Value::Object(m)
     }
 
@@ -154,7 +221,28 @@ impl CursorState {
             commit_pending,
             submitted_prefix_count: count,
             submitted_prefix_digest: digest,
+            in_doubt: None,
+            uncommitted_on_server: self.uncommitted_on_server,
         }
+    }
+}
+
+impl CursorState {
+    /// The state once an in-doubt batch turned out to be on the server: its hashes count as
+    /// submitted, and when the transcript still extends the submitted prefix right through the
+    /// batch, the prefix grows over it. The in-doubt record is cleared.
+    pub fn with_landed(
+        &self,
+        batch: &InDoubtBatch,
+        signatures: &[String],
+        max_seen: usize,
+    ) -> Self {
+        let prefix = self.matching_prefix_count(signatures).and_then(|c| {
+            let end = c.checked_add(batch.signatures.len())?;
+            (end <= signatures.len() && signatures[c..end] == batch.signatures[..])
+                .then(|| &signatures[..end])
+        });
+        self.advanced(prefix, &batch.signatures, max_seen, self.commit_pending)
     }
 }
 
@@ -366,6 +454,70 @@ mod tests {
         );
         let back = CursorState::from_json(&s.to_json()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn our_keys_follow_the_reference_keys_only_when_set() {
+        let plain =
+            CursorState::new_empty().advanced(Some(&sigs(&["a"])), &sigs(&["a"]), 16, false);
+        let keys: Vec<String> = plain
+            .to_json()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "schema_version",
+                "submitted_signatures",
+                "commit_pending",
+                "submitted_prefix_count",
+                "submitted_prefix_digest"
+            ]
+        );
+        let mut doubt = plain.clone();
+        doubt.in_doubt = Some(InDoubtBatch {
+            signatures: sigs(&["b", "c"]),
+            payload_count: 2,
+            uncommitted_before: Some(0),
+        });
+        doubt.uncommitted_on_server = None;
+        let v = doubt.to_json();
+        assert_eq!(
+            v["in_doubt_batch"],
+            serde_json::json!({"signatures": ["b", "c"], "payload_count": 2, "uncommitted_before": 0})
+        );
+        assert_eq!(v["uncommitted_on_server"], Value::Null);
+        assert_eq!(CursorState::from_json(&v).unwrap(), doubt);
+        // A reference cursor has neither: nothing in doubt, nothing uncommitted.
+        let back = CursorState::from_json(&plain.to_json()).unwrap();
+        assert_eq!((back.in_doubt, back.uncommitted_on_server), (None, Some(0)));
+        // A malformed record is dropped (the batch is then sent again).
+        let mut bad = v.clone();
+        bad["in_doubt_batch"] = serde_json::json!({"signatures": [1]});
+        assert_eq!(CursorState::from_json(&bad).unwrap().in_doubt, None);
+    }
+
+    #[test]
+    fn a_landed_batch_extends_the_prefix_when_the_transcript_still_matches() {
+        let s = sigs(&["a", "b", "c", "d"]);
+        let state = CursorState::new_empty().advanced(Some(&s[..1]), &s[..1], 16, false);
+        let batch = InDoubtBatch {
+            signatures: sigs(&["b", "c"]),
+            payload_count: 2,
+            uncommitted_before: Some(0),
+        };
+        let next = state.with_landed(&batch, &s, 16);
+        assert_eq!(next.matching_prefix_count(&s), Some(3));
+        assert_eq!(next.submitted_signatures, sigs(&["a", "b", "c"]));
+        assert_eq!(next.in_doubt, None);
+        // A rewritten transcript keeps the old prefix; the hashes still count as seen.
+        let other = sigs(&["x", "b", "c"]);
+        let next = state.with_landed(&batch, &other, 16);
+        assert_eq!(next.submitted_prefix_count, Some(1));
+        assert_eq!(next.submitted_signatures, sigs(&["a", "b", "c"]));
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! - [`manager`]: [`OpenVikingManager`], the `MemoryManager` implementation.
 //! - `fake` (Cargo feature `fake-server`): a strict fake OpenViking server on 127.0.0.1 for
 //!   tests (this crate's, the facade's and the CLI's).
+//! - `testserver` (Cargo feature `real-server`): a real OpenViking 0.5.2 server from PyPI on
+//!   127.0.0.1, with a stub model server, for the end-to-end tests.
 
 #![deny(missing_docs)]
 
@@ -29,10 +31,12 @@ pub mod fake;
 pub mod manager;
 pub mod recall;
 pub mod scope;
+#[cfg(feature = "real-server")]
+pub mod testserver;
 
 pub use config::{
     ApiKey, ContentMode, OpenVikingConfig, ReadFailurePolicy, RetrievalConfig, StartupPolicy,
     WriteFailurePolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
-pub use manager::{BACKEND_NAME, CaptureStats, OpenVikingManager};
+pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

@@ -9,20 +9,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope, ScoredFact,
-    SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, ManagerCapabilities,
+    MemoryManager, MemoryScope, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{
     ConfigError, InvalidInputCode, ManagerError, MemoryMode, Message, PublicFact, Timestamp,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
 use crate::config::{OpenVikingConfig, ReadFailurePolicy, StartupPolicy, WriteFailurePolicy};
 use crate::convert::{self, HiddenMessageFilter};
-use crate::cursor::{CursorError, CursorState, CursorStore, SessionLocks};
+use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch, SessionLocks};
 use crate::recall::{self, RecalledMemory};
 use crate::scope;
 
@@ -53,6 +53,18 @@ pub struct CaptureStats {
     pub last_failure_at: Option<Timestamp>,
     /// When the last capture succeeded.
     pub last_success_at: Option<Timestamp>,
+}
+
+/// What one capture achieved on the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureReport {
+    /// Messages this capture sent that the server confirmed.
+    pub sent: usize,
+    /// Messages of an earlier batch that never got an answer which the server turned out to
+    /// hold (they were not sent again).
+    pub found_on_server: usize,
+    /// Whether this capture's commit was accepted.
+    pub committed: bool,
 }
 
 /// Counts queued and running operations; shutdown waits for zero.
@@ -124,18 +136,22 @@ impl CaptureFailure {
 }
 
 /// What recording the pending messages achieved.
-#[derive(Debug)]
-enum RecordOutcome {
-    /// Every batch and the commit succeeded (or there was nothing to send).
-    Done,
-    /// The first batch failed: nothing was confirmed.
-    Failed(OpenVikingError),
-    /// A later batch or the commit failed: `consumed` input messages are on the server.
-    Partial {
-        consumed: usize,
-        commit_pending: bool,
-        error: OpenVikingError,
-    },
+#[derive(Debug, Default)]
+struct RecordOutcome {
+    /// Leading input messages the server confirmed (all of them once the batches succeeded).
+    consumed: usize,
+    /// Payloads the server confirmed.
+    sent: usize,
+    /// The session's uncommitted message count after the confirmed batches, when known.
+    uncommitted: Option<u64>,
+    /// The batch that failed in a way that may still have stored it.
+    in_doubt: Option<InDoubtBatch>,
+    /// Every batch succeeded but the commit failed.
+    commit_pending: bool,
+    /// The commit was accepted.
+    committed: bool,
+    /// The failure, if any.
+    error: Option<OpenVikingError>,
 }
 
 #[derive(Debug, Default)]
@@ -159,6 +175,7 @@ struct Inner {
     queue: parking_lot::Mutex<QueueState>,
     deferred_error: parking_lot::Mutex<Option<ManagerError>>,
     stats: parking_lot::Mutex<CaptureStats>,
+    last_failure: parking_lot::Mutex<Option<BackendFailure>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -270,6 +287,7 @@ impl OpenVikingManager {
                 }),
                 deferred_error: parking_lot::Mutex::new(None),
                 stats: parking_lot::Mutex::new(CaptureStats::default()),
+                last_failure: parking_lot::Mutex::new(None),
             }),
         })
     }
@@ -338,19 +356,47 @@ impl OpenVikingManager {
     ///
     /// # Errors
     /// Invalid scope, and capture failures as described.
-    pub async fn capture(&self, request: AddRequest) -> Result<(), ManagerError> {
+    pub async fn capture(&self, request: AddRequest) -> Result<CaptureReport, ManagerError> {
         if self.inner.closed.load(Ordering::SeqCst) {
             tracing::info!("OpenViking write ignored after backend shutdown");
-            return Ok(());
+            return Ok(CaptureReport::default());
         }
         let (peer, sid) = self.session_for(&request)?;
         let _guard = self.inner.active.enter();
+        let mut report = CaptureReport::default();
         let result = self
             .inner
-            .capture_session(&sid, &peer, request.messages)
+            .capture_session(&sid, &peer, request.messages, &mut report)
             .await;
         self.inner
             .finish_capture(&sid, result, request.trace_id.as_deref())
+            .map(|()| report)
+    }
+
+    /// Captures a conversation now, awaiting every request, and returns what reached the
+    /// server together with any failure, whatever the write policy says (for a command that
+    /// must report a failed capture, like `deermem ingest`). The failure is counted and kept as
+    /// the last backend failure, but not logged: the caller reports it.
+    pub async fn capture_now(
+        &self,
+        request: AddRequest,
+    ) -> (CaptureReport, Result<(), ManagerError>) {
+        let mut report = CaptureReport::default();
+        if self.inner.closed.load(Ordering::SeqCst) {
+            tracing::info!("OpenViking write ignored after backend shutdown");
+            return (report, Ok(()));
+        }
+        let (peer, sid) = match self.session_for(&request) {
+            Ok(v) => v,
+            Err(e) => return (report, Err(e)),
+        };
+        let _guard = self.inner.active.enter();
+        let result = self
+            .inner
+            .capture_session(&sid, &peer, request.messages, &mut report)
+            .await;
+        let result = self.inner.count_capture(result).map_err(|f| f.error);
+        (report, result)
     }
 
     /// Waits until every queued and running operation finished, without closing; true when
@@ -402,20 +448,40 @@ impl OpenVikingManager {
         }
         let (peer, uris) = self.inner.resolve_scope(&request.scope)?;
         let _guard = self.inner.active.enter();
+        let memory_type = request
+            .category
+            .as_deref()
+            .map(|c| deermem_core::py::lower(deermem_core::py::strip(c)))
+            .filter(|c| !c.is_empty());
+        if memory_type.as_deref().is_some_and(|t| t.contains('=')) {
+            // No memory type contains `=`, and the server refuses such a tag.
+            return Ok(Vec::new());
+        }
         let retrieval = RetrievalRequest {
             query: query.to_owned(),
             target_uri: uris.to_vec(),
             session_id: None,
             limit: request.top_k.clamp(1, 100),
             score_threshold: self.inner.config.retrieval.score_threshold,
-            filter: request
-                .category
-                .as_deref()
-                .filter(|c| !c.is_empty())
-                .map(|c| json!({"op": "must", "field": "category", "conds": [c]})),
+            filter: None,
+            // The server stores a memory's type as the tag `memory_type=<type>`; a `category`
+            // filter (the reference's) matches nothing.
+            tags: memory_type
+                .as_ref()
+                .map(|t| vec![format!("{}{t}", recall::MEMORY_TYPE_TAG)]),
         };
         match self.inner.recall(&peer, &retrieval).await {
-            Ok(memories) => Ok(memories),
+            Ok(mut memories) => {
+                if let Some(t) = &memory_type {
+                    // Also checked here, for a server that would ignore the tag.
+                    memories.retain(|m| {
+                        m.category
+                            .as_deref()
+                            .is_some_and(|c| deermem_core::py::lower(c) == *t)
+                    });
+                }
+                Ok(memories)
+            }
             Err(e) => self.inner.read_failure("search", &e, Vec::new()),
         }
     }
@@ -476,7 +542,10 @@ async fn worker(inner: Weak<Inner>, mut rx: mpsc::Receiver<Job>) {
             trace_id,
             _guard: guard,
         } = job;
-        let result = inner.capture_session(&session_id, &peer, messages).await;
+        let mut report = CaptureReport::default();
+        let result = inner
+            .capture_session(&session_id, &peer, messages, &mut report)
+            .await;
         if let Err(e) = inner.finish_capture(&session_id, result, trace_id.as_deref()) {
             // Reported by the next add (write policy `raise`, or a cursor failure).
             *inner.deferred_error.lock() = Some(e);
@@ -497,6 +566,41 @@ impl Inner {
         Ok((peer, uris))
     }
 
+    /// Keeps a failure as the last backend failure.
+    fn note_failure(&self, operation: &str, message: String) {
+        let mut last = self.last_failure.lock();
+        let count = last.as_ref().map_or(0, |f| f.count) + 1;
+        *last = Some(BackendFailure {
+            operation: operation.to_owned(),
+            message,
+            at: self.clock.now(),
+            count,
+        });
+    }
+
+    /// Records a capture result in the stats and, for a failure, as the last backend failure.
+    fn count_capture(&self, result: Result<(), CaptureFailure>) -> Result<(), CaptureFailure> {
+        let now = self.clock.now();
+        match &result {
+            Ok(()) => {
+                let mut s = self.stats.lock();
+                s.completed += 1;
+                s.last_success_at = Some(now);
+            }
+            Err(failure) => {
+                let message = failure.error.to_string();
+                {
+                    let mut s = self.stats.lock();
+                    s.failed += 1;
+                    s.last_failure = Some(message.clone());
+                    s.last_failure_at = Some(now);
+                }
+                self.note_failure("capture", message);
+            }
+        }
+        result
+    }
+
     /// Records stats, logs, and applies the write policy to a capture result.
     fn finish_capture(
         &self,
@@ -504,21 +608,9 @@ impl Inner {
         result: Result<(), CaptureFailure>,
         trace_id: Option<&str>,
     ) -> Result<(), ManagerError> {
-        let now = self.clock.now();
-        match result {
-            Ok(()) => {
-                let mut s = self.stats.lock();
-                s.completed += 1;
-                s.last_success_at = Some(now);
-                Ok(())
-            }
+        match self.count_capture(result) {
+            Ok(()) => Ok(()),
             Err(failure) => {
-                {
-                    let mut s = self.stats.lock();
-                    s.failed += 1;
-                    s.last_failure = Some(failure.error.to_string());
-                    s.last_failure_at = Some(now);
-                }
                 tracing::error!(
                     session = session_id,
                     trace_id = trace_id.unwrap_or(""),
@@ -577,13 +669,15 @@ impl Inner {
     }
 
     /// The reference's capture algorithm, under the session lock: load the cursor, retry a
-    /// pending commit, find the messages not yet submitted, record them, and advance the cursor
-    /// by what the server confirmed.
+    /// pending commit, settle a batch left in doubt, find the messages not yet submitted,
+    /// record them, and advance the cursor by what the server confirmed. `report` counts what
+    /// reached the server, also when the capture fails part-way.
     async fn capture_session(
         &self,
         session_id: &str,
         peer: &str,
         messages: Vec<Message>,
+        report: &mut CaptureReport,
     ) -> Result<(), CaptureFailure> {
         let lock = self.locks.get(session_id);
         let _held = lock.lock().await;
@@ -592,19 +686,65 @@ impl Inner {
 
         if state.commit_pending {
             let retried = async {
-                if self.client.pending_tokens(session_id, peer).await? > 0 {
+                let info = self.client.session_info(session_id, peer).await?;
+                if info.is_some_and(|i| i.pending_tokens > 0) {
                     self.client.commit(session_id, peer).await?;
+                    return Ok::<_, OpenVikingError>((true, Some(0)));
                 }
-                Ok::<(), OpenVikingError>(())
+                Ok((false, info.map_or(Some(0), |i| i.message_count)))
             }
             .await;
-            if let Err(e) = retried {
-                return Err(CaptureFailure::policy(e.to_manager_error(&format!(
-                    "OpenViking pending commit retry failed; preserving capture cursor (session={session_id})"
-                ))));
+            match retried {
+                Ok((committed, uncommitted)) => {
+                    report.committed |= committed;
+                    state.commit_pending = false;
+                    state.empty = false;
+                    state.uncommitted_on_server = uncommitted;
+                    self.save_cursor(session_id, state.clone()).await?;
+                }
+                Err(e) => {
+                    return Err(CaptureFailure::policy(e.to_manager_error(&format!(
+                        "OpenViking pending commit retry failed; preserving capture cursor (session={session_id})"
+                    ))));
+                }
             }
-            state.commit_pending = false;
-            state.empty = false;
+        }
+
+        // A batch whose answer never came may be on the server: ask before sending it again.
+        let mut needs_commit = false;
+        if let Some(doubt) = state.in_doubt.clone() {
+            let info = match self.client.session_info(session_id, peer).await {
+                Ok(info) => info,
+                Err(e) => {
+                    return Err(CaptureFailure::policy(e.to_manager_error(&format!(
+                        "OpenViking could not check whether an unanswered batch reached the server; preserving capture cursor (session={session_id})"
+                    ))));
+                }
+            };
+            let now = info.map_or(Some(0), |i| i.message_count);
+            match (doubt.uncommitted_before, now) {
+                (Some(before), Some(n)) if before.checked_add(doubt.payload_count) == Some(n) => {
+                    tracing::info!(
+                        session = session_id,
+                        messages = doubt.payload_count,
+                        "OpenViking stored a batch whose answer never came; not sending it again"
+                    );
+                    state = state.with_landed(&doubt, &sigs, max_seen);
+                    report.found_on_server += usize::try_from(doubt.payload_count).unwrap_or(0);
+                    needs_commit = true;
+                }
+                (Some(before), Some(n)) if n == before => state.in_doubt = None,
+                _ => {
+                    tracing::warn!(
+                        session = session_id,
+                        uncommitted_before = ?doubt.uncommitted_before,
+                        uncommitted_now = ?now,
+                        "OpenViking cannot tell whether an unanswered batch was stored; sending it again"
+                    );
+                    state.in_doubt = None;
+                }
+            }
+            state.uncommitted_on_server = now;
             self.save_cursor(session_id, state.clone()).await?;
         }
 
@@ -623,74 +763,133 @@ impl Inner {
             }
         };
         if pending_idx.is_empty() {
-            let next = state.advanced(Some(&sigs), &[], max_seen, false);
+            let mut next = state.advanced(Some(&sigs), &[], max_seen, false);
+            if needs_commit {
+                if let Err(e) = self.client.commit(session_id, peer).await {
+                    next.commit_pending = true;
+                    next.uncommitted_on_server = None;
+                    self.save_cursor(session_id, next).await?;
+                    return Err(CaptureFailure::policy(e.to_manager_error(&format!(
+                        "OpenViking commit failed; it is retried by the next capture (session={session_id})"
+                    ))));
+                }
+                report.committed = true;
+                next.uncommitted_on_server = Some(0);
+            }
             return self.save_cursor(session_id, next).await;
         }
         let pending_sigs: Vec<String> = pending_idx.iter().map(|i| sigs[*i].clone()).collect();
         let pending: Vec<Message> = pending_idx.iter().map(|i| messages[*i].clone()).collect();
         drop(messages);
 
-        match self.record(session_id, peer, &pending).await {
-            RecordOutcome::Done => {
-                let next = state.advanced(Some(&sigs), &pending_sigs, max_seen, false);
-                self.save_cursor(session_id, next).await
-            }
-            RecordOutcome::Partial {
-                consumed,
-                commit_pending,
-                error,
-            } => {
-                let consumed = consumed.min(pending_sigs.len());
-                if consumed > 0 || commit_pending {
-                    let prefix = start.map(|s| &sigs[..(s + consumed).min(sigs.len())]);
-                    let next =
-                        state.advanced(prefix, &pending_sigs[..consumed], max_seen, commit_pending);
-                    self.save_cursor(session_id, next).await?;
-                }
-                Err(CaptureFailure::policy(error.to_manager_error(&format!(
-                    "OpenViking partially recorded {consumed} of {} messages; confirmed progress was preserved (session={session_id})",
-                    pending_sigs.len()
-                ))))
-            }
-            RecordOutcome::Failed(error) => Err(CaptureFailure::policy(error.to_manager_error(
-                &format!(
-                    "OpenViking recording failed; capture cursor was not advanced (session={session_id})"
-                ),
-            ))),
+        let outcome = self
+            .record(
+                session_id,
+                peer,
+                &pending,
+                &pending_sigs,
+                state.uncommitted_on_server,
+            )
+            .await;
+        report.sent += outcome.sent;
+        report.committed |= outcome.committed;
+        let Some(error) = outcome.error else {
+            let mut next = state.advanced(Some(&sigs), &pending_sigs, max_seen, false);
+            next.uncommitted_on_server = Some(0);
+            return self.save_cursor(session_id, next).await;
+        };
+        let consumed = outcome.consumed.min(pending_sigs.len());
+        if consumed > 0 || outcome.commit_pending || outcome.in_doubt.is_some() {
+            let prefix = start.map(|s| &sigs[..(s + consumed).min(sigs.len())]);
+            let mut next = state.advanced(
+                prefix,
+                &pending_sigs[..consumed],
+                max_seen,
+                outcome.commit_pending,
+            );
+            next.in_doubt = outcome.in_doubt.clone();
+            next.uncommitted_on_server = outcome.uncommitted;
+            self.save_cursor(session_id, next).await?;
         }
+        let doubt_note = if outcome.in_doubt.is_some() {
+            "; the server may have stored the last batch, which the next capture checks before sending it again"
+        } else {
+            ""
+        };
+        let context = if consumed == 0 && !outcome.commit_pending {
+            format!(
+                "OpenViking recording failed; capture cursor was not advanced{doubt_note} (session={session_id})"
+            )
+        } else {
+            format!(
+                "OpenViking partially recorded {consumed} of {} messages; confirmed progress was preserved{doubt_note} (session={session_id})",
+                pending_sigs.len()
+            )
+        };
+        Err(CaptureFailure::policy(error.to_manager_error(&context)))
     }
 
     /// Sends the pending messages in batches of at most 100 and commits after the last one.
-    async fn record(&self, session_id: &str, peer: &str, pending: &[Message]) -> RecordOutcome {
+    /// `uncommitted` is the session's uncommitted message count before the first batch, when
+    /// known; a batch that fails in a way that may still have stored it is returned as in doubt,
+    /// with the count it would start from.
+    async fn record(
+        &self,
+        session_id: &str,
+        peer: &str,
+        pending: &[Message],
+        pending_sigs: &[String],
+        uncommitted: Option<u64>,
+    ) -> RecordOutcome {
         let payloads = convert::to_payloads(pending, peer);
+        let mut out = RecordOutcome {
+            uncommitted,
+            ..RecordOutcome::default()
+        };
         if payloads.is_empty() {
-            return RecordOutcome::Done;
+            out.consumed = pending.len();
+            return out;
         }
-        let mut consumed = 0usize;
-        for (n, chunk) in payloads.chunks(MAX_BATCH_MESSAGES).enumerate() {
+        for chunk in payloads.chunks(MAX_BATCH_MESSAGES) {
             let batch: Vec<Value> = chunk.iter().map(|(_, p)| p.clone()).collect();
-            if let Err(error) = self.client.add_messages(session_id, peer, &batch).await {
-                if n == 0 {
-                    return RecordOutcome::Failed(error);
+            let last = chunk.last().map_or(out.consumed, |(i, _)| *i);
+            match self.client.add_messages(session_id, peer, &batch).await {
+                Ok(count) => {
+                    out.consumed = last + 1;
+                    out.sent += chunk.len();
+                    out.uncommitted = count.or_else(|| {
+                        out.uncommitted
+                            .map(|u| u.saturating_add(chunk.len() as u64))
+                    });
                 }
-                return RecordOutcome::Partial {
-                    consumed,
-                    commit_pending: false,
-                    error,
-                };
-            }
-            if let Some((last, _)) = chunk.last() {
-                consumed = last + 1;
+                Err(error) => {
+                    if error.may_have_been_applied() {
+                        let end = (last + 1).min(pending_sigs.len());
+                        out.in_doubt = Some(InDoubtBatch {
+                            signatures: pending_sigs[out.consumed.min(end)..end].to_vec(),
+                            payload_count: chunk.len() as u64,
+                            uncommitted_before: out.uncommitted,
+                        });
+                        out.uncommitted = None;
+                    }
+                    out.error = Some(error);
+                    return out;
+                }
             }
         }
-        if let Err(error) = self.client.commit(session_id, peer).await {
-            return RecordOutcome::Partial {
-                consumed: pending.len(),
-                commit_pending: true,
-                error,
-            };
+        out.consumed = pending.len();
+        match self.client.commit(session_id, peer).await {
+            Ok(()) => {
+                out.committed = true;
+                out.uncommitted = Some(0);
+            }
+            Err(error) => {
+                out.commit_pending = true;
+                out.uncommitted = None;
+                out.error = Some(error);
+            }
         }
-        RecordOutcome::Done
+        out
     }
 
     /// Runs a retrieval and picks each memory's text by `content_mode`.
@@ -709,7 +908,10 @@ impl Inner {
                 && let Some(uri) = recall::hit_uri(&hit)
             {
                 match self.client.read_content(peer, uri).await {
-                    Ok(v) if deermem_core::py::truthy(&v) => read = Some(v),
+                    Ok(Value::String(text)) if !text.is_empty() => {
+                        read = Some(Value::String(recall::strip_front_matter(&text).to_owned()));
+                    }
+                    Ok(v) if deermem_core::py::truthy(&v) && !v.is_string() => read = Some(v),
                     Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(uri, error = %e, "OpenViking content read failed; using the summary");
@@ -732,10 +934,12 @@ impl Inner {
         e: &OpenVikingError,
         fallback: T,
     ) -> Result<T, ManagerError> {
+        let error = e.to_manager_error(&format!("OpenViking {op} failed"));
+        self.note_failure(op, error.to_string());
         match self.config.read_failure_policy {
-            ReadFailurePolicy::Raise => Err(e.to_manager_error(&format!("OpenViking {op} failed"))),
+            ReadFailurePolicy::Raise => Err(error),
             ReadFailurePolicy::FailOpen => {
-                tracing::warn!(error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)");
+                tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)");
                 Ok(fallback)
             }
         }
@@ -796,7 +1000,12 @@ impl MemoryManager for OpenVikingManager {
             // No tokio runtime to run a background task on: capture inline instead.
             let result = self
                 .inner
-                .capture_session(&job.session_id, &job.peer, job.messages)
+                .capture_session(
+                    &job.session_id,
+                    &job.peer,
+                    job.messages,
+                    &mut CaptureReport::default(),
+                )
                 .await;
             return self
                 .inner
@@ -827,6 +1036,7 @@ impl MemoryManager for OpenVikingManager {
             limit: r.top_k,
             score_threshold: r.score_threshold,
             filter: None,
+            tags: None,
         };
         match self.inner.recall(&peer, &retrieval).await {
             Ok(memories) => Ok(recall::format_context(&memories, r.max_injection_chars)),
@@ -855,8 +1065,9 @@ impl MemoryManager for OpenVikingManager {
     }
 
     /// Closes the backend to new work, then waits up to `timeout` for queued and running
-    /// operations. True only when everything drained in time and no queued capture failed
-    /// under `failure_policy.write: raise`; a later call returns true once drained.
+    /// operations. True when everything drained in time, also when a capture failed: a failure
+    /// is not a timeout, and it was already logged and kept as the last backend failure. A
+    /// later call returns true once drained.
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.close_queue();
@@ -867,11 +1078,11 @@ impl MemoryManager for OpenVikingManager {
             );
             return false;
         }
-        if let Some(e) = self.inner.deferred_error.lock().take() {
-            tracing::error!(error = %e, "OpenViking capture failed during shutdown flush");
-            return false;
-        }
         true
+    }
+
+    fn last_backend_failure(&self) -> Option<BackendFailure> {
+        self.inner.last_failure.lock().clone()
     }
 
     /// `Some(true)` when `/health` is healthy, `Some(false)` otherwise (and after close). Under

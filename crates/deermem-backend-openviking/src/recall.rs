@@ -1,6 +1,7 @@
-//! Recall: reading memory hits from a `find`/`search` result,
-//! choosing each hit's text by `content_mode`, and formatting the injection block under the
-//! character budget (counted in Unicode code points).
+//! Recall: reading memory hits from a `find`/`search` result (memory files only: the server also
+//! returns its directory summaries, which are left out), the memory type from the hit's
+//! `memory_type=…` tag, choosing each hit's text by `content_mode`, and formatting the injection
+//! block under the character budget (counted in Unicode code points).
 
 use std::collections::HashSet;
 
@@ -15,14 +16,19 @@ pub struct RecalledMemory {
     pub uri: String,
     /// The chosen text, already cut to the per-memory budget.
     pub content: String,
-    /// The category, when the server sent one (current servers do not).
+    /// The memory type: the hit's `memory_type=…` tag (what current servers send), else its
+    /// `category` field (what older servers sent).
     pub category: Option<String>,
     /// The relevance score, when sent.
     pub score: Option<f64>,
 }
 
+/// The tag prefix naming a memory's type (`memory_type=preferences`).
+pub const MEMORY_TYPE_TAG: &str = "memory_type=";
+
 /// The memory hits of a retrieval result (`result.memories`); resources and skills are ignored,
-/// and entries that are not objects are skipped.
+/// entries that are not objects are skipped, and so are directory entries (see
+/// [`is_directory_entry`]).
 pub(crate) fn memory_hits(result: &Value) -> Vec<Map<String, Value>> {
     result
         .get("memories")
@@ -30,10 +36,60 @@ pub(crate) fn memory_hits(result: &Value) -> Vec<Map<String, Value>> {
         .map(|items| {
             items
                 .iter()
-                .filter_map(|h| h.as_object().cloned())
+                .filter_map(|h| h.as_object())
+                .filter(|h| !is_directory_entry(h))
+                .cloned()
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether a hit is one of the server's directory summaries rather than a memory: a `level`
+/// below 2 (0 is a directory's abstract, 1 its overview), or a uri whose last segment is a
+/// hidden summary file (`.abstract.md`, `.overview.md`). Their text is a listing such as
+/// `# Preferences Overview … [diet](./diet.md)`, not something the user said.
+pub fn is_directory_entry(hit: &Map<String, Value>) -> bool {
+    if hit
+        .get("level")
+        .and_then(Value::as_f64)
+        .is_some_and(|l| l < 2.0)
+    {
+        return true;
+    }
+    hit_uri(hit)
+        .and_then(|u| u.trim_end_matches('/').rsplit('/').next())
+        .is_some_and(|last| last.starts_with('.'))
+}
+
+/// The memory type of a hit: the value of its first `memory_type=…` tag, else its `category`.
+pub fn memory_type(hit: &Map<String, Value>) -> Option<String> {
+    let from_tags = hit
+        .get("tags")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|t| t.strip_prefix(MEMORY_TYPE_TAG))
+        .filter(|t| !t.is_empty());
+    from_tags
+        .or_else(|| {
+            hit.get("category")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        })
+        .map(str::to_owned)
+}
+
+/// The text of a memory file without a leading YAML header (`---` … `---`), which the server
+/// adds to some files it generates.
+pub(crate) fn strip_front_matter(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return text;
+    };
+    match rest.find("\n---\n") {
+        Some(end) => rest[end + 5..].trim_start_matches('\n'),
+        None => text,
+    }
 }
 
 fn truthy_field<'a>(hit: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
@@ -92,11 +148,7 @@ pub(crate) fn to_memory(hit: &Map<String, Value>, content: String) -> RecalledMe
     RecalledMemory {
         uri: hit_uri(hit).unwrap_or_default().to_owned(),
         content,
-        category: hit
-            .get("category")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
+        category: memory_type(hit),
         score: hit.get("score").and_then(Value::as_f64),
     }
 }
@@ -224,6 +276,45 @@ mod tests {
         let l1 = json!({"uri": "u", "level": 1});
         assert!(!wants_read(l1.as_object().unwrap(), ContentMode::Auto));
         assert!(!wants_read(hit, ContentMode::Overview));
+    }
+
+    #[test]
+    fn directory_entries_are_not_memories() {
+        // Shapes the real 0.5.2 server returns for a user with one preference.
+        let r = json!({"memories": [
+            {"context_type": "memory", "uri": "viking://user/u1/memories/preferences/u1/.overview.md",
+             "level": 1, "score": 0.66, "abstract": "# Preferences Overview\n- [editor](./editor.md)", "tags": []},
+            {"context_type": "memory", "uri": "viking://user/u1/memories/preferences/u1/editor.md",
+             "level": 2, "score": 0.59, "abstract": "- Uses Vim.", "tags": ["memory_type=preferences"]},
+            {"context_type": "memory", "uri": "viking://user/u1/memories/.abstract.md",
+             "level": 0, "score": 0.5, "abstract": "User memories.", "tags": []},
+            {"context_type": "memory", "uri": "viking://user/u1/memories/.overview.md",
+             "score": 0.5, "abstract": "no level, but a summary file", "tags": []}
+        ]});
+        let hits = memory_hits(&r);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(
+            hit_uri(&hits[0]),
+            Some("viking://user/u1/memories/preferences/u1/editor.md")
+        );
+        assert_eq!(memory_type(&hits[0]).as_deref(), Some("preferences"));
+        let old = json!({"uri": "u.md", "level": 2, "category": "goals"});
+        assert_eq!(
+            memory_type(old.as_object().unwrap()).as_deref(),
+            Some("goals")
+        );
+        let none = json!({"uri": "u.md", "tags": ["source=chat", "memory_type="]});
+        assert_eq!(memory_type(none.as_object().unwrap()), None);
+    }
+
+    #[test]
+    fn front_matter_is_stripped_from_read_content() {
+        assert_eq!(
+            strip_front_matter("---\ndirectory: x\nfreshness:\n  total: 1\n---\n\n# Title\nbody\n"),
+            "# Title\nbody\n"
+        );
+        assert_eq!(strip_front_matter("- Uses Vim."), "- Uses Vim.");
+        assert_eq!(strip_front_matter("---\nnever closed"), "---\nnever closed");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Scope derivation as the reference does it: the single-owner rule, the actor peer of an
-//! agent, the stable session id of a thread, and the two target URIs of every read.
+//! agent, the stable session id of a thread, and the two target URIs of every read (in the
+//! current-user spelling `viking://~/…` the server accepts, not the reference's
+//! `viking://user/memories`, which current servers refuse).
 
 use deermem_core::ids::DEFAULT_AGENT_BUCKET;
 use deermem_core::{DEFAULT_USER_ID, InvalidInputCode, ManagerError, UserId};
@@ -10,8 +12,10 @@ use crate::config::{RESERVED_PEER_PREFIX, is_safe_peer};
 /// The namespace mixed into every session id.
 pub const SESSION_NAMESPACE: &str = "deerflow-openviking-adapter-v1";
 
-/// The user's own memories.
-pub const USER_MEMORIES_URI: &str = "viking://user/memories";
+/// The user's own memories: `~` is the server's alias for the user the key belongs to. (The
+/// reference's `viking://user/memories` names a user literally called `memories`: a USER key is
+/// refused with `INVALID_URI`, and a development server searches an empty space.)
+pub const USER_MEMORIES_URI: &str = "viking://~/memories";
 
 /// The DeerFlow user a call acts for: the raw user id, or `default` when none is given.
 pub fn resolved_user(user: Option<&UserId>) -> &str {
@@ -78,11 +82,12 @@ pub fn session_id(owner_user_id: &str, peer: &str, thread_id: &str) -> String {
     format!("df_{}", &digest[..48])
 }
 
-/// The memory trees every read searches: the user's and the actor peer's.
+/// The memory trees every read searches: the user's and the actor peer's, both in the current
+/// user's space.
 pub fn target_uris(peer: &str) -> [String; 2] {
     [
         USER_MEMORIES_URI.to_owned(),
-        format!("viking://user/peers/{peer}/memories"),
+        format!("viking://~/peers/{peer}/memories"),
     ]
 }
 
@@ -202,8 +207,8 @@ mod tests {
         assert_eq!(
             target_uris("research"),
             [
-                "viking://user/memories".to_owned(),
-                "viking://user/peers/research/memories".to_owned()
+                "viking://~/memories".to_owned(),
+                "viking://~/peers/research/memories".to_owned()
             ]
         );
     }

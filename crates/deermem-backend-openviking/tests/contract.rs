@@ -18,10 +18,7 @@ use support::FakeOv;
 
 async fn fixture(owner: &str) -> ManagerFixture {
     let fake = FakeOv::start().await;
-    fake.set_hits(vec![
-        json!({"context_type": "memory", "uri": "viking://user/memories/tea.md",
-        "level": 2, "score": 0.7, "abstract": "Prefers tea over coffee."}),
-    ]);
+    fake.add_memory("preferences", "tea", "Prefers tea over coffee.", 0.7);
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let cfg = json!({"base_url": fake.url(), "owner_user_id": owner});
     let m = OpenVikingManager::from_backend_config(

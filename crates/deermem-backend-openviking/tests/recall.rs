@@ -10,7 +10,7 @@ use deermem_backend_openviking::{BACKEND_NAME, OpenVikingConfig, OpenVikingManag
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryScope, NewFact, SearchRequest};
 use deermem_core::{AgentName, ManagerError, MemoryMode, UserId};
 use serde_json::{Value, json};
-use support::{FakeOv, manager};
+use support::{FakeOv, USER_ID, manager};
 
 const QUERY: &str = "user profile preferences important entities events ongoing goals constraints and prior decisions";
 
@@ -37,13 +37,22 @@ fn search_req(query: &str, top_k: usize, category: Option<&str>) -> SearchReques
     }
 }
 
-fn hit(uri: &str, overview: Option<&str>, abstract_: &str, category: Option<&str>) -> Value {
-    let mut h = json!({"context_type": "memory", "uri": uri, "level": 2, "score": 0.8, "abstract": abstract_});
+/// A uri in the fake user's memory space, as the server returns them.
+fn u(path: &str) -> String {
+    format!("viking://user/{USER_ID}/memories/{path}")
+}
+
+/// A memory file's hit. Current servers send the memory type as a `memory_type=` tag and no
+/// `overview`; older ones sent `overview` (kept here: `content_mode` still prefers it).
+fn hit(uri: &str, overview: Option<&str>, abstract_: &str, memory_type: Option<&str>) -> Value {
+    let tags: Vec<String> = memory_type
+        .map(|t| format!("memory_type={t}"))
+        .into_iter()
+        .collect();
+    let mut h = json!({"context_type": "memory", "uri": uri, "level": 2, "score": 0.8,
+                       "abstract": abstract_, "tags": tags});
     if let Some(o) = overview {
         h["overview"] = json!(o);
-    }
-    if let Some(c) = category {
-        h["category"] = json!(c);
     }
     h
 }
@@ -54,7 +63,7 @@ async fn context_without_thread_uses_find_with_the_fixed_query() {
     let dir = tempfile::tempdir().unwrap();
     let m = manager(&fake, dir.path(), json!({}));
     fake.set_hits(vec![hit(
-        "viking://user/memories/preferences/concise.md",
+        &u("preferences/concise.md"),
         Some("Prefers concise answers."),
         "concise",
         Some("preferences"),
@@ -68,7 +77,7 @@ async fn context_without_thread_uses_find_with_the_fixed_query() {
     assert_eq!(
         reqs[0].body.as_ref().unwrap().to_string(),
         json!({"query": QUERY,
-               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "target_uri": ["viking://~/memories", "viking://~/peers/research/memories"],
                "limit": 8, "telemetry": false})
         .to_string(),
         "exact keys in the SDK's order"
@@ -85,12 +94,7 @@ async fn context_with_thread_uses_search_with_the_session() {
         dir.path(),
         json!({"retrieval": {"top_k": 3, "score_threshold": 0.35}}),
     );
-    fake.set_hits(vec![hit(
-        "viking://user/memories/a.md",
-        None,
-        "Uses Vim daily.",
-        None,
-    )]);
+    fake.set_hits(vec![hit(&u("a.md"), None, "Uses Vim daily.", None)]);
     let out = m
         .get_context(ctx(Some("research"), Some("thread-1")))
         .await
@@ -104,7 +108,7 @@ async fn context_with_thread_uses_search_with_the_session() {
     assert_eq!(
         reqs[0].body.as_ref().unwrap().to_string(),
         json!({"query": QUERY,
-               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "target_uri": ["viking://~/memories", "viking://~/peers/research/memories"],
                "session_id": "df_37a681a43a6b7c1cea6b092d50b00150bb780f0c09bec010",
                "limit": 3, "score_threshold": 0.35, "telemetry": false})
         .to_string()
@@ -123,20 +127,10 @@ async fn context_formatting_dedups_and_fits_the_budget() {
     );
     let long = "word ".repeat(100);
     fake.set_hits(vec![
-        hit(
-            "viking://user/memories/1.md",
-            Some("Likes  tea.\n"),
-            "",
-            Some("preferences"),
-        ),
-        hit(
-            "viking://user/memories/2.md",
-            Some("likes TEA."),
-            "",
-            Some("preferences"),
-        ),
-        hit("viking://user/memories/3.md", Some(""), "", None),
-        hit("viking://user/memories/4.md", Some(&long), "", None),
+        hit(&u("1.md"), Some("Likes  tea.\n"), "", Some("preferences")),
+        hit(&u("2.md"), Some("likes TEA."), "", Some("preferences")),
+        hit(&u("3.md"), Some(""), "", None),
+        hit(&u("4.md"), Some(&long), "", None),
     ]);
     let out = m.get_context(ctx(None, None)).await.unwrap();
     assert_eq!(out.chars().count(), 256);
@@ -155,23 +149,14 @@ async fn read_content_mode_reads_each_hit_and_falls_back_on_errors() {
         json!({"retrieval": {"content_mode": "read"}}),
     );
     fake.set_hits(vec![
-        hit(
-            "viking://user/memories/full.md",
-            Some("overview one"),
-            "abs one",
-            None,
-        ),
-        hit(
-            "viking://user/memories/missing.md",
-            Some("overview two"),
-            "abs two",
-            None,
-        ),
+        hit(&u("full.md"), Some("overview one"), "abs one", None),
+        hit(&u("missing.md"), Some("overview two"), "abs two", None),
     ]);
-    fake.state.contents.lock().unwrap().insert(
-        "viking://user/memories/full.md".into(),
-        json!("The full text of memory one."),
-    );
+    fake.state
+        .contents
+        .lock()
+        .unwrap()
+        .insert(u("full.md"), json!("The full text of memory one."));
     let out = m.get_context(ctx(None, None)).await.unwrap();
     assert_eq!(
         out,
@@ -185,7 +170,7 @@ async fn read_content_mode_reads_each_hit_and_falls_back_on_errors() {
     assert_eq!(reads.len(), 2);
     assert_eq!(
         reads[0].query.as_deref(),
-        Some("uri=viking%3A%2F%2Fuser%2Fmemories%2Ffull.md&offset=0&limit=-1")
+        Some("uri=viking%3A%2F%2Fuser%2Fov-alice%2Fmemories%2Ffull.md&offset=0&limit=-1")
     );
     assert!(
         reads
@@ -204,24 +189,16 @@ async fn auto_content_mode_reads_only_level_2_hits() {
         dir.path(),
         json!({"retrieval": {"content_mode": "auto"}}),
     );
-    let mut l1 = hit(
-        "viking://user/memories/dir",
-        Some("a directory overview"),
-        "",
-        None,
-    );
-    l1["level"] = json!(1);
-    fake.set_hits(vec![
-        l1,
-        hit("viking://user/memories/f.md", Some("ov"), "", None),
-    ]);
+    let mut no_level = hit(&u("g.md"), Some("ov g"), "", None);
+    no_level.as_object_mut().unwrap().remove("level");
+    fake.set_hits(vec![hit(&u("f.md"), Some("ov"), "", None), no_level]);
     fake.state
         .contents
         .lock()
         .unwrap()
-        .insert("viking://user/memories/f.md".into(), json!("file body"));
+        .insert(u("f.md"), json!("file body"));
     let out = m.get_context(ctx(None, None)).await.unwrap();
-    assert_eq!(out, "- [memory] a directory overview\n- [memory] file body");
+    assert_eq!(out, "- [memory] file body\n- [memory] ov g");
     assert_eq!(
         fake.lines()
             .iter()
@@ -229,6 +206,208 @@ async fn auto_content_mode_reads_only_level_2_hits() {
             .count(),
         1
     );
+}
+
+/// Defect: every read sent `viking://user/memories` and `viking://user/peers/<peer>/memories`,
+/// which a server in `api_key` mode refuses for a USER key (`INVALID_URI`: `memories` is a
+/// reserved name, not a user id), so recall never worked. The current user's space is
+/// `viking://~/…`.
+#[tokio::test]
+async fn reads_target_the_current_users_space() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(
+        &fake,
+        dir.path(),
+        json!({"failure_policy": {"read": "raise"}}),
+    );
+    fake.add_memory("preferences", "editor", "Uses Vim as the code editor.", 0.6);
+    let out = m.get_context(ctx(Some("research"), None)).await.unwrap();
+    assert_eq!(out, "- [preferences] Uses Vim as the code editor.");
+    let facts = m.search(search_req("editor", 5, None)).await.unwrap();
+    assert_eq!(facts.len(), 1);
+    for r in fake.requests() {
+        assert_eq!(
+            r.body.as_ref().unwrap()["target_uri"],
+            json!(["viking://~/memories", "viking://~/peers/research/memories"])
+        );
+    }
+    fake.assert_clean();
+}
+
+/// The fake answers the reference's uris as the real server does.
+#[tokio::test]
+async fn the_fake_refuses_the_reference_uris_like_the_server() {
+    let fake = FakeOv::start().await;
+    let client = deermem_backend_openviking::client::OpenVikingClient::new(
+        &fake.url(),
+        deermem_backend_openviking::ApiKey::new(support::API_KEY),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let request = |uris: &[&str]| deermem_backend_openviking::client::RetrievalRequest {
+        query: "q".into(),
+        target_uri: uris.iter().map(|u| (*u).to_owned()).collect(),
+        session_id: None,
+        limit: 8,
+        score_threshold: None,
+        filter: None,
+        tags: None,
+    };
+    let e = client
+        .retrieve("deerflow", &request(&["viking://user/memories"]))
+        .await
+        .unwrap_err();
+    assert_eq!((e.code.as_str(), e.status), ("INVALID_URI", Some(400)));
+    assert!(e.message.contains("Use 'viking://~/memories'"), "{e}");
+    let e = client
+        .retrieve(
+            "deerflow",
+            &request(&["viking://user/someone-else/memories"]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "PERMISSION_DENIED");
+    assert_eq!(fake.violations().len(), 2);
+}
+
+/// Defect: the server's directory summaries (level 0/1 entries such as `.overview.md`, whose
+/// text lists the files of a directory) were injected as memories, and every line said
+/// `[memory]`. Only memory files are recalled, each with the type from its tag.
+#[tokio::test]
+async fn directory_entries_are_left_out_and_the_type_comes_from_the_tag() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["overview", "read", "auto", "abstract"] {
+        let m = manager(
+            &fake,
+            dir.path(),
+            json!({"retrieval": {"content_mode": mode}}),
+        );
+        fake.set_hits(Vec::new());
+        fake.add_memory("preferences", "diet", "Vegetarian; no mushrooms.", 0.61);
+        fake.add_memory("entities", "miso", "Miso is the user's cat.", 0.6);
+        let out = m.get_context(ctx(None, None)).await.unwrap();
+        assert_eq!(
+            out, "- [preferences] Vegetarian; no mushrooms.\n- [entities] Miso is the user's cat.",
+            "{mode}"
+        );
+        assert!(
+            !out.contains("Overview") && !out.contains("---"),
+            "{mode}: {out}"
+        );
+        let facts = m.search(search_req("diet", 10, None)).await.unwrap();
+        let ids: Vec<&str> = facts.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                format!("viking://user/{USER_ID}/memories/preferences/{USER_ID}/diet.md"),
+                format!("viking://user/{USER_ID}/memories/entities/{USER_ID}/miso.md"),
+            ],
+            "{mode}"
+        );
+        assert_eq!(facts[0].category, "preferences");
+    }
+    fake.assert_clean();
+}
+
+/// Defect: `search --category` sent `filter: {field: category}`, which matches nothing on the
+/// server (memories carry `tags: ["memory_type=<type>"]`). The type is sent as a tag, and the
+/// hits are checked against it.
+#[tokio::test]
+async fn category_narrows_search_by_the_memory_type_tag() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    fake.add_memory("preferences", "editor", "Uses Vim.", 0.7);
+    fake.add_memory("events", "move", "Moved to Lyon in May.", 0.65);
+    let all = m.search(search_req("vim lyon", 10, None)).await.unwrap();
+    assert_eq!(all.len(), 2);
+    let prefs = m
+        .search(search_req("vim lyon", 10, Some(" Preferences ")))
+        .await
+        .unwrap();
+    assert_eq!(
+        prefs.iter().map(|f| f.content.as_str()).collect::<Vec<_>>(),
+        ["Uses Vim."]
+    );
+    assert_eq!(prefs[0].category, "preferences");
+    let body = fake.requests().last().unwrap().body.clone().unwrap();
+    assert_eq!(body["tags"], json!(["memory_type=preferences"]));
+    assert!(body.get("filter").is_none());
+    assert!(
+        m.search(search_req("vim", 10, Some("goals")))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A value the server would refuse as a tag is nothing to find, not an error.
+    fake.clear();
+    assert!(
+        m.search(search_req("vim", 10, Some("a=b")))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(fake.requests().is_empty());
+    // The reference's filter finds nothing on the server (and in the fake).
+    let client = deermem_backend_openviking::client::OpenVikingClient::new(
+        &fake.url(),
+        deermem_backend_openviking::ApiKey::new(support::API_KEY),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let old = client
+        .retrieve(
+            "deerflow",
+            &deermem_backend_openviking::client::RetrievalRequest {
+                query: "vim".into(),
+                target_uri: vec!["viking://~/memories".into()],
+                session_id: None,
+                limit: 10,
+                score_threshold: None,
+                filter: Some(json!({"op": "must", "field": "category", "conds": ["preferences"]})),
+                tags: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(old["memories"], json!([]));
+    fake.assert_clean();
+}
+
+/// Defect: under `failure_policy.read: fail_open` a failed read was visible only as a log
+/// line. It is kept as the last backend failure (with a count), which hosts show.
+#[tokio::test]
+async fn failed_reads_are_kept_as_the_last_backend_failure() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    assert_eq!(m.last_backend_failure(), None);
+    fake.add_memory("preferences", "tea", "Drinks tea.", 0.7);
+    assert_eq!(
+        m.get_context(ctx(None, None)).await.unwrap(),
+        "- [preferences] Drinks tea."
+    );
+    assert_eq!(m.last_backend_failure(), None, "a success is no failure");
+    fake.state.failing_retrievals.store(1, Ordering::SeqCst);
+    assert_eq!(m.get_context(ctx(None, None)).await.unwrap(), "");
+    let f = m.last_backend_failure().unwrap();
+    assert_eq!((f.operation.as_str(), f.count), ("recall", 1));
+    assert!(
+        f.message.contains("[INTERNAL] index offline"),
+        "{}",
+        f.message
+    );
+    fake.state.failing_retrievals.store(1, Ordering::SeqCst);
+    assert!(
+        m.search(search_req("tea", 3, None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let f = m.last_backend_failure().unwrap();
+    assert_eq!((f.operation.as_str(), f.count), ("search", 2));
 }
 
 #[tokio::test]
@@ -240,12 +419,7 @@ async fn reads_are_retried_once_on_unavailable() {
         dir.path(),
         json!({"failure_policy": {"read": "raise"}}),
     );
-    fake.set_hits(vec![hit(
-        "viking://user/memories/a.md",
-        Some("Uses Rust."),
-        "",
-        None,
-    )]);
+    fake.set_hits(vec![hit(&u("a.md"), Some("Uses Rust."), "", None)]);
     fake.state.unavailable_reads.store(1, Ordering::SeqCst);
     assert_eq!(
         m.get_context(ctx(None, None)).await.unwrap(),
@@ -315,7 +489,7 @@ async fn read_failures_fail_open_by_default() {
 }
 
 #[tokio::test]
-async fn search_sends_category_filter_and_threshold_and_maps_results() {
+async fn search_sends_category_tag_and_threshold_and_maps_results() {
     let fake = FakeOv::start().await;
     let dir = tempfile::tempdir().unwrap();
     let m = manager(
@@ -324,46 +498,43 @@ async fn search_sends_category_filter_and_threshold_and_maps_results() {
         json!({"retrieval": {"score_threshold": 0.2}}),
     );
     fake.set_hits(vec![
-        hit(
-            "viking://user/memories/a.md",
-            Some("Uses Vim."),
-            "",
-            Some("preferences"),
-        ),
-        hit("viking://user/memories/b.md", Some("uses vim."), "", None),
+        hit(&u("a.md"), Some("Uses Vim."), "", Some("preferences")),
+        hit(&u("b.md"), Some("uses vim."), "", None),
     ]);
+    let facts = m.search(search_req("  editor  ", 500, None)).await.unwrap();
+    assert_eq!(facts.len(), 2, "no dedup in search");
+    assert_eq!(facts[1].category, "memory", "no type tag");
     let facts = m
         .search(search_req("  editor  ", 500, Some("preferences")))
         .await
         .unwrap();
-    let body = fake.requests()[0].body.clone().unwrap();
+    let body = fake.requests()[1].body.clone().unwrap();
     assert_eq!(
         body.to_string(),
         json!({"query": "editor",
-               "target_uri": ["viking://user/memories", "viking://user/peers/research/memories"],
+               "target_uri": ["viking://~/memories", "viking://~/peers/research/memories"],
                "limit": 100, "score_threshold": 0.2,
-               "filter": {"op": "must", "field": "category", "conds": ["preferences"]},
+               "tags": ["memory_type=preferences"],
                "telemetry": false})
         .to_string()
     );
-    assert_eq!(fake.requests()[0].line(), "POST /api/v1/search/find");
-    assert_eq!(facts.len(), 2, "no dedup in search");
-    assert_eq!(facts[0].id, "viking://user/memories/a.md");
-    assert_eq!(facts[0].source, "viking://user/memories/a.md");
+    assert_eq!(fake.requests()[1].line(), "POST /api/v1/search/find");
+    assert_eq!(facts.len(), 1);
+    assert_eq!(facts[0].id, u("a.md"));
+    assert_eq!(facts[0].source, u("a.md"));
     assert_eq!(facts[0].content, "Uses Vim.");
     assert_eq!(facts[0].category, "preferences");
     assert_eq!(facts[0].confidence, 0.8);
-    assert_eq!(facts[1].category, "memory");
 
     let scored = m
         .search_scored(search_req("editor", 1, Some("")))
         .await
         .unwrap();
     assert_eq!(scored[0].score, Some(0.8));
-    let body = fake.requests()[1].body.clone().unwrap();
+    let body = fake.requests()[2].body.clone().unwrap();
     assert_eq!(body["limit"], 1);
     assert!(
-        body.get("filter").is_none(),
+        body.get("filter").is_none() && body.get("tags").is_none(),
         "an empty category is no filter"
     );
     assert!(
@@ -372,7 +543,7 @@ async fn search_sends_category_filter_and_threshold_and_maps_results() {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(fake.requests().len(), 2, "top_k 0 sends nothing");
+    assert_eq!(fake.requests().len(), 3, "top_k 0 sends nothing");
 
     fake.clear();
     assert!(

@@ -16,7 +16,8 @@ Exit codes:
   5  invalid input (empty content, confidence outside 0..1, bad user id, agent name or fact id)
   6  not supported by the configured memory backend
   7  stored memory is corrupted (manual repair needed; nothing was changed)
-  8  backend unavailable or timed out";
+  8  backend unavailable or timed out (also `context` and `search` when a remote read
+     failed and the backend's fail-open policy answered with empty memory)";
 
 /// The DeerMem long-term memory engine.
 #[derive(Debug, Parser)]
@@ -97,7 +98,8 @@ pub(crate) enum Command {
     /// Migrate legacy data: Markdown facts from v1 JSON, or the pre-isolation shared layout.
     Migrate(MigrateArgs),
     /// Run memory extraction on a conversation now (not after the debounce) and report what
-    /// was added, removed and rejected.
+    /// was added, removed and rejected. With a remote backend, send it now and report how many
+    /// messages reached the server (a failed capture exits 8, or 1 when the server refused).
     Ingest {
         #[command(flatten)]
         scope: ScopeArgs,

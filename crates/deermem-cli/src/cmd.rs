@@ -24,6 +24,27 @@ pub(crate) async fn finish(manager: &Arc<dyn MemoryManager>, ctx: &Ctx) {
     manager.close().await;
 }
 
+/// The failure count a manager reports now (0 when it keeps no record).
+fn failures_seen(manager: &Arc<dyn MemoryManager>) -> u64 {
+    manager.last_backend_failure().map_or(0, |f| f.count)
+}
+
+/// After a read that came back empty or succeeded under a fail-open policy: when the backend
+/// recorded a failure during it, nothing could be read, and the command fails with one line
+/// (exit 8) instead of printing empty memory.
+fn failed_open(manager: &Arc<dyn MemoryManager>, seen_before: u64) -> Result<(), CliError> {
+    match manager.last_backend_failure() {
+        Some(f) if f.count > seen_before => Err(CliError::new(
+            Kind::Unavailable,
+            format!(
+                "{}; no memory could be read (failure_policy.read: fail_open)",
+                output::one_line(&f.message, 400)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn find_fact<'a>(doc: &'a PublicMemoryDocument, id: &str) -> Option<&'a deermem_core::PublicFact> {
     doc.facts.iter().find(|f| f.id == id)
 }
@@ -206,9 +227,11 @@ pub(crate) async fn search(
         scope: ctx::scope(scope)?,
         category,
     };
+    let seen = failures_seen(&manager);
     let result = manager.search_scored(request).await;
     finish(&manager, ctx).await;
     let hits = result?;
+    failed_open(&manager, seen)?;
     if ctx.global.json {
         let rows: Vec<_> = hits
             .iter()
@@ -716,12 +739,45 @@ pub(crate) async fn ingest(
         trace_id: None,
     };
     let manager = backend.manager();
-    let result = match backend.deermem() {
-        Some(dm) => {
+    let result = match (&backend, backend.deermem()) {
+        (_, Some(dm)) => {
             let report = dm.ingest_now(request).await;
             report.map(Some)
         }
-        None => {
+        // OpenViking: capture now and report what reached the server, or why nothing (or not
+        // everything) did, whatever the write policy says.
+        (deermem::Backend::OpenViking(ov), None) => {
+            let (report, result) = ov.capture_now(request).await;
+            finish(&manager, ctx).await;
+            let found = if report.found_on_server > 0 {
+                format!(
+                    "; {} message(s) of an earlier unanswered batch were already there",
+                    report.found_on_server
+                )
+            } else {
+                String::new()
+            };
+            if let Err(e) = result {
+                let mut err = CliError::from(e);
+                err.message = format!(
+                    "{} ({} message(s) reached the server before the failure{found})",
+                    output::one_line(&err.message, 600),
+                    report.sent
+                );
+                return Err(err);
+            }
+            return if ctx.global.json {
+                output::print_json(&json!({"status": "sent", "backend": backend.class(),
+                    "sent": report.sent, "found_on_server": report.found_on_server}))
+            } else {
+                output::print_text(&format!(
+                    "sent {} message(s) to the {} backend{found}",
+                    report.sent,
+                    backend.class()
+                ))
+            };
+        }
+        (_, None) => {
             let n = request.messages.len();
             let r = manager.add_nowait(request).await.map(|()| None);
             if r.is_ok() && !ctx.global.json {
@@ -750,9 +806,11 @@ pub(crate) async fn context(ctx: &Ctx, scope: &ScopeArgs) -> Result<(), CliError
         scope: ctx::scope(scope)?,
         thread_id: None,
     };
+    let seen = failures_seen(&manager);
     let result = manager.get_context_block(request).await;
     finish(&manager, ctx).await;
     let block = result?;
+    failed_open(&manager, seen)?;
     if ctx.global.json {
         output::print_json(&json!({"context": block.block, "content_sha256": block.content_sha256}))
     } else if block.block.is_empty() {

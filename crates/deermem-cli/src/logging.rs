@@ -13,13 +13,22 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
-/// Installs the stderr logger for `verbose` (`-v` count).
-pub(crate) fn init(verbose: u8) {
-    let default = match verbose {
+/// Installs the stderr logger for `verbose` (`-v` count). A command that reports a read
+/// answered empty under a fail-open policy in its own one-line error (`reports_failed_reads`)
+/// silences the backend's warning about it, which would say the same thing twice.
+pub(crate) fn init(verbose: u8, reports_failed_reads: bool) {
+    let mut default = match verbose {
         0 => "warn",
         1 => "info,deermem=debug",
         _ => "debug",
-    };
+    }
+    .to_owned();
+    if reports_failed_reads && verbose == 0 {
+        default.push_str(&format!(
+            ",{}=off",
+            deermem_core::ports::FAIL_OPEN_LOG_TARGET
+        ));
+    }
     let env = EnvFilter::try_from_env("DEERMEM_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = use_colour(
         std::io::stderr().is_terminal(),

@@ -59,7 +59,11 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.global.verbose);
+    let reports_failed_reads = matches!(
+        cli.command,
+        Command::Context { .. } | Command::Search { .. }
+    );
+    logging::init(cli.global.verbose, reports_failed_reads);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -71,6 +71,16 @@ impl Workspace {
         c
     }
 
+    /// As [`Workspace::run`] with the CLI's default logging (no `DEERMEM_LOG`).
+    fn run_default_log(&self, args: &[&str], key: Option<&str>) -> Output {
+        let mut c = self.bin();
+        c.env_remove("DEERMEM_LOG");
+        if let Some(k) = key {
+            c.env(OV_KEY_ENV, k);
+        }
+        c.args(args).output().unwrap()
+    }
+
     fn run(&self, args: &[&str], key: Option<&str>) -> Output {
         let mut c = self.bin();
         if let Some(k) = key {
@@ -419,17 +429,21 @@ fn openviking_workspace(fake: &FakeOv) -> Workspace {
     ))
 }
 
-fn tea_hit() -> Value {
-    json!({"context_type": "memory", "uri": "viking://user/memories/preferences/tea.md",
-           "level": 2, "score": 0.82, "abstract": "tea",
-           "overview": "Drinks oolong tea every morning.", "category": "preferences"})
+/// The memory the server's extractor would have stored from `CONVERSATION`; returns its uri.
+fn add_tea(fake: &FakeOv) -> String {
+    fake.add_memory(
+        "preferences",
+        "tea",
+        "Drinks oolong tea every morning.",
+        0.82,
+    )
 }
 
 #[test]
 fn openviking_cli_commands_reach_the_fake() {
     let rt = runtime();
     let fake = rt.block_on(FakeOv::start());
-    fake.set_hits(vec![tea_hit()]);
+    let tea = add_tea(&fake);
     let ws = openviking_workspace(&fake);
     let key = Some(API_KEY);
     let msgs = ws.write("conversation.json", CONVERSATION);
@@ -450,7 +464,7 @@ fn openviking_cli_commands_reach_the_fake() {
         "ingest",
     );
     assert!(
-        stdout(&out).contains("sent 3 message(s) to the openviking backend"),
+        stdout(&out).contains("sent 2 message(s) to the openviking backend"),
         "{}",
         stdout(&out)
     );
@@ -532,7 +546,7 @@ fn openviking_cli_commands_reach_the_fake() {
     assert_eq!(
         json_out(&out),
         json!([{
-            "id": "viking://user/memories/preferences/tea.md",
+            "id": tea,
             "content": "Drinks oolong tea every morning.",
             "category": "preferences",
             "score": 0.82,
@@ -569,7 +583,7 @@ fn openviking_cli_commands_reach_the_fake() {
 fn openviking_serve_reaches_the_fake_and_stops_on_sigterm() {
     let rt = runtime();
     let fake = rt.block_on(FakeOv::start());
-    fake.set_hits(vec![tea_hit()]);
+    add_tea(&fake);
     let ws = openviking_workspace(&fake);
     let (child, addr) = serve(&ws, Some(API_KEY));
 
@@ -632,4 +646,158 @@ fn openviking_tool_mode_is_refused_before_anything_starts() {
         );
     }
     assert!(fake.requests().is_empty(), "{:?}", fake.lines());
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Defect: with `failure_policy.read: fail_open` (the default), `context` and `search` exited 0
+/// with empty output when the server could not be read; only a log line said why. They now
+/// fail with one stderr line and exit 8; the configured behaviour for hosts is unchanged.
+#[test]
+fn openviking_context_and_search_fail_when_nothing_could_be_read() {
+    let ws = Workspace::new(&format!(
+        "memory:\n  manager_class: openviking\n  backend_config:\n    base_url: http://127.0.0.1:{}\n    owner_user_id: alice\n    api_key_env: {OV_KEY_ENV}\n    timeout_seconds: 2\n",
+        dead_port()
+    ));
+    for args in [
+        &["context", "--user", "alice"][..],
+        &["search", "--user", "alice", "tea"][..],
+        &["--json", "search", "--user", "alice", "tea"][..],
+    ] {
+        let out = ws.run_default_log(args, Some(API_KEY));
+        assert_eq!(out.status.code(), Some(8), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {err}");
+        assert!(
+            lines[0].starts_with("deermem: unavailable: ")
+                && lines[0].contains("OpenViking")
+                && lines[0].contains("[CONNECT]")
+                && lines[0].contains("no memory could be read")
+                && !lines[0].contains("127.0.0.1"),
+            "{args:?}: the server's error without its URL: {err}"
+        );
+        assert_eq!(
+            stdout(&out),
+            "",
+            "{args:?}: nothing printed as if memory were empty"
+        );
+    }
+    // A reachable server with nothing stored is not a failure.
+    let rt = runtime();
+    let fake = rt.block_on(FakeOv::start());
+    let ws = openviking_workspace(&fake);
+    let out = ok(
+        ws.run(&["context", "--user", "alice"], Some(API_KEY)),
+        "context",
+    );
+    assert_eq!(stdout(&out), "(no memory to inject)\n");
+}
+
+/// Defect: `deermem ingest` exited 0 and printed the input's message count whatever happened.
+/// It now reports what reached the server, and a failed capture exits 8 (unavailable, timed
+/// out) or 1 (refused) with the server's message, without a "did not finish in time" line.
+#[test]
+fn openviking_ingest_reports_failures_and_what_was_sent() {
+    let rt = runtime();
+    let fake = rt.block_on(FakeOv::start());
+    let ws = openviking_workspace(&fake);
+    let msgs = ws.write("conversation.json", CONVERSATION);
+    let ingest = |key| {
+        ws.run_default_log(
+            &[
+                "ingest",
+                "--user",
+                "alice",
+                "--thread",
+                "t1",
+                msgs.to_str().unwrap(),
+            ],
+            key,
+        )
+    };
+
+    // Refused: a wrong key.
+    let out = ingest(Some("not-the-key"));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[UNAUTHENTICATED] Invalid API key")
+            && err.contains("0 message(s) reached the server"),
+        "{err}"
+    );
+    assert!(!err.contains("did not finish"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // Unavailable: the server answers 503.
+    fake.state
+        .unavailable_writes
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let out = ingest(Some(API_KEY));
+    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[UNAVAILABLE]"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("did not finish"), "{}", stderr(&out));
+
+    // Then it works, and reports the messages sent (the system message is not one of them).
+    let out = ok(ingest(Some(API_KEY)), "ingest");
+    assert_eq!(
+        stdout(&out),
+        "sent 2 message(s) to the openviking backend\n"
+    );
+    // Again: nothing new to send.
+    let out = ok(ingest(Some(API_KEY)), "ingest");
+    assert_eq!(
+        stdout(&out),
+        "sent 0 message(s) to the openviking backend\n"
+    );
+    let out = ok(
+        ws.run(
+            &[
+                "--json",
+                "ingest",
+                "--user",
+                "alice",
+                "--thread",
+                "t1",
+                msgs.to_str().unwrap(),
+            ],
+            Some(API_KEY),
+        ),
+        "ingest --json",
+    );
+    assert_eq!(
+        json_out(&out),
+        json!({"status": "sent", "backend": "openviking", "sent": 0, "found_on_server": 0})
+    );
+
+    // Server down: exit 8.
+    let down = Workspace::new(&format!(
+        "memory:\n  manager_class: openviking\n  backend_config:\n    base_url: http://127.0.0.1:{}\n    owner_user_id: alice\n    api_key_env: {OV_KEY_ENV}\n    failure_policy: {{write: log_and_drop}}\n",
+        dead_port()
+    ));
+    let out = down.run_default_log(
+        &[
+            "ingest",
+            "--user",
+            "alice",
+            "--thread",
+            "t1",
+            msgs.to_str().unwrap(),
+        ],
+        Some(API_KEY),
+    );
+    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[CONNECT]") && !err.contains("did not finish"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

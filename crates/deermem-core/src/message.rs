@@ -62,6 +62,11 @@ pub struct Message {
     pub id: Option<String>,
     /// Optional author name.
     pub name: Option<String>,
+    /// The tool call a tool result answers (`tool_call_id` of a LangChain `ToolMessage` or a
+    /// chat-completions `{"role": "tool"}` message).
+    pub tool_call_id: Option<String>,
+    /// A tool result's status (`success` or `error` in LangChain's `ToolMessage`).
+    pub status: Option<String>,
 }
 
 impl Message {
@@ -73,6 +78,8 @@ impl Message {
             tool_calls: Vec::new(),
             id: None,
             name: None,
+            tool_call_id: None,
+            status: None,
         }
     }
 
@@ -150,7 +157,20 @@ struct RawMessage {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
+    tool_call_id: Option<Value>,
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
     data: Option<Box<RawMessage>>,
+}
+
+/// An id given as a string, or as another JSON value (rendered as JSON text); `null` is none.
+fn id_text(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
 }
 
 impl<'de> Deserialize<'de> for Message {
@@ -179,12 +199,14 @@ impl<'de> Deserialize<'de> for Message {
             content: raw.content,
             additional_kwargs,
             tool_calls,
-            id: raw.id.and_then(|v| match v {
-                Value::String(s) => Some(s),
-                Value::Null => None,
-                other => Some(other.to_string()),
-            }),
+            id: raw.id.and_then(id_text),
             name: raw.name,
+            tool_call_id: raw.tool_call_id.and_then(id_text),
+            // A status that is not a string carries nothing the backends can use.
+            status: raw.status.and_then(|v| match v {
+                Value::String(s) => Some(s),
+                _ => None,
+            }),
         })
     }
 }
@@ -208,6 +230,12 @@ impl Serialize for Message {
         }
         if let Some(n) = &self.name {
             m.insert("name".into(), Value::String(n.clone()));
+        }
+        if let Some(t) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), Value::String(t.clone()));
+        }
+        if let Some(st) = &self.status {
+            m.insert("status".into(), Value::String(st.clone()));
         }
         Value::Object(m).serialize(s)
     }
@@ -253,6 +281,29 @@ mod tests {
         assert!(msgs[2].is_hidden());
         assert_eq!(msgs[3].tool_calls.len(), 1);
         assert_eq!(msgs[3].text(), "None");
+    }
+
+    #[test]
+    fn tool_results_keep_their_call_id_and_status() {
+        let msgs: Vec<Message> = serde_json::from_value(json!([
+            {"type": "tool", "data": {"content": "out", "tool_call_id": "call-1", "status": "error", "name": "search"}},
+            {"role": "tool", "tool_call_id": "call-2", "content": "ok"},
+            {"role": "tool", "tool_call_id": 7, "content": "n", "status": 3}
+        ]))
+        .unwrap();
+        assert_eq!(msgs[0].tool_call_id.as_deref(), Some("call-1"));
+        assert_eq!(msgs[0].status.as_deref(), Some("error"));
+        assert_eq!(msgs[1].tool_call_id.as_deref(), Some("call-2"));
+        assert_eq!(msgs[1].status, None);
+        assert_eq!(msgs[2].tool_call_id.as_deref(), Some("7"));
+        assert_eq!(msgs[2].status, None);
+        let v = serde_json::to_value(&msgs[0]).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "tool", "content": "out", "name": "search", "tool_call_id": "call-1", "status": "error"})
+        );
+        let back: Message = serde_json::from_value(v).unwrap();
+        assert_eq!(back, msgs[0]);
     }
 
     #[test]

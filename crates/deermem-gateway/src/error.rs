@@ -357,7 +357,8 @@ fn content_detail(message: &str) -> String {
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let (status, detail) = self.status_and_detail();
-        if status.is_server_error() {
+        // 501 is an expected answer (the backend does not offer the operation), not a fault.
+        if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             // The private detail goes to the log (with the request id of the current span),
             // never to the client.
             match &self {

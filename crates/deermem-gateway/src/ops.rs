@@ -17,7 +17,10 @@ use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
 
 fn health(status: HealthStatus) -> Json<Health> {
-    Json(Health { status })
+    Json(Health {
+        status,
+        last_backend_failure: None,
+    })
 }
 
 /// `GET /healthz`: the process is up.
@@ -27,9 +30,17 @@ pub(crate) async fn healthz() -> Json<Health> {
 
 /// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
 /// draining.
+/// The body names the memory backend's last failure reaching its server, when it had one.
 pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
     match state.lifecycle() {
-        Lifecycle::Ready => (StatusCode::OK, health(HealthStatus::Ready)).into_response(),
+        Lifecycle::Ready => (
+            StatusCode::OK,
+            Json(Health {
+                status: HealthStatus::Ready,
+                last_backend_failure: state.manager().last_backend_failure().map(Into::into),
+            }),
+        )
+            .into_response(),
         Lifecycle::Starting => (
             StatusCode::SERVICE_UNAVAILABLE,
             health(HealthStatus::Starting),

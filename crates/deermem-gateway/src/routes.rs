@@ -298,6 +298,7 @@ pub(crate) async fn memory_status(
     Ok(Json(MemoryStatusResponse {
         config: config_json(&state),
         data: doc.for_http(),
+        last_backend_failure: state.manager().last_backend_failure().map(Into::into),
     }))
 }
 

@@ -712,6 +712,10 @@ pub(crate) struct MemoryStatusResponse {
     pub(crate) config: MemoryConfigResponse,
     /// As `GET /api/memory`.
     pub(crate) data: PublicMemoryDocument,
+    /// The memory backend's last failure reaching its server, when it had one (an extension;
+    /// absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_backend_failure: Option<BackendFailureView>,
 }
 
 /// The one status of [`Accepted`].
@@ -800,10 +804,39 @@ pub(crate) enum HealthStatus {
 }
 
 /// `GET /healthz`, `GET /readyz`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct Health {
     /// The state.
     pub(crate) status: HealthStatus,
+    /// `/readyz`: the memory backend's last failure reaching its server, when it had one
+    /// (absent otherwise). Readiness does not depend on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_backend_failure: Option<BackendFailureView>,
+}
+
+/// The last failure a remote memory backend had reaching its server (a read answered with
+/// empty memory under its fail-open policy, a capture that failed in the background...).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct BackendFailureView {
+    /// What failed: `recall`, `search` or `capture`.
+    pub(crate) operation: String,
+    /// The backend's error, with the server's code and message (never a credential or a URL).
+    pub(crate) message: String,
+    /// When it happened (ISO 8601, UTC).
+    pub(crate) at: String,
+    /// How many failures the backend has had since it started.
+    pub(crate) count: u64,
+}
+
+impl From<deermem_core::ports::BackendFailure> for BackendFailureView {
+    fn from(f: deermem_core::ports::BackendFailure) -> Self {
+        Self {
+            operation: f.operation,
+            message: f.message,
+            at: f.at.to_iso_z(),
+            count: f.count,
+        }
+    }
 }
 
 /// Every error body but validation: `{"detail": "<message>"}`.

@@ -1,7 +1,8 @@
 //! Operational behaviour: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` (checked against
 //! the router), request ids, JSON error bodies, the request timeout, the `memory.enabled`
 //! gate, and `serve` on a real loopback listener (warm-up in the background, graceful
-//! shutdown, flush and close, refusal of remote addresses without auth).
+//! shutdown, flush and close, refusal of remote addresses without auth), the last backend
+//! failure in `/readyz` and the status document, and 501 answers kept out of the error log.
 
 mod common;
 
@@ -50,6 +51,82 @@ async fn healthz_and_readyz_follow_the_lifecycle() {
             json!({"status": "stopping"})
         )
     );
+}
+
+/// A remote backend's last failure (a fail-open read answered with empty memory) is shown in
+/// the `/readyz` body and the status document; readiness itself does not change.
+#[tokio::test]
+async fn readyz_and_status_show_the_last_backend_failure() {
+    let m = FakeManager::new();
+    let state = ready_state(m.clone(), MemoryConfig::default(), GatewayConfig::default());
+    let a = router(state);
+    let r = send(&a, empty(Method::GET, "/api/memory/status")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.get("last_backend_failure").is_none(), "{}", r.body);
+    m.set_backend_failure(Some(deermem_core::ports::BackendFailure {
+        operation: "recall".into(),
+        message: "OpenViking recall failed: [UNAUTHENTICATED] Invalid API key".into(),
+        at: deermem_core::Timestamp::from_unix_seconds(1_780_000_000),
+        count: 3,
+    }));
+    let want = json!({"operation": "recall",
+        "message": "OpenViking recall failed: [UNAUTHENTICATED] Invalid API key",
+        "at": "2026-05-28T20:26:40Z", "count": 3});
+    let r = send(&a, empty(Method::GET, "/readyz")).await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::OK,
+            json!({"status": "ready", "last_backend_failure": want.clone()})
+        )
+    );
+    let r = send(&a, empty(Method::GET, "/api/memory/status")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["last_backend_failure"], want);
+    let r = send(&a, empty(Method::GET, "/healthz")).await;
+    assert_eq!(r.body, json!({"status": "ok"}));
+}
+
+/// An operation the backend does not offer is answered 501 and logged at debug level, not as
+/// an error.
+#[tokio::test]
+async fn unsupported_operations_are_not_logged_as_errors() {
+    if !deermem_testkit::isolation::run_alone("unsupported_operations_are_not_logged_as_errors") {
+        return;
+    }
+    let captured = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let c = std::sync::Arc::clone(&captured);
+        move || LogSink(std::sync::Arc::clone(&c))
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(writer)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let m = FakeManager::new();
+    m.fail("get_memory", || {
+        deermem_core::ManagerError::unsupported("get memory", "OpenVikingMemoryManager")
+    });
+    let a = app(m);
+    let r = send(&a, empty(Method::GET, "/api/memory")).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    let logs = String::from_utf8_lossy(&captured.lock()).into_owned();
+    assert!(logs.contains("memory operation refused"), "{logs}");
+    assert!(!logs.contains("ERROR"), "{logs}");
+}
+
+struct LogSink(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[tokio::test]

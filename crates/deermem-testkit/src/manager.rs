@@ -131,7 +131,7 @@ pub async fn capabilities_match_behaviour(f: ManagerFixture) {
 }
 
 /// `add` and `add_nowait` accept a normal turn and never fail for it; an idle or drained
-/// backend flushes successfully.
+/// backend flushes successfully, and reports no backend failure.
 pub async fn add_is_accepted_and_flush_succeeds(f: ManagerFixture) {
     let m = &f.manager;
     m.add(turn("add-user"))
@@ -147,6 +147,11 @@ pub async fn add_is_accepted_and_flush_succeeds(f: ManagerFixture) {
     assert!(
         m.shutdown_flush(Duration::from_secs(1)).await,
         "an idle flush returns true at once"
+    );
+    assert_eq!(
+        m.last_backend_failure(),
+        None,
+        "a backend whose server answered reports no failure"
     );
 }
 

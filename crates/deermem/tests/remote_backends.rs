@@ -279,11 +279,12 @@ async fn honcho_api_key_over_plain_http_fails_naming_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openviking_from_config_captures_recalls_and_searches_through_the_fake() {
     let fake = FakeOv::start().await;
-    fake.set_hits(vec![
-        json!({"context_type": "memory", "uri": "viking://user/memories/preferences/tea.md",
-               "level": 2, "score": 0.82, "abstract": "tea", "overview": "Drinks oolong tea every morning.",
-               "category": "preferences"}),
-    ]);
+    let tea = fake.add_memory(
+        "preferences",
+        "tea",
+        "Drinks oolong tea every morning.",
+        0.82,
+    );
     let dir = tempfile::tempdir().unwrap();
     let config = load(&openviking_yaml(&fake.url(), "middleware"), &ov_env);
     let backend = build_backend(&config, options(&ov_env, dir.path())).unwrap();
@@ -350,7 +351,7 @@ async fn openviking_from_config_captures_recalls_and_searches_through_the_fake()
         .unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].fact.content, "Drinks oolong tea every morning.");
-    assert_eq!(hits[0].fact.id, "viking://user/memories/preferences/tea.md");
+    assert_eq!(hits[0].fact.id, tea);
     assert_eq!(hits[0].fact.category, "preferences");
     assert_eq!(hits[0].score, Some(0.82));
     assert_eq!(

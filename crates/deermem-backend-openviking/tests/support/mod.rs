@@ -2,13 +2,13 @@
 //! behind the `fake-server` feature, re-exported here), a fixed clock, the environment the
 //! config parser reads the key from, and a manager for `owner_user_id: alice`.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::Path;
 use std::sync::Arc;
 
 use deermem_backend_openviking::OpenVikingManager;
-pub use deermem_backend_openviking::fake::{API_KEY, FakeOv};
+pub use deermem_backend_openviking::fake::{API_KEY, FakeOv, USER_ID};
 use deermem_core::ports::Clock;
 use deermem_core::{MemoryMode, Timestamp};
 use serde_json::{Map, Value};

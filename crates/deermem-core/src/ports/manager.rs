@@ -15,6 +15,30 @@ use crate::fact::PublicFact;
 use crate::ids::{AgentName, UserId};
 use crate::message::Message;
 use crate::search::MatchType;
+use crate::time::Timestamp;
+
+/// The `tracing` target of the warning a backend logs when a read fails and its fail-open
+/// policy answers with empty memory. A host that reports such failures itself (the CLI's
+/// `context` and `search`, through [`MemoryManager::last_backend_failure`]) may silence it.
+pub const FAIL_OPEN_LOG_TARGET: &str = "deermem::fail_open";
+
+/// The last failure reaching a remote memory server: typically one the caller did not receive
+/// as an error (a read answered with empty memory under a fail-open policy, a capture that
+/// failed in the background). Hosts show it (a health page, a CLI warning); it never changes
+/// readiness.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BackendFailure {
+    /// What failed: `recall`, `search` or `capture`.
+    pub operation: String,
+    /// The error as the backend reported it, the server's code and message included (never a
+    /// credential).
+    pub message: String,
+    /// When it happened.
+    pub at: Timestamp,
+    /// How many such failures the backend has seen since it was built (so a caller can tell a
+    /// new failure from one it already saw).
+    pub count: u64,
+}
 
 /// What a backend supports, declared once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -394,6 +418,12 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// Hook at the start of a turn.
     async fn on_turn_start(&self, turn_number: u64, message: Option<&Message>) {
         let _ = (turn_number, message);
+    }
+
+    /// The last failure reaching the backend's server (see [`BackendFailure`]); `None` when
+    /// there was none, and for backends that keep no such record.
+    fn last_backend_failure(&self) -> Option<BackendFailure> {
+        None
     }
 
     /// Releases resources. Idempotent.

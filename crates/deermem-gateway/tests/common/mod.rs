@@ -153,6 +153,7 @@ pub struct FakeManager {
     warm_result: Mutex<Option<bool>>,
     flush_result: std::sync::atomic::AtomicBool,
     context_body: Mutex<String>,
+    backend_failure: Mutex<Option<deermem_core::ports::BackendFailure>>,
 }
 
 impl std::fmt::Debug for FakeManager {
@@ -189,7 +190,13 @@ impl FakeManager {
             warm_result: Mutex::new(Some(true)),
             flush_result: std::sync::atomic::AtomicBool::new(true),
             context_body: Mutex::new("User Context:\n- Work: Rust".into()),
+            backend_failure: Mutex::new(None),
         })
+    }
+
+    /// The failure `last_backend_failure` reports.
+    pub fn set_backend_failure(&self, f: Option<deermem_core::ports::BackendFailure>) {
+        *self.backend_failure.lock() = f;
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -572,6 +579,10 @@ impl MemoryManager for FakeManager {
 
     async fn close(&self) {
         self.record(Call::Close);
+    }
+
+    fn last_backend_failure(&self) -> Option<deermem_core::ports::BackendFailure> {
+        self.backend_failure.lock().clone()
     }
 }
 
