@@ -133,9 +133,10 @@ impl UpdatePipeline {
     /// The injection text for a user and agent: summaries plus the agent's facts in
     /// middleware mode, summaries only in tool mode, nothing when injection is disabled.
     ///
-    /// With BPE counting the text is built on the blocking pool: counting text the memo has not
-    /// seen is CPU work (a long fact takes milliseconds), and on the async workers it would stall
-    /// every other request the runtime serves meanwhile.
+    /// With BPE counting, text the memo has not counted yet is counted on the blocking pool:
+    /// encoding is CPU work (a long fact takes milliseconds), and on the async workers it would
+    /// stall every other request the runtime serves meanwhile. A block whose every count is
+    /// already memoised (the usual, warm case) is built here without the hand-off.
     ///
     /// # Errors
     /// Storage failures.
@@ -155,6 +156,9 @@ impl UpdatePipeline {
         if opts.counter.mode() == TokenCounting::Char {
             // The character estimate is one linear pass: cheaper than a thread hand-off.
             return Ok(format_memory_for_injection(&doc, &opts));
+        }
+        if let Some(text) = crate::tokens::memo_only(|| format_memory_for_injection(&doc, &opts)) {
+            return Ok(text);
         }
         let doc = Arc::new(doc);
         let (shared, options) = (Arc::clone(&doc), opts.clone());
@@ -247,5 +251,13 @@ mod tests {
             threads.iter().all(|t| *t != here),
             "tokens were counted on the async worker thread"
         );
+        // Warm: every count is memoised, so the block is built without encoding anything
+        // (and without the hand-off), identical to the first.
+        let again = pipeline
+            .context(Some(&user), &agent, MemoryMode::Middleware, true)
+            .await
+            .unwrap();
+        assert_eq!(again, text);
+        assert_eq!(probe::threads_counting(probe::MARKER).len(), threads.len());
     }
 }

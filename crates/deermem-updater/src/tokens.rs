@@ -120,10 +120,28 @@ fn segments(text: &str) -> Vec<&str> {
 
 /// The BPE count of `text`, segment by segment (see [`segments`]).
 fn encode_count(bpe: &CoreBPE, text: &str) -> usize {
+    #[cfg(test)]
+    probe::record(text);
     segments(text)
         .into_iter()
         .map(|segment| bpe.encode_ordinary(segment).len())
         .sum()
+}
+
+thread_local! {
+    /// Inside [`memo_only`]: whether a count was missing from the memo (`None` outside).
+    static MEMO_ONLY: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with BPE counting restricted to the memo on this thread: a text the memo lacks is
+/// not encoded (it gets the character estimate) and the miss is reported. `Some(result)` when
+/// every count came from the memo, so the result is exactly what full counting gives; `None`
+/// when something would have needed encoding (do the work off the async workers then).
+pub fn memo_only<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let outer = MEMO_ONLY.with(|m| m.replace(Some(false)));
+    let result = f();
+    let missed = MEMO_ONLY.with(|m| m.replace(outer)) == Some(true);
+    (!missed).then_some(result)
 }
 
 /// The BPE count of `text`, through the memo for short texts.
@@ -132,8 +150,13 @@ fn bpe_count(bpe: &CoreBPE, text: &str) -> usize {
         catch_unwind(AssertUnwindSafe(|| encode_count(bpe, text)))
             .unwrap_or_else(|_| char_estimate(text))
     };
+    let restricted = MEMO_ONLY.with(std::cell::Cell::get).is_some();
+    let missed = || {
+        MEMO_ONLY.with(|m| m.set(Some(true)));
+        char_estimate(text)
+    };
     if text.len() > MEMO_MAX_TEXT_BYTES {
-        return encode();
+        return if restricted { missed() } else { encode() };
     }
     if let Some(n) = memo()
         .lock()
@@ -142,6 +165,9 @@ fn bpe_count(bpe: &CoreBPE, text: &str) -> usize {
         .get(text)
     {
         return *n;
+    }
+    if restricted {
+        return missed();
     }
     let n = encode();
     memo()
@@ -198,8 +224,6 @@ impl TokenCounter {
     /// Counts the tokens of `text`. In `tiktoken` mode the encoding is loaded on first use;
     /// if it cannot be loaded, or encoding fails, the character estimate is used.
     pub fn count(&self, text: &str) -> usize {
-        #[cfg(test)]
-        probe::record(text);
         match self.mode {
             TokenCounting::Char => char_estimate(text),
             TokenCounting::Tiktoken => match encoding() {
@@ -228,7 +252,7 @@ impl TokenCounter {
     }
 }
 
-/// Which threads counted texts holding a marker, so a test can tell where counting ran.
+/// Which threads encoded texts holding a marker, so a test can tell where counting ran.
 #[cfg(test)]
 pub(crate) mod probe {
     use std::sync::Mutex;
@@ -260,6 +284,28 @@ pub(crate) mod probe {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn memo_only_answers_from_the_memo_or_reports_the_miss() {
+        let counter = TokenCounter::new(TokenCounting::Tiktoken);
+        let text = "a text the memo has not seen: memo-only-probe-8a2e";
+        assert_eq!(
+            memo_only(|| counter.count(text)),
+            None,
+            "a miss is reported"
+        );
+        let exact = counter.count(text);
+        assert_eq!(memo_only(|| counter.count(text)), Some(exact));
+        // Outside memo_only counting is unrestricted again, and nesting restores the outer state.
+        let fresh = "another unseen text: memo-only-probe-51c0";
+        assert_eq!(memo_only(|| memo_only(|| 1)), Some(Some(1)));
+        assert!(counter.count(fresh) > 0);
+        assert_eq!(
+            memo_only(|| counter.count(fresh)),
+            Some(counter.count(fresh))
+        );
+    }
+
     use super::*;
 
     #[test]
