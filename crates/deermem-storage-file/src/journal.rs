@@ -20,7 +20,7 @@ pub(crate) const PREPARED: &str = "prepared";
 pub(crate) const COMMITTED: &str = "committed";
 
 /// One in-flight commit, as written to `<U>/.memory.journal.json`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Journal {
     pub(crate) operation_id: String,
     pub(crate) state: &'static str,

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
-use deermem_core::{AgentName, Fact, FactDraft, FactId, Scope, SummarySection, Timestamp, py};
+use deermem_core::{
+    AgentName, Fact, FactDraft, FactId, Scope, SummaryPatch, SummarySection, Timestamp, py,
+};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -257,10 +259,7 @@ pub(crate) fn migrate_locked(
         user_id: udir.raw_user(),
         agent_name: Some(agent.as_str().to_owned()),
     };
-    let expected = Expected {
-        user: udir.user.as_ref(),
-        agent: agent.as_str(),
-    };
+    let expected = udir.expected(agent);
     let mut collected: Vec<Fact> = Vec::new();
     // Every id seen so far (from a source or already canonical) with the fact it stands for.
     let mut known: HashMap<FactId, Fact> = HashMap::new();
@@ -313,12 +312,15 @@ pub(crate) fn migrate_locked(
             .iter()
             .map(|f| (f.id.clone(), f.to_internal_map()))
             .collect(),
-        summaries: Some((Some(user_sec), Some(hist_sec))),
+        summaries: Some(SummaryPatch {
+            user: Some(user_sec),
+            history: Some(hist_sec),
+        }),
         expected_revision: Some(current_rev),
         allow_legacy_drop: migrating_global,
         ..CommitRequest::default()
     };
-    let done = commit::commit(udir, req, now)?;
+    let done = commit::commit(udir, &req, None, now)?;
     if has_legacy_agent {
         let legacy = udir.legacy_agent_doc(agent);
         if fsutil::remove_file_if_exists(&legacy)?
@@ -330,7 +332,7 @@ pub(crate) fn migrate_locked(
     Ok(Outcome {
         migrated: true,
         from_version,
-        notifications: done.notifications,
+        notifications: done.notifications(),
         facts: count,
     })
 }
@@ -405,10 +407,7 @@ pub(crate) fn migrate_legacy_default_bucket(
         agent: LEGACY_DEFAULT_AGENT,
     };
     let default = AgentName::default_bucket();
-    let default_expected = Expected {
-        user: udir.user.as_ref(),
-        agent: default.as_str(),
-    };
+    let default_expected = udir.expected(&default);
     let scope = FactScope {
         user_id: udir.raw_user(),
         agent_name: Some(default.as_str().to_owned()),
@@ -439,17 +438,13 @@ pub(crate) fn migrate_legacy_default_bucket(
         upserts.push((fact.id.clone(), fact.to_internal_map()));
     }
     let current_rev = manifest::read_manifest(&udir.manifest())?.map_or(0, |m| m.revision);
-    let done = commit::commit(
-        udir,
-        CommitRequest {
-            agent: Some(default.clone()),
-            upserts,
-            expected_revision: Some(current_rev),
-            ..CommitRequest::default()
-        },
-        now,
-    )?;
-    let mut notes = done.notifications;
+    let req = CommitRequest {
+        agent: Some(default.clone()),
+        upserts,
+        expected_revision: Some(current_rev),
+        ..CommitRequest::default()
+    };
+    let mut notes = commit::commit(udir, &req, None, now)?.notifications();
     if let Ok(lead) = AgentName::parse(LEGACY_DEFAULT_AGENT) {
         let old_scope = Scope::new(udir.user.clone(), Some(lead));
         notes.extend(moved_ids.into_iter().map(|id| Notification::Remove {

@@ -9,6 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use deermem_core::{AgentName, FactId, UserId};
 
 use crate::error::{Error, Result};
+use crate::markdown::Expected;
 
 /// The lock file of a user directory.
 pub(crate) const LOCK_FILE: &str = ".memory.lock";
@@ -190,6 +191,14 @@ impl UserDir {
     /// An agent's sidecar directory.
     pub(crate) fn metadata(&self, agent: &AgentName) -> PathBuf {
         self.agent(agent).join(METADATA_DIR)
+    }
+
+    /// The scope a read of the agent's facts expects.
+    pub(crate) fn expected<'a>(&'a self, agent: &'a AgentName) -> Expected<'a> {
+        Expected {
+            user: self.user.as_ref(),
+            agent: agent.as_str(),
+        }
     }
 
     /// The raw user id recorded in facts and scopes.

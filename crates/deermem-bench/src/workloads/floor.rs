@@ -3,8 +3,8 @@
 //! floor `write_fact` is judged against.
 //!
 //! Per create into a scope whose manifest exists (counted from
-//! `deermem-storage-file/src/commit.rs` and `fsutil.rs`; a create-only commit needs no
-//! pre-image, so no `.recovery/<op>`):
+//! `deermem-storage-file/src/commit/execute.rs` and `fsutil.rs`; a create-only commit needs
+//! no pre-image, so no `.recovery/<op>`):
 //! 1. the prepared journal, written into the recycled spare inode: write at offset 0, set the
 //!    length, `fdatasync`, rename onto the journal name, fsync of the user directory;
 //! 2. the fact file: temp file, write, fsync, rename, fsync of its shard directory;
