@@ -4,10 +4,10 @@
 
 use deermem_core::ports::MemoryScope;
 use deermem_core::{AgentName, Message, UserId};
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use pyo3::IntoPyObjectExt;
 use serde_json::{Map, Number, Value};
 
 /// Deepest nesting accepted from Python (documents and message kwargs are shallow).
@@ -222,7 +222,9 @@ pub(crate) fn messages(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
         let value = message_value(&item?)?;
         match serde_json::from_value::<Message>(value) {
             Ok(m) => out.push(m),
-            Err(e) => tracing::debug!(index = i, error = %e, "skipping a message without a readable type"),
+            Err(e) => {
+                tracing::debug!(index = i, error = %e, "skipping a message without a readable type")
+            }
         }
     }
     Ok(out)

@@ -142,10 +142,10 @@ impl Engine {
     fn shared(&self, py: Python<'_>) -> PyResult<Arc<Shared>> {
         logging::refresh_if_stale(py);
         let pid = std::process::id();
-        if let Some(a) = self.attached.lock().as_ref() {
-            if a.pid == pid {
-                return Ok(Arc::clone(&a.shared));
-            }
+        if let Some(a) = self.attached.lock().as_ref()
+            && a.pid == pid
+        {
+            return Ok(Arc::clone(&a.shared));
         }
         let attached = py.detach(|| -> Result<Arc<Shared>, AttachError> {
             let process = process::current().map_err(AttachError::Runtime)?;
@@ -196,6 +196,7 @@ impl Engine {
     /// keys only (the hooks are separate arguments); `host_llm` is the host's chat model, used
     /// when the configuration names no model.
     #[new]
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (backend_config, mode, *, callbacks=None, should_keep_hidden_message=None, trace_context_manager=None, extraction_callback=None, host_llm=None))]
     fn new(
         py: Python<'_>,
@@ -274,6 +275,7 @@ impl Engine {
 
     /// Queues a conversation turn (`nowait`: the emergency path, processed at once).
     #[pyo3(signature = (thread_id, messages, agent_name=None, user_id=None, trace_id=None, nowait=false))]
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         py: Python<'_>,
@@ -485,7 +487,11 @@ impl Engine {
             Some(c) => text_arg(c, "category")?.unwrap_or_default(),
             None => String::new(),
         };
-        let confidence = confidence.map(confidence_arg).transpose()?.flatten().unwrap_or(0.5);
+        let confidence = confidence
+            .map(confidence_arg)
+            .transpose()?
+            .flatten()
+            .unwrap_or(0.5);
         let scope = convert::scope(user_id, agent_name)?;
         let shared = self.shared(py)?;
         let fact = NewFact {
@@ -516,7 +522,10 @@ impl Engine {
         let fact_id = text_arg(fact_id, "fact_id")?
             .ok_or_else(|| PyTypeError::new_err("fact_id must be a string"))?;
         let patch = FactPatch {
-            content: content.map(|c| text_arg(c, "content")).transpose()?.flatten(),
+            content: content
+                .map(|c| text_arg(c, "content"))
+                .transpose()?
+                .flatten(),
             category: category
                 .map(|c| text_arg(c, "category"))
                 .transpose()?
@@ -663,14 +672,31 @@ fn import_document(obj: &Bound<'_, PyAny>) -> PyResult<PublicMemoryDocument> {
     let mut value = value;
     // Absent and null sections are the empty defaults.
     value.retain(|_, v| !v.is_null());
-    serde_json::from_value::<PublicMemoryDocument>(Value::Object(value)).map_err(|e| {
-        let code = if e.to_string().contains("fact") {
-            "memory_data.facts"
-        } else {
-            "memory_data"
-        };
-        coded(py, code, &format!("memory_data is not a memory document: {e}"))
-    })
+    let facts = match value.remove("facts") {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    let mut parsed: Vec<deermem_core::PublicFact> = Vec::with_capacity(facts.len());
+    for (i, f) in facts.into_iter().enumerate() {
+        let fact = serde_json::from_value(f).map_err(|e| {
+            coded(
+                py,
+                "memory_data.facts",
+                &format!("memory_data.facts[{i}] is not a fact: {e}"),
+            )
+        })?;
+        parsed.push(fact);
+    }
+    let mut document = serde_json::from_value::<PublicMemoryDocument>(Value::Object(value))
+        .map_err(|e| {
+            coded(
+                py,
+                "memory_data",
+                &format!("memory_data is not a memory document: {e}"),
+            )
+        })?;
+    document.facts = parsed;
+    Ok(document)
 }
 
 /// `ValueError(code)` with a detail, through the same path as the engine's errors.

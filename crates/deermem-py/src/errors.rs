@@ -67,9 +67,7 @@ pub(crate) fn to_py(py: Python<'_>, e: ManagerError) -> PyErr {
             operation.replace(' ', "_")
         )),
         ManagerError::Conflict { message } => package_error(py, "MemoryConflictError", message),
-        ManagerError::Corruption { message } => {
-            package_error(py, "MemoryCorruptionError", message)
-        }
+        ManagerError::Corruption { message } => package_error(py, "MemoryCorruptionError", message),
         ManagerError::NotFound { fact_id } => PyKeyError::new_err(fact_id),
         ManagerError::InvalidInput { code, message } => match code {
             InvalidInputCode::Confidence => coded_value_error(py, "confidence", &message),

@@ -112,10 +112,10 @@ fn with_trace<R>(
         _ => None,
     };
     let out = f();
-    if let Some(cm) = entered {
-        if let Err(e) = cm.call_method1("__exit__", (py.None(), py.None(), py.None())) {
-            log_hook_error(py, "trace_context_manager", &e);
-        }
+    if let Some(cm) = entered
+        && let Err(e) = cm.call_method1("__exit__", (py.None(), py.None(), py.None()))
+    {
+        log_hook_error(py, "trace_context_manager", &e);
     }
     out
 }
@@ -318,10 +318,15 @@ impl UpdateObserver for PyObserver {
 /// LangChain's message classes, when `langchain_core` is importable (the prompt is then the
 /// message objects the reference passes; otherwise role/content dicts, which LangChain chat
 /// models also accept).
-static LANGCHAIN_MESSAGES: PyOnceLock<Option<(Py<PyAny>, Py<PyAny>, Py<PyAny>)>> =
-    PyOnceLock::new();
+static LANGCHAIN_MESSAGES: PyOnceLock<Option<MessageClasses>> = PyOnceLock::new();
 
-fn prompt<'py>(py: Python<'py>, messages: &[deermem_core::ports::ChatMessage]) -> PyResult<Bound<'py, PyList>> {
+/// `SystemMessage`, `HumanMessage` and `AIMessage`.
+type MessageClasses = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+fn prompt<'py>(
+    py: Python<'py>,
+    messages: &[deermem_core::ports::ChatMessage],
+) -> PyResult<Bound<'py, PyList>> {
     let classes = LANGCHAIN_MESSAGES.get_or_init(py, || {
         let m = py.import("langchain_core.messages").ok()?;
         Some((
@@ -427,8 +432,8 @@ fn invoke_host(
                     log_hook_error(py, "callbacks.on_memory_llm_result", &e);
                 }
             }
-            let response = result
-                .map_err(|e| LlmError::Transport(format!("the host model raised: {e}")))?;
+            let response =
+                result.map_err(|e| LlmError::Transport(format!("the host model raised: {e}")))?;
             let content = if response.is_instance_of::<PyString>() {
                 convert::content_text(&response)
             } else {

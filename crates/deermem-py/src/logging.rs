@@ -8,8 +8,8 @@
 //! GIL taken for the call; during interpreter shutdown it is dropped.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 use pyo3::prelude::*;
@@ -125,9 +125,7 @@ impl<S: Subscriber> Layer<S> for PythonLogging {
         let target = meta.target();
         Python::try_attach(|py| {
             let _ = (|| -> PyResult<()> {
-                let logger = py
-                    .import("logging")?
-                    .call_method1("getLogger", (LOGGER,))?;
+                let logger = py.import("logging")?.call_method1("getLogger", (LOGGER,))?;
                 let extra = PyDict::new(py);
                 extra.set_item("rust_target", target)?;
                 let kwargs = PyDict::new(py);
@@ -142,7 +140,6 @@ impl<S: Subscriber> Layer<S> for PythonLogging {
 /// Installs the layer as this library's global `tracing` subscriber (once).
 pub(crate) fn install() {
     let _ = epoch();
-    let _ = tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(PythonLogging),
-    );
+    let _ =
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(PythonLogging));
 }

@@ -41,10 +41,10 @@ static CURRENT: Mutex<Option<Arc<Process>>> = Mutex::new(None);
 pub(crate) fn current() -> std::io::Result<Arc<Process>> {
     let pid = std::process::id();
     let mut slot = CURRENT.lock();
-    if let Some(p) = slot.as_ref() {
-        if p.pid == pid {
-            return Ok(Arc::clone(p));
-        }
+    if let Some(p) = slot.as_ref()
+        && p.pid == pid
+    {
+        return Ok(Arc::clone(p));
     }
     if let Some(inherited) = slot.take() {
         // Made by the parent before a fork: its worker threads are not in this process, so
