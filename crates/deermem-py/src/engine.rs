@@ -18,7 +18,7 @@ use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, NewFact, SearchRequest,
 };
 use deermem_core::{MemoryConfig, MemoryMode, PublicMemoryDocument};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
@@ -117,7 +117,8 @@ pub(crate) struct Engine {
     /// The host model's name, when the host supplies the model.
     llm_name: Option<String>,
     hooks: Arc<HookSet>,
-    attached: Mutex<Option<Attached>>,
+    /// Read on every call (shared), written only when attaching or closing.
+    attached: RwLock<Option<Attached>>,
 }
 
 /// The host model's name for logs: its `model_name` or `model` attribute.
@@ -142,7 +143,7 @@ impl Engine {
     fn shared(&self, py: Python<'_>) -> PyResult<Arc<Shared>> {
         logging::refresh_if_stale(py);
         let pid = std::process::id();
-        if let Some(a) = self.attached.lock().as_ref()
+        if let Some(a) = self.attached.read().as_ref()
             && a.pid == pid
         {
             return Ok(Arc::clone(&a.shared));
@@ -169,7 +170,7 @@ impl Engine {
             }
             Err(AttachError::Build(e)) => return Err(errors::build_to_py(py, e)),
         };
-        let mut slot = self.attached.lock();
+        let mut slot = self.attached.write();
         match slot.as_ref() {
             Some(a) if a.pid == pid => return Ok(Arc::clone(&a.shared)),
             Some(_) => {
@@ -255,7 +256,7 @@ impl Engine {
                 extraction: optional(extraction_callback),
                 host_llm,
             }),
-            attached: Mutex::new(None),
+            attached: RwLock::new(None),
         };
         engine.shared(py)?;
         Ok(engine)
@@ -270,7 +271,7 @@ impl Engine {
     /// The pid this handle is attached in (`None` when closed).
     #[getter]
     fn attached_pid(&self) -> Option<u32> {
-        self.attached.lock().as_ref().map(|a| a.pid)
+        self.attached.read().as_ref().map(|a| a.pid)
     }
 
     /// Queues a conversation turn (`nowait`: the emergency path, processed at once).
@@ -597,7 +598,7 @@ impl Engine {
     /// other handle of the configuration is attached. A later call attaches again.
     fn close(&self, py: Python<'_>) {
         let pid = std::process::id();
-        let attached = self.attached.lock().take();
+        let attached = self.attached.write().take();
         let Some(a) = attached else {
             return;
         };

@@ -116,7 +116,10 @@ class _Methods:
 
     def _start(self) -> None:
         hooks = getattr(_constructing, "hooks", None) or {}
-        self._engine = _open_engine(self.backend_config, self.mode, self.callbacks, hooks)
+        engine = _open_engine(self.backend_config, self.mode, self.callbacks, hooks)
+        # In the instance dict itself: every call reads it, and a pydantic private attribute
+        # would go through the model's ``__getattr__`` each time.
+        self.__dict__["_engine"] = engine
 
     # -- tier 1 -----------------------------------------------------------------------------
 
@@ -313,7 +316,6 @@ class _Methods:
 _HostBase = _host_base()
 
 if _HostBase is not None:
-    from pydantic import PrivateAttr
 
     class DeerMemManager(_Methods, _HostBase):  # type: ignore[misc, valid-type]
         """DeerMem on the Rust engine, as a DeerFlow ``MemoryManager``."""
@@ -323,8 +325,6 @@ if _HostBase is not None:
         # Bound in the class itself too, for a host that inspects the class's own namespace
         # to decide whether ``search`` is overridden.
         search = _Methods.search
-
-        _engine: Any = PrivateAttr(default=None)
 
         def model_post_init(self, context: Any, /) -> None:
             super().model_post_init(context)
