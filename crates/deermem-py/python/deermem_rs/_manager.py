@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any, ClassVar
 
@@ -63,6 +64,9 @@ def _open_engine(
     if backend_config is not None and not isinstance(backend_config, dict):
         raise TypeError("backend_config must be a dict")
     config = dict(backend_config or {})
+    for key in ("storage_path", "patterns_dir", "prompts_dir"):
+        if isinstance(config.get(key), os.PathLike):
+            config[key] = os.fspath(config[key])
     chosen: dict[str, Any] = {}
     for key in _CONFIG_HOOKS:
         if key in config:

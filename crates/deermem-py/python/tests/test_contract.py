@@ -74,6 +74,12 @@ def test_invalid_backend_config_is_a_value_error_naming_the_key(make, root, extr
         make(backend_config=config(root, **extra))
 
 
+def test_paths_may_be_path_objects(make, root):
+    m = make(backend_config={"storage_path": root, "token_counting": "char"})
+    m.create_fact("User keeps paths as objects", user_id="pam")
+    assert (root / "users" / "pam" / "memory.json").is_file()
+
+
 def test_storage_path_that_is_a_file_is_refused(make, tmp_path):
     f = tmp_path / "memory.json"
     f.write_text("{}")
