@@ -477,3 +477,49 @@ def test_files_are_written_in_the_reference_layout(make, root):
     facts = list((root / "users" / "rae" / "agents" / "coder" / "facts").rglob("*.md"))
     assert [p.name for p in facts] == [f"{fid}.md"]
     assert Path(root / "users" / "rae" / "memory.json").is_file()
+
+
+SCOPED = [
+    ("get_context", lambda m, **kw: m.get_context(kw.pop("user_id"), **kw)),
+    ("search", lambda m, **kw: m.search("x", **kw)),
+    ("get_memory", lambda m, **kw: m.get_memory(**kw)),
+    ("export_memory", lambda m, **kw: m.export_memory(**kw)),
+    ("reload_memory", lambda m, **kw: m.reload_memory(**kw)),
+    ("clear_memory", lambda m, **kw: m.clear_memory(**kw)),
+    ("import_memory", lambda m, **kw: m.import_memory({}, **kw)),
+    ("create_fact", lambda m, **kw: m.create_fact("x", **kw)),
+    ("update_fact", lambda m, **kw: m.update_fact("fact_00000000", content="x", **kw)),
+    ("delete_fact", lambda m, **kw: m.delete_fact("fact_00000000", **kw)),
+    ("add", lambda m, **kw: m.add("t", turn("x"), **kw)),
+    ("add_nowait", lambda m, **kw: m.add_nowait("t", turn("x"), **kw)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), SCOPED, ids=[n for n, _ in SCOPED])
+def test_every_scoped_method_refuses_bad_user_ids_and_agent_names(make, name, call):
+    m = make()
+    with pytest.raises(ValueError, match="user_id"):
+        call(m, user_id="")
+    with pytest.raises(ValueError, match="gent name"):
+        call(m, user_id="ok", agent_name="no/slashes")
+    with pytest.raises(ValueError, match="gent name"):
+        call(m, user_id="ok", agent_name="")
+    with pytest.raises(TypeError):
+        call(m, user_id=["not", "a", "string"])
+
+
+def test_async_methods_raise_the_same_errors(make):
+    import asyncio
+
+    m = make()
+
+    async def main():
+        with pytest.raises(ValueError):
+            await m.aget_context("")
+        with pytest.raises(TypeError):
+            await m.asearch(None, user_id="ok")
+        with pytest.raises(TypeError):
+            await m.aadd("t", "not a list", user_id="ok")
+        return await m.asearch("x", 0, user_id="ok")
+
+    assert asyncio.run(main()) == []

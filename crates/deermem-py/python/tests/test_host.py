@@ -52,6 +52,17 @@ def test_both_spellings_of_the_dotted_path_resolve_to_the_class():
     assert resolve_manager_class("deermem_rs.DeerMemManager") is deermem_rs.DeerMemManager
 
 
+def test_the_host_invariant_check_is_real_and_the_class_passes_it(tmp_path):
+    # A subclass whose flag contradicts its search() is refused by the same check.
+    class Inconsistent(deermem_rs.DeerMemManager):
+        supports_search = False
+
+    with pytest.raises(ValueError, match="inconsistent"):
+        Inconsistent.from_config({"storage_path": str(tmp_path)})
+    ok = deermem_rs.DeerMemManager.from_config({"storage_path": str(tmp_path)}, mode="tool")
+    ok.close()
+
+
 def test_a_host_runs_turns_with_its_own_model_and_injects_memory(host_env):
     model = ScriptedModel(
         [
