@@ -1,9 +1,11 @@
 //! Project automation, run as `cargo xtask <task>`: `ci` (everything CI checks), `tidy` (the
-//! project's own structural rules), and `bench` (the named benchmark workloads).
+//! project's own structural rules), `bench` (the named benchmark workloads), and `python` (the
+//! Python package's wheel and pytest suite, also a step of `ci`).
 //!
 //! xtask uses only the standard library so it builds in seconds on a fresh machine.
 
 mod bench;
+mod python;
 mod tidy;
 
 use std::env;
@@ -152,6 +154,13 @@ fn ci() -> ExitCode {
             }),
         ),
         (
+            "python",
+            Box::new(|| {
+                eprintln!("\n==> [python] the deermem_rs wheel and its pytest suite");
+                python::run_step(&project_root(), &cargo)
+            }),
+        ),
+        (
             "doc",
             Box::new(|| {
                 run(
@@ -190,7 +199,8 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: cargo xtask <task>\n\n\
          tasks:\n  \
-         ci      fmt check, tidy, clippy (-D warnings), tests, docs; stops at the first failure\n  \
+         ci      fmt check, tidy, clippy (-D warnings), tests, the Python package, docs; stops at the first failure\n  \
+         python  only the Python package step of ci (wheel, fresh venv, pytest)\n  \
          tidy    structural checks only (core dependency allowlist, //! headers, contract tests)\n  \
          bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads"
     );
@@ -214,6 +224,13 @@ fn main() -> ExitCode {
             }
         },
         Some("bench") => bench::run(&project_root(), &args[1..]),
+        Some("python") => {
+            if python::run_step(&project_root(), &cargo()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         _ => usage(),
     }
 }

@@ -58,7 +58,7 @@ pub const DEERMEM_NAME: &str = "DeerMem";
 /// and update or delete without `expected_revision`) before a revision conflict is reported.
 /// The reference stops after three; several processes writing one user (CLI invocations,
 /// gateway replicas on one root) lose that race often enough that three is not enough, so we
-/// retry more, each time after a short randomised pause ([`conflict_backoff`]).
+/// retry more, each time after a short randomised pause (`conflict_backoff`).
 pub const MAX_SNAPSHOT_ATTEMPTS: u32 = 8;
 
 /// The pause before retry `attempt + 1` of a write that lost a revision race: exponential from

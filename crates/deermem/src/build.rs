@@ -67,6 +67,10 @@ pub struct BuildOptions<'a> {
     /// Receives the embedded engine's extraction events (metrics, tracing).
     #[cfg(feature = "updater")]
     pub observer: Option<Arc<dyn deermem_updater::observe::UpdateObserver>>,
+    /// The host's rule for hidden (`hide_from_ui`) user messages; the structural default when
+    /// `None`.
+    #[cfg(feature = "updater")]
+    pub hidden_messages: Option<deermem_updater::HiddenMessagePolicy>,
 }
 
 impl std::fmt::Debug for BuildOptions<'_> {
@@ -89,6 +93,8 @@ impl<'a> BuildOptions<'a> {
             storage_path: None,
             #[cfg(feature = "updater")]
             observer: None,
+            #[cfg(feature = "updater")]
+            hidden_messages: None,
         }
     }
 }
@@ -346,6 +352,9 @@ fn build_deermem(
     parts.injection_enabled = config.injection_enabled;
     parts.llm = llm;
     parts.observer = opts.observer.clone();
+    if let Some(policy) = &opts.hidden_messages {
+        parts.hidden_messages = policy.clone();
+    }
     let manager = deermem_updater::DeerMemManager::new(parts)
         .map_err(|source| BuildError::Backend { name, source })?;
     Ok(Backend::DeerMem(Arc::new(manager)))

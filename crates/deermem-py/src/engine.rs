@@ -1,0 +1,714 @@
+//! The `Engine` handle a Python `DeerMemManager` holds: one method per operation of the
+//! memory-manager contract, each a thin call into the `MemoryManager` port with the GIL
+//! released for the whole engine call.
+//!
+//! Handles with the same configuration (the canonical `backend_config`, the mode and whether
+//! the host supplies the model) share one engine ([`Shared`]): one update queue, one storage
+//! cache, one search index per process. A handle attaches to its engine on construction and
+//! again, transparently, after `close` or in a forked child (where it builds a fresh engine on
+//! the child's own runtime). The engine is closed when the last handle attached to it closes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use deermem::{Backend, BuildError, BuildOptions};
+use deermem_core::ports::{
+    AddRequest, ContextRequest, FactPatch, MemoryManager, NewFact, SearchRequest,
+};
+use deermem_core::{MemoryConfig, MemoryMode, PublicMemoryDocument};
+use parking_lot::RwLock;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use serde_json::Value;
+
+use crate::convert::{self, Strictness};
+use crate::errors;
+use crate::hooks::{HookSet, HookSlot, PyLlm, PyObserver, hidden_policy};
+use crate::logging;
+use crate::process::{self, Process};
+
+/// One engine shared by every handle of a configuration in this process.
+pub(crate) struct Shared {
+    backend: Backend,
+    manager: Arc<dyn MemoryManager>,
+    hooks: Arc<HookSlot>,
+    /// Handles attached to this engine and not closed.
+    handles: AtomicUsize,
+    process: Arc<Process>,
+}
+
+impl Shared {
+    /// Runs an engine future with the GIL released.
+    fn run<T, F>(&self, py: Python<'_>, future: F) -> T
+    where
+        F: Future<Output = T> + Send,
+        T: Send,
+    {
+        py.detach(|| self.process.block_on(future))
+    }
+}
+
+/// Why attaching failed (built without the GIL, turned into an exception with it).
+enum AttachError {
+    Runtime(std::io::Error),
+    Build(BuildError),
+}
+
+/// The canonical form of a JSON value: object keys sorted at every level.
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+fn build(
+    process: &Arc<Process>,
+    config: &MemoryConfig,
+    llm_name: Option<&str>,
+    hooks: Arc<HookSet>,
+) -> Result<Arc<Shared>, BuildError> {
+    let slot = Arc::new(HookSlot::default());
+    slot.set(hooks);
+    let _runtime = process.runtime().enter();
+    let env = deermem::process_env;
+    let mut opts = BuildOptions::new(&env);
+    opts.observer = Some(Arc::new(PyObserver::new(
+        Arc::clone(&slot),
+        llm_name.is_some(),
+    )));
+    opts.hidden_messages = Some(hidden_policy(Arc::clone(&slot)));
+    if let Some(name) = llm_name {
+        opts.llm = Some(Arc::new(PyLlm::new(Arc::clone(&slot), name.to_owned())));
+    }
+    let backend = deermem::build_backend(config, opts)?;
+    Ok(Arc::new(Shared {
+        manager: backend.manager(),
+        backend,
+        hooks: slot,
+        handles: AtomicUsize::new(0),
+        process: Arc::clone(process),
+    }))
+}
+
+/// A handle attached to an engine in the process `pid`.
+struct Attached {
+    pid: u32,
+    shared: Arc<Shared>,
+}
+
+/// A memory engine handle (see the module documentation).
+#[pyclass(frozen, module = "deermem_rs._native")]
+pub(crate) struct Engine {
+    key: String,
+    config: MemoryConfig,
+    /// The host model's name, when the host supplies the model.
+    llm_name: Option<String>,
+    hooks: Arc<HookSet>,
+    /// Read on every call (shared), written only when attaching or closing.
+    attached: RwLock<Option<Attached>>,
+}
+
+/// The host model's name for logs: its `model_name` or `model` attribute.
+fn model_name(model: &Bound<'_, PyAny>) -> String {
+    ["model_name", "model"]
+        .iter()
+        .find_map(|a| convert::attr(model, a).and_then(|v| v.extract::<String>().ok()))
+        .unwrap_or_else(|| "host-llm".to_owned())
+}
+
+fn optional(obj: Option<Bound<'_, PyAny>>) -> Option<Py<PyAny>> {
+    obj.filter(|o| !o.is_none()).map(Bound::unbind)
+}
+
+fn document<'py>(py: Python<'py>, doc: &PublicMemoryDocument) -> PyResult<Bound<'py, PyAny>> {
+    convert::serialize_to_py(py, doc)
+}
+
+impl Engine {
+    /// The engine this handle uses in this process, attaching (building it if needed) when
+    /// the handle is new, was closed, or was inherited through a fork.
+    fn shared(&self, py: Python<'_>) -> PyResult<Arc<Shared>> {
+        logging::refresh_if_stale(py);
+        let pid = std::process::id();
+        if let Some(a) = self.attached.read().as_ref()
+            && a.pid == pid
+        {
+            return Ok(Arc::clone(&a.shared));
+        }
+        let attached = py.detach(|| -> Result<Arc<Shared>, AttachError> {
+            let process = process::current().map_err(AttachError::Runtime)?;
+            process
+                .engine(&self.key, || {
+                    build(
+                        &process,
+                        &self.config,
+                        self.llm_name.as_deref(),
+                        Arc::clone(&self.hooks),
+                    )
+                })
+                .map_err(AttachError::Build)
+        });
+        let shared = match attached {
+            Ok(s) => s,
+            Err(AttachError::Runtime(e)) => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "cannot start the memory engine's threads: {e}"
+                )));
+            }
+            Err(AttachError::Build(e)) => return Err(errors::build_to_py(py, e)),
+        };
+        let mut slot = self.attached.write();
+        match slot.as_ref() {
+            Some(a) if a.pid == pid => return Ok(Arc::clone(&a.shared)),
+            Some(_) => {
+                // Attached in the parent before a fork: that engine's threads are not here.
+                if let Some(inherited) = slot.take() {
+                    std::mem::forget(inherited);
+                }
+            }
+            None => {}
+        }
+        shared.hooks.set(Arc::clone(&self.hooks));
+        shared.handles.fetch_add(1, Ordering::SeqCst);
+        *slot = Some(Attached {
+            pid,
+            shared: Arc::clone(&shared),
+        });
+        Ok(shared)
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// Builds (or joins) the engine of this configuration. `backend_config` holds DeerMem's
+    /// keys only (the hooks are separate arguments); `host_llm` is the host's chat model, used
+    /// when the configuration names no model.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (backend_config, mode, *, callbacks=None, should_keep_hidden_message=None, trace_context_manager=None, extraction_callback=None, host_llm=None))]
+    fn new(
+        py: Python<'_>,
+        backend_config: &Bound<'_, PyAny>,
+        mode: &str,
+        callbacks: Option<Bound<'_, PyAny>>,
+        should_keep_hidden_message: Option<Bound<'_, PyAny>>,
+        trace_context_manager: Option<Bound<'_, PyAny>>,
+        extraction_callback: Option<Bound<'_, PyAny>>,
+        host_llm: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let backend_config = match convert::to_value(backend_config, Strictness::Strict) {
+            Ok(Value::Object(m)) => m,
+            Ok(Value::Null) => serde_json::Map::new(),
+            Ok(_) => {
+                return Err(PyTypeError::new_err("backend_config must be a mapping"));
+            }
+            Err(e) => {
+                return Err(PyValueError::new_err(format!(
+                    "backend_config cannot be used: {}",
+                    e.value(py)
+                )));
+            }
+        };
+        let mode = match mode {
+            "middleware" => MemoryMode::Middleware,
+            "tool" => MemoryMode::Tool,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "mode must be 'middleware' or 'tool', not {other:?}"
+                )));
+            }
+        };
+        let host_llm = optional(host_llm);
+        let llm_name = host_llm.as_ref().map(|m| model_name(m.bind(py)));
+        let key = serde_json::json!({
+            "backend_config": canonical(&Value::Object(backend_config.clone())),
+            "mode": mode.as_str(),
+            "host_llm": llm_name.is_some(),
+        })
+        .to_string();
+        let config = MemoryConfig {
+            mode,
+            manager_class: "deermem".into(),
+            backend_config,
+            ..MemoryConfig::default()
+        };
+        let engine = Self {
+            key,
+            config,
+            llm_name,
+            hooks: Arc::new(HookSet {
+                callbacks: optional(callbacks),
+                keep_hidden: optional(should_keep_hidden_message),
+                trace_cm: optional(trace_context_manager),
+                extraction: optional(extraction_callback),
+                host_llm,
+            }),
+            attached: RwLock::new(None),
+        };
+        engine.shared(py)?;
+        Ok(engine)
+    }
+
+    /// The configuration key this handle shares an engine by (canonical JSON).
+    #[getter]
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The pid this handle is attached in (`None` when closed).
+    #[getter]
+    fn attached_pid(&self) -> Option<u32> {
+        self.attached.read().as_ref().map(|a| a.pid)
+    }
+
+    /// Queues a conversation turn (`nowait`: the emergency path, processed at once).
+    #[pyo3(signature = (thread_id, messages, agent_name=None, user_id=None, trace_id=None, nowait=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &self,
+        py: Python<'_>,
+        thread_id: &Bound<'_, PyAny>,
+        messages: &Bound<'_, PyAny>,
+        agent_name: Option<&str>,
+        user_id: Option<&str>,
+        trace_id: Option<String>,
+        nowait: bool,
+    ) -> PyResult<()> {
+        let thread_id = thread_id
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err("thread_id must be a string"))?
+            .to_str()?
+            .to_owned();
+        let scope = convert::scope(user_id, agent_name)?;
+        let messages = convert::messages(messages)?;
+        let shared = self.shared(py)?;
+        let request = AddRequest {
+            thread_id,
+            messages,
+            scope,
+            trace_id,
+        };
+        let m = &shared.manager;
+        let result = if nowait {
+            shared.run(py, m.add_nowait(request))
+        } else {
+            shared.run(py, m.add(request))
+        };
+        result.map_err(|e| errors::to_py(py, e))
+    }
+
+    /// The injection text (without the `<memory>` wrapper), or `""`.
+    #[pyo3(signature = (user_id, agent_name=None, thread_id=None))]
+    fn get_context(
+        &self,
+        py: Python<'_>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+        thread_id: Option<String>,
+    ) -> PyResult<String> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        shared
+            .run(
+                py,
+                shared
+                    .manager
+                    .get_context(ContextRequest { scope, thread_id }),
+            )
+            .map_err(|e| errors::to_py(py, e))
+    }
+
+    /// Up to `top_k` facts ranked for `query` (`[]` for a blank query or `top_k <= 0`).
+    #[pyo3(signature = (query, top_k=None, user_id=None, agent_name=None, category=None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: &Bound<'py, PyAny>,
+        top_k: Option<&Bound<'py, PyAny>>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+        category: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let query = query
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err("query must be a string"))?
+            .to_str()?
+            .to_owned();
+        let top_k: i64 = match top_k {
+            None => 5,
+            Some(k) if k.is_instance_of::<pyo3::types::PyBool>() => {
+                return Err(PyTypeError::new_err("top_k must be an integer"));
+            }
+            Some(k) => k
+                .extract()
+                .map_err(|_| PyTypeError::new_err("top_k must be an integer"))?,
+        };
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        if top_k <= 0 || query.trim().is_empty() {
+            return Ok(pyo3::types::PyList::empty(py).into_any());
+        }
+        let request = SearchRequest {
+            query,
+            top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
+            scope,
+            category,
+        };
+        let facts = shared
+            .run(py, shared.manager.search(request))
+            .map_err(|e| errors::to_py(py, e))?;
+        convert::serialize_to_py(py, &facts)
+    }
+
+    /// The memory document of the user and agent bucket.
+    #[pyo3(signature = (user_id=None, agent_name=None))]
+    fn get_memory<'py>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.get_memory(scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// The export document (the same as `get_memory`).
+    #[pyo3(signature = (user_id=None, agent_name=None))]
+    fn export_memory<'py>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.export_memory(scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Re-reads storage (and re-indexes the scope), then returns the document.
+    #[pyo3(signature = (user_id=None, agent_name=None))]
+    fn reload_memory<'py>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.reload_memory(scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Clears memory: everything of the user without an agent, one bucket's facts with one.
+    #[pyo3(signature = (user_id=None, agent_name=None))]
+    fn clear_memory<'py>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.clear_memory(scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Not supported by DeerMem (`NotImplementedError`, as the reference).
+    #[pyo3(signature = (user_id=None, agent_name=None))]
+    fn delete_memory(
+        &self,
+        py: Python<'_>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<()> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        shared
+            .run(py, shared.manager.delete_memory(scope))
+            .map_err(|e| errors::to_py(py, e))
+    }
+
+    /// Replaces the bucket with a memory document (the public camelCase shape).
+    #[pyo3(signature = (memory_data, user_id=None, agent_name=None))]
+    fn import_memory<'py>(
+        &self,
+        py: Python<'py>,
+        memory_data: &Bound<'py, PyAny>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let scope = convert::scope(user_id, agent_name)?;
+        let parsed = import_document(memory_data)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.import_memory(parsed, scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Creates a fact; returns `(document, fact_id)`, the id `None` when the capacity policy
+    /// evicted the new fact at once (nothing stored).
+    #[pyo3(signature = (content, category=None, confidence=None, user_id=None, agent_name=None))]
+    fn create_fact<'py>(
+        &self,
+        py: Python<'py>,
+        content: &Bound<'py, PyAny>,
+        category: Option<&Bound<'py, PyAny>>,
+        confidence: Option<&Bound<'py, PyAny>>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let content = text_arg(content, "content")?
+            .ok_or_else(|| PyTypeError::new_err("content must be a string"))?;
+        let category = match category {
+            Some(c) => text_arg(c, "category")?.unwrap_or_default(),
+            None => String::new(),
+        };
+        let confidence = confidence
+            .map(confidence_arg)
+            .transpose()?
+            .flatten()
+            .unwrap_or(0.5);
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let fact = NewFact {
+            content,
+            category,
+            confidence,
+        };
+        let (doc, id) = shared
+            .run(py, shared.manager.create_fact(fact, scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        let doc = document(py, &doc)?;
+        PyTuple::new(py, [doc, convert::to_py(py, &serde_json::json!(id))?])
+    }
+
+    /// Updates the given fields of a fact (`None` keeps a field).
+    #[pyo3(signature = (fact_id, content=None, category=None, confidence=None, user_id=None, agent_name=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn update_fact<'py>(
+        &self,
+        py: Python<'py>,
+        fact_id: &Bound<'py, PyAny>,
+        content: Option<&Bound<'py, PyAny>>,
+        category: Option<&Bound<'py, PyAny>>,
+        confidence: Option<&Bound<'py, PyAny>>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fact_id = text_arg(fact_id, "fact_id")?
+            .ok_or_else(|| PyTypeError::new_err("fact_id must be a string"))?;
+        let patch = FactPatch {
+            content: content
+                .map(|c| text_arg(c, "content"))
+                .transpose()?
+                .flatten(),
+            category: category
+                .map(|c| text_arg(c, "category"))
+                .transpose()?
+                .flatten(),
+            confidence: confidence.map(confidence_arg).transpose()?.flatten(),
+            expected_revision: None,
+        };
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.update_fact(&fact_id, patch, scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Deletes a fact (`KeyError` when it does not exist).
+    #[pyo3(signature = (fact_id, user_id=None, agent_name=None))]
+    fn delete_fact<'py>(
+        &self,
+        py: Python<'py>,
+        fact_id: &Bound<'py, PyAny>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fact_id = text_arg(fact_id, "fact_id")?
+            .ok_or_else(|| PyTypeError::new_err("fact_id must be a string"))?;
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared
+            .run(py, shared.manager.delete_fact(&fact_id, None, scope))
+            .map_err(|e| errors::to_py(py, e))?;
+        document(py, &doc)
+    }
+
+    /// Drains pending updates within `timeout` seconds (a hard limit); true only when the
+    /// drain finished in time.
+    fn shutdown_flush(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        if timeout.is_nan() {
+            return Err(PyValueError::new_err("timeout must be a number of seconds"));
+        }
+        let budget = Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::MAX);
+        let shared = self.shared(py)?;
+        let m = &shared.manager;
+        Ok(shared.run(py, async {
+            // The engine keeps its own deadline; this bounds the call even if it did not.
+            tokio::time::timeout(budget, m.shutdown_flush(budget))
+                .await
+                .unwrap_or(false)
+        }))
+    }
+
+    /// Warms the token counter: `True` when ready, `False` when warming failed.
+    fn warm(&self, py: Python<'_>) -> PyResult<Option<bool>> {
+        let shared = self.shared(py)?;
+        Ok(shared.run(py, shared.manager.warm()))
+    }
+
+    /// Rebuilds the whole derived search index; false when the rebuild failed.
+    fn warm_retrieval(&self, py: Python<'_>) -> PyResult<bool> {
+        let shared = self.shared(py)?;
+        let Some(deermem) = shared.backend.deermem() else {
+            return Ok(true);
+        };
+        let report = shared.run(py, deermem.warm_retrieval());
+        Ok(!report.fatal)
+    }
+
+    /// Detaches this handle; the engine is closed (its storage and index released) when no
+    /// other handle of the configuration is attached. A later call attaches again.
+    fn close(&self, py: Python<'_>) {
+        let pid = std::process::id();
+        let attached = self.attached.write().take();
+        let Some(a) = attached else {
+            return;
+        };
+        if a.pid != pid {
+            std::mem::forget(a);
+            return;
+        }
+        if a.shared.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
+            a.shared.process.remove(&self.key, &a.shared);
+            let m = &a.shared.manager;
+            a.shared.run(py, m.close());
+        }
+    }
+}
+
+/// A string argument, `None` for `None`; any other type is a `TypeError`.
+fn text_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<String>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err(format!("{name} must be a string")))?;
+    Ok(Some(s.to_str()?.to_owned()))
+}
+
+/// A confidence argument: a real number (`ValueError("confidence")` for anything the engine
+/// would refuse is left to the engine, which owns the range).
+fn confidence_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("confidence must be a number"));
+    }
+    obj.extract::<f64>()
+        .map(Some)
+        .map_err(|_| PyTypeError::new_err("confidence must be a number"))
+}
+
+/// An import document: a mapping whose `user` and `history` are mappings and `facts` a list,
+/// in the public camelCase shape.
+fn import_document(obj: &Bound<'_, PyAny>) -> PyResult<PublicMemoryDocument> {
+    let py = obj.py();
+    let value = match convert::to_value(obj, Strictness::Strict) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return Err(coded(py, "memory_data", "memory_data must be a mapping")),
+        Err(e) => {
+            return Err(coded(
+                py,
+                "memory_data",
+                &format!("memory_data cannot be read: {}", e.value(py)),
+            ));
+        }
+    };
+    for (key, want_object) in [("user", true), ("history", true), ("facts", false)] {
+        let ok = match value.get(key) {
+            None | Some(Value::Null) => true,
+            Some(Value::Object(_)) => want_object,
+            Some(Value::Array(_)) => !want_object,
+            Some(_) => false,
+        };
+        if !ok {
+            let what = if want_object { "a mapping" } else { "a list" };
+            return Err(coded(
+                py,
+                &format!("memory_data.{key}"),
+                &format!("memory_data.{key} must be {what}"),
+            ));
+        }
+    }
+    let mut value = value;
+    // Absent and null sections are the empty defaults.
+    value.retain(|_, v| !v.is_null());
+    let facts = match value.remove("facts") {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    let mut parsed: Vec<deermem_core::PublicFact> = Vec::with_capacity(facts.len());
+    for (i, f) in facts.into_iter().enumerate() {
+        let fact = serde_json::from_value(f).map_err(|e| {
+            coded(
+                py,
+                "memory_data.facts",
+                &format!("memory_data.facts[{i}] is not a fact: {e}"),
+            )
+        })?;
+        parsed.push(fact);
+    }
+    let mut document = serde_json::from_value::<PublicMemoryDocument>(Value::Object(value))
+        .map_err(|e| {
+            coded(
+                py,
+                "memory_data",
+                &format!("memory_data is not a memory document: {e}"),
+            )
+        })?;
+    document.facts = parsed;
+    Ok(document)
+}
+
+/// `ValueError(code)` with a detail, through the same path as the engine's errors.
+fn coded(py: Python<'_>, code: &str, detail: &str) -> PyErr {
+    let message = if detail.starts_with(code) {
+        detail.to_owned()
+    } else {
+        format!("{code}: {detail}")
+    };
+    errors::to_py(
+        py,
+        deermem_core::ManagerError::invalid(deermem_core::InvalidInputCode::MemoryData, message),
+    )
+}

@@ -1,0 +1,245 @@
+//! The `python` step of `cargo xtask ci`: builds the `deermem_rs` wheel from the current
+//! source (`maturin build --release`, one build), installs it into a fresh virtual
+//! environment under `target/deermem-py/`, and runs the package's pytest suite there against
+//! the workspace's `deermem` CLI.
+//!
+//! The tools come from PyPI once per machine: maturin in a cached environment, pytest and
+//! pydantic as wheels in a cached wheelhouse beside it (`$DEERMEM_PYENV_DIR`, else
+//! `~/.cache/deermem/pyenv/deermem-py-tools`), so each run installs offline from there.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Pinned tools: the wheel builder, and the test suite's own requirements.
+const MATURIN: &str = "maturin==1.16.0";
+const TEST_REQUIREMENTS: [&str; 2] = ["pytest==9.2.0", "pydantic==2.14.4"];
+const TOOLS_ENV: &str = "deermem-py-tools";
+
+/// Runs a command, echoing it; `Err` carries what failed.
+fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("    $ {cmd:?}");
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{what} failed ({s})")),
+        Err(e) => Err(format!(
+            "{what}: could not start {:?}: {e}",
+            cmd.get_program()
+        )),
+    }
+}
+
+/// Runs one timed sub-step.
+fn timed<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let started = Instant::now();
+    let out = f();
+    eprintln!(
+        "    [python/{name}] {} in {:.1}s",
+        if out.is_ok() { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    out
+}
+
+/// The interpreter: `$DEERMEM_PYTHON`, else `python3` (CPython 3.10 or newer).
+fn host_python() -> Result<String, String> {
+    let python = std::env::var("DEERMEM_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let out = Command::new(&python)
+        .args(["-c", "import sys; print(sys.version_info >= (3, 10))"])
+        .output()
+        .map_err(|e| format!("{python} could not start ({e}); Python 3.10 or newer is required (set DEERMEM_PYTHON)"))?;
+    if String::from_utf8_lossy(&out.stdout).trim() != "True" {
+        return Err(format!(
+            "{python} is not Python 3.10 or newer (set DEERMEM_PYTHON)"
+        ));
+    }
+    Ok(python)
+}
+
+fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DEERMEM_PYENV_DIR") {
+        return PathBuf::from(dir);
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".cache/deermem/pyenv"),
+        None => std::env::temp_dir().join("deermem-pyenv"),
+    }
+}
+
+/// The cached tools (maturin, and a wheelhouse with the test requirements), created once per
+/// machine under a lock; returns the environment's directory.
+fn tools(python: &str) -> Result<PathBuf, String> {
+    let base = cache_dir();
+    fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+    let dir = base.join(TOOLS_ENV);
+    let marker = dir.join(".deermem-ready");
+    let wanted = format!("{MATURIN}\n{}\n", TEST_REQUIREMENTS.join("\n"));
+    let ready = || fs::read_to_string(&marker).is_ok_and(|m| m == wanted);
+    if ready() {
+        return Ok(dir);
+    }
+    let lock_path = base.join(format!("{TOOLS_ENV}.lock"));
+    let lock = File::create(&lock_path)
+        .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+    if ready() {
+        return Ok(dir);
+    }
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+    }
+    eprintln!("    creating {} (once per machine)", dir.display());
+    run(
+        "creating the tools environment",
+        Command::new(python).arg("-m").arg("venv").arg(&dir),
+    )?;
+    let pip = dir.join("bin/python");
+    run(
+        "installing maturin from PyPI",
+        Command::new(&pip)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(MATURIN),
+    )?;
+    run(
+        "downloading the test requirements from PyPI",
+        Command::new(&pip)
+            .args([
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-w",
+            ])
+            .arg(dir.join("wheelhouse"))
+            .args(TEST_REQUIREMENTS),
+    )?;
+    fs::write(&marker, wanted).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    Ok(dir)
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
+}
+
+/// Builds the wheel from the current source; returns its path.
+fn build_wheel(root: &Path, tools: &Path, python: &str) -> Result<PathBuf, String> {
+    let out = target_dir(root).join("deermem-py/wheels");
+    if out.exists() {
+        fs::remove_dir_all(&out).map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
+    }
+    run(
+        "maturin build --release",
+        Command::new(tools.join("bin/maturin"))
+            .args(["build", "--release", "--locked", "-m"])
+            .arg(root.join("crates/deermem-py/Cargo.toml"))
+            .arg("-o")
+            .arg(&out)
+            .args(["-i", python])
+            .current_dir(root)
+            .env("PYO3_BUILD_EXTENSION_MODULE", "1"),
+    )?;
+    let wheels: Vec<PathBuf> = fs::read_dir(&out)
+        .map_err(|e| format!("cannot read {}: {e}", out.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    match wheels.as_slice() {
+        [one] => Ok(one.clone()),
+        other => Err(format!(
+            "expected one wheel in {}, found {other:?}",
+            out.display()
+        )),
+    }
+}
+
+/// A fresh environment with the wheel and the test requirements (offline, from the
+/// wheelhouse); returns its `python`.
+fn install(root: &Path, tools: &Path, python: &str, wheel: &Path) -> Result<PathBuf, String> {
+    let venv = target_dir(root).join("deermem-py/venv");
+    run(
+        "creating a fresh virtual environment",
+        Command::new(python)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+    )?;
+    let py = venv.join("bin/python");
+    run(
+        "installing the wheel",
+        Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--find-links",
+            ])
+            .arg(tools.join("wheelhouse"))
+            .args(TEST_REQUIREMENTS)
+            .arg(wheel),
+    )?;
+    Ok(py)
+}
+
+/// The step: returns whether it passed.
+pub(crate) fn run_step(root: &Path, cargo: &str) -> bool {
+    let started = Instant::now();
+    let result = (|| -> Result<(), String> {
+        let python = host_python()?;
+        let tools = timed("tools", || tools(&python))?;
+        let wheel = timed("wheel", || build_wheel(root, &tools, &python))?;
+        let venv_python = timed("install", || install(root, &tools, &python, &wheel))?;
+        // The CLI binary exactly as the `test` step builds it (that step's build makes this a
+        // no-op in `ci`; a plain `cargo build` would enable other features and rebuild).
+        timed("cli", || {
+            run(
+                "building the deermem CLI",
+                Command::new(cargo)
+                    .args([
+                        "test",
+                        "--workspace",
+                        "--all-features",
+                        "--locked",
+                        "--no-run",
+                    ])
+                    .current_dir(root),
+            )
+        })?;
+        let cli = target_dir(root).join("debug/deermem");
+        // Run from target/ so the source tree's `deermem_rs` never shadows the installed one.
+        timed("pytest", || {
+            run(
+                "pytest",
+                Command::new(&venv_python)
+                    .args(["-m", "pytest", "-p", "no:cacheprovider", "-q"])
+                    .arg(root.join("crates/deermem-py/python/tests"))
+                    .current_dir(target_dir(root).join("deermem-py"))
+                    .env("DEERMEM_CLI", &cli),
+            )
+        })
+    })();
+    match result {
+        Ok(()) => {
+            eprintln!("<== [python] ok in {:.1}s", started.elapsed().as_secs_f64());
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "<== [python] FAILED after {:.1}s: {e}",
+                started.elapsed().as_secs_f64()
+            );
+            false
+        }
+    }
+}
