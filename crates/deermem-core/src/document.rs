@@ -426,7 +426,7 @@ impl ChangeSet {
     }
 }
 
-/// Preconditions and rebase policy for [`crate::ports::MemoryStorage::apply_changes`].
+/// Preconditions and rebase policy for [`crate::ports::FactRepository::apply_changes`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ApplyOptions {
     /// The shared revision the change was computed from; `None` skips the check.

@@ -166,12 +166,13 @@ pub(crate) fn serialize_to_py<'py, T: serde::Serialize>(
 }
 
 /// The attributes of a LangChain message the engine reads.
-const MESSAGE_ATTRS: [&str; 7] = [
+const MESSAGE_ATTRS: [&str; 8] = [
     "type",
     "content",
     "additional_kwargs",
     "tool_calls",
     "tool_call_id",
+    "status",
     "name",
     "id",
 ];
@@ -274,6 +275,8 @@ pub(crate) fn content_text(content: &Bound<'_, PyAny>) -> PyResult<String> {
         tool_calls: Vec::new(),
         id: None,
         name: None,
+        tool_call_id: None,
+        status: None,
     }
     .text())
 }

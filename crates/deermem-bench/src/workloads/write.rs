@@ -1,7 +1,7 @@
 //! `write_fact` (single-fact creates one after another into one scope),
 //! `write_fact_parallel` (the same spread over several users from as many tasks) and
 //! `write_fact_one_user` (the same from as many tasks into one scope, where the storage's group
-//! commit applies), through `MemoryStorage::upsert_fact` on the file storage with its FTS5
+//! commit applies), through `MemoryStorageExt::upsert_fact` on the file storage with its FTS5
 //! index.
 
 use std::time::{Duration, Instant};
