@@ -1079,9 +1079,11 @@ mod tests {
             "createdAt": "2026-05-01T00:00:00Z",
             "source": "manual",
         })));
-        let mut cfg = DeerMemConfig::default();
-        cfg.staleness_review_enabled = true;
-        cfg.staleness_min_candidates = 1;
+        let cfg = DeerMemConfig {
+            staleness_review_enabled: true,
+            staleness_min_candidates: 1,
+            ..DeerMemConfig::default()
+        };
         let feed = vec![
             Message::human("Actually, I moved to Lisbon last month."),
             Message::ai("Thanks, I will remember that."),
