@@ -1,0 +1,32 @@
+//! Plumbing shared by DeerMem's remote adapters (the Honcho and OpenViking backends and the
+//! OpenAI-compatible model client), written once:
+//!
+//! - [`http`]: the reqwest client every adapter builds, one HTTP exchange with a bounded body
+//!   read and the server's `Retry-After`, path-segment encoding and secret-free error text.
+//! - [`retry`]: bounded retries on `backon`, exponential backoff with jitter, a server's
+//!   `Retry-After` honoured up to a cap, and an injectable [`Sleeper`].
+//! - [`Secret`]: an API key on `secrecy` that never prints and is wiped on drop.
+//! - [`base_url`]: the one base-URL and transport rule (an `http(s)` URL with a host, no
+//!   credentials, query or fragment; a secret over plain `http` only where allowed).
+//! - [`files`]: cursor files (bounded reads, atomic durable writes) and the sequence digest the
+//!   capture cursors share.
+//! - [`KeyedLocks`]: async locks by key, held weakly.
+//! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
+//!
+//! It is adapter support: it depends on no other DeerMem crate, and adapters use it without
+//! depending on each other.
+
+#![deny(missing_docs)]
+
+pub mod base_url;
+pub mod files;
+pub mod http;
+mod locks;
+mod policy;
+pub mod retry;
+mod secret;
+
+pub use locks::KeyedLocks;
+pub use policy::FailurePolicy;
+pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
+pub use secret::{REDACTED, Secret};
