@@ -5,18 +5,12 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use deermem_remote::Secret;
+use deermem_remote::http::{self, ClientOptions, FailureKind, excerpt};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
 use crate::config::HonchoConfig;
-
-/// Everything but RFC 3986 unreserved characters is escaped inside a path segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
 
 /// The largest response body read.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -113,14 +107,7 @@ pub(crate) fn encode_segment(id: &str, what: &'static str) -> Result<String, Hon
     if id.is_empty() || id == "." || id == ".." {
         return Err(HonchoError::InvalidId { what });
     }
-    Ok(utf8_percent_encode(id, SEGMENT).to_string())
-}
-
-fn excerpt(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
+    Ok(http::encode_segment(id))
 }
 
 /// The HTTP client. `Debug` never shows the key.
@@ -129,7 +116,7 @@ pub(crate) struct HonchoClient {
     base_url: String,
     auth: Option<HeaderValue>,
     /// Kept only to scrub it from server messages that might echo it.
-    secret: Option<String>,
+    secret: Option<Secret>,
     timeout: Duration,
 }
 
@@ -146,30 +133,21 @@ impl fmt::Debug for HonchoClient {
 impl HonchoClient {
     /// Builds the client.
     pub(crate) fn new(config: &HonchoConfig) -> Result<Self, String> {
-        let auth = match &config.api_key {
-            Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(
-                    |_| {
-                        "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
-                    },
-                )?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout())
-            .connect_timeout(config.connect_timeout())
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("deermem-rs/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
+        let auth = config.api_key.as_ref().map(Secret::bearer).transpose().map_err(|_| {
+            "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
+        })?;
+        let http = http::client(&ClientOptions {
+            timeout: config.timeout(),
+            connect_timeout: config.connect_timeout(),
+            identify: true,
+            env_proxy: true,
+        })
+        .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
         Ok(Self {
             http,
             base_url: config.base_url.clone(),
             auth,
-            secret: config.api_key.as_ref().map(|k| k.expose().to_owned()),
+            secret: config.api_key.clone(),
             timeout: config.timeout(),
         })
     }
@@ -220,10 +198,9 @@ impl HonchoClient {
     }
 
     fn scrub(&self, e: HonchoError) -> HonchoError {
-        let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) else {
+        let Some(secret) = &self.secret else {
             return e;
         };
-        let clean = |s: String| s.replace(secret, "<redacted>");
         match e {
             HonchoError::Status {
                 path,
@@ -233,16 +210,16 @@ impl HonchoClient {
             } => HonchoError::Status {
                 path,
                 status,
-                detail: clean(detail),
+                detail: secret.scrub(&detail),
                 retry_after,
             },
             HonchoError::InvalidBody { path, message } => HonchoError::InvalidBody {
                 path,
-                message: clean(message),
+                message: secret.scrub(&message),
             },
             HonchoError::Transport { path, message } => HonchoError::Transport {
                 path,
-                message: clean(message),
+                message: secret.scrub(&message),
             },
             other => other,
         }
@@ -253,46 +230,21 @@ impl HonchoClient {
         req: reqwest::RequestBuilder,
         path: &str,
     ) -> Result<(u16, usize, Option<Value>), HonchoError> {
-        let transport = |e: reqwest::Error| {
-            if e.is_timeout() {
-                HonchoError::Timeout {
+        let reply = http::exchange(req, MAX_BODY_BYTES, MAX_BODY_BYTES)
+            .await
+            .map_err(|e| match FailureKind::of(&e) {
+                FailureKind::Timeout => HonchoError::Timeout {
                     path: path.to_owned(),
                     after: self.timeout,
-                }
-            } else {
-                let e = e.without_url();
-                let mut message = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    message.push_str(": ");
-                    message.push_str(&s.to_string());
-                    source = s.source();
-                }
-                HonchoError::Transport {
+                },
+                _ => HonchoError::Transport {
                     path: path.to_owned(),
-                    message,
-                }
-            }
-        };
-        let mut resp = req.send().await.map_err(transport)?;
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .and_then(|s| Duration::try_from_secs_f64(s.min(3600.0)).ok());
-        let mut buf = Vec::new();
-        let mut too_large = false;
-        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if buf.len() + chunk.len() > MAX_BODY_BYTES {
-                too_large = true;
-                break;
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        if !(200..300).contains(&status) {
+                    message: http::error_chain(&e.without_url()),
+                },
+            })?;
+        let status = reply.status.as_u16();
+        let buf = reply.body;
+        if !reply.status.is_success() {
             let text = String::from_utf8_lossy(&buf);
             let detail = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -306,10 +258,10 @@ impl HonchoClient {
                 path: path.to_owned(),
                 status,
                 detail: excerpt(&detail, 300),
-                retry_after,
+                retry_after: reply.retry_after,
             });
         }
-        if too_large {
+        if reply.truncated {
             return Err(HonchoError::InvalidBody {
                 path: path.to_owned(),
                 message: format!("response body exceeds {MAX_BODY_BYTES} bytes"),

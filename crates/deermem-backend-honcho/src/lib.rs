@@ -27,5 +27,5 @@ pub mod fake;
 pub mod identity;
 mod manager;
 
-pub use config::{HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, ReadFailurePolicy, Secret};
+pub use config::{FailurePolicy, HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, Secret};
 pub use manager::{BACKEND_NAME, HonchoManager, from_backend_config};

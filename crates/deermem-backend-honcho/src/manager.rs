@@ -18,13 +18,13 @@ use deermem_core::ports::{
     SearchRequest,
 };
 use deermem_core::{ConfigError, Timestamp, py};
-use rand::Rng;
+use deermem_remote::retry::{self, RetryPolicy};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use crate::capture::{Captured, MAX_BATCH, Side, capture};
 use crate::client::{HonchoClient, HonchoError, encode_segment};
-use crate::config::{HonchoConfig, ReadFailurePolicy};
+use crate::config::HonchoConfig;
 use crate::cursor::{CursorError, CursorState, CursorStore, plan};
 use crate::identity::{Identity, session_id};
 
@@ -34,12 +34,15 @@ pub const BACKEND_NAME: &str = "HonchoMemoryManager";
 /// How many captures may wait for the background task before new ones are dropped (the
 /// cursor makes the next turn resend what a dropped capture held).
 const QUEUE_CAPACITY: usize = 256;
-/// Attempts per write request (first try plus retries) for retryable failures.
-const WRITE_ATTEMPTS: u32 = 3;
-/// The first write retry waits about this long (doubling, with jitter).
-const WRITE_BACKOFF: Duration = Duration::from_millis(200);
-/// The longest server-requested wait a write honours.
-const WRITE_RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
+/// Retries per write request for retryable failures (three attempts in all).
+const WRITE_RETRIES: u32 = 2;
+/// Write retries wait about 200 ms, doubling, with jitter; a server's `Retry-After` is honoured
+/// up to 5 s.
+const WRITE_RETRY: RetryPolicy = RetryPolicy {
+    base_delay: Duration::from_millis(200),
+    max_delay: Duration::from_secs(200),
+    retry_after_cap: Duration::from_secs(5),
+};
 /// `max_conclusions` of the representation request (the reference's value).
 const MAX_CONCLUSIONS: u64 = 25;
 /// Honcho's largest search `limit`.
@@ -198,47 +201,38 @@ impl HonchoManager {
         e: &HonchoError,
         fallback: T,
     ) -> Result<T, ManagerError> {
-        match self.inner.config.read_policy {
-            ReadFailurePolicy::FailOpen => {
-                tracing::warn!(operation, error = %e, "honcho memory recall failed; returning empty (fail_open)");
-                Ok(fallback)
-            }
-            ReadFailurePolicy::FailClosed => {
+        self.inner.config.read_policy.apply(
+            fallback,
+            || tracing::warn!(operation, error = %e, "honcho memory recall failed; returning empty (fail_open)"),
+            || {
                 let message = format!("honcho memory recall failed: {e}");
-                Err(if e.is_timeout() {
+                if e.is_timeout() {
                     ManagerError::Timeout { message }
                 } else {
                     ManagerError::Unavailable { message }
-                })
-            }
-        }
+                }
+            },
+        )
     }
 }
 
 impl Inner {
-    fn backoff(attempt: u32, hint: Option<Duration>) -> Duration {
-        if let Some(h) = hint {
-            return h.min(WRITE_RETRY_AFTER_CAP);
-        }
-        let base = WRITE_BACKOFF.saturating_mul(2u32.saturating_pow(attempt.min(10)));
-        base.mul_f64(rand::rng().random_range(0.5..=1.0))
-    }
-
     /// A write with bounded retries for retryable failures.
     async fn write(&self, segments: &[&str], body: &Value) -> Result<Option<Value>, HonchoError> {
         let mut attempt = 0;
-        loop {
-            match self.client.post(segments, body).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_retryable() && attempt + 1 < WRITE_ATTEMPTS => {
-                    let delay = Self::backoff(attempt, e.retry_after());
-                    tracing::debug!(error = %e, attempt = attempt + 1, delay_ms = millis(delay), "honcho write failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let client = &self.client;
+        retry::retry(
+            WRITE_RETRY,
+            WRITE_RETRIES,
+            retry::tokio_sleeper(),
+            move || client.post(segments, body),
+            |e: &HonchoError| e.is_retryable().then(|| e.retry_after()),
+            |e, delay| {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, delay_ms = millis(delay), "honcho write failed; retrying");
+            },
+        )
+        .await
     }
 
     /// Get-or-creates the peers and the session and adds the peers to the session.
@@ -675,13 +669,13 @@ mod tests {
     #[test]
     fn write_backoff_is_bounded() {
         for attempt in 0..4 {
-            let d = Inner::backoff(attempt, None);
-            assert!(d <= WRITE_BACKOFF * 2u32.pow(attempt));
-            assert!(d >= WRITE_BACKOFF * 2u32.pow(attempt) / 2);
+            let d = WRITE_RETRY.delay(attempt, None);
+            assert!(d <= Duration::from_millis(200) * 2u32.pow(attempt));
+            assert!(d >= Duration::from_millis(200) * 2u32.pow(attempt) / 2);
         }
         assert_eq!(
-            Inner::backoff(0, Some(Duration::from_secs(600))),
-            WRITE_RETRY_AFTER_CAP
+            WRITE_RETRY.delay(0, Some(Duration::from_secs(600))),
+            Duration::from_secs(5)
         );
     }
 }

@@ -104,13 +104,16 @@ pub fn check(raw: &str, rule: TransportRule<'_>) -> Result<Checked, BaseUrlError
     if url.query().is_some() || url.fragment().is_some() {
         return Err(BaseUrlError::QueryOrFragment);
     }
-    let exposed = scheme == "http"
-        && rule.sends_secret
-        && !rule.trusted_http_hosts.contains(&host.as_str());
+    let exposed =
+        scheme == "http" && rule.sends_secret && !rule.trusted_http_hosts.contains(&host.as_str());
     if exposed && !rule.allow_insecure_http {
         return Err(BaseUrlError::InsecureHttp {
             host,
-            trusted: rule.trusted_http_hosts.iter().map(|h| (*h).to_owned()).collect(),
+            trusted: rule
+                .trusted_http_hosts
+                .iter()
+                .map(|h| (*h).to_owned())
+                .collect(),
         });
     }
     Ok(Checked {

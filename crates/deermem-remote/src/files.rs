@@ -148,7 +148,10 @@ mod tests {
         let names: Vec<_> = fs::read_dir(files.dir()).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary left behind");
         fs::write(files.path("big.json"), b"123456789").unwrap();
-        assert!(matches!(files.read("big.json"), Err(ReadError::TooLarge(8))));
+        assert!(matches!(
+            files.read("big.json"),
+            Err(ReadError::TooLarge(8))
+        ));
         fs::create_dir(files.path("dir.json")).unwrap();
         assert!(matches!(files.read("dir.json"), Err(ReadError::NotAFile)));
         // Writing over a directory fails and leaves no temporary.

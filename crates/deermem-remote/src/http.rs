@@ -175,11 +175,17 @@ mod tests {
     #[test]
     fn parses_retry_after_seconds_only() {
         assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after(" 1.5 "), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_retry_after(" 1.5 "),
+            Some(Duration::from_millis(1500))
+        );
         assert_eq!(parse_retry_after("-1"), None);
         assert_eq!(parse_retry_after("NaN"), None);
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse_retry_after("1e300"), Some(Duration::from_secs(86_400)));
+        assert_eq!(
+            parse_retry_after("1e300"),
+            Some(Duration::from_secs(86_400))
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! waiting for them.
 
 use std::fmt::Debug;
+use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -86,32 +87,39 @@ pub fn tokio_sleeper() -> Arc<dyn Sleeper> {
 /// retryable one, `hint` being the server's `Retry-After`. `notify` sees each retried error and
 /// the delay before the next attempt.
 ///
+/// The future is boxed (and `Send`), so callers' futures stay `Send` whatever they borrow.
+///
 /// # Errors
 /// The last error.
-pub async fn retry<T, E, Fut>(
+pub fn retry<'a, T, E, Fut>(
     policy: RetryPolicy,
     retries: u32,
     sleeper: Arc<dyn Sleeper>,
-    op: impl FnMut() -> Fut,
-    classify: impl Fn(&E) -> Option<Option<Duration>>,
-    notify: impl FnMut(&E, Duration),
-) -> Result<T, E>
+    op: impl FnMut() -> Fut + Send + 'a,
+    classify: impl Fn(&E) -> Option<Option<Duration>> + Send + Sync + 'a,
+    notify: impl FnMut(&E, Duration) + Send + 'a,
+) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>
 where
-    Fut: Future<Output = Result<T, E>>,
+    Fut: Future<Output = Result<T, E>> + Send + 'a,
+    T: Send + 'a,
+    E: Send + 'a,
 {
     let backoff = (0..retries).map(move |n| policy.delay(n, None));
-    op.retry(backoff)
-        .sleep(move |d| {
-            let sleeper = Arc::clone(&sleeper);
-            async move { sleeper.sleep(d).await }
-        })
-        .when(|e| classify(e).is_some())
-        .adjust(|e, backoff| {
-            let hint = classify(e).flatten();
-            backoff.map(|d| hint.map_or(d, |h| h.min(policy.retry_after_cap)))
-        })
-        .notify(notify)
-        .await
+    let classify = Arc::new(classify);
+    let when = Arc::clone(&classify);
+    Box::pin(
+        op.retry(backoff)
+            .sleep(move |d| {
+                let sleeper = Arc::clone(&sleeper);
+                async move { sleeper.sleep(d).await }
+            })
+            .when(move |e| when(e).is_some())
+            .adjust(move |e, backoff| {
+                let hint = classify(e).flatten();
+                backoff.map(|d| hint.map_or(d, |h| h.min(policy.retry_after_cap)))
+            })
+            .notify(notify),
+    )
 }
 
 #[cfg(test)]
@@ -133,8 +141,14 @@ mod tests {
     #[test]
     fn retry_after_is_honoured_and_capped() {
         let p = RetryPolicy::default();
-        assert_eq!(p.delay(0, Some(Duration::from_secs(3))), Duration::from_secs(3));
-        assert_eq!(p.delay(4, Some(Duration::from_secs(3600))), Duration::from_secs(30));
+        assert_eq!(
+            p.delay(0, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            p.delay(4, Some(Duration::from_secs(3600))),
+            Duration::from_secs(30)
+        );
     }
 
     #[test]
@@ -156,7 +170,10 @@ mod tests {
 
     /// Fails with the scripted errors (`Some(hint)` retryable, `None` final), then succeeds;
     /// the error is the attempt's number.
-    async fn run(script: Vec<Option<Option<Duration>>>, retries: u32) -> (Result<u32, u32>, Vec<Duration>, u32) {
+    async fn run(
+        script: Vec<Option<Option<Duration>>>,
+        retries: u32,
+    ) -> (Result<u32, u32>, Vec<Duration>, u32) {
         let rec = Arc::new(Recorder::default());
         let calls = Mutex::new(0u32);
         let mut notified = 0;

@@ -78,9 +78,15 @@ mod tests {
     #[test]
     fn never_prints_and_scrubs() {
         let s = Secret::new("sk-very-secret");
-        assert_eq!(format!("{s} {s:?} {:?}", Some(&s)), "<redacted> <redacted> Some(<redacted>)");
+        assert_eq!(
+            format!("{s} {s:?} {:?}", Some(&s)),
+            "<redacted> <redacted> Some(<redacted>)"
+        );
         assert_eq!(s.expose(), "sk-very-secret");
-        assert_eq!(s.scrub("key sk-very-secret echoed"), "key <redacted> echoed");
+        assert_eq!(
+            s.scrub("key sk-very-secret echoed"),
+            "key <redacted> echoed"
+        );
         assert_eq!(Secret::new("").scrub("as is"), "as is");
         assert_eq!(s, Secret::new("sk-very-secret"));
         assert_ne!(s, Secret::new("other"));
