@@ -12,7 +12,7 @@
 //! - [`scope`]: owner rule, actor peer, session id, target URIs.
 //! - [`client`]: the typed HTTP client and its error model.
 //! - [`convert`]: message filtering, conversion and hashing.
-//! - [`cursor`]: the capture cursor files and session locks.
+//! - [`cursor`]: the capture cursor files.
 //! - [`recall`]: hit selection and formatting.
 //! - [`manager`]: [`OpenVikingManager`], the `MemoryManager` implementation.
 //! - `fake` (Cargo feature `fake-server`): a strict fake OpenViking server on 127.0.0.1 for
@@ -35,8 +35,7 @@ pub mod scope;
 pub mod testserver;
 
 pub use config::{
-    ApiKey, ContentMode, OpenVikingConfig, ReadFailurePolicy, RetrievalConfig, StartupPolicy,
-    WriteFailurePolicy,
+    ApiKey, ContentMode, FailurePolicy, OpenVikingConfig, RetrievalConfig, StartupPolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

@@ -20,9 +20,11 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
-use crate::config::{OpenVikingConfig, ReadFailurePolicy, StartupPolicy, WriteFailurePolicy};
+use deermem_remote::{FailurePolicy, KeyedLocks};
+
+use crate::config::{OpenVikingConfig, StartupPolicy};
 use crate::convert::{self, HiddenMessageFilter};
-use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch, SessionLocks};
+use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch};
 use crate::recall::{self, RecalledMemory};
 use crate::scope;
 
@@ -167,7 +169,7 @@ struct Inner {
     mode: MemoryMode,
     client: OpenVikingClient,
     cursors: CursorStore,
-    locks: SessionLocks,
+    locks: KeyedLocks,
     keep_hidden: parking_lot::RwLock<HiddenMessageFilter>,
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
@@ -274,7 +276,7 @@ impl OpenVikingManager {
                 warnings,
                 mode,
                 client,
-                locks: SessionLocks::default(),
+                locks: KeyedLocks::default(),
                 keep_hidden: parking_lot::RwLock::new(Arc::new(
                     convert::is_human_clarification_response,
                 )),
@@ -618,7 +620,7 @@ impl Inner {
                     "OpenViking capture failed"
                 );
                 if failure.always_raise
-                    || self.config.write_failure_policy == WriteFailurePolicy::Raise
+                    || self.config.write_failure_policy == FailurePolicy::FailClosed
                 {
                     Err(failure.error)
                 } else {
@@ -936,13 +938,11 @@ impl Inner {
     ) -> Result<T, ManagerError> {
         let error = e.to_manager_error(&format!("OpenViking {op} failed"));
         self.note_failure(op, error.to_string());
-        match self.config.read_failure_policy {
-            ReadFailurePolicy::Raise => Err(error),
-            ReadFailurePolicy::FailOpen => {
-                tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)");
-                Ok(fallback)
-            }
-        }
+        self.config.read_failure_policy.apply(
+            fallback,
+            || tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)"),
+            || error,
+        )
     }
 }
 
