@@ -18,8 +18,7 @@
 mod client;
 #[cfg(feature = "fake-server")]
 pub mod fake;
-mod retry;
 mod wire;
 
 pub use client::{DEFAULT_BASE_URL, OpenAiChatModel};
-pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
+pub use deermem_remote::{RetryPolicy, Sleeper, TokioSleeper};
