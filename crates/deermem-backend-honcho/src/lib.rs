@@ -22,8 +22,12 @@ mod capture;
 mod client;
 pub mod config;
 mod cursor;
+/// A strict fake Honcho v3 server on 127.0.0.1 for tests (feature `fake-server`; it lives in
+/// the testkit, `deermem_testkit::http::honcho`).
 #[cfg(feature = "fake-server")]
-pub mod fake;
+pub mod fake {
+    pub use deermem_testkit::http::honcho::*;
+}
 pub mod identity;
 mod manager;
 
