@@ -15,16 +15,22 @@ use crate::config::HonchoConfig;
 /// The largest response body read.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// A failed Honcho call.
-#[derive(Debug, Clone)]
+/// A failed Honcho call. Server text in it has the key scrubbed.
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum HonchoError {
     /// An id cannot be used as a path segment (empty, `.` or `..`).
+    #[error(
+        "Honcho request refused: the {what} id cannot be used in a URL path (empty, '.' or '..')"
+    )]
     InvalidId { what: &'static str },
     /// The request timed out.
+    #[error("Honcho request failed: POST {path}: timed out after {after:?}")]
     Timeout { path: String, after: Duration },
     /// Connecting or reading failed.
+    #[error("Honcho request failed: POST {path}: {message}")]
     Transport { path: String, message: String },
     /// A non-2xx status.
+    #[error("Honcho request failed: POST {path}: HTTP {status}: {detail}")]
     Status {
         path: String,
         status: u16,
@@ -32,42 +38,8 @@ pub(crate) enum HonchoError {
         retry_after: Option<Duration>,
     },
     /// A 2xx body that is not JSON (or too large).
+    #[error("Honcho returned an invalid response for POST {path}: {message}")]
     InvalidBody { path: String, message: String },
-}
-
-impl fmt::Display for HonchoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidId { what } => write!(
-                f,
-                "Honcho request refused: the {what} id cannot be used in a URL path (empty, '.' or '..')"
-            ),
-            Self::Timeout { path, after } => {
-                write!(
-                    f,
-                    "Honcho request failed: POST {path}: timed out after {after:?}"
-                )
-            }
-            Self::Transport { path, message } => {
-                write!(f, "Honcho request failed: POST {path}: {message}")
-            }
-            Self::Status {
-                path,
-                status,
-                detail,
-                ..
-            } => write!(
-                f,
-                "Honcho request failed: POST {path}: HTTP {status}: {detail}"
-            ),
-            Self::InvalidBody { path, message } => {
-                write!(
-                    f,
-                    "Honcho returned an invalid response for POST {path}: {message}"
-                )
-            }
-        }
-    }
 }
 
 impl HonchoError {
@@ -174,7 +146,7 @@ impl HonchoClient {
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
-        let result = self.exchange(req, &path).await.map_err(|e| self.scrub(e));
+        let result = self.exchange(req, &path).await;
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match &result {
             Ok((status, bytes, _)) => tracing::debug!(
@@ -197,32 +169,11 @@ impl HonchoClient {
         result.map(|(_, _, v)| v)
     }
 
-    fn scrub(&self, e: HonchoError) -> HonchoError {
-        let Some(secret) = &self.secret else {
-            return e;
-        };
-        match e {
-            HonchoError::Status {
-                path,
-                status,
-                detail,
-                retry_after,
-            } => HonchoError::Status {
-                path,
-                status,
-                detail: secret.scrub(&detail),
-                retry_after,
-            },
-            HonchoError::InvalidBody { path, message } => HonchoError::InvalidBody {
-                path,
-                message: secret.scrub(&message),
-            },
-            HonchoError::Transport { path, message } => HonchoError::Transport {
-                path,
-                message: secret.scrub(&message),
-            },
-            other => other,
-        }
+    /// `text` without the key.
+    fn scrub(&self, text: &str) -> String {
+        self.secret
+            .as_ref()
+            .map_or_else(|| text.to_owned(), |k| k.scrub(text))
     }
 
     async fn exchange(
@@ -239,7 +190,7 @@ impl HonchoClient {
                 },
                 _ => HonchoError::Transport {
                     path: path.to_owned(),
-                    message: http::error_chain(&e.without_url()),
+                    message: self.scrub(&http::error_chain(&e.without_url())),
                 },
             })?;
         let status = reply.status.as_u16();
@@ -257,7 +208,7 @@ impl HonchoClient {
             return Err(HonchoError::Status {
                 path: path.to_owned(),
                 status,
-                detail: excerpt(&detail, 300),
+                detail: self.scrub(&excerpt(&detail, 300)),
                 retry_after: reply.retry_after,
             });
         }
@@ -274,10 +225,10 @@ impl HonchoClient {
             .map(|v| (status, buf.len(), Some(v)))
             .map_err(|e| HonchoError::InvalidBody {
                 path: path.to_owned(),
-                message: format!(
+                message: self.scrub(&format!(
                     "non-JSON response ({e}): {}",
                     excerpt(&String::from_utf8_lossy(&buf), 120)
-                ),
+                )),
             })
     }
 }

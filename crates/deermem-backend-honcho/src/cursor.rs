@@ -115,30 +115,20 @@ pub(crate) fn plan(state: &CursorState, sigs: &[String]) -> Plan {
 }
 
 /// A cursor that cannot be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum CursorError {
     /// The file exists but is not a valid cursor for this session.
+    #[error(
+        "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
+        path.display()
+    )]
     Corrupt { path: PathBuf, reason: String },
     /// Reading or writing failed.
+    #[error("Honcho capture cursor {}: {error}", path.display())]
     Io {
         path: PathBuf,
         error: std::io::Error,
     },
-}
-
-impl std::fmt::Display for CursorError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Corrupt { path, reason } => write!(
-                f,
-                "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
-                path.display()
-            ),
-            Self::Io { path, error } => {
-                write!(f, "Honcho capture cursor {}: {error}", path.display())
-            }
-        }
-    }
 }
 
 /// Cursor files under one directory, one per (workspace, session), named by a hash so that

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ use deermem_core::ports::{
 };
 use deermem_core::{ConfigError, Timestamp, py};
 use deermem_remote::retry::{self, RetryPolicy};
+use deermem_remote::{InFlight, InFlightGuard};
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use crate::capture::{Captured, MAX_BATCH, Side, capture};
 use crate::client::{HonchoClient, HonchoError, encode_segment};
@@ -55,6 +56,8 @@ struct Job {
     session: String,
     captured: Vec<Captured>,
     trace_id: Option<String>,
+    /// Counts the capture as pending until it is processed or dropped.
+    _pending: InFlightGuard,
 }
 
 /// State shared with the background task.
@@ -64,9 +67,7 @@ struct Inner {
     cursors: CursorStore,
     clock: Arc<dyn Clock>,
     /// Captures queued or being processed.
-    pending: AtomicUsize,
-    /// Signalled whenever a capture finishes.
-    idle: Notify,
+    pending: Arc<InFlight>,
 }
 
 /// The Honcho memory backend (`manager_class: honcho`).
@@ -87,7 +88,7 @@ impl fmt::Debug for HonchoManager {
             .field("client", &self.inner.client)
             .field("mode", &self.mode)
             .field("storage_root", &self.storage_root)
-            .field("pending", &self.inner.pending.load(Ordering::SeqCst))
+            .field("pending", &self.inner.pending.count())
             .finish_non_exhaustive()
     }
 }
@@ -149,8 +150,7 @@ impl HonchoManager {
                 config,
                 client,
                 clock,
-                pending: AtomicUsize::new(0),
-                idle: Notify::new(),
+                pending: Arc::default(),
             }),
             mode,
             storage_root,
@@ -171,7 +171,7 @@ impl HonchoManager {
 
     /// Captures queued or in flight.
     pub fn pending_captures(&self) -> usize {
-        self.inner.pending.load(Ordering::SeqCst)
+        self.inner.pending.count()
     }
 
     fn identity(&self, scope: &MemoryScope) -> Option<Identity> {
@@ -287,6 +287,7 @@ impl Inner {
             session,
             captured,
             trace_id,
+            _pending,
         } = job;
         let trace = trace_id.as_deref().unwrap_or("");
         let mut state = match self.load_cursor(&identity.workspace, &session).await {
@@ -419,8 +420,6 @@ impl Inner {
 async fn run_worker(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
     while let Some(job) = rx.recv().await {
         inner.process(job).await;
-        inner.pending.fetch_sub(1, Ordering::SeqCst);
-        inner.idle.notify_waiters();
     }
 }
 
@@ -507,6 +506,7 @@ impl MemoryManager for HonchoManager {
             session: session_id(&request.thread_id),
             captured,
             trace_id: request.trace_id,
+            _pending: self.inner.pending.enter(),
         };
         let tx = match self.sender() {
             Ok(tx) => tx,
@@ -515,10 +515,7 @@ impl MemoryManager for HonchoManager {
                 return Ok(());
             }
         };
-        self.inner.pending.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = tx.try_send(job) {
-            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
-            self.inner.idle.notify_waiters();
             let reason = match e {
                 mpsc::error::TrySendError::Full(_) => "queue full",
                 mpsc::error::TrySendError::Closed(_) => "worker stopped",
@@ -594,29 +591,15 @@ impl MemoryManager for HonchoManager {
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
-        let now = tokio::time::Instant::now();
-        let deadline = now
-            .checked_add(timeout)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
-        loop {
-            let notified = self.inner.idle.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            if self.inner.pending.load(Ordering::SeqCst) == 0 {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let drained = self.inner.pending.load(Ordering::SeqCst) == 0;
-                if !drained {
-                    tracing::warn!(
-                        pending = self.inner.pending.load(Ordering::SeqCst),
-                        timeout_ms = millis(timeout),
-                        "honcho shutdown flush timed out"
-                    );
-                }
-                return drained;
-            }
+        if self.inner.pending.wait_idle(timeout).await {
+            return true;
         }
+        tracing::warn!(
+            pending = self.inner.pending.count(),
+            timeout_ms = millis(timeout),
+            "honcho shutdown flush timed out"
+        );
+        false
     }
 
     async fn close(&self) {

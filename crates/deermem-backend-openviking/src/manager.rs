@@ -17,10 +17,10 @@ use deermem_core::{
     ConfigError, InvalidInputCode, ManagerError, MemoryMode, Message, PublicFact, Timestamp,
 };
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
-use deermem_remote::{FailurePolicy, KeyedLocks};
+use deermem_remote::{FailurePolicy, InFlight, InFlightGuard, KeyedLocks};
 
 use crate::config::{OpenVikingConfig, StartupPolicy};
 use crate::convert::{self, HiddenMessageFilter};
@@ -69,40 +69,6 @@ pub struct CaptureReport {
     pub committed: bool,
 }
 
-/// Counts queued and running operations; shutdown waits for zero.
-#[derive(Debug)]
-struct ActiveCounter {
-    tx: watch::Sender<usize>,
-}
-
-impl ActiveCounter {
-    fn enter(self: &Arc<Self>) -> OpGuard {
-        self.tx.send_modify(|n| *n += 1);
-        OpGuard {
-            counter: Arc::clone(self),
-        }
-    }
-
-    async fn wait_idle(&self, timeout: Duration) -> bool {
-        let mut rx = self.tx.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-}
-
-/// One active operation; dropping it ends the operation.
-#[derive(Debug)]
-struct OpGuard {
-    counter: Arc<ActiveCounter>,
-}
-
-impl Drop for OpGuard {
-    fn drop(&mut self) {
-        self.counter.tx.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
 /// A queued capture.
 #[derive(Debug)]
 struct Job {
@@ -110,7 +76,7 @@ struct Job {
     peer: String,
     messages: Vec<Message>,
     trace_id: Option<String>,
-    _guard: OpGuard,
+    _guard: InFlightGuard,
 }
 
 /// A capture failure, and whether the write policy may swallow it.
@@ -173,7 +139,7 @@ struct Inner {
     keep_hidden: parking_lot::RwLock<HiddenMessageFilter>,
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
-    active: Arc<ActiveCounter>,
+    active: Arc<InFlight>,
     queue: parking_lot::Mutex<QueueState>,
     deferred_error: parking_lot::Mutex<Option<ManagerError>>,
     stats: parking_lot::Mutex<CaptureStats>,
@@ -268,7 +234,6 @@ impl OpenVikingManager {
         let client =
             OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
         let root = storage_root;
-        let (tx, _rx) = watch::channel(0usize);
         Ok(Self {
             inner: Arc::new(Inner {
                 cursors: CursorStore::new(&root),
@@ -282,7 +247,7 @@ impl OpenVikingManager {
                 )),
                 clock,
                 closed: AtomicBool::new(false),
-                active: Arc::new(ActiveCounter { tx }),
+                active: Arc::default(),
                 queue: parking_lot::Mutex::new(QueueState {
                     capacity: DEFAULT_QUEUE_CAPACITY,
                     ..QueueState::default()
@@ -332,7 +297,7 @@ impl OpenVikingManager {
     /// Capture counters.
     pub fn stats(&self) -> CaptureStats {
         let mut s = self.inner.stats.lock().clone();
-        s.in_flight = *self.inner.active.tx.borrow();
+        s.in_flight = self.inner.active.count();
         s
     }
 
@@ -1073,7 +1038,7 @@ impl MemoryManager for OpenVikingManager {
         self.close_queue();
         if !self.inner.active.wait_idle(timeout).await {
             tracing::warn!(
-                in_flight = *self.inner.active.tx.borrow(),
+                in_flight = self.inner.active.count(),
                 "OpenViking shutdown flush timed out; captures still running"
             );
             return false;

@@ -11,6 +11,7 @@
 //! - [`files`]: cursor files (bounded reads, atomic durable writes) and the sequence digest the
 //!   capture cursors share.
 //! - [`KeyedLocks`]: async locks by key, held weakly.
+//! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
 //! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
 //!
 //! It is adapter support: it depends on no other DeerMem crate, and adapters use it without
@@ -21,11 +22,13 @@
 pub mod base_url;
 pub mod files;
 pub mod http;
+mod in_flight;
 mod locks;
 mod policy;
 pub mod retry;
 mod secret;
 
+pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;
 pub use policy::FailurePolicy;
 pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
