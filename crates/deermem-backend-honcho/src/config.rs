@@ -335,7 +335,7 @@ impl HonchoConfig {
             Err(e @ BaseUrlError::InsecureHttp { .. }) => {
                 Err(ConfigError::new(key("api_key"), e.to_string()))
             }
-            Err(BaseUrlError::Invalid { .. } | BaseUrlError::Scheme(_)) => Err(ConfigError::new(
+            Err(BaseUrlError::Invalid(_) | BaseUrlError::Scheme(_)) => Err(ConfigError::new(
                 key("base_url"),
                 format!(
                     "must be an http:// or https:// URL (got {:?})",

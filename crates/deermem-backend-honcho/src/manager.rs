@@ -19,7 +19,7 @@ use deermem_core::ports::{
 };
 use deermem_core::{ConfigError, Timestamp, py};
 use deermem_remote::retry::{self, RetryPolicy};
-use deermem_remote::{InFlight, InFlightGuard};
+use deermem_remote::{InFlight, InFlightGuard, RemoteHit, remote_fact};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -430,12 +430,10 @@ fn search_hit(item: &Map<String, Value>, category: &str) -> PublicFact {
         Some(other) => py::py_str(other).unwrap_or_else(|| other.to_string()),
     };
     let session = text("session_id");
-    PublicFact {
+    remote_fact(RemoteHit {
         id: text("id"),
         content: text("content"),
         category: category.to_owned(),
-        category_extension: None,
-        topics: None,
         confidence: 0.5,
         created_at: text("created_at"),
         source: if session.is_empty() {
@@ -443,19 +441,7 @@ fn search_hit(item: &Map<String, Value>, category: &str) -> PublicFact {
         } else {
             session
         },
-        source_error: None,
-        schema_version: None,
-        status: None,
-        scope: None,
-        revision: None,
-        updated_at: None,
-        consolidated_at: None,
-        consolidated_from: None,
-        title: None,
-        expected_valid_days: None,
-        last_confirmed_at: None,
-        confirmation_count: None,
-    }
+    })
 }
 
 #[async_trait]

@@ -558,7 +558,7 @@ fn check_base_url(
     };
     let checked =
         base_url::check(base_url, rule).map_err(|e| key_err("base_url", e.to_string()))?;
-    Ok(checked.insecure_host.map(|host| format!(
+    Ok(checked.map(|host| format!(
         "{PREFIX}.base_url uses plain http to {host}: the OpenViking API key travels unencrypted (allow_insecure_http is set)"
     )))
 }

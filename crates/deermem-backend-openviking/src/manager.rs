@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
-use deermem_remote::{FailurePolicy, InFlight, InFlightGuard, KeyedLocks};
+use deermem_remote::{FailurePolicy, InFlight, InFlightGuard, KeyedLocks, RemoteHit, remote_fact};
 
 use crate::config::{OpenVikingConfig, StartupPolicy};
 use crate::convert::{self, HiddenMessageFilter};
@@ -1071,26 +1071,12 @@ impl MemoryManager for OpenVikingManager {
 }
 
 fn to_public_fact(m: RecalledMemory) -> PublicFact {
-    PublicFact {
+    remote_fact(RemoteHit {
         id: m.uri.clone(),
         content: m.content,
         category: m.category.unwrap_or_else(|| "memory".to_owned()),
-        category_extension: None,
-        topics: None,
         confidence: m.score.unwrap_or(0.0),
         created_at: String::new(),
         source: m.uri,
-        source_error: None,
-        schema_version: None,
-        status: None,
-        scope: None,
-        revision: None,
-        updated_at: None,
-        consolidated_at: None,
-        consolidated_from: None,
-        title: None,
-        expected_valid_days: None,
-        last_confirmed_at: None,
-        confirmation_count: None,
-    }
+    })
 }

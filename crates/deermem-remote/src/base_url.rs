@@ -2,8 +2,6 @@
 //! `https` URL with a host, embeds no credentials and has no query or fragment; a secret may
 //! travel over plain `http` only to a trusted host, or with the `allow_insecure_http` opt-in.
 
-use std::fmt;
-
 use url::Url;
 
 /// How a base URL is checked.
@@ -18,24 +16,28 @@ pub struct TransportRule<'a> {
 }
 
 /// A base URL the rule refuses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BaseUrlError {
-    /// Not a URL at all.
-    Invalid {
-        /// The URL as given (cut to 80 characters).
-        url: String,
-        /// The parser's reason.
-        reason: String,
-    },
+    /// Not a URL at all (the message holds the URL, cut to 80 characters, and the reason).
+    #[error("must be an http(s) URL with a host (got {0})")]
+    Invalid(String),
     /// A scheme other than `http` and `https`.
+    #[error("must use http or https (got scheme {0:?})")]
     Scheme(String),
     /// No host.
+    #[error("must include a host")]
     NoHost,
     /// A user name or password in the URL.
+    #[error("must not embed credentials; the key has its own setting and is never part of the URL")]
     Credentials,
     /// A query string or fragment.
+    #[error("must not have a query string or fragment")]
     QueryOrFragment,
     /// A secret would cross plain `http` to an untrusted host without the opt-in.
+    #[error(
+        "a key over plain http to {host} travels in clear text{}; use https or set allow_insecure_http: true",
+        if .trusted.is_empty() { String::new() } else { format!(" (plain http is only allowed for {})", .trusted.join(", ")) }
+    )]
     InsecureHttp {
         /// The host.
         host: String,
@@ -44,51 +46,17 @@ pub enum BaseUrlError {
     },
 }
 
-impl fmt::Display for BaseUrlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Invalid { url, reason } => {
-                write!(f, "must be an http(s) URL with a host (got {url:?}: {reason})")
-            }
-            Self::Scheme(s) => write!(f, "must use http or https (got scheme {s:?})"),
-            Self::NoHost => f.write_str("must include a host"),
-            Self::Credentials => f.write_str(
-                "must not embed credentials; the key has its own setting and is never part of the URL",
-            ),
-            Self::QueryOrFragment => f.write_str("must not have a query string or fragment"),
-            Self::InsecureHttp { host, trusted } if trusted.is_empty() => write!(
-                f,
-                "the key over plain http:// to {host} would be sent in clear text; use https:// or set allow_insecure_http: true"
-            ),
-            Self::InsecureHttp { host, trusted } => write!(
-                f,
-                "plain http is only allowed for {} (got host {host}); use https or set allow_insecure_http: true",
-                trusted.join(", ")
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BaseUrlError {}
-
-/// What a base URL that passed the rule needs the caller to know.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Checked {
-    /// The parsed URL.
-    pub url: Url,
-    /// `Some(host)` when a secret crosses plain `http` to an untrusted host because the opt-in
-    /// is set (worth a warning).
-    pub insecure_host: Option<String>,
-}
-
-/// Checks `raw` against `rule`.
+/// Checks `raw` against `rule`. Returns `Some(host)` when a secret crosses plain `http` to an
+/// untrusted host because the opt-in is set (worth a warning).
 ///
 /// # Errors
 /// A [`BaseUrlError`] saying which part of the rule failed.
-pub fn check(raw: &str, rule: TransportRule<'_>) -> Result<Checked, BaseUrlError> {
-    let url = Url::parse(raw).map_err(|e| BaseUrlError::Invalid {
-        url: raw.chars().take(80).collect(),
-        reason: e.to_string(),
+pub fn check(raw: &str, rule: TransportRule<'_>) -> Result<Option<String>, BaseUrlError> {
+    let url = Url::parse(raw).map_err(|e| {
+        BaseUrlError::Invalid(format!(
+            "{:?}: {e}",
+            raw.chars().take(80).collect::<String>()
+        ))
     })?;
     let scheme = url.scheme();
     if scheme != "http" && scheme != "https" {
@@ -116,10 +84,7 @@ pub fn check(raw: &str, rule: TransportRule<'_>) -> Result<Checked, BaseUrlError
                 .collect(),
         });
     }
-    Ok(Checked {
-        url,
-        insecure_host: exposed.then_some(host),
-    })
+    Ok(exposed.then_some(host))
 }
 
 #[cfg(test)]
@@ -138,12 +103,13 @@ mod tests {
 
     #[test]
     fn shape_of_the_url() {
-        let ok = check("https://h.example/pfx", rule(false, true, &[])).unwrap();
-        assert_eq!(ok.url.path(), "/pfx");
-        assert_eq!(ok.insecure_host, None);
+        assert_eq!(
+            check("https://h.example/pfx", rule(false, true, &[])),
+            Ok(None)
+        );
         let err = |raw: &str| check(raw, rule(true, false, &[])).unwrap_err();
         assert!(matches!(err("localhost:8000"), BaseUrlError::Scheme(s) if s == "localhost"));
-        assert!(matches!(err("not a url"), BaseUrlError::Invalid { .. }));
+        assert!(matches!(err("not a url"), BaseUrlError::Invalid(_)));
         assert!(matches!(err("ftp://h"), BaseUrlError::Scheme(_)));
         assert_eq!(err("https://u:p@h"), BaseUrlError::Credentials);
         assert_eq!(err("https://u@h"), BaseUrlError::Credentials);
@@ -159,11 +125,15 @@ mod tests {
         let e = check("HTTP://H", rule(false, true, &[])).unwrap_err();
         assert!(matches!(&e, BaseUrlError::InsecureHttp { host, .. } if host == "h"));
         assert!(e.to_string().contains("allow_insecure_http"));
-        let ok = check("http://h", rule(true, true, &[])).unwrap();
-        assert_eq!(ok.insecure_host.as_deref(), Some("h"));
+        assert_eq!(
+            check("http://h", rule(true, true, &[])),
+            Ok(Some("h".to_owned()))
+        );
         // Trusted hosts need no opt-in.
-        let ok = check("http://LOCALHOST:1933", rule(false, true, LOOPBACK)).unwrap();
-        assert_eq!(ok.insecure_host, None);
+        assert_eq!(
+            check("http://LOCALHOST:1933", rule(false, true, LOOPBACK)),
+            Ok(None)
+        );
         let e = check("http://10.0.0.1", rule(false, true, LOOPBACK)).unwrap_err();
         assert!(e.to_string().contains("127.0.0.1, localhost"), "{e}");
         // https never needs it.

@@ -21,27 +21,18 @@ pub fn seq_digest<S: AsRef<str>>(items: &[S]) -> String {
 }
 
 /// A cursor file that cannot be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// Something other than a regular file is at the path.
+    #[error("not a regular file")]
     NotAFile,
     /// The file is larger than the store's limit.
+    #[error("file is larger than {0} bytes")]
     TooLarge(u64),
     /// The OS refused.
+    #[error("{0}")]
     Io(io::Error),
 }
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotAFile => f.write_str("not a regular file"),
-            Self::TooLarge(limit) => write!(f, "file is larger than {limit} bytes"),
-            Self::Io(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
 
 /// The cursor files of one directory. Names are the caller's: each must be one safe path
 /// component (a hash, or an id of a known safe alphabet), never raw input.

@@ -13,14 +13,16 @@
 //! - [`KeyedLocks`]: async locks by key, held weakly.
 //! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
 //! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
+//! - [`remote_fact`]: a remote search hit as the port's `PublicFact`.
 //!
-//! It is adapter support: it depends on no other DeerMem crate, and adapters use it without
-//! depending on each other.
+//! It is adapter support: of the DeerMem crates it depends on the core only, and adapters use
+//! it without depending on each other.
 
 #![deny(missing_docs)]
 
 pub mod base_url;
 pub mod files;
+mod hit;
 pub mod http;
 mod in_flight;
 mod locks;
@@ -28,6 +30,7 @@ mod policy;
 pub mod retry;
 mod secret;
 
+pub use hit::{RemoteHit, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;
 pub use policy::FailurePolicy;

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -76,10 +76,9 @@ impl Sleeper for TokioSleeper {
     }
 }
 
-/// A shared [`TokioSleeper`].
+/// A [`TokioSleeper`] to hand to [`retry`].
 pub fn tokio_sleeper() -> Arc<dyn Sleeper> {
-    static SLEEPER: LazyLock<Arc<dyn Sleeper>> = LazyLock::new(|| Arc::new(TokioSleeper));
-    Arc::clone(&SLEEPER)
+    Arc::new(TokioSleeper)
 }
 
 /// Runs `op` until it succeeds, fails with an error `classify` calls final, or `retries`
