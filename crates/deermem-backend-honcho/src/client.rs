@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use deermem_remote::Secret;
-use deermem_remote::http::{self, ClientOptions, FailureKind, excerpt};
+use deermem_remote::http::{self, Profile, excerpt};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
@@ -108,12 +108,11 @@ impl HonchoClient {
         let auth = config.api_key.as_ref().map(Secret::bearer).transpose().map_err(|_| {
             "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
         })?;
-        let http = http::client(&ClientOptions {
-            timeout: config.timeout(),
-            connect_timeout: config.connect_timeout(),
-            identify: true,
-            env_proxy: true,
-        })
+        let http = http::client(
+            config.timeout(),
+            config.connect_timeout(),
+            Profile::Standard,
+        )
         .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
         Ok(Self {
             http,
@@ -183,15 +182,17 @@ impl HonchoClient {
     ) -> Result<(u16, usize, Option<Value>), HonchoError> {
         let reply = http::exchange(req, MAX_BODY_BYTES, MAX_BODY_BYTES)
             .await
-            .map_err(|e| match FailureKind::of(&e) {
-                FailureKind::Timeout => HonchoError::Timeout {
-                    path: path.to_owned(),
-                    after: self.timeout,
-                },
-                _ => HonchoError::Transport {
-                    path: path.to_owned(),
-                    message: self.scrub(&http::error_chain(&e.without_url())),
-                },
+            .map_err(|e| {
+                let path = path.to_owned();
+                if e.is_timeout() {
+                    HonchoError::Timeout {
+                        path,
+                        after: self.timeout,
+                    }
+                } else {
+                    let message = self.scrub(&http::error_chain(&e.without_url()));
+                    HonchoError::Transport { path, message }
+                }
             })?;
         let status = reply.status.as_u16();
         let buf = reply.body;

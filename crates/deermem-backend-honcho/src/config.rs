@@ -330,20 +330,15 @@ impl HonchoConfig {
             sends_secret: self.api_key.is_some(),
             trusted_http_hosts: &[],
         };
-        match base_url::check(&self.base_url, rule) {
-            Ok(_) => Ok(()),
-            Err(e @ BaseUrlError::InsecureHttp { .. }) => {
-                Err(ConfigError::new(key("api_key"), e.to_string()))
-            }
-            Err(BaseUrlError::Invalid(_) | BaseUrlError::Scheme(_)) => Err(ConfigError::new(
-                key("base_url"),
-                format!(
-                    "must be an http:// or https:// URL (got {:?})",
-                    self.base_url
-                ),
-            )),
-            Err(e) => Err(ConfigError::new(key("base_url"), e.to_string())),
-        }
+        base_url::check(&self.base_url, rule)
+            .map(|_| ())
+            .map_err(|e| {
+                let k = match e {
+                    BaseUrlError::InsecureHttp { .. } => "api_key",
+                    _ => "base_url",
+                };
+                ConfigError::new(key(k), e.to_string())
+            })
     }
 
     /// Checks the invariants (also for a directly constructed value): the transport rule, blank

@@ -7,12 +7,11 @@
 //! variables, no `ovcli.conf`, and it sends no header beyond the key, the actor peer and the
 //! JSON content type.
 
-use std::fmt;
-
 use deermem_core::ManagerError;
-use deermem_remote::http::{self, ClientOptions, FailureKind};
+use deermem_remote::http::{self, Profile};
 use deermem_remote::retry::{self, RetryPolicy};
 use reqwest::StatusCode;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::ApiKey;
@@ -43,7 +42,8 @@ pub enum ErrorKind {
 }
 
 /// An OpenViking request failure with the server's error code when there is one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("[{code}] {message}")]
 pub struct OpenVikingError {
     /// The failure class.
     pub kind: ErrorKind,
@@ -56,14 +56,6 @@ pub struct OpenVikingError {
     /// The HTTP status, when a response arrived.
     pub status: Option<u16>,
 }
-
-impl fmt::Display for OpenVikingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for OpenVikingError {}
 
 impl OpenVikingError {
     fn new(kind: ErrorKind, code: &str, message: impl Into<String>, status: Option<u16>) -> Self {
@@ -124,65 +116,49 @@ impl OpenVikingError {
 }
 
 /// The body of a `find` or `search` request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetrievalRequest {
     /// The query text.
     pub query: String,
     /// The memory trees searched.
     pub target_uri: Vec<String>,
     /// `Some` switches to `/search/search` with this session.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// Result cap.
     pub limit: usize,
-    /// Minimum score, left out when `None`.
+    /// Minimum score, left out when `None` (or not finite).
+    #[serde(skip_serializing_if = "not_finite")]
     pub score_threshold: Option<f64>,
     /// Metadata filter, left out when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
     /// `key=value` tags every hit must carry (the server's `tags`), left out when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
+}
+
+fn not_finite(f: &Option<f64>) -> bool {
+    !f.is_some_and(f64::is_finite)
 }
 
 impl RetrievalRequest {
     /// The JSON body, keys in the order the reference's SDK sends them.
     pub fn body(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("query".into(), Value::String(self.query.clone()));
-        m.insert("target_uri".into(), Value::from(self.target_uri.clone()));
-        if let Some(s) = &self.session_id {
-            m.insert("session_id".into(), Value::String(s.clone()));
+        let mut v = serde_json::to_value(self).unwrap_or_else(|_| Value::Object(Map::new()));
+        if let Some(m) = v.as_object_mut() {
+            m.insert("telemetry".into(), Value::Bool(false));
         }
-        m.insert("limit".into(), Value::from(self.limit));
-        if let Some(t) = self.score_threshold
-            && let Some(n) = serde_json::Number::from_f64(t)
-        {
-            m.insert("score_threshold".into(), Value::Number(n));
-        }
-        if let Some(f) = &self.filter {
-            m.insert("filter".into(), f.clone());
-        }
-        if let Some(t) = &self.tags {
-            m.insert("tags".into(), Value::from(t.clone()));
-        }
-        m.insert("telemetry".into(), Value::Bool(false));
-        Value::Object(m)
+        v
     }
 }
 
 /// The OpenViking HTTP client. `Debug` shows the server, never the key.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OpenVikingClient {
     http: reqwest::Client,
     base_url: String,
     api_key: ApiKey,
-}
-
-impl fmt::Debug for OpenVikingClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenVikingClient")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl OpenVikingClient {
@@ -196,15 +172,10 @@ impl OpenVikingClient {
         api_key: ApiKey,
         timeout: std::time::Duration,
     ) -> Result<Self, ManagerError> {
-        let http = http::client(&ClientOptions {
-            timeout,
-            connect_timeout: timeout,
-            identify: false,
-            env_proxy: false,
-        })
-        .map_err(|e| ManagerError::Backend {
-            message: format!("cannot build the OpenViking HTTP client: {e}"),
-        })?;
+        let http =
+            http::client(timeout, timeout, Profile::Bare).map_err(|e| ManagerError::Backend {
+                message: format!("cannot build the OpenViking HTTP client: {e}"),
+            })?;
         Ok(Self {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
@@ -467,14 +438,16 @@ fn transport_error(e: &reqwest::Error) -> OpenVikingError {
     // internal host): the cause chain below reqwest's own error does not include it.
     let cause =
         std::error::Error::source(e).map_or_else(|| "no detail".to_owned(), http::error_chain);
-    let (kind, code, what) = match FailureKind::of(e) {
-        FailureKind::Timeout => (ErrorKind::Timeout, "TIMEOUT", "request timed out"),
-        FailureKind::Connect => (
+    let (kind, code, what) = if e.is_timeout() {
+        (ErrorKind::Timeout, "TIMEOUT", "request timed out")
+    } else if e.is_connect() {
+        (
             ErrorKind::Connect,
             "CONNECT",
             "cannot connect to the server",
-        ),
-        FailureKind::Other => (ErrorKind::Transport, "TRANSPORT", "request failed"),
+        )
+    } else {
+        (ErrorKind::Transport, "TRANSPORT", "request failed")
     };
     OpenVikingError::new(kind, code, excerpt(&format!("{what}: {cause}")), None)
 }

@@ -17,6 +17,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use deermem_remote::files::{CursorFiles, ReadError};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// The cursor schema version.
@@ -46,7 +47,7 @@ pub struct CursorState {
 }
 
 /// A batch whose request timed out or broke after it was sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InDoubtBatch {
     /// Hashes of the input messages the batch carried (with any unrecorded ones between them).
     pub signatures: Vec<String>,
@@ -54,33 +55,6 @@ pub struct InDoubtBatch {
     pub payload_count: u64,
     /// The session's uncommitted message count just before the batch, when known.
     pub uncommitted_before: Option<u64>,
-}
-
-impl InDoubtBatch {
-    fn from_json(v: &Value) -> Option<Self> {
-        let o = v.as_object()?;
-        Some(Self {
-            signatures: o
-                .get("signatures")?
-                .as_array()?
-                .iter()
-                .map(|x| x.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()?,
-            payload_count: o.get("payload_count")?.as_u64()?,
-            uncommitted_before: o.get("uncommitted_before").and_then(Value::as_u64),
-        })
-    }
-
-    fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("signatures".into(), Value::from(self.signatures.clone()));
-        m.insert("payload_count".into(), Value::from(self.payload_count));
-        m.insert(
-            "uncommitted_before".into(),
-            self.uncommitted_before.map_or(Value::Null, Value::from),
-        );
-        Value::Object(m)
-    }
 }
 
 impl CursorState {
@@ -120,7 +94,9 @@ impl CursorState {
                 .map(str::to_owned),
             // A malformed record is dropped: the batch is then sent again, as the reference
             // would (a possible duplicate, never a loss).
-            in_doubt: o.get("in_doubt_batch").and_then(InDoubtBatch::from_json),
+            in_doubt: o
+                .get("in_doubt_batch")
+                .and_then(|v| serde_json::from_value(v.clone()).ok()),
             uncommitted_on_server: match o.get("uncommitted_on_server") {
                 None => Some(0),
                 Some(v) => v.as_u64(),
@@ -147,8 +123,12 @@ impl CursorState {
                 .clone()
                 .map_or(Value::Null, Value::String),
         );
-        if let Some(d) = &self.in_doubt {
-            m.insert("in_doubt_batch".into(), d.to_json());
+        if let Some(v) = self
+            .in_doubt
+            .as_ref()
+            .and_then(|d| serde_json::to_value(d).ok())
+        {
+            m.insert("in_doubt_batch".into(), v);
         }
         if self.uncommitted_on_server != Some(0) {
             m.insert(

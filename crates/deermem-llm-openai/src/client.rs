@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, ChatResponse, LanguageModel};
 use deermem_core::{ConfigError, LlmError, ModelConfig};
 use deermem_remote::Secret;
-use deermem_remote::http::{self, ClientOptions, FailureKind, excerpt};
+use deermem_remote::http::{self, Profile, excerpt};
 use deermem_remote::retry::{self, RetryPolicy, Sleeper};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{StatusCode, Url};
@@ -141,13 +141,8 @@ impl OpenAiChatModel {
             })?;
         let timeout = seconds("timeout_seconds", config.timeout_seconds)?;
         let connect = seconds("connect_timeout_seconds", config.connect_timeout_seconds)?;
-        let http = http::client(&ClientOptions {
-            timeout,
-            connect_timeout: connect,
-            identify: true,
-            env_proxy: true,
-        })
-        .map_err(|e| ConfigError::new(KEY, format!("cannot build the HTTP client: {e}")))?;
+        let http = http::client(timeout, connect, Profile::Standard)
+            .map_err(|e| ConfigError::new(KEY, format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             http,
             endpoint,
@@ -196,7 +191,7 @@ impl OpenAiChatModel {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> LlmError {
-        if FailureKind::of(e) == FailureKind::Timeout {
+        if e.is_timeout() {
             return LlmError::Timeout(self.timeout);
         }
         // reqwest errors may carry the URL; show the sanitised endpoint instead.

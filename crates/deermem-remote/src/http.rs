@@ -18,35 +18,33 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// How a client is built.
+/// What a client tells and takes from its surroundings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientOptions {
-    /// The whole request's timeout.
-    pub timeout: Duration,
-    /// The connect timeout.
-    pub connect_timeout: Duration,
-    /// Send `User-Agent: deermem-rs/<version>`.
-    pub identify: bool,
-    /// Honour the `HTTP(S)_PROXY` environment variables.
-    pub env_proxy: bool,
+pub enum Profile {
+    /// Sends `User-Agent: deermem-rs/<version>` and honours the `HTTP(S)_PROXY` variables.
+    Standard,
+    /// Sends no `User-Agent` and reads no proxy variables.
+    Bare,
 }
 
-/// A reqwest client that never follows redirects.
+/// A reqwest client with these timeouts that never follows redirects.
 ///
 /// # Errors
 /// The HTTP stack cannot be initialised (no TLS roots...).
-pub fn client(options: &ClientOptions) -> Result<reqwest::Client, reqwest::Error> {
-    let mut builder = reqwest::Client::builder()
-        .timeout(options.timeout)
-        .connect_timeout(options.connect_timeout)
+pub fn client(
+    timeout: Duration,
+    connect_timeout: Duration,
+    profile: Profile,
+) -> Result<reqwest::Client, reqwest::Error> {
+    let builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(connect_timeout)
         .redirect(reqwest::redirect::Policy::none());
-    if options.identify {
-        builder = builder.user_agent(USER_AGENT);
+    match profile {
+        Profile::Standard => builder.user_agent(USER_AGENT),
+        Profile::Bare => builder.no_proxy(),
     }
-    if !options.env_proxy {
-        builder = builder.no_proxy();
-    }
-    builder.build()
+    .build()
 }
 
 /// The answer to one request.
@@ -66,7 +64,8 @@ pub struct Reply {
 /// `error_limit` bytes otherwise.
 ///
 /// # Errors
-/// The request could not be sent or the body not read (see [`FailureKind::of`]).
+/// The request could not be sent or the body not read (reqwest's `is_timeout` and
+/// `is_connect` tell which).
 pub async fn exchange(
     request: reqwest::RequestBuilder,
     success_limit: usize,
@@ -84,25 +83,20 @@ pub async fn exchange(
     } else {
         error_limit
     };
-    let mut body = Vec::new();
+    let (mut body, mut truncated) = (Vec::new(), false);
     while let Some(chunk) = resp.chunk().await? {
-        if body.len() + chunk.len() > limit {
-            let room = limit - body.len();
-            body.extend_from_slice(&chunk[..room]);
-            return Ok(Reply {
-                status,
-                retry_after,
-                body,
-                truncated: true,
-            });
+        let room = limit - body.len();
+        truncated = chunk.len() > room;
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if truncated {
+            break;
         }
-        body.extend_from_slice(&chunk);
     }
     Ok(Reply {
         status,
         retry_after,
         body,
-        truncated: false,
+        truncated,
     })
 }
 
@@ -115,30 +109,6 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
         return None;
     }
     Duration::try_from_secs_f64(secs.min(86_400.0)).ok()
-}
-
-/// What kind of transport failure a reqwest error is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The request timed out.
-    Timeout,
-    /// No connection could be made: the request never reached the server.
-    Connect,
-    /// The connection broke, possibly after the request was sent.
-    Other,
-}
-
-impl FailureKind {
-    /// Classifies a reqwest error.
-    pub fn of(e: &reqwest::Error) -> Self {
-        if e.is_timeout() {
-            Self::Timeout
-        } else if e.is_connect() {
-            Self::Connect
-        } else {
-            Self::Other
-        }
-    }
 }
 
 /// `e` and its sources, joined with `": "`.
@@ -226,12 +196,11 @@ mod tests {
     }
 
     fn http_client() -> reqwest::Client {
-        client(&ClientOptions {
-            timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(5),
-            identify: true,
-            env_proxy: false,
-        })
+        client(
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+            Profile::Bare,
+        )
         .unwrap()
     }
 
@@ -262,7 +231,7 @@ mod tests {
         let e = exchange(http_client().get(format!("http://127.0.0.1:{port}/")), 1, 1)
             .await
             .unwrap_err();
-        assert_eq!(FailureKind::of(&e), FailureKind::Connect);
+        assert!(e.is_connect());
         assert!(!error_chain(&e).is_empty());
     }
 }

@@ -14,6 +14,7 @@
 //! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
 //! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
 //! - [`remote_fact`]: a remote search hit as the port's `PublicFact`.
+//! - [`is_clarification_response`]: DeerFlow's rule for the hidden messages still captured.
 //!
 //! It is adapter support: of the DeerMem crates it depends on the core only, and adapters use
 //! it without depending on each other.
@@ -22,6 +23,7 @@
 
 pub mod base_url;
 pub mod files;
+mod hidden;
 mod hit;
 pub mod http;
 mod in_flight;
@@ -30,6 +32,7 @@ mod policy;
 pub mod retry;
 mod secret;
 
+pub use hidden::is_clarification_response;
 pub use hit::{RemoteHit, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;

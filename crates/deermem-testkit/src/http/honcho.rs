@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::to_bytes;
 use axum::extract::{Request, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
 use serde_json::{Value, json};
@@ -259,7 +259,8 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, req: Request) -> Respons
         }
         out
     };
-    (super::status(status), axum::Json(answer)).into_response()
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(answer)).into_response()
 }
 
 fn route(i: &mut Inner, seg: &[String], body: &Value) -> (u16, Value) {

@@ -2,7 +2,7 @@
 //! Honcho ([`honcho`]), OpenViking ([`openviking`]) and an OpenAI-compatible chat-completions
 //! server ([`openai`]), the real OpenViking server from PyPI with a stub model server
 //! ([`openviking_server`]), and the scaffolding they share: [`Server`] (an axum router on an
-//! ephemeral 127.0.0.1 port), a poison-tolerant [`lock`], [`status`] and [`header_list`].
+//! ephemeral 127.0.0.1 port), [`started`] and a poison-tolerant [`lock`].
 //!
 //! The adapters re-export their double behind their `fake-server` / `real-server` features, so
 //! the hosts' tests (facade, CLI) reach them where they always did. Production builds never
@@ -18,7 +18,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use axum;
 use axum::Router;
-use axum::http::{HeaderMap, StatusCode};
 
 /// A router served on an ephemeral loopback port by a task on the current tokio runtime. The
 /// server runs until the runtime stops, or until [`Server::abort`].
@@ -72,24 +71,4 @@ pub fn started<T>(started: std::io::Result<T>, name: &str) -> T {
 /// state from the next assertion).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The status of a code; an invalid code is answered as 500.
-#[must_use]
-pub fn status(code: u16) -> StatusCode {
-    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-}
-
-/// Every header as `(lower-case name, text)`, non-text values as `<binary>`.
-#[must_use]
-pub fn header_list(headers: &HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                v.to_str().unwrap_or("<binary>").to_owned(),
-            )
-        })
-        .collect()
 }

@@ -31,7 +31,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Server, header_list, lock, started};
+use super::{Server, lock, started};
 
 /// The USER API key the fake accepts.
 pub const API_KEY: &str = "ov-user-key-7f3a9c";
@@ -484,7 +484,15 @@ async fn handle(
             }
         }
     };
-    let header_list = header_list(&headers);
+    let header_list: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                v.to_str().unwrap_or("<binary>").to_owned(),
+            )
+        })
+        .collect();
     let path = uri.path().to_owned();
     state.record(Recorded {
         method: method.to_string(),
