@@ -318,10 +318,11 @@ impl LanguageModel for OpenAiChatModel {
                 self.attempt(&body, attempt)
             },
             |e: &LlmError| {
-                e.is_retryable().then(|| match e {
+                let hint = match e {
                     LlmError::RateLimited { retry_after } => *retry_after,
                     _ => None,
-                })
+                };
+                e.is_retryable().then_some(hint)
             },
             |e, delay| {
                 tracing::warn!(
