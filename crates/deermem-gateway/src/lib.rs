@@ -20,6 +20,8 @@
 //! - CORS, when `gateway.cors` is set: the outermost layer, so preflights are answered without
 //!   authentication and error responses carry the CORS headers too.
 //! - Errors: one mapping to HTTP in [`error::GatewayError`].
+//! - Connections: [`listen`] (header-read and keep-alive timeouts, the connection cap, JSON
+//!   bodies for malformed heads, the drain deadline), shared with `deermem mcp --bind`.
 
 #![deny(missing_docs)]
 
@@ -30,6 +32,7 @@ pub mod error;
 mod extract;
 pub mod journal;
 pub mod layers;
+pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod ops;
@@ -48,7 +51,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 pub use auth::{Caller, CallerKind};
-pub use config::{AuthMode, GatewayConfig};
+pub use config::{AuthMode, GatewayConfig, ServerConfig};
 pub use error::{GatewayError, Operation};
 pub use journal::{RunJournal, RunJournalOptions};
 pub use metrics::Metrics;
