@@ -66,7 +66,9 @@ where
     let signal = async move {
         shutdown.await;
         draining.mark_stopping();
-        tracing::info!("shutting down: no new connections; flushing memory while connections drain");
+        tracing::info!(
+            "shutting down: no new connections; flushing memory while connections drain"
+        );
         let _ = signalled_tx.send(true);
     };
     let options = ServeOptions::new(state.gateway_config().server);
@@ -107,7 +109,9 @@ struct FlushOutcome {
 
 impl FlushOutcome {
     fn budget_left(&self) -> Option<Duration> {
-        let left = self.deadline?.checked_duration_since(tokio::time::Instant::now())?;
+        let left = self
+            .deadline?
+            .checked_duration_since(tokio::time::Instant::now())?;
         (!left.is_zero()).then_some(left)
     }
 }

@@ -142,7 +142,10 @@ async fn malformed_heads_get_json_error_bodies() {
         (b"GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n".to_vec(), 400),
         (b"GE(T /healthz HTTP/1.1\r\n\r\n".to_vec(), 400),
         (b"GET /healthz HTTP/9.9\r\n\r\n".to_vec(), 400),
-        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(), 400),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(),
+            400,
+        ),
         (
             b"POST /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n".to_vec(),
             400,
@@ -258,7 +261,10 @@ async fn connections_beyond_the_cap_get_503_at_once() {
     let resp = exchange(srv.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
     let (status, body) = json_response(&resp);
     assert_eq!(status, 503, "{resp}");
-    assert!(resp.to_ascii_lowercase().contains("retry-after: 1"), "{resp}");
+    assert!(
+        resp.to_ascii_lowercase().contains("retry-after: 1"),
+        "{resp}"
+    );
     assert!(
         body["detail"]
             .as_str()
@@ -318,7 +324,10 @@ async fn shutdown_flushes_at_the_signal_and_closes_stalled_connections_at_the_de
     // The flush starts while the request is still running.
     let flush_started = async {
         loop {
-            if m.calls().iter().any(|c| matches!(c, Call::ShutdownFlush(_))) {
+            if m.calls()
+                .iter()
+                .any(|c| matches!(c, Call::ShutdownFlush(_)))
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -329,7 +338,11 @@ async fn shutdown_flushes_at_the_signal_and_closes_stalled_connections_at_the_de
         .expect("the flush starts at the signal, before the drain ends");
     gate.open();
     let resp = read_all(&mut inflight).await;
-    assert_eq!(status_of(&resp), 200, "the in-flight request finishes: {resp}");
+    assert_eq!(
+        status_of(&resp),
+        200,
+        "the in-flight request finishes: {resp}"
+    );
     tokio::time::timeout(PATIENCE, task)
         .await
         .expect("the server stops although clients stall")
@@ -340,5 +353,62 @@ async fn shutdown_flushes_at_the_signal_and_closes_stalled_connections_at_the_de
     }
     let _ = read_all(&mut short).await;
     assert_eq!(m.calls().last(), Some(&Call::Close));
-    assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+#[test]
+fn the_server_section_is_parsed_and_validated() {
+    let cfg = GatewayConfig::from_root(&serde_json::json!({"gateway": {"server": {
+        "header_read_timeout_seconds": 2.5,
+        "keep_alive_timeout_seconds": 7,
+        "max_connections": 12,
+        "drain_timeout_seconds": 0.5
+    }}}))
+    .expect("valid");
+    assert_eq!(
+        cfg.server,
+        ServerConfig {
+            header_read_timeout: Duration::from_millis(2500),
+            keep_alive_timeout: Duration::from_secs(7),
+            max_connections: 12,
+            drain_timeout: Duration::from_millis(500),
+        }
+    );
+    assert_eq!(
+        GatewayConfig::from_root(&serde_json::json!({}))
+            .expect("defaults")
+            .server,
+        ServerConfig::default()
+    );
+    for (bad, key) in [
+        (
+            serde_json::json!({"header_read_timeout_seconds": 0}),
+            "gateway.server.header_read_timeout_seconds",
+        ),
+        (
+            serde_json::json!({"keep_alive_timeout_seconds": "x"}),
+            "gateway.server.keep_alive_timeout_seconds",
+        ),
+        (
+            serde_json::json!({"drain_timeout_seconds": 4000}),
+            "gateway.server.drain_timeout_seconds",
+        ),
+        (
+            serde_json::json!({"max_connections": 0}),
+            "gateway.server.max_connections",
+        ),
+        (
+            serde_json::json!({"max_connections": 1.5}),
+            "gateway.server.max_connections",
+        ),
+        (serde_json::json!({"max_conections": 5}), "gateway.server"),
+        (serde_json::json!([1]), "gateway.server"),
+    ] {
+        let err = GatewayConfig::from_root(&serde_json::json!({"gateway": {"server": bad}}))
+            .expect_err("invalid");
+        assert_eq!(err.key, key, "{bad}: {err:?}");
+    }
 }

@@ -364,7 +364,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedIo<S> {
                                 return Poll::Pending;
                             }
                             if this.pending.is_empty() {
-                                tracing::debug!("closing a connection that sent no request in time");
+                                tracing::debug!(
+                                    "closing a connection that sent no request in time"
+                                );
                                 this.phase = Phase::Ended;
                             } else {
                                 let secs = this.timeouts.header_read.as_secs_f64();

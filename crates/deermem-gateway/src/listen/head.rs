@@ -338,7 +338,8 @@ mod tests {
 
     #[test]
     fn complete_heads_report_their_length_and_framing() {
-        let h = b"POST /api/memory/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"a\":1}";
+        let h =
+            b"POST /api/memory/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"a\":1}";
         assert_eq!(
             check_head(h),
             HeadCheck::Complete {
@@ -362,16 +363,31 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(check_head(b"GET /healthz HTTP/1.1\r\nHost: x\r\n"), HeadCheck::Partial);
+        assert_eq!(
+            check_head(b"GET /healthz HTTP/1.1\r\nHost: x\r\n"),
+            HeadCheck::Partial
+        );
         assert_eq!(check_head(b""), HeadCheck::Partial);
     }
 
     #[test]
     fn heads_hyper_would_refuse_are_refused_with_the_same_status() {
-        assert_eq!(status(b"GET /\x01 HTTP/1.1\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
-        assert_eq!(status(b"GE(T / HTTP/1.1\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
-        assert_eq!(status(b"GET / HTTP/2.0\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
-        assert_eq!(status(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
+        assert_eq!(
+            status(b"GET /\x01 HTTP/1.1\r\n\r\n"),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            status(b"GE(T / HTTP/1.1\r\n\r\n"),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            status(b"GET / HTTP/2.0\r\n\r\n"),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"),
+            Some(StatusCode::BAD_REQUEST)
+        );
         assert_eq!(
             status(b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
             Some(StatusCode::BAD_REQUEST)
@@ -393,7 +409,10 @@ mod tests {
         // A long target is refused before its request line is complete.
         let partial = format!("GET /{}", "a".repeat(MAX_URI_BYTES + 1));
         assert_eq!(status(partial.as_bytes()), Some(StatusCode::URI_TOO_LONG));
-        let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n", "b".repeat(MAX_HEAD_BYTES));
+        let big = format!(
+            "GET / HTTP/1.1\r\nX-Big: {}\r\n",
+            "b".repeat(MAX_HEAD_BYTES)
+        );
         assert_eq!(
             status(big.as_bytes()),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)

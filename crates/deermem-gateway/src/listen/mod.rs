@@ -39,7 +39,9 @@ pub type ErrorBody = Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>;
 
 /// The gateway's error body: `{"detail": "<message>"}`.
 pub fn detail_body() -> ErrorBody {
-    Arc::new(|message: &str| serde_json::to_vec(&serde_json::json!({ "detail": message })).unwrap_or_default())
+    Arc::new(|message: &str| {
+        serde_json::to_vec(&serde_json::json!({ "detail": message })).unwrap_or_default()
+    })
 }
 
 /// What the connection layer is told.

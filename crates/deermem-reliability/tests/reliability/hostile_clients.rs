@@ -284,7 +284,11 @@ async fn serve_holds_two_thousand_stalled_connections_and_stops_on_sigterm_with_
     let (took, status, log) = tokio::task::spawn_blocking(move || server.terminate(limit))
         .await
         .expect("terminate");
-    assert!(status.success(), "exit {status:?}; log:\n{}", log.join("\n"));
+    assert!(
+        status.success(),
+        "exit {status:?}; log:\n{}",
+        log.join("\n")
+    );
     assert!(
         took <= limit,
         "exit took {took:?}; log:\n{}",
@@ -379,7 +383,11 @@ async fn mcp_bind_stops_on_sigterm_with_stalled_connections() {
     let (took, status, log) = tokio::task::spawn_blocking(move || server.terminate(limit))
         .await
         .expect("terminate");
-    assert!(status.success(), "exit {status:?}; log:\n{}", log.join("\n"));
+    assert!(
+        status.success(),
+        "exit {status:?}; log:\n{}",
+        log.join("\n")
+    );
     for s in stalled.iter_mut().take(20) {
         assert!(closed_within(s, Duration::from_secs(5)).await);
     }
