@@ -122,6 +122,8 @@ pub(crate) struct GuardedIo<S> {
     phase: Phase,
     /// Bytes received and not yet classified (a head being collected, or what followed one).
     pending: Vec<u8>,
+    /// How much of `pending` the head check has already seen without a verdict.
+    examined: usize,
     /// Bytes ready for hyper (a checked head, or the synthetic request).
     out: Vec<u8>,
     out_pos: usize,
@@ -137,6 +139,7 @@ impl<S> GuardedIo<S> {
             timeouts,
             phase: Phase::Head { started: Some(now) },
             pending: Vec::new(),
+            examined: 0,
             out: Vec::new(),
             out_pos: 0,
             timer: Box::pin(tokio::time::sleep_until(now + timeouts.header_read)),
@@ -153,15 +156,30 @@ impl<S> GuardedIo<S> {
         .into_bytes();
         self.out_pos = 0;
         self.pending = Vec::new();
+        self.examined = 0;
         self.phase = Phase::Refused;
     }
 
     /// Classifies `pending` as far as it goes in the head phase; true when bytes for hyper
     /// are ready (or the phase left `Head`).
+    ///
+    /// A head can only complete, or break a rule, at a line end or by its size, so a head that
+    /// trickles in byte by byte is parsed again only when a line ends (at most once per header
+    /// field, which are at most [`head::MAX_HEADERS`](super::head::MAX_HEADERS)), not per byte.
     fn examine_head(&mut self) -> bool {
         if self.pending.is_empty() {
             return false;
         }
+        let fresh = &self.pending[self.examined.min(self.pending.len())..];
+        let line_ended = fresh.contains(&b'\n');
+        // (`contains` stops at the request line's end, and only runs past the URI limit.)
+        let oversized = self.pending.len() > super::head::MAX_HEAD_BYTES
+            || (self.pending.len() > super::head::MAX_URI_BYTES && !self.pending.contains(&b'\n'));
+        if !line_ended && !oversized && self.examined > 0 {
+            self.examined = self.pending.len();
+            return false;
+        }
+        self.examined = self.pending.len();
         match check_head(&self.pending) {
             HeadCheck::Partial => false,
             HeadCheck::Refuse(status, message) => {
@@ -172,6 +190,7 @@ impl<S> GuardedIo<S> {
             HeadCheck::Complete { len, framing } => {
                 let rest = self.pending.split_off(len);
                 self.out = std::mem::replace(&mut self.pending, rest);
+                self.examined = 0;
                 self.out_pos = 0;
                 self.phase = match framing {
                     Framing::Length(0) => Phase::Head { started: None },
