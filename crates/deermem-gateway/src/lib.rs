@@ -20,6 +20,8 @@
 //! - CORS, when `gateway.cors` is set: the outermost layer, so preflights are answered without
 //!   authentication and error responses carry the CORS headers too.
 //! - Errors: one mapping to HTTP in [`error::GatewayError`].
+//! - Connections: [`listen`] (header-read and keep-alive timeouts, the connection cap, JSON
+//!   bodies for malformed heads, the drain deadline), shared with `deermem mcp --bind`.
 
 #![deny(missing_docs)]
 
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 mod extract;
 pub mod layers;
+pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod ops;
@@ -47,7 +50,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 pub use auth::{Caller, CallerKind};
-pub use config::{AuthMode, GatewayConfig};
+pub use config::{AuthMode, GatewayConfig, ServerConfig};
 pub use error::{GatewayError, Operation};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};

@@ -1,7 +1,8 @@
 //! The reliability and security suite (see `docs/reliability.md`): crash consistency under
 //! SIGKILL, injected I/O faults, multi-process concurrency, gateway load, Python
 //! interoperability, the fuzz targets on their corpora, hostile input and isolation on every
-//! surface, and resource limits. The CI subset runs by default; `DEERMEM_LONG=1` runs the
+//! surface, resource limits, and hostile clients against the `deermem` binary (stalled
+//! connections, SIGTERM). The CI subset runs by default; `DEERMEM_LONG=1` runs the
 //! long versions.
 
 mod concurrency;
@@ -9,6 +10,7 @@ mod crash;
 mod faults;
 mod fuzz_corpus;
 mod gateway_load;
+mod hostile_clients;
 mod interop;
 mod isolation;
 mod limits;
