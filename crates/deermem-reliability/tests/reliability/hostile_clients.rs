@@ -4,6 +4,7 @@
 //! drain deadline with every turn it accepted (202) committed to storage; `mcp --bind` stops
 //! on SIGTERM whatever its stalled clients do, and answers malformed heads with JSON-RPC.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
