@@ -10,7 +10,7 @@
 //!   reference's), and `POST /api/memory/messages`, `GET /api/memory/context`,
 //!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`,
 //!   `GET /api/threads/{thread_id}/runs/{run_id}/events` (run-level memory identity, with a
-//!   [`RunJournal`]), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
+//!   [`RunEventStore`](deermem_core::ports::RunEventStore)), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
 //!   `GET /docs`. Every memory route takes an optional `agent` query parameter. A path with a
 //!   trailing slash is redirected (307) to the route without it, as FastAPI does.
 //! - Identity: `gateway.auth.mode: none` (user `default`, loopback only), `token` (bearer
