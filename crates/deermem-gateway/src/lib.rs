@@ -30,6 +30,7 @@ pub mod error;
 mod extract;
 pub mod journal;
 pub mod layers;
+mod limits;
 pub mod metrics;
 pub mod openapi;
 mod ops;

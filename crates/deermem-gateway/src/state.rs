@@ -13,6 +13,7 @@ use tracing::Instrument as _;
 use crate::auth::TokenTable;
 use crate::config::GatewayConfig;
 use crate::journal::{JournalError, RunJournal};
+use crate::limits::BulkLimiter;
 use crate::metrics::Metrics;
 
 /// Where the gateway is in its life.
@@ -100,6 +101,7 @@ pub struct GatewayState {
     flags: Arc<Flags>,
     observers: Vec<Arc<dyn ContextObserver>>,
     journal: Option<Arc<RunJournal>>,
+    bulk: Arc<BulkLimiter>,
 }
 
 impl std::fmt::Debug for GatewayState {
@@ -128,6 +130,10 @@ impl GatewayState {
         gateway: GatewayConfig,
     ) -> Self {
         let tokens = TokenTable::new(&gateway);
+        let bulk = BulkLimiter::new(
+            gateway.max_bulk_requests_per_user,
+            gateway.max_bulk_requests,
+        );
         Self {
             manager,
             memory: Arc::new(memory),
@@ -140,6 +146,7 @@ impl GatewayState {
             }),
             observers: Vec::new(),
             journal: None,
+            bulk: Arc::new(bulk),
         }
     }
 
@@ -196,6 +203,10 @@ impl GatewayState {
 
     pub(crate) fn token_table(&self) -> &TokenTable {
         &self.tokens
+    }
+
+    pub(crate) fn bulk_limiter(&self) -> &BulkLimiter {
+        &self.bulk
     }
 
     pub(crate) fn observers(&self) -> &[Arc<dyn ContextObserver>] {
