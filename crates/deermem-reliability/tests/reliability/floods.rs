@@ -157,11 +157,23 @@ impl Server {
 }
 
 /// What the floods record of each answer.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Answer {
     status: u16,
     retry_after: Option<String>,
     body: Value,
+}
+
+impl std::fmt::Debug for Answer {
+    /// The status, `Retry-After` and the start of the body (a document can be large).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let body: String = self.body.to_string().chars().take(400).collect();
+        write!(
+            f,
+            "{} (Retry-After {:?}) {body}",
+            self.status, self.retry_after
+        )
+    }
 }
 
 async fn answer(resp: reqwest::Response) -> Answer {
