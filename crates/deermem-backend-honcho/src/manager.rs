@@ -14,9 +14,10 @@ use deermem_core::document::{PublicMemoryDocument, SummaryEntry};
 use deermem_core::error::{InvalidInputCode, ManagerError};
 use deermem_core::fact::PublicFact;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope,
-    SearchRequest,
+    AddRequest, Clock, ContextRequest, FactAdmin, MemoryAdmin, MemoryManager, MemoryReader,
+    MemoryReload, MemoryScope, MemorySearch, ScoredFact, SearchRequest,
 };
+use deermem_core::search::MatchType;
 use deermem_core::{ConfigError, Timestamp, py};
 use rand::Rng;
 use serde_json::{Map, Value, json};
@@ -471,17 +472,8 @@ impl MemoryManager for HonchoManager {
         BACKEND_NAME
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            clear_memory: false,
-            import_memory: false,
-            reload_memory: false,
-            fact_crud: false,
-            passive_writes_in_tool_mode: true,
-            tool_mode: true,
-        }
+    fn passive_writes_in_tool_mode(&self) -> bool {
+        true
     }
 
     fn mode(&self) -> MemoryMode {
@@ -547,56 +539,24 @@ impl MemoryManager for HonchoManager {
         }
     }
 
-    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        let Some(id) = self.identity(&request.scope) else {
-            return Ok(Vec::new());
-        };
-        if request.top_k == 0 || py::strip(&request.query).is_empty() {
-            return Ok(Vec::new());
-        }
-        let limit = request.top_k.min(MAX_SEARCH_LIMIT);
-        let w = match encode_segment(&id.workspace, "workspace") {
-            Ok(w) => w,
-            Err(e) => return self.read_failed("search", &e, Vec::new()),
-        };
-        let result = self
-            .inner
-            .client
-            .post(
-                &["workspaces", &w, "search"],
-                &json!({"query": request.query, "limit": limit}),
-            )
-            .await;
-        let category = request.category.as_deref().unwrap_or("memory");
-        match result {
-            Ok(Some(Value::Array(items))) => Ok(items
-                .iter()
-                .filter_map(Value::as_object)
-                .map(|m| search_hit(m, category))
-                .take(limit)
-                .collect()),
-            Ok(_) => Ok(Vec::new()),
-            Err(e) => self.read_failed("search", &e, Vec::new()),
-        }
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
     }
 
-    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        let now = iso_seconds(self.inner.clock.now());
-        let mut doc = PublicMemoryDocument::empty();
-        doc.last_updated = now.clone();
-        let Some(id) = self.identity(&scope) else {
-            return Ok(doc);
-        };
-        match self.inner.representation(&id).await {
-            Ok(summary) => {
-                doc.user.work_context = SummaryEntry {
-                    summary,
-                    updated_at: now,
-                };
-                Ok(doc)
-            }
-            Err(e) => self.read_failed("get_memory", &e, doc),
-        }
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
@@ -634,6 +594,78 @@ impl MemoryManager for HonchoManager {
             .take();
         // Dropping the sender lets the task finish what is queued, then stop.
         drop(tx);
+    }
+}
+
+/// Honcho's search answers facts without scores: each is a remote match.
+#[async_trait]
+impl MemorySearch for HonchoManager {
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        Ok(MemorySearch::search(self, request)
+            .await?
+            .into_iter()
+            .map(|fact| ScoredFact {
+                fact,
+                score: None,
+                match_type: MatchType::Remote,
+            })
+            .collect())
+    }
+
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        let Some(id) = self.identity(&request.scope) else {
+            return Ok(Vec::new());
+        };
+        if request.top_k == 0 || py::strip(&request.query).is_empty() {
+            return Ok(Vec::new());
+        }
+        let limit = request.top_k.min(MAX_SEARCH_LIMIT);
+        let w = match encode_segment(&id.workspace, "workspace") {
+            Ok(w) => w,
+            Err(e) => return self.read_failed("search", &e, Vec::new()),
+        };
+        let result = self
+            .inner
+            .client
+            .post(
+                &["workspaces", &w, "search"],
+                &json!({"query": request.query, "limit": limit}),
+            )
+            .await;
+        let category = request.category.as_deref().unwrap_or("memory");
+        match result {
+            Ok(Some(Value::Array(items))) => Ok(items
+                .iter()
+                .filter_map(Value::as_object)
+                .map(|m| search_hit(m, category))
+                .take(limit)
+                .collect()),
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => self.read_failed("search", &e, Vec::new()),
+        }
+    }
+}
+
+/// The document holds the peer representation as its work context; Honcho does not export.
+#[async_trait]
+impl MemoryReader for HonchoManager {
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let now = iso_seconds(self.inner.clock.now());
+        let mut doc = PublicMemoryDocument::empty();
+        doc.last_updated = now.clone();
+        let Some(id) = self.identity(&scope) else {
+            return Ok(doc);
+        };
+        match self.inner.representation(&id).await {
+            Ok(summary) => {
+                doc.user.work_context = SummaryEntry {
+                    summary,
+                    updated_at: now,
+                };
+                Ok(doc)
+            }
+            Err(e) => self.read_failed("get_memory", &e, doc),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! request sequences, the cursor (only new messages, batches of 100, restarts), reads under
 //! both failure policies, identity and percent-encoding, and secret hygiene.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -933,9 +934,9 @@ async fn capabilities_and_tool_mode() {
     let m = build(&fake, json!({}), root.path(), MemoryMode::Tool);
     assert_eq!(m.mode(), MemoryMode::Tool);
     assert_eq!(m.name(), "HonchoMemoryManager");
-    let c = m.capabilities();
-    assert!(c.search && c.read_memory && c.tool_mode && c.passive_writes_in_tool_mode);
-    assert!(!c.clear_memory && !c.import_memory && !c.reload_memory && !c.fact_crud);
+    assert!(m.searcher().is_some() && m.reader().is_some());
+    assert!(m.allows_tool_mode() && m.passive_writes_in_tool_mode());
+    assert!(m.admin().is_none() && m.reloader().is_none() && m.facts().is_none());
     // Passive writes keep working in tool mode.
     add_and_flush(&m, "t", transcript(1)).await;
     assert_eq!(fake.messages().len(), 2);

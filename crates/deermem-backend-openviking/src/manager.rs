@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, ManagerCapabilities,
-    MemoryManager, MemoryScope, ScoredFact, SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, FactAdmin,
+    MemoryAdmin, MemoryManager, MemoryReader, MemoryReload, MemoryScope, MemorySearch, ScoredFact,
+    SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{
@@ -963,17 +964,9 @@ impl MemoryManager for OpenVikingManager {
         BACKEND_NAME
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: false,
-            clear_memory: false,
-            import_memory: false,
-            reload_memory: false,
-            fact_crud: false,
-            passive_writes_in_tool_mode: false,
-            tool_mode: false,
-        }
+    /// Tool mode needs fact-level tools OpenViking does not have; the host refuses it.
+    fn allows_tool_mode(&self) -> bool {
+        false
     }
 
     fn mode(&self) -> MemoryMode {
@@ -1044,24 +1037,24 @@ impl MemoryManager for OpenVikingManager {
         }
     }
 
-    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        let memories = self.search_memories(request).await?;
-        Ok(memories.into_iter().map(to_public_fact).collect())
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
     }
 
-    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
-        let memories = self.search_memories(request).await?;
-        Ok(memories
-            .into_iter()
-            .map(|m| {
-                let score = m.score;
-                ScoredFact {
-                    fact: to_public_fact(m),
-                    score,
-                    match_type: MatchType::Remote,
-                }
-            })
-            .collect())
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        None
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
     }
 
     /// Closes the backend to new work, then waits up to `timeout` for queued and running
@@ -1102,6 +1095,29 @@ impl MemoryManager for OpenVikingManager {
     async fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.close_queue();
+    }
+}
+
+#[async_trait]
+impl MemorySearch for OpenVikingManager {
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        let memories = self.search_memories(request).await?;
+        Ok(memories.into_iter().map(to_public_fact).collect())
+    }
+
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        let memories = self.search_memories(request).await?;
+        Ok(memories
+            .into_iter()
+            .map(|m| {
+                let score = m.score;
+                ScoredFact {
+                    fact: to_public_fact(m),
+                    score,
+                    match_type: MatchType::Remote,
+                }
+            })
+            .collect())
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::time::Duration;
 
 use deermem_backend_openviking::OpenVikingManager;

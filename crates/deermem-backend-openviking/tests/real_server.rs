@@ -9,6 +9,7 @@
 
 mod support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 
 mod support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::atomic::Ordering;
 
 use deermem_backend_openviking::{BACKEND_NAME, OpenVikingConfig, OpenVikingManager};
@@ -607,12 +608,11 @@ async fn capabilities_and_unsupported_operations() {
     let fake = FakeOv::start().await;
     let dir = tempfile::tempdir().unwrap();
     let m = manager(&fake, dir.path(), json!({}));
-    let caps = m.capabilities();
-    assert!(caps.search);
-    assert!(!caps.tool_mode);
-    assert!(!caps.passive_writes_in_tool_mode);
-    assert!(!caps.read_memory && !caps.clear_memory && !caps.import_memory);
-    assert!(!caps.reload_memory && !caps.fact_crud);
+    assert!(m.searcher().is_some());
+    assert!(!m.allows_tool_mode());
+    assert!(!m.passive_writes_in_tool_mode());
+    assert!(m.reader().is_none() && m.admin().is_none());
+    assert!(m.reloader().is_none() && m.facts().is_none());
     assert_eq!(m.mode(), MemoryMode::Middleware);
     assert_eq!(m.name(), BACKEND_NAME);
     let scope = alice(None);

@@ -3,6 +3,7 @@
 //! extractor when none is configured), then the stored facts, a search and the `<memory>` block
 //! a host would inject.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use deermem_core::ports::{AddRequest, ContextRequest, MemoryManager, MemoryScope, SearchRequest};
 use deermem_core::{Message, UserId};
 

@@ -23,7 +23,8 @@ pub mod ports;
 /// call every storage operation on a concrete adapter or a `dyn MemoryStorage`.
 pub mod prelude {
     pub use crate::ports::{
-        FactMetadata as _, FactRepository as _, MemoryStorageExt as _, ScopedSearch as _,
+        FactMetadata as _, FactRepository as _, MemoryManager as _, MemoryManagerExt as _,
+        MemoryStorageExt as _, ScopedSearch as _,
     };
 }
 pub mod py;

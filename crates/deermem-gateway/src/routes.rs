@@ -4,6 +4,7 @@
 //! Handlers validate input, call the `MemoryManager` port on a spawned task (so a timed-out
 //! request never cancels a write half-way) and answer in the public shapes.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::future::Future;
 use std::sync::Arc;
 

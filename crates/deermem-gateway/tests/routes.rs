@@ -5,13 +5,14 @@
 
 mod common;
 
+use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
 use common::{Call, FakeManager, app, empty, json_req, ready_state, send};
 use deermem::NoopManager;
-use deermem_core::ports::{AddRequest, ContextRequest, ManagerCapabilities, MemoryManager};
+use deermem_core::ports::{AddRequest, ContextRequest, MemoryManager};
 use deermem_core::{InvalidInputCode, ManagerError, MemoryConfig, MemoryMode};
 use deermem_gateway::{ContextObserver, ContextServed, GatewayConfig, ObserverError, router};
 use parking_lot::Mutex;
@@ -1222,17 +1223,37 @@ impl MemoryManager for MinimalManager {
     fn name(&self) -> &str {
         "MinimalManager"
     }
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities::default()
-    }
+
     fn mode(&self) -> MemoryMode {
         MemoryMode::Middleware
     }
+
     async fn add(&self, _r: AddRequest) -> Result<(), ManagerError> {
         Ok(())
     }
+
     async fn get_context(&self, _r: ContextRequest) -> Result<String, ManagerError> {
         Ok(String::new())
+    }
+
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        None
+    }
+
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        None
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
     }
 }
 

@@ -4,6 +4,7 @@
 //! tools actually offered; a known method whose params do not fit gets `-32602` with what is
 //! wrong; every JSON-RPC error answered is logged at DEBUG.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 
 use deermem::tools::{self, ToolDefinition};
@@ -91,12 +92,13 @@ impl MemoryMcpServer {
     /// searches, `memory_add`/`memory_update`/`memory_delete` when it has fact CRUD, and
     /// `memory_context` always.
     pub fn tools(&self) -> Vec<Tool> {
-        let caps = self.manager.capabilities();
+        let searches = self.manager.searcher().is_some();
+        let fact_crud = self.manager.facts().is_some();
         let mut out: Vec<Tool> = tools::tool_definitions()
             .into_iter()
             .filter(|t| match t.name.as_str() {
-                tools::MEMORY_SEARCH => caps.search,
-                _ => caps.fact_crud,
+                tools::MEMORY_SEARCH => searches,
+                _ => fact_crud,
             })
             .map(|t| to_mcp_tool(&t))
             .collect();
@@ -285,7 +287,7 @@ impl ServerHandler for MemoryMcpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let mut resources = Vec::new();
-        if self.manager.capabilities().read_memory {
+        if self.manager.reader().is_some() {
             resources.push(
                 Resource::new(FACTS_RESOURCE_URI, "facts")
                     .with_title("Remembered facts")

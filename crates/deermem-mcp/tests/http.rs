@@ -4,12 +4,13 @@
 
 mod common;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{MapManager, assert_object_schema};
-use deermem_core::ports::{MemoryManager, MemoryScope};
+use deermem_core::ports::MemoryScope;
 use deermem_core::{AgentName, UserId};
 use deermem_mcp::{HttpOptions, TokenAuth, http_router, http_router_with};
 use reqwest::StatusCode;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 //! again, transparently, after `close` or in a forked child (where it builds a fresh engine on
 //! the child's own runtime). The engine is closed when the last handle attached to it closes.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -29,12 +29,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, FactPatch, LanguageModel, ManagerCapabilities,
-    MemoryManager, MemoryScope, MemoryStorage, NewFact, ScoredFact, SearchRequest,
+    AddRequest, Clock, ContextRequest, FactAdmin, FactPatch, LanguageModel, MemoryAdmin,
+    MemoryManager, MemoryReader, MemoryReload, MemoryScope, MemorySearch, MemoryStorage, NewFact,
+    ScoredFact, SearchRequest,
 };
 use deermem_core::{
     AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, OverloadScope,
-    PublicFact, PublicMemoryDocument, TokenCounting, UserId,
+    PublicMemoryDocument, TokenCounting, UserId,
 };
 
 pub use facts::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
@@ -376,19 +377,6 @@ impl MemoryManager for DeerMemManager {
         DEERMEM_NAME
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            clear_memory: true,
-            import_memory: true,
-            reload_memory: true,
-            fact_crud: true,
-            passive_writes_in_tool_mode: false,
-            tool_mode: true,
-        }
-    }
-
     fn mode(&self) -> MemoryMode {
         self.mode
     }
@@ -417,84 +405,24 @@ impl MemoryManager for DeerMemManager {
             .await?)
     }
 
-    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        Ok(self
-            .search_scored_impl(request)
-            .await?
-            .into_iter()
-            .map(|s| s.fact)
-            .collect())
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
     }
 
-    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
-        self.search_scored_impl(request).await
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
     }
 
-    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        let (user, agent) = self.bucket(&scope)?;
-        Ok(self
-            .storage
-            .load(user.as_ref(), Some(&agent))
-            .await?
-            .to_public())
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        Some(self)
     }
 
-    async fn reload_memory(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let (user, agent) = self.bucket(&scope)?;
-        // The storage re-reads from disk and re-indexes this scope (the port's contract).
-        let doc = self.storage.reload(user.as_ref(), Some(&agent)).await?;
-        Ok(doc.to_public())
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        Some(self)
     }
 
-    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        self.clear_impl(scope).await
-    }
-
-    async fn import_memory(
-        &self,
-        document: PublicMemoryDocument,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.import_impl(document, scope).await
-    }
-
-    /// The export document: the same as `get_memory` (the reference raised here; its gateway
-    /// exported through `get_memory`).
-    async fn export_memory(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.get_memory(scope).await
-    }
-
-    async fn create_fact(
-        &self,
-        fact: NewFact,
-        scope: MemoryScope,
-    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
-        self.create_fact_impl(fact, scope).await
-    }
-
-    async fn update_fact(
-        &self,
-        fact_id: &str,
-        patch: FactPatch,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.update_fact_impl(fact_id, patch, scope).await
-    }
-
-    async fn delete_fact(
-        &self,
-        fact_id: &str,
-        expected_revision: Option<u64>,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.delete_fact_impl(fact_id, expected_revision, scope)
-            .await
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        Some(self)
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
@@ -520,5 +448,91 @@ impl MemoryManager for DeerMemManager {
         }
         self.pipeline.queue().close();
         self.storage.close().await;
+    }
+}
+
+#[async_trait]
+impl MemorySearch for DeerMemManager {
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        self.search_scored_impl(request).await
+    }
+}
+
+#[async_trait]
+impl MemoryReader for DeerMemManager {
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        Ok(self
+            .storage
+            .load(user.as_ref(), Some(&agent))
+            .await?
+            .to_public())
+    }
+
+    /// The export document: the same as `get_memory` (the reference raised here; its gateway
+    /// exported through `get_memory`).
+    async fn export_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        MemoryReader::get_memory(self, scope).await
+    }
+}
+
+#[async_trait]
+impl MemoryReload for DeerMemManager {
+    async fn reload_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let (user, agent) = self.bucket(&scope)?;
+        // The storage re-reads from disk and re-indexes this scope (the port's contract).
+        let doc = self.storage.reload(user.as_ref(), Some(&agent)).await?;
+        Ok(doc.to_public())
+    }
+}
+
+#[async_trait]
+impl MemoryAdmin for DeerMemManager {
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        self.clear_impl(scope).await
+    }
+
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.import_impl(document, scope).await
+    }
+}
+
+#[async_trait]
+impl FactAdmin for DeerMemManager {
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        self.create_fact_impl(fact, scope).await
+    }
+
+    async fn update_fact(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.update_fact_impl(fact_id, patch, scope).await
+    }
+
+    async fn delete_fact(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.delete_fact_impl(fact_id, expected_revision, scope)
+            .await
     }
 }

@@ -4,6 +4,7 @@
 
 mod manager_support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -1142,8 +1143,7 @@ async fn tool_mode_injects_summaries_only() {
     p.mode = MemoryMode::Tool;
     let tool = DeerMemManager::new(p).unwrap();
     assert_eq!(tool.mode(), MemoryMode::Tool);
-    let caps = tool.capabilities();
-    assert!(caps.tool_mode && caps.search && !caps.passive_writes_in_tool_mode);
+    assert!(tool.allows_tool_mode() && tool.can_search() && !tool.passive_writes_in_tool_mode());
     let text = tool.get_context(req()).await.unwrap();
     assert!(text.contains("Work: Builds DeerMem"), "{text}");
     assert!(

@@ -5,6 +5,7 @@
 
 mod manager_support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::time::Duration;
 
 use deermem_core::ports::{ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact};

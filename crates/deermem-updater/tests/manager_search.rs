@@ -5,6 +5,7 @@
 
 mod manager_support;
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -208,7 +208,7 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
         }
     };
     let manager = backend.manager();
-    if config.mode == MemoryMode::Tool && !manager.capabilities().search {
+    if config.mode == MemoryMode::Tool && manager.searcher().is_none() {
         return Err(BuildError::Config(ConfigError::new(
             "memory.mode",
             format!(

@@ -3,9 +3,10 @@
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, ContextRequest, ManagerCapabilities, MemoryManager, MemoryScope, SearchRequest,
+    AddRequest, ContextRequest, FactAdmin, MemoryAdmin, MemoryManager, MemoryReader, MemoryReload,
+    MemoryScope, MemorySearch, ScoredFact, SearchRequest,
 };
-use deermem_core::{ManagerError, MemoryMode, PublicFact, PublicMemoryDocument};
+use deermem_core::{ManagerError, MemoryMode, PublicMemoryDocument};
 
 /// A backend that stores nothing (`manager_class: noop`).
 #[derive(Debug, Clone, Copy)]
@@ -26,17 +27,6 @@ impl MemoryManager for NoopManager {
         "NoopMemoryManager"
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            clear_memory: true,
-            import_memory: true,
-            tool_mode: true,
-            ..ManagerCapabilities::default()
-        }
-    }
-
     fn mode(&self) -> MemoryMode {
         self.mode
     }
@@ -49,14 +39,46 @@ impl MemoryManager for NoopManager {
         Ok(String::new())
     }
 
-    async fn search(&self, _request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        Ok(Vec::new())
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
     }
 
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        Some(self)
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
+    }
+}
+
+#[async_trait]
+impl MemorySearch for NoopManager {
+    async fn search_scored(
+        &self,
+        _request: SearchRequest,
+    ) -> Result<Vec<ScoredFact>, ManagerError> {
+        Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl MemoryReader for NoopManager {
     async fn get_memory(&self, _scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         Ok(PublicMemoryDocument::empty())
     }
+}
 
+#[async_trait]
+impl MemoryAdmin for NoopManager {
     async fn clear_memory(
         &self,
         _scope: MemoryScope,

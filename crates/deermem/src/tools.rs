@@ -11,9 +11,8 @@
 use deermem_core::fact::{
     DEFAULT_CATEGORY, MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS, MAX_QUERY_CHARS,
 };
-use deermem_core::ports::{
-    FactPatch, ManagerCapabilities, MemoryManager, MemoryScope, NewFact, SearchRequest,
-};
+use deermem_core::ports::MemoryManagerExt as _;
+use deermem_core::ports::{FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest};
 use deermem_core::{ManagerError, MemoryConfig, MemoryMode, py};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -304,8 +303,8 @@ pub fn should_use_memory_tools(config: &MemoryConfig) -> bool {
 /// Whether the passive per-turn write path (the memory middleware) is installed: always
 /// outside tool mode (it no-ops at runtime when memory is disabled), and in tool mode only for
 /// backends that ask for passive writes.
-pub fn installs_passive_writes(config: &MemoryConfig, capabilities: ManagerCapabilities) -> bool {
-    !should_use_memory_tools(config) || capabilities.passive_writes_in_tool_mode
+pub fn installs_passive_writes(config: &MemoryConfig, manager: &dyn MemoryManager) -> bool {
+    !should_use_memory_tools(config) || manager.passive_writes_in_tool_mode()
 }
 
 /// Whether the injection block carries facts in this mode: in tool mode only summaries are

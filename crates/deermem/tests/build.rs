@@ -44,7 +44,7 @@ async fn noop_builds_in_both_modes() {
     )
     .unwrap();
     assert_eq!(b.class(), "noop");
-    assert!(b.manager().capabilities().search);
+    assert!(b.manager().searcher().is_some());
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 
 #![cfg(feature = "embedded")]
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,7 +35,6 @@ fn scope() -> MemoryScope {
 }
 
 async fn add_facts(m: &DeerMemManager) {
-    use deermem_core::ports::MemoryManager;
     for (content, category) in [
         ("User drinks black coffee every morning", "preference"),
         ("User lives in Lisbon near the river", "context"),
@@ -54,7 +54,6 @@ async fn add_facts(m: &DeerMemManager) {
 
 /// Ranked search through the manager: (content, match type) of every hit.
 async fn search(m: &DeerMemManager, q: &str) -> Vec<(String, MatchType)> {
-    use deermem_core::ports::MemoryManager;
     m.search_scored(SearchRequest {
         query: q.into(),
         top_k: 5,
@@ -140,7 +139,6 @@ async fn a_blocked_index_folder_falls_back_then_recovers_on_the_next_search() {
 
     // New writes reach the index directly again.
     {
-        use deermem_core::ports::MemoryManager;
         m.create_fact(NewFact::new("User collects vintage fountain pens"), scope())
             .await
             .expect("create_fact");

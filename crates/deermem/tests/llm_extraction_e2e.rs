@@ -6,6 +6,7 @@
 
 #![cfg(feature = "embedded")]
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

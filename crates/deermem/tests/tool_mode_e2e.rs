@@ -4,6 +4,7 @@
 
 #![cfg(feature = "embedded")]
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 
 use deermem::tools::{dispatch, tool_definitions};

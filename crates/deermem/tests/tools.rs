@@ -2,6 +2,7 @@
 //! manager and `NoopManager` (the reference's tool tests, ported as our own), argument handling,
 //! and the mode-gating helpers.
 
+use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -11,8 +12,7 @@ use deermem::tools::{
     TOOL_NAMES, ToolDefinition, dispatch, tool_definitions,
 };
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, ManagerCapabilities, MemoryManager, MemoryScope,
-    NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
 use deermem_core::{
     AgentName, InvalidInputCode, ManagerError, MemoryConfig, MemoryMode, PublicFact,
@@ -81,16 +81,6 @@ impl MemoryManager for Recorder {
         "Recorder"
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            fact_crud: true,
-            tool_mode: true,
-            ..ManagerCapabilities::default()
-        }
-    }
-
     fn mode(&self) -> MemoryMode {
         MemoryMode::Tool
     }
@@ -103,17 +93,61 @@ impl MemoryManager for Recorder {
         Ok(String::new())
     }
 
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
+    }
+
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl MemorySearch for Recorder {
+    async fn search_scored(
+        &self,
+        request: SearchRequest,
+    ) -> Result<Vec<deermem_core::ports::ScoredFact>, ManagerError> {
+        Ok(MemorySearch::search(self, request)
+            .await?
+            .into_iter()
+            .map(|fact| deermem_core::ports::ScoredFact {
+                fact,
+                score: None,
+                match_type: deermem_core::search::MatchType::Remote,
+            })
+            .collect())
+    }
+
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
         let out = (self.search)(&request);
         self.record(Call::Search(request));
         out
     }
+}
 
+#[async_trait]
+impl MemoryReader for Recorder {
     async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         self.record(Call::GetMemory(scope));
         (self.memory)()
     }
+}
 
+#[async_trait]
+impl FactAdmin for Recorder {
     async fn create_fact(
         &self,
         fact: NewFact,
@@ -953,13 +987,50 @@ fn config(enabled: bool, mode: MemoryMode) -> MemoryConfig {
     }
 }
 
-fn deermem_like_caps() -> ManagerCapabilities {
-    ManagerCapabilities {
-        search: true,
-        fact_crud: true,
-        tool_mode: true,
-        passive_writes_in_tool_mode: false,
-        ..ManagerCapabilities::default()
+/// A backend that asks the host to keep passive writes in tool mode (as Honcho does).
+#[derive(Debug)]
+struct PassiveWriter;
+
+#[async_trait]
+impl MemoryManager for PassiveWriter {
+    fn name(&self) -> &str {
+        "PassiveWriter"
+    }
+
+    fn mode(&self) -> MemoryMode {
+        MemoryMode::Tool
+    }
+
+    fn passive_writes_in_tool_mode(&self) -> bool {
+        true
+    }
+
+    async fn add(&self, _request: AddRequest) -> Result<(), ManagerError> {
+        Ok(())
+    }
+
+    async fn get_context(&self, _request: ContextRequest) -> Result<String, ManagerError> {
+        Ok(String::new())
+    }
+
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        None
+    }
+
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        None
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
     }
 }
 
@@ -987,32 +1058,32 @@ fn should_use_memory_tools_truth_table() {
 fn tool_mode_registers_tools_and_drops_passive_writes() {
     let cfg = config(true, MemoryMode::Tool);
     assert!(tools::should_use_memory_tools(&cfg));
-    assert!(!tools::installs_passive_writes(&cfg, deermem_like_caps()));
+    assert!(!tools::installs_passive_writes(&cfg, &Recorder::new()));
     assert_eq!(tools::mode_warning(&cfg), None);
 }
 
 #[test]
 fn passive_write_backends_keep_the_write_path_in_tool_mode() {
     let cfg = config(true, MemoryMode::Tool);
-    let caps = ManagerCapabilities {
-        passive_writes_in_tool_mode: true,
-        ..deermem_like_caps()
-    };
-    assert!(tools::installs_passive_writes(&cfg, caps));
+    assert!(tools::installs_passive_writes(&cfg, &PassiveWriter));
+    assert!(tools::installs_passive_writes(
+        &config(true, MemoryMode::Middleware),
+        &Recorder::new()
+    ));
     assert!(tools::should_use_memory_tools(&cfg));
 }
 
 #[test]
 fn middleware_mode_keeps_passive_writes_and_no_tools() {
     let cfg = config(true, MemoryMode::Middleware);
-    assert!(tools::installs_passive_writes(&cfg, deermem_like_caps()));
+    assert!(tools::installs_passive_writes(&cfg, &Recorder::new()));
     assert!(!tools::should_use_memory_tools(&cfg));
 }
 
 #[test]
 fn disabled_memory_keeps_the_no_op_write_path_and_no_tools() {
     let cfg = config(false, MemoryMode::Middleware);
-    assert!(tools::installs_passive_writes(&cfg, deermem_like_caps()));
+    assert!(tools::installs_passive_writes(&cfg, &Recorder::new()));
     assert!(!tools::should_use_memory_tools(&cfg));
     assert_eq!(tools::mode_warning(&cfg), None);
 }
@@ -1021,7 +1092,7 @@ fn disabled_memory_keeps_the_no_op_write_path_and_no_tools() {
 fn tool_mode_with_memory_disabled_warns_and_uses_the_write_path() {
     let cfg = config(false, MemoryMode::Tool);
     assert!(!tools::should_use_memory_tools(&cfg));
-    assert!(tools::installs_passive_writes(&cfg, deermem_like_caps()));
+    assert!(tools::installs_passive_writes(&cfg, &Recorder::new()));
     assert_eq!(tools::mode_warning(&cfg), Some(TOOL_MODE_DISABLED_WARNING));
     assert_eq!(
         TOOL_MODE_DISABLED_WARNING,

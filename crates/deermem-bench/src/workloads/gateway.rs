@@ -3,6 +3,7 @@
 //! DeerMem manager and file storage on 127.0.0.1 (an ephemeral port, in this process), driven
 //! by concurrent HTTP/1.1 keep-alive clients; latency is measured on the client side.
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,8 @@
-//! The `MemoryManager` port: the backend contract a host calls, in the reference's three tiers.
-//! Tier 1 (`add`, `get_context`) is required; tiers 2 and 3 default to a typed `Unsupported`.
+//! The `MemoryManager` port: the backend contract a host calls. The required surface is one
+//! trait; each optional ability (search, reading, admin, reload, fact CRUD) is a trait of its own
+//! reached through an accessor, so an ability is present exactly when it is implemented.
+//! [`MemoryManagerExt`] gives callers the flat surface, with a typed `Unsupported` for an absent
+//! ability.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -38,27 +41,6 @@ pub struct BackendFailure {
     /// How many such failures the backend has seen since it was built (so a caller can tell a
     /// new failure from one it already saw).
     pub count: u64,
-}
-
-/// What a backend supports, declared once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManagerCapabilities {
-    /// `search` is implemented (required for tool mode).
-    pub search: bool,
-    /// `get_memory` / `export_memory`.
-    pub read_memory: bool,
-    /// `clear_memory`.
-    pub clear_memory: bool,
-    /// `import_memory`.
-    pub import_memory: bool,
-    /// `reload_memory`.
-    pub reload_memory: bool,
-    /// `create_fact`, `update_fact`, `delete_fact`.
-    pub fact_crud: bool,
-    /// The host keeps passive writes (`add`) running in tool mode.
-    pub passive_writes_in_tool_mode: bool,
-    /// Tool mode is allowed at all (OpenViking refuses it).
-    pub tool_mode: bool,
 }
 
 /// The user and agent a call acts for.
@@ -200,17 +182,20 @@ pub fn wrap_memory_block(body: &str) -> MemoryContext {
     }
 }
 
-/// A memory backend (DeerMem, noop, Honcho, OpenViking...).
+/// A memory backend (DeerMem, noop, Honcho, OpenViking...): the surface every backend has.
 ///
 /// # Contract
-/// - **Tier 1.** `add` takes the raw conversation, filters it itself and returns at once (the
+/// - **Required.** `add` takes the raw conversation, filters it itself and returns at once (the
 ///   work is queued); it never fails for backpressure. `get_context` returns plain text ready
 ///   for injection (the host adds the `<memory>` wrapper) or `""`, within the backend's own
 ///   budget.
-/// - **Tier 2/3 defaults.** Every other operation returns [`ManagerError::Unsupported`] unless
-///   the backend implements it, and [`MemoryManager::capabilities`] says which ones it does.
-///   `add_nowait` defaults to `add` without a trace id; `shutdown_flush` to `true`; `warm` to
-///   `None` ("nothing to warm").
+/// - **Abilities.** Search, reading the document, clearing/importing, reloading and fact CRUD
+///   are the traits [`MemorySearch`], [`MemoryReader`], [`MemoryAdmin`], [`MemoryReload`] and
+///   [`FactAdmin`]. A backend answers `Some(self)` from the accessor of each one it implements
+///   and `None` otherwise (the accessors are required, so the choice is explicit). Callers use
+///   [`MemoryManagerExt`], which answers [`ManagerError::Unsupported`] for an absent ability.
+/// - **Defaults.** `add_nowait` is `add` without a trace id; `shutdown_flush` is `true`; `warm`
+///   is `None` ("nothing to warm"); tool mode is allowed and passive writes stop in tool mode.
 /// - **Scopes.** An omitted agent is the reserved default bucket; agent names are
 ///   case-insensitive. A call for user A never returns or changes user B's data.
 /// - **Errors.** Conflicts, corruption, missing facts and invalid input have their own
@@ -220,11 +205,18 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// The backend's name, used in "not supported by" messages (e.g. `DeerMem`).
     fn name(&self) -> &str;
 
-    /// What the backend supports.
-    fn capabilities(&self) -> ManagerCapabilities;
-
     /// The mode the backend was built for.
     fn mode(&self) -> MemoryMode;
+
+    /// Whether tool mode is allowed at all (it needs [`MemorySearch`]; OpenViking refuses it).
+    fn allows_tool_mode(&self) -> bool {
+        true
+    }
+
+    /// Whether the host keeps passive writes (`add` after each turn) running in tool mode.
+    fn passive_writes_in_tool_mode(&self) -> bool {
+        false
+    }
 
     /// Queues a conversation for memory extraction.
     ///
@@ -267,138 +259,20 @@ pub trait MemoryManager: Send + Sync + Debug {
         Ok(wrap_memory_block(&body))
     }
 
-    /// Ranked facts for a query.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        let _ = request;
-        Err(ManagerError::unsupported("search", self.name()))
-    }
+    /// Search, when the backend has it.
+    fn searcher(&self) -> Option<&dyn MemorySearch>;
 
-    /// Ranked facts with their scores and match types. Defaults to [`MemoryManager::search`]
-    /// with no score, reported as a remote match.
-    ///
-    /// # Errors
-    /// As `search`.
-    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
-        let facts = self.search(request).await?;
-        Ok(facts
-            .into_iter()
-            .map(|fact| ScoredFact {
-                fact,
-                score: None,
-                match_type: MatchType::Remote,
-            })
-            .collect())
-    }
+    /// Reading the memory document, when the backend has it.
+    fn reader(&self) -> Option<&dyn MemoryReader>;
 
-    /// The memory document of a scope.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = scope;
-        Err(ManagerError::unsupported("get memory", self.name()))
-    }
+    /// Clearing and importing, when the backend has them.
+    fn admin(&self) -> Option<&dyn MemoryAdmin>;
 
-    /// Re-reads storage (picking up out-of-band edits) and returns the document.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn reload_memory(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = scope;
-        Err(ManagerError::unsupported("reload memory", self.name()))
-    }
+    /// Re-reading storage, when the backend has it.
+    fn reloader(&self) -> Option<&dyn MemoryReload>;
 
-    /// Deletes memory (nothing in the reference calls it).
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn delete_memory(&self, scope: MemoryScope) -> Result<(), ManagerError> {
-        let _ = scope;
-        Err(ManagerError::unsupported("delete memory", self.name()))
-    }
-
-    /// Clears memory: with no agent, every agent's facts and the summaries; with an agent, only
-    /// that bucket's facts. Returns the now-empty document.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = scope;
-        Err(ManagerError::unsupported("clear memory", self.name()))
-    }
-
-    /// Replaces the bucket with the document's facts and summaries.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn import_memory(
-        &self,
-        document: PublicMemoryDocument,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = (document, scope);
-        Err(ManagerError::unsupported("import memory", self.name()))
-    }
-
-    /// The export document.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn export_memory(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = scope;
-        Err(ManagerError::unsupported("export memory", self.name()))
-    }
-
-    /// Creates a fact. Returns the fresh document and the new id, or `None` when the capacity
-    /// policy evicted the new fact at once (nothing stored).
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn create_fact(
-        &self,
-        fact: NewFact,
-        scope: MemoryScope,
-    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
-        let _ = (fact, scope);
-        Err(ManagerError::unsupported("create fact", self.name()))
-    }
-
-    /// Updates a fact's non-`None` fields.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn update_fact(
-        &self,
-        fact_id: &str,
-        patch: FactPatch,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = (fact_id, patch, scope);
-        Err(ManagerError::unsupported("update fact", self.name()))
-    }
-
-    /// Deletes a fact.
-    ///
-    /// # Errors
-    /// `Unsupported` by default.
-    async fn delete_fact(
-        &self,
-        fact_id: &str,
-        expected_revision: Option<u64>,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        let _ = (fact_id, expected_revision, scope);
-        Err(ManagerError::unsupported("delete fact", self.name()))
-    }
+    /// Creating, updating and deleting single facts, when the backend has them.
+    fn facts(&self) -> Option<&dyn FactAdmin>;
 
     /// Drains pending work within `timeout`; true only if everything finished in time.
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
@@ -432,6 +306,277 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// Releases resources. Idempotent.
     async fn close(&self) {}
 }
+
+/// Ranked search over a backend's facts (required for tool mode).
+#[async_trait]
+pub trait MemorySearch: MemoryManager {
+    /// Ranked facts with their scores and match types.
+    ///
+    /// # Errors
+    /// Backend failures; invalid scopes.
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError>;
+
+    /// Ranked facts without their scores.
+    ///
+    /// # Errors
+    /// As `search_scored`.
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        Ok(MemorySearch::search_scored(self, request)
+            .await?
+            .into_iter()
+            .map(|s| s.fact)
+            .collect())
+    }
+}
+
+/// Reading a scope's memory document.
+#[async_trait]
+pub trait MemoryReader: MemoryManager {
+    /// The memory document of a scope.
+    ///
+    /// # Errors
+    /// Backend failures; invalid scopes.
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError>;
+
+    /// The export document. Not every reader exports (the reference's backends raise here), so
+    /// the default is `Unsupported`.
+    ///
+    /// # Errors
+    /// `Unsupported` by default.
+    async fn export_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("export memory", self.name()))
+    }
+}
+
+/// Clearing and replacing a scope's memory.
+#[async_trait]
+pub trait MemoryAdmin: MemoryManager {
+    /// Clears memory: with no agent, every agent's facts and the summaries; with an agent, only
+    /// that bucket's facts. Returns the now-empty document.
+    ///
+    /// # Errors
+    /// Backend failures; invalid scopes.
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError>;
+
+    /// Replaces the bucket with the document's facts and summaries.
+    ///
+    /// # Errors
+    /// Invalid documents; conflicts; backend failures.
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError>;
+}
+
+/// Re-reading storage, picking up out-of-band edits.
+#[async_trait]
+pub trait MemoryReload: MemoryManager {
+    /// Re-reads storage and returns the document.
+    ///
+    /// # Errors
+    /// Backend failures; invalid scopes.
+    async fn reload_memory(&self, scope: MemoryScope)
+    -> Result<PublicMemoryDocument, ManagerError>;
+}
+
+/// Creating, updating and deleting single facts.
+#[async_trait]
+pub trait FactAdmin: MemoryManager {
+    /// Creates a fact. Returns the fresh document and the new id, or `None` when the capacity
+    /// policy evicted the new fact at once (nothing stored).
+    ///
+    /// # Errors
+    /// Invalid input; conflicts; backend failures.
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError>;
+
+    /// Updates a fact's non-`None` fields.
+    ///
+    /// # Errors
+    /// `NotFound`; invalid input; conflicts; backend failures.
+    async fn update_fact(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError>;
+
+    /// Deletes a fact.
+    ///
+    /// # Errors
+    /// `NotFound`; conflicts; backend failures.
+    async fn delete_fact(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError>;
+}
+
+/// The flat calling surface over any [`MemoryManager`]: each optional operation goes through
+/// its ability's accessor and is [`ManagerError::Unsupported`] (with the reference's operation
+/// name) when the backend lacks the ability.
+#[async_trait]
+pub trait MemoryManagerExt: MemoryManager {
+    /// Whether [`MemorySearch`] is present.
+    fn can_search(&self) -> bool {
+        self.searcher().is_some()
+    }
+
+    /// Ranked facts for a query.
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemorySearch`]; the backend's errors.
+    async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
+        match self.searcher() {
+            Some(s) => MemorySearch::search(s, request).await,
+            None => Err(ManagerError::unsupported("search", self.name())),
+        }
+    }
+
+    /// Ranked facts with scores and match types.
+    ///
+    /// # Errors
+    /// As `search`.
+    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
+        match self.searcher() {
+            Some(s) => MemorySearch::search_scored(s, request).await,
+            None => Err(ManagerError::unsupported("search", self.name())),
+        }
+    }
+
+    /// The memory document of a scope.
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemoryReader`]; the backend's errors.
+    async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.reader() {
+            Some(r) => MemoryReader::get_memory(r, scope).await,
+            None => Err(ManagerError::unsupported("get memory", self.name())),
+        }
+    }
+
+    /// The export document.
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemoryReader`] or when the reader does not export.
+    async fn export_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.reader() {
+            Some(r) => MemoryReader::export_memory(r, scope).await,
+            None => Err(ManagerError::unsupported("export memory", self.name())),
+        }
+    }
+
+    /// Re-reads storage and returns the document.
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemoryReload`]; the backend's errors.
+    async fn reload_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.reloader() {
+            Some(r) => MemoryReload::reload_memory(r, scope).await,
+            None => Err(ManagerError::unsupported("reload memory", self.name())),
+        }
+    }
+
+    /// Deletes memory. The reference declares it and nothing calls it; no backend implements
+    /// it, so it is always `Unsupported`.
+    ///
+    /// # Errors
+    /// Always `Unsupported`.
+    async fn delete_memory(&self, scope: MemoryScope) -> Result<(), ManagerError> {
+        let _ = scope;
+        Err(ManagerError::unsupported("delete memory", self.name()))
+    }
+
+    /// Clears memory (see [`MemoryAdmin::clear_memory`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemoryAdmin`]; the backend's errors.
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.admin() {
+            Some(a) => MemoryAdmin::clear_memory(a, scope).await,
+            None => Err(ManagerError::unsupported("clear memory", self.name())),
+        }
+    }
+
+    /// Replaces the bucket (see [`MemoryAdmin::import_memory`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`MemoryAdmin`]; the backend's errors.
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.admin() {
+            Some(a) => MemoryAdmin::import_memory(a, document, scope).await,
+            None => Err(ManagerError::unsupported("import memory", self.name())),
+        }
+    }
+
+    /// Creates a fact (see [`FactAdmin::create_fact`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`FactAdmin`]; the backend's errors.
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        match self.facts() {
+            Some(f) => FactAdmin::create_fact(f, fact, scope).await,
+            None => Err(ManagerError::unsupported("create fact", self.name())),
+        }
+    }
+
+    /// Updates a fact (see [`FactAdmin::update_fact`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`FactAdmin`]; the backend's errors.
+    async fn update_fact(
+        &self,
+        fact_id: &str,
+        patch: FactPatch,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.facts() {
+            Some(f) => FactAdmin::update_fact(f, fact_id, patch, scope).await,
+            None => Err(ManagerError::unsupported("update fact", self.name())),
+        }
+    }
+
+    /// Deletes a fact (see [`FactAdmin::delete_fact`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`FactAdmin`]; the backend's errors.
+    async fn delete_fact(
+        &self,
+        fact_id: &str,
+        expected_revision: Option<u64>,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        match self.facts() {
+            Some(f) => FactAdmin::delete_fact(f, fact_id, expected_revision, scope).await,
+            None => Err(ManagerError::unsupported("delete fact", self.name())),
+        }
+    }
+}
+
+impl<T: MemoryManager + ?Sized> MemoryManagerExt for T {}
 
 #[cfg(test)]
 mod tests {

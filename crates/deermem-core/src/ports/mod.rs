@@ -10,9 +10,9 @@ mod storage;
 pub use clock::Clock;
 pub use llm::{ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, TokenUsage};
 pub use manager::{
-    AddRequest, BackendFailure, ContextRequest, FAIL_OPEN_LOG_TARGET, FactPatch,
-    ManagerCapabilities, MemoryContext, MemoryManager, MemoryScope, NewFact, ScoredFact,
-    SearchRequest, wrap_memory_block,
+    AddRequest, BackendFailure, ContextRequest, FAIL_OPEN_LOG_TARGET, FactAdmin, FactPatch,
+    MemoryAdmin, MemoryContext, MemoryManager, MemoryManagerExt, MemoryReader, MemoryReload,
+    MemoryScope, MemorySearch, NewFact, ScoredFact, SearchRequest, wrap_memory_block,
 };
 pub use retrieval::Retrieval;
 pub use storage::{

@@ -3,6 +3,7 @@
 //! backend-agnostic route suite (functions taking any `Arc<dyn MemoryManager>`).
 #![allow(dead_code, unreachable_pub)]
 
+use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,8 +14,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, ManagerCapabilities, MemoryManager, MemoryScope,
-    NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
 use deermem_core::{
     FactScope, InvalidInputCode, ManagerError, MemoryConfig, MemoryMode, PublicFact,
@@ -301,21 +301,12 @@ impl FakeManager {
 
 #[async_trait]
 impl MemoryManager for FakeManager {
-    fn name(&self) -> &str {
-        &self.name
+    fn allows_tool_mode(&self) -> bool {
+        false
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            clear_memory: true,
-            import_memory: true,
-            reload_memory: true,
-            fact_crud: true,
-            passive_writes_in_tool_mode: false,
-            tool_mode: true,
-        }
+    fn name(&self) -> &str {
+        &self.name
     }
 
     fn mode(&self) -> MemoryMode {
@@ -343,6 +334,68 @@ impl MemoryManager for FakeManager {
         Ok(self.context_body.lock().clone())
     }
 
+    async fn shutdown_flush(&self, timeout: Duration) -> bool {
+        self.record(Call::ShutdownFlush(timeout));
+        self.flush_result.load(Ordering::SeqCst)
+    }
+
+    async fn warm(&self) -> Option<bool> {
+        self.record(Call::Warm);
+        let gate = self.gates.lock().get("warm").cloned();
+        if let Some(g) = gate {
+            g.entered.notify_one();
+            let permit = g.release.acquire().await;
+            drop(permit);
+        }
+        *self.warm_result.lock()
+    }
+
+    async fn close(&self) {
+        self.record(Call::Close);
+    }
+
+    fn last_backend_failure(&self) -> Option<deermem_core::ports::BackendFailure> {
+        self.backend_failure.lock().clone()
+    }
+
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
+    }
+
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        Some(self)
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        Some(self)
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl MemorySearch for FakeManager {
+    async fn search_scored(
+        &self,
+        request: SearchRequest,
+    ) -> Result<Vec<deermem_core::ports::ScoredFact>, ManagerError> {
+        Ok(MemorySearch::search(self, request)
+            .await?
+            .into_iter()
+            .map(|fact| deermem_core::ports::ScoredFact {
+                fact,
+                score: None,
+                match_type: deermem_core::search::MatchType::Remote,
+            })
+            .collect())
+    }
+
     async fn search(&self, r: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
         self.record(Call::Search {
             query: r.query.clone(),
@@ -362,7 +415,10 @@ impl MemoryManager for FakeManager {
             .take(r.top_k)
             .collect())
     }
+}
 
+#[async_trait]
+impl MemoryReader for FakeManager {
     async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         self.record(Call::GetMemory {
             user: user_of(&scope),
@@ -371,19 +427,10 @@ impl MemoryManager for FakeManager {
         self.enter("get_memory").await?;
         Ok(self.document(&scope))
     }
+}
 
-    async fn reload_memory(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.record(Call::Reload {
-            user: user_of(&scope),
-            agent: agent_of(&scope),
-        });
-        self.enter("reload_memory").await?;
-        Ok(self.document(&scope))
-    }
-
+#[async_trait]
+impl MemoryAdmin for FakeManager {
     async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         self.record(Call::Clear {
             user: user_of(&scope),
@@ -439,7 +486,25 @@ impl MemoryManager for FakeManager {
         }
         Ok(self.document(&scope))
     }
+}
 
+#[async_trait]
+impl MemoryReload for FakeManager {
+    async fn reload_memory(
+        &self,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        self.record(Call::Reload {
+            user: user_of(&scope),
+            agent: agent_of(&scope),
+        });
+        self.enter("reload_memory").await?;
+        Ok(self.document(&scope))
+    }
+}
+
+#[async_trait]
+impl FactAdmin for FakeManager {
     async fn create_fact(
         &self,
         fact: NewFact,
@@ -559,30 +624,6 @@ impl MemoryManager for FakeManager {
                 fact_id: fact_id.to_owned(),
             }),
         }
-    }
-
-    async fn shutdown_flush(&self, timeout: Duration) -> bool {
-        self.record(Call::ShutdownFlush(timeout));
-        self.flush_result.load(Ordering::SeqCst)
-    }
-
-    async fn warm(&self) -> Option<bool> {
-        self.record(Call::Warm);
-        let gate = self.gates.lock().get("warm").cloned();
-        if let Some(g) = gate {
-            g.entered.notify_one();
-            let permit = g.release.acquire().await;
-            drop(permit);
-        }
-        *self.warm_result.lock()
-    }
-
-    async fn close(&self) {
-        self.record(Call::Close);
-    }
-
-    fn last_backend_failure(&self) -> Option<deermem_core::ports::BackendFailure> {
-        self.backend_failure.lock().clone()
     }
 }
 

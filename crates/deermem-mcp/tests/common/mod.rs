@@ -5,14 +5,14 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, ManagerCapabilities, MemoryManager, MemoryScope,
-    NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
 use deermem_core::{
     DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, InvalidInputCode, ManagerError, MemoryMode, PublicFact,
@@ -112,17 +112,6 @@ impl MemoryManager for MapManager {
         "MapManager"
     }
 
-    fn capabilities(&self) -> ManagerCapabilities {
-        ManagerCapabilities {
-            search: true,
-            read_memory: true,
-            clear_memory: true,
-            fact_crud: true,
-            tool_mode: true,
-            ..ManagerCapabilities::default()
-        }
-    }
-
     fn mode(&self) -> MemoryMode {
         MemoryMode::Tool
     }
@@ -142,6 +131,44 @@ impl MemoryManager for MapManager {
             }
             text
         }))
+    }
+
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        Some(self)
+    }
+
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        Some(self)
+    }
+
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        Some(self)
+    }
+
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
+
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl MemorySearch for MapManager {
+    async fn search_scored(
+        &self,
+        request: SearchRequest,
+    ) -> Result<Vec<deermem_core::ports::ScoredFact>, ManagerError> {
+        Ok(MemorySearch::search(self, request)
+            .await?
+            .into_iter()
+            .map(|fact| deermem_core::ports::ScoredFact {
+                fact,
+                score: None,
+                match_type: deermem_core::search::MatchType::Remote,
+            })
+            .collect())
     }
 
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
@@ -165,11 +192,17 @@ impl MemoryManager for MapManager {
             hits
         }))
     }
+}
 
+#[async_trait]
+impl MemoryReader for MapManager {
     async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         Ok(self.with_bucket(&scope, |facts| Self::document(facts)))
     }
+}
 
+#[async_trait]
+impl MemoryAdmin for MapManager {
     async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         Ok(self.with_bucket(&scope, |facts| {
             facts.clear();
@@ -177,6 +210,20 @@ impl MemoryManager for MapManager {
         }))
     }
 
+    async fn import_memory(
+        &self,
+        document: PublicMemoryDocument,
+        scope: MemoryScope,
+    ) -> Result<PublicMemoryDocument, ManagerError> {
+        Ok(self.with_bucket(&scope, |facts| {
+            *facts = document.facts;
+            Self::document(facts)
+        }))
+    }
+}
+
+#[async_trait]
+impl FactAdmin for MapManager {
     async fn create_fact(
         &self,
         fact: NewFact,

@@ -4,6 +4,7 @@
 //! user's data, never a file outside the root, always a typed client error (4xx, a tool
 //! error, exit code 4 or 5).
 
+use deermem_core::ports::MemoryManagerExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
