@@ -327,6 +327,8 @@ pub(crate) async fn add_messages(
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
     let input = schema::messages_body(&body)?;
+    // The turn now lives in `input`: a large one is not held twice while it is queued.
+    drop(body);
     let from_body = parse_agent(input.agent.as_deref())?;
     let from_query = q.agent()?;
     let agent = match (from_body, from_query) {
