@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use deermem_core::{AgentName, UserId};
-use deermem_gateway::{GatewayConfig, GatewayState, Metrics, RunJournal, RunJournalOptions};
+use deermem_gateway::{GatewayConfig, GatewayState, Metrics};
+use deermem_storage_file::{RunJournal, RunJournalOptions};
 use deermem_updater::observe::{ExtractionReport, UpdateObserver};
 
 use crate::ctx::{self, Ctx};

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use deermem_core::MemoryConfig;
-use deermem_gateway::{GatewayConfig, GatewayState, RunJournal, RunJournalOptions, serve};
+use deermem_gateway::{GatewayConfig, GatewayState, serve};
+use deermem_storage_file::{RunJournal, RunJournalOptions};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {

@@ -28,7 +28,6 @@ mod body;
 pub mod config;
 pub mod error;
 mod extract;
-pub mod journal;
 pub mod layers;
 mod limits;
 pub mod metrics;
@@ -51,7 +50,6 @@ use tower_http::timeout::TimeoutLayer;
 pub use auth::{Caller, CallerKind};
 pub use config::{AuthMode, GatewayConfig};
 pub use error::{GatewayError, Operation};
-pub use journal::{RunJournal, RunJournalOptions};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};
 pub use state::{

@@ -19,12 +19,12 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
-use crate::journal::RunEvent;
 use crate::schema::{
     Accepted, ContextResponse, FactCreateBody, FactPatchBody, Health, HttpError,
     HttpValidationError, MAX_THREAD_ID_CHARS, MAX_TOP_K, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
     MemoryStatusResponse, MessagesBody, RebuildResponse, SearchResponse, Unauthorized,
 };
+use deermem_core::ports::run_journal::RunEvent;
 
 /// Registers a body type with a generator and returns the schema to use for it (a `$ref` for
 /// a named type).

@@ -25,13 +25,15 @@ use crate::auth::Caller;
 use crate::body::JsonDocument;
 use crate::error::{GatewayError, Operation, ValidationItem};
 use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
-use crate::journal::{EventQuery, EventsLookup, validate_event_type, validate_run_key};
 use crate::limits::BulkPermit;
 use crate::schema::{
     self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
     MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit, SearchResponse,
 };
 use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
+use deermem_core::ports::run_journal::{
+    EventQuery, EventsLookup, RunEvent, validate_event_type, validate_run_key,
+};
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
 
@@ -603,10 +605,7 @@ pub(crate) async fn run_events(
             "Run '{run_id}' not found in thread '{thread_id}'."
         ))),
         EventsLookup::Events(events) => Ok(Json(Value::Array(
-            events
-                .iter()
-                .map(crate::journal::RunEvent::to_json)
-                .collect(),
+            events.iter().map(RunEvent::to_json).collect(),
         ))),
     }
 }

@@ -12,9 +12,10 @@ use tracing::Instrument as _;
 
 use crate::auth::TokenTable;
 use crate::config::GatewayConfig;
-use crate::journal::{JournalError, RunJournal};
 use crate::limits::BulkLimiter;
 use crate::metrics::Metrics;
+use deermem_core::ports::RunEventStore;
+use deermem_core::ports::run_journal::JournalError;
 
 /// Where the gateway is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +69,13 @@ pub trait ContextObserver: Send + Sync + std::fmt::Debug {
     fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
 }
 
-impl ContextObserver for RunJournal {
+/// Records each served block in a run journal: one `context:memory` event per run.
+#[derive(Debug)]
+struct JournalObserver(Arc<dyn RunEventStore>);
+
+impl ContextObserver for JournalObserver {
     fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError> {
-        match self.record_context(
+        match self.0.record_context(
             &event.user,
             event.agent.as_ref(),
             &event.thread_id,
@@ -100,7 +105,7 @@ pub struct GatewayState {
     metrics: Metrics,
     flags: Arc<Flags>,
     observers: Vec<Arc<dyn ContextObserver>>,
-    journal: Option<Arc<RunJournal>>,
+    journal: Option<Arc<dyn RunEventStore>>,
     bulk: Arc<BulkLimiter>,
 }
 
@@ -170,14 +175,15 @@ impl GatewayState {
     /// `GET /api/threads/{thread_id}/runs/{run_id}/events`. Without a journal that route
     /// answers 501.
     #[must_use]
-    pub fn with_run_journal(mut self, journal: Arc<RunJournal>) -> Self {
-        self.observers.push(journal.clone());
+    pub fn with_run_journal(mut self, journal: Arc<dyn RunEventStore>) -> Self {
+        self.observers
+            .push(Arc::new(JournalObserver(Arc::clone(&journal))));
         self.journal = Some(journal);
         self
     }
 
     /// The run journal, if one is installed.
-    pub fn run_journal(&self) -> Option<&Arc<RunJournal>> {
+    pub fn run_journal(&self) -> Option<&Arc<dyn RunEventStore>> {
         self.journal.as_ref()
     }
 

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use common::{FakeManager, INTERNAL_TOKEN, empty, ready_state, send, with_bearer};
+use deermem_core::ports::run_journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
 use deermem_core::{MemoryConfig, UserId};
-use deermem_gateway::journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
-use deermem_gateway::{GatewayConfig, RunJournal, RunJournalOptions, router};
+use deermem_gateway::{GatewayConfig, router};
+use deermem_storage_file::{RunJournal, RunJournalOptions};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 

@@ -20,12 +20,14 @@ mod migrate;
 mod par;
 pub mod paths;
 pub mod probe;
+pub mod run_journal;
 mod sidecar;
 mod storage;
 mod walk;
 pub mod yaml;
 
 pub use paths::resolve_root;
+pub use run_journal::{RunJournal, RunJournalOptions};
 pub use storage::{FileMemoryStorage, FileStorageConfig, IndexVerification, StaleScope};
 
 /// Renders a fact as the exact bytes of its Markdown file (what the storage writes).

@@ -19,3 +19,26 @@ async fn fixture() -> StorageFixture {
 }
 
 deermem_testkit::storage_contract!(fixture());
+
+/// The run journal port's contract against the file journal in a temporary directory.
+mod run_journal {
+    use std::sync::Arc;
+
+    use deermem_storage_file::{RunJournal, RunJournalOptions};
+    use deermem_testkit::run_journal::RunJournalFixture;
+
+    fn fixture() -> RunJournalFixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = RunJournal::open(
+            RunJournal::dir_for_storage_root(dir.path()),
+            RunJournalOptions::default(),
+        )
+        .expect("journal");
+        RunJournalFixture {
+            store: Arc::new(journal),
+            guard: Box::new(dir),
+        }
+    }
+
+    deermem_testkit::run_journal_contract!(fixture());
+}

@@ -12,6 +12,7 @@ pub mod llm;
 pub mod manager;
 pub mod pyenv;
 pub mod retrieval;
+pub mod run_journal;
 pub mod storage;
 
 /// Runs a future to completion on a fresh multi-threaded tokio runtime (two workers), so the

@@ -573,4 +573,38 @@ mod tests {
         let off = InjectionOptions::from_config(&cfg, MemoryMode::Middleware, false);
         assert_eq!(format_memory_for_injection(&d, &off), "");
     }
+
+    /// The whole injection body for a document with summaries in both sections, facts of
+    /// several categories and confidences (corrections guaranteed first), and a budget that
+    /// drops the lowest-ranked facts.
+    #[test]
+    fn the_whole_injection_body_is_pinned() {
+        let mut d = doc(vec![
+            f("a", "Works on a Rust memory engine", "context", 0.9),
+            f("b", "Prefers tabs over spaces", "preference", 0.95),
+            f("c", "Do not suggest Python 2 examples", "correction", 0.7),
+            f("d", "Likes oolong tea (乌龙茶)", "preference", 0.6),
+            f("e", "Mentioned a trip once", "context", 0.3),
+        ]);
+        d = with_summary(
+            d,
+            "user",
+            "workContext",
+            json!("Builds DeerMem-rs, a memory engine."),
+        );
+        d = with_summary(
+            d,
+            "user",
+            "topOfMind",
+            json!("Shipping the PostgreSQL adapter."),
+        );
+        d = with_summary(
+            d,
+            "history",
+            "recentMonths",
+            json!("Moved from Python to Rust."),
+        );
+        let out = format_memory_for_injection(&d, &opts(70, TokenCounting::Char));
+        insta::assert_snapshot!("injection_body", out);
+    }
 }

@@ -1064,4 +1064,38 @@ mod tests {
                 .is_err()
         );
     }
+
+    /// The whole extraction prompt for one turn: the system text, the current memory with a
+    /// hand-written fact, the conversation, the signal hints and the staleness section. A change
+    /// to any template or to how the inputs are rendered shows up here as a reviewed diff.
+    #[test]
+    fn the_whole_extraction_prompt_is_pinned() {
+        let mut facts = aged(3, 400);
+        facts.push(fact(json!({
+            "id": "manual1",
+            "content": "Prefers tabs over spaces",
+            "category": "preference",
+            "confidence": 0.95,
+            "createdAt": "2026-05-01T00:00:00Z",
+            "source": "manual",
+        })));
+        let cfg = DeerMemConfig {
+            staleness_review_enabled: true,
+            staleness_min_candidates: 1,
+            ..DeerMemConfig::default()
+        };
+        let feed = vec![
+            Message::human("Actually, I moved to Lisbon last month."),
+            Message::ai("Thanks, I will remember that."),
+        ];
+        let mut signals = SignalSet::new();
+        signals.insert(crate::signals::Signal::Correction);
+        let p = build(&doc(facts), &feed, signals, &cfg);
+        let text: Vec<String> = p
+            .messages
+            .iter()
+            .map(|m| format!("--- {:?} ---\n{}", m.role, m.content))
+            .collect();
+        insta::assert_snapshot!("extraction_prompt", text.join("\n"));
+    }
 }

@@ -5,6 +5,7 @@ mod clock;
 mod llm;
 mod manager;
 mod retrieval;
+pub mod run_journal;
 mod storage;
 
 pub use clock::Clock;
@@ -15,6 +16,7 @@ pub use manager::{
     MemoryScope, MemorySearch, NewFact, ScoredFact, SearchRequest, wrap_memory_block,
 };
 pub use retrieval::Retrieval;
+pub use run_journal::RunEventStore;
 pub use storage::{
     FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
     ScopedSearch, StorageCapabilities,

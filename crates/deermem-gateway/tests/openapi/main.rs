@@ -19,7 +19,8 @@ use common::{FakeManager, Resp, app, empty, json_req, ready_state, send, token_a
 use deermem_core::ports::MemoryManager;
 use deermem_core::{ManagerError, MemoryConfig};
 use deermem_gateway::openapi::{ROUTES, document};
-use deermem_gateway::{GatewayConfig, GatewayState, RunJournal, RunJournalOptions, router};
+use deermem_gateway::{GatewayConfig, GatewayState, router};
+use deermem_storage_file::{RunJournal, RunJournalOptions};
 use serde_json::{Value, json};
 use validator::Validator;
 

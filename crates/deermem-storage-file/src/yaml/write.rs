@@ -577,4 +577,48 @@ mod tests {
         assert_eq!(escape('\u{feff}'), "\\uFEFF");
         assert_eq!(escape('\u{1F98C}'), "\\U0001F98C");
     }
+
+    /// The front matter written for values PyYAML would misread if left plain: YAML 1.1
+    /// booleans and nulls, octal/sexagesimal/date look-alikes, indicators, leading and trailing
+    /// spaces, line breaks, non-printable and astral characters, long lines, nested values.
+    #[test]
+    fn tricky_values_are_written_as_pyyaml_writes_them() {
+        let value = serde_json::json!({
+            "id": "fact_0123abcd",
+            "yes_word": "yes",
+            "off_word": "Off",
+            "tilde": "~",
+            "null_word": "null",
+            "octal": "0o17",
+            "old_octal": "017",
+            "sexagesimal": "1:20",
+            "date": "2026-12-05",
+            "float_text": "1e3",
+            "colon_space": "key: value",
+            "hash": "# not a comment",
+            "leading_space": "  indented",
+            "trailing_space": "trailing  ",
+            "dash": "- item",
+            "quote": "it's \"quoted\"",
+            "multi_line": "first line\nsecond line\n",
+            "tab": "a\tb",
+            "nel": "a\u{85}b",
+            "bom": "\u{feff}start",
+            "emoji": "deer \u{1F98C}",
+            "cjk": "乌龙茶が好き",
+            "long": "word ".repeat(30),
+            "empty": "",
+            "number": 42,
+            "float": 0.95,
+            "small": 1e-5,
+            "flag": true,
+            "nothing": null,
+            "list": ["a", "yes", 1, {"k": "v"}],
+            "nested": {"inner": "on", "deeper": {"x": [] }},
+            "empty_map": {},
+        });
+        let map = value.as_object().cloned().unwrap_or_default();
+        let text = render(&map).unwrap_or_else(|e| panic!("render: {e}"));
+        insta::assert_snapshot!("tricky_values", text);
+    }
 }

@@ -42,21 +42,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use deermem_core::ports::Clock;
+use deermem_core::ports::run_journal::{
+    CONTEXT_CATEGORY, CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome,
+    RunEvent, RunEventStore, is_sha256_hex, valid_event_type, validate_run_key,
+};
 use deermem_core::time::Timestamp;
 use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
 use parking_lot::Mutex;
-use schemars::JsonSchema;
-use serde::Serialize;
 use serde_json::{Map, Value, json};
-
-/// The event type of a run's memory identity.
-pub const CONTEXT_MEMORY_EVENT: &str = "context:memory";
-/// The category of [`CONTEXT_MEMORY_EVENT`].
-pub const CONTEXT_CATEGORY: &str = "context";
-/// The longest thread or run id the journal accepts, in characters.
-pub const MAX_RUN_KEY_CHARS: usize = 256;
-/// The longest event type accepted in a filter, in characters.
-pub const MAX_EVENT_TYPE_CHARS: usize = 64;
 
 /// The per-user events file.
 const EVENTS_FILE: &str = "events.jsonl";
@@ -83,53 +76,21 @@ impl Default for RunJournalOptions {
     }
 }
 
-/// One recorded run event, in the reference's run-event shape (its JSON is the body of the
-/// events route: fields in this order).
-#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
-pub struct RunEvent {
-    /// The thread the run belongs to.
-    pub thread_id: String,
-    /// The run.
-    pub run_id: String,
-    /// The event type, e.g. `context:memory`.
-    pub event_type: String,
-    /// The event category, e.g. `context`.
-    pub category: String,
-    /// For `context:memory`: exactly `{"content_sha256": "<hex>"}`.
-    pub content: Map<String, Value>,
-    /// Extra facts (`agent_name`).
-    pub metadata: Map<String, Value>,
-    /// Position in the user's journal (increasing from 1, never reused).
-    #[schemars(range(min = 1))]
-    pub seq: u64,
-    /// When it was recorded (ISO-Z).
-    pub created_at: String,
-}
+/// The stored line format of events: one JSON object per line with the user id first.
+mod line {
+    use super::*;
 
-impl RunEvent {
-    /// The public JSON shape (`thread_id`, `run_id`, `event_type`, `category`, `content`,
-    /// `metadata`, `seq`, `created_at`).
-    pub fn to_json(&self) -> Value {
-        // Strings, integers and maps of JSON values: serialising cannot fail.
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-
-    /// The recorded block hash of a `context:memory` event.
-    pub fn content_sha256(&self) -> Option<&str> {
-        self.content.get("content_sha256").and_then(Value::as_str)
-    }
-
-    fn to_line(&self, user: &str) -> String {
+    pub(super) fn to_line(event: &RunEvent, user: &str) -> String {
         let v = json!({
-            "seq": self.seq,
+            "seq": event.seq,
             "user_id": user,
-            "thread_id": self.thread_id,
-            "run_id": self.run_id,
-            "event_type": self.event_type,
-            "category": self.category,
-            "content": self.content,
-            "metadata": self.metadata,
-            "created_at": self.created_at,
+            "thread_id": event.thread_id,
+            "run_id": event.run_id,
+            "event_type": event.event_type,
+            "category": event.category,
+            "content": event.content,
+            "metadata": event.metadata,
+            "created_at": event.created_at,
         });
         let mut line = v.to_string();
         line.push('\n');
@@ -137,7 +98,7 @@ impl RunEvent {
     }
 
     /// Parses one stored line; `None` for anything that is not a well-formed event of `user`.
-    fn from_line(bytes: &[u8], user: &str) -> Option<Self> {
+    pub(super) fn from_line(bytes: &[u8], user: &str) -> Option<RunEvent> {
         let v: Value = serde_json::from_slice(bytes).ok()?;
         let o = v.as_object()?;
         let s = |k: &str| o.get(k).and_then(Value::as_str);
@@ -155,7 +116,7 @@ impl RunEvent {
             None | Some(Value::Null) => Map::new(),
             Some(m) => m.as_object()?.clone(),
         };
-        let event = Self {
+        let event = RunEvent {
             seq,
             thread_id: thread_id.to_owned(),
             run_id: run_id.to_owned(),
@@ -172,188 +133,11 @@ impl RunEvent {
     }
 }
 
-/// What [`RunJournal::record_context`] did.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RecordOutcome {
-    /// A new `context:memory` event was appended.
-    Recorded(RunEvent),
-    /// The run already had this block's event; nothing was written.
-    AlreadyRecorded(RunEvent),
-}
-
-impl RecordOutcome {
-    /// The run's event.
-    pub fn event(&self) -> &RunEvent {
-        match self {
-            Self::Recorded(e) | Self::AlreadyRecorded(e) => e,
-        }
-    }
-}
-
-/// What [`RunJournal::events`] found.
-#[derive(Clone, Debug, PartialEq)]
-pub enum EventsLookup {
-    /// The user has no (retained) event in this thread.
-    UnknownThread,
-    /// The thread is known but this run has no (retained) event.
-    UnknownRun,
-    /// The run's events matching the query, in `seq` order.
-    Events(Vec<RunEvent>),
-}
-
-/// Which of a run's events [`RunJournal::events`] returns.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventQuery {
-    /// Only these event types (`None`: all).
-    pub event_types: Option<Vec<String>>,
-    /// Only events with a larger `seq`.
-    pub after_seq: Option<u64>,
-    /// At most this many (the oldest first).
-    pub limit: usize,
-}
-
-impl Default for EventQuery {
-    fn default() -> Self {
-        Self {
-            event_types: None,
-            after_seq: None,
-            limit: 500,
-        }
-    }
-}
-
-/// Run journal failures.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum JournalError {
-    /// A thread or run id, or a block hash, is not acceptable.
-    InvalidId {
-        /// `thread_id`, `run_id` or `content_sha256`.
-        field: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The run already recorded a different memory block.
-    Conflict {
-        /// The thread.
-        thread_id: String,
-        /// The run.
-        run_id: String,
-        /// The hash already recorded.
-        recorded: String,
-        /// The hash offered now.
-        offered: String,
-    },
-    /// Another journal (this or another process) holds the directory.
-    Busy {
-        /// The lock file.
-        lock: PathBuf,
-    },
-    /// A filesystem operation failed.
-    Io {
-        /// What was being done, with the path.
-        context: String,
-        /// The OS error.
-        source: io::Error,
-    },
-}
-
-impl fmt::Display for JournalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidId { field, reason } => write!(f, "Invalid {field}: {reason}"),
-            Self::Conflict {
-                thread_id,
-                run_id,
-                recorded,
-                ..
-            } => write!(
-                f,
-                "Run '{run_id}' of thread '{thread_id}' already recorded a different memory block \
-                 (content_sha256 {recorded}); a run sees one memory block."
-            ),
-            Self::Busy { lock } => write!(
-                f,
-                "run journal {} is in use by another process or journal",
-                lock.display()
-            ),
-            Self::Io { context, source } => write!(f, "{context}: {source}"),
-        }
-    }
-}
-
-impl std::error::Error for JournalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
-
 fn io_err(what: &str, path: &Path, source: io::Error) -> JournalError {
     JournalError::Io {
         context: format!("{what} {}", path.display()),
         source,
     }
-}
-
-/// Checks a thread or run id for the journal: 1 to [`MAX_RUN_KEY_CHARS`] characters of
-/// `[A-Za-z0-9._:@+=~-]`, and not `.` or `..`.
-///
-/// # Errors
-/// [`JournalError::InvalidId`] naming the field.
-pub fn validate_run_key(field: &'static str, value: &str) -> Result<(), JournalError> {
-    let bad = |reason: &str| {
-        Err(JournalError::InvalidId {
-            field,
-            reason: reason.to_owned(),
-        })
-    };
-    if value.is_empty() {
-        return bad("must not be empty");
-    }
-    if value.len() > MAX_RUN_KEY_CHARS {
-        return bad(&format!("must be at most {MAX_RUN_KEY_CHARS} characters"));
-    }
-    if value == "." || value == ".." {
-        return bad("must not be '.' or '..'");
-    }
-    let ok = value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._:@+=~-".contains(&b));
-    if !ok {
-        return bad("may contain only letters, digits and . _ : @ + = ~ -");
-    }
-    Ok(())
-}
-
-fn valid_event_type(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= MAX_EVENT_TYPE_CHARS
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
-}
-
-/// Checks an event-type filter value.
-///
-/// # Errors
-/// [`JournalError::InvalidId`] for an empty, too long or oddly spelled type.
-pub fn validate_event_type(value: &str) -> Result<(), JournalError> {
-    if valid_event_type(value) {
-        Ok(())
-    } else {
-        Err(JournalError::InvalidId {
-            field: "event_types",
-            reason: format!(
-                "each type must be 1 to {MAX_EVENT_TYPE_CHARS} characters of letters, digits and . _ : -"
-            ),
-        })
-    }
-}
-
-fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The real clock.
@@ -377,8 +161,8 @@ struct Slot {
     last_used: u64,
 }
 
-/// A file-backed, per-user, bounded, append-only journal of run events. Implements
-/// [`crate::ContextObserver`], recording one `context:memory` event per run.
+/// A file-backed, per-user, bounded, append-only journal of run events: the file
+/// implementation of [`RunEventStore`].
 pub struct RunJournal {
     dir: PathBuf,
     options: RunJournalOptions,
@@ -637,6 +421,29 @@ impl RunJournal {
     }
 }
 
+impl RunEventStore for RunJournal {
+    fn record_context(
+        &self,
+        user: &UserId,
+        agent: Option<&AgentName>,
+        thread_id: &str,
+        run_id: &str,
+        content_sha256: &str,
+    ) -> Result<RecordOutcome, JournalError> {
+        RunJournal::record_context(self, user, agent, thread_id, run_id, content_sha256)
+    }
+
+    fn events(
+        &self,
+        user: &UserId,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsLookup, JournalError> {
+        RunJournal::events(self, user, thread_id, run_id, query)
+    }
+}
+
 /// One user's retained events, their indexes, and the append handle.
 struct UserLog {
     dir: PathBuf,
@@ -705,7 +512,7 @@ impl UserLog {
             let parsed = if too_long {
                 None
             } else {
-                RunEvent::from_line(&line, bucket)
+                line::from_line(&line, bucket)
             };
             match parsed {
                 Some(event) if log.accepts(&event) => {
@@ -791,7 +598,7 @@ impl UserLog {
         if self.needs_newline {
             bytes.push('\n');
         }
-        bytes.push_str(&event.to_line(&self.bucket));
+        bytes.push_str(&line::to_line(event, &self.bucket));
         if let Err(e) = self.write_durably(bytes.as_bytes()) {
             // Part of the line may have reached the file: start the next one on a new line.
             self.needs_newline = true;
@@ -857,7 +664,7 @@ impl UserLog {
                 .map_err(|e| io_err("Failed to create", &tmp, e))?;
             let mut buf = String::new();
             for e in &self.events {
-                buf.push_str(&e.to_line(&self.bucket));
+                buf.push_str(&line::to_line(e, &self.bucket));
             }
             f.write_all(buf.as_bytes())
                 .map_err(|e| io_err("Failed to write", &tmp, e))?;
@@ -937,44 +744,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_keys_are_validated() {
-        for ok in [
-            "t-1",
-            "2f1c6a3e-9b1d-4e6f-8a8a-0c2d1e3f4a5b",
-            "run_01HZ:x@y+z=~.",
-        ] {
-            assert!(validate_run_key("run_id", ok).is_ok(), "{ok}");
-        }
-        let long = "a".repeat(MAX_RUN_KEY_CHARS + 1);
-        for bad in [
-            "",
-            ".",
-            "..",
-            "../x",
-            "a/b",
-            "a\0b",
-            "a b",
-            "é",
-            "a\nb",
-            long.as_str(),
-        ] {
-            assert!(
-                matches!(
-                    validate_run_key("run_id", bad),
-                    Err(JournalError::InvalidId {
-                        field: "run_id",
-                        ..
-                    })
-                ),
-                "{bad:?}"
-            );
-        }
-        assert!(validate_event_type("context:memory").is_ok());
-        assert!(validate_event_type("").is_err());
-        assert!(validate_event_type("a b").is_err());
-    }
-
-    #[test]
     fn long_lines_are_consumed_without_being_kept() {
         let mut data = vec![b'x'; MAX_LINE_BYTES * 3];
         data.extend_from_slice(b"\nshort\ntail");
@@ -1008,14 +777,14 @@ mod tests {
             metadata: Map::new(),
             created_at: "2026-01-01T00:00:00Z".into(),
         };
-        let line = e.to_line("alice");
+        let line = line::to_line(&e, "alice");
         assert!(line.ends_with('\n'));
-        let back = RunEvent::from_line(line.trim_end().as_bytes(), "alice");
+        let back = line::from_line(line.trim_end().as_bytes(), "alice");
         assert_eq!(back.as_ref(), Some(&e));
-        assert!(RunEvent::from_line(line.as_bytes(), "bob").is_none());
+        assert!(line::from_line(line.as_bytes(), "bob").is_none());
         let bad_hash = line.replace(&"a".repeat(64), "not-a-hash");
-        assert!(RunEvent::from_line(bad_hash.as_bytes(), "alice").is_none());
-        assert!(RunEvent::from_line(b"{\"seq\":1}", "alice").is_none());
-        assert!(RunEvent::from_line(b"[]", "alice").is_none());
+        assert!(line::from_line(bad_hash.as_bytes(), "alice").is_none());
+        assert!(line::from_line(b"{\"seq\":1}", "alice").is_none());
+        assert!(line::from_line(b"[]", "alice").is_none());
     }
 }

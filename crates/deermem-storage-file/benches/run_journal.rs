@@ -6,8 +6,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::UserId;
-use deermem_gateway::journal::EventQuery;
-use deermem_gateway::{RunJournal, RunJournalOptions};
+use deermem_core::ports::run_journal::EventQuery;
+use deermem_storage_file::{RunJournal, RunJournalOptions};
 
 fn bench(c: &mut Criterion) {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -52,7 +52,7 @@ fn bench(c: &mut Criterion) {
             let found = journal
                 .events(&user, "thread-probe", black_box("probe"), &query)
                 .expect("events");
-            assert!(matches!(found, deermem_gateway::journal::EventsLookup::Events(ref e) if e.len() == 1));
+            assert!(matches!(found, deermem_core::ports::run_journal::EventsLookup::Events(ref e) if e.len() == 1));
             found
         });
     });
