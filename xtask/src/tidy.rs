@@ -1,6 +1,7 @@
 //! Tidy: the project's structural rules, checked mechanically. Core stays I/O-free (dependency
 //! allowlist and banned APIs), every Rust file opens with a `//!` line, every adapter crate runs
-//! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other, no
+//! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other (and
+//! adapter support, `deermem-remote`, on no DeerMem crate but the core), no
 //! stub macros or ignored tests are committed, and nothing points outside the repository (a
 //! user's clone has only what is committed).
 
@@ -221,6 +222,15 @@ fn check_adapters(root: &Path, problems: &mut Vec<String>) {
         for dep in section_dependencies(&manifest, "dependencies") {
             if adapters.contains(&dep) && &dep != adapter {
                 problems.push(format!("crates/{adapter} depends on the adapter `{dep}`; adapters must not depend on each other"));
+            }
+        }
+    }
+    // Adapter support (the remote adapters' plumbing) sits beside the adapters: of the
+    // DeerMem crates it may use the core only.
+    if let Ok(manifest) = fs::read_to_string(root.join("crates/deermem-remote/Cargo.toml")) {
+        for dep in section_dependencies(&manifest, "dependencies") {
+            if dep.starts_with("deermem") && dep != "deermem-core" {
+                problems.push(format!("crates/deermem-remote depends on `{dep}`; adapter support may depend on deermem-core only"));
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use deermem_core::message::{Message, MessageKind};
 use deermem_core::py;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Honcho's largest message batch.
@@ -53,32 +53,6 @@ pub(crate) fn content_text(content: &Value) -> String {
     }
 }
 
-/// The host's rule for hidden messages worth keeping: a human-input clarification response
-/// (version 1, the right kind, non-blank source, request id and value, and a text answer or a
-/// chosen option).
-fn is_clarification_response(kwargs: &Map<String, Value>) -> bool {
-    let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
-        return false;
-    };
-    let version_one = match r.get("version") {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64() == Some(1.0),
-        _ => false,
-    };
-    let text = |k: &str| {
-        r.get(k)
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.trim().is_empty())
-    };
-    let kind_ok = r.get("kind").and_then(Value::as_str) == Some("human_input_response");
-    let response_ok = match r.get("response_kind").and_then(Value::as_str) {
-        Some("text") => true,
-        Some("option") => text("option_id"),
-        _ => false,
-    };
-    version_one && kind_ok && text("source") && text("request_id") && text("value") && response_ok
-}
-
 fn signature(side: Side, id: Option<&str>, text: &str) -> String {
     let mut h = Sha256::new();
     h.update(b"honcho-capture-v1\0");
@@ -109,7 +83,9 @@ pub(crate) fn capture(messages: &[Message], char_limit: usize) -> Vec<Captured> 
         .filter_map(|m| {
             let side = match m.kind {
                 MessageKind::Human => {
-                    if m.is_hidden() && !is_clarification_response(&m.additional_kwargs) {
+                    if m.is_hidden()
+                        && !deermem_remote::is_clarification_response(&m.additional_kwargs)
+                    {
                         return None;
                     }
                     Side::User

@@ -5,32 +5,32 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use deermem_remote::Secret;
+use deermem_remote::http::{self, Profile, excerpt};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
 use crate::config::HonchoConfig;
 
-/// Everything but RFC 3986 unreserved characters is escaped inside a path segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
 /// The largest response body read.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// A failed Honcho call.
-#[derive(Debug, Clone)]
+/// A failed Honcho call. Server text in it has the key scrubbed.
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum HonchoError {
     /// An id cannot be used as a path segment (empty, `.` or `..`).
+    #[error(
+        "Honcho request refused: the {what} id cannot be used in a URL path (empty, '.' or '..')"
+    )]
     InvalidId { what: &'static str },
     /// The request timed out.
+    #[error("Honcho request failed: POST {path}: timed out after {after:?}")]
     Timeout { path: String, after: Duration },
     /// Connecting or reading failed.
+    #[error("Honcho request failed: POST {path}: {message}")]
     Transport { path: String, message: String },
     /// A non-2xx status.
+    #[error("Honcho request failed: POST {path}: HTTP {status}: {detail}")]
     Status {
         path: String,
         status: u16,
@@ -38,42 +38,8 @@ pub(crate) enum HonchoError {
         retry_after: Option<Duration>,
     },
     /// A 2xx body that is not JSON (or too large).
+    #[error("Honcho returned an invalid response for POST {path}: {message}")]
     InvalidBody { path: String, message: String },
-}
-
-impl fmt::Display for HonchoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidId { what } => write!(
-                f,
-                "Honcho request refused: the {what} id cannot be used in a URL path (empty, '.' or '..')"
-            ),
-            Self::Timeout { path, after } => {
-                write!(
-                    f,
-                    "Honcho request failed: POST {path}: timed out after {after:?}"
-                )
-            }
-            Self::Transport { path, message } => {
-                write!(f, "Honcho request failed: POST {path}: {message}")
-            }
-            Self::Status {
-                path,
-                status,
-                detail,
-                ..
-            } => write!(
-                f,
-                "Honcho request failed: POST {path}: HTTP {status}: {detail}"
-            ),
-            Self::InvalidBody { path, message } => {
-                write!(
-                    f,
-                    "Honcho returned an invalid response for POST {path}: {message}"
-                )
-            }
-        }
-    }
 }
 
 impl HonchoError {
@@ -113,14 +79,7 @@ pub(crate) fn encode_segment(id: &str, what: &'static str) -> Result<String, Hon
     if id.is_empty() || id == "." || id == ".." {
         return Err(HonchoError::InvalidId { what });
     }
-    Ok(utf8_percent_encode(id, SEGMENT).to_string())
-}
-
-fn excerpt(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
+    Ok(http::encode_segment(id))
 }
 
 /// The HTTP client. `Debug` never shows the key.
@@ -129,7 +88,7 @@ pub(crate) struct HonchoClient {
     base_url: String,
     auth: Option<HeaderValue>,
     /// Kept only to scrub it from server messages that might echo it.
-    secret: Option<String>,
+    secret: Option<Secret>,
     timeout: Duration,
 }
 
@@ -146,30 +105,20 @@ impl fmt::Debug for HonchoClient {
 impl HonchoClient {
     /// Builds the client.
     pub(crate) fn new(config: &HonchoConfig) -> Result<Self, String> {
-        let auth = match &config.api_key {
-            Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(
-                    |_| {
-                        "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
-                    },
-                )?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout())
-            .connect_timeout(config.connect_timeout())
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("deermem-rs/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
+        let auth = config.api_key.as_ref().map(Secret::bearer).transpose().map_err(|_| {
+            "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
+        })?;
+        let http = http::client(
+            config.timeout(),
+            config.connect_timeout(),
+            Profile::Standard,
+        )
+        .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
         Ok(Self {
             http,
             base_url: config.base_url.clone(),
             auth,
-            secret: config.api_key.as_ref().map(|k| k.expose().to_owned()),
+            secret: config.api_key.clone(),
             timeout: config.timeout(),
         })
     }
@@ -196,7 +145,7 @@ impl HonchoClient {
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
-        let result = self.exchange(req, &path).await.map_err(|e| self.scrub(e));
+        let result = self.exchange(req, &path).await;
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match &result {
             Ok((status, bytes, _)) => tracing::debug!(
@@ -219,33 +168,11 @@ impl HonchoClient {
         result.map(|(_, _, v)| v)
     }
 
-    fn scrub(&self, e: HonchoError) -> HonchoError {
-        let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) else {
-            return e;
-        };
-        let clean = |s: String| s.replace(secret, "<redacted>");
-        match e {
-            HonchoError::Status {
-                path,
-                status,
-                detail,
-                retry_after,
-            } => HonchoError::Status {
-                path,
-                status,
-                detail: clean(detail),
-                retry_after,
-            },
-            HonchoError::InvalidBody { path, message } => HonchoError::InvalidBody {
-                path,
-                message: clean(message),
-            },
-            HonchoError::Transport { path, message } => HonchoError::Transport {
-                path,
-                message: clean(message),
-            },
-            other => other,
-        }
+    /// `text` without the key.
+    fn scrub(&self, text: &str) -> String {
+        self.secret
+            .as_ref()
+            .map_or_else(|| text.to_owned(), |k| k.scrub(text))
     }
 
     async fn exchange(
@@ -253,46 +180,23 @@ impl HonchoClient {
         req: reqwest::RequestBuilder,
         path: &str,
     ) -> Result<(u16, usize, Option<Value>), HonchoError> {
-        let transport = |e: reqwest::Error| {
-            if e.is_timeout() {
-                HonchoError::Timeout {
-                    path: path.to_owned(),
-                    after: self.timeout,
+        let reply = http::exchange(req, MAX_BODY_BYTES, MAX_BODY_BYTES)
+            .await
+            .map_err(|e| {
+                let path = path.to_owned();
+                if e.is_timeout() {
+                    HonchoError::Timeout {
+                        path,
+                        after: self.timeout,
+                    }
+                } else {
+                    let message = self.scrub(&http::error_chain(&e.without_url()));
+                    HonchoError::Transport { path, message }
                 }
-            } else {
-                let e = e.without_url();
-                let mut message = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    message.push_str(": ");
-                    message.push_str(&s.to_string());
-                    source = s.source();
-                }
-                HonchoError::Transport {
-                    path: path.to_owned(),
-                    message,
-                }
-            }
-        };
-        let mut resp = req.send().await.map_err(transport)?;
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .and_then(|s| Duration::try_from_secs_f64(s.min(3600.0)).ok());
-        let mut buf = Vec::new();
-        let mut too_large = false;
-        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if buf.len() + chunk.len() > MAX_BODY_BYTES {
-                too_large = true;
-                break;
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        if !(200..300).contains(&status) {
+            })?;
+        let status = reply.status.as_u16();
+        let buf = reply.body;
+        if !reply.status.is_success() {
             let text = String::from_utf8_lossy(&buf);
             let detail = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -305,11 +209,11 @@ impl HonchoClient {
             return Err(HonchoError::Status {
                 path: path.to_owned(),
                 status,
-                detail: excerpt(&detail, 300),
-                retry_after,
+                detail: self.scrub(&excerpt(&detail, 300)),
+                retry_after: reply.retry_after,
             });
         }
-        if too_large {
+        if reply.truncated {
             return Err(HonchoError::InvalidBody {
                 path: path.to_owned(),
                 message: format!("response body exceeds {MAX_BODY_BYTES} bytes"),
@@ -322,10 +226,10 @@ impl HonchoClient {
             .map(|v| (status, buf.len(), Some(v)))
             .map_err(|e| HonchoError::InvalidBody {
                 path: path.to_owned(),
-                message: format!(
+                message: self.scrub(&format!(
                     "non-JSON response ({e}): {}",
                     excerpt(&String::from_utf8_lossy(&buf), 120)
-                ),
+                )),
             })
     }
 }

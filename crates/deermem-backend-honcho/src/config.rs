@@ -1,11 +1,12 @@
 //! `HonchoConfig`: the Honcho `backend_config` keys with the reference's defaults, validation
-//! and error order, plus a secret wrapper that keeps the API key out of `Debug` output.
+//! and error order. The API key is a [`Secret`], which never prints.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use deermem_core::ConfigError;
+use deermem_remote::base_url::{self, BaseUrlError, TransportRule};
+pub use deermem_remote::{FailurePolicy, Secret};
 use serde_json::{Map, Value};
 
 use crate::identity::is_honcho_id;
@@ -36,44 +37,6 @@ fn key(k: &str) -> String {
     format!("{PREFIX}.{k}")
 }
 
-/// A secret string (the API key). `Debug` and `Display` print `<redacted>`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself; call only where it is sent.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// What a read does when Honcho fails.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReadFailurePolicy {
-    /// Log a warning and return the empty value (`""`, `[]`, the empty document).
-    #[default]
-    FailOpen,
-    /// Return [`deermem_core::ManagerError::Unavailable`] / `Timeout`.
-    FailClosed,
-}
-
 /// The Honcho backend settings, with the reference's keys, defaults and validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HonchoConfig {
@@ -99,8 +62,10 @@ pub struct HonchoConfig {
     pub message_char_limit: usize,
     /// The injection text is cut to this many characters.
     pub max_injection_chars: usize,
-    /// Read failure policy (`failure_policy.read`).
-    pub read_policy: ReadFailurePolicy,
+    /// Read failure policy (`failure_policy.read`): under `fail_open` a failed read logs a
+    /// warning and returns the empty value (`""`, `[]`, the empty document); under
+    /// `fail_closed` it returns [`deermem_core::ManagerError::Unavailable`] / `Timeout`.
+    pub read_policy: FailurePolicy,
     /// Injected by the host; not used by this backend.
     pub storage_path: String,
 }
@@ -119,7 +84,7 @@ impl Default for HonchoConfig {
             connect_timeout_seconds: 3.0,
             message_char_limit: 8000,
             max_injection_chars: 6000,
-            read_policy: ReadFailurePolicy::FailOpen,
+            read_policy: FailurePolicy::FailOpen,
             storage_path: String::new(),
         }
     }
@@ -343,8 +308,8 @@ impl HonchoConfig {
             if let Some(r) = fp.get("read").filter(|r| !r.is_null()) {
                 let s = string("failure_policy.read", r)?;
                 c.read_policy = match s.trim().to_ascii_lowercase().as_str() {
-                    "fail_open" => ReadFailurePolicy::FailOpen,
-                    "fail_closed" => ReadFailurePolicy::FailClosed,
+                    "fail_open" => FailurePolicy::FailOpen,
+                    "fail_closed" => FailurePolicy::FailClosed,
                     _ => {
                         return Err(ConfigError::new(
                             key("failure_policy.read"),
@@ -360,30 +325,20 @@ impl HonchoConfig {
     }
 
     fn check_transport(&self) -> Result<(), ConfigError> {
-        let scheme = self
-            .base_url
-            .split_once("://")
-            .map(|(s, _)| s.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("https") => Ok(()),
-            Some("http") => {
-                if self.api_key.is_some() && !self.allow_insecure_http {
-                    Err(ConfigError::new(
-                        key("api_key"),
-                        "an api_key over plain http:// would be sent in clear text; use https:// or set allow_insecure_http: true",
-                    ))
-                } else {
-                    Ok(())
-                }
-            }
-            _ => Err(ConfigError::new(
-                key("base_url"),
-                format!(
-                    "must be an http:// or https:// URL (got {:?})",
-                    self.base_url
-                ),
-            )),
-        }
+        let rule = TransportRule {
+            allow_insecure_http: self.allow_insecure_http,
+            sends_secret: self.api_key.is_some(),
+            trusted_http_hosts: &[],
+        };
+        base_url::check(&self.base_url, rule)
+            .map(|_| ())
+            .map_err(|e| {
+                let k = match e {
+                    BaseUrlError::InsecureHttp { .. } => "api_key",
+                    _ => "base_url",
+                };
+                ConfigError::new(key(k), e.to_string())
+            })
     }
 
     /// Checks the invariants (also for a directly constructed value): the transport rule, blank
@@ -487,7 +442,7 @@ mod tests {
         assert_eq!(c.assistant_peer, "deerflow");
         assert_eq!((c.timeout_seconds, c.connect_timeout_seconds), (10.0, 3.0));
         assert_eq!((c.message_char_limit, c.max_injection_chars), (8000, 6000));
-        assert_eq!(c.read_policy, ReadFailurePolicy::FailOpen);
+        assert_eq!(c.read_policy, FailurePolicy::FailOpen);
     }
 
     #[test]
@@ -510,7 +465,7 @@ mod tests {
         assert_eq!(c.api_key.as_ref().unwrap().expose(), "sk-h");
         assert_eq!(c.workspace_overrides["alice"], "team-ws");
         assert_eq!(c.user_peer_overrides["alice"], "alice-peer");
-        assert_eq!(c.read_policy, ReadFailurePolicy::FailClosed);
+        assert_eq!(c.read_policy, FailurePolicy::FailClosed);
         assert_eq!(c.storage_path, "/data");
         assert_eq!((c.timeout_seconds, c.connect_timeout_seconds), (2.5, 0.5));
         assert_eq!((c.message_char_limit, c.max_injection_chars), (12, 8));
@@ -616,7 +571,7 @@ mod tests {
         assert!(parse(json!({"failure_policy": "fail_closed"})).is_err());
         let (c, w) =
             parse(json!({"failure_policy": {"read": "fail_open", "write": "raise"}})).unwrap();
-        assert_eq!(c.read_policy, ReadFailurePolicy::FailOpen);
+        assert_eq!(c.read_policy, FailurePolicy::FailOpen);
         assert!(w[0].contains("failure_policy.write"));
     }
 

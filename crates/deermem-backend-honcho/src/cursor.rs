@@ -4,10 +4,10 @@
 //! and a restart does not replay a thread.
 
 use std::collections::HashSet;
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use deermem_remote::files::CursorFiles;
+pub(crate) use deermem_remote::files::seq_digest;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -17,17 +17,6 @@ pub(crate) const MAX_RECENT: usize = 1024;
 const SCHEMA_VERSION: u32 = 1;
 /// A cursor file larger than this is not a cursor.
 const MAX_CURSOR_BYTES: u64 = 1024 * 1024;
-
-/// `sha256` over each signature's 8-byte big-endian length and bytes, as hex.
-pub(crate) fn seq_digest<S: AsRef<str>>(sigs: &[S]) -> String {
-    let mut h = Sha256::new();
-    for s in sigs {
-        let b = s.as_ref().as_bytes();
-        h.update((b.len() as u64).to_be_bytes());
-        h.update(b);
-    }
-    hex::encode(h.finalize())
-}
 
 /// The saved progress of one Honcho session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,129 +115,90 @@ pub(crate) fn plan(state: &CursorState, sigs: &[String]) -> Plan {
 }
 
 /// A cursor that cannot be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum CursorError {
     /// The file exists but is not a valid cursor for this session.
+    #[error(
+        "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
+        path.display()
+    )]
     Corrupt { path: PathBuf, reason: String },
     /// Reading or writing failed.
+    #[error("Honcho capture cursor {}: {error}", path.display())]
     Io {
         path: PathBuf,
         error: std::io::Error,
     },
 }
 
-impl std::fmt::Display for CursorError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Corrupt { path, reason } => write!(
-                f,
-                "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
-                path.display()
-            ),
-            Self::Io { path, error } => {
-                write!(f, "Honcho capture cursor {}: {error}", path.display())
-            }
-        }
-    }
-}
-
 /// Cursor files under one directory, one per (workspace, session), named by a hash so that
 /// no id ever becomes a path.
 #[derive(Clone, Debug)]
 pub(crate) struct CursorStore {
-    dir: PathBuf,
+    files: CursorFiles,
 }
 
 impl CursorStore {
     /// Cursors under `{storage_root}/honcho/cursors`.
     pub(crate) fn new(storage_root: &Path) -> Self {
         Self {
-            dir: storage_root.join("honcho").join("cursors"),
+            files: CursorFiles::new(
+                storage_root.join("honcho").join("cursors"),
+                MAX_CURSOR_BYTES,
+            ),
         }
     }
 
-    /// The file of a session.
-    pub(crate) fn path_for(&self, workspace: &str, session: &str) -> PathBuf {
+    fn name_for(workspace: &str, session: &str) -> String {
         let mut h = Sha256::new();
         h.update(workspace.as_bytes());
         h.update([0u8]);
         h.update(session.as_bytes());
-        self.dir.join(format!("{}.json", hex::encode(h.finalize())))
+        format!("{}.json", hex::encode(h.finalize()))
+    }
+
+    /// The file of a session.
+    pub(crate) fn path_for(&self, workspace: &str, session: &str) -> PathBuf {
+        self.files.path(&Self::name_for(workspace, session))
     }
 
     /// Loads a session's cursor; a fresh state when there is none.
     pub(crate) fn load(&self, workspace: &str, session: &str) -> Result<CursorState, CursorError> {
         let path = self.path_for(workspace, session);
-        let meta = match fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(CursorState::fresh(workspace, session));
+        let corrupt = |path: PathBuf, reason: String| CursorError::Corrupt { path, reason };
+        let bytes = match self.files.read(&Self::name_for(workspace, session)) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(CursorState::fresh(workspace, session)),
+            Err(deermem_remote::files::ReadError::Io(error)) => {
+                return Err(CursorError::Io { path, error });
             }
-            Err(error) => return Err(CursorError::Io { path, error }),
+            Err(e) => return Err(corrupt(path, e.to_string())),
         };
-        if !meta.is_file() || meta.len() > MAX_CURSOR_BYTES {
-            return Err(CursorError::Corrupt {
-                path,
-                reason: "not a regular file of cursor size".into(),
-            });
-        }
-        let bytes = fs::read(&path).map_err(|error| CursorError::Io {
-            path: path.clone(),
-            error,
-        })?;
         let state: CursorState =
-            serde_json::from_slice(&bytes).map_err(|e| CursorError::Corrupt {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(path.clone(), e.to_string()))?;
         state
             .check(workspace, session)
-            .map_err(|reason| CursorError::Corrupt { path, reason })?;
+            .map_err(|reason| corrupt(path, reason))?;
         Ok(state)
     }
 
-    /// Writes a cursor atomically: a temporary file in the same folder, flushed to disk, then
-    /// renamed over the old one.
+    /// Writes a cursor atomically and durably.
     pub(crate) fn save(&self, state: &CursorState) -> Result<(), CursorError> {
-        let path = self.path_for(&state.workspace, &state.session);
+        let name = Self::name_for(&state.workspace, &state.session);
         let io = |error| CursorError::Io {
-            path: path.clone(),
+            path: self.files.path(&name),
             error,
         };
-        fs::create_dir_all(&self.dir).map_err(io)?;
         let bytes = serde_json::to_vec_pretty(state)
             .map_err(|e| io(std::io::Error::other(e.to_string())))?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = self.dir.join(format!(
-            ".{name}.{}.{:016x}.tmp",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        let result = (|| {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &path)?;
-            #[cfg(unix)]
-            if let Ok(d) = fs::File::open(&self.dir) {
-                // Best effort: make the rename itself durable.
-                let _ = d.sync_all();
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(io)
+        self.files.write(&name, &bytes).map_err(io)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn sigs(n: usize) -> Vec<String> {

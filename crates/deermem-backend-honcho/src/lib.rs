@@ -22,10 +22,14 @@ mod capture;
 mod client;
 pub mod config;
 mod cursor;
+/// A strict fake Honcho v3 server on 127.0.0.1 for tests (feature `fake-server`; it lives in
+/// the testkit, `deermem_testkit::http::honcho`).
 #[cfg(feature = "fake-server")]
-pub mod fake;
+pub mod fake {
+    pub use deermem_testkit::http::honcho::*;
+}
 pub mod identity;
 mod manager;
 
-pub use config::{HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, ReadFailurePolicy, Secret};
+pub use config::{FailurePolicy, HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, Secret};
 pub use manager::{BACKEND_NAME, HonchoManager, from_backend_config};

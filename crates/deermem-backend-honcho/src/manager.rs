@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,13 +19,14 @@ use deermem_core::ports::{
 };
 use deermem_core::search::MatchType;
 use deermem_core::{ConfigError, Timestamp, py};
-use rand::Rng;
+use deermem_remote::retry::{self, RetryPolicy};
+use deermem_remote::{InFlight, InFlightGuard, RemoteHit, remote_fact};
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use crate::capture::{Captured, MAX_BATCH, Side, capture};
 use crate::client::{HonchoClient, HonchoError, encode_segment};
-use crate::config::{HonchoConfig, ReadFailurePolicy};
+use crate::config::HonchoConfig;
 use crate::cursor::{CursorError, CursorState, CursorStore, plan};
 use crate::identity::{Identity, session_id};
 
@@ -35,12 +36,15 @@ pub const BACKEND_NAME: &str = "HonchoMemoryManager";
 /// How many captures may wait for the background task before new ones are dropped (the
 /// cursor makes the next turn resend what a dropped capture held).
 const QUEUE_CAPACITY: usize = 256;
-/// Attempts per write request (first try plus retries) for retryable failures.
-const WRITE_ATTEMPTS: u32 = 3;
-/// The first write retry waits about this long (doubling, with jitter).
-const WRITE_BACKOFF: Duration = Duration::from_millis(200);
-/// The longest server-requested wait a write honours.
-const WRITE_RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
+/// Retries per write request for retryable failures (three attempts in all).
+const WRITE_RETRIES: u32 = 2;
+/// Write retries wait about 200 ms, doubling, with jitter; a server's `Retry-After` is honoured
+/// up to 5 s.
+const WRITE_RETRY: RetryPolicy = RetryPolicy {
+    base_delay: Duration::from_millis(200),
+    max_delay: Duration::from_secs(200),
+    retry_after_cap: Duration::from_secs(5),
+};
 /// `max_conclusions` of the representation request (the reference's value).
 const MAX_CONCLUSIONS: u64 = 25;
 /// Honcho's largest search `limit`.
@@ -53,6 +57,8 @@ struct Job {
     session: String,
     captured: Vec<Captured>,
     trace_id: Option<String>,
+    /// Counts the capture as pending until it is processed or dropped.
+    _pending: InFlightGuard,
 }
 
 /// State shared with the background task.
@@ -62,9 +68,7 @@ struct Inner {
     cursors: CursorStore,
     clock: Arc<dyn Clock>,
     /// Captures queued or being processed.
-    pending: AtomicUsize,
-    /// Signalled whenever a capture finishes.
-    idle: Notify,
+    pending: Arc<InFlight>,
 }
 
 /// The Honcho memory backend (`manager_class: honcho`).
@@ -85,7 +89,7 @@ impl fmt::Debug for HonchoManager {
             .field("client", &self.inner.client)
             .field("mode", &self.mode)
             .field("storage_root", &self.storage_root)
-            .field("pending", &self.inner.pending.load(Ordering::SeqCst))
+            .field("pending", &self.inner.pending.count())
             .finish_non_exhaustive()
     }
 }
@@ -147,8 +151,7 @@ impl HonchoManager {
                 config,
                 client,
                 clock,
-                pending: AtomicUsize::new(0),
-                idle: Notify::new(),
+                pending: Arc::default(),
             }),
             mode,
             storage_root,
@@ -169,7 +172,7 @@ impl HonchoManager {
 
     /// Captures queued or in flight.
     pub fn pending_captures(&self) -> usize {
-        self.inner.pending.load(Ordering::SeqCst)
+        self.inner.pending.count()
     }
 
     fn identity(&self, scope: &MemoryScope) -> Option<Identity> {
@@ -199,47 +202,38 @@ impl HonchoManager {
         e: &HonchoError,
         fallback: T,
     ) -> Result<T, ManagerError> {
-        match self.inner.config.read_policy {
-            ReadFailurePolicy::FailOpen => {
-                tracing::warn!(operation, error = %e, "honcho memory recall failed; returning empty (fail_open)");
-                Ok(fallback)
-            }
-            ReadFailurePolicy::FailClosed => {
+        self.inner.config.read_policy.apply(
+            fallback,
+            || tracing::warn!(operation, error = %e, "honcho memory recall failed; returning empty (fail_open)"),
+            || {
                 let message = format!("honcho memory recall failed: {e}");
-                Err(if e.is_timeout() {
+                if e.is_timeout() {
                     ManagerError::Timeout { message }
                 } else {
                     ManagerError::Unavailable { message }
-                })
-            }
-        }
+                }
+            },
+        )
     }
 }
 
 impl Inner {
-    fn backoff(attempt: u32, hint: Option<Duration>) -> Duration {
-        if let Some(h) = hint {
-            return h.min(WRITE_RETRY_AFTER_CAP);
-        }
-        let base = WRITE_BACKOFF.saturating_mul(2u32.saturating_pow(attempt.min(10)));
-        base.mul_f64(rand::rng().random_range(0.5..=1.0))
-    }
-
     /// A write with bounded retries for retryable failures.
     async fn write(&self, segments: &[&str], body: &Value) -> Result<Option<Value>, HonchoError> {
         let mut attempt = 0;
-        loop {
-            match self.client.post(segments, body).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_retryable() && attempt + 1 < WRITE_ATTEMPTS => {
-                    let delay = Self::backoff(attempt, e.retry_after());
-                    tracing::debug!(error = %e, attempt = attempt + 1, delay_ms = millis(delay), "honcho write failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let client = &self.client;
+        retry::retry(
+            WRITE_RETRY,
+            WRITE_RETRIES,
+            retry::tokio_sleeper(),
+            move || client.post(segments, body),
+            |e: &HonchoError| e.is_retryable().then(|| e.retry_after()),
+            |e, delay| {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, delay_ms = millis(delay), "honcho write failed; retrying");
+            },
+        )
+        .await
     }
 
     /// Get-or-creates the peers and the session and adds the peers to the session.
@@ -294,6 +288,7 @@ impl Inner {
             session,
             captured,
             trace_id,
+            _pending,
         } = job;
         let trace = trace_id.as_deref().unwrap_or("");
         let mut state = match self.load_cursor(&identity.workspace, &session).await {
@@ -426,8 +421,6 @@ impl Inner {
 async fn run_worker(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
     while let Some(job) = rx.recv().await {
         inner.process(job).await;
-        inner.pending.fetch_sub(1, Ordering::SeqCst);
-        inner.idle.notify_waiters();
     }
 }
 
@@ -438,12 +431,10 @@ fn search_hit(item: &Map<String, Value>, category: &str) -> PublicFact {
         Some(other) => py::py_str(other).unwrap_or_else(|| other.to_string()),
     };
     let session = text("session_id");
-    PublicFact {
+    remote_fact(RemoteHit {
         id: text("id"),
         content: text("content"),
         category: category.to_owned(),
-        category_extension: None,
-        topics: None,
         confidence: 0.5,
         created_at: text("created_at"),
         source: if session.is_empty() {
@@ -451,19 +442,7 @@ fn search_hit(item: &Map<String, Value>, category: &str) -> PublicFact {
         } else {
             session
         },
-        source_error: None,
-        schema_version: None,
-        status: None,
-        scope: None,
-        revision: None,
-        updated_at: None,
-        consolidated_at: None,
-        consolidated_from: None,
-        title: None,
-        expected_valid_days: None,
-        last_confirmed_at: None,
-        confirmation_count: None,
-    }
+    })
 }
 
 #[async_trait]
@@ -505,6 +484,7 @@ impl MemoryManager for HonchoManager {
             session: session_id(&request.thread_id),
             captured,
             trace_id: request.trace_id,
+            _pending: self.inner.pending.enter(),
         };
         let tx = match self.sender() {
             Ok(tx) => tx,
@@ -513,10 +493,7 @@ impl MemoryManager for HonchoManager {
                 return Ok(());
             }
         };
-        self.inner.pending.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = tx.try_send(job) {
-            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
-            self.inner.idle.notify_waiters();
             let reason = match e {
                 mpsc::error::TrySendError::Full(_) => "queue full",
                 mpsc::error::TrySendError::Closed(_) => "worker stopped",
@@ -560,29 +537,15 @@ impl MemoryManager for HonchoManager {
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
-        let now = tokio::time::Instant::now();
-        let deadline = now
-            .checked_add(timeout)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
-        loop {
-            let notified = self.inner.idle.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            if self.inner.pending.load(Ordering::SeqCst) == 0 {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let drained = self.inner.pending.load(Ordering::SeqCst) == 0;
-                if !drained {
-                    tracing::warn!(
-                        pending = self.inner.pending.load(Ordering::SeqCst),
-                        timeout_ms = millis(timeout),
-                        "honcho shutdown flush timed out"
-                    );
-                }
-                return drained;
-            }
+        if self.inner.pending.wait_idle(timeout).await {
+            return true;
         }
+        tracing::warn!(
+            pending = self.inner.pending.count(),
+            timeout_ms = millis(timeout),
+            "honcho shutdown flush timed out"
+        );
+        false
     }
 
     async fn close(&self) {
@@ -707,13 +670,13 @@ mod tests {
     #[test]
     fn write_backoff_is_bounded() {
         for attempt in 0..4 {
-            let d = Inner::backoff(attempt, None);
-            assert!(d <= WRITE_BACKOFF * 2u32.pow(attempt));
-            assert!(d >= WRITE_BACKOFF * 2u32.pow(attempt) / 2);
+            let d = WRITE_RETRY.delay(attempt, None);
+            assert!(d <= Duration::from_millis(200) * 2u32.pow(attempt));
+            assert!(d >= Duration::from_millis(200) * 2u32.pow(attempt) / 2);
         }
         assert_eq!(
-            Inner::backoff(0, Some(Duration::from_secs(600))),
-            WRITE_RETRY_AFTER_CAP
+            WRITE_RETRY.delay(0, Some(Duration::from_secs(600))),
+            Duration::from_secs(5)
         );
     }
 }

@@ -7,10 +7,11 @@
 //! variables, no `ovcli.conf`, and it sends no header beyond the key, the actor peer and the
 //! JSON content type.
 
-use std::fmt;
-
 use deermem_core::ManagerError;
+use deermem_remote::http::{self, Profile};
+use deermem_remote::retry::{self, RetryPolicy};
 use reqwest::StatusCode;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::ApiKey;
@@ -24,13 +25,6 @@ pub const ACTOR_PEER_HEADER: &str = "X-OpenViking-Actor-Peer";
 const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// Longest server text quoted in an error message.
 const MAX_ERROR_TEXT_CHARS: usize = 500;
-
-/// Characters escaped in a path segment (everything but RFC 3986 unreserved characters).
-const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
 
 /// What went wrong with a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +42,8 @@ pub enum ErrorKind {
 }
 
 /// An OpenViking request failure with the server's error code when there is one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("[{code}] {message}")]
 pub struct OpenVikingError {
     /// The failure class.
     pub kind: ErrorKind,
@@ -61,14 +56,6 @@ pub struct OpenVikingError {
     /// The HTTP status, when a response arrived.
     pub status: Option<u16>,
 }
-
-impl fmt::Display for OpenVikingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for OpenVikingError {}
 
 impl OpenVikingError {
     fn new(kind: ErrorKind, code: &str, message: impl Into<String>, status: Option<u16>) -> Self {
@@ -129,65 +116,49 @@ impl OpenVikingError {
 }
 
 /// The body of a `find` or `search` request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RetrievalRequest {
     /// The query text.
     pub query: String,
     /// The memory trees searched.
     pub target_uri: Vec<String>,
     /// `Some` switches to `/search/search` with this session.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// Result cap.
     pub limit: usize,
-    /// Minimum score, left out when `None`.
+    /// Minimum score, left out when `None` (or not finite).
+    #[serde(skip_serializing_if = "not_finite")]
     pub score_threshold: Option<f64>,
     /// Metadata filter, left out when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
     /// `key=value` tags every hit must carry (the server's `tags`), left out when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
+}
+
+fn not_finite(f: &Option<f64>) -> bool {
+    !f.is_some_and(f64::is_finite)
 }
 
 impl RetrievalRequest {
     /// The JSON body, keys in the order the reference's SDK sends them.
     pub fn body(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("query".into(), Value::String(self.query.clone()));
-        m.insert("target_uri".into(), Value::from(self.target_uri.clone()));
-        if let Some(s) = &self.session_id {
-            m.insert("session_id".into(), Value::String(s.clone()));
+        let mut v = serde_json::to_value(self).unwrap_or_else(|_| Value::Object(Map::new()));
+        if let Some(m) = v.as_object_mut() {
+            m.insert("telemetry".into(), Value::Bool(false));
         }
-        m.insert("limit".into(), Value::from(self.limit));
-        if let Some(t) = self.score_threshold
-            && let Some(n) = serde_json::Number::from_f64(t)
-        {
-            m.insert("score_threshold".into(), Value::Number(n));
-        }
-        if let Some(f) = &self.filter {
-            m.insert("filter".into(), f.clone());
-        }
-        if let Some(t) = &self.tags {
-            m.insert("tags".into(), Value::from(t.clone()));
-        }
-        m.insert("telemetry".into(), Value::Bool(false));
-        Value::Object(m)
+        v
     }
 }
 
 /// The OpenViking HTTP client. `Debug` shows the server, never the key.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OpenVikingClient {
     http: reqwest::Client,
     base_url: String,
     api_key: ApiKey,
-}
-
-impl fmt::Debug for OpenVikingClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenVikingClient")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl OpenVikingClient {
@@ -201,13 +172,8 @@ impl OpenVikingClient {
         api_key: ApiKey,
         timeout: std::time::Duration,
     ) -> Result<Self, ManagerError> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ManagerError::Backend {
+        let http =
+            http::client(timeout, timeout, Profile::Bare).map_err(|e| ManagerError::Backend {
                 message: format!("cannot build the OpenViking HTTP client: {e}"),
             })?;
         Ok(Self {
@@ -223,8 +189,10 @@ impl OpenVikingClient {
     }
 
     fn session_path(session_id: &str, suffix: &str) -> String {
-        let sid = percent_encoding::utf8_percent_encode(session_id, PATH_SEGMENT);
-        format!("/api/v1/sessions/{sid}{suffix}")
+        format!(
+            "/api/v1/sessions/{}{suffix}",
+            http::encode_segment(session_id)
+        )
     }
 
     async fn send(
@@ -249,9 +217,7 @@ impl OpenVikingClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| transport_error(&e))?;
-        let status = resp.status();
-        let bytes = read_capped(resp).await?;
+        let (status, bytes) = exchange(req).await?;
         parse_envelope(status, &bytes)
     }
 
@@ -263,47 +229,38 @@ impl OpenVikingClient {
         query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Option<Value>, OpenVikingError> {
-        match self.send(method.clone(), path, peer, query, body).await {
-            Err(e) if e.is_recoverable() => {
-                tracing::info!(path, error = %e, "OpenViking read failed with a recoverable error; retrying once");
-                self.send(method, path, peer, query, body).await
-            }
-            other => other,
-        }
+        retry_once(
+            || self.send(method.clone(), path, peer, query, body),
+            |e| tracing::info!(path, error = %e, "OpenViking read failed with a recoverable error; retrying once"),
+        )
+        .await
     }
 
     /// `GET /health` (no actor peer): true when the server answers `status: ok`. Any failure,
     /// after one retry of a recoverable one, is `false`.
     pub async fn health(&self) -> bool {
         let url = format!("{}/health", self.base_url);
-        for attempt in 0..2 {
-            let result = async {
-                let resp = self
-                    .http
-                    .get(&url)
-                    .header(API_KEY_HEADER, self.api_key.expose())
-                    .send()
-                    .await
-                    .map_err(|e| transport_error(&e))?;
-                let status = resp.status();
-                let bytes = read_capped(resp).await?;
-                parse_envelope(status, &bytes)?;
-                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                Ok::<bool, OpenVikingError>(v.get("status").and_then(Value::as_str) == Some("ok"))
-            }
-            .await;
-            match result {
-                Ok(healthy) => return healthy,
-                Err(e) if attempt == 0 && e.is_recoverable() => {
-                    tracing::info!(error = %e, "OpenViking health check failed; retrying once");
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "OpenViking health check failed");
-                    return false;
-                }
+        let check = || async {
+            let req = self
+                .http
+                .get(&url)
+                .header(API_KEY_HEADER, self.api_key.expose());
+            let (status, bytes) = exchange(req).await?;
+            parse_envelope(status, &bytes)?;
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            Ok::<bool, OpenVikingError>(v.get("status").and_then(Value::as_str) == Some("ok"))
+        };
+        match retry_once(check, |e| {
+            tracing::info!(error = %e, "OpenViking health check failed; retrying once");
+        })
+        .await
+        {
+            Ok(healthy) => healthy,
+            Err(e) => {
+                tracing::warn!(error = %e, "OpenViking health check failed");
+                false
             }
         }
-        false
     }
 
     /// `POST /api/v1/sessions/{id}/messages/batch` (never retried). The session is created by
@@ -455,63 +412,64 @@ fn count_field(result: &Value, key: &str) -> Option<u64> {
         .or_else(|| v.as_f64().filter(|f| *f > 0.0).map(|f| f.ceil() as u64))
 }
 
+/// Runs `op`, and once more at once when it failed with a recoverable error.
+async fn retry_once<T, Fut>(
+    op: impl FnMut() -> Fut + Send,
+    mut notify: impl FnMut(&OpenVikingError) + Send,
+) -> Result<T, OpenVikingError>
+where
+    Fut: Future<Output = Result<T, OpenVikingError>> + Send,
+    T: Send,
+{
+    retry::retry(
+        RetryPolicy::IMMEDIATE,
+        1,
+        retry::tokio_sleeper(),
+        op,
+        |e: &OpenVikingError| e.is_recoverable().then_some(None),
+        move |e, _| notify(e),
+    )
+    .await
+}
+
 fn transport_error(e: &reqwest::Error) -> OpenVikingError {
     // The message names neither the key (reqwest errors never carry headers) nor the URL
     // (hosts show these messages, e.g. on an open readiness page, and the URL can name an
     // internal host): the cause chain below reqwest's own error does not include it.
-    let cause = std::error::Error::source(e).map_or_else(|| "no detail".to_owned(), error_chain);
-    let what = if e.is_timeout() {
-        "request timed out"
+    let cause =
+        std::error::Error::source(e).map_or_else(|| "no detail".to_owned(), http::error_chain);
+    let (kind, code, what) = if e.is_timeout() {
+        (ErrorKind::Timeout, "TIMEOUT", "request timed out")
     } else if e.is_connect() {
-        "cannot connect to the server"
+        (
+            ErrorKind::Connect,
+            "CONNECT",
+            "cannot connect to the server",
+        )
     } else {
-        "request failed"
+        (ErrorKind::Transport, "TRANSPORT", "request failed")
     };
-    let detail = excerpt(&format!("{what}: {cause}"));
-    if e.is_timeout() {
-        OpenVikingError::new(ErrorKind::Timeout, "TIMEOUT", detail, None)
-    } else if e.is_connect() {
-        OpenVikingError::new(ErrorKind::Connect, "CONNECT", detail, None)
-    } else {
-        OpenVikingError::new(ErrorKind::Transport, "TRANSPORT", detail, None)
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    excerpt(&out)
+    OpenVikingError::new(kind, code, excerpt(&format!("{what}: {cause}")), None)
 }
 
 fn excerpt(s: &str) -> String {
-    if s.chars().count() <= MAX_ERROR_TEXT_CHARS {
-        s.to_owned()
-    } else {
-        let head: String = s.chars().take(MAX_ERROR_TEXT_CHARS).collect();
-        format!("{head}…")
-    }
+    http::excerpt(s, MAX_ERROR_TEXT_CHARS)
 }
 
-async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, OpenVikingError> {
-    let status = resp.status().as_u16();
-    let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(&e))? {
-        if out.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(OpenVikingError::new(
-                ErrorKind::InvalidResponse,
-                "INVALID_RESPONSE",
-                format!("response body exceeds {MAX_RESPONSE_BYTES} bytes"),
-                Some(status),
-            ));
-        }
-        out.extend_from_slice(&chunk);
+/// One exchange with a bounded body: a larger body is an `INVALID_RESPONSE`.
+async fn exchange(req: reqwest::RequestBuilder) -> Result<(StatusCode, Vec<u8>), OpenVikingError> {
+    let reply = http::exchange(req, MAX_RESPONSE_BYTES, MAX_RESPONSE_BYTES)
+        .await
+        .map_err(|e| transport_error(&e))?;
+    if reply.truncated {
+        return Err(OpenVikingError::new(
+            ErrorKind::InvalidResponse,
+            "INVALID_RESPONSE",
+            format!("response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+            Some(reply.status.as_u16()),
+        ));
     }
-    Ok(out)
+    Ok((reply.status, reply.body))
 }
 
 /// Reads the `{status, result|error}` envelope: an error envelope raises its code whatever the

@@ -2,10 +2,13 @@
 //! key's default and validation as the reference has them, and the USER API key read from
 //! the environment variable `api_key_env` names (the lookup is injected, never ambient).
 
-use std::fmt;
 use std::time::Duration;
 
 use deermem_core::ConfigError;
+pub use deermem_remote::FailurePolicy;
+/// The OpenViking USER API key: a [`deermem_remote::Secret`], which never prints.
+pub use deermem_remote::Secret as ApiKey;
+use deermem_remote::base_url::{self, TransportRule};
 use serde_json::{Map, Value};
 
 /// The server a fresh installation talks to.
@@ -60,39 +63,6 @@ const RETRIEVAL_KEYS: [&str; 5] = [
 ];
 const FAILURE_KEYS: [&str; 2] = ["read", "write"];
 
-/// The OpenViking USER API key. Its `Debug` and `Display` never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key, for the `X-API-Key` header only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the key is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(***)")
-    }
-}
-
-impl fmt::Display for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
 /// What `warm` does when `/health` is not healthy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StartupPolicy {
@@ -101,26 +71,6 @@ pub enum StartupPolicy {
     FailFast,
     /// Log and continue.
     Warn,
-}
-
-/// What reads (`get_context`, `search`) do on a backend failure.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReadFailurePolicy {
-    /// Log a warning and return nothing (`""` / `[]`).
-    #[default]
-    FailOpen,
-    /// Return the error.
-    Raise,
-}
-
-/// What captures do on a backend failure.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WriteFailurePolicy {
-    /// Log the error; the cursor keeps the unconfirmed messages for the next turn.
-    #[default]
-    LogAndDrop,
-    /// Report the error (at once for a direct `capture`, on the next `add` for queued ones).
-    Raise,
 }
 
 /// Which text of a recalled memory is injected.
@@ -199,10 +149,14 @@ pub struct OpenVikingConfig {
     pub storage_path: String,
     /// What `warm` does on an unhealthy server.
     pub startup_policy: StartupPolicy,
-    /// Read failure policy.
-    pub read_failure_policy: ReadFailurePolicy,
-    /// Write failure policy.
-    pub write_failure_policy: WriteFailurePolicy,
+    /// What reads (`get_context`, `search`) do on a backend failure: `fail_open` logs a
+    /// warning and returns nothing (`""` / `[]`), `raise` ([`FailurePolicy::FailClosed`])
+    /// returns the error.
+    pub read_failure_policy: FailurePolicy,
+    /// What captures do on a backend failure: `log_and_drop` ([`FailurePolicy::FailOpen`])
+    /// logs the error and the cursor keeps the unconfirmed messages for the next turn; `raise`
+    /// reports it (at once for a direct `capture`, on the next `add` for queued ones).
+    pub write_failure_policy: FailurePolicy,
     /// How many message hashes a cursor keeps, 16–10000.
     pub max_seen_message_ids: usize,
     /// Recall settings.
@@ -223,8 +177,8 @@ impl OpenVikingConfig {
             timeout_seconds: 30.0,
             storage_path: String::new(),
             startup_policy: StartupPolicy::FailFast,
-            read_failure_policy: ReadFailurePolicy::FailOpen,
-            write_failure_policy: WriteFailurePolicy::LogAndDrop,
+            read_failure_policy: FailurePolicy::FailOpen,
+            write_failure_policy: FailurePolicy::FailOpen,
             max_seen_message_ids: 512,
             retrieval: RetrievalConfig::default(),
         }
@@ -327,8 +281,8 @@ impl OpenVikingConfig {
         }
         if let Some(v) = present(&failure, "read") {
             c.read_failure_policy = match v.as_str() {
-                Some("fail_open") => ReadFailurePolicy::FailOpen,
-                Some("raise") => ReadFailurePolicy::Raise,
+                Some("fail_open") => FailurePolicy::FailOpen,
+                Some("raise") => FailurePolicy::FailClosed,
                 _ => {
                     return Err(key_err(
                         "failure_policy.read",
@@ -339,8 +293,8 @@ impl OpenVikingConfig {
         }
         if let Some(v) = present(&failure, "write") {
             c.write_failure_policy = match v.as_str() {
-                Some("log_and_drop") => WriteFailurePolicy::LogAndDrop,
-                Some("raise") => WriteFailurePolicy::Raise,
+                Some("log_and_drop") => FailurePolicy::FailOpen,
+                Some("raise") => FailurePolicy::FailClosed,
                 _ => {
                     return Err(key_err(
                         "failure_policy.write",
@@ -591,57 +545,22 @@ fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, Conf
     }
 }
 
-/// Checks the scheme, host and plain-http rule; returns a warning for an opted-in insecure URL.
+/// Checks the base URL against the shared transport rule (the key travels with every
+/// request); returns a warning for an opted-in insecure URL.
 fn check_base_url(
     base_url: &str,
     allow_insecure_http: bool,
 ) -> Result<Option<String>, ConfigError> {
-    let parsed = url::Url::parse(base_url).map_err(|e| {
-        key_err(
-            "base_url",
-            format!(
-                "must be an http(s) URL with a host (got {:?}: {e})",
-                truncate_for_message(base_url)
-            ),
-        )
-    })?;
-    let scheme = parsed.scheme();
-    if scheme != "http" && scheme != "https" {
-        return Err(key_err(
-            "base_url",
-            format!("must use http or https (got scheme {scheme:?})"),
-        ));
-    }
-    let host = match parsed.host_str() {
-        Some(h) if !h.is_empty() => h.to_ascii_lowercase(),
-        _ => return Err(key_err("base_url", "must include a host")),
+    let rule = TransportRule {
+        allow_insecure_http,
+        sends_secret: true,
+        trusted_http_hosts: &LOOPBACK_HOSTS,
     };
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(key_err(
-            "base_url",
-            "must not embed credentials; the USER API key comes from api_key_env",
-        ));
-    }
-    if parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err(key_err(
-            "base_url",
-            "must not have a query string or fragment",
-        ));
-    }
-    if scheme == "http" && !LOOPBACK_HOSTS.contains(&host.as_str()) {
-        if !allow_insecure_http {
-            return Err(key_err(
-                "base_url",
-                format!(
-                    "plain http is only allowed for 127.0.0.1, localhost or openviking (got host {host}); use https or set allow_insecure_http: true"
-                ),
-            ));
-        }
-        return Ok(Some(format!(
-            "{PREFIX}.base_url uses plain http to {host}: the OpenViking API key travels unencrypted (allow_insecure_http is set)"
-        )));
-    }
-    Ok(None)
+    let checked =
+        base_url::check(base_url, rule).map_err(|e| key_err("base_url", e.to_string()))?;
+    Ok(checked.map(|host| format!(
+        "{PREFIX}.base_url uses plain http to {host}: the OpenViking API key travels unencrypted (allow_insecure_http is set)"
+    )))
 }
 
 /// Whether `s` matches `^[a-z0-9][a-z0-9_-]{0,63}$`.
@@ -738,8 +657,8 @@ mod tests {
         assert_eq!(c.timeout_seconds, 30.0);
         assert_eq!(c.storage_path, "");
         assert_eq!(c.startup_policy, StartupPolicy::FailFast);
-        assert_eq!(c.read_failure_policy, ReadFailurePolicy::FailOpen);
-        assert_eq!(c.write_failure_policy, WriteFailurePolicy::LogAndDrop);
+        assert_eq!(c.read_failure_policy, FailurePolicy::FailOpen);
+        assert_eq!(c.write_failure_policy, FailurePolicy::FailOpen);
         assert_eq!(c.max_seen_message_ids, 512);
         assert_eq!(c.retrieval, RetrievalConfig::default());
         assert_eq!(c.retrieval.top_k, 8);
@@ -768,8 +687,8 @@ mod tests {
         assert_eq!(c.timeout_seconds, 12.5);
         assert_eq!(c.storage_path, "/tmp/x");
         assert_eq!(c.startup_policy, StartupPolicy::Warn);
-        assert_eq!(c.read_failure_policy, ReadFailurePolicy::Raise);
-        assert_eq!(c.write_failure_policy, WriteFailurePolicy::Raise);
+        assert_eq!(c.read_failure_policy, FailurePolicy::FailClosed);
+        assert_eq!(c.write_failure_policy, FailurePolicy::FailClosed);
         assert_eq!(c.max_seen_message_ids, 16);
         assert_eq!(c.retrieval.top_k, 3);
         assert_eq!(c.retrieval.score_threshold, Some(0.25));
@@ -810,7 +729,7 @@ mod tests {
         assert_eq!(e.message, "OpenViking failure_policy must be a mapping");
         let c = parse(json!({"owner_user_id": "a", "failure_policy": null, "retrieval": null}))
             .unwrap();
-        assert_eq!(c.read_failure_policy, ReadFailurePolicy::FailOpen);
+        assert_eq!(c.read_failure_policy, FailurePolicy::FailOpen);
     }
 
     #[test]
@@ -995,7 +914,7 @@ mod tests {
         let dbg = format!("{c:?} {:?} {}", c.api_key, c.api_key);
         assert!(!dbg.contains("ov-user-secret-123"), "{dbg}");
         assert!(dbg.contains("alice"));
-        assert!(dbg.contains("***"));
+        assert!(dbg.contains("<redacted>"));
     }
 
     #[test]

@@ -13,36 +13,8 @@ use sha2::{Digest, Sha256};
 pub type HiddenMessageFilter = Arc<dyn Fn(&Map<String, Value>) -> bool + Send + Sync>;
 
 /// The host's default keep rule: a hidden message is kept only when it is a human-input
-/// clarification answer (`additional_kwargs.human_input_response` with version 1, kind
-/// `human_input_response`, non-blank `source`, `request_id` and `value`, and either
-/// `response_kind == "text"` or `response_kind == "option"` with a non-blank `option_id`).
-pub fn is_human_clarification_response(kwargs: &Map<String, Value>) -> bool {
-    let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
-        return false;
-    };
-    let version_ok = match r.get("version") {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64() == Some(1.0),
-        _ => false,
-    };
-    let non_blank = |k: &str| {
-        r.get(k)
-            .and_then(Value::as_str)
-            .is_some_and(|s| !deermem_core::py::strip(s).is_empty())
-    };
-    let kind_ok = r.get("kind").and_then(Value::as_str) == Some("human_input_response");
-    let response_ok = match r.get("response_kind").and_then(Value::as_str) {
-        Some("text") => true,
-        Some("option") => non_blank("option_id"),
-        _ => false,
-    };
-    version_ok
-        && kind_ok
-        && non_blank("source")
-        && non_blank("request_id")
-        && non_blank("value")
-        && response_ok
-}
+/// clarification answer (see [`deermem_remote::is_clarification_response`]).
+pub use deermem_remote::is_clarification_response as is_human_clarification_response;
 
 /// The messages DeerFlow lets through to the recorder: everything but `hide_from_ui` messages
 /// the hook does not keep. Tool calls and tool results are kept.

@@ -1,6 +1,6 @@
 //! The hash-only capture cursor, which never holds message text: its JSON file under
 //! `{root}/openviking/sessions/{session}.json`, the prefix digest, the append-only and rebase
-//! matching, atomic saves, and the weakly held per-session locks.
+//! matching, and atomic saves (through `deermem_remote::files`).
 //!
 //! A cursor never holds message text: only SHA-256 hashes of messages, at most
 //! `max_seen_message_ids` of them, a count and a digest of the submitted prefix, and whether a
@@ -13,14 +13,12 @@
 //! message count when it is not zero (`uncommitted_on_server`; `null` when unknown). The
 //! reference reads such a cursor and ignores both.
 
-use std::collections::HashMap;
-use std::fs;
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
 
+use deermem_remote::files::{CursorFiles, ReadError};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 /// The cursor schema version.
 pub const CURSOR_SCHEMA_VERSION: u64 = 1;
@@ -49,7 +47,7 @@ pub struct CursorState {
 }
 
 /// A batch whose request timed out or broke after it was sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InDoubtBatch {
     /// Hashes of the input messages the batch carried (with any unrecorded ones between them).
     pub signatures: Vec<String>,
@@ -57,33 +55,6 @@ pub struct InDoubtBatch {
     pub payload_count: u64,
     /// The session's uncommitted message count just before the batch, when known.
     pub uncommitted_before: Option<u64>,
-}
-
-impl InDoubtBatch {
-    fn from_json(v: &Value) -> Option<Self> {
-        let o = v.as_object()?;
-        Some(Self {
-            signatures: o
-                .get("signatures")?
-                .as_array()?
-                .iter()
-                .map(|x| x.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()?,
-            payload_count: o.get("payload_count")?.as_u64()?,
-            uncommitted_before: o.get("uncommitted_before").and_then(Value::as_u64),
-        })
-    }
-
-    fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("signatures".into(), Value::from(self.signatures.clone()));
-        m.insert("payload_count".into(), Value::from(self.payload_count));
-        m.insert(
-            "uncommitted_before".into(),
-            self.uncommitted_before.map_or(Value::Null, Value::from),
-        );
-        Value::Object(m)
-    }
 }
 
 impl CursorState {
@@ -123,7 +94,9 @@ impl CursorState {
                 .map(str::to_owned),
             // A malformed record is dropped: the batch is then sent again, as the reference
             // would (a possible duplicate, never a loss).
-            in_doubt: o.get("in_doubt_batch").and_then(InDoubtBatch::from_json),
+            in_doubt: o
+                .get("in_doubt_batch")
+                .and_then(|v| serde_json::from_value(v.clone()).ok()),
             uncommitted_on_server: match o.get("uncommitted_on_server") {
                 None => Some(0),
                 Some(v) => v.as_u64(),
@@ -150,8 +123,12 @@ impl CursorState {
                 .clone()
                 .map_or(Value::Null, Value::String),
         );
-        if let Some(d) = &self.in_doubt {
-            m.insert("in_doubt_batch".into(), d.to_json());
+        if let Some(v) = self
+            .in_doubt
+            .as_ref()
+            .and_then(|d| serde_json::to_value(d).ok())
+        {
+            m.insert("in_doubt_batch".into(), v);
         }
         if self.uncommitted_on_server != Some(0) {
             m.insert(
@@ -248,12 +225,7 @@ impl CursorState {
 
 /// SHA-256 over each hash's 8-byte big-endian UTF-8 length followed by its bytes, as hex.
 pub fn seq_digest(signatures: &[String]) -> String {
-    let mut h = Sha256::new();
-    for s in signatures {
-        h.update((s.len() as u64).to_be_bytes());
-        h.update(s.as_bytes());
-    }
-    hex::encode(h.finalize())
+    deermem_remote::files::seq_digest(signatures)
 }
 
 /// Why a cursor could not be loaded or saved.
@@ -293,26 +265,26 @@ pub enum CursorError {
 /// The cursor files of one storage root.
 #[derive(Debug, Clone)]
 pub struct CursorStore {
-    dir: PathBuf,
+    files: CursorFiles,
 }
 
 impl CursorStore {
     /// The store under `{root}/openviking/sessions/`.
     pub fn new(root: &Path) -> Self {
         Self {
-            dir: root.join("openviking").join("sessions"),
+            files: CursorFiles::new(root.join("openviking").join("sessions"), MAX_CURSOR_BYTES),
         }
     }
 
     /// The directory holding the cursor files.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.files.dir()
     }
 
     /// The file of a session. Session ids are `df_` plus hex, so they are always one safe
     /// path component.
     pub fn path(&self, session_id: &str) -> PathBuf {
-        self.dir.join(format!("{session_id}.json"))
+        self.files.path(&format!("{session_id}.json"))
     }
 
     /// Loads a session's cursor; a missing file is the empty state.
@@ -321,29 +293,21 @@ impl CursorStore {
     /// [`CursorError::Unreadable`] or [`CursorError::Invalid`]: the caller must not send
     /// anything (replaying history would duplicate it).
     pub fn load(&self, session_id: &str) -> Result<CursorState, CursorError> {
-        let path = self.path(session_id);
-        let unreadable = |e: io::Error| CursorError::Unreadable {
-            session: session_id.to_owned(),
-            detail: e.to_string(),
-        };
-        let file = match fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CursorState::new_empty()),
-            Err(e) => return Err(unreadable(e)),
-        };
-        let mut bytes = Vec::new();
-        file.take(MAX_CURSOR_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(unreadable)?;
         let invalid = |detail: String| CursorError::Invalid {
             session: session_id.to_owned(),
             detail,
         };
-        if bytes.len() as u64 > MAX_CURSOR_BYTES {
-            return Err(invalid(format!(
-                "file is larger than {MAX_CURSOR_BYTES} bytes"
-            )));
-        }
+        let bytes = match self.files.read(&format!("{session_id}.json")) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(CursorState::new_empty()),
+            Err(e @ (ReadError::Io(_) | ReadError::NotAFile)) => {
+                return Err(CursorError::Unreadable {
+                    session: session_id.to_owned(),
+                    detail: e.to_string(),
+                });
+            }
+            Err(e) => return Err(invalid(e.to_string())),
+        };
         let value: Value =
             serde_json::from_slice(&bytes).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
         CursorState::from_json(&value).map_err(|d| invalid(d.to_owned()))
@@ -356,73 +320,22 @@ impl CursorStore {
     /// # Errors
     /// [`CursorError::Save`].
     pub fn save(&self, session_id: &str, state: &CursorState) -> Result<(), CursorError> {
-        let save_err = |source: io::Error| CursorError::Save {
-            session: session_id.to_owned(),
-            source,
-        };
-        fs::create_dir_all(&self.dir).map_err(save_err)?;
-        let tmp = self.dir.join(format!(
-            ".{session_id}.{}.{}.tmp",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        let result = (|| -> io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
-            f.write_all(state.to_file_text().as_bytes())?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, self.path(session_id))?;
-            sync_dir(&self.dir)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(save_err)
-    }
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
-    Ok(())
-}
-
-/// Per-session async locks, held weakly: an entry disappears once no capture uses it.
-#[derive(Debug, Default)]
-pub struct SessionLocks {
-    map: parking_lot::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
-}
-
-impl SessionLocks {
-    /// The lock of a session (created on first use).
-    pub fn get(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self.map.lock();
-        map.retain(|_, w| w.strong_count() > 0);
-        if let Some(lock) = map.get(session_id).and_then(Weak::upgrade) {
-            return lock;
-        }
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
-        map.insert(session_id.to_owned(), Arc::downgrade(&lock));
-        lock
-    }
-
-    /// How many session locks are still referenced.
-    pub fn live(&self) -> usize {
-        let mut map = self.map.lock();
-        map.retain(|_, w| w.strong_count() > 0);
-        map.len()
+        self.files
+            .write(
+                &format!("{session_id}.json"),
+                state.to_file_text().as_bytes(),
+            )
+            .map_err(|source| CursorError::Save {
+                session: session_id.to_owned(),
+                source,
+            })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn sigs(names: &[&str]) -> Vec<String> {
@@ -608,18 +521,5 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec!["df_z.json".to_owned()]);
-    }
-
-    #[test]
-    fn session_locks_do_not_accumulate() {
-        let locks = SessionLocks::default();
-        let a = locks.get("s1");
-        let a2 = locks.get("s1");
-        assert!(Arc::ptr_eq(&a, &a2));
-        let _b = locks.get("s2");
-        assert_eq!(locks.live(), 2);
-        drop(a);
-        drop(a2);
-        assert_eq!(locks.live(), 1);
     }
 }

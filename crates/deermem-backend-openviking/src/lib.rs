@@ -12,7 +12,7 @@
 //! - [`scope`]: owner rule, actor peer, session id, target URIs.
 //! - [`client`]: the typed HTTP client and its error model.
 //! - [`convert`]: message filtering, conversion and hashing.
-//! - [`cursor`]: the capture cursor files and session locks.
+//! - [`cursor`]: the capture cursor files.
 //! - [`recall`]: hit selection and formatting.
 //! - [`manager`]: [`OpenVikingManager`], the `MemoryManager` implementation.
 //! - `fake` (Cargo feature `fake-server`): a strict fake OpenViking server on 127.0.0.1 for
@@ -26,17 +26,25 @@ pub mod client;
 pub mod config;
 pub mod convert;
 pub mod cursor;
+/// A strict fake OpenViking server on 127.0.0.1 for tests (feature `fake-server`; it lives in
+/// the testkit, `deermem_testkit::http::openviking`).
 #[cfg(feature = "fake-server")]
-pub mod fake;
+pub mod fake {
+    pub use deermem_testkit::http::openviking::*;
+}
 pub mod manager;
 pub mod recall;
 pub mod scope;
+/// A real OpenViking 0.5.2 server from PyPI on 127.0.0.1, with a stub model server, for the
+/// end-to-end tests (feature `real-server`; it lives in the testkit,
+/// `deermem_testkit::http::openviking_server`).
 #[cfg(feature = "real-server")]
-pub mod testserver;
+pub mod testserver {
+    pub use deermem_testkit::http::openviking_server::*;
+}
 
 pub use config::{
-    ApiKey, ContentMode, OpenVikingConfig, ReadFailurePolicy, RetrievalConfig, StartupPolicy,
-    WriteFailurePolicy,
+    ApiKey, ContentMode, FailurePolicy, OpenVikingConfig, RetrievalConfig, StartupPolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

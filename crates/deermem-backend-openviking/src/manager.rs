@@ -18,12 +18,14 @@ use deermem_core::{
     ConfigError, InvalidInputCode, ManagerError, MemoryMode, Message, PublicFact, Timestamp,
 };
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::client::{OpenVikingClient, OpenVikingError, RetrievalRequest};
-use crate::config::{OpenVikingConfig, ReadFailurePolicy, StartupPolicy, WriteFailurePolicy};
+use deermem_remote::{FailurePolicy, InFlight, InFlightGuard, KeyedLocks, RemoteHit, remote_fact};
+
+use crate::config::{OpenVikingConfig, StartupPolicy};
 use crate::convert::{self, HiddenMessageFilter};
-use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch, SessionLocks};
+use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch};
 use crate::recall::{self, RecalledMemory};
 use crate::scope;
 
@@ -68,40 +70,6 @@ pub struct CaptureReport {
     pub committed: bool,
 }
 
-/// Counts queued and running operations; shutdown waits for zero.
-#[derive(Debug)]
-struct ActiveCounter {
-    tx: watch::Sender<usize>,
-}
-
-impl ActiveCounter {
-    fn enter(self: &Arc<Self>) -> OpGuard {
-        self.tx.send_modify(|n| *n += 1);
-        OpGuard {
-            counter: Arc::clone(self),
-        }
-    }
-
-    async fn wait_idle(&self, timeout: Duration) -> bool {
-        let mut rx = self.tx.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-}
-
-/// One active operation; dropping it ends the operation.
-#[derive(Debug)]
-struct OpGuard {
-    counter: Arc<ActiveCounter>,
-}
-
-impl Drop for OpGuard {
-    fn drop(&mut self) {
-        self.counter.tx.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
 /// A queued capture.
 #[derive(Debug)]
 struct Job {
@@ -109,7 +77,7 @@ struct Job {
     peer: String,
     messages: Vec<Message>,
     trace_id: Option<String>,
-    _guard: OpGuard,
+    _guard: InFlightGuard,
 }
 
 /// A capture failure, and whether the write policy may swallow it.
@@ -168,11 +136,11 @@ struct Inner {
     mode: MemoryMode,
     client: OpenVikingClient,
     cursors: CursorStore,
-    locks: SessionLocks,
+    locks: KeyedLocks,
     keep_hidden: parking_lot::RwLock<HiddenMessageFilter>,
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
-    active: Arc<ActiveCounter>,
+    active: Arc<InFlight>,
     queue: parking_lot::Mutex<QueueState>,
     deferred_error: parking_lot::Mutex<Option<ManagerError>>,
     stats: parking_lot::Mutex<CaptureStats>,
@@ -267,7 +235,6 @@ impl OpenVikingManager {
         let client =
             OpenVikingClient::new(&config.base_url, config.api_key.clone(), config.timeout())?;
         let root = storage_root;
-        let (tx, _rx) = watch::channel(0usize);
         Ok(Self {
             inner: Arc::new(Inner {
                 cursors: CursorStore::new(&root),
@@ -275,13 +242,13 @@ impl OpenVikingManager {
                 warnings,
                 mode,
                 client,
-                locks: SessionLocks::default(),
+                locks: KeyedLocks::default(),
                 keep_hidden: parking_lot::RwLock::new(Arc::new(
                     convert::is_human_clarification_response,
                 )),
                 clock,
                 closed: AtomicBool::new(false),
-                active: Arc::new(ActiveCounter { tx }),
+                active: Arc::default(),
                 queue: parking_lot::Mutex::new(QueueState {
                     capacity: DEFAULT_QUEUE_CAPACITY,
                     ..QueueState::default()
@@ -331,7 +298,7 @@ impl OpenVikingManager {
     /// Capture counters.
     pub fn stats(&self) -> CaptureStats {
         let mut s = self.inner.stats.lock().clone();
-        s.in_flight = *self.inner.active.tx.borrow();
+        s.in_flight = self.inner.active.count();
         s
     }
 
@@ -619,7 +586,7 @@ impl Inner {
                     "OpenViking capture failed"
                 );
                 if failure.always_raise
-                    || self.config.write_failure_policy == WriteFailurePolicy::Raise
+                    || self.config.write_failure_policy == FailurePolicy::FailClosed
                 {
                     Err(failure.error)
                 } else {
@@ -937,13 +904,11 @@ impl Inner {
     ) -> Result<T, ManagerError> {
         let error = e.to_manager_error(&format!("OpenViking {op} failed"));
         self.note_failure(op, error.to_string());
-        match self.config.read_failure_policy {
-            ReadFailurePolicy::Raise => Err(error),
-            ReadFailurePolicy::FailOpen => {
-                tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)");
-                Ok(fallback)
-            }
-        }
+        self.config.read_failure_policy.apply(
+            fallback,
+            || tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)"),
+            || error,
+        )
     }
 }
 
@@ -1066,7 +1031,7 @@ impl MemoryManager for OpenVikingManager {
         self.close_queue();
         if !self.inner.active.wait_idle(timeout).await {
             tracing::warn!(
-                in_flight = *self.inner.active.tx.borrow(),
+                in_flight = self.inner.active.count(),
                 "OpenViking shutdown flush timed out; captures still running"
             );
             return false;
@@ -1122,26 +1087,12 @@ impl MemorySearch for OpenVikingManager {
 }
 
 fn to_public_fact(m: RecalledMemory) -> PublicFact {
-    PublicFact {
+    remote_fact(RemoteHit {
         id: m.uri.clone(),
         content: m.content,
         category: m.category.unwrap_or_else(|| "memory".to_owned()),
-        category_extension: None,
-        topics: None,
         confidence: m.score.unwrap_or(0.0),
         created_at: String::new(),
         source: m.uri,
-        source_error: None,
-        schema_version: None,
-        status: None,
-        scope: None,
-        revision: None,
-        updated_at: None,
-        consolidated_at: None,
-        consolidated_from: None,
-        title: None,
-        expected_valid_days: None,
-        last_confirmed_at: None,
-        confirmation_count: None,
-    }
+    })
 }

@@ -194,18 +194,36 @@ pub(crate) async fn mcp(
             );
             let options = deermem_mcp::HttpOptions {
                 cors_origins: allow_origin,
+                server: gateway.server,
                 ..deermem_mcp::HttpOptions::default()
             };
-            deermem_mcp::serve_http_with(
+            // The flush starts at the signal, while connections drain; `finish` below flushes
+            // again (whatever requests finishing during the drain left) and closes.
+            let (signalled_tx, mut signalled_rx) = tokio::sync::watch::channel(false);
+            let signal = async move {
+                shutdown_signal().await;
+                let _ = signalled_tx.send(true);
+            };
+            let flusher = Arc::clone(&manager);
+            let budget =
+                std::time::Duration::from_secs_f64(ctx.memory().shutdown_flush_timeout_seconds);
+            let flush = async move {
+                if signalled_rx.wait_for(|s| *s).await.is_ok()
+                    && !flusher.shutdown_flush(budget).await
+                {
+                    tracing::warn!("pending memory updates did not finish within {budget:?}");
+                }
+            };
+            let served = deermem_mcp::serve_http_with(
                 listener,
                 Arc::clone(&manager),
                 auth,
                 agent,
                 options,
-                shutdown_signal(),
-            )
-            .await
-            .map_err(|e| CliError::failure(e.to_string()))
+                signal,
+            );
+            let (served, ()) = tokio::join!(served, flush);
+            served.map_err(|e| CliError::failure(e.to_string()))
         }
     };
     crate::cmd::finish(&manager, ctx).await;

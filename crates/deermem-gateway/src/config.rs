@@ -47,12 +47,13 @@ fn bulk_limit(key: &str, v: &Value) -> Result<usize, ConfigError> {
         })
 }
 
-const GATEWAY_KEYS: [&str; 7] = [
+const GATEWAY_KEYS: [&str; 8] = [
     "bind",
     "auth",
     "cors",
     "max_body_bytes",
     "request_timeout_seconds",
+    "server",
     "max_bulk_requests_per_user",
     "max_bulk_requests",
 ];
@@ -204,6 +205,8 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// Per-request time budget; slower requests get 504.
     pub request_timeout: Duration,
+    /// Connection handling (`gateway.server`): timeouts, the connection cap, the drain.
+    pub server: ServerConfig,
     /// Whole-document imports and exports one user may run at once; more get 429.
     pub max_bulk_requests_per_user: usize,
     /// Whole-document imports and exports running at once for everyone; more get 503.
@@ -218,6 +221,7 @@ impl Default for GatewayConfig {
             cors: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout: Duration::from_secs_f64(DEFAULT_REQUEST_TIMEOUT_SECONDS),
+            server: ServerConfig::default(),
             max_bulk_requests_per_user: DEFAULT_MAX_BULK_REQUESTS_PER_USER,
             max_bulk_requests: DEFAULT_MAX_BULK_REQUESTS,
         }
@@ -298,6 +302,9 @@ impl GatewayConfig {
             }
             cfg.request_timeout = Duration::from_secs_f64(f);
         }
+        if let Some(v) = present(&map, "server") {
+            cfg.server = ServerConfig::parse(v)?;
+        }
         if let Some(v) = present(&map, "auth") {
             cfg.auth = parse_auth(v, base_dir)?;
         }
@@ -366,6 +373,108 @@ impl GatewayConfig {
     /// cross-site requests from a browser on the same machine.
     pub fn loopback_only(&self) -> bool {
         self.auth.mode == AuthMode::None && !self.auth.allow_unauthenticated_remote
+    }
+}
+
+/// The `gateway.server` section: how connections are held and let go. `deermem serve` and
+/// `deermem mcp --bind` both use it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// Time a client has to send a complete request head, counted from the connection's
+    /// accept for its first request and from the head's first byte for later ones. A partial
+    /// head is then answered 408, a connection that sent nothing is closed.
+    pub header_read_timeout: Duration,
+    /// Time a kept-alive connection may sit idle (no request in flight, nothing read or
+    /// written) before it is closed.
+    pub keep_alive_timeout: Duration,
+    /// Most connections served at once; the effective cap is also kept below the process's
+    /// descriptor limit. Connections beyond it are answered 503 and closed at once.
+    pub max_connections: usize,
+    /// After SIGTERM, time in-flight requests get to finish before every connection still
+    /// open is closed.
+    pub drain_timeout: Duration,
+}
+
+/// The default `gateway.server.header_read_timeout_seconds`.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
+/// The default `gateway.server.keep_alive_timeout_seconds`.
+pub const DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS: f64 = 60.0;
+/// The default `gateway.server.max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default `gateway.server.drain_timeout_seconds`.
+pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 10.0;
+/// The largest accepted value of each `gateway.server.*_seconds` key.
+pub const MAX_SERVER_TIMEOUT_SECONDS: f64 = 3600.0;
+/// The largest accepted `gateway.server.max_connections`.
+pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
+const SERVER_KEYS: [&str; 4] = [
+    "header_read_timeout_seconds",
+    "keep_alive_timeout_seconds",
+    "max_connections",
+    "drain_timeout_seconds",
+];
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs_f64(DEFAULT_HEADER_READ_TIMEOUT_SECONDS),
+            keep_alive_timeout: Duration::from_secs_f64(DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            drain_timeout: Duration::from_secs_f64(DEFAULT_DRAIN_TIMEOUT_SECONDS),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Parses the `gateway.server` mapping; absent keys keep their defaults.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key: unknown keys, non-numbers, values out of range.
+    pub fn parse(v: &Value) -> Result<Self, ConfigError> {
+        let map = v
+            .as_object()
+            .ok_or_else(|| ConfigError::new("gateway.server", "must be a mapping"))?;
+        reject_unknown(map, &SERVER_KEYS, "gateway.server")?;
+        let seconds = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
+            let Some(v) = present(map, key) else {
+                return Ok(default);
+            };
+            let name = format!("gateway.server.{key}");
+            let f = v
+                .as_f64()
+                .filter(|f| f.is_finite())
+                .ok_or_else(|| ConfigError::new(&name, format!("must be a number (got {v})")))?;
+            if !(f > 0.0 && f <= MAX_SERVER_TIMEOUT_SECONDS) {
+                return Err(ConfigError::new(
+                    &name,
+                    format!(
+                        "must be greater than 0 and at most {MAX_SERVER_TIMEOUT_SECONDS} (got {f})"
+                    ),
+                ));
+            }
+            Ok(Duration::from_secs_f64(f))
+        };
+        let d = Self::default();
+        let mut cfg = Self {
+            header_read_timeout: seconds("header_read_timeout_seconds", d.header_read_timeout)?,
+            keep_alive_timeout: seconds("keep_alive_timeout_seconds", d.keep_alive_timeout)?,
+            max_connections: d.max_connections,
+            drain_timeout: seconds("drain_timeout_seconds", d.drain_timeout)?,
+        };
+        if let Some(v) = present(map, "max_connections") {
+            let n = v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| (1..=MAX_MAX_CONNECTIONS).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "gateway.server.max_connections",
+                        format!("must be an integer between 1 and {MAX_MAX_CONNECTIONS} (got {v})"),
+                    )
+                })?;
+            cfg.max_connections = n;
+        }
+        Ok(cfg)
     }
 }
 

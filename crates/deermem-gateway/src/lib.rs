@@ -10,7 +10,7 @@
 //!   reference's), and `POST /api/memory/messages`, `GET /api/memory/context`,
 //!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`,
 //!   `GET /api/threads/{thread_id}/runs/{run_id}/events` (run-level memory identity, with a
-//!   [`RunJournal`]), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
+//!   [`RunEventStore`](deermem_core::ports::RunEventStore)), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
 //!   `GET /docs`. Every memory route takes an optional `agent` query parameter. A path with a
 //!   trailing slash is redirected (307) to the route without it, as FastAPI does.
 //! - Identity: `gateway.auth.mode: none` (user `default`, loopback only), `token` (bearer
@@ -20,6 +20,8 @@
 //! - CORS, when `gateway.cors` is set: the outermost layer, so preflights are answered without
 //!   authentication and error responses carry the CORS headers too.
 //! - Errors: one mapping to HTTP in [`error::GatewayError`].
+//! - Connections: [`listen`] (header-read and keep-alive timeouts, the connection cap, JSON
+//!   bodies for malformed heads, the drain deadline), shared with `deermem mcp --bind`.
 
 #![deny(missing_docs)]
 
@@ -30,6 +32,7 @@ pub mod error;
 mod extract;
 pub mod layers;
 mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod ops;
@@ -48,7 +51,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 pub use auth::{Caller, CallerKind};
-pub use config::{AuthMode, GatewayConfig};
+pub use config::{AuthMode, GatewayConfig, ServerConfig};
 pub use error::{GatewayError, Operation};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};

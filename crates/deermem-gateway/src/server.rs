@@ -1,15 +1,17 @@
-//! Serving the router on a listener, with the start-up warm-up in the background and a
-//! graceful shutdown: stop accepting, finish in-flight requests, then flush the manager's
-//! pending work within `memory.shutdown_flush_timeout_seconds` and close it.
+//! Serving the router on a listener through the connection layer ([`crate::listen`]), with the
+//! start-up warm-up in the background and a shutdown that always ends: at the signal the
+//! memory flush starts at once, in parallel with the connection drain (bounded by
+//! `gateway.server.drain_timeout_seconds`); once both are done the manager is closed.
 
 use std::future::Future;
 use std::io;
 use std::time::Duration;
 
-use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::listen::{ServeOptions, serve_app};
 use crate::state::{GatewayState, spawn_warm};
 
 /// How long shutdown waits for a still-running warm-up before flushing (the flush budget is
@@ -25,11 +27,15 @@ pub const FLUSH_GRACE: Duration = Duration::from_secs(5);
 /// Before serving it refuses a non-loopback address in unauthenticated mode (unless
 /// `gateway.auth.allow_unauthenticated_remote` is set), starts the manager's `warm()` in the
 /// background when memory is enabled, and marks the gateway ready at once (readiness does not
-/// wait for the warm-up). When `shutdown` completes it stops accepting connections, lets
-/// in-flight requests finish (each is bounded by the request timeout), waits at most
-/// [`WARM_SHUTDOWN_WAIT`] for the warm-up, calls
-/// `manager.shutdown_flush(memory.shutdown_flush_timeout_seconds)` when memory is enabled,
-/// and finally `manager.close()` (skipped, with a warning, while the warm-up still runs).
+/// wait for the warm-up). Connections are served by [`crate::listen::serve_app`] with
+/// `gateway.server`'s timeouts and cap. When `shutdown` completes, two things start together:
+/// the connection drain (no new connections, in-flight requests finish, whatever is open after
+/// `gateway.server.drain_timeout_seconds` is closed) and, when memory is enabled, the flush
+/// (`manager.shutdown_flush(memory.shutdown_flush_timeout_seconds)`, after waiting at most
+/// [`WARM_SHUTDOWN_WAIT`] for the warm-up), so every turn accepted before the signal is
+/// committed whatever the clients do. After the drain a second flush, within what is left of
+/// the budget, takes the turns that requests finishing during the drain queued. Finally
+/// `manager.close()` (skipped, with a warning, while the warm-up still runs).
 ///
 /// # Errors
 /// `PermissionDenied` for a refused address; any I/O error of the listener.
@@ -55,28 +61,63 @@ where
         backend = state.manager().name(),
         "deermem gateway listening"
     );
+    let (signalled_tx, mut signalled_rx) = watch::channel(false);
     let draining = state.clone();
-    // Responses go out as soon as they are written: with Nagle's algorithm a response split
-    // over several segments can wait for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+    let signal = async move {
+        shutdown.await;
+        draining.mark_stopping();
+        tracing::info!(
+            "shutting down: no new connections; flushing memory while connections drain"
+        );
+        let _ = signalled_tx.send(true);
+    };
+    let options = ServeOptions::new(state.gateway_config().server);
+    let flushing = state.clone();
+    let flush = async move {
+        if signalled_rx.wait_for(|s| *s).await.is_err() {
+            return None;
         }
-    });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            draining.mark_stopping();
-            tracing::info!("shutting down: no new connections, finishing in-flight requests");
-        })
-        .await;
+        Some(flush(&flushing, warm).await)
+    };
+    let (served, flushed) = tokio::join!(serve_app(listener, app, options, signal), flush);
     state.mark_stopping();
-    drain(&state, warm).await;
-    result
+    let warm_running = match flushed {
+        Some(outcome) => {
+            // Turns queued by requests that finished during the drain.
+            if let Some(left) = outcome.budget_left() {
+                flush_once(&state, left).await;
+            }
+            outcome.warm_running
+        }
+        None => false,
+    };
+    close(&state, warm_running).await;
+    served.map(|report| {
+        tracing::info!(
+            open_at_shutdown = report.open_at_shutdown,
+            closed_at_deadline = report.closed_at_deadline,
+            "connections drained"
+        );
+    })
 }
 
-/// The shutdown sequence after the last request: bounded warm-up wait, flush, close.
-async fn drain(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) {
+/// What the first flush left behind.
+struct FlushOutcome {
+    warm_running: bool,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl FlushOutcome {
+    fn budget_left(&self) -> Option<Duration> {
+        let left = self
+            .deadline?
+            .checked_duration_since(tokio::time::Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+}
+
+/// The shutdown flush: bounded warm-up wait, then the flush within its budget.
+async fn flush(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) -> FlushOutcome {
     let mut warm_running = false;
     if let Some(mut handle) = warm
         && tokio::time::timeout(WARM_SHUTDOWN_WAIT, &mut handle)
@@ -86,25 +127,43 @@ async fn drain(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) {
         warm_running = true;
         tracing::warn!("memory warm-up still running at shutdown; not waiting for it");
     }
-    let manager = state.manager();
-    if state.memory_config().enabled {
-        let budget = Duration::from_secs_f64(state.memory_config().shutdown_flush_timeout_seconds);
-        match tokio::time::timeout(budget + FLUSH_GRACE, manager.shutdown_flush(budget)).await {
-            Ok(true) => tracing::info!("memory flushed"),
-            Ok(false) => tracing::warn!(
-                timeout_seconds = budget.as_secs_f64(),
-                "memory flush did not finish in time; pending updates may be lost"
-            ),
-            Err(_) => tracing::warn!(
-                timeout_seconds = budget.as_secs_f64(),
-                "memory backend ignored its flush timeout; giving up"
-            ),
-        }
+    if !state.memory_config().enabled {
+        return FlushOutcome {
+            warm_running,
+            deadline: None,
+        };
     }
+    let budget = Duration::from_secs_f64(state.memory_config().shutdown_flush_timeout_seconds);
+    let deadline = tokio::time::Instant::now() + budget;
+    flush_once(state, budget).await;
+    FlushOutcome {
+        warm_running,
+        deadline: Some(deadline),
+    }
+}
+
+/// One `shutdown_flush` within `budget` (plus [`FLUSH_GRACE`] for a backend that ignores it).
+async fn flush_once(state: &GatewayState, budget: Duration) {
+    let manager = state.manager();
+    match tokio::time::timeout(budget + FLUSH_GRACE, manager.shutdown_flush(budget)).await {
+        Ok(true) => tracing::info!("memory flushed"),
+        Ok(false) => tracing::warn!(
+            timeout_seconds = budget.as_secs_f64(),
+            "memory flush did not finish in time; pending updates may be lost"
+        ),
+        Err(_) => tracing::warn!(
+            timeout_seconds = budget.as_secs_f64(),
+            "memory backend ignored its flush timeout; giving up"
+        ),
+    }
+}
+
+/// Closes the manager unless its warm-up or an index rebuild still runs.
+async fn close(state: &GatewayState, warm_running: bool) {
     if warm_running || state.rebuild_running() {
         tracing::warn!("not closing the memory backend: its warm-up is still running");
     } else {
-        manager.close().await;
+        state.manager().close().await;
         tracing::info!("memory backend closed");
     }
 }

@@ -3,17 +3,20 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, ChatResponse, LanguageModel};
 use deermem_core::{ConfigError, LlmError, ModelConfig};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use deermem_remote::Secret;
+use deermem_remote::http::{self, Profile, excerpt};
+use deermem_remote::retry::{self, RetryPolicy, Sleeper};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
 
-use crate::retry::{RetryPolicy, Sleeper, TokioSleeper, parse_retry_after};
-use crate::wire::{excerpt, parse_response, request_body};
+use crate::wire::{parse_response, request_body};
 
 /// The base URL used when the configuration names none.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -38,8 +41,8 @@ pub struct OpenAiChatModel {
     endpoint_display: String,
     model: String,
     auth: Option<HeaderValue>,
-    /// The raw key, kept only to scrub it from server error bodies that echo it.
-    secret: Option<String>,
+    /// The key, kept only to scrub it from server error bodies that echo it.
+    secret: Option<Secret>,
     temperature: Option<f64>,
     max_tokens: Option<u32>,
     timeout: Duration,
@@ -121,28 +124,24 @@ impl OpenAiChatModel {
         shown.set_query(None);
         let endpoint_display = shown.to_string();
 
-        let secret = config.api_key.clone().filter(|k| !k.is_empty());
-        let auth = match &secret {
-            Some(key) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    ConfigError::new(
-                        format!("{KEY}.api_key"),
-                        "contains characters that cannot be sent in an HTTP header",
-                    )
-                })?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
+        let secret = config
+            .api_key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .map(Secret::new);
+        let auth = secret
+            .as_ref()
+            .map(Secret::bearer)
+            .transpose()
+            .map_err(|_| {
+                ConfigError::new(
+                    format!("{KEY}.api_key"),
+                    "contains characters that cannot be sent in an HTTP header",
+                )
+            })?;
         let timeout = seconds("timeout_seconds", config.timeout_seconds)?;
         let connect = seconds("connect_timeout_seconds", config.connect_timeout_seconds)?;
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(connect)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("deermem-rs/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let http = http::client(timeout, connect, Profile::Standard)
             .map_err(|e| ConfigError::new(KEY, format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             http,
@@ -156,7 +155,7 @@ impl OpenAiChatModel {
             timeout,
             max_retries: config.max_retries,
             policy: RetryPolicy::default(),
-            sleeper: Arc::new(TokioSleeper),
+            sleeper: retry::tokio_sleeper(),
         })
     }
 
@@ -186,8 +185,8 @@ impl OpenAiChatModel {
 
     fn scrub(&self, text: &str) -> String {
         match &self.secret {
-            Some(k) if !k.is_empty() => text.replace(k.as_str(), "<redacted>"),
-            _ => text.to_owned(),
+            Some(k) => k.scrub(text),
+            None => text.to_owned(),
         }
     }
 
@@ -195,34 +194,9 @@ impl OpenAiChatModel {
         if e.is_timeout() {
             return LlmError::Timeout(self.timeout);
         }
-        let mut msg = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            source = s.source();
-        }
         // reqwest errors may carry the URL; show the sanitised endpoint instead.
-        let msg = msg.replace(self.endpoint.as_str(), &self.endpoint_display);
+        let msg = http::error_chain(e).replace(self.endpoint.as_str(), &self.endpoint_display);
         LlmError::Transport(self.scrub(&msg))
-    }
-
-    /// Reads at most `limit` bytes of the body; `Ok(None)` when the body is larger.
-    async fn read_body(
-        &self,
-        resp: &mut reqwest::Response,
-        limit: usize,
-    ) -> Result<(Vec<u8>, bool), LlmError> {
-        let mut buf = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(&e))? {
-            if buf.len() + chunk.len() > limit {
-                let room = limit - buf.len();
-                buf.extend_from_slice(&chunk[..room]);
-                return Ok((buf, true));
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok((buf, false))
     }
 
     fn error_message(&self, body: &[u8]) -> String {
@@ -251,19 +225,10 @@ impl OpenAiChatModel {
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
-        let mut resp = req.send().await.map_err(|e| self.transport_error(&e))?;
-        let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
-        let limit = if status.is_success() {
-            MAX_RESPONSE_BYTES
-        } else {
-            MAX_ERROR_BODY_BYTES
-        };
-        let (bytes, truncated) = self.read_body(&mut resp, limit).await?;
+        let reply = http::exchange(req, MAX_RESPONSE_BYTES, MAX_ERROR_BODY_BYTES)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let (status, retry_after, bytes) = (reply.status, reply.retry_after, reply.body);
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         tracing::debug!(
             model = %self.model,
@@ -275,7 +240,7 @@ impl OpenAiChatModel {
             "chat completion response"
         );
         if status.is_success() {
-            if truncated {
+            if reply.truncated {
                 return Err(LlmError::InvalidResponse(format!(
                     "response body exceeds {MAX_RESPONSE_BYTES} bytes"
                 )));
@@ -334,60 +299,63 @@ impl LanguageModel for OpenAiChatModel {
             message: format!("cannot encode the request: {e}"),
         })?;
         let started = Instant::now();
-        let mut retry: u32 = 0;
-        loop {
-            let attempt = retry + 1;
-            tracing::debug!(
+        let attempts = AtomicU32::new(0);
+        let result = retry::retry(
+            self.policy,
+            self.max_retries,
+            Arc::clone(&self.sleeper),
+            || {
+                let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
+                tracing::debug!(
+                    model = %self.model,
+                    endpoint = %self.endpoint_display,
+                    attempt,
+                    messages = request.messages.len(),
+                    request_bytes = body.len(),
+                    json_response = request.json_response,
+                    "chat completion request"
+                );
+                self.attempt(&body, attempt)
+            },
+            |e: &LlmError| {
+                let hint = match e {
+                    LlmError::RateLimited { retry_after } => *retry_after,
+                    _ => None,
+                };
+                e.is_retryable().then_some(hint)
+            },
+            |e, delay| {
+                tracing::warn!(
+                    model = %self.model,
+                    attempt = attempts.load(Ordering::SeqCst),
+                    max_attempts = self.max_retries + 1,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    error = %e,
+                    "chat completion failed; retrying"
+                );
+            },
+        )
+        .await;
+        let attempts = attempts.load(Ordering::SeqCst);
+        match &result {
+            Ok(resp) => tracing::info!(
                 model = %self.model,
-                endpoint = %self.endpoint_display,
-                attempt,
-                messages = request.messages.len(),
-                request_bytes = body.len(),
-                json_response = request.json_response,
-                "chat completion request"
-            );
-            match self.attempt(&body, attempt).await {
-                Ok(resp) => {
-                    tracing::info!(
-                        model = %self.model,
-                        served_by = resp.model.as_deref().unwrap_or(""),
-                        attempts = attempt,
-                        total_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        content_chars = resp.content.chars().count(),
-                        prompt_tokens = resp.usage.map_or(0, |u| u.prompt_tokens),
-                        completion_tokens = resp.usage.map_or(0, |u| u.completion_tokens),
-                        "chat completion succeeded"
-                    );
-                    return Ok(resp);
-                }
-                Err(e) if e.is_retryable() && retry < self.max_retries => {
-                    let hint = match &e {
-                        LlmError::RateLimited { retry_after } => *retry_after,
-                        _ => None,
-                    };
-                    let delay = self.policy.delay(retry, hint);
-                    tracing::warn!(
-                        model = %self.model,
-                        attempt,
-                        max_attempts = self.max_retries + 1,
-                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        error = %e,
-                        "chat completion failed; retrying"
-                    );
-                    self.sleeper.sleep(delay).await;
-                    retry += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        model = %self.model,
-                        attempts = attempt,
-                        error = %e,
-                        "chat completion failed"
-                    );
-                    return Err(e);
-                }
-            }
+                served_by = resp.model.as_deref().unwrap_or(""),
+                attempts,
+                total_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                content_chars = resp.content.chars().count(),
+                prompt_tokens = resp.usage.map_or(0, |u| u.prompt_tokens),
+                completion_tokens = resp.usage.map_or(0, |u| u.completion_tokens),
+                "chat completion succeeded"
+            ),
+            Err(e) => tracing::warn!(
+                model = %self.model,
+                attempts,
+                error = %e,
+                "chat completion failed"
+            ),
         }
+        result
     }
 }
 

@@ -16,10 +16,13 @@
 #![deny(missing_docs)]
 
 mod client;
+/// A fake chat-completions server on 127.0.0.1 for tests (feature `fake-server`; it lives in
+/// the testkit, `deermem_testkit::http::openai`).
 #[cfg(feature = "fake-server")]
-pub mod fake;
-mod retry;
+pub mod fake {
+    pub use deermem_testkit::http::openai::*;
+}
 mod wire;
 
 pub use client::{DEFAULT_BASE_URL, OpenAiChatModel};
-pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
+pub use deermem_remote::{RetryPolicy, Sleeper, TokioSleeper};

@@ -3,6 +3,7 @@
 
 use deermem_core::LlmError;
 use deermem_core::ports::{ChatRequest, ChatResponse, TokenUsage};
+use deermem_remote::http::excerpt;
 use serde_json::{Map, Value, json};
 
 /// Builds the JSON body for `POST /chat/completions`.
@@ -138,13 +139,6 @@ fn join_parts(parts: &[Value]) -> Result<String, LlmError> {
 }
 
 /// The first `max_chars` characters of `s`, with `…` when cut.
-pub(crate) fn excerpt(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use deermem_core::ports::ChatMessage;
@@ -205,11 +199,5 @@ mod tests {
                 "{body:?} gave {e:?}"
             );
         }
-    }
-
-    #[test]
-    fn excerpt_cuts_on_char_boundary() {
-        assert_eq!(excerpt("日本語テキスト", 3), "日本語…");
-        assert_eq!(excerpt("abc", 3), "abc");
     }
 }

@@ -20,6 +20,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use deermem_core::ports::MemoryManager;
 use deermem_core::{AgentName, UserId};
+use deermem_gateway::ServerConfig;
+use deermem_gateway::listen::{ServeOptions, serve_app};
 use http::{HeaderValue, Method, StatusCode, header};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -57,6 +59,9 @@ pub struct HttpOptions {
     /// `*` allows any. Empty (the default): no CORS headers, preflights are refused with 401.
     /// Requests still need their bearer token whatever the origin.
     pub cors_origins: Vec<String>,
+    /// Connection handling when served by [`serve_http_with`]: header-read and keep-alive
+    /// timeouts, the connection cap, the drain deadline (the gateway's `gateway.server`).
+    pub server: ServerConfig,
 }
 
 impl Default for HttpOptions {
@@ -67,6 +72,7 @@ impl Default for HttpOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             cancellation: CancellationToken::new(),
             cors_origins: Vec::new(),
+            server: ServerConfig::default(),
         }
     }
 }
@@ -206,6 +212,12 @@ pub async fn serve_http(
 /// [`serve_http`] with explicit options; `options.cancellation` is cancelled when `shutdown`
 /// completes.
 ///
+/// Connections go through the gateway's connection layer
+/// ([`deermem_gateway::listen::serve_app`]) with `options.server`: request heads that are
+/// malformed, too large or too slow are answered with a JSON-RPC error body (`-32600`), idle
+/// connections are closed, connections beyond the cap get 503, and after `shutdown` whatever
+/// is still open at the drain deadline is closed, so the server always stops.
+///
 /// # Errors
 /// When the listener fails.
 pub async fn serve_http_with(
@@ -217,14 +229,25 @@ pub async fn serve_http_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpServeError> {
     let cancel = options.cancellation.clone();
+    let serve_options = ServeOptions {
+        server: options.server,
+        error_body: Arc::new(|message: &str| {
+            error_line(Value::Null, INVALID_REQUEST, message).into_bytes()
+        }),
+    };
     let router = http_router_with(manager, auth, agent, options);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            cancel.cancel();
-        })
-        .await
-        .map_err(McpServeError::Io)
+    let report = serve_app(listener, router, serve_options, async move {
+        shutdown.await;
+        cancel.cancel();
+    })
+    .await
+    .map_err(McpServeError::Io)?;
+    tracing::info!(
+        open_at_shutdown = report.open_at_shutdown,
+        closed_at_deadline = report.closed_at_deadline,
+        "MCP connections drained"
+    );
+    Ok(())
 }
 
 fn normalize_path(path: &str) -> String {

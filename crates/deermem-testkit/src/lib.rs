@@ -1,5 +1,6 @@
 //! Contract suites for every DeerMem port, plus fakes: a manual clock, a scripted language
-//! model, and (with the storage suite) an in-memory storage.
+//! model, (with the storage suite) an in-memory storage, and (feature `http`) loopback doubles
+//! of the remote services.
 //!
 //! Each suite is a set of public async functions, one per behaviour, and a macro that expands
 //! one named `#[tokio::test]` per behaviour, so an adapter's `tests/contract.rs` is one line and
@@ -7,6 +8,8 @@
 
 pub mod clock;
 pub mod fixtures;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod isolation;
 pub mod llm;
 pub mod manager;

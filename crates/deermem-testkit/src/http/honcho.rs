@@ -1,14 +1,15 @@
-//! A fake Honcho v3 server on 127.0.0.1 for tests (Cargo feature `fake-server`): the six POST
+//! A fake Honcho v3 server on 127.0.0.1 for tests (`deermem_backend_honcho::fake` with that
+//! crate's feature `fake-server`): the six POST
 //! routes the backend uses, request validation against Honcho's v3 schemas (id pattern, 1–100
 //! messages per batch, 25 000-character contents, limits 1–100), a record of every request,
 //! and switches for failures, delays and a server that forgot its sessions.
 //!
-//! It is test infrastructure: this crate's tests, the facade's and the CLI's use it to prove
-//! the backend end to end without a real server. Production builds never enable the feature.
+//! It is test infrastructure: the backend's tests, the facade's and the CLI's use it to prove
+//! the backend end to end without a real server.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,6 +19,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
 use serde_json::{Value, json};
+
+use super::{Server, lock, started};
 
 /// One request the fake received.
 #[derive(Clone, Debug)]
@@ -84,10 +87,6 @@ impl fmt::Debug for FakeHoncho {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    inner.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn is_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 512
@@ -124,15 +123,9 @@ impl FakeHoncho {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&inner));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "fake Honcho server stopped");
-            }
-        });
+        let server = Server::start(app, "fake Honcho server").await?;
         Ok(Self {
-            url: format!("http://{addr}"),
+            url: server.url(""),
             inner,
         })
     }
@@ -142,10 +135,7 @@ impl FakeHoncho {
     /// # Panics
     /// When no loopback port can be bound.
     pub async fn start() -> Self {
-        match Self::try_start().await {
-            Ok(fake) => fake,
-            Err(e) => panic!("cannot start the fake Honcho server on 127.0.0.1: {e}"),
-        }
+        started(Self::try_start().await, "fake Honcho server")
     }
 
     /// Every request so far.

@@ -1,14 +1,14 @@
-//! A fake OpenAI-compatible chat-completions server on 127.0.0.1 for tests (Cargo feature
-//! `fake-server`): scripted replies (status, headers, body, delay) consumed one per HTTP
+//! A fake OpenAI-compatible chat-completions server on 127.0.0.1 for tests
+//! (`deermem_llm_openai::fake` with that crate's feature `fake-server`): scripted replies (status, headers, body, delay) consumed one per HTTP
 //! attempt, and a record of every request it received.
 //!
-//! It is test infrastructure: this crate's tests use it to prove the client end to end, and the
+//! It is test infrastructure: the client's tests use it to prove the client end to end, and the
 //! facade's tests use it to run the embedded engine's extraction against a model server without
-//! any network beyond loopback. Production builds never enable the feature.
+//! any network beyond loopback.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,6 +18,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
+
+use super::{Server, lock, started};
 
 /// The content the fake answers with once its script is used up.
 pub const DEFAULT_CONTENT: &str = "default";
@@ -136,10 +138,6 @@ impl fmt::Debug for FakeOpenAi {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    inner.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     headers: HeaderMap,
@@ -188,15 +186,9 @@ impl FakeOpenAi {
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
             .with_state(Arc::clone(&inner));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "fake chat-completions server stopped");
-            }
-        });
+        let server = Server::start(app, "fake chat-completions server").await?;
         Ok(Self {
-            base_url: format!("http://{addr}/v1"),
+            base_url: server.url("/v1"),
             inner,
         })
     }
@@ -206,10 +198,10 @@ impl FakeOpenAi {
     /// # Panics
     /// When no loopback port can be bound.
     pub async fn start(replies: Vec<Reply>) -> Self {
-        match Self::try_start(replies).await {
-            Ok(fake) => fake,
-            Err(e) => panic!("cannot start the fake chat-completions server on 127.0.0.1: {e}"),
-        }
+        started(
+            Self::try_start(replies).await,
+            "fake chat-completions server",
+        )
     }
 
     /// The client's `base_url`: `http://127.0.0.1:PORT/v1`.

@@ -1,4 +1,5 @@
-//! A real OpenViking server for tests (Cargo feature `real-server`): `openviking==0.5.2` from
+//! A real OpenViking server for tests (`deermem_backend_openviking::testserver` with that
+//! crate's feature `real-server`): `openviking==0.5.2` from
 //! PyPI in a cached virtual environment, started on a free loopback port in `api_key` mode with
 //! a root key, with its embedding and chat models pointed at [`ModelStub`], a small
 //! OpenAI-compatible server in the test process. [`OvServer::create_user`] makes an account
@@ -9,13 +10,13 @@
 //! restricted memory SDK such as `sdk.create_preferences(...)`, chosen by the phrases a test
 //! registers with [`ModelStub::remember`], and `sdk.commit()` alone for any other conversation.
 //!
-//! It is test infrastructure, like `fake`: production builds never enable the feature.
+//! It is test infrastructure, like the fakes beside it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -23,6 +24,8 @@ use axum::extract::State;
 use axum::routing::post;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+
+use super::{Server, lock};
 
 /// The cached environment's name and requirement.
 pub const PYENV_NAME: &str = "openviking-0.5.2";
@@ -55,12 +58,12 @@ struct StubState {
 pub struct ModelStub {
     addr: SocketAddr,
     state: Arc<StubState>,
-    task: tokio::task::JoinHandle<()>,
+    server: Server,
 }
 
 impl Drop for ModelStub {
     fn drop(&mut self) {
-        self.task.abort();
+        self.server.abort();
     }
 }
 
@@ -125,11 +128,7 @@ async fn chat(State(state): State<Arc<StubState>>, body: axum::Json<Value>) -> a
     state.chat_calls.fetch_add(1, Ordering::SeqCst);
     let reply = match conversation_of(&body) {
         Some(conversation) => {
-            let rules = state
-                .rules
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
+            let rules = lock(&state.rules).clone();
             let mut program: Vec<String> = rules
                 .iter()
                 .filter(|r| conversation.contains(&r.phrase))
@@ -160,12 +159,12 @@ impl ModelStub {
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/chat/completions", post(chat))
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { addr, state, task })
+        let server = Server::start(app, "OpenViking model stub").await?;
+        Ok(Self {
+            addr: server.addr,
+            state,
+            server,
+        })
     }
 
     /// The OpenAI-compatible base URL (`http://127.0.0.1:PORT/v1`).
@@ -178,14 +177,10 @@ impl ModelStub {
     /// or more memory-SDK calls, e.g. `sdk.create_preferences(user="""u""", topic="""editor""",
     /// content="""- Uses Vim.""")`).
     pub fn remember(&self, phrase: &str, program: &str) {
-        self.state
-            .rules
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Rule {
-                phrase: phrase.to_owned(),
-                program: program.to_owned(),
-            });
+        lock(&self.state.rules).push(Rule {
+            phrase: phrase.to_owned(),
+            program: program.to_owned(),
+        });
     }
 
     /// How many chat requests arrived.
@@ -233,7 +228,7 @@ fn signal(pid: u32, sig: &str) -> Result<(), String> {
 
 impl OvServer {
     /// Installs `openviking==0.5.2` into the cached environment when needed (minutes and about
-    /// 1.3 GB the first time; see `deermem_testkit::pyenv`), writes an `ov.conf` whose
+    /// 1.3 GB the first time; see `crate::pyenv`), writes an `ov.conf` whose
     /// embedding and chat models are `stub_base_url`, and starts the server on a free loopback
     /// port with a random root key, waiting until `/health` answers.
     ///
@@ -241,11 +236,9 @@ impl OvServer {
     /// What is missing (Python, the package index) or why the server did not start, with the
     /// end of its log.
     pub async fn start(stub_base_url: &str) -> Result<Self, String> {
-        let env = tokio::task::spawn_blocking(|| {
-            deermem_testkit::pyenv::ensure(PYENV_NAME, &[REQUIREMENT])
-        })
-        .await
-        .map_err(|e| format!("installing {REQUIREMENT}: {e}"))??;
+        let env = tokio::task::spawn_blocking(|| crate::pyenv::ensure(PYENV_NAME, &[REQUIREMENT]))
+            .await
+            .map_err(|e| format!("installing {REQUIREMENT}: {e}"))??;
         let program = env.bin("openviking-server");
         if !program.is_file() {
             return Err(format!(

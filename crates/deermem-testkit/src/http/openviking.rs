@@ -1,4 +1,5 @@
-//! A fake OpenViking server on 127.0.0.1 for tests (Cargo feature `fake-server`): the seven
+//! A fake OpenViking server on 127.0.0.1 for tests (`deermem_backend_openviking::fake` with
+//! that crate's feature `fake-server`): the seven
 //! routes the backend uses, answering as a real OpenViking 0.5.2 server in `api_key` mode does
 //! for one USER key, with strict checks of headers and bodies (every protocol deviation is
 //! answered with the server's error and recorded as a violation), a request log, and switches
@@ -14,13 +15,13 @@
 //! commit (a commit resets it) while `total_message_count` keeps counting; a commit with
 //! nothing to commit answered `skipped`.
 //!
-//! It is test infrastructure: this crate's tests, the facade's and the CLI's use it to prove
-//! the backend end to end without a real server. Production builds never enable the feature.
+//! It is test infrastructure: the backend's tests, the facade's and the CLI's use it to prove
+//! the backend end to end without a real server.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -29,6 +30,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+use super::{Server, lock, started};
 
 /// The USER API key the fake accepts.
 pub const API_KEY: &str = "ov-user-key-7f3a9c";
@@ -90,10 +93,6 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The JSON body, when any.
     pub body: Option<Value>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Recorded {
@@ -218,12 +217,12 @@ pub struct FakeOv {
     pub addr: SocketAddr,
     /// Shared state and the failure switches.
     pub state: Arc<FakeState>,
-    task: tokio::task::JoinHandle<()>,
+    server: Server,
 }
 
 impl Drop for FakeOv {
     fn drop(&mut self) {
-        self.task.abort();
+        self.server.abort();
     }
 }
 
@@ -238,14 +237,12 @@ impl FakeOv {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "fake OpenViking server stopped");
-            }
-        });
-        Ok(Self { addr, state, task })
+        let server = Server::start(app, "fake OpenViking server").await?;
+        Ok(Self {
+            addr: server.addr,
+            state,
+            server,
+        })
     }
 
     /// As [`FakeOv::try_start`], for tests.
@@ -253,10 +250,7 @@ impl FakeOv {
     /// # Panics
     /// When no loopback port can be bound.
     pub async fn start() -> Self {
-        match Self::try_start().await {
-            Ok(fake) => fake,
-            Err(e) => panic!("cannot start the fake OpenViking server on 127.0.0.1: {e}"),
-        }
+        started(Self::try_start().await, "fake OpenViking server")
     }
 
     /// The base URL, `http://127.0.0.1:PORT` (the backend's `base_url`).

@@ -1,0 +1,41 @@
+//! Plumbing shared by DeerMem's remote adapters (the Honcho and OpenViking backends and the
+//! OpenAI-compatible model client), written once:
+//!
+//! - [`http`]: the reqwest client every adapter builds, one HTTP exchange with a bounded body
+//!   read and the server's `Retry-After`, path-segment encoding and secret-free error text.
+//! - [`retry`]: bounded retries on `backon`, exponential backoff with jitter, a server's
+//!   `Retry-After` honoured up to a cap, and an injectable [`Sleeper`].
+//! - [`Secret`]: an API key on `secrecy` that never prints and is wiped on drop.
+//! - [`base_url`]: the one base-URL and transport rule (an `http(s)` URL with a host, no
+//!   credentials, query or fragment; a secret over plain `http` only where allowed).
+//! - [`files`]: cursor files (bounded reads, atomic durable writes) and the sequence digest the
+//!   capture cursors share.
+//! - [`KeyedLocks`]: async locks by key, held weakly.
+//! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
+//! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
+//! - [`remote_fact`]: a remote search hit as the port's `PublicFact`.
+//! - [`is_clarification_response`]: DeerFlow's rule for the hidden messages still captured.
+//!
+//! It is adapter support: of the DeerMem crates it depends on the core only, and adapters use
+//! it without depending on each other.
+
+#![deny(missing_docs)]
+
+pub mod base_url;
+pub mod files;
+mod hidden;
+mod hit;
+pub mod http;
+mod in_flight;
+mod locks;
+mod policy;
+pub mod retry;
+mod secret;
+
+pub use hidden::is_clarification_response;
+pub use hit::{RemoteHit, remote_fact};
+pub use in_flight::{InFlight, InFlightGuard};
+pub use locks::KeyedLocks;
+pub use policy::FailurePolicy;
+pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
+pub use secret::{REDACTED, Secret};
