@@ -11,7 +11,10 @@ use deermem_core::import::{MAX_IMPORT_FACTS, import_fact_count};
 use deermem_core::{AgentName, FactId, IdError};
 use serde_json::{Value, json};
 
+use http_body_util::BodyExt as _;
+
 use crate::error::{GatewayError, ValidationItem};
+use crate::limits::BulkPermit;
 use crate::pyjson::python_decode_error;
 use crate::state::GatewayState;
 
@@ -152,11 +155,30 @@ impl FromRequest<GatewayState> for JsonBody {
     }
 }
 
-/// The body of `POST /api/memory/import`: as [`JsonBody`], but a document whose `facts` list
-/// holds more than [`MAX_IMPORT_FACTS`] items is refused (422, pydantic's `too_long` item) from
-/// a scan of the text, before any of its facts is built.
+/// The body of `POST /api/memory/import` with its bulk slot. The slot is taken first: a
+/// refused request's body is read and discarded, never kept (so the client, still sending,
+/// gets the 429 / 503 rather than a reset connection). Then as [`JsonBody`], but a document
+/// whose `facts` list holds more than [`MAX_IMPORT_FACTS`] items is refused (422, pydantic's
+/// `too_long` item) from a scan of the text, before any of its facts is built.
 #[derive(Debug)]
-pub(crate) struct ImportBody(pub(crate) Value);
+pub(crate) struct ImportBody {
+    /// The bulk slot, held until the import ends.
+    pub(crate) permit: BulkPermit,
+    /// The decoded document.
+    pub(crate) body: Value,
+}
+
+/// Reads and drops a request body, at most `limit` bytes of it, keeping none of it.
+async fn discard_body(req: Request, limit: usize) {
+    let mut body = req.into_body();
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+        if seen > limit {
+            return;
+        }
+    }
+}
 
 /// The 422 of an import document with too many facts.
 pub(crate) fn too_many_import_facts(count: usize) -> GatewayError {
@@ -180,11 +202,22 @@ impl FromRequest<GatewayState> for ImportBody {
     type Rejection = GatewayError;
 
     async fn from_request(req: Request, state: &GatewayState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let acquired = BulkPermit::from_request_parts(&mut parts, state).await;
+        let req = Request::from_parts(parts, body);
+        let permit = match acquired {
+            Ok(p) => p,
+            Err(refused) => {
+                discard_body(req, state.gateway_config().max_body_bytes).await;
+                return Err(refused);
+            }
+        };
         let bytes = json_bytes(req, state).await?;
         if let Some(count) = import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
             return Err(too_many_import_facts(count));
         }
-        decode_json(&bytes).map(ImportBody)
+        let body = decode_json(&bytes)?;
+        Ok(ImportBody { permit, body })
     }
 }
 

@@ -1,8 +1,9 @@
 //! Bounds on bulk requests (whole-document import and export): at most
 //! `gateway.max_bulk_requests_per_user` at once for one user (more get 429) and
 //! `gateway.max_bulk_requests` for everyone (more get 503), both with `Retry-After`. A request
-//! takes its slot before its body is read, so refused requests cost no body buffer, and holds it
-//! until its manager call ends (even when the request itself timed out meanwhile).
+//! takes its slot before its body is read, so a refused request's body is discarded as it
+//! arrives and never buffered, and holds it until its manager call ends (even when the request
+//! itself timed out meanwhile).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -107,8 +108,8 @@ impl Drop for BulkPermit {
     }
 }
 
-/// Extracts a bulk slot for the request's caller; put it before the body extractor so a refused
-/// request's body is never read.
+/// Extracts a bulk slot for the request's caller (routes without a body; the import takes its
+/// slot in its body extractor, which discards a refused request's body).
 impl FromRequestParts<GatewayState> for BulkPermit {
     type Rejection = GatewayError;
 

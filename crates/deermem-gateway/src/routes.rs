@@ -262,14 +262,13 @@ pub(crate) async fn delete_fact(
 }
 
 /// `POST /api/memory/import`: replaces the bucket with the document. A bulk request (see
-/// [`BulkPermit`]: the slot is taken before the body is read and held until the import ends);
+/// [`ImportBody`]: the slot is taken before the body is read and held until the import ends);
 /// a document with more than `MAX_IMPORT_FACTS` facts is refused before they are built.
 pub(crate) async fn import_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-    permit: BulkPermit,
-    ImportBody(body): ImportBody,
+    ImportBody { permit, body }: ImportBody,
 ) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
     drop(body);

@@ -107,8 +107,8 @@ async fn bulk_requests_are_limited_per_user_then_globally() {
         })
         .collect();
     calls_reach(&m, 2).await;
-    // Alice's second bulk request: 429, before its body is read (an invalid body is not
-    // reported).
+    // Alice's second bulk request: 429; its body is discarded, not decoded (an invalid body
+    // is not reported).
     let bad_body = with_bearer(raw_post("/api/memory/import", "{not json".into()), "tok-a");
     assert_busy(
         &send(&a, bad_body).await,
