@@ -71,7 +71,8 @@ pub(crate) enum Command {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Replace a bucket with a memory document read from FILE (`-` for stdin).
+    /// Replace a bucket with a memory document read from FILE (`-` for stdin; at most 2000
+    /// facts).
     Import {
         #[command(flatten)]
         scope: ScopeArgs,

@@ -195,6 +195,16 @@ fn read_input(file: &Path) -> Result<String, CliError> {
 
 pub(crate) async fn import(ctx: &Ctx, scope: &ScopeArgs, file: &Path) -> Result<(), CliError> {
     let text = read_input(file)?;
+    // Counted on the text, before thousands of facts are built only to be refused.
+    if let Some(count) = deermem_core::import::import_fact_count(text.as_bytes())
+        .filter(|n| *n > deermem_core::MAX_IMPORT_FACTS)
+    {
+        return Err(CliError::invalid(format!(
+            "{} holds {count} facts; an import document may hold at most {}",
+            file.display(),
+            deermem_core::MAX_IMPORT_FACTS
+        )));
+    }
     let doc: PublicMemoryDocument = serde_json::from_str(&text).map_err(|e| {
         CliError::invalid(format!("{} is not a memory document: {e}", file.display()))
     })?;

@@ -89,7 +89,9 @@ impl From<ManagerError> for CliError {
             ManagerError::InvalidInput { .. } => Kind::Invalid,
             ManagerError::Unsupported { .. } => Kind::Unsupported,
             ManagerError::Corruption { .. } => Kind::Corrupt,
-            ManagerError::Unavailable { .. } | ManagerError::Timeout { .. } => Kind::Unavailable,
+            ManagerError::Unavailable { .. }
+            | ManagerError::Timeout { .. }
+            | ManagerError::Overloaded { .. } => Kind::Unavailable,
             _ => Kind::Failure,
         };
         let message = match e {

@@ -660,6 +660,22 @@ fn export_import_round_trip() {
         )),
         5
     );
+    // More facts than an import document may hold: refused from a count of the text.
+    let many: Vec<String> = (0..2001)
+        .map(|i| format!(r#"{{"id":"f{i}","content":"x"}}"#))
+        .collect();
+    std::fs::write(&file, format!(r#"{{"facts":[{}]}}"#, many.join(","))).unwrap();
+    let refused = run(root, &["import", "--user", "u2", file.to_str().unwrap()]);
+    assert_eq!(code(&refused), 5);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("holds 2001 facts; an import document may hold at most 2000"),
+        "{stderr}"
+    );
+    assert_eq!(
+        contents(&ok_json(root, &["export", "--user", "u2"])),
+        contents(&doc)
+    );
 }
 
 #[test]

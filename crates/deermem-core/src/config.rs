@@ -514,6 +514,10 @@ pub struct DeerMemConfig {
     pub retrieval_adapter: String,
     pub debounce_seconds: u64,
     pub queue_max_depth: u64,
+    /// Bytes of queued conversation turns one user may have pending (0: no limit).
+    pub queue_max_pending_bytes_per_user: u64,
+    /// Bytes of queued conversation turns pending for all users together (0: no limit).
+    pub queue_max_pending_bytes: u64,
     pub max_facts: usize,
     pub fact_eviction_policy: EvictionPolicy,
     pub fact_eviction_shadow_enabled: bool,
@@ -558,6 +562,8 @@ impl Default for DeerMemConfig {
             retrieval_adapter: "fts5".into(),
             debounce_seconds: 30,
             queue_max_depth: 1000,
+            queue_max_pending_bytes_per_user: DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER,
+            queue_max_pending_bytes: DEFAULT_QUEUE_MAX_PENDING_BYTES,
             max_facts: 100,
             fact_eviction_policy: EvictionPolicy::Confidence,
             fact_eviction_shadow_enabled: false,
@@ -593,8 +599,13 @@ impl Default for DeerMemConfig {
     }
 }
 
+/// The default `queue_max_pending_bytes_per_user` (16 MiB).
+pub const DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER: u64 = 16 * 1024 * 1024;
+/// The default `queue_max_pending_bytes` (64 MiB).
+pub const DEFAULT_QUEUE_MAX_PENDING_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Keys DeerMem reads from `backend_config`.
-pub const DEERMEM_KEYS: [&str; 39] = [
+pub const DEERMEM_KEYS: [&str; 41] = [
     "storage_path",
     "storage_class",
     "strict_user_scope",
@@ -603,6 +614,8 @@ pub const DEERMEM_KEYS: [&str; 39] = [
     "retrieval_adapter",
     "debounce_seconds",
     "queue_max_depth",
+    "queue_max_pending_bytes_per_user",
+    "queue_max_pending_bytes",
     "max_facts",
     "fact_eviction_policy",
     "fact_eviction_shadow_enabled",
@@ -635,6 +648,10 @@ pub const DEERMEM_KEYS: [&str; 39] = [
     "prompts_dir",
     "model",
 ];
+
+mod shown;
+
+pub use shown::{shown_backend_config, url_without_credentials};
 
 /// Keys that secrets live under; redacted wherever configuration is shown.
 pub const SECRET_KEY_NAMES: [&str; 11] = [
@@ -758,6 +775,14 @@ impl DeerMemConfig {
         }
         if let Some(v) = g("queue_max_depth") {
             c.queue_max_depth = as_u64(l.int_range("queue_max_depth", v, 0, None)?);
+        }
+        if let Some(v) = g("queue_max_pending_bytes_per_user") {
+            c.queue_max_pending_bytes_per_user =
+                as_u64(l.int_range("queue_max_pending_bytes_per_user", v, 0, None)?);
+        }
+        if let Some(v) = g("queue_max_pending_bytes") {
+            c.queue_max_pending_bytes =
+                as_u64(l.int_range("queue_max_pending_bytes", v, 0, None)?);
         }
         if let Some(v) = g("max_facts") {
             c.max_facts = as_usize(l.int_range("max_facts", v, 10, Some(500))?);
@@ -1024,6 +1049,8 @@ mod tests {
         assert_eq!(c.manifest_filename, "memory.json");
         assert_eq!(c.watermark_max_keys, 4096);
         assert_eq!(c.queue_max_depth, 1000);
+        assert_eq!(c.queue_max_pending_bytes_per_user, 16 * 1024 * 1024);
+        assert_eq!(c.queue_max_pending_bytes, 64 * 1024 * 1024);
         assert!(!c.model.is_configured());
     }
 
@@ -1035,6 +1062,8 @@ mod tests {
             ("debounce_seconds", json!(0)),
             ("debounce_seconds", json!(301)),
             ("queue_max_depth", json!(-1)),
+            ("queue_max_pending_bytes_per_user", json!(-1)),
+            ("queue_max_pending_bytes", json!(-1)),
             ("max_facts", json!(9)),
             ("max_facts", json!(501)),
             ("eviction_confidence_weight", json!(1.5)),

@@ -374,6 +374,16 @@ pub enum InvalidInputCode {
     Other,
 }
 
+/// Which limit refused work in [`ManagerError::Overloaded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OverloadScope {
+    /// The caller's user holds as much pending work as one user may (HTTP 429).
+    User,
+    /// The process holds as much pending work as it allows for everyone (HTTP 503).
+    Global,
+}
+
 /// Errors of the [`crate::ports::MemoryManager`] port: the backend-neutral contract.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -423,6 +433,18 @@ pub enum ManagerError {
     Unavailable {
         /// Detail.
         message: String,
+    },
+    /// Too much work is pending (queued conversation bytes) for the user or for everyone;
+    /// nothing was accepted, and retrying after `retry_after` may succeed (HTTP 429 for
+    /// [`OverloadScope::User`], 503 for [`OverloadScope::Global`], with `Retry-After`).
+    #[error("memory backend is busy: {message}")]
+    Overloaded {
+        /// Which limit was reached.
+        scope: OverloadScope,
+        /// What was refused and which limit (no private data).
+        message: String,
+        /// When pending work is expected to have drained.
+        retry_after: Duration,
     },
     /// The operation did not finish in time.
     #[error("memory operation timed out: {message}")]

@@ -67,6 +67,29 @@ pub fn safe_user_id(raw: &str) -> Result<String, IdError> {
     Ok(format!("{sanitized}-{}", &hex[..16]))
 }
 
+/// Whether a raw user id has the shape of a bucket [`safe_user_id`] derives from *another* id:
+/// only `[A-Za-z0-9_-]`, ending in `-` and 16 lowercase hex digits, with at least one more `-`
+/// before that suffix (an id with a character outside the safe set always leaves one there).
+///
+/// Such an id maps to itself, so a caller naming it would share the directory of the user whose
+/// id was sanitised into it (`victim@corp.com` is stored in `victim-corp-com-7b46e3848256709a`).
+/// An id with unsafe characters is never bucket-shaped here: its bucket carries its own hash.
+/// Where raw ids come from callers (a gateway's token table or owner header), such ids are
+/// refused.
+pub fn is_derived_bucket_shape(raw: &str) -> bool {
+    const HASH_HEX: usize = 16;
+    if !raw.chars().all(is_safe_id_char) || raw.len() < HASH_HEX + 2 {
+        return false;
+    }
+    let (head, hash) = raw.split_at(raw.len() - HASH_HEX);
+    let Some(prefix) = head.strip_suffix('-') else {
+        return false;
+    };
+    hash.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && prefix.contains('-')
+}
+
 /// A raw user id as the host gave it (for example `bob@example.com`), with its storage bucket.
 ///
 /// The raw id is what scopes, caches, front matter and the search index record; only the
@@ -443,6 +466,42 @@ mod tests {
         for (raw, bucket) in cases {
             assert_eq!(safe_user_id(raw).unwrap(), bucket, "raw {raw:?}");
             assert_eq!(UserId::new(raw).unwrap().bucket(), bucket);
+        }
+    }
+
+    #[test]
+    fn derived_buckets_are_recognised_and_plain_ids_are_not() {
+        // Every bucket derived from an id with unsafe characters has the shape...
+        for raw in [
+            "victim@corp.com",
+            "a@b.com",
+            "@",
+            "ab@",
+            "用户",
+            "../x",
+            "feishu|ou_AbC/123",
+        ] {
+            let bucket = safe_user_id(raw).unwrap();
+            assert!(is_derived_bucket_shape(&bucket), "{raw:?} -> {bucket}");
+            // ...and the raw id itself does not (its bucket carries its own hash).
+            assert!(!is_derived_bucket_shape(raw), "{raw:?}");
+        }
+        assert!(is_derived_bucket_shape("victim-corp-com-7b46e3848256709a"));
+        for plain in [
+            "alice",
+            "default",
+            "-1001234567890",
+            "550e8400-e29b-41d4-a716-446655440000",
+            // No `-` before the suffix: no sanitised id can produce it.
+            "build-0123456789abcdef",
+            // Upper-case hex, a 15-digit or 17-digit suffix, no separator.
+            "a-b-0123456789ABCDEF",
+            "a-b-0123456789abcde",
+            "a-b-0123456789abcdef0",
+            "a-b0123456789abcdef",
+            "a-b-0123456789abcdeg",
+        ] {
+            assert!(!is_derived_bucket_shape(plain), "{plain:?}");
         }
     }
 

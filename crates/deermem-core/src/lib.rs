@@ -15,6 +15,7 @@ pub mod document;
 pub mod error;
 pub mod fact;
 pub mod ids;
+pub mod import;
 pub mod message;
 pub mod policy;
 pub mod ports;
@@ -38,11 +39,12 @@ pub use document::{
     SummariesSnapshot, SummaryEntry, SummaryPatch, SummarySection,
 };
 pub use error::{
-    ConfigError, FactError, IdError, InvalidInputCode, LlmError, ManagerError, RetrievalError,
-    StorageError,
+    ConfigError, FactError, IdError, InvalidInputCode, LlmError, ManagerError, OverloadScope,
+    RetrievalError, StorageError,
 };
 pub use fact::{Fact, FactDraft, FactScope, FactSource, PublicFact};
 pub use ids::{AgentName, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, FactId, Scope, UserId};
+pub use import::MAX_IMPORT_FACTS;
 pub use message::{Message, MessageKind};
 pub use search::{
     IndexedDoc, MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery,

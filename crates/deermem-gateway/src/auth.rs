@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use deermem_core::UserId;
 use sha2::{Digest, Sha256};
 
-use crate::config::{AuthMode, GatewayConfig, safe_user};
+use crate::config::{AuthMode, GatewayConfig, refuse_derived_bucket, safe_user};
 use crate::error::GatewayError;
 use crate::session::{
     SESSION_COOKIE, SessionRejection, SessionVerifier, check_csrf, cookie, is_write,
@@ -121,8 +121,9 @@ impl TokenTable {
 /// # Errors
 /// 401 without a valid bearer token (token mode), without a valid session cookie (session
 /// mode) or with a wrong internal token; 403 for a cookie-authenticated write that fails the
-/// CSRF rule, or for a `Host`/`Origin` the unauthenticated loopback-only mode does not serve;
-/// 400 for an owner header that cannot be a user id.
+/// CSRF rule, for a `Host`/`Origin` the unauthenticated loopback-only mode does not serve, or
+/// for an owner header naming the bucket another id is stored in; 400 for an owner header
+/// that cannot be a user id.
 pub(crate) fn authenticate(
     cfg: &GatewayConfig,
     table: &TokenTable,
@@ -149,6 +150,11 @@ pub(crate) fn authenticate(
                 if owner.is_empty() {
                     UserId::default_user()
                 } else {
+                    refuse_derived_bucket(owner).map_err(|m| {
+                        GatewayError::Forbidden(format!(
+                            "Refused X-DeerFlow-Owner-User-Id header: {m}."
+                        ))
+                    })?;
                     safe_user(owner).map_err(|m| {
                         GatewayError::BadRequest(format!(
                             "Invalid X-DeerFlow-Owner-User-Id header: {m}"
@@ -409,6 +415,99 @@ mod tests {
                 Err(GatewayError::NotAuthenticated)
             ));
         }
+    }
+
+    #[test]
+    fn owner_headers_naming_another_ids_bucket_are_refused() {
+        let mut cfg = GatewayConfig::with_tokens([("tok-a", "alice")]).unwrap();
+        cfg.auth.internal_token = Some(crate::config::Secret::new("internal-secret"));
+        let table = TokenTable::new(&cfg);
+        let as_owner = |owner: &str| {
+            authenticate(
+                &cfg,
+                &table,
+                &Method::GET,
+                &headers(&[
+                    ("x-deerflow-internal-token", "internal-secret"),
+                    ("x-deerflow-owner-user-id", owner),
+                ]),
+            )
+        };
+        // The victim's own raw id reaches their bucket...
+        let victim = as_owner("victim@corp.com").unwrap();
+        assert_eq!(victim.user.bucket(), "victim-corp-com-7b46e3848256709a");
+        // ...and the bucket name itself, as a raw id, is refused (it would act as the victim).
+        for foreign in [
+            "victim-corp-com-7b46e3848256709a",
+            " victim-corp-com-7b46e3848256709a ",
+            "a-b-com-fb98d44ad7501a95",
+        ] {
+            match as_owner(foreign) {
+                Err(e @ GatewayError::Forbidden(_)) => {
+                    let (status, detail) = e.status_and_detail();
+                    assert_eq!(status.as_u16(), 403);
+                    let detail = detail.as_str().unwrap().to_owned();
+                    assert!(
+                        detail.contains("X-DeerFlow-Owner-User-Id")
+                            && detail.contains("storage bucket derived from another user id"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("{foreign:?} must be refused: {other:?}"),
+            }
+        }
+        // Ordinary ids are unaffected, bucket-like ones that no other id can produce included.
+        for plain in [
+            "alice",
+            "-1001234567890",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "build-0123456789abcdef",
+            "feishu|ou_AbC/123",
+        ] {
+            let c = as_owner(plain).unwrap();
+            assert_eq!(c.kind, CallerKind::Internal, "{plain}");
+            assert_eq!(
+                c.user.bucket(),
+                deermem_core::ids::safe_user_id(plain).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn token_tables_refuse_users_named_like_another_ids_bucket() {
+        let err = GatewayConfig::with_tokens([
+            ("tok-v", "victim@corp.com"),
+            ("tok-m", "victim-corp-com-7b46e3848256709a"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.message
+                .contains("storage bucket derived from another user id"),
+            "{err}"
+        );
+        // From YAML and from a tokens file alike.
+        let root = serde_json::json!({"gateway": {"auth": {"mode": "token",
+            "tokens": {"tok-m": "victim-corp-com-7b46e3848256709a"}}}});
+        let err = GatewayConfig::from_root(&root).unwrap_err();
+        assert_eq!(err.key, "gateway.auth.tokens");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "tok-m a-b-com-fb98d44ad7501a95\n").unwrap();
+        let root = serde_json::json!({"gateway": {"auth": {"mode": "token",
+            "tokens_file": file.to_str().unwrap()}}});
+        let err = GatewayConfig::from_root(&root).unwrap_err();
+        assert_eq!(err.key, "gateway.auth.tokens_file");
+        assert!(err.message.contains(":1:"), "{err}");
+        // The victim's own id, and plain ids, still configure.
+        let cfg = GatewayConfig::with_tokens([
+            ("tok-v", "victim@corp.com"),
+            ("tok-b", "build-0123456789abcdef"),
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.auth.tokens["tok-v"].bucket(),
+            "victim-corp-com-7b46e3848256709a"
+        );
     }
 
     #[test]

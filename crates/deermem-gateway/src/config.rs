@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use deermem_core::ids::safe_user_id;
+use deermem_core::ids::{is_derived_bucket_shape, safe_user_id};
 use deermem_core::{ConfigError, UserId};
 use serde_json::{Map, Value};
 
@@ -27,14 +27,35 @@ pub const MIN_MAX_BODY_BYTES: usize = 1024;
 pub const MAX_MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
 /// The largest accepted request timeout in seconds.
 pub const MAX_REQUEST_TIMEOUT_SECONDS: f64 = 3600.0;
+/// The default `max_bulk_requests_per_user`.
+pub const DEFAULT_MAX_BULK_REQUESTS_PER_USER: usize = 2;
+/// The default `max_bulk_requests`.
+pub const DEFAULT_MAX_BULK_REQUESTS: usize = 4;
+/// The largest accepted `max_bulk_requests_per_user` / `max_bulk_requests`.
+pub const MAX_BULK_REQUESTS: usize = 1024;
 
-const GATEWAY_KEYS: [&str; 6] = [
+/// A bulk-request limit: an integer from 1 to [`MAX_BULK_REQUESTS`].
+fn bulk_limit(key: &str, v: &Value) -> Result<usize, ConfigError> {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_BULK_REQUESTS).contains(n))
+        .ok_or_else(|| {
+            ConfigError::new(
+                format!("gateway.{key}"),
+                format!("must be an integer from 1 to {MAX_BULK_REQUESTS} (got {v})"),
+            )
+        })
+}
+
+const GATEWAY_KEYS: [&str; 8] = [
     "bind",
     "auth",
     "cors",
     "max_body_bytes",
     "request_timeout_seconds",
     "server",
+    "max_bulk_requests_per_user",
+    "max_bulk_requests",
 ];
 const AUTH_KEYS: [&str; 8] = [
     "mode",
@@ -186,6 +207,10 @@ pub struct GatewayConfig {
     pub request_timeout: Duration,
     /// Connection handling (`gateway.server`): timeouts, the connection cap, the drain.
     pub server: ServerConfig,
+    /// Whole-document imports and exports one user may run at once; more get 429.
+    pub max_bulk_requests_per_user: usize,
+    /// Whole-document imports and exports running at once for everyone; more get 503.
+    pub max_bulk_requests: usize,
 }
 
 impl Default for GatewayConfig {
@@ -197,6 +222,8 @@ impl Default for GatewayConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout: Duration::from_secs_f64(DEFAULT_REQUEST_TIMEOUT_SECONDS),
             server: ServerConfig::default(),
+            max_bulk_requests_per_user: DEFAULT_MAX_BULK_REQUESTS_PER_USER,
+            max_bulk_requests: DEFAULT_MAX_BULK_REQUESTS,
         }
     }
 }
@@ -283,6 +310,12 @@ impl GatewayConfig {
         }
         if let Some(v) = present(&map, "cors") {
             cfg.cors = Some(parse_cors(v)?);
+        }
+        if let Some(v) = present(&map, "max_bulk_requests_per_user") {
+            cfg.max_bulk_requests_per_user = bulk_limit("max_bulk_requests_per_user", v)?;
+        }
+        if let Some(v) = present(&map, "max_bulk_requests") {
+            cfg.max_bulk_requests = bulk_limit("max_bulk_requests", v)?;
         }
         Ok(cfg)
     }
@@ -748,6 +781,7 @@ fn insert_token(
     key: &str,
 ) -> Result<(), ConfigError> {
     validate_token_text(tok).map_err(|m| ConfigError::new(key, m))?;
+    refuse_derived_bucket(user).map_err(|m| ConfigError::new(key, m))?;
     let user_id = safe_user(user).map_err(|m| ConfigError::new(key, m))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.
     let raw = UserId::new(user.trim()).unwrap_or_else(|_| user_id.clone());
@@ -767,6 +801,23 @@ fn insert_token(
             Ok(())
         }
     }
+}
+
+/// Refuses a raw user id that has the shape of the bucket another id is stored in
+/// (`victim@corp.com` is stored in `victim-corp-com-7b46e3848256709a`): a caller naming that
+/// bucket would act as its owner. Ids with characters outside `[A-Za-z0-9_-]` are never refused
+/// here, since their bucket carries their own hash.
+pub(crate) fn refuse_derived_bucket(raw: &str) -> Result<(), String> {
+    let raw = raw.trim();
+    if is_derived_bucket_shape(raw) {
+        return Err(format!(
+            "user id {raw:?} has the shape of a storage bucket derived from another user id \
+             (`<sanitised id>-<16 hex>`, e.g. `victim@corp.com` is stored as \
+             `victim-corp-com-7b46e3848256709a`) and would act as that user; name the user by \
+             their own id instead"
+        ));
+    }
+    Ok(())
 }
 
 /// A user id made safe exactly like the owner header: `safe_user_id`, then validated.
@@ -850,6 +901,31 @@ mod tests {
         assert_eq!(cfg.max_body_bytes, 4096);
         assert_eq!(cfg.request_timeout, Duration::from_millis(2500));
         assert!(!cfg.loopback_only());
+    }
+
+    #[test]
+    fn bulk_request_limits_parse_and_validate() {
+        let cfg = GatewayConfig::default();
+        assert_eq!(cfg.max_bulk_requests_per_user, 2);
+        assert_eq!(cfg.max_bulk_requests, 4);
+        let cfg = GatewayConfig::from_root(&json!({"gateway": {
+            "max_bulk_requests_per_user": 1, "max_bulk_requests": 16}}))
+        .unwrap();
+        assert_eq!(
+            (cfg.max_bulk_requests_per_user, cfg.max_bulk_requests),
+            (1, 16)
+        );
+        for (key, bad) in [
+            ("max_bulk_requests_per_user", json!(0)),
+            ("max_bulk_requests", json!(-1)),
+            ("max_bulk_requests", json!(1025)),
+            ("max_bulk_requests_per_user", json!("2")),
+            ("max_bulk_requests", json!(1.5)),
+        ] {
+            let err = GatewayConfig::from_root(&json!({"gateway": {key: bad}})).unwrap_err();
+            assert_eq!(err.key, format!("gateway.{key}"));
+            assert!(err.message.contains("from 1 to 1024"), "{err}");
+        }
     }
 
     #[test]

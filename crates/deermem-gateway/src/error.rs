@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use deermem_core::{InvalidInputCode, ManagerError};
+use deermem_core::{InvalidInputCode, ManagerError, OverloadScope};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -214,6 +214,16 @@ pub enum GatewayError {
         /// The private cause.
         message: String,
     },
+    /// Too much work of this kind is running, for the caller's user (429) or for everyone
+    /// (503); answered with `Retry-After`.
+    Busy {
+        /// Which limit was reached.
+        scope: OverloadScope,
+        /// The public detail.
+        detail: String,
+        /// Seconds for `Retry-After`.
+        retry_after_seconds: u64,
+    },
     /// A bug or a panicking backend (500); the detail is logged, never shown.
     Internal(String),
 }
@@ -231,6 +241,21 @@ impl GatewayError {
     /// A single validation problem.
     pub fn validation(item: ValidationItem) -> Self {
         Self::Validation(vec![item])
+    }
+
+    /// The `Retry-After` seconds of a refusal that asks the caller to come back later.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            Self::Busy {
+                retry_after_seconds,
+                ..
+            } => Some(*retry_after_seconds),
+            Self::Manager {
+                error: ManagerError::Overloaded { retry_after, .. },
+                ..
+            } => Some((retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1)),
+            _ => None,
+        }
     }
 
     /// The status code and the `detail` value.
@@ -272,6 +297,7 @@ impl GatewayError {
             Self::Conflict(m) => s(StatusCode::CONFLICT, m),
             Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
             Self::RunJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
+            Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
     }
@@ -308,10 +334,21 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
             StatusCode::GATEWAY_TIMEOUT,
             "Memory backend timed out; retry later.".into(),
         ),
+        ManagerError::Overloaded { scope, message, .. } => {
+            s(busy_status(*scope), format!("Memory is busy: {message}."))
+        }
         _ => s(
             StatusCode::INTERNAL_SERVER_ERROR,
             op.storage_failure_detail().into(),
         ),
+    }
+}
+
+/// 429 when the caller's own user reached a limit, 503 when everyone's did.
+fn busy_status(scope: OverloadScope) -> StatusCode {
+    match scope {
+        OverloadScope::User => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
@@ -357,8 +394,12 @@ fn content_detail(message: &str) -> String {
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let (status, detail) = self.status_and_detail();
-        // 501 is an expected answer (the backend does not offer the operation), not a fault.
-        if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
+        let retry_after = self.retry_after_seconds();
+        // 501 is an expected answer (the backend does not offer the operation), not a fault;
+        // neither is a refusal under load (503 with Retry-After).
+        if retry_after.is_some() {
+            tracing::info!(status = status.as_u16(), detail = %detail, "request refused under load");
+        } else if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             // The private detail goes to the log (with the request id of the current span),
             // never to the client.
             match &self {
@@ -378,6 +419,10 @@ impl IntoResponse for GatewayError {
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         resp
     }

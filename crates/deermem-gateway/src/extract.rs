@@ -3,13 +3,18 @@
 //! decode), query parameters, and the validated `agent` and fact-id parameters (400 for bad
 //! ids, before any manager call).
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use deermem_core::import::{MAX_IMPORT_FACTS, import_fact_count};
 use deermem_core::{AgentName, FactId, IdError};
 use serde_json::{Value, json};
 
+use http_body_util::BodyExt as _;
+
 use crate::error::{GatewayError, ValidationItem};
+use crate::limits::BulkPermit;
 use crate::pyjson::python_decode_error;
 use crate::state::GatewayState;
 
@@ -104,42 +109,115 @@ fn decode_json(bytes: &[u8]) -> Result<Value, GatewayError> {
     }
 }
 
+/// Reads a JSON request body under the size limit: 413 when too large, the missing-body item
+/// when empty, FastAPI's dictionary item for a content type it would not decode as JSON.
+async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, GatewayError> {
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("application/octet-stream").to_owned());
+    let limit = state.gateway_config().max_body_bytes;
+    let bytes = axum::body::to_bytes(req.into_body(), limit.saturating_add(1))
+        .await
+        .map_err(|e| {
+            if is_length_limit(&e) {
+                GatewayError::PayloadTooLarge { limit }
+            } else {
+                GatewayError::BadRequest("Failed to read the request body.".into())
+            }
+        })?;
+    if bytes.len() > limit {
+        return Err(GatewayError::PayloadTooLarge { limit });
+    }
+    if bytes.is_empty() {
+        return Err(body_missing());
+    }
+    if !is_json_content_type(content_type.as_deref()) {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        return Err(GatewayError::validation(
+            ValidationItem::new(
+                "model_attributes_type",
+                vec![json!("body")],
+                "Input should be a valid dictionary or object to extract fields from",
+            )
+            .with_input(&Value::String(text)),
+        ));
+    }
+    Ok(bytes)
+}
+
 impl FromRequest<GatewayState> for JsonBody {
     type Rejection = GatewayError;
 
     async fn from_request(req: Request, state: &GatewayState) -> Result<Self, Self::Rejection> {
-        let content_type = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap_or("application/octet-stream").to_owned());
-        let limit = state.gateway_config().max_body_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit.saturating_add(1))
-            .await
-            .map_err(|e| {
-                if is_length_limit(&e) {
-                    GatewayError::PayloadTooLarge { limit }
-                } else {
-                    GatewayError::BadRequest("Failed to read the request body.".into())
-                }
-            })?;
-        if bytes.len() > limit {
-            return Err(GatewayError::PayloadTooLarge { limit });
-        }
-        if bytes.is_empty() {
-            return Err(body_missing());
-        }
-        if !is_json_content_type(content_type.as_deref()) {
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            return Err(GatewayError::validation(
-                ValidationItem::new(
-                    "model_attributes_type",
-                    vec![json!("body")],
-                    "Input should be a valid dictionary or object to extract fields from",
-                )
-                .with_input(&Value::String(text)),
-            ));
-        }
+        let bytes = json_bytes(req, state).await?;
         decode_json(&bytes).map(JsonBody)
+    }
+}
+
+/// The body of `POST /api/memory/import` with its bulk slot. The slot is taken first: a
+/// refused request's body is read and discarded, never kept (so the client, still sending,
+/// gets the 429 / 503 rather than a reset connection). Then as [`JsonBody`], but a document
+/// whose `facts` list holds more than [`MAX_IMPORT_FACTS`] items is refused (422, pydantic's
+/// `too_long` item) from a scan of the text, before any of its facts is built.
+#[derive(Debug)]
+pub(crate) struct ImportBody {
+    /// The bulk slot, held until the import ends.
+    pub(crate) permit: BulkPermit,
+    /// The decoded document.
+    pub(crate) body: Value,
+}
+
+/// Reads and drops a request body, at most `limit` bytes of it, keeping none of it.
+async fn discard_body(req: Request, limit: usize) {
+    let mut body = req.into_body();
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+        if seen > limit {
+            return;
+        }
+    }
+}
+
+/// The 422 of an import document with too many facts.
+pub(crate) fn too_many_import_facts(count: usize) -> GatewayError {
+    GatewayError::validation(
+        ValidationItem::new(
+            "too_long",
+            vec![json!("body"), json!("facts")],
+            format!(
+                "List should have at most {MAX_IMPORT_FACTS} items after validation, not {count}"
+            ),
+        )
+        .with_ctx(json!({
+            "field_type": "List",
+            "max_length": MAX_IMPORT_FACTS,
+            "actual_length": count,
+        })),
+    )
+}
+
+impl FromRequest<GatewayState> for ImportBody {
+    type Rejection = GatewayError;
+
+    async fn from_request(req: Request, state: &GatewayState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let acquired = BulkPermit::from_request_parts(&mut parts, state).await;
+        let req = Request::from_parts(parts, body);
+        let permit = match acquired {
+            Ok(p) => p,
+            Err(refused) => {
+                discard_body(req, state.gateway_config().max_body_bytes).await;
+                return Err(refused);
+            }
+        };
+        let bytes = json_bytes(req, state).await?;
+        if let Some(count) = import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
+            return Err(too_many_import_facts(count));
+        }
+        let body = decode_json(&bytes)?;
+        Ok(ImportBody { permit, body })
     }
 }
 

@@ -31,6 +31,7 @@ pub mod config;
 pub mod error;
 mod extract;
 pub mod layers;
+mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;

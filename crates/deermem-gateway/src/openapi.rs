@@ -175,6 +175,14 @@ const fn error(status: u16, description: &'static str) -> Reply {
 
 const DOCUMENT: &[Reply] = &[ok(of::<PublicMemoryDocument>)];
 const FACT_NOT_FOUND: Reply = error(404, "No such fact");
+const BULK_USER_BUSY: Reply = error(
+    429,
+    "Too many imports and exports of this user at once (gateway.max_bulk_requests_per_user); Retry-After says when to retry",
+);
+const BULK_BUSY: Reply = error(
+    503,
+    "Too many imports and exports at once (gateway.max_bulk_requests), memory disabled, or the backend is unavailable; Retry-After when busy",
+);
 
 const fn api(
     method: &'static str,
@@ -282,15 +290,28 @@ pub const ROUTES: &[RouteInfo] = &[
             "Delete a fact",
         )
     },
-    api(
-        "GET",
-        "/api/memory/export",
-        "routes::export_memory",
-        "export_memory",
-        "Export the document (backup format)",
-    ),
+    RouteInfo {
+        responses: &[ok(of::<PublicMemoryDocument>), BULK_USER_BUSY, BULK_BUSY],
+        ..api(
+            "GET",
+            "/api/memory/export",
+            "routes::export_memory",
+            "export_memory",
+            "Export the document (backup format)",
+        )
+    },
     RouteInfo {
         request: Some(of::<PublicMemoryDocument>),
+        responses: &[
+            ok(of::<PublicMemoryDocument>),
+            BULK_USER_BUSY,
+            BULK_BUSY,
+            Reply {
+                status: 422,
+                description: "Validation error, or more than 2000 facts (refused before they are built)",
+                body: Body::Json(of::<HttpValidationError>),
+            },
+        ],
         ..api(
             "POST",
             "/api/memory/import",
@@ -323,11 +344,21 @@ pub const ROUTES: &[RouteInfo] = &[
     },
     RouteInfo {
         request: Some(of::<MessagesBody>),
-        responses: &[Reply {
-            status: 202,
-            description: "Queued",
-            body: Body::Json(of::<Accepted>),
-        }],
+        responses: &[
+            Reply {
+                status: 202,
+                description: "Queued",
+                body: Body::Json(of::<Accepted>),
+            },
+            error(
+                429,
+                "This user's pending turns reached queue_max_pending_bytes_per_user; Retry-After says when to retry",
+            ),
+            error(
+                503,
+                "All pending turns reached queue_max_pending_bytes (Retry-After), memory disabled, or the backend is unavailable",
+            ),
+        ],
         ..api(
             "POST",
             "/api/memory/messages",

@@ -13,7 +13,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use deermem_core::config::redact_secrets;
+use deermem_core::config::shown_backend_config;
 use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
@@ -24,7 +24,8 @@ use tracing::Instrument as _;
 use crate::auth::Caller;
 use crate::body::JsonDocument;
 use crate::error::{GatewayError, Operation, ValidationItem};
-use crate::extract::{JsonBody, QueryParams, parse_agent, parse_fact_id};
+use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
+use crate::limits::BulkPermit;
 use crate::schema::{
     self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
     MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit, SearchResponse,
@@ -75,13 +76,22 @@ pub(crate) async fn get_memory(
     read_document(&state, &caller, &q, Operation::GetMemory).await
 }
 
-/// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format).
+/// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
+/// bulk request (see [`BulkPermit`]).
 pub(crate) async fn export_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
+    permit: BulkPermit,
 ) -> Result<JsonDocument> {
-    read_document(&state, &caller, &q, Operation::ExportMemory).await
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    let doc = run(&state, Operation::ExportMemory, async move {
+        let _permit = permit;
+        m.get_memory(scope).await
+    })
+    .await?;
+    Ok(document(doc))
 }
 
 async fn read_document(
@@ -251,24 +261,29 @@ pub(crate) async fn delete_fact(
     Ok(document(doc))
 }
 
-/// `POST /api/memory/import`: replaces the bucket with the document.
+/// `POST /api/memory/import`: replaces the bucket with the document. A bulk request (see
+/// [`ImportBody`]: the slot is taken before the body is read and held until the import ends);
+/// a document with more than `MAX_IMPORT_FACTS` facts is refused before they are built.
 pub(crate) async fn import_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
-    JsonBody(body): JsonBody,
+    ImportBody { permit, body }: ImportBody,
 ) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
+    drop(body);
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let doc = run(&state, Operation::ImportMemory, async move {
+        let _permit = permit;
         m.import_memory(incoming, scope).await
     })
     .await?;
     Ok(document(doc))
 }
 
-/// The `/config` body: the `memory:` section with secrets in `backend_config` redacted.
+/// The `/config` body: the `memory:` section with only the allowed, non-secret keys of
+/// `backend_config` (known secrets as `"***"`, URLs without credentials).
 fn config_json(state: &GatewayState) -> MemoryConfigResponse {
     let cfg = state.memory_config();
     MemoryConfigResponse {
@@ -277,7 +292,7 @@ fn config_json(state: &GatewayState) -> MemoryConfigResponse {
         injection_enabled: cfg.injection_enabled,
         shutdown_flush_timeout_seconds: cfg.shutdown_flush_timeout_seconds,
         manager_class: cfg.manager_class.clone(),
-        backend_config: redact_secrets(&Value::Object(cfg.backend_config.clone())),
+        backend_config: shown_backend_config(&cfg.backend_config),
     }
 }
 
@@ -313,6 +328,8 @@ pub(crate) async fn add_messages(
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
     let input = schema::messages_body(&body)?;
+    // The turn now lives in `input`: a large one is not held twice while it is queued.
+    drop(body);
     let from_body = parse_agent(input.agent.as_deref())?;
     let from_query = q.agent()?;
     let agent = match (from_body, from_query) {

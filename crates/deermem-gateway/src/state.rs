@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use crate::auth::TokenTable;
 use crate::config::GatewayConfig;
+use crate::limits::BulkLimiter;
 use crate::metrics::Metrics;
 use deermem_core::ports::RunEventStore;
 use deermem_core::ports::run_journal::JournalError;
@@ -105,6 +106,7 @@ pub struct GatewayState {
     flags: Arc<Flags>,
     observers: Vec<Arc<dyn ContextObserver>>,
     journal: Option<Arc<dyn RunEventStore>>,
+    bulk: Arc<BulkLimiter>,
 }
 
 impl std::fmt::Debug for GatewayState {
@@ -133,6 +135,10 @@ impl GatewayState {
         gateway: GatewayConfig,
     ) -> Self {
         let tokens = TokenTable::new(&gateway);
+        let bulk = BulkLimiter::new(
+            gateway.max_bulk_requests_per_user,
+            gateway.max_bulk_requests,
+        );
         Self {
             manager,
             memory: Arc::new(memory),
@@ -145,6 +151,7 @@ impl GatewayState {
             }),
             observers: Vec::new(),
             journal: None,
+            bulk: Arc::new(bulk),
         }
     }
 
@@ -202,6 +209,10 @@ impl GatewayState {
 
     pub(crate) fn token_table(&self) -> &TokenTable {
         &self.tokens
+    }
+
+    pub(crate) fn bulk_limiter(&self) -> &BulkLimiter {
+        &self.bulk
     }
 
     pub(crate) fn observers(&self) -> &[Arc<dyn ContextObserver>] {

@@ -404,6 +404,46 @@ async fn config_echoes_the_memory_section_with_secrets_redacted() {
     );
 }
 
+#[tokio::test]
+async fn config_and_status_show_only_allowed_backend_keys() {
+    let m = FakeManager::new();
+    let backend_config = json!({
+        "max_facts": 50,
+        "api-key": "dash-SECRET",
+        "access_key_id": "AKIA-SECRET",
+        "bearer": "bearer-SECRET",
+        "my_llm_credential": "cred-SECRET",
+        "apiKey": "camel-SECRET",
+        "model": {"model": "gpt-x", "base_url": "http://svcuser:PASSWORD-SECRET@llm.internal/v1?key=q-SECRET",
+                  "api_key": "sk-SECRET", "bearer": "nested-SECRET"},
+        "base_url": "https://ov-user:ov-SECRET@openviking:1933",
+    });
+    let memory = MemoryConfig {
+        backend_config: backend_config.as_object().cloned().unwrap_or_default(),
+        ..MemoryConfig::default()
+    };
+    let a = router(ready_state(m.clone(), memory, GatewayConfig::default()));
+    let r = send(&a, empty(Method::GET, "/api/memory/config")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.body["backend_config"],
+        json!({
+            "max_facts": 50,
+            "model": {"model": "gpt-x", "base_url": "http://llm.internal/v1", "api_key": "***"},
+            "base_url": "https://openviking:1933",
+        })
+    );
+    let s = send(&a, empty(Method::GET, "/api/memory/status")).await;
+    assert_eq!(s.status, StatusCode::OK);
+    assert_eq!(s.body["config"], r.body);
+    for text in [&r.text, &s.text] {
+        assert!(
+            !text.contains("SECRET") && !text.contains("svcuser") && !text.contains("ov-user"),
+            "{text}"
+        );
+    }
+}
+
 // ----------------------------------------------------------------------------------------
 // The `agent` parameter on every memory route.
 

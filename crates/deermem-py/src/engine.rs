@@ -308,7 +308,13 @@ impl Engine {
         } else {
             shared.run(py, m.add(request))
         };
-        result.map_err(|e| errors::to_py(py, e))
+        match result {
+            // DeerFlow's `add` never raises for backpressure: a turn refused because too many
+            // turn bytes are pending is logged (by the engine) and dropped, as the reference
+            // drops a turn its full queue refuses.
+            Err(deermem_core::ManagerError::Overloaded { .. }) => Ok(()),
+            other => other.map_err(|e| errors::to_py(py, e)),
+        }
     }
 
     /// The injection text (without the `<memory>` wrapper), or `""`.
@@ -644,6 +650,21 @@ fn confidence_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
 /// in the public camelCase shape.
 fn import_document(obj: &Bound<'_, PyAny>) -> PyResult<PublicMemoryDocument> {
     let py = obj.py();
+    // Counted before any fact is converted: a longer list is refused as the engine would.
+    if let Ok(facts) = obj.get_item("facts")
+        && let Ok(n) = facts.len()
+        && !facts.is_instance_of::<PyString>()
+        && n > deermem_core::MAX_IMPORT_FACTS
+    {
+        return Err(coded(
+            py,
+            "memory_data.facts",
+            &format!(
+                "memory_data.facts holds {n} facts; an import document may hold at most {}",
+                deermem_core::MAX_IMPORT_FACTS
+            ),
+        ));
+    }
     let value = match convert::to_value(obj, Strictness::Strict) {
         Ok(Value::Object(m)) => m,
         Ok(_) => return Err(coded(py, "memory_data", "memory_data must be a mapping")),

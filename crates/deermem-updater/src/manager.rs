@@ -34,8 +34,8 @@ use deermem_core::ports::{
     ScoredFact, SearchRequest,
 };
 use deermem_core::{
-    AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, PublicMemoryDocument,
-    TokenCounting, UserId,
+    AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, OverloadScope,
+    PublicMemoryDocument, TokenCounting, UserId,
 };
 
 pub use facts::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
@@ -47,7 +47,7 @@ use crate::filter::HiddenMessagePolicy;
 use crate::observe::UpdateObserver;
 use crate::pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 use crate::prompt::TemplateStore;
-use crate::queue::QueueConfig;
+use crate::queue::{QueueConfig, QueueError};
 use crate::signals::{PATTERN_FILES, PatternSet};
 use crate::tokens::TokenCounter;
 use crate::updater::MemoryUpdater;
@@ -323,6 +323,34 @@ impl DeerMemManager {
     }
 }
 
+impl DeerMemManager {
+    /// The error of a submission the queue refused for its byte limits (the caller must
+    /// know the turn was not kept); every other outcome is `Ok`, as in the reference (a turn
+    /// refused for depth is picked up again with the conversation's next turn).
+    fn refusal(&self, outcome: SubmitOutcome) -> Result<(), ManagerError> {
+        match outcome {
+            SubmitOutcome::Refused(QueueError::TooManyBytes {
+                scope, item, max, ..
+            }) => {
+                let whose = match scope {
+                    OverloadScope::User => "this user's",
+                    _ => "all users'",
+                };
+                // Pending turns are processed after the debounce: retry once it has passed.
+                let debounce = self.pipeline.queue().config().debounce;
+                Err(ManagerError::Overloaded {
+                    scope,
+                    message: format!(
+                        "the conversation turn ({item} bytes) was not queued: {whose} pending turns would exceed {max} bytes; retry later"
+                    ),
+                    retry_after: debounce.max(Duration::from_secs(1)),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Thread ids are free-form but end up in stored fact sources: no NUL, bounded length.
 fn check_thread_id(thread_id: &str) -> Result<(), ManagerError> {
     if thread_id.contains('\0') {
@@ -357,7 +385,7 @@ impl MemoryManager for DeerMemManager {
         let submission = self.submission(&request)?;
         let outcome = self.pipeline.submit(submission, &request.messages);
         self.log_submit(&outcome, &request.thread_id);
-        Ok(())
+        self.refusal(outcome)
     }
 
     async fn add_nowait(&self, request: AddRequest) -> Result<(), ManagerError> {
@@ -366,7 +394,7 @@ impl MemoryManager for DeerMemManager {
             .pipeline
             .submit_emergency(submission, &request.messages);
         self.log_submit(&outcome, &request.thread_id);
-        Ok(())
+        self.refusal(outcome)
     }
 
     async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError> {

@@ -236,6 +236,8 @@ mod tests {
                 debounce: Duration::from_secs(300),
                 max_depth: 4,
                 max_concurrency: 1,
+                max_user_bytes: 0,
+                max_total_bytes: 0,
             },
         )
         .unwrap();

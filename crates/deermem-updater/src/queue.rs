@@ -6,13 +6,19 @@
 //! replace a normal item. Items of one conversation run one at a time; by default items run one at
 //! a time overall, like the reference. A processor error or panic is logged and counted; the queue
 //! keeps going.
+//!
+//! The bytes of the turns it holds are bounded per user and overall: an item is counted from the
+//! moment it is queued until its processing ends (or it is dropped or replaced), and an item that
+//! would take a user or everyone past the limit is refused ([`QueueError::TooManyBytes`]), signals
+//! and emergencies included.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use deermem_core::DeerMemConfig;
+use deermem_core::{DeerMemConfig, OverloadScope, UserId};
+use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
@@ -31,16 +37,22 @@ pub struct QueueConfig {
     /// Conversations processed at the same time (at least 1; items of one conversation never
     /// overlap).
     pub max_concurrency: usize,
+    /// Bytes of turns one user may have queued or in processing (0 = unlimited).
+    pub max_user_bytes: u64,
+    /// Bytes of turns queued or in processing for everyone (0 = unlimited).
+    pub max_total_bytes: u64,
 }
 
 impl QueueConfig {
-    /// The settings of a DeerMem configuration (`debounce_seconds`, `queue_max_depth`), one
-    /// item at a time.
+    /// The settings of a DeerMem configuration (`debounce_seconds`, `queue_max_depth`,
+    /// `queue_max_pending_bytes_per_user`, `queue_max_pending_bytes`), one item at a time.
     pub fn from_config(cfg: &DeerMemConfig) -> Self {
         Self {
             debounce: Duration::from_secs(cfg.debounce_seconds),
             max_depth: cfg.queue_max_depth,
             max_concurrency: 1,
+            max_user_bytes: cfg.queue_max_pending_bytes_per_user,
+            max_total_bytes: cfg.queue_max_pending_bytes,
         }
     }
 }
@@ -61,12 +73,36 @@ pub enum QueueError {
         /// The refused thread.
         thread_id: String,
     },
+    /// The item's bytes would take its user (or everyone) past the pending-bytes limit.
+    #[error(
+        "memory update queue holds too many pending bytes {}: {pending} + {item} > {max}; update for thread {thread_id} refused",
+        limit_name(*.scope)
+    )]
+    TooManyBytes {
+        /// Which limit.
+        scope: OverloadScope,
+        /// Bytes already pending under that limit (without an item this one replaces).
+        pending: u64,
+        /// The refused item's bytes.
+        item: u64,
+        /// The limit.
+        max: u64,
+        /// The refused thread.
+        thread_id: String,
+    },
     /// The queue was closed.
     #[error("memory update queue is closed")]
     Closed,
     /// The queue was created outside a tokio runtime.
     #[error("memory update queue needs a tokio runtime")]
     NoRuntime,
+}
+
+fn limit_name(scope: OverloadScope) -> &'static str {
+    match scope {
+        OverloadScope::User => "for this user",
+        _ => "in total",
+    }
 }
 
 /// Counters since the queue started.
@@ -76,7 +112,7 @@ pub struct QueueStats {
     pub enqueued: u64,
     /// Items that replaced a pending item of the same conversation.
     pub coalesced: u64,
-    /// Items refused by backpressure.
+    /// Items refused by backpressure (depth or bytes).
     pub rejected: u64,
     /// Items processed successfully.
     pub succeeded: u64,
@@ -90,6 +126,37 @@ struct Pending {
     key: ConversationKey,
     request: UpdateRequest,
     due: Instant,
+    /// What the item counts against the byte limits.
+    bytes: u64,
+}
+
+/// Bytes of the turns the queue holds (pending or being processed), per user and in total.
+#[derive(Default)]
+struct ByteCount {
+    total: u64,
+    by_user: HashMap<Option<UserId>, u64>,
+}
+
+impl ByteCount {
+    fn user(&self, user: Option<&UserId>) -> u64 {
+        self.by_user.get(&user.cloned()).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, user: Option<&UserId>, bytes: u64) {
+        self.total = self.total.saturating_add(bytes);
+        *self.by_user.entry(user.cloned()).or_default() += bytes;
+    }
+
+    fn release(&mut self, user: Option<&UserId>, bytes: u64) {
+        self.total = self.total.saturating_sub(bytes);
+        let key = user.cloned();
+        if let Some(n) = self.by_user.get_mut(&key) {
+            *n = n.saturating_sub(bytes);
+            if *n == 0 {
+                self.by_user.remove(&key);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -100,6 +167,55 @@ struct State {
     shutting_down: bool,
     closed: bool,
     stats: QueueStats,
+    bytes: ByteCount,
+}
+
+/// What an item counts against the byte limits: the text and JSON it holds, plus a small
+/// constant per message and value for the structures around them (an estimate of the memory
+/// it keeps, not an exact figure).
+pub fn request_bytes(request: &UpdateRequest) -> u64 {
+    const ITEM: u64 = 256;
+    const MESSAGE: u64 = 128;
+    let strings = request.thread_id.len() + request.trace_id.as_ref().map_or(0, String::len);
+    let mut total = ITEM + strings as u64;
+    for m in &request.messages {
+        let texts = [&m.id, &m.name, &m.tool_call_id, &m.status]
+            .iter()
+            .map(|s| s.as_ref().map_or(0, String::len))
+            .sum::<usize>();
+        total = total
+            .saturating_add(MESSAGE + texts as u64 + value_bytes(&m.content))
+            .saturating_add(m.tool_calls.iter().map(value_bytes).sum::<u64>())
+            .saturating_add(
+                m.additional_kwargs
+                    .iter()
+                    .map(|(k, v)| k.len() as u64 + value_bytes(v))
+                    .sum::<u64>(),
+            );
+    }
+    total
+}
+
+/// The estimated size of a JSON value (iterative: no recursion on deep values).
+fn value_bytes(v: &Value) -> u64 {
+    const NODE: u64 = 32;
+    let mut total = 0u64;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        total = total.saturating_add(NODE);
+        match v {
+            Value::String(s) => total = total.saturating_add(s.len() as u64),
+            Value::Array(items) => stack.extend(items.iter()),
+            Value::Object(m) => {
+                for (k, x) in m {
+                    total = total.saturating_add(k.len() as u64);
+                    stack.push(x);
+                }
+            }
+            _ => {}
+        }
+    }
+    total
 }
 
 struct Inner {
@@ -208,6 +324,7 @@ impl UpdateQueue {
     fn enqueue(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
         let now = Instant::now();
         let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
+        let bytes = request_bytes(&request);
         {
             let mut s = self.inner.lock();
             if s.closed {
@@ -230,8 +347,37 @@ impl UpdateQueue {
                     thread_id: request.thread_id,
                 });
             }
+            // The item this one replaces stops counting when it is replaced.
+            let replaced = existing.map_or(0, |i| s.pending[i].bytes);
+            let user = request.user.as_ref();
+            let limits = [
+                (
+                    OverloadScope::User,
+                    s.bytes.user(user),
+                    self.inner.config.max_user_bytes,
+                ),
+                (
+                    OverloadScope::Global,
+                    s.bytes.total,
+                    self.inner.config.max_total_bytes,
+                ),
+            ];
+            for (scope, held, max) in limits {
+                let pending = held.saturating_sub(replaced);
+                if max > 0 && pending.saturating_add(bytes) > max {
+                    s.stats.rejected += 1;
+                    return Err(QueueError::TooManyBytes {
+                        scope,
+                        pending,
+                        item: bytes,
+                        max,
+                        thread_id: request.thread_id,
+                    });
+                }
+            }
             if let Some(i) = existing {
                 let old = s.pending.remove(i);
+                s.bytes.release(old.request.user.as_ref(), old.bytes);
                 request.signals = request.signals.union(old.request.signals);
                 s.stats.coalesced += 1;
             }
@@ -242,7 +388,13 @@ impl UpdateQueue {
                 now + self.inner.config.debounce
             };
             s.stats.enqueued += 1;
-            s.pending.push(Pending { key, request, due });
+            s.bytes.add(request.user.as_ref(), bytes);
+            s.pending.push(Pending {
+                key,
+                request,
+                due,
+                bytes,
+            });
         }
         self.inner.wake.notify_one();
         Ok(())
@@ -308,9 +460,11 @@ impl UpdateQueue {
     pub fn clear(&self) -> usize {
         let n = {
             let mut s = self.inner.lock();
-            let n = s.pending.len();
-            s.pending.clear();
-            n
+            let dropped = std::mem::take(&mut s.pending);
+            for p in &dropped {
+                s.bytes.release(p.request.user.as_ref(), p.bytes);
+            }
+            dropped.len()
         };
         self.inner.bump();
         n
@@ -324,6 +478,12 @@ impl UpdateQueue {
     /// Whether an item is being processed.
     pub fn is_processing(&self) -> bool {
         !self.inner.lock().in_flight.is_empty()
+    }
+
+    /// Bytes of the items queued or being processed: for one user, and in total.
+    pub fn pending_bytes(&self, user: Option<&UserId>) -> (u64, u64) {
+        let s = self.inner.lock();
+        (s.bytes.user(user), s.bytes.total)
     }
 
     /// The counters.
@@ -362,7 +522,9 @@ fn take_ready(s: &mut State, now: Instant, limit: usize) -> (Vec<Pending>, Optio
 
 async fn run(inner: Arc<Inner>) {
     let mut tasks: JoinSet<bool> = JoinSet::new();
-    let mut running: HashMap<tokio::task::Id, ConversationKey> = HashMap::new();
+    // The key of each running item, with the user and bytes it counts until it ends.
+    let mut running: HashMap<tokio::task::Id, (ConversationKey, Option<UserId>, u64)> =
+        HashMap::new();
     loop {
         let (ready, next) = {
             let mut s = inner.lock();
@@ -370,7 +532,7 @@ async fn run(inner: Arc<Inner>) {
         };
         for p in ready {
             let processor = inner.processor.clone();
-            let key = p.key.clone();
+            let held = (p.key.clone(), p.request.user.clone(), p.bytes);
             let handle = tasks.spawn(async move {
                 let thread = p.request.thread_id.clone();
                 match processor.process(p.request).await {
@@ -384,7 +546,7 @@ async fn run(inner: Arc<Inner>) {
                     }
                 }
             });
-            running.insert(handle.id(), key);
+            running.insert(handle.id(), held);
         }
         inner.bump();
         tokio::select! {
@@ -396,8 +558,9 @@ async fn run(inner: Arc<Inner>) {
                     Err(e) => (e.id(), None),
                 };
                 let mut s = inner.lock();
-                if let Some(key) = running.remove(&id) {
+                if let Some((key, user, bytes)) = running.remove(&id) {
                     s.in_flight.remove(&key);
+                    s.bytes.release(user.as_ref(), bytes);
                 }
                 match outcome {
                     Some(true) => s.stats.succeeded += 1,

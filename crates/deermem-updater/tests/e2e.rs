@@ -82,6 +82,8 @@ async fn run_conversation(
             debounce: Duration::from_millis(20),
             max_depth: 1000,
             max_concurrency: 1,
+            max_user_bytes: 0,
+            max_total_bytes: 0,
         },
     )
     .unwrap();

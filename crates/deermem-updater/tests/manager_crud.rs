@@ -899,6 +899,23 @@ async fn import_applies_capacity_and_rejects_bad_documents() {
         let r = m.import_memory(doc_from(bad.clone()), s.clone()).await;
         assert_eq!(code_of(r), InvalidInputCode::MemoryData, "{bad}");
     }
+    // More facts than an import document may hold: refused before any is normalised.
+    let many: Vec<Value> = (0..=deermem_core::MAX_IMPORT_FACTS)
+        .map(|i| json!({"id": format!("fact_{i}"), "content": format!("fact {i}")}))
+        .collect();
+    match m
+        .import_memory(doc_from(json!({ "facts": many })), s.clone())
+        .await
+    {
+        Err(ManagerError::InvalidInput {
+            code: InvalidInputCode::MemoryData,
+            message,
+        }) => assert_eq!(
+            message,
+            "memory_data.facts holds 2001 facts; an import document may hold at most 2000"
+        ),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(m.get_memory(s).await.unwrap(), before, "nothing written");
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryStorage, NewFact, SearchRequest};
 use deermem_core::{
-    ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode, RebuildReport,
-    TokenCounting,
+    ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode, OverloadScope,
+    RebuildReport, TokenCounting,
 };
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
@@ -486,6 +486,8 @@ async fn shutdown_flush_drains_pending_updates() {
         debounce: Duration::from_secs(3600),
         max_depth: 1000,
         max_concurrency: 1,
+        max_user_bytes: 0,
+        max_total_bytes: 0,
     });
     let m = DeerMemManager::new(p).unwrap();
     for t in ["t1", "t2", "t3"] {
@@ -520,6 +522,8 @@ async fn backpressure_never_fails_add() {
         debounce: Duration::from_secs(3600),
         max_depth: 1,
         max_concurrency: 1,
+        max_user_bytes: 0,
+        max_total_bytes: 0,
     });
     let m = DeerMemManager::new(p).unwrap();
     let talk = "Let us talk about the weather today";
@@ -532,6 +536,49 @@ async fn backpressure_never_fails_add() {
         .await
         .unwrap();
     assert_eq!(m.pipeline().queue().stats().rejected, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_beyond_the_pending_byte_limits_are_overloaded_errors() {
+    let clock = clock();
+    let storage = Arc::new(InMemoryStorage::new(clock.clone()));
+    // From the configuration keys: 64 KiB per user, 96 KiB in total.
+    let cfg = DeerMemConfig {
+        debounce_seconds: 120,
+        queue_max_pending_bytes_per_user: 64 * 1024,
+        queue_max_pending_bytes: 96 * 1024,
+        ..config()
+    };
+    let m = DeerMemManager::new(parts(cfg, storage, clock, None)).unwrap();
+    // About 16.6 KiB per turn: three fit a user's 64 KiB, five everyone's 96 KiB.
+    let big = format!("I prefer green tea. {}", "tea ".repeat(4 * 1024));
+    for t in ["t1", "t2", "t3"] {
+        m.add(turn(t, scope("u", None), &big)).await.unwrap();
+    }
+    let err = m.add(turn("t4", scope("u", None), &big)).await.unwrap_err();
+    match &err {
+        ManagerError::Overloaded {
+            scope: OverloadScope::User,
+            message,
+            retry_after,
+        } => {
+            assert!(message.contains("this user's pending turns"), "{message}");
+            assert_eq!(*retry_after, Duration::from_secs(120), "the debounce");
+        }
+        other => panic!("{other:?}"),
+    }
+    m.add(turn("t1", scope("v", None), &big)).await.unwrap();
+    m.add(turn("t2", scope("v", None), &big)).await.unwrap();
+    assert!(matches!(
+        m.add_nowait(turn("t3", scope("w", None), &big)).await,
+        Err(ManagerError::Overloaded {
+            scope: OverloadScope::Global,
+            ..
+        })
+    ));
+    // Processed turns release their bytes.
+    assert!(m.shutdown_flush(Duration::from_secs(60)).await);
+    m.add(turn("t4", scope("u", None), &big)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,6 +50,8 @@ async fn backpressure_is_logged_not_raised() {
             debounce: Duration::from_secs(300),
             max_depth: 1,
             max_concurrency: 1,
+            max_user_bytes: 0,
+            max_total_bytes: 0,
         },
     )
     .unwrap();

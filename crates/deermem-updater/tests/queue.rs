@@ -79,6 +79,8 @@ fn cfg(debounce_secs: u64, depth: u64) -> QueueConfig {
         debounce: Duration::from_secs(debounce_secs),
         max_depth: depth,
         max_concurrency: 1,
+        max_user_bytes: 0,
+        max_total_bytes: 0,
     }
 }
 
@@ -328,6 +330,8 @@ async fn one_conversation_never_runs_twice_at_once() {
         &rec,
         QueueConfig {
             max_concurrency: 4,
+            max_user_bytes: 0,
+            max_total_bytes: 0,
             ..cfg(30, 0)
         },
     );
@@ -365,4 +369,109 @@ fn a_queue_needs_a_runtime() {
         UpdateQueue::new(rec, cfg(30, 0)),
         Err(QueueError::NoRuntime)
     ));
+}
+
+fn byte_cfg(user: u64, total: u64) -> QueueConfig {
+    QueueConfig {
+        max_user_bytes: user,
+        max_total_bytes: total,
+        ..cfg(30, 0)
+    }
+}
+
+/// An item of about `kib` KiB of user text, with a signal (signals bypass the depth limit,
+/// never the byte limits).
+fn big(thread: &str, user: &str, kib: usize) -> UpdateRequest {
+    with_signal(
+        item(thread, Some(user), None, &"x".repeat(kib * 1024)),
+        Signal::Preference,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn pending_bytes_are_bounded_per_user_and_in_total() {
+    let rec = Arc::new(Recorder::default());
+    let one = deermem_updater::queue::request_bytes(&big("t0", "u1", 100));
+    // The text, counted three times (`item` repeats it in the two message ids), and a little
+    // for the structures around it.
+    assert!(one > 300 * 1024 && one < 301 * 1024, "{one}");
+    // Room for two items of a user, three in total.
+    let q = queue(&rec, byte_cfg(2 * one + one / 2, 3 * one + one / 2));
+    q.add(big("t1", "u1", 100)).unwrap();
+    q.add(big("t2", "u1", 100)).unwrap();
+    let err = q.add(big("t3", "u1", 100)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            QueueError::TooManyBytes { scope: deermem_core::OverloadScope::User, pending, item, .. }
+                if *pending == 2 * one && *item == one
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("for this user"), "{err}");
+    // The emergency path is bounded too.
+    assert!(matches!(
+        q.add_nowait(big("t3", "u1", 100)),
+        Err(QueueError::TooManyBytes { .. })
+    ));
+    // Another user fits once more, then everyone's limit is reached.
+    q.add(big("t4", "u2", 100)).unwrap();
+    let err = q.add(big("t5", "u3", 100)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            QueueError::TooManyBytes {
+                scope: deermem_core::OverloadScope::Global,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("in total"), "{err}");
+    assert_eq!(q.stats().rejected, 3);
+    assert_eq!(
+        q.pending_bytes(Some(&UserId::new("u1").unwrap())),
+        (2 * one, 3 * one)
+    );
+    // A later turn of a pending conversation replaces it: only the difference counts.
+    q.add(big("t1", "u1", 100)).unwrap();
+    assert_eq!(q.pending_bytes(None).1, 3 * one);
+    // Processing releases the bytes when each item ends.
+    assert!(q.flush(Duration::from_secs(5)).await);
+    assert_eq!(q.pending_bytes(Some(&UserId::new("u1").unwrap())), (0, 0));
+    q.add(big("t5", "u3", 100)).unwrap();
+    q.add(big("t6", "u1", 100)).unwrap();
+    // Dropping pending items releases them too.
+    assert_eq!(q.clear(), 2);
+    assert_eq!(q.pending_bytes(None).1, 0);
+    for i in 0..3 {
+        q.add(big(&format!("r{i}"), &format!("v{i}"), 100)).unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_being_processed_still_counts_until_it_ends() {
+    let gate = Arc::new(Semaphore::new(0));
+    let rec = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        ..Recorder::default()
+    });
+    let one = deermem_updater::queue::request_bytes(&big("t0", "u1", 64));
+    let q = queue(&rec, byte_cfg(one, 0));
+    q.add_nowait(big("t1", "u1", 64)).unwrap();
+    settle().await;
+    assert_eq!(rec.threads(), vec!["t1"], "the item is being processed");
+    assert_eq!(q.pending_count(), 0);
+    assert!(matches!(
+        q.add(big("t2", "u1", 64)),
+        Err(QueueError::TooManyBytes { .. })
+    ));
+    gate.add_permits(10);
+    assert!(q.flush(Duration::from_secs(5)).await);
+    q.add(big("t2", "u1", 64)).unwrap();
+    // Unlimited (0) refuses nothing.
+    let free = queue(&rec, byte_cfg(0, 0));
+    for i in 0..20 {
+        free.add(big(&format!("f{i}"), "u1", 64)).unwrap();
+    }
 }

@@ -221,7 +221,10 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// Queues a conversation for memory extraction.
     ///
     /// # Errors
-    /// Only for invalid input (a bad scope); never for backpressure.
+    /// Invalid input (a bad scope), and [`ManagerError::Overloaded`] when the backend already
+    /// holds as many pending turn bytes as it allows for the user or for everyone (the turn was
+    /// not kept). A turn refused for queue depth is not an error (the conversation's next turn
+    /// carries it again).
     async fn add(&self, request: AddRequest) -> Result<(), ManagerError>;
 
     /// The emergency path (before summarisation drops messages): processed at once, ignoring

@@ -130,6 +130,20 @@ def test_add_nowait_is_processed_without_waiting_for_the_debounce(make, root):
     assert wait_for(lambda: m.get_memory(user_id="bob")["facts"]), "the emergency item ran at once"
 
 
+def test_a_turn_beyond_the_pending_byte_limit_is_dropped_without_raising(make, root):
+    m = make(
+        backend_config=config(root, debounce_seconds=300, queue_max_pending_bytes_per_user=8192)
+    )
+    m.add("small", turn("I prefer green tea."), user_id="carl")
+    # Larger than the user's limit: refused by the engine, and like the reference's full queue,
+    # `add` does not raise for it.
+    m.add("big", turn("I prefer oolong. " + "tea " * 4096), user_id="carl")
+    m.add_nowait("big-now", turn("I prefer oolong. " + "tea " * 4096), user_id="carl")
+    assert m.shutdown_flush(10) is True
+    contents = [f["content"] for f in m.get_memory(user_id="carl")["facts"]]
+    assert not any("oolong" in c.lower() for c in contents), contents
+
+
 def test_add_rejects_bad_arguments_and_skips_unreadable_messages(make):
     m = make()
     with pytest.raises(TypeError):
@@ -298,6 +312,18 @@ def test_import_rejects_malformed_documents_with_the_reference_codes(make, data,
     with pytest.raises(ValueError) as e:
         m.import_memory(data, user_id="hal")
     assert e.value.args[0] == code
+
+
+def test_an_import_of_more_than_2000_facts_is_refused_before_it_is_converted(make):
+    m = make()
+    facts = [{"id": f"fact_{i}", "content": f"fact {i}"} for i in range(2001)]
+    with pytest.raises(ValueError) as e:
+        m.import_memory({"facts": facts}, user_id="hal")
+    assert e.value.args[0] == "memory_data.facts"
+    assert "holds 2001 facts; an import document may hold at most 2000" in e.value.detail
+    assert m.export_memory(user_id="hal")["facts"] == []
+    doc = m.import_memory({"facts": facts[:2000]}, user_id="hal")
+    assert len(doc["facts"]) == 100  # capacity keeps max_facts of them
 
 
 def test_importing_an_old_export_after_an_edit_is_a_conflict(make):

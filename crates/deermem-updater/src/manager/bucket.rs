@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use deermem_core::ports::MemoryScope;
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode, ManagerError,
-    PublicMemoryDocument, Scope, StorageError, SummaryPatch, UserId, py,
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode,
+    MAX_IMPORT_FACTS, ManagerError, PublicMemoryDocument, Scope, StorageError, SummaryPatch,
+    UserId, py,
 };
 
 use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
@@ -18,14 +19,25 @@ fn memory_data(message: String) -> ManagerError {
     ManagerError::invalid(InvalidInputCode::MemoryData, message)
 }
 
+/// The refusal of an import document with more than [`MAX_IMPORT_FACTS`] facts.
+fn too_many_facts(count: usize) -> ManagerError {
+    memory_data(format!(
+        "memory_data.facts holds {count} facts; an import document may hold at most {MAX_IMPORT_FACTS}"
+    ))
+}
+
 /// A fact of an import document, checked.
 struct Incoming {
     id: FactId,
     draft: FactDraft,
 }
 
-/// Validates the facts of an import document: valid, unique ids and bounded content.
+/// Validates the facts of an import document: at most [`MAX_IMPORT_FACTS`] of them, valid,
+/// unique ids and bounded content.
 fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, ManagerError> {
+    if document.facts.len() > MAX_IMPORT_FACTS {
+        return Err(too_many_facts(document.facts.len()));
+    }
     let mut seen: HashSet<FactId> = HashSet::new();
     let mut out = Vec::with_capacity(document.facts.len());
     for (i, f) in document.facts.iter().enumerate() {
