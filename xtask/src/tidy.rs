@@ -225,12 +225,29 @@ fn check_adapters(root: &Path, problems: &mut Vec<String>) {
             }
         }
     }
-    // Adapter support (the remote adapters' plumbing) sits beside the adapters: of the
-    // DeerMem crates it may use the core only.
-    if let Ok(manifest) = fs::read_to_string(root.join("crates/deermem-remote/Cargo.toml")) {
+    // Adapter support (the remote adapters' plumbing) sits beside the adapters, and the
+    // application layers stack without reaching sideways: each may use only the DeerMem crates
+    // listed for it (the pure Python-compatibility crate is allowed everywhere).
+    let layers: [(&str, &[&str]); 3] = [
+        ("deermem-remote", &["deermem-core"]),
+        ("deermem-updater", &["deermem-core"]),
+        ("deermem-engine", &["deermem-core", "deermem-updater"]),
+    ];
+    for (krate, allowed) in layers {
+        let Ok(manifest) = fs::read_to_string(root.join("crates").join(krate).join("Cargo.toml"))
+        else {
+            problems.push(format!("cannot read crates/{krate}/Cargo.toml"));
+            continue;
+        };
         for dep in section_dependencies(&manifest, "dependencies") {
-            if dep.starts_with("deermem") && dep != "deermem-core" {
-                problems.push(format!("crates/deermem-remote depends on `{dep}`; adapter support may depend on deermem-core only"));
+            if dep.starts_with("deermem")
+                && dep != "deermem-pycompat"
+                && !allowed.contains(&dep.as_str())
+            {
+                problems.push(format!(
+                    "crates/{krate} depends on `{dep}`; it may depend on {} only",
+                    allowed.join(", ")
+                ));
             }
         }
     }

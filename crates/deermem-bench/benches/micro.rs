@@ -13,11 +13,11 @@ use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Timestamp, TokenCounting};
 use deermem_retrieval_fts5::query::{NoSegmenter, plan};
-use deermem_updater::apply::{ApplyContext, apply_update, capacity_decision};
-use deermem_updater::facts::FactIdSource;
-use deermem_updater::parse::parse_update_response;
-use deermem_updater::signals::SignalSet;
-use deermem_updater::tokens::{TokenCounter, char_estimate};
+use deermem_updater::FactIdSource;
+use deermem_updater::SignalSet;
+use deermem_updater::parse_update_response;
+use deermem_updater::{ApplyContext, apply_update, capacity_decision};
+use deermem_updater::{TokenCounter, char_estimate};
 use serde_json::json;
 
 fn now() -> Timestamp {

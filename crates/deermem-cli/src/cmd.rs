@@ -684,7 +684,7 @@ pub(crate) fn read_messages(file: &Path) -> Result<Vec<deermem_core::Message>, C
         .collect()
 }
 
-fn ingest_report_text(report: &deermem_updater::IngestReport) -> String {
+fn ingest_report_text(report: &deermem_engine::IngestReport) -> String {
     let mut out = String::new();
     let status = serde_json::to_value(report.status)
         .ok()

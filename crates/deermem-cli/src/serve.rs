@@ -6,7 +6,7 @@ use std::sync::Arc;
 use deermem_core::{AgentName, UserId};
 use deermem_gateway::{GatewayConfig, GatewayState, Metrics};
 use deermem_storage_file::{RunJournal, RunJournalOptions};
-use deermem_updater::observe::{ExtractionReport, UpdateObserver};
+use deermem_updater::{ExtractionReport, UpdateObserver};
 
 use crate::ctx::{self, Ctx};
 use crate::error::CliError;

@@ -10,12 +10,12 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Message, Timestamp};
-use deermem_updater::apply::{ApplyContext, apply_update};
-use deermem_updater::diff::change_set;
-use deermem_updater::facts::FactIdSource;
-use deermem_updater::parse::parse_update_response;
-use deermem_updater::prompt::{PromptInput, PromptTemplates, build_update_prompt};
-use deermem_updater::signals::PatternSet;
+use deermem_updater::FactIdSource;
+use deermem_updater::PatternSet;
+use deermem_updater::change_set;
+use deermem_updater::parse_update_response;
+use deermem_updater::{ApplyContext, apply_update};
+use deermem_updater::{PromptInput, PromptTemplates, build_update_prompt};
 use serde_json::json;
 
 fn now() -> Timestamp {

@@ -21,7 +21,7 @@ fn group_key(fact: &Fact) -> Option<&str> {
 
 /// Categories holding at least `consolidation_min_facts` facts and not protected, with their
 /// facts in memory order (first-seen category order).
-pub fn select_consolidation_candidates<'a>(
+pub(crate) fn select_consolidation_candidates<'a>(
     facts: &'a [Fact],
     config: &DeerMemConfig,
 ) -> IndexMap<String, Vec<&'a Fact>> {
@@ -46,7 +46,7 @@ pub fn select_consolidation_candidates<'a>(
 
 /// The groups shown in the prompt: the largest categories first (ties by name), at most
 /// `consolidation_max_groups_per_cycle`, each with its first `consolidation_max_sources` facts.
-pub fn shown_groups<'a>(
+pub(crate) fn shown_groups<'a>(
     candidates: &IndexMap<String, Vec<&'a Fact>>,
     config: &DeerMemConfig,
 ) -> Vec<(String, Vec<&'a Fact>)> {
@@ -70,7 +70,7 @@ pub fn shown_groups<'a>(
 
 /// The ids shown in the prompt: a merge may consume only these (the reference let a merge
 /// consume any fact of a qualifying category, even one the prompt had cut off).
-pub fn shown_ids(groups: &[(String, Vec<&Fact>)]) -> BTreeSet<String> {
+pub(crate) fn shown_ids(groups: &[(String, Vec<&Fact>)]) -> BTreeSet<String> {
     groups
         .iter()
         .flat_map(|(_, members)| members.iter().map(|f| f.id.as_str().to_owned()))
@@ -78,7 +78,7 @@ pub fn shown_ids(groups: &[(String, Vec<&Fact>)]) -> BTreeSet<String> {
 }
 
 /// The `{consolidation_groups}` text: one tagged block per shown group.
-pub fn consolidation_groups_text(groups: &[(String, Vec<&Fact>)]) -> String {
+pub(crate) fn consolidation_groups_text(groups: &[(String, Vec<&Fact>)]) -> String {
     groups
         .iter()
         .map(|(cat, members)| {

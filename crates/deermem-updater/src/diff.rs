@@ -83,7 +83,7 @@ pub fn change_set(current: &MemoryDocument, outcome: &ApplyOutcome) -> ChangeSet
 }
 
 /// Whether a change set changes nothing.
-pub fn is_noop(changes: &ChangeSet) -> bool {
+pub(crate) fn is_noop(changes: &ChangeSet) -> bool {
     !changes.has_fact_changes() && changes.summaries.is_none()
 }
 

@@ -13,7 +13,7 @@ use crate::uploads;
 
 /// A host hook deciding whether a hidden (`hide_from_ui`) user message is kept, given its
 /// `additional_kwargs`.
-pub type HiddenMessageHook = Arc<dyn Fn(&Map<String, Value>) -> bool + Send + Sync>;
+pub(crate) type HiddenMessageHook = Arc<dyn Fn(&Map<String, Value>) -> bool + Send + Sync>;
 
 /// What to do with hidden user messages.
 #[derive(Clone, Default)]
@@ -84,7 +84,7 @@ pub fn is_human_input_response(kwargs: &Map<String, Value>) -> bool {
 /// Keeps user turns and final assistant answers: hidden user messages go unless the policy keeps
 /// them, upload blocks are stripped (an upload-only turn and the assistant reply to it are
 /// dropped), tool-calling assistant turns and every other message type are dropped.
-pub fn filter_messages_for_memory(
+pub(crate) fn filter_messages_for_memory(
     messages: &[Message],
     hidden: &HiddenMessagePolicy,
 ) -> Vec<Message> {
@@ -135,7 +135,7 @@ const TRIVIAL_TRAILING: &[char] = &[
 /// Drops trivial acknowledgements ("ok", "thanks", "好的") and the assistant reply to each
 /// (a user turn is trivial when a pattern matches all of it once trailing punctuation is
 /// trimmed). With no trivial patterns the input is returned unchanged.
-pub fn filter_trivial(messages: &[Message], patterns: &PatternSet) -> Vec<Message> {
+pub(crate) fn filter_trivial(messages: &[Message], patterns: &PatternSet) -> Vec<Message> {
     if patterns.trivial_is_empty() {
         return messages.to_vec();
     }

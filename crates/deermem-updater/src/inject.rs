@@ -79,7 +79,7 @@ fn section_block(section: &SummarySection, title: &str, lines: &[(&str, &str)]) 
 
 /// One fact line: `- [{category} | {confidence:.2f}] {content}`, with ` (avoid: …)` after a
 /// correction that records the earlier mistake.
-pub fn fact_line(fact: &Fact) -> Option<String> {
+pub(crate) fn fact_line(fact: &Fact) -> Option<String> {
     if py::strip(&fact.content).is_empty() {
         return None;
     }

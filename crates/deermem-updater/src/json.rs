@@ -11,11 +11,11 @@
 use indexmap::IndexMap;
 
 /// How deep arrays and objects may nest before a decode fails.
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// A decoded JSON value with Python's distinctions.
 #[derive(Clone, Debug, PartialEq)]
-pub enum PyJson {
+pub(crate) enum PyJson {
     /// `null`.
     Null,
     /// `true` / `false`.
@@ -34,7 +34,7 @@ pub enum PyJson {
 
 impl PyJson {
     /// The object's entries, when this is an object.
-    pub fn as_object(&self) -> Option<&IndexMap<String, PyJson>> {
+    pub(crate) fn as_object(&self) -> Option<&IndexMap<String, PyJson>> {
         match self {
             Self::Object(m) => Some(m),
             _ => None,
@@ -42,7 +42,7 @@ impl PyJson {
     }
 
     /// The array's items, when this is an array.
-    pub fn as_array(&self) -> Option<&[PyJson]> {
+    pub(crate) fn as_array(&self) -> Option<&[PyJson]> {
         match self {
             Self::Array(a) => Some(a),
             _ => None,
@@ -50,25 +50,15 @@ impl PyJson {
     }
 
     /// The string, when this is a string.
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Self::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    /// The numeric value of an int or float (never of a bool), as Python's `float()` would
-    /// give it (a huge int becomes infinity).
-    pub fn as_number(&self) -> Option<f64> {
-        match self {
-            Self::Int(i) => Some(*i as f64),
-            Self::Float(f) => Some(*f),
-            _ => None,
-        }
-    }
-
     /// Python truthiness.
-    pub fn truthy(&self) -> bool {
+    pub(crate) fn truthy(&self) -> bool {
         match self {
             Self::Null => false,
             Self::Bool(b) => *b,
@@ -80,9 +70,10 @@ impl PyJson {
         }
     }
 
+    #[cfg(test)]
     /// Converts to a `serde_json` value. Non-finite floats (which JSON cannot hold) become
     /// `null`; integers beyond the `i64`/`u64` range become floats.
-    pub fn to_value(&self) -> serde_json::Value {
+    pub(crate) fn to_value(&self) -> serde_json::Value {
         use serde_json::Value;
         match self {
             Self::Null => Value::Null,
@@ -108,7 +99,7 @@ impl PyJson {
 
 /// Why a decode failed (never shown to end users; the caller moves on to the next candidate).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// The text is not valid JSON at this byte offset.
     Syntax {
         /// Byte offset of the problem.
@@ -124,18 +115,19 @@ pub enum DecodeError {
 
 /// A work budget shared by several decode attempts: each byte examined costs one unit.
 #[derive(Clone, Copy, Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     remaining: u64,
 }
 
 impl Budget {
     /// A budget of `units` bytes examined.
-    pub fn new(units: u64) -> Self {
+    pub(crate) fn new(units: u64) -> Self {
         Self { remaining: units }
     }
 
+    #[cfg(test)]
     /// Whether the budget is spent.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.remaining == 0
     }
 }
@@ -145,7 +137,7 @@ impl Budget {
 ///
 /// # Errors
 /// A [`DecodeError`] when no complete value starts there.
-pub fn decode_prefix(
+pub(crate) fn decode_prefix(
     text: &str,
     start: usize,
     budget: &mut Budget,
@@ -160,11 +152,12 @@ pub fn decode_prefix(
     Ok((v, p.pos))
 }
 
+#[cfg(test)]
 /// Decodes a complete JSON document (surrounding JSON whitespace allowed), like `json.loads`.
 ///
 /// # Errors
 /// A [`DecodeError`] for invalid JSON or trailing data.
-pub fn decode_str(text: &str) -> Result<PyJson, DecodeError> {
+pub(crate) fn decode_str(text: &str) -> Result<PyJson, DecodeError> {
     let mut budget = Budget::new(
         u64::try_from(text.len())
             .unwrap_or(u64::MAX)

@@ -1,62 +1,68 @@
 //! DeerMem memory-update pipeline: message filtering and signal detection, the extraction
 //! prompt and the model-response parser, the fail-closed gates that turn a proposal into a
-//! change set, staleness and consolidation lifecycle, the debounced per-conversation queue, and
-//! the injection formatter with its token budgets.
+//! change set, staleness and consolidation lifecycle, and the injection formatter with its token
+//! budgets. The application service on top of it (the manager and the debounced queue) is the
+//! `deermem-engine` crate.
 //!
-//! How a `MemoryManager` sits on top:
-//! - `add` / `add_nowait`: [`pipeline::UpdatePipeline::submit`] and
-//!   [`pipeline::UpdatePipeline::submit_emergency`] (admission by [`filter::admit`], then the
-//!   [`queue::UpdateQueue`]);
-//! - the queue's worker: [`updater::MemoryUpdater`] (watermark → signals → proposer → gates in
-//!   [`apply::apply_update`] → [`diff::change_set`] → commit with conflict retry);
-//! - `get_context`: [`inject::format_memory_for_injection`] (or
-//!   [`pipeline::UpdatePipeline::context`]);
-//! - `shutdown_flush`: [`queue::UpdateQueue::shutdown_flush`].
+//! What the engine calls:
+//! - admission of a raw turn: [`admit`] with a [`HiddenMessagePolicy`];
+//! - one update: [`MemoryUpdater`] (watermark → signals → [`Proposer`] → gates in
+//!   [`apply_update`] → [`change_set`] → commit with conflict retry), driven by the queue through
+//!   [`UpdateProcessor`];
+//! - the `<memory>` block: [`format_memory_for_injection`] with [`InjectionOptions`] and the
+//!   [`TokenCounter`].
 //!
-//! [`manager::DeerMemManager`] is that manager: the `MemoryManager` contract over any storage.
-//!
-//! The model is behind the [`proposer::Proposer`] seam: [`proposer::LlmProposer`] (prompt →
-//! `LanguageModel` → parse) or, with no model configured, [`proposer::OfflineProposer`].
+//! The model is behind the [`Proposer`] seam: [`LlmProposer`] (prompt → `LanguageModel` →
+//! parse) or, with no model configured, [`OfflineProposer`]. Modules are private: this list of
+//! re-exports is the whole public surface.
 
-pub mod apply;
-pub mod consolidation;
-pub mod diff;
-pub mod facts;
-pub mod filter;
-pub mod inject;
-pub mod json;
-pub mod manager;
-pub mod observe;
-pub mod offline;
-pub mod parse;
-pub mod pipeline;
-pub mod prompt;
-pub mod proposer;
-pub mod queue;
-pub mod signals;
-pub mod staleness;
-pub mod text;
-pub mod tokens;
-pub mod updater;
-pub mod uploads;
-pub mod watermark;
+mod apply;
+mod consolidation;
+mod diff;
+mod facts;
+mod filter;
+mod inject;
+mod json;
+mod observe;
+mod offline;
+mod parse;
+mod prompt;
+mod proposer;
+mod signals;
+mod staleness;
+mod text;
+mod tokens;
+mod updater;
+mod uploads;
+mod watermark;
 
 #[cfg(test)]
 mod testutil;
 
 pub use apply::{
-    ApplyContext, ApplyOutcome, ProposalKind, RejectReason, Rejection, UpdateMetrics, apply_update,
+    ApplyContext, ApplyOutcome, ApplyReport, CapacityDecision, ProposalKind, RejectReason,
+    Rejection, UpdateMetrics, apply_update, capacity_decision,
 };
-pub use filter::{HiddenMessagePolicy, admit};
+pub use diff::change_set;
+pub use facts::{FactIdSource, display_category};
+pub use filter::{HiddenMessagePolicy, admit, is_human_input_response};
 pub use inject::{InjectionOptions, format_memory_for_injection};
-pub use manager::{
-    AddedFact, DeerMemManager, DeerMemParts, IngestReport, IngestStatus, RemovalReason, RemovedFact,
+pub use observe::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};
+pub use parse::{MAX_RESPONSE_BYTES, ParseError, ProposedUpdate, parse_update_response};
+pub use prompt::{
+    CHAT_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE, PromptError, PromptInput, PromptTemplates,
+    STALENESS_TEMPLATE_FILE, TemplateStore, build_update_prompt,
 };
-pub use parse::{ParseError, ProposedUpdate, parse_update_response};
-pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
-pub use prompt::{PromptError, TemplateStore};
-pub use proposer::{LlmProposer, OfflineProposer, Proposal, ProposalOrigin, Proposer};
-pub use queue::{QueueConfig, QueueError, UpdateQueue};
-pub use signals::{PatternSet, Signal, SignalSet};
-pub use tokens::TokenCounter;
-pub use updater::{MemoryUpdater, UpdateOutcome, UpdateRequest, UpdateStatus, UpdaterError};
+pub use proposer::{
+    LlmProposer, OfflineProposer, Proposal, ProposalOrigin, ProposeError, Proposer,
+};
+pub use signals::{PATTERN_FILES, PatternError, PatternSet, Signal, SignalSet};
+pub use text::content_key;
+#[cfg(feature = "test-probe")]
+pub use tokens::probe;
+pub use tokens::{TokenCounter, char_estimate, memo_only};
+pub use updater::{
+    BuildError, MemoryUpdater, UpdateOutcome, UpdateProcessor, UpdateRequest, UpdateStatus,
+    UpdaterError,
+};
+pub use watermark::ConversationKey;

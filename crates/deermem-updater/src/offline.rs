@@ -224,14 +224,15 @@ fn render(rule: &Rule, caps: &regex::Captures<'_>) -> Option<(String, Option<Str
     }
 }
 
+#[cfg(test)]
 /// Extracts labelled proposals from the user turns of `feed`, without looking at memory.
-pub fn propose_offline(feed: &[Message]) -> ProposedUpdate {
+pub(crate) fn propose_offline(feed: &[Message]) -> ProposedUpdate {
     propose_offline_with_memory(feed, None)
 }
 
 /// Extracts labelled proposals from the user turns of `feed`; corrections that name what a fact
 /// of `memory` says replace that fact (see the module documentation).
-pub fn propose_offline_with_memory(
+pub(crate) fn propose_offline_with_memory(
     feed: &[Message],
     memory: Option<&MemoryDocument>,
 ) -> ProposedUpdate {

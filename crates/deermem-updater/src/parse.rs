@@ -8,6 +8,7 @@
 
 use indexmap::IndexMap;
 use serde::Serialize;
+#[cfg(test)]
 use serde_json::Value;
 
 use crate::json::{Budget, DecodeError, PyJson, decode_prefix};
@@ -22,13 +23,13 @@ const SCAN_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 
 /// New or consolidated fact content longer than this many code points is malformed: a fact is
 /// one idea, and an oversized fact would crowd every other fact out of the injection budget.
-pub const MAX_FACT_CONTENT_CHARS: usize = 2000;
+pub(crate) const MAX_FACT_CONTENT_CHARS: usize = 2000;
 
 /// The default confidence of a new fact without one.
-pub const DEFAULT_NEW_FACT_CONFIDENCE: f64 = 0.5;
+pub(crate) const DEFAULT_NEW_FACT_CONFIDENCE: f64 = 0.5;
 
 /// The default confidence of a consolidated fact without one (capped by its sources).
-pub const DEFAULT_CONSOLIDATION_CONFIDENCE: f64 = 0.9;
+pub(crate) const DEFAULT_CONSOLIDATION_CONFIDENCE: f64 = 0.9;
 
 /// Why a response could not be turned into an update.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -223,10 +224,11 @@ impl ProposedUpdate {
     }
 }
 
+#[cfg(test)]
 /// The text of a chat-model response whose content may be a list of blocks: strings are
 /// concatenated without separator into one piece, each `{"text": ...}` block is its own piece,
 /// pieces are joined with newlines; any other value is shown as Python would.
-pub fn response_text(content: &Value) -> String {
+pub(crate) fn response_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(items) => {
@@ -303,7 +305,7 @@ fn category(v: Option<&PyJson>) -> String {
 
 /// `expected_valid_days` as the reference reads it: bools are not numbers, ints count when
 /// positive, finite floats are truncated toward zero first; anything else is no value.
-pub fn read_expected_valid_days(v: &PyJson) -> Option<i128> {
+pub(crate) fn read_expected_valid_days(v: &PyJson) -> Option<i128> {
     match v {
         PyJson::Int(i) if *i > 0 => Some(*i),
         PyJson::Float(f) if f.is_finite() => {
@@ -430,7 +432,9 @@ fn raw_non_empty_id(o: &IndexMap<String, PyJson>) -> Option<String> {
 ///
 /// # Errors
 /// [`ParseError::UnsafePartialUpdate`] when removals come with any malformed new fact.
-pub fn normalize_update(obj: &IndexMap<String, PyJson>) -> Result<ProposedUpdate, ParseError> {
+pub(crate) fn normalize_update(
+    obj: &IndexMap<String, PyJson>,
+) -> Result<ProposedUpdate, ParseError> {
     let mut up = ProposedUpdate::default();
     normalize_summaries(obj, &mut up.summaries, &mut up.dropped_summaries);
 

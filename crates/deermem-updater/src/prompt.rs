@@ -34,14 +34,14 @@ pub const STALENESS_TEMPLATE_FILE: &str = "staleness_review.yaml";
 pub const CONSOLIDATION_TEMPLATE_FILE: &str = "consolidation.yaml";
 
 /// Conversation turns longer than this many code points are shortened.
-pub const MAX_TURN_CHARS: usize = 1000;
+pub(crate) const MAX_TURN_CHARS: usize = 1000;
 const TURN_HEAD_CHARS: usize = 500;
 const TURN_TAIL_CHARS: usize = 500;
 
 const PER_AGENT_CACHE: usize = 1024;
 
 /// The variables a chat template may use.
-pub const CHAT_VARIABLES: [&str; 5] = [
+pub(crate) const CHAT_VARIABLES: [&str; 5] = [
     "current_memory",
     "conversation",
     "correction_hint",
@@ -89,7 +89,7 @@ pub enum PromptError {
 
 /// Who speaks a chat template message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TemplateRole {
+pub(crate) enum TemplateRole {
     /// A system message.
     System,
     /// A user message (any role other than `system`).
@@ -98,7 +98,7 @@ pub enum TemplateRole {
 
 /// One parsed template file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Template {
+pub(crate) enum Template {
     /// `format: chat`: messages with roles.
     Chat(Vec<(TemplateRole, String)>),
     /// `format: text`: one template string.
@@ -110,7 +110,7 @@ pub enum Template {
 ///
 /// # Errors
 /// [`PromptError::Invalid`] naming the problem.
-pub fn parse_template(path: &Path, text: &str) -> Result<Template, PromptError> {
+pub(crate) fn parse_template(path: &Path, text: &str) -> Result<Template, PromptError> {
     let invalid = |m: &str| PromptError::Invalid {
         path: path.to_owned(),
         message: m.to_owned(),
@@ -481,7 +481,7 @@ fn is_manual(f: &Fact) -> bool {
 
 /// The `{current_memory}` value: the snapshot as JSON with `[MANUAL]` marks on hand-written
 /// facts and every string value HTML-escaped, laid out like Python's `json.dumps(indent=2)`.
-pub fn current_memory_json(memory: &MemoryDocument) -> String {
+pub(crate) fn current_memory_json(memory: &MemoryDocument) -> String {
     let facts: Vec<Map<String, Value>> = memory
         .facts
         .iter()
@@ -550,7 +550,7 @@ fn shorten(s: &str) -> String {
 
 /// The `{conversation}` value: `User: …` / `Assistant: …` turns separated by blank lines,
 /// upload blocks removed from user turns, long turns shortened, text HTML-escaped.
-pub fn format_conversation(feed: &[Message]) -> String {
+pub(crate) fn format_conversation(feed: &[Message]) -> String {
     let mut lines = Vec::new();
     for msg in feed {
         let prefix = match msg.kind {
@@ -601,7 +601,7 @@ const MANUAL_NOTE: &str = "NOTE: Facts marked [MANUAL] were entered by the user 
 
 /// The `{correction_hint}` value: one line per detected signal, plus the `[MANUAL]` note when
 /// hand-written facts exist.
-pub fn signal_hints(signals: SignalSet, has_manual_facts: bool) -> String {
+pub(crate) fn signal_hints(signals: SignalSet, has_manual_facts: bool) -> String {
     let mut lines: Vec<&str> = signals.iter().map(hint).collect();
     if has_manual_facts {
         lines.push(MANUAL_NOTE);

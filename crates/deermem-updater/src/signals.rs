@@ -10,7 +10,7 @@ use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 
 /// How many of the most recent messages (any role) the "recent" detection looks at.
-pub const SIGNAL_WINDOW: usize = 6;
+pub(crate) const SIGNAL_WINDOW: usize = 6;
 
 /// A deterministic signal found in the user's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -120,7 +120,7 @@ impl Serialize for SignalSet {
 }
 
 /// The stem of the trivial-acknowledgement pattern file.
-pub const TRIVIAL_FILE: &str = "trivial";
+pub(crate) const TRIVIAL_FILE: &str = "trivial";
 
 /// Every pattern file a `patterns_dir` must hold.
 pub const PATTERN_FILES: [&str; 7] = [
@@ -340,7 +340,7 @@ impl PatternSet {
 ///
 /// # Errors
 /// Invalid YAML, a top level that is not a list, or a regex that does not compile.
-pub fn parse_pattern_file(path: &Path, text: &str) -> Result<Vec<Regex>, PatternError> {
+pub(crate) fn parse_pattern_file(path: &Path, text: &str) -> Result<Vec<Regex>, PatternError> {
     let full_match = path.file_stem().is_some_and(|s| s == TRIVIAL_FILE);
     let doc: serde_yaml::Value = if text.trim().is_empty() {
         serde_yaml::Value::Null

@@ -8,15 +8,15 @@ use crate::facts::display_category;
 use crate::text::{fmt2, html_escape};
 
 /// Python's `timedelta` limit in days.
-pub const MAX_TIMEDELTA_DAYS: i128 = 999_999_999;
+pub(crate) const MAX_TIMEDELTA_DAYS: i128 = 999_999_999;
 
 /// At most this many candidates are listed in one prompt (the reference listed all of them,
 /// so the prompt grew without bound); the oldest come first.
-pub const MAX_PROMPT_CANDIDATES: usize = 50;
+pub(crate) const MAX_PROMPT_CANDIDATES: usize = 50;
 
 /// Parses a fact timestamp like the reference: blank → none, Python `fromisoformat`, naive
 /// values taken as UTC.
-pub fn parse_fact_datetime(raw: &str) -> Option<Timestamp> {
+pub(crate) fn parse_fact_datetime(raw: &str) -> Option<Timestamp> {
     if raw.trim().is_empty() {
         return None;
     }
@@ -25,7 +25,7 @@ pub fn parse_fact_datetime(raw: &str) -> Option<Timestamp> {
 
 /// `expected_valid_days` of a stored value: bools are not numbers, integers count when
 /// positive (any size), finite floats are truncated toward zero first.
-pub fn read_expected_valid_days(v: Option<&Value>) -> Option<i128> {
+pub(crate) fn read_expected_valid_days(v: Option<&Value>) -> Option<i128> {
     match v? {
         Value::Number(n) => {
             if let Some(i) = n.as_i64() {
@@ -49,14 +49,14 @@ pub fn read_expected_valid_days(v: Option<&Value>) -> Option<i128> {
 }
 
 /// The fact's own review window, or the configured default.
-pub fn effective_age_days(fact: &Fact, default_days: u64) -> i128 {
+pub(crate) fn effective_age_days(fact: &Fact, default_days: u64) -> i128 {
     read_expected_valid_days(fact.extra.get("expected_valid_days"))
         .unwrap_or(i128::from(default_days))
 }
 
 /// `ts + days`, or `None` when `|days|` exceeds Python's `timedelta` or the result leaves
 /// years 1–9999.
-pub fn safe_add_days(ts: Timestamp, days: i128) -> Option<Timestamp> {
+pub(crate) fn safe_add_days(ts: Timestamp, days: i128) -> Option<Timestamp> {
     if days.abs() > MAX_TIMEDELTA_DAYS {
         return None;
     }
@@ -65,7 +65,7 @@ pub fn safe_add_days(ts: Timestamp, days: i128) -> Option<Timestamp> {
 
 /// The instant a fact's review clock started: its last explicit confirmation when parseable,
 /// else its creation time.
-pub fn review_reference(fact: &Fact) -> Option<(Timestamp, &str)> {
+pub(crate) fn review_reference(fact: &Fact) -> Option<(Timestamp, &str)> {
     if let Some(Some(last)) = &fact.last_confirmed_at
         && let Some(t) = parse_fact_datetime(last)
     {
@@ -78,7 +78,7 @@ pub fn review_reference(fact: &Fact) -> Option<(Timestamp, &str)> {
 ///
 /// Both the stored category and the displayed one (the original of a non-core category) are
 /// checked, so protecting `knowledge` works although storage keeps it as `other`.
-pub fn is_protected(fact: &Fact, protected: &[String]) -> bool {
+pub(crate) fn is_protected(fact: &Fact, protected: &[String]) -> bool {
     let stored = fact.category.as_deref();
     let shown = display_category(fact);
     protected
@@ -87,7 +87,7 @@ pub fn is_protected(fact: &Fact, protected: &[String]) -> bool {
 }
 
 /// The facts past their review window, in memory order.
-pub fn select_stale_candidates<'a>(
+pub(crate) fn select_stale_candidates<'a>(
     facts: &'a [Fact],
     config: &DeerMemConfig,
     now: Timestamp,
@@ -131,7 +131,7 @@ fn local_date(raw: &str, ts: Timestamp) -> String {
 /// `- [{id} | {category} | {conf:.2f} | {YYYY-MM-DD} | valid:{N}d] "{content}"`.
 ///
 /// At most [`MAX_PROMPT_CANDIDATES`] lines, oldest review reference first.
-pub fn staleness_lines(candidates: &[&Fact], default_days: u64) -> String {
+pub(crate) fn staleness_lines(candidates: &[&Fact], default_days: u64) -> String {
     let mut ordered: Vec<&Fact> = candidates.to_vec();
     ordered.sort_by_cached_key(|f| review_reference(f).map(|(t, _)| t));
     ordered

@@ -6,7 +6,7 @@ use deermem_core::py;
 use serde_json::Value;
 
 /// `html.escape(s, quote)`: `&`, `<`, `>` always; `"` and `'` too when `quote` is true.
-pub fn html_escape(s: &str, quote: bool) -> String {
+pub(crate) fn html_escape(s: &str, quote: bool) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     push_html_escaped(s, quote, &mut out);
     out
@@ -55,27 +55,29 @@ pub fn content_key(content: &str) -> Option<String> {
 }
 
 /// A gate label as the gates read it: the stripped, lower-cased string when non-empty.
-pub fn normalize_label(s: &str) -> Option<String> {
+pub(crate) fn normalize_label(s: &str) -> Option<String> {
     let t = py::lower(py::strip(s));
     if t.is_empty() { None } else { Some(t) }
 }
 
 /// Python's `{:.2f}` of a float (Rust's formatting rounds the same way).
-pub fn fmt2(x: f64) -> String {
+pub(crate) fn fmt2(x: f64) -> String {
     format!("{x:.2}")
 }
 
+#[cfg(test)]
 /// `json.dumps(value, indent=2, ensure_ascii=False)`: two-space indentation, `", "`-free line
 /// layout, floats in Python `repr` form, non-ASCII text kept as is.
-pub fn json_dumps_pretty(value: &Value) -> String {
+pub(crate) fn json_dumps_pretty(value: &Value) -> String {
     let mut out = String::new();
     write_json(value, 0, false, &mut out);
     out
 }
 
+#[cfg(test)]
 /// [`json_dumps_pretty`] of the value with every string value (never a key) HTML-escaped with
 /// `quote=True` first, without copying the value.
-pub fn json_dumps_pretty_escaped(value: &Value) -> String {
+pub(crate) fn json_dumps_pretty_escaped(value: &Value) -> String {
     let mut out = String::new();
     write_json(value, 0, true, &mut out);
     out
@@ -255,8 +257,9 @@ fn push_json_string(s: &str, html: bool, out: &mut String) {
     out.push('"');
 }
 
+#[cfg(test)]
 /// Recursively HTML-escapes every string value (never keys) with `quote=True`.
-pub fn escape_json_strings(v: &Value) -> Value {
+pub(crate) fn escape_json_strings(v: &Value) -> Value {
     match v {
         Value::String(s) => Value::String(html_escape(s, true)),
         Value::Array(items) => Value::Array(items.iter().map(escape_json_strings).collect()),
@@ -292,7 +295,7 @@ pub enum FormatError {
 ///
 /// # Errors
 /// A [`FormatError`] naming the placeholder.
-pub fn format_template(
+pub(crate) fn format_template(
     template: &str,
     vars: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, FormatError> {

@@ -24,11 +24,11 @@ use tiktoken_rs::CoreBPE;
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
 /// Texts longer than this (bytes) are not memoised (a whole injection block is a few KiB).
-pub const MEMO_MAX_TEXT_BYTES: usize = 64 * 1024;
+pub(crate) const MEMO_MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Memoised counts kept at most.
-pub const MEMO_ENTRIES: usize = 16_384;
+pub(crate) const MEMO_ENTRIES: usize = 16_384;
 /// Bytes of memoised texts kept at most; the least recently used go first.
-pub const MEMO_MAX_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MEMO_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// The memo: counts by text, and the bytes of the texts it holds.
 struct MemoMap {
@@ -69,7 +69,7 @@ fn memo() -> &'static Memo {
 
 /// The longest run of characters of one class (letters, digits, whitespace, other) that is
 /// encoded in one piece; longer runs are cut into pieces of this many characters.
-pub const MAX_RUN_CHARS: usize = 128;
+pub(crate) const MAX_RUN_CHARS: usize = 128;
 
 /// The character classes the encoding's pre-tokenizer splits between.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ fn segments(text: &str) -> Vec<&str> {
 
 /// The BPE count of `text`, segment by segment (see [`segments`]).
 fn encode_count(bpe: &CoreBPE, text: &str) -> usize {
-    #[cfg(test)]
+    #[cfg(feature = "test-probe")]
     probe::record(text);
     segments(text)
         .into_iter()
@@ -252,18 +252,19 @@ impl TokenCounter {
     }
 }
 
-/// Which threads encoded texts holding a marker, so a test can tell where counting ran.
-#[cfg(test)]
-pub(crate) mod probe {
+/// Which threads encoded texts holding a marker, so a test can tell where counting ran (the
+/// `test-probe` feature, enabled only by the engine's tests).
+#[cfg(feature = "test-probe")]
+pub mod probe {
     use std::sync::Mutex;
     use std::thread::ThreadId;
 
     /// Texts holding this are recorded.
-    pub(crate) const MARKER: &str = "thread-probe-4f1c";
+    pub const MARKER: &str = "thread-probe-4f1c";
 
     static SEEN: Mutex<Vec<(String, ThreadId)>> = Mutex::new(Vec::new());
 
-    pub(crate) fn record(text: &str) {
+    pub fn record(text: &str) {
         if text.contains(MARKER) {
             SEEN.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -272,7 +273,7 @@ pub(crate) mod probe {
     }
 
     /// The threads that counted a text containing `needle`.
-    pub(crate) fn threads_counting(needle: &str) -> Vec<ThreadId> {
+    pub fn threads_counting(needle: &str) -> Vec<ThreadId> {
         SEEN.lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()

@@ -27,7 +27,7 @@ use crate::signals::{PatternError, PatternSet, SignalSet};
 use crate::watermark::{ConversationKey, Watermarks, message_identity};
 
 /// Commit attempts before a conflict is given up (the first try plus two recomputes).
-pub const MAX_COMMIT_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = 3;
 
 /// One extraction job.
 #[derive(Clone, Debug, PartialEq)]

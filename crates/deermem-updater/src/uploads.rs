@@ -41,13 +41,13 @@ fn multi_space_re() -> &'static Regex {
 }
 
 /// Whether the lower-cased text mentions an upload block tag.
-pub fn mentions_upload_block(text: &str) -> bool {
+pub(crate) fn mentions_upload_block(text: &str) -> bool {
     let lower = text.to_lowercase();
     lower.contains("<uploaded_files>") || lower.contains("<current_uploads>")
 }
 
 /// Removes every upload block (case-insensitive tags) and strips the remainder.
-pub fn strip_upload_blocks(text: &str) -> String {
+pub(crate) fn strip_upload_blocks(text: &str) -> String {
     deermem_core::py::strip(&upload_block_re().replace_all(text, "")).to_owned()
 }
 
@@ -55,7 +55,7 @@ pub fn strip_upload_blocks(text: &str) -> String {
 ///
 /// A removed sentence leaves behind the whitespace that preceded it, so the sentences around it
 /// stay separated ("A. B." rather than the reference's "A.B.").
-pub fn strip_upload_sentences(summary: &str) -> String {
+pub(crate) fn strip_upload_sentences(summary: &str) -> String {
     let removed = upload_sentence_re().replace_all(summary, |caps: &regex::Captures<'_>| {
         let m = caps.get(0).map_or("", |m| m.as_str());
         let lead = m.len() - m.trim_start().len();
@@ -66,7 +66,7 @@ pub fn strip_upload_sentences(summary: &str) -> String {
 }
 
 /// Whether a fact's content mentions an upload event (such facts are deleted).
-pub fn mentions_upload_event(content: &str) -> bool {
+pub(crate) fn mentions_upload_event(content: &str) -> bool {
     upload_sentence_re().is_match(content)
 }
 

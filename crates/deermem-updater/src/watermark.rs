@@ -34,7 +34,7 @@ impl ConversationKey {
 /// How a message is recognised again: its id, or its type and text (kept as a length and a
 /// hash, so long messages are not copied into the cache).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MessageIdentity {
+pub(crate) enum MessageIdentity {
     /// A non-empty message id.
     Id(String),
     /// Type and text.
@@ -49,7 +49,7 @@ pub enum MessageIdentity {
 }
 
 /// A message's identity, or `None` when it has neither an id nor text.
-pub fn message_identity(m: &Message) -> Option<MessageIdentity> {
+pub(crate) fn message_identity(m: &Message) -> Option<MessageIdentity> {
     if let Some(id) = m.id.as_deref().filter(|s| !s.is_empty()) {
         return Some(MessageIdentity::Id(id.to_owned()));
     }
@@ -68,13 +68,13 @@ pub fn message_identity(m: &Message) -> Option<MessageIdentity> {
 
 /// The watermark cache: a bounded LRU (0 = unbounded).
 #[derive(Debug)]
-pub struct Watermarks {
+pub(crate) struct Watermarks {
     cache: LruCache<ConversationKey, Option<MessageIdentity>>,
 }
 
 impl Watermarks {
     /// A cache holding at most `max_keys` conversations (0 = unbounded).
-    pub fn new(max_keys: usize) -> Self {
+    pub(crate) fn new(max_keys: usize) -> Self {
         Self {
             cache: match NonZeroUsize::new(max_keys) {
                 Some(n) => LruCache::new(n),
@@ -85,7 +85,7 @@ impl Watermarks {
 
     /// The messages after the watermark: all of them when there is no watermark or it is no
     /// longer in the list (safe over-extraction). Reading touches the entry.
-    pub fn feed_after<'a>(
+    pub(crate) fn feed_after<'a>(
         &mut self,
         key: &ConversationKey,
         messages: &'a [Message],
@@ -103,22 +103,18 @@ impl Watermarks {
     }
 
     /// Moves the watermark to `last` (the least recently used entry is dropped when full).
-    pub fn set(&mut self, key: ConversationKey, last: Option<MessageIdentity>) {
+    pub(crate) fn set(&mut self, key: ConversationKey, last: Option<MessageIdentity>) {
         self.cache.put(key, last);
     }
 
     /// How many conversations are tracked.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.cache.len()
     }
 
-    /// Whether no conversation is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
-    }
-
+    #[cfg(test)]
     /// Whether a conversation is tracked (without touching it).
-    pub fn contains(&self, key: &ConversationKey) -> bool {
+    pub(crate) fn contains(&self, key: &ConversationKey) -> bool {
         self.cache.contains(key)
     }
 }

@@ -11,9 +11,9 @@ use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, LlmError, Message, UserId};
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
-use deermem_updater::observe::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};
-use deermem_updater::parse::ParseError;
-use deermem_updater::proposer::ProposeError;
+use deermem_updater::ParseError;
+use deermem_updater::ProposeError;
+use deermem_updater::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};
 use deermem_updater::{
     MemoryUpdater, ProposalOrigin, SignalSet, UpdateRequest, UpdateStatus, UpdaterError,
 };

@@ -65,11 +65,11 @@ pub struct BuildOptions<'a> {
     /// Overrides `backend_config.storage_path` (the CLI's `--storage-path`).
     pub storage_path: Option<PathBuf>,
     /// Receives the embedded engine's extraction events (metrics, tracing).
-    #[cfg(feature = "updater")]
-    pub observer: Option<Arc<dyn deermem_updater::observe::UpdateObserver>>,
+    #[cfg(feature = "engine")]
+    pub observer: Option<Arc<dyn deermem_updater::UpdateObserver>>,
     /// The host's rule for hidden (`hide_from_ui`) user messages; the structural default when
     /// `None`.
-    #[cfg(feature = "updater")]
+    #[cfg(feature = "engine")]
     pub hidden_messages: Option<deermem_updater::HiddenMessagePolicy>,
 }
 
@@ -91,9 +91,9 @@ impl<'a> BuildOptions<'a> {
             clock: None,
             llm: None,
             storage_path: None,
-            #[cfg(feature = "updater")]
+            #[cfg(feature = "engine")]
             observer: None,
-            #[cfg(feature = "updater")]
+            #[cfg(feature = "engine")]
             hidden_messages: None,
         }
     }
@@ -104,8 +104,8 @@ impl<'a> BuildOptions<'a> {
 #[non_exhaustive]
 pub enum Backend {
     /// The embedded engine (file storage, FTS5 index, LLM or offline extraction).
-    #[cfg(all(feature = "updater", feature = "storage-file"))]
-    DeerMem(Arc<deermem_updater::DeerMemManager>),
+    #[cfg(all(feature = "engine", feature = "storage-file"))]
+    DeerMem(Arc<deermem_engine::DeerMemManager>),
     /// The minimal backend.
     Noop(Arc<NoopManager>),
     /// Honcho.
@@ -120,7 +120,7 @@ impl Backend {
     /// The manager behind the backend.
     pub fn manager(&self) -> Arc<dyn MemoryManager> {
         match self {
-            #[cfg(all(feature = "updater", feature = "storage-file"))]
+            #[cfg(all(feature = "engine", feature = "storage-file"))]
             Self::DeerMem(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
             Self::Noop(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
             #[cfg(feature = "honcho")]
@@ -131,8 +131,8 @@ impl Backend {
     }
 
     /// The embedded DeerMem manager, when that is the backend.
-    #[cfg(all(feature = "updater", feature = "storage-file"))]
-    pub fn deermem(&self) -> Option<&Arc<deermem_updater::DeerMemManager>> {
+    #[cfg(all(feature = "engine", feature = "storage-file"))]
+    pub fn deermem(&self) -> Option<&Arc<deermem_engine::DeerMemManager>> {
         match self {
             Self::DeerMem(m) => Some(m),
             _ => None,
@@ -142,7 +142,7 @@ impl Backend {
     /// The backend's `manager_class` name.
     pub fn class(&self) -> &'static str {
         match self {
-            #[cfg(all(feature = "updater", feature = "storage-file"))]
+            #[cfg(all(feature = "engine", feature = "storage-file"))]
             Self::DeerMem(_) => "deermem",
             Self::Noop(_) => "noop",
             #[cfg(feature = "honcho")]
@@ -326,7 +326,7 @@ fn build_openviking(
     })
 }
 
-#[cfg(all(feature = "updater", feature = "storage-file"))]
+#[cfg(all(feature = "engine", feature = "storage-file"))]
 fn build_deermem(
     config: &MemoryConfig,
     root: &std::path::Path,
@@ -347,7 +347,7 @@ fn build_deermem(
         Some(llm) => Some(Arc::clone(llm)),
         None => build_llm(&cfg)?,
     };
-    let mut parts = deermem_updater::DeerMemParts::new(cfg, Arc::new(storage), clock);
+    let mut parts = deermem_engine::DeerMemParts::new(cfg, Arc::new(storage), clock);
     parts.mode = config.mode;
     parts.injection_enabled = config.injection_enabled;
     parts.llm = llm;
@@ -355,12 +355,12 @@ fn build_deermem(
     if let Some(policy) = &opts.hidden_messages {
         parts.hidden_messages = policy.clone();
     }
-    let manager = deermem_updater::DeerMemManager::new(parts)
+    let manager = deermem_engine::DeerMemManager::new(parts)
         .map_err(|source| BuildError::Backend { name, source })?;
     Ok(Backend::DeerMem(Arc::new(manager)))
 }
 
-#[cfg(not(all(feature = "updater", feature = "storage-file")))]
+#[cfg(not(all(feature = "engine", feature = "storage-file")))]
 fn build_deermem(
     _: &MemoryConfig,
     _: &std::path::Path,
@@ -369,17 +369,17 @@ fn build_deermem(
 ) -> Result<Backend, BuildError> {
     Err(BuildError::NotCompiled {
         name: "deermem".into(),
-        feature: if cfg!(feature = "updater") {
+        feature: if cfg!(feature = "engine") {
             "storage-file"
         } else {
-            "updater"
+            "engine"
         },
     })
 }
 
 /// The configured extraction model, or `None` when no model is configured (the offline
 /// rule-based proposer is then used).
-#[cfg(all(feature = "updater", feature = "storage-file"))]
+#[cfg(all(feature = "engine", feature = "storage-file"))]
 fn build_llm(
     cfg: &deermem_core::DeerMemConfig,
 ) -> Result<Option<Arc<dyn LanguageModel>>, BuildError> {

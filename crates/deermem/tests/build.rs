@@ -110,12 +110,12 @@ async fn openviking_left_out_names_its_feature() {
     assert!(err.contains("feature `openviking`"), "{err}");
 }
 
-#[cfg(not(feature = "updater"))]
+#[cfg(not(feature = "engine"))]
 #[tokio::test]
 async fn deermem_left_out_names_its_feature() {
     let dir = tempfile::tempdir().unwrap();
     let err = build(&MemoryConfig::default(), dir.path())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("feature `updater`"), "{err}");
+    assert!(err.contains("feature `engine`"), "{err}");
 }

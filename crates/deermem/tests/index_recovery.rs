@@ -12,7 +12,7 @@ use std::sync::Arc;
 use deermem::Backend;
 use deermem_core::ports::{MemoryScope, NewFact, SearchRequest};
 use deermem_core::{AgentName, MatchType, MemoryConfig, Scope, SearchQuery, UserId};
-use deermem_updater::DeerMemManager;
+use deermem_engine::DeerMemManager;
 
 const INDEX_FILE: &str = "deermem-fts5-v1.sqlite3";
 

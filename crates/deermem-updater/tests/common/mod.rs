@@ -20,7 +20,7 @@ use deermem_core::{
 };
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::storage::InMemoryStorage;
-use deermem_updater::facts::FactIdSource;
+use deermem_updater::FactIdSource;
 use serde_json::json;
 
 /// The time every test starts at.

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, UserId};
 
-use crate::filter::{HiddenMessagePolicy, admit};
-use crate::inject::{InjectionOptions, format_memory_for_injection};
 use crate::queue::{QueueConfig, QueueError, UpdateQueue};
-use crate::signals::SignalSet;
-use crate::updater::{MemoryUpdater, UpdateRequest};
+use deermem_updater::SignalSet;
+use deermem_updater::{HiddenMessagePolicy, admit};
+use deermem_updater::{InjectionOptions, format_memory_for_injection};
+use deermem_updater::{MemoryUpdater, UpdateRequest};
 
 /// What happened to a submitted conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +157,8 @@ impl UpdatePipeline {
             // The character estimate is one linear pass: cheaper than a thread hand-off.
             return Ok(format_memory_for_injection(&doc, &opts));
         }
-        if let Some(text) = crate::tokens::memo_only(|| format_memory_for_injection(&doc, &opts)) {
+        if let Some(text) = deermem_updater::memo_only(|| format_memory_for_injection(&doc, &opts))
+        {
             return Ok(text);
         }
         let doc = Arc::new(doc);
@@ -197,10 +198,10 @@ mod tests {
     use serde_json::json;
 
     use super::UpdatePipeline;
-    use crate::filter::HiddenMessagePolicy;
     use crate::queue::QueueConfig;
-    use crate::tokens::probe;
-    use crate::updater::MemoryUpdater;
+    use deermem_updater::HiddenMessagePolicy;
+    use deermem_updater::MemoryUpdater;
+    use deermem_updater::probe;
 
     /// `get_context` counts tokens on the blocking pool, never on the runtime thread that
     /// serves the other requests (a current-thread runtime: the test's own thread).

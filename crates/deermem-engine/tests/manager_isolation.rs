@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use deermem_core::ports::{ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact};
 use deermem_core::{InvalidInputCode, ManagerError, UserId};
-use deermem_updater::IngestStatus;
+use deermem_engine::IngestStatus;
 use manager_support::{config, file_env, ids, scope, search, turn, user};
 
 const BOB: &str = "bob@example.com";

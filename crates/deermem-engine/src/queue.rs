@@ -23,8 +23,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::updater::{UpdateProcessor, UpdateRequest};
-use crate::watermark::ConversationKey;
+use deermem_updater::ConversationKey;
+use deermem_updater::{UpdateProcessor, UpdateRequest};
 
 /// Queue settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,9 +17,10 @@ use deermem_core::{
     AgentName, DeerMemConfig, InvalidInputCode, LlmError, ManagerError, MemoryMode,
     PublicMemoryDocument, SummaryPatch,
 };
+use deermem_engine::{DeerMemManager, IngestStatus, RemovalReason};
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
 use deermem_testkit::storage::InMemoryStorage;
-use deermem_updater::{DeerMemManager, IngestStatus, ProposalKind, RejectReason, RemovalReason};
+use deermem_updater::{ProposalKind, RejectReason};
 use manager_support::{
     Competitor, HookedStorage, agent, answer, clock, competing_create, config, file_env,
     file_storage, hooked_manager, ids, labelled, markdown_files, memory_manager, parts, scope,
@@ -1366,7 +1367,8 @@ fn copy_files(from: &Path, to: &Path, skip: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_directories_are_loaded_at_construction() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // The updater crate ships the default patterns and prompts.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deermem-updater/src");
     let dir = tempfile::tempdir().unwrap();
     let (patterns, prompts) = (dir.path().join("patterns"), dir.path().join("prompts"));
     copy_files(&src.join("patterns"), &patterns, None);

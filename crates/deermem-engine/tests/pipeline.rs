@@ -1,6 +1,8 @@
 //! The manager-facing layer: backpressure never reaches the caller, the emergency path, the
 //! configured `patterns_dir` / `prompts_dir`, and hostile input from the model.
 
+// The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
+#[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -9,15 +11,13 @@ use std::time::Duration;
 use common::{LogCapture, SpyStorage, a, answer, clock, h, labelled, seed_fact};
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, DeerMemConfig, UserId};
+use deermem_engine::{QueueConfig, QueueError, Submission, SubmitOutcome, UpdatePipeline};
 use deermem_testkit::llm::ScriptedLlm;
-use deermem_updater::prompt::{
-    CHAT_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE, STALENESS_TEMPLATE_FILE,
-};
-use deermem_updater::signals::PATTERN_FILES;
-use deermem_updater::updater::BuildError;
+use deermem_updater::BuildError;
+use deermem_updater::PATTERN_FILES;
+use deermem_updater::{CHAT_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE, STALENESS_TEMPLATE_FILE};
 use deermem_updater::{
-    HiddenMessagePolicy, MemoryUpdater, QueueConfig, QueueError, Signal, SignalSet, Submission,
-    SubmitOutcome, UpdatePipeline, UpdateRequest, UpdateStatus,
+    HiddenMessagePolicy, MemoryUpdater, Signal, SignalSet, UpdateRequest, UpdateStatus,
 };
 use serde_json::json;
 

@@ -16,10 +16,10 @@ use deermem_core::{
     ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode, OverloadScope,
     RebuildReport, TokenCounting,
 };
+use deermem_engine::{DeerMemManager, QueueConfig};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
-use deermem_updater::{DeerMemManager, QueueConfig};
 use manager_support::{
     HookedStorage, RebuildCall, agent, answer, clock, config, file_env, file_storage,
     hooked_manager, labelled, parts, scope, search, turn, user,

@@ -20,13 +20,13 @@ use deermem_core::{
     Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, Timestamp,
     TokenCounting, UserId,
 };
+use deermem_engine::{DeerMemManager, DeerMemParts};
 use deermem_retrieval_fts5::Fts5Retrieval;
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
-use deermem_updater::facts::FactIdSource;
-use deermem_updater::{DeerMemManager, DeerMemParts};
+use deermem_updater::FactIdSource;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 

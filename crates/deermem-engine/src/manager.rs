@@ -38,29 +38,27 @@ use deermem_core::{
     PublicMemoryDocument, TokenCounting, UserId,
 };
 
-pub use facts::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
 pub use ingest::{AddedFact, IngestReport, IngestStatus, RemovalReason, RemovedFact};
-pub use search::{MAX_QUERY_CHARS, MAX_TOP_K};
 
-use crate::facts::FactIdSource;
-use crate::filter::HiddenMessagePolicy;
-use crate::observe::UpdateObserver;
 use crate::pipeline::{Submission, SubmitOutcome, UpdatePipeline};
-use crate::prompt::TemplateStore;
 use crate::queue::{QueueConfig, QueueError};
-use crate::signals::{PATTERN_FILES, PatternSet};
-use crate::tokens::TokenCounter;
-use crate::updater::MemoryUpdater;
+use deermem_updater::FactIdSource;
+use deermem_updater::HiddenMessagePolicy;
+use deermem_updater::MemoryUpdater;
+use deermem_updater::TemplateStore;
+use deermem_updater::TokenCounter;
+use deermem_updater::UpdateObserver;
+use deermem_updater::{PATTERN_FILES, PatternSet};
 
 /// The backend name used in "not supported by" messages and logs.
-pub const DEERMEM_NAME: &str = "DeerMem";
+pub(crate) const DEERMEM_NAME: &str = "DeerMem";
 
 /// Attempts of a manager write whose caller named no revision (create, scoped clear, import,
 /// and update or delete without `expected_revision`) before a revision conflict is reported.
 /// The reference stops after three; several processes writing one user (CLI invocations,
 /// gateway replicas on one root) lose that race often enough that three is not enough, so we
 /// retry more, each time after a short randomised pause (`conflict_backoff`).
-pub const MAX_SNAPSHOT_ATTEMPTS: u32 = 8;
+pub(crate) const MAX_SNAPSHOT_ATTEMPTS: u32 = 8;
 
 /// The pause before retry `attempt + 1` of a write that lost a revision race: exponential from
 /// 2 ms, capped at 64 ms, scaled by a random factor in [0.5, 1.5) so racing writers spread out.
@@ -77,7 +75,7 @@ pub(crate) async fn conflict_backoff(attempt: u32) {
 }
 
 /// The longest thread id accepted (bytes). Thread ids end up in fact sources on disk.
-pub const MAX_THREAD_ID_BYTES: usize = 1024;
+pub(crate) const MAX_THREAD_ID_BYTES: usize = 1024;
 
 /// Everything a [`DeerMemManager`] is built from.
 ///

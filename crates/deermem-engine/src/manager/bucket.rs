@@ -13,7 +13,7 @@ use deermem_core::{
 
 use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
-use crate::apply::capacity_decision;
+use deermem_updater::capacity_decision;
 
 fn memory_data(message: String) -> ManagerError {
     ManagerError::invalid(InvalidInputCode::MemoryData, message)

@@ -17,9 +17,9 @@ use super::DeerMemManager;
 
 /// The largest `top_k` honoured (larger values are clamped; nothing is lost, a bucket holds at
 /// most 500 facts).
-pub const MAX_TOP_K: usize = 1000;
+pub(crate) const MAX_TOP_K: usize = 1000;
 
-pub use deermem_core::fact::MAX_QUERY_CHARS;
+pub(crate) use deermem_core::fact::MAX_QUERY_CHARS;
 
 /// Scopes remembered as warmed before a full warm-up; forgetting one only costs one more scoped
 /// rebuild.

@@ -2,6 +2,8 @@
 //! and the gates into a real storage (the testkit's in-memory storage and the file storage),
 //! and the injection text shows what was learned.
 
+// The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
+#[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -10,13 +12,11 @@ use std::time::Duration;
 use common::{a, clock, counter_ids, h, labelled};
 use deermem_core::ports::{Clock, MemoryStorage};
 use deermem_core::{AgentName, DeerMemConfig, MemoryMode, Message, UserId};
+use deermem_engine::{QueueConfig, Submission, SubmitOutcome, UpdatePipeline};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
-use deermem_updater::{
-    HiddenMessagePolicy, MemoryUpdater, QueueConfig, Signal, Submission, SubmitOutcome,
-    UpdatePipeline,
-};
+use deermem_updater::{HiddenMessagePolicy, MemoryUpdater, Signal};
 use serde_json::json;
 
 fn script() -> Vec<String> {

@@ -2,6 +2,8 @@
 //! per-conversation debounce, emergency items, backpressure, flushing, failures and panics. Paused
 //! tokio time drives the debounce; tests assert order and counts, never durations.
 
+// The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
+#[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;
@@ -11,10 +13,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::{a, h};
 use deermem_core::{AgentName, UserId};
-use deermem_updater::updater::UpdateProcessor;
+use deermem_engine::{QueueConfig, QueueError, UpdateQueue};
+use deermem_updater::UpdateProcessor;
 use deermem_updater::{
-    QueueConfig, QueueError, Signal, SignalSet, UpdateOutcome, UpdateQueue, UpdateRequest,
-    UpdateStatus, UpdaterError,
+    Signal, SignalSet, UpdateOutcome, UpdateRequest, UpdateStatus, UpdaterError,
 };
 use tokio::sync::Semaphore;
 
@@ -391,7 +393,7 @@ fn big(thread: &str, user: &str, kib: usize) -> UpdateRequest {
 #[tokio::test(start_paused = true)]
 async fn pending_bytes_are_bounded_per_user_and_in_total() {
     let rec = Arc::new(Recorder::default());
-    let one = deermem_updater::queue::request_bytes(&big("t0", "u1", 100));
+    let one = deermem_engine::request_bytes(&big("t0", "u1", 100));
     // The text, counted three times (`item` repeats it in the two message ids), and a little
     // for the structures around it.
     assert!(one > 300 * 1024 && one < 301 * 1024, "{one}");
@@ -456,7 +458,7 @@ async fn an_item_being_processed_still_counts_until_it_ends() {
         gate: Some(gate.clone()),
         ..Recorder::default()
     });
-    let one = deermem_updater::queue::request_bytes(&big("t0", "u1", 64));
+    let one = deermem_engine::request_bytes(&big("t0", "u1", 64));
     let q = queue(&rec, byte_cfg(one, 0));
     q.add_nowait(big("t1", "u1", 64)).unwrap();
     settle().await;

@@ -9,10 +9,10 @@ use deermem_core::{ManagerError, MemoryDocument};
 use serde::Serialize;
 
 use super::DeerMemManager;
-use crate::apply::{ApplyReport, Rejection, UpdateMetrics};
-use crate::filter::admit;
-use crate::proposer::{ProposalOrigin, ProposeError};
-use crate::updater::{UpdateRequest, UpdateStatus, UpdaterError};
+use deermem_updater::admit;
+use deermem_updater::{ApplyReport, Rejection, UpdateMetrics};
+use deermem_updater::{ProposalOrigin, ProposeError};
+use deermem_updater::{UpdateRequest, UpdateStatus, UpdaterError};
 
 /// What an ingest did overall.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -174,7 +174,7 @@ fn additions(report: &ApplyReport, doc: &MemoryDocument) -> Vec<AddedFact> {
         .map(|f| AddedFact {
             id: f.id.as_str().to_owned(),
             content: f.content.clone(),
-            category: crate::facts::display_category(f).to_owned(),
+            category: deermem_updater::display_category(f).to_owned(),
             confidence: f.confidence,
         })
         .collect()

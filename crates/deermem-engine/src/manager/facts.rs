@@ -14,11 +14,11 @@ use deermem_core::{
 use serde_json::{Map, Value};
 
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
-use crate::apply::{CapacityDecision, capacity_decision};
-use crate::text::content_key;
 use deermem_core::ports::MemoryStorageExt;
+use deermem_updater::content_key;
+use deermem_updater::{CapacityDecision, capacity_decision};
 
-pub use deermem_core::fact::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
+pub(crate) use deermem_core::fact::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
 
 /// Draws at most this many ids before giving up on finding an unused one.
 const ID_DRAWS: usize = 32;
