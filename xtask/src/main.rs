@@ -4,6 +4,8 @@
 //!
 //! xtask uses only the standard library so it builds in seconds on a fresh machine.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod bench;
 mod python;
 mod tidy;

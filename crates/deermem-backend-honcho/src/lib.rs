@@ -16,6 +16,7 @@
 //! Deliberate differences from the Python reference are listed in `docs/compat.md` (section
 //! "Honcho backend").
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 mod capture;

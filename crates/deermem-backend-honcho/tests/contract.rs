@@ -1,6 +1,8 @@
 //! Runs the `MemoryManager` contract suite from deermem-testkit against the Honcho backend
 //! talking to the fake Honcho v3 server on 127.0.0.1.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use deermem_backend_honcho::fake::FakeHoncho;

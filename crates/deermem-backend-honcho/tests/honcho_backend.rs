@@ -2,6 +2,8 @@
 //! request sequences, the cursor (only new messages, batches of 100, restarts), reads under
 //! both failure policies, identity and percent-encoding, and secret hygiene.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use deermem_core::ports::MemoryManagerExt as _;
 use std::io::Write;
 use std::path::Path;

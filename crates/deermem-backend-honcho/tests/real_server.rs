@@ -2,6 +2,8 @@
 //! names one (with `DEERMEM_HONCHO_TEST_API_KEY` when it needs a key); otherwise it prints why
 //! it skipped. Reads are fail-closed here so any server-side rejection fails the test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use deermem_core::ports::MemoryManagerExt as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -20,6 +20,7 @@
 //! - `testserver` (Cargo feature `real-server`): a real OpenViking 0.5.2 server from PyPI on
 //!   127.0.0.1, with a stub model server, for the end-to-end tests.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 pub mod client;

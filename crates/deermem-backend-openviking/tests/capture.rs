@@ -1,6 +1,8 @@
 //! Capture-path contract tests against the fake OpenViking server: request sequences, batching,
 //! commits and their retry, the hash-only cursor, failure policies and the owner rule.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -6,6 +6,8 @@
 //! `manager_contract!` macro would give every behaviour the same owner). Behaviours gated on
 //! capabilities this backend does not declare (fact CRUD, clear, import/export) return at once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::sync::Arc;

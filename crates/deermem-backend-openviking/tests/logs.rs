@@ -1,6 +1,8 @@
 //! The API key never reaches the logs: every log line of a failing capture, a failing recall,
 //! an unhealthy warm-up and configuration warnings is captured and searched for the key.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::io::Write;

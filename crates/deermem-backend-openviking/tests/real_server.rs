@@ -7,6 +7,8 @@
 //! When the server cannot be installed (no Python 3.10+, no package index) the test fails with
 //! what is missing. Everything it starts stops when it ends.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -2,6 +2,8 @@
 //! injection query through `find`/`search`, request bodies and headers, content modes,
 //! formatting, read failure policy and retry, warm-up, capabilities and unsupported operations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -4,6 +4,8 @@
 //! decision). Front-matter parse/render is in `deermem-storage-file/benches/yaml.rs`; the
 //! update cycle stages are in `deermem-updater/benches/apply.rs`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -9,6 +9,8 @@
 //! - [`stats`], [`machine`]: latency summaries, peak RSS and the machine description.
 //! - [`http`]: a minimal HTTP/1.1 keep-alive client for the gateway workload.
 
+// A measurement harness: a workload whose setup fails aborts the run with the reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![deny(missing_docs)]
 
 pub mod corpus;

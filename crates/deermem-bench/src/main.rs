@@ -1,6 +1,9 @@
 //! `deermem-bench`: the benchmark harness binary behind `cargo xtask bench` (see the library
 //! documentation and `docs/benchmarks.md`).
 
+// A measurement harness: a workload whose setup fails aborts the run with the reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::ExitCode;
 
 use deermem_bench::runner::{self, Args, RESULT_MARKER, USAGE};

@@ -1,6 +1,8 @@
 //! Smoke test of the harness (run by CI): every workload runs end to end at tiny sizes in its
 //! own child process and the JSON report is well-formed. No timing is asserted.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::process::Command;
 

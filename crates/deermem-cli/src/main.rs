@@ -2,6 +2,8 @@
 //! migration tools for the embedded file storage. Run `deermem --help` for the commands and the
 //! exit codes.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod args;
 mod cmd;
 mod ctx;

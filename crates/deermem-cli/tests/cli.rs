@@ -1,6 +1,8 @@
 //! End-to-end tests of the `deermem` binary: data commands on temp roots and on copies of the
 //! Python reference's fixtures, exit codes, JSON output, migration, ingest, demo, serve and mcp.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

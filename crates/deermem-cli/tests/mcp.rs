@@ -3,6 +3,8 @@
 //! default, the same raw user id on facts over stdio and HTTP, and CORS preflights for the
 //! `--allow-origin` origins.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -4,6 +4,8 @@
 //! protocol version the SDK negotiates, tool calls, JSON-RPC errors, a lone surrogate,
 //! concurrent calls and (over HTTP) two users at once; see its docstring.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

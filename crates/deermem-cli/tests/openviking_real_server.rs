@@ -10,6 +10,8 @@
 //! (nothing lost, the next run completes). Everything started here is stopped when the test
 //! ends; when the server cannot be installed, the test fails saying what is missing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -3,6 +3,8 @@
 //! this test process on 127.0.0.1: `ingest`, `context`, `search --json`, `facts add`
 //! (unsupported) and `serve` (context, messages, the document route, SIGTERM) all reach the fake.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

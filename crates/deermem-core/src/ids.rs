@@ -353,6 +353,18 @@ impl FactId {
         Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
     }
 
+    /// The reference's short shape from 32 random bits: `fact_` and 8 lowercase hex digits
+    /// (the first 8 hex digits of a random UUID). Always a valid id.
+    pub fn short_from_bits(bits: u32) -> Self {
+        Self(format!("fact_{bits:08x}"))
+    }
+
+    /// The storage shape from 128 random bits: `fact_` and 32 lowercase hex digits (a random
+    /// UUID without dashes). Always a valid id.
+    pub fn long_from_bits(bits: u128) -> Self {
+        Self(format!("fact_{bits:032x}"))
+    }
+
     /// The id.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -447,6 +459,23 @@ pub(crate) fn truncate_for_message(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_from_random_bits_match_the_hex_shapes_and_validate() {
+        let short = FactId::short_from_bits(0x00ab_cdef);
+        assert_eq!(short.as_str(), "fact_00abcdef");
+        assert_eq!(FactId::new(short.as_str()).unwrap(), short);
+        assert_eq!(FactId::short_from_hex("00abcdef").unwrap(), short);
+        let bits = 0x0123_4567_89ab_cdef_0011_2233_4455_6677_u128;
+        let long = FactId::long_from_bits(bits);
+        assert_eq!(long.as_str(), "fact_0123456789abcdef0011223344556677");
+        assert_eq!(FactId::new(long.as_str()).unwrap(), long);
+        assert_eq!(
+            FactId::long_from_hex(&format!("{bits:032x}")).unwrap(),
+            long
+        );
+        assert_eq!(FactId::long_from_bits(u128::MAX).as_str().len(), 5 + 32);
+    }
 
     #[test]
     fn safe_user_id_matches_reference_vectors() {

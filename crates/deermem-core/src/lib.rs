@@ -8,6 +8,7 @@
 //! - [`config`]: the `memory:` configuration with defaults, ranges and `$VAR` resolution.
 //! - [`policy`]: capacity eviction and other pure decisions.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 pub mod config;

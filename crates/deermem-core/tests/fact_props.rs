@@ -1,6 +1,8 @@
 //! Property tests of fact normalisation: it never panics on any JSON-shaped input, accepted
 //! facts satisfy the schema's invariants, and normalising a stored fact again is a no-op.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use deermem_core::fact::{FactDraft, FactScope, NormalizeContext, TITLE_MAX_CHARS, normalize_fact};
 use deermem_core::{FactError, FactId, Timestamp};
 use proptest::prelude::*;

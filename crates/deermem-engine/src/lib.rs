@@ -8,6 +8,8 @@
 //! - `get_context`: [`UpdatePipeline::context`] (the injection formatter off the async workers);
 //! - `shutdown_flush`: [`UpdateQueue::shutdown_flush`].
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod manager;
 mod pipeline;
 mod queue;

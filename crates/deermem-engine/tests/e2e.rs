@@ -2,6 +2,8 @@
 //! and the gates into a real storage (the testkit's in-memory storage and the file storage),
 //! and the injection text shows what was learned.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 // The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
 #[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;

@@ -2,6 +2,8 @@
 //! index and a scripted model, and over the in-memory storage without an index (substring
 //! search only).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod manager_support;
 
 use std::sync::Arc;

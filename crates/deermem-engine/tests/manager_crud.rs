@@ -2,6 +2,8 @@
 //! CRUD with validation, capacity and revision rules, the snapshot-retry semantics, import as a
 //! replace, clear, legacy migration on read, tool-mode injection, and `ingest_now` reports.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod manager_support;
 
 use deermem_core::ports::MemoryManagerExt as _;

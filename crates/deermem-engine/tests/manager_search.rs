@@ -3,6 +3,8 @@
 //! or shadow eviction, the lazy per-scope rebuild until a full warm-up, and shutdown, warm and
 //! close.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod manager_support;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -1,6 +1,8 @@
 //! The manager-facing layer: backpressure never reaches the caller, the emergency path, the
 //! configured `patterns_dir` / `prompts_dir`, and hostile input from the model.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 // The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
 #[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;

@@ -2,6 +2,8 @@
 //! per-conversation debounce, emergency items, backpressure, flushing, failures and panics. Paused
 //! tokio time drives the debounce; tests assert order and counts, never durations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 // The updater crate's test helpers (clock, spy storage, scripted answers), shared rather than copied.
 #[path = "../../deermem-updater/tests/common/mod.rs"]
 mod common;

@@ -3,6 +3,8 @@
 //! `GET /api/memory` of a 100-fact document, a `POST /api/memory/facts` rejected by validation
 //! (422), and a `/metrics` scrape.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

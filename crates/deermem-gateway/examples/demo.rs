@@ -4,6 +4,8 @@
 //! defaults apply (no auth, 127.0.0.1:8765). Run events are journaled in a temporary
 //! directory (`GET /api/threads/{thread_id}/runs/{run_id}/events`). Stop it with Ctrl-C.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -23,6 +23,7 @@
 //! - Connections: [`listen`] (header-read and keep-alive timeouts, the connection cap, JSON
 //!   bodies for malformed heads, the drain deadline), shared with `deermem mcp --bind`.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 pub mod auth;

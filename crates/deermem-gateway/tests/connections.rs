@@ -3,6 +3,8 @@
 //! connection cap, request framing across keep-alive requests, and a shutdown that starts the
 //! flush at the signal and ends by the drain deadline whatever the clients do.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

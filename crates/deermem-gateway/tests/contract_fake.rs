@@ -1,6 +1,8 @@
 //! The backend-agnostic route suite run against the in-test recording manager. A real backend
 //! runs the same functions from its own test file (see `common::suite_*`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::FakeManager;

@@ -4,6 +4,8 @@
 //! internal tokens beside it), CORS for an app served from another origin, and the app opened
 //! on a non-loopback name in unauthenticated mode.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! The route suites and the reference's end-to-end router tests (ported as our own) against the
 //! real DeerMem manager: file storage with its FTS5 index on a temporary root.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! for everyone (503) with `Retry-After`, and a backend that refuses a turn for its pending
 //! bytes answers 429 / 503 with `Retry-After`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

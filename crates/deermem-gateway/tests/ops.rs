@@ -4,6 +4,8 @@
 //! shutdown, flush and close, refusal of remote addresses without auth), the last backend
 //! failure in `/readyz` and the status document, and 501 answers kept out of the error log.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

@@ -5,6 +5,8 @@
 //! we keep a declared difference (`HEAD`, `Allow`, `/docs`, `status` on import; see the gateway
 //! section of docs/compat.md).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! error mapping table on every route, and the 501 paths against `deermem::NoopManager` and a
 //! tier-1-only backend.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};

@@ -4,6 +4,8 @@
 //! returned block, once per run, refusal of a different block, user isolation, restarts, the
 //! memory text never reaching the journal, torn last lines, the bound, races and hostile ids.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

@@ -13,6 +13,7 @@
 //! - With the Cargo feature `fake-server`, `fake` is a fake chat-completions server on
 //!   127.0.0.1 for tests (this crate's and the facade's).
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 mod client;

@@ -1,6 +1,8 @@
 //! End-to-end tests of the OpenAI-compatible client against a fake chat-completions server on
 //! 127.0.0.1: request shape, content parsing, the retry rules and secret hygiene.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Runs the language-model contract suite from deermem-testkit against the OpenAI-compatible
 //! client talking to a fake chat-completions server on 127.0.0.1.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! The testkit manager contract run against `MapManager`, the in-memory backend the MCP tests
 //! serve: it proves the fake behaves like a real backend (CRUD, conflicts, isolation, search).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::Arc;

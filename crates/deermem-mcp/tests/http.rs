@@ -2,6 +2,8 @@
 //! valid token, the add → search → update → delete cycle, per-user isolation (tools and the
 //! facts resource), tool errors, and malformed JSON-RPC answered with JSON-RPC errors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -3,6 +3,8 @@
 //! update → delete cycle, `memory_context`, the facts resource, tool errors, malformed input,
 //! and shutdown at end of input.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -15,6 +15,8 @@
 //!   trace binding) and the host chat model behind the `LanguageModel` port.
 //! - `logging`: engine log events forwarded to Python's `logging` (logger `deermem_rs`).
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod convert;
 mod engine;
 mod errors;

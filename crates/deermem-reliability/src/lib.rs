@@ -9,6 +9,8 @@
 //!   `reliability` tests feed them the seed corpora and generated inputs).
 //! - [`long_run`]: whether the long runs are enabled (`DEERMEM_LONG=1`).
 
+// The crash and fuzz harness: a broken invariant is reported by panicking the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![deny(missing_docs)]
 
 pub mod fuzz;

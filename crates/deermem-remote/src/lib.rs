@@ -19,6 +19,7 @@
 //! It is adapter support: of the DeerMem crates it depends on the core only, and adapters use
 //! it without depending on each other.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 pub mod base_url;

@@ -2,6 +2,8 @@
 //! scopes (fixed seed): full rebuild, and top-10 search within one scope. Under `cargo bench`
 //! it also prints the index size, the rebuild time and search p50/p99 over 5,000 queries.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -27,6 +27,7 @@
 //! The file name differs from the reference's `memory-fts5.sqlite3` on purpose: the schema
 //! differs (scope ranges, CJK column), and a Python process sharing the root must not break.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 pub mod cjk;

@@ -2,6 +2,8 @@
 //! results (`expected.json`), CJK search, scoring, robustness of the index file, persistence,
 //! concurrency, and a property test over arbitrary query text.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

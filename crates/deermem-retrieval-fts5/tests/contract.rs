@@ -1,5 +1,7 @@
 //! The retrieval contract suite run against the FTS5 adapter, in memory and on disk.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 /// The contract on an in-memory index.
 mod in_memory {
     deermem_testkit::retrieval_contract!(async {

@@ -2,6 +2,8 @@
 //! write + fdatasync), a repeated call for an already recorded run (no I/O), reading a run's
 //! events from a full 10 000-event index, and rebuilding that index from its file (restart).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

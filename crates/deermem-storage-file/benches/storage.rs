@@ -2,6 +2,8 @@
 //! so the cache is empty and every fact file is parsed) and warm (a cache hit), and the full
 //! commit protocol for a one-fact write.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

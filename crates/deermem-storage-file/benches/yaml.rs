@@ -1,5 +1,7 @@
 //! Criterion bench of the YAML front-matter codec: parse and render of a typical fact front matter.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

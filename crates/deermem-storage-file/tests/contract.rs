@@ -1,5 +1,7 @@
 //! The storage contract suite run against `FileMemoryStorage` in a temporary root.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};

@@ -3,6 +3,8 @@
 //! user's bucket keeping every file; a dry run leaves the tree byte-identical; a second run is
 //! a no-op; the migrated data loads through the storage; the legacy agent-definition fallback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

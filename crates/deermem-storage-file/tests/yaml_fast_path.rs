@@ -1,6 +1,8 @@
 //! The front-matter fast path agrees with the full reader: on rendered facts and mappings, on
 //! garbled and YAML-shaped text (whenever the fast path accepts), and on the reference's fixtures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod yaml_common;
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};

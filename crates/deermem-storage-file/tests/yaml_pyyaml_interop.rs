@@ -3,6 +3,8 @@
 //! `safe_dump` writes, and hand-edited documents parse (or fail) as `safe_load` says.
 //! Skipped, with a printed reason, when `python3` with `yaml` is not available.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod yaml_common;
 
 use proptest::strategy::{Strategy, ValueTree};

@@ -1,6 +1,8 @@
 //! Reader behaviour pinned case by case: YAML 1.1 typing of plain scalars, positions of values
 //! JSON cannot hold, tags, keys, top-level shapes and typed errors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod yaml_common;
 
 use serde_json::{Value, json};

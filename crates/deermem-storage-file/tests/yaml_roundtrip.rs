@@ -1,6 +1,8 @@
 //! Property tests of the YAML codec: render-then-parse is the identity on hostile mappings,
 //! rendering is deterministic and parsing never panics on arbitrary or truncated input.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod yaml_common;
 
 use proptest::prelude::*;

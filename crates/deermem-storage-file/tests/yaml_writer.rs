@@ -2,6 +2,8 @@
 //! sort_keys=False)` printed for the same values (recorded with PyYAML 6.0.3), so the layout is
 //! checked even where Python is not installed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod yaml_common;
 
 use serde_json::{Map, Value, json};

@@ -6,6 +6,9 @@
 //! one named `#[tokio::test]` per behaviour, so an adapter's `tests/contract.rs` is one line and
 //! no behaviour can be skipped silently.
 
+// Test support: a fixture that cannot be built fails the test using it, loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod clock;
 pub mod fixtures;
 #[cfg(feature = "http")]

@@ -2,6 +2,8 @@
 //! memory, parse a scripted answer (5 new facts, 1 removal with its replacement), apply it
 //! through the gates and compute the change set.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

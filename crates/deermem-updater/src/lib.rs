@@ -16,6 +16,8 @@
 //! parse) or, with no model configured, [`OfflineProposer`]. Modules are private: this list of
 //! re-exports is the whole public surface.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod apply;
 mod consolidation;
 mod diff;

@@ -236,17 +236,18 @@ impl PromptTemplates {
     }
 
     /// Our bundled templates.
+    #[allow(
+        clippy::expect_used,
+        reason = "the templates are compiled into the binary and parsed by this module's tests; no input reaches them"
+    )]
     pub fn bundled() -> Self {
         let p = |n: &str| PathBuf::from("bundled").join(n);
-        match Self::from_texts(
+        Self::from_texts(
             (&p(CHAT_TEMPLATE_FILE), BUNDLED_CHAT),
             (&p(STALENESS_TEMPLATE_FILE), BUNDLED_STALENESS),
             (&p(CONSOLIDATION_TEMPLATE_FILE), BUNDLED_CONSOLIDATION),
-        ) {
-            Ok(t) => t,
-            // Checked by the tests; a broken build would otherwise have no prompt at all.
-            Err(e) => panic!("bundled prompt templates are invalid: {e}"),
-        }
+        )
+        .expect("the bundled prompt templates parse")
     }
 
     fn render_chat(

@@ -2,6 +2,8 @@
 //! through wrappers, fail-closed failures, hints, the watermark, capacity and usage reads,
 //! conflict retries, observers and the offline proposer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

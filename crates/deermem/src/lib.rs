@@ -2,6 +2,7 @@
 //! names (`deermem`, `noop`, `honcho`, `openviking`). Each adapter sits behind a Cargo feature;
 //! the default features give the embedded engine and both remote backends.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
 mod build;

@@ -2,6 +2,8 @@
 //! ones, configuration errors name the key, and a backend left out of the build names its
 //! Cargo feature (those tests run under `cargo test -p deermem --no-default-features`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use deermem::{BuildError, BuildOptions, build_backend};
 use deermem_core::MemoryConfig;
 

@@ -1,5 +1,7 @@
 //! The manager contract suite run against the noop backend (tier defaults).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use deermem::NoopManager;

@@ -7,6 +7,7 @@
 //! Searches go to the storage directly (not the manager), because the manager re-indexes a scope
 //! on its first search and would hide a missing notification.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "embedded")]
 
 use std::path::{Path, PathBuf};

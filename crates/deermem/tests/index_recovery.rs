@@ -3,6 +3,7 @@
 //! still answers, the index status names the cause and the dirty scopes, a rebuild reports the
 //! failure, and once the path is usable again the next search (or a rebuild) uses the index.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "embedded")]
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -4,6 +4,7 @@
 //! extraction requests with scripted JSON, and the expected facts end up as Markdown files under
 //! the storage root and in `get_memory`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "embedded")]
 
 use deermem_core::ports::MemoryManagerExt as _;

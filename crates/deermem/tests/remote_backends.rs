@@ -3,6 +3,7 @@
 //! the fake (asserted request by request), recall and search return the fake's data, and
 //! configuration mistakes fail at build time naming the reason.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(all(feature = "honcho", feature = "openviking"))]
 
 use deermem_core::ports::MemoryManagerExt as _;

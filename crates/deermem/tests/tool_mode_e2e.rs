@@ -2,6 +2,7 @@
 //! backend (file storage + FTS5, built from configuration in `mode: tool`), the way an agent loop
 //! does: the model's reply names a tool call, the host dispatches it and feeds the result back.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "embedded")]
 
 use deermem_core::ports::MemoryManagerExt as _;

@@ -2,6 +2,8 @@
 //! manager and `NoopManager` (the reference's tool tests, ported as our own), argument handling,
 //! and the mode-gating helpers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use deermem_core::ports::{FactAdmin, MemoryAdmin, MemoryReader, MemoryReload, MemorySearch};
 use std::sync::{Arc, Mutex};
 

@@ -5,6 +5,8 @@
 //! is drift as much as a missing one. A status the document does not list for the operation
 //! fails too, and so does a route whose success response no test exercised.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
 mod common;
 mod validator;

@@ -9,6 +9,9 @@
 //!   both revision preconditions, plus create-only writes of their own facts, and write every
 //!   outcome (applied with its revision, or conflict) to `<out>` as JSON.
 
+// A crash-test child process: it is killed on purpose, and any failure is the test's finding.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

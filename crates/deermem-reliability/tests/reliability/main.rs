@@ -5,6 +5,8 @@
 //! binary (stalled connections, SIGTERM, oversized imports, large turns). The CI subset runs by
 //! default; `DEERMEM_LONG=1` runs the long versions.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod concurrency;
 mod crash;
 mod faults;

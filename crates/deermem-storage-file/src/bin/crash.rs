@@ -3,6 +3,9 @@
 //! that only creates two facts, the kind that writes no pre-image). The integration tests run
 //! it with `DEERMEM_FAULT_STEP` naming the protocol step at which the process aborts.
 
+// A crash-test child process: it is killed on purpose, and any failure is the test's finding.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::ExitCode;
 use std::sync::Arc;
 

@@ -2,6 +2,8 @@
 //! layout and format details, migration, crash recovery, concurrency, hostile input, Python
 //! interoperability and the retrieval integration.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cache;
 mod concurrency;
 mod crash;
