@@ -143,8 +143,7 @@ impl HonchoManager {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ManagerError> {
         config.validate().map_err(|e| config_error(&e))?;
-        let client =
-            HonchoClient::new(&config).map_err(|message| ManagerError::Backend { message })?;
+        let client = HonchoClient::new(&config).map_err(ManagerError::backend)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 cursors: CursorStore::new(&storage_root),
@@ -208,9 +207,9 @@ impl HonchoManager {
             || {
                 let message = format!("honcho memory recall failed: {e}");
                 if e.is_timeout() {
-                    ManagerError::Timeout { message }
+                    ManagerError::timeout(message).caused_by(e.clone())
                 } else {
-                    ManagerError::Unavailable { message }
+                    ManagerError::unavailable(message).caused_by(e.clone())
                 }
             },
         )

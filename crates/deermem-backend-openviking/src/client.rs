@@ -103,15 +103,16 @@ impl OpenVikingError {
     /// The manager error for this failure, with `context` prefixed to the message.
     pub fn to_manager_error(&self, context: &str) -> ManagerError {
         let message = format!("{context}: {self}");
-        match self.kind {
-            ErrorKind::Timeout => ManagerError::Timeout { message },
-            ErrorKind::Connect | ErrorKind::Transport => ManagerError::Unavailable { message },
-            _ if self.code == "DEADLINE_EXCEEDED" => ManagerError::Timeout { message },
+        let error = match self.kind {
+            ErrorKind::Timeout => ManagerError::timeout(message),
+            ErrorKind::Connect | ErrorKind::Transport => ManagerError::unavailable(message),
+            _ if self.code == "DEADLINE_EXCEEDED" => ManagerError::timeout(message),
             _ if self.code == "UNAVAILABLE" || self.code == "RESOURCE_EXHAUSTED" => {
-                ManagerError::Unavailable { message }
+                ManagerError::unavailable(message)
             }
-            _ => ManagerError::Backend { message },
-        }
+            _ => ManagerError::backend(message),
+        };
+        error.caused_by(self.clone())
     }
 }
 
@@ -172,10 +173,10 @@ impl OpenVikingClient {
         api_key: ApiKey,
         timeout: std::time::Duration,
     ) -> Result<Self, ManagerError> {
-        let http =
-            http::client(timeout, timeout, Profile::Bare).map_err(|e| ManagerError::Backend {
-                message: format!("cannot build the OpenViking HTTP client: {e}"),
-            })?;
+        let http = http::client(timeout, timeout, Profile::Bare).map_err(|e| {
+            ManagerError::backend(format!("cannot build the OpenViking HTTP client: {e}"))
+                .caused_by(e)
+        })?;
         Ok(Self {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),

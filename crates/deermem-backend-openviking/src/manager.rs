@@ -387,9 +387,9 @@ impl OpenVikingManager {
             return Ok(true);
         }
         match self.inner.config.startup_policy {
-            StartupPolicy::FailFast => Err(ManagerError::Unavailable {
-                message: "OpenViking health check returned an unhealthy response".into(),
-            }),
+            StartupPolicy::FailFast => Err(ManagerError::unavailable(
+                "OpenViking health check returned an unhealthy response",
+            )),
             StartupPolicy::Warn => {
                 tracing::warn!(
                     base_url = %self.inner.client.base_url(),
@@ -614,9 +614,12 @@ impl Inner {
         match joined {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
-            Err(e) => Err(CaptureFailure::always(ManagerError::Backend {
-                message: format!("OpenViking cursor task failed (session={session_id}): {e}"),
-            })),
+            Err(e) => Err(CaptureFailure::always(
+                ManagerError::backend(format!(
+                    "OpenViking cursor task failed (session={session_id}): {e}"
+                ))
+                .caused_by(e),
+            )),
         }
     }
 
@@ -630,9 +633,12 @@ impl Inner {
         match tokio::task::spawn_blocking(move || store.save(&sid, &state)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
-            Err(e) => Err(CaptureFailure::always(ManagerError::Storage {
-                message: format!("OpenViking cursor task failed (session={session_id}): {e}"),
-            })),
+            Err(e) => Err(CaptureFailure::always(
+                ManagerError::storage(format!(
+                    "OpenViking cursor task failed (session={session_id}): {e}"
+                ))
+                .caused_by(e),
+            )),
         }
     }
 
@@ -914,12 +920,8 @@ impl Inner {
 
 fn cursor_error(e: CursorError) -> ManagerError {
     match e {
-        CursorError::Save { .. } => ManagerError::Storage {
-            message: e.to_string(),
-        },
-        other => ManagerError::Corruption {
-            message: other.to_string(),
-        },
+        CursorError::Save { .. } => ManagerError::storage(e.to_string()).caused_by(e),
+        other => ManagerError::corruption(other.to_string()).caused_by(other),
     }
 }
 

@@ -98,7 +98,7 @@ impl From<ManagerError> for CliError {
             ManagerError::Unsupported { operation, backend } => {
                 format!("{operation} is not supported by the memory backend {backend}")
             }
-            ManagerError::Conflict { message } => {
+            ManagerError::Conflict { message, .. } => {
                 format!("memory changed concurrently; reload and retry ({message})")
             }
             other => other.to_string(),

@@ -384,6 +384,10 @@ pub enum OverloadScope {
     Global,
 }
 
+/// The lower-level error a [`ManagerError`] was made from, kept so that `Error::source` chains
+/// reach the storage, HTTP or I/O failure underneath (shared, so the error stays cheap to pass on).
+pub type ErrorSource = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors of the [`crate::ports::MemoryManager`] port: the backend-neutral contract.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -401,12 +405,18 @@ pub enum ManagerError {
     Conflict {
         /// Private detail.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// Persisted memory cannot be read safely (HTTP 500 with a fixed body).
     #[error("stored memory is corrupted: {message}")]
     Corruption {
         /// Private detail, never shown to HTTP clients.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The fact does not exist (HTTP 404).
     #[error("Memory fact '{fact_id}' not found")]
@@ -427,12 +437,18 @@ pub enum ManagerError {
     Storage {
         /// Detail.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// A remote backend or model is unavailable; retrying later may help.
     #[error("memory backend unavailable: {message}")]
     Unavailable {
         /// Detail.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// Too much work is pending (queued conversation bytes) for the user or for everyone;
     /// nothing was accepted, and retrying after `retry_after` may succeed (HTTP 429 for
@@ -451,12 +467,18 @@ pub enum ManagerError {
     Timeout {
         /// Detail.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// Any other backend failure.
     #[error("memory backend error: {message}")]
     Backend {
         /// Detail.
         message: String,
+        /// The lower-level error this one was made from, if any (`Error::source`).
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 
@@ -475,6 +497,70 @@ impl ManagerError {
             code,
             message: message.into(),
         }
+    }
+
+    /// A lost optimistic-concurrency race, without a lower-level cause.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Stored memory that cannot be read safely, without a lower-level cause.
+    pub fn corruption(message: impl Into<String>) -> Self {
+        Self::Corruption {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failed persistence write, without a lower-level cause.
+    pub fn storage(message: impl Into<String>) -> Self {
+        Self::Storage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An unavailable backend or model, without a lower-level cause.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An operation that did not finish in time, without a lower-level cause.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::Timeout {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Any other backend failure, without a lower-level cause.
+    pub fn backend(message: impl Into<String>) -> Self {
+        Self::Backend {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// This error with `cause` as its `Error::source` (variants without a source field are
+    /// returned unchanged: their meaning is complete without one).
+    #[must_use]
+    pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Self::Conflict { source, .. }
+        | Self::Corruption { source, .. }
+        | Self::Storage { source, .. }
+        | Self::Unavailable { source, .. }
+        | Self::Timeout { source, .. }
+        | Self::Backend { source, .. } = &mut self
+        {
+            *source = Some(std::sync::Arc::new(cause));
+        }
+        self
     }
 }
 
@@ -496,11 +582,9 @@ impl From<StorageError> for ManagerError {
     fn from(e: StorageError) -> Self {
         match e {
             StorageError::ManifestConflict { .. } | StorageError::FactConflict { .. } => {
-                Self::Conflict {
-                    message: e.to_string(),
-                }
+                Self::conflict(e.to_string()).caused_by(e)
             }
-            StorageError::Corrupt { message } => Self::Corruption { message },
+            StorageError::Corrupt { message } => Self::corruption(message),
             StorageError::NotFound { id } => Self::NotFound { fact_id: id },
             StorageError::InvalidInput { field, message } => {
                 let code = match field.as_str() {
@@ -513,16 +597,12 @@ impl From<StorageError> for ManagerError {
                 };
                 Self::InvalidInput { code, message }
             }
-            StorageError::LockTimeout { .. } => Self::Timeout {
-                message: e.to_string(),
-            },
+            StorageError::LockTimeout { .. } => Self::timeout(e.to_string()).caused_by(e),
             StorageError::Unsupported { operation, adapter } => Self::Unsupported {
                 operation,
                 backend: adapter.to_owned(),
             },
-            StorageError::Io { .. } => Self::Storage {
-                message: e.to_string(),
-            },
+            StorageError::Io { .. } => Self::storage(e.to_string()).caused_by(e),
         }
     }
 }
@@ -577,6 +657,40 @@ mod tests {
         .into();
         assert_eq!(e.to_string(), "Expected fact 'a' revision 1, found None");
         assert!(e.is_conflict());
+    }
+
+    #[test]
+    fn manager_errors_keep_the_storage_error_underneath() {
+        use std::error::Error as _;
+        let io = StorageError::Io {
+            context: "write fact".into(),
+            source: std::io::Error::other("disk full"),
+        };
+        let shown = io.to_string();
+        let m: ManagerError = io.into();
+        assert!(matches!(m, ManagerError::Storage { .. }));
+        assert_eq!(m.to_string(), format!("memory persistence failed: {shown}"));
+        let cause = m.source().expect("the storage error is kept");
+        assert_eq!(cause.to_string(), shown);
+        let root = cause.source().expect("and the OS error under it");
+        assert_eq!(root.to_string(), "disk full");
+
+        let conflict: ManagerError = StorageError::ManifestConflict {
+            expected: 1,
+            found: 2,
+        }
+        .into();
+        assert!(conflict.source().is_some());
+        // Built without a cause: no source; `caused_by` adds one, and leaves variants without a
+        // source field as they are.
+        assert!(ManagerError::backend("x").source().is_none());
+        let with = ManagerError::backend("x").caused_by(std::io::Error::other("y"));
+        assert_eq!(with.source().map(|s| s.to_string()).as_deref(), Some("y"));
+        let nf = ManagerError::NotFound {
+            fact_id: "f".into(),
+        }
+        .caused_by(std::io::Error::other("y"));
+        assert!(nf.source().is_none());
     }
 
     #[test]

@@ -229,12 +229,8 @@ impl DeerMemManager {
         let queue = parts
             .queue
             .unwrap_or_else(|| QueueConfig::from_config(&config));
-        let pipeline =
-            UpdatePipeline::new(updater, parts.hidden_messages.clone(), queue).map_err(|e| {
-                ManagerError::Unavailable {
-                    message: e.to_string(),
-                }
-            })?;
+        let pipeline = UpdatePipeline::new(updater, parts.hidden_messages.clone(), queue)
+            .map_err(|e| ManagerError::unavailable(e.to_string()).caused_by(e))?;
         let indexed = parts.storage.capabilities().retrieval;
         Ok(Self {
             config,

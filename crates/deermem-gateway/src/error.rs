@@ -494,24 +494,12 @@ mod tests {
     #[test]
     fn private_details_never_reach_the_body() {
         for error in [
-            ManagerError::Corruption {
-                message: "private /secret/path".into(),
-            },
-            ManagerError::Storage {
-                message: "private /secret/path".into(),
-            },
-            ManagerError::Backend {
-                message: "private /secret/path".into(),
-            },
-            ManagerError::Unavailable {
-                message: "private /secret/path".into(),
-            },
-            ManagerError::Timeout {
-                message: "private /secret/path".into(),
-            },
-            ManagerError::Conflict {
-                message: "private /secret/path".into(),
-            },
+            ManagerError::corruption("private /secret/path"),
+            ManagerError::storage("private /secret/path"),
+            ManagerError::backend("private /secret/path"),
+            ManagerError::unavailable("private /secret/path"),
+            ManagerError::timeout("private /secret/path"),
+            ManagerError::conflict("private /secret/path"),
         ] {
             let (_, d) = detail(GatewayError::manager(Operation::GetMemory, "X", error));
             assert!(!d.contains("private"), "{d}");

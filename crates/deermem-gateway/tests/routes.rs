@@ -108,9 +108,7 @@ async fn reload_is_501_only_when_reading_is_also_unsupported() {
 #[tokio::test]
 async fn reload_does_not_fall_back_on_other_errors() {
     let m = FakeManager::new();
-    m.fail("reload_memory", || ManagerError::Corruption {
-        message: "x".into(),
-    });
+    m.fail("reload_memory", || ManagerError::corruption("x"));
     let r = send(&app(m.clone()), empty(Method::POST, "/api/memory/reload")).await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(m.calls().len(), 1);
@@ -872,16 +870,12 @@ async fn manager_errors_map_to_the_reference_statuses_on_every_route() {
     type Case = (fn() -> ManagerError, u16, Option<&'static str>);
     let cases: Vec<Case> = vec![
         (
-            || ManagerError::Conflict {
-                message: "private".into(),
-            },
+            || ManagerError::conflict("private"),
             409,
             Some("Memory changed concurrently; reload and retry."),
         ),
         (
-            || ManagerError::Corruption {
-                message: "private".into(),
-            },
+            || ManagerError::corruption("private"),
             500,
             Some("Stored memory data is corrupted."),
         ),
@@ -922,27 +916,9 @@ async fn manager_errors_map_to_the_reference_statuses_on_every_route() {
             400,
             Some("Invalid fact id: bad id"),
         ),
-        (
-            || ManagerError::Unavailable {
-                message: "private".into(),
-            },
-            503,
-            None,
-        ),
-        (
-            || ManagerError::Timeout {
-                message: "private".into(),
-            },
-            504,
-            None,
-        ),
-        (
-            || ManagerError::Backend {
-                message: "private".into(),
-            },
-            500,
-            None,
-        ),
+        (|| ManagerError::unavailable("private"), 503, None),
+        (|| ManagerError::timeout("private"), 504, None),
+        (|| ManagerError::backend("private"), 500, None),
     ];
     for op in OPS {
         for (make, status, detail) in &cases {
@@ -1002,9 +978,7 @@ async fn storage_failures_give_the_reference_messages() {
     ];
     for (op, detail) in expected {
         let m = FakeManager::new();
-        m.fail(op, || ManagerError::Storage {
-            message: "disk full at /private/path".into(),
-        });
+        m.fail(op, || ManagerError::storage("disk full at /private/path"));
         let a = app(m);
         for (method, uri, body) in routes_calling(op, "fact_x") {
             let r = send(&a, request(method, &uri, body.as_ref())).await;

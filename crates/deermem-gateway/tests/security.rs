@@ -587,8 +587,8 @@ async fn secrets_never_reach_the_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let m = FakeManager::new();
-    m.fail("get_memory", || deermem_core::ManagerError::Corruption {
-        message: "bad yaml in fact_x.md".into(),
+    m.fail("get_memory", || {
+        deermem_core::ManagerError::corruption("bad yaml in fact_x.md")
     });
     let memory = MemoryConfig {
         backend_config: json!({"model": {"api_key": "sk-LOGSECRET"}})

@@ -66,8 +66,10 @@ pub(crate) fn to_py(py: Python<'_>, e: ManagerError) -> PyErr {
             "{} not supported by {CLASS_NAME}",
             operation.replace(' ', "_")
         )),
-        ManagerError::Conflict { message } => package_error(py, "MemoryConflictError", message),
-        ManagerError::Corruption { message } => package_error(py, "MemoryCorruptionError", message),
+        ManagerError::Conflict { message, .. } => package_error(py, "MemoryConflictError", message),
+        ManagerError::Corruption { message, .. } => {
+            package_error(py, "MemoryCorruptionError", message)
+        }
         ManagerError::NotFound { fact_id } => PyKeyError::new_err(fact_id),
         ManagerError::InvalidInput { code, message } => match code {
             InvalidInputCode::Confidence => coded_value_error(py, "confidence", &message),
@@ -79,8 +81,8 @@ pub(crate) fn to_py(py: Python<'_>, e: ManagerError) -> PyErr {
             }
             _ => PyValueError::new_err(message),
         },
-        ManagerError::Storage { message } => PyOSError::new_err(message),
-        ManagerError::Timeout { message } => PyTimeoutError::new_err(message),
+        ManagerError::Storage { message, .. } => PyOSError::new_err(message),
+        ManagerError::Timeout { message, .. } => PyTimeoutError::new_err(message),
         other => package_error(py, "MemoryManagerError", other.to_string()),
     }
 }

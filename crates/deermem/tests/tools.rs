@@ -522,11 +522,7 @@ async fn search_category_is_forwarded_to_the_backend() {
 #[tokio::test]
 async fn search_backend_error_becomes_error_json() {
     let mut m = Recorder::new();
-    m.search = Box::new(|_| {
-        Err(ManagerError::Backend {
-            message: "boom".into(),
-        })
-    });
+    m.search = Box::new(|_| Err(ManagerError::backend("boom")));
     let (v, err) = call(&m, "memory_search", json!({"query": "tea"})).await;
     assert!(err);
     assert!(error_text(&v).contains("boom"), "{v}");
@@ -752,11 +748,7 @@ async fn add_still_creates_when_the_backend_cannot_read_memory() {
 #[tokio::test]
 async fn add_stops_when_reading_memory_fails() {
     let mut m = Recorder::new();
-    m.memory = Box::new(|| {
-        Err(ManagerError::Corruption {
-            message: "bad front matter".into(),
-        })
-    });
+    m.memory = Box::new(|| Err(ManagerError::corruption("bad front matter")));
     let (v, err) = call(&m, "memory_add", json!({"content": "Likes tea"})).await;
     assert!(err);
     assert!(error_text(&v).contains("corrupt"), "{v}");
@@ -874,9 +866,9 @@ async fn update_on_a_backend_without_update_fact_names_the_operation() {
 async fn update_conflicts_and_validation_errors_are_reported() {
     let mut m = Recorder::new();
     m.update = Box::new(|_| {
-        Err(ManagerError::Conflict {
-            message: "Expected fact 'fact_1' revision 1, found 2".into(),
-        })
+        Err(ManagerError::conflict(
+            "Expected fact 'fact_1' revision 1, found 2",
+        ))
     });
     let (v, err) = call(
         &m,

@@ -145,9 +145,7 @@ impl DeerMemManager {
             }
             id = self.ids.next_id();
         }
-        Err(ManagerError::Conflict {
-            message: "could not draw an unused fact id".into(),
-        })
+        Err(ManagerError::conflict("could not draw an unused fact id"))
     }
 
     pub(super) async fn create_fact_impl(
@@ -268,12 +266,10 @@ impl DeerMemManager {
             let stored = self.stored_fact(user.as_ref(), &agent, &id).await?;
             let expected = patch.expected_revision.unwrap_or(stored.revision);
             if expected != stored.revision {
-                return Err(ManagerError::Conflict {
-                    message: format!(
-                        "Expected fact '{id}' revision {expected}, found {}",
-                        stored.revision
-                    ),
-                });
+                return Err(ManagerError::conflict(format!(
+                    "Expected fact '{id}' revision {expected}, found {}",
+                    stored.revision
+                )));
             }
             if content.is_none() && category.is_none() && confidence.is_none() {
                 return self.fresh_document(user.as_ref(), &agent).await;

@@ -120,13 +120,9 @@ fn updater_error(e: UpdaterError) -> ManagerError {
         UpdaterError::Storage(e) => e.into(),
         UpdaterError::ConflictRetriesExhausted { last, .. } => last.into(),
         UpdaterError::Propose(ProposeError::Llm(e)) if e.is_retryable() => {
-            ManagerError::Unavailable {
-                message: e.to_string(),
-            }
+            ManagerError::unavailable(e.to_string()).caused_by(e)
         }
-        other => ManagerError::Backend {
-            message: other.to_string(),
-        },
+        other => ManagerError::backend(other.to_string()).caused_by(other),
     }
 }
 

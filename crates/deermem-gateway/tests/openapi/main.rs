@@ -381,16 +381,12 @@ async fn every_route_answers_what_the_document_says() {
         )
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    m.fail("get_memory", || ManagerError::Corruption {
-        message: "private".into(),
-    });
+    m.fail("get_memory", || ManagerError::corruption("private"));
     let r = c
         .call(&a, get.clone(), "/api/memory", "/api/memory", None)
         .await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    m.fail("get_memory", || ManagerError::Conflict {
-        message: "private".into(),
-    });
+    m.fail("get_memory", || ManagerError::conflict("private"));
     let r = c
         .call(&a, get.clone(), "/api/memory", "/api/memory", None)
         .await;

@@ -96,12 +96,10 @@ fn category(c: &str) -> String {
 
 fn check_revision(f: &PublicFact, expected: Option<u64>) -> Result<(), ManagerError> {
     match expected {
-        Some(e) if f.revision != Some(e) => Err(ManagerError::Conflict {
-            message: format!(
-                "Expected fact '{}' revision {e}, found {:?}",
-                f.id, f.revision
-            ),
-        }),
+        Some(e) if f.revision != Some(e) => Err(ManagerError::conflict(format!(
+            "Expected fact '{}' revision {e}, found {:?}",
+            f.id, f.revision
+        ))),
         _ => Ok(()),
     }
 }
@@ -250,9 +248,7 @@ impl FactAdmin for MapManager {
                 "source": "manual",
                 "revision": 1
             }))
-            .map_err(|e| ManagerError::Backend {
-                message: e.to_string(),
-            })?;
+            .map_err(|e| ManagerError::backend(e.to_string()))?;
             facts.push(public);
             Ok((Self::document(facts), Some(id.clone())))
         })
