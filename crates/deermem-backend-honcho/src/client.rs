@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use deermem_core::ManagerError;
 use deermem_remote::Secret;
 use deermem_remote::http::{self, Profile, excerpt};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
@@ -104,16 +105,18 @@ impl fmt::Debug for HonchoClient {
 
 impl HonchoClient {
     /// Builds the client.
-    pub(crate) fn new(config: &HonchoConfig) -> Result<Self, String> {
+    pub(crate) fn new(config: &HonchoConfig) -> Result<Self, ManagerError> {
         let auth = config.api_key.as_ref().map(Secret::bearer).transpose().map_err(|_| {
-            "memory.backend_config.api_key contains characters that cannot be sent in an HTTP header".to_owned()
+            ManagerError::backend("memory.backend_config.api_key contains characters that cannot be sent in an HTTP header")
         })?;
         let http = http::client(
             config.timeout(),
             config.connect_timeout(),
             Profile::Standard,
         )
-        .map_err(|e| format!("cannot build the Honcho HTTP client: {e}"))?;
+        .map_err(|e| {
+            ManagerError::backend(format!("cannot build the Honcho HTTP client: {e}")).caused_by(e)
+        })?;
         Ok(Self {
             http,
             base_url: config.base_url.clone(),

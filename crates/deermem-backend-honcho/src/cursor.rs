@@ -129,6 +129,10 @@ pub(crate) enum CursorError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// The blocking task that reads or writes the cursor did not finish (panicked or was
+    /// cancelled at shutdown).
+    #[error("Honcho capture cursor task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// Cursor files under one directory, one per (workspace, session), named by a hash so that

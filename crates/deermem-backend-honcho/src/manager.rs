@@ -143,7 +143,7 @@ impl HonchoManager {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ManagerError> {
         config.validate().map_err(|e| config_error(&e))?;
-        let client = HonchoClient::new(&config).map_err(ManagerError::backend)?;
+        let client = HonchoClient::new(&config)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 cursors: CursorStore::new(&storage_root),
@@ -261,22 +261,24 @@ impl Inner {
         Ok(())
     }
 
-    async fn load_cursor(&self, workspace: &str, session: &str) -> Result<CursorState, String> {
+    async fn load_cursor(
+        &self,
+        workspace: &str,
+        session: &str,
+    ) -> Result<CursorState, CursorError> {
         let store = self.cursors.clone();
         let (w, s) = (workspace.to_owned(), session.to_owned());
         tokio::task::spawn_blocking(move || store.load(&w, &s))
             .await
-            .map_err(|e| format!("cursor task failed: {e}"))?
-            .map_err(|e: CursorError| e.to_string())
+            .map_err(CursorError::Task)?
     }
 
-    async fn save_cursor(&self, state: &CursorState) -> Result<(), String> {
+    async fn save_cursor(&self, state: &CursorState) -> Result<(), CursorError> {
         let store = self.cursors.clone();
         let st = state.clone();
         tokio::task::spawn_blocking(move || store.save(&st))
             .await
-            .map_err(|e| format!("cursor task failed: {e}"))?
-            .map_err(|e| e.to_string())
+            .map_err(CursorError::Task)?
     }
 
     /// Sends what the cursor has not seen. Failures are logged; the cursor only moves past

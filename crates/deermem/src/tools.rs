@@ -377,7 +377,7 @@ async fn search(
         let query = required_str(args, "query")?;
         let category = optional_str(args, "category")?;
         let limit = optional_int(args, "limit")?;
-        Ok::<_, String>((query, category, limit))
+        Ok::<_, ArgError>((query, category, limit))
     })();
     let (query, category, limit) = match parsed.and_then(|(q, c, l)| {
         check_length("query", q, MAX_QUERY_CHARS)?;
@@ -424,7 +424,7 @@ async fn add(
         let content = required_str(args, "content")?;
         let category = optional_str(args, "category")?;
         let confidence = optional_number(args, "confidence")?;
-        Ok::<_, String>((content, category, confidence))
+        Ok::<_, ArgError>((content, category, confidence))
     })();
     let (content, category, confidence) = match parsed.and_then(|(c, cat, conf)| {
         check_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
@@ -477,7 +477,7 @@ async fn update(
         let content = optional_str(args, "content")?;
         let category = optional_str(args, "category")?;
         let confidence = optional_number(args, "confidence")?;
-        Ok::<_, String>((fact_id, content, category, confidence))
+        Ok::<_, ArgError>((fact_id, content, category, confidence))
     })();
     let (fact_id, content, category, confidence) = match parsed.and_then(|(id, c, cat, conf)| {
         check_optional_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
@@ -529,20 +529,52 @@ fn unsupported(manager: &dyn MemoryManager, operation: &str) -> ToolOutput {
     ))
 }
 
-fn invalid_arguments(tool: &str, detail: &str) -> ToolOutput {
+fn invalid_arguments(tool: &str, detail: &ArgError) -> ToolOutput {
     ToolOutput::error(format!("invalid arguments for {tool}: {detail}"))
 }
 
+/// Why a tool's arguments were refused; its text is what the tool answers with.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum ArgError {
+    #[error("missing required argument '{key}'")]
+    Missing { key: String },
+    #[error("'{key}' must be {expected}, got {got}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("'{key}' is not a representable number")]
+    Unrepresentable { key: String },
+    #[error("'{key}' must be an integer")]
+    NotInteger { key: String },
+    #[error("'{key}' is too long (at most {max} characters)")]
+    TooLong { key: String, max: usize },
+}
+
+impl ArgError {
+    fn wrong_type(key: &str, expected: &'static str, got: &Value) -> Self {
+        Self::WrongType {
+            key: key.to_owned(),
+            expected,
+            got: json_type(got).to_owned(),
+        }
+    }
+}
+
 /// Refuses a string longer than `max` code points (the `maxLength` the schema declares).
-fn check_length(key: &str, value: &str, max: usize) -> Result<(), String> {
+fn check_length(key: &str, value: &str, max: usize) -> Result<(), ArgError> {
     if value.chars().nth(max).is_some() {
-        Err(format!("'{key}' is too long (at most {max} characters)"))
+        Err(ArgError::TooLong {
+            key: key.to_owned(),
+            max,
+        })
     } else {
         Ok(())
     }
 }
 
-fn check_optional_length(key: &str, value: Option<&str>, max: usize) -> Result<(), String> {
+fn check_optional_length(key: &str, value: Option<&str>, max: usize) -> Result<(), ArgError> {
     value.map_or(Ok(()), |v| check_length(key, v, max))
 }
 
@@ -551,50 +583,51 @@ fn present<'a>(args: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     args.get(key).filter(|v| !v.is_null())
 }
 
-fn required_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, String> {
+fn required_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, ArgError> {
     match present(args, key) {
-        None => Err(format!("missing required argument '{key}'")),
+        None => Err(ArgError::Missing {
+            key: key.to_owned(),
+        }),
         Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(format!(
-            "'{key}' must be a string, got {}",
-            json_type(other)
-        )),
+        Some(other) => Err(ArgError::wrong_type(key, "a string", other)),
     }
 }
 
-fn optional_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, String> {
+fn optional_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, ArgError> {
     match present(args, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(format!(
-            "'{key}' must be a string or null, got {}",
-            json_type(other)
-        )),
+        Some(other) => Err(ArgError::wrong_type(key, "a string or null", other)),
     }
 }
 
 /// A number (or a numeric string, as models sometimes send); `NaN` and infinities are passed on
 /// for the backend to refuse with its own message.
-fn optional_number(args: &Map<String, Value>, key: &str) -> Result<Option<f64>, String> {
+fn optional_number(args: &Map<String, Value>, key: &str) -> Result<Option<f64>, ArgError> {
     match present(args, key) {
         None => Ok(None),
         Some(Value::Number(n)) => n
             .as_f64()
             .map(Some)
-            .ok_or_else(|| format!("'{key}' is not a representable number")),
+            .ok_or_else(|| ArgError::Unrepresentable {
+                key: key.to_owned(),
+            }),
         Some(Value::String(s)) => py::parse_float(s)
             .map(Some)
-            .ok_or_else(|| format!("'{key}' must be a number, got the string {:?}", shorten(s))),
-        Some(other) => Err(format!(
-            "'{key}' must be a number, got {}",
-            json_type(other)
-        )),
+            .ok_or_else(|| ArgError::WrongType {
+                key: key.to_owned(),
+                expected: "a number",
+                got: format!("the string {:?}", shorten(s)),
+            }),
+        Some(other) => Err(ArgError::wrong_type(key, "a number", other)),
     }
 }
 
 /// An integer: a JSON integer, a float with no fractional part, or a string of digits.
-fn optional_int(args: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
-    let not_int = || format!("'{key}' must be an integer");
+fn optional_int(args: &Map<String, Value>, key: &str) -> Result<Option<i64>, ArgError> {
+    let not_int = || ArgError::NotInteger {
+        key: key.to_owned(),
+    };
     match present(args, key) {
         None => Ok(None),
         Some(Value::Number(n)) => {
