@@ -1,6 +1,6 @@
 //! Contract suites for every DeerMem port, plus fakes: a manual clock, a scripted language
-//! model, (with the storage suite) an in-memory storage, and (feature `http`) loopback doubles
-//! of the remote services.
+//! model, (with the storage suite) an in-memory storage, (feature `http`) loopback doubles
+//! of the remote services and (feature `postgres`) a throwaway PostgreSQL cluster.
 //!
 //! Each suite is a set of public async functions, one per behaviour, and a macro that expands
 //! one named `#[tokio::test]` per behaviour, so an adapter's `tests/contract.rs` is one line and
@@ -16,6 +16,8 @@ pub mod http;
 pub mod isolation;
 pub mod llm;
 pub mod manager;
+#[cfg(feature = "postgres")]
+pub mod pgcluster;
 pub mod pyenv;
 pub mod retrieval;
 pub mod run_journal;

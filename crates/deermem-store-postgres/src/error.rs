@@ -1,0 +1,76 @@
+//! Errors of the PostgreSQL adapter: configuration, connection, schema version, and what a
+//! statement reported. The connection URL never appears in any of them.
+
+/// What went wrong talking to PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// A `backend_config.postgres` key is missing, mistyped or out of range.
+    #[error("memory.backend_config.{key}: {message}")]
+    Config {
+        /// The key, e.g. `postgres.pool_size`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The URL does not parse (the URL itself is not repeated: it may hold a password).
+    #[error(
+        "memory.backend_config.postgres.url is not a valid PostgreSQL connection string: {reason}"
+    )]
+    Url {
+        /// The driver's reason, which does not quote the URL.
+        reason: String,
+    },
+    /// This build cannot open the configured kind of connection.
+    #[error(
+        "memory.backend_config.postgres.tls.mode {mode} is not supported by this build yet; use `disable` over loopback or a private network"
+    )]
+    TlsUnsupported {
+        /// The configured mode.
+        mode: &'static str,
+    },
+    /// No connection could be opened or taken from the pool in time.
+    #[error("cannot connect to PostgreSQL: {message}")]
+    Connect {
+        /// What the driver or pool said.
+        message: String,
+        /// The driver's error, when there is one.
+        #[source]
+        source: Option<tokio_postgres::Error>,
+    },
+    /// The database holds a schema this build does not know (written by a newer DeerMem).
+    #[error(
+        "the PostgreSQL schema {schema:?} is at version {found}, newer than this build's {known}; upgrade DeerMem instead of starting against it"
+    )]
+    SchemaTooNew {
+        /// The configured schema.
+        schema: String,
+        /// The newest version applied in the database.
+        found: i64,
+        /// The newest version this build carries.
+        known: i64,
+    },
+    /// Applying the schema migrations failed.
+    #[error("PostgreSQL schema migration failed: {message}")]
+    Migration {
+        /// The runner's report.
+        message: String,
+    },
+    /// A statement failed.
+    #[error("PostgreSQL statement failed ({context}): {source}")]
+    Statement {
+        /// What was being done.
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+/// `s` cut to 80 characters, for echoing a bad value.
+pub(crate) fn shorten(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}

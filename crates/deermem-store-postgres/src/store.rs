@@ -1,0 +1,238 @@
+//! The connection pool and the schema: [`PgStore::connect`] opens a pool whose connections use
+//! the configured schema and statement timeout, [`PgStore::migrate`] applies the versioned
+//! migrations under `migrations/` (refinery) and refuses a database whose schema is newer than
+//! this build.
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::config::{PostgresConfig, TlsMode};
+use crate::error::PgError;
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// The refinery bookkeeping table, inside the configured schema.
+const HISTORY_TABLE: &str = "refinery_schema_history";
+
+/// What [`PgStore::migrate`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationOutcome {
+    /// Versions applied by this call, in order (empty when the schema was current).
+    pub applied: Vec<i64>,
+    /// The schema version afterwards.
+    pub version: i64,
+}
+
+/// A pool of connections to DeerMem's schema.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    schema: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = self.pool.status();
+        f.debug_struct("PgStore")
+            .field("schema", &self.schema)
+            .field("pool_size", &status.max_size)
+            .field("pool_available", &status.available)
+            .finish()
+    }
+}
+
+/// The newest schema version this build carries.
+pub fn known_schema_version() -> i64 {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+impl PgStore {
+    /// Opens the pool and checks that a connection can be made. Does not migrate.
+    ///
+    /// # Errors
+    /// [`PgError::Config`] / [`PgError::Url`] / [`PgError::TlsUnsupported`] for the
+    /// configuration, [`PgError::Connect`] when the server cannot be reached in time.
+    pub async fn connect(config: &PostgresConfig) -> Result<Self, PgError> {
+        config.validate()?;
+        match config.tls.mode {
+            TlsMode::Disable => {}
+            TlsMode::Require => return Err(PgError::TlsUnsupported { mode: "require" }),
+            TlsMode::VerifyFull => {
+                return Err(PgError::TlsUnsupported {
+                    mode: "verify-full",
+                });
+            }
+        }
+        let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|e| PgError::Url {
+            reason: e.to_string(),
+        })?;
+        pg.connect_timeout(config.connect_timeout());
+        pg.application_name("deermem");
+        // Every pooled connection works in DeerMem's schema under the statement timeout.
+        pg.options(format!(
+            "-c search_path={} -c statement_timeout={}",
+            config.schema,
+            config.statement_timeout().as_millis().max(1)
+        ));
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(config.connect_timeout()))
+            .create_timeout(Some(config.connect_timeout()))
+            .build()
+            .map_err(|e| PgError::Connect {
+                message: e.to_string(),
+                source: None,
+            })?;
+        let store = Self {
+            pool,
+            schema: config.schema.clone(),
+        };
+        drop(store.client().await?);
+        Ok(store)
+    }
+
+    /// The configured schema.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// A connection from the pool.
+    ///
+    /// # Errors
+    /// [`PgError::Connect`] when none can be had in time.
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, PgError> {
+        self.pool.get().await.map_err(|e| {
+            let message = e.to_string();
+            let source = match e {
+                deadpool_postgres::PoolError::Backend(e) => Some(e),
+                _ => None,
+            };
+            PgError::Connect { message, source }
+        })
+    }
+
+    /// The newest schema version applied in the database (`None` before the first migration).
+    ///
+    /// # Errors
+    /// [`PgError::Connect`] or [`PgError::Statement`].
+    pub async fn schema_version(&self) -> Result<Option<i64>, PgError> {
+        let client = self.client().await?;
+        version_on(&client, &self.schema).await
+    }
+
+    /// Creates the schema when missing and applies the migrations this build carries, in one
+    /// session holding an advisory lock so that replicas starting together take turns.
+    ///
+    /// # Errors
+    /// [`PgError::SchemaTooNew`] when the database is ahead of this build (nothing is
+    /// changed), [`PgError::Migration`] when a migration fails (its transaction is rolled
+    /// back), [`PgError::Connect`] / [`PgError::Statement`].
+    pub async fn migrate(&self) -> Result<MigrationOutcome, PgError> {
+        let known = known_schema_version();
+        let mut client = self.client().await?;
+        let statement =
+            |context: &'static str| move |source| PgError::Statement { context, source };
+        // One lock per schema name: `hashtext` keeps it in the advisory key space.
+        client
+            .execute(
+                "SELECT pg_advisory_lock(hashtext('deermem-migrate:' || $1::text))",
+                &[&self.schema],
+            )
+            .await
+            .map_err(statement("take the migration lock"))?;
+        let result = self.migrate_locked(&mut client, known).await;
+        let unlock = client
+            .execute(
+                "SELECT pg_advisory_unlock(hashtext('deermem-migrate:' || $1::text))",
+                &[&self.schema],
+            )
+            .await
+            .map_err(statement("release the migration lock"));
+        let outcome = result?;
+        unlock?;
+        Ok(outcome)
+    }
+
+    async fn migrate_locked(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        known: i64,
+    ) -> Result<MigrationOutcome, PgError> {
+        if let Some(found) = version_on(client, &self.schema).await?
+            && found > known
+        {
+            return Err(PgError::SchemaTooNew {
+                schema: self.schema.clone(),
+                found,
+                known,
+            });
+        }
+        client
+            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", self.schema))
+            .await
+            .map_err(|source| PgError::Statement {
+                context: "create the schema",
+                source,
+            })?;
+        let pg: &mut tokio_postgres::Client = &mut *client;
+        let report = embedded::migrations::runner()
+            .set_abort_divergent(true)
+            .set_abort_missing(true)
+            .run_async(pg)
+            .await
+            .map_err(|e| PgError::Migration {
+                message: e.to_string(),
+            })?;
+        let applied = report
+            .applied_migrations()
+            .iter()
+            .map(|m| i64::from(m.version()))
+            .collect();
+        let version = version_on(client, &self.schema).await?.unwrap_or(0);
+        Ok(MigrationOutcome { applied, version })
+    }
+}
+
+/// The newest applied version in `schema`'s history table, on `client`.
+async fn version_on(client: &tokio_postgres::Client, schema: &str) -> Result<Option<i64>, PgError> {
+    let table = format!("{schema}.{HISTORY_TABLE}");
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&table])
+        .await
+        .map_err(|source| PgError::Statement {
+            context: "look up the schema history",
+            source,
+        })?
+        .get(0);
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let row = client
+        .query_one(
+            &format!("SELECT max(version)::bigint FROM \"{schema}\".{HISTORY_TABLE}"),
+            &[],
+        )
+        .await
+        .map_err(|source| PgError::Statement {
+            context: "read the schema version",
+            source,
+        })?;
+    Ok(row.get::<_, Option<i64>>(0))
+}
