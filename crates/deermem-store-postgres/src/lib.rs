@@ -5,18 +5,21 @@
 //! - [`PgStore`]: the connection pool (deadpool over tokio-postgres) whose connections work in
 //!   the configured schema under the statement timeout, and the versioned schema migrations
 //!   (refinery, files under `migrations/`), applied under an advisory lock, with a refusal to
-//!   run against a schema newer than this build.
+//!   run against a schema newer than this build;
+//! - [`PgRunJournal`]: the run journal port (`RunEventStore`) on the `run_events` table, so
+//!   "one memory block per run" holds across replicas.
 //!
-//! The storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`), the retrieval port and
-//! the run journal on these tables come next; until then the facade does not offer
-//! `storage_class: postgres`.
+//! The storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`) and the retrieval port
+//! on these tables come next; until then the facade does not offer `storage_class: postgres`.
 
 mod config;
 mod error;
+mod run_journal;
 mod store;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use error::PgError;
+pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
 
 /// The adapter kind.

@@ -42,7 +42,14 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
     );
     assert_eq!(
         tables(&store).await,
-        ["fact_metadata", "facts", "refinery_schema_history", "users"]
+        [
+            "fact_metadata",
+            "facts",
+            "refinery_schema_history",
+            "run_event_counters",
+            "run_events",
+            "users"
+        ]
     );
     // Pooled connections work in the configured schema: unqualified names resolve there.
     let client = store.client().await.unwrap();

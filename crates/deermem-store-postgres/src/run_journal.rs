@@ -1,0 +1,316 @@
+//! The run journal port (`RunEventStore`) on PostgreSQL: the `run_events` table, written in one
+//! transaction per record under a per-run advisory lock, so every replica sees one memory block
+//! per run and per-user sequence numbers that are never reused.
+//!
+//! The port is blocking (hosts call it from a blocking thread); the journal owns a small tokio
+//! runtime of its own on which its connections live, so it works from any thread that is not
+//! itself driving an async runtime.
+
+use std::io;
+use std::sync::Arc;
+
+use deermem_core::ports::Clock;
+use deermem_core::ports::RunEventStore;
+use deermem_core::ports::run_journal::{
+    CONTEXT_CATEGORY, CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome,
+    RunEvent, is_sha256_hex, validate_run_key,
+};
+use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
+use serde_json::{Map, Value};
+use tokio_postgres::Row;
+
+use crate::config::PostgresConfig;
+use crate::error::PgError;
+use crate::store::PgStore;
+
+/// The run journal in the database.
+pub struct PgRunJournal {
+    store: PgStore,
+    clock: Arc<dyn Clock>,
+    /// Where the journal's connections and queries run; `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for PgRunJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgRunJournal")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PgRunJournal {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks; this may run inside a host's async task.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn io_error(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> JournalError {
+    JournalError::Io {
+        context: format!("run journal in PostgreSQL: {context}"),
+        source: io::Error::other(e),
+    }
+}
+
+impl PgRunJournal {
+    /// Connects (on the journal's own runtime) and applies pending migrations.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`] and [`PgStore::migrate`].
+    pub fn open(config: &PostgresConfig, clock: Arc<dyn Clock>) -> Result<Self, PgError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("deermem-pg-journal")
+            .enable_all()
+            .build()
+            .map_err(|e| PgError::Connect {
+                message: format!("cannot start the journal's runtime: {e}"),
+                source: None,
+            })?;
+        let store = runtime.block_on(async {
+            let store = PgStore::connect(config).await?;
+            store.migrate().await?;
+            Ok::<_, PgError>(store)
+        })?;
+        Ok(Self {
+            store,
+            clock,
+            runtime: Some(runtime),
+        })
+    }
+
+    fn block_on<T>(
+        &self,
+        f: impl Future<Output = Result<T, JournalError>>,
+    ) -> Result<T, JournalError> {
+        match &self.runtime {
+            Some(rt) => rt.block_on(f),
+            None => Err(io_error(
+                "closed",
+                io::Error::other("the journal is closed"),
+            )),
+        }
+    }
+
+    async fn record(
+        &self,
+        user: &UserId,
+        agent: Option<&AgentName>,
+        thread_id: &str,
+        run_id: &str,
+        content_sha256: &str,
+    ) -> Result<RecordOutcome, JournalError> {
+        let mut client = self
+            .store
+            .client()
+            .await
+            .map_err(|e| io_error("connect", e))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| io_error("begin", e))?;
+        let bucket = user.bucket();
+        // Replicas recording the same run take turns; different runs do not wait.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2 || '/' || $3))",
+            &[&bucket, &thread_id, &run_id],
+        )
+        .await
+        .map_err(|e| io_error("lock the run", e))?;
+        let existing = tx
+            .query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM run_events WHERE bucket = $1 AND thread_id = $2 \
+                          AND run_id = $3 AND event_type = $4"
+                ),
+                &[&bucket, &thread_id, &run_id, &CONTEXT_MEMORY_EVENT],
+            )
+            .await
+            .map_err(|e| io_error("read the run", e))?;
+        if let Some(row) = existing {
+            let event = event_from(&row)?;
+            let recorded = event.content_sha256().unwrap_or_default().to_owned();
+            return if recorded == content_sha256 {
+                Ok(RecordOutcome::AlreadyRecorded(event))
+            } else {
+                Err(JournalError::Conflict {
+                    thread_id: thread_id.to_owned(),
+                    run_id: run_id.to_owned(),
+                    recorded,
+                    offered: content_sha256.to_owned(),
+                })
+            };
+        }
+        let seq: i64 = tx
+            .query_one(
+                "INSERT INTO run_event_counters (bucket, last_seq) VALUES ($1, 1) \
+                 ON CONFLICT (bucket) DO UPDATE SET last_seq = run_event_counters.last_seq + 1 \
+                 RETURNING last_seq",
+                &[&bucket],
+            )
+            .await
+            .map_err(|e| io_error("allocate a sequence number", e))?
+            .get(0);
+        let mut content = Map::new();
+        content.insert(
+            "content_sha256".into(),
+            Value::String(content_sha256.into()),
+        );
+        let mut metadata = Map::new();
+        metadata.insert(
+            "agent_name".into(),
+            Value::String(
+                agent
+                    .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
+                    .to_owned(),
+            ),
+        );
+        let event = RunEvent {
+            seq: u64::try_from(seq).map_err(|e| io_error("sequence number", e))?,
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            event_type: CONTEXT_MEMORY_EVENT.to_owned(),
+            category: CONTEXT_CATEGORY.to_owned(),
+            content,
+            metadata,
+            created_at: self.clock.now().to_iso_z(),
+        };
+        tx.execute(
+            "INSERT INTO run_events (bucket, seq, thread_id, run_id, event_type, category, \
+             content, metadata, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &[
+                &bucket,
+                &seq,
+                &event.thread_id,
+                &event.run_id,
+                &event.event_type,
+                &event.category,
+                &Value::Object(event.content.clone()),
+                &Value::Object(event.metadata.clone()),
+                &event.created_at,
+            ],
+        )
+        .await
+        .map_err(|e| io_error("append the event", e))?;
+        tx.commit().await.map_err(|e| io_error("commit", e))?;
+        Ok(RecordOutcome::Recorded(event))
+    }
+
+    async fn lookup(
+        &self,
+        user: &UserId,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsLookup, JournalError> {
+        let client = self
+            .store
+            .client()
+            .await
+            .map_err(|e| io_error("connect", e))?;
+        let bucket = user.bucket();
+        let known: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM run_events WHERE bucket = $1 AND thread_id = $2)",
+                &[&bucket, &thread_id],
+            )
+            .await
+            .map_err(|e| io_error("look up the thread", e))?
+            .get(0);
+        if !known {
+            return Ok(EventsLookup::UnknownThread);
+        }
+        let after = query
+            .after_seq
+            .map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX));
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let types: Option<Vec<String>> = query.event_types.clone();
+        let run_known: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM run_events WHERE bucket = $1 AND thread_id = $2 \
+                 AND run_id = $3)",
+                &[&bucket, &thread_id, &run_id],
+            )
+            .await
+            .map_err(|e| io_error("look up the run", e))?
+            .get(0);
+        if !run_known {
+            return Ok(EventsLookup::UnknownRun);
+        }
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM run_events WHERE bucket = $1 AND thread_id = $2 \
+                          AND run_id = $3 AND seq > $4 \
+                          AND ($5::text[] IS NULL OR event_type = ANY($5)) \
+                          ORDER BY seq LIMIT $6"
+                ),
+                &[&bucket, &thread_id, &run_id, &after, &types, &limit],
+            )
+            .await
+            .map_err(|e| io_error("read the run's events", e))?;
+        rows.iter()
+            .map(event_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map(EventsLookup::Events)
+    }
+}
+
+const COLUMNS: &str = "seq, thread_id, run_id, event_type, category, content, metadata, created_at";
+
+fn event_from(row: &Row) -> Result<RunEvent, JournalError> {
+    let object = |v: Value, what: &str| match v {
+        Value::Object(m) => Ok(m),
+        other => Err(io_error(
+            "read an event",
+            io::Error::other(format!("{what} is not an object: {other}")),
+        )),
+    };
+    let seq: i64 = row.get(0);
+    Ok(RunEvent {
+        seq: u64::try_from(seq).map_err(|e| io_error("read an event", e))?,
+        thread_id: row.get(1),
+        run_id: row.get(2),
+        event_type: row.get(3),
+        category: row.get(4),
+        content: object(row.get(5), "content")?,
+        metadata: object(row.get(6), "metadata")?,
+        created_at: row.get(7),
+    })
+}
+
+impl RunEventStore for PgRunJournal {
+    fn record_context(
+        &self,
+        user: &UserId,
+        agent: Option<&AgentName>,
+        thread_id: &str,
+        run_id: &str,
+        content_sha256: &str,
+    ) -> Result<RecordOutcome, JournalError> {
+        validate_run_key("thread_id", thread_id)?;
+        validate_run_key("run_id", run_id)?;
+        if !is_sha256_hex(content_sha256) {
+            return Err(JournalError::InvalidId {
+                field: "content_sha256",
+                reason: "must be 64 lowercase hexadecimal digits".into(),
+            });
+        }
+        self.block_on(self.record(user, agent, thread_id, run_id, content_sha256))
+    }
+
+    fn events(
+        &self,
+        user: &UserId,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsLookup, JournalError> {
+        validate_run_key("thread_id", thread_id)?;
+        validate_run_key("run_id", run_id)?;
+        self.block_on(self.lookup(user, thread_id, run_id, query))
+    }
+}

@@ -1,0 +1,143 @@
+//! The run journal contract suite against PostgreSQL (a throwaway cluster per test, or
+//! `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a shared database must
+//! add: two replicas recording the same runs at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use deermem_core::ports::run_journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
+use deermem_core::ports::{Clock, RunEventStore};
+use deermem_core::{Timestamp, UserId};
+use deermem_store_postgres::{PgRunJournal, PostgresConfig};
+use deermem_testkit::clock::ManualClock;
+use deermem_testkit::pgcluster::PgCluster;
+use deermem_testkit::run_journal::RunJournalFixture;
+
+/// A schema of its own for each journal, so tests sharing an external server do not meet.
+fn next_schema() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "journal_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(ManualClock::new(
+        Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap(),
+    ))
+}
+
+fn open(url: &str, schema: &str) -> PgRunJournal {
+    let mut c = PostgresConfig::new(url);
+    c.schema = schema.into();
+    c.pool_size = 4;
+    PgRunJournal::open(&c, clock()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixture() -> RunJournalFixture {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let journal = open(cluster.url(), &next_schema());
+    RunJournalFixture {
+        store: Arc::new(journal),
+        // The journal is dropped before the cluster (the fixture's store goes first).
+        guard: Box::new(cluster),
+    }
+}
+
+deermem_testkit::run_journal_contract!(fixture());
+
+/// Two replicas (two journals on one database) record the same 20 runs at the same time: each
+/// run gets exactly one event, the replicas agree on it, and the user's sequence numbers are
+/// 1..=20 without gaps or reuse.
+#[test]
+fn replicas_record_each_run_once_with_gap_free_sequence_numbers() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let a = Arc::new(open(cluster.url(), &schema));
+    let b = Arc::new(open(cluster.url(), &schema));
+    let user = UserId::new("alice").unwrap();
+    let hash = "ab".repeat(32);
+    let mut handles = Vec::new();
+    for journal in [a.clone(), b.clone()] {
+        let (user, hash) = (user.clone(), hash.clone());
+        handles.push(std::thread::spawn(move || {
+            (0..20)
+                .map(|i| {
+                    journal
+                        .record_context(&user, None, "t", &format!("r{i}"), &hash)
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        }));
+    }
+    let results: Vec<Vec<RecordOutcome>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut seqs = Vec::new();
+    for (i, (x, y)) in results[0].iter().zip(&results[1]).enumerate() {
+        assert_eq!(
+            x.event(),
+            y.event(),
+            "run r{i}: both replicas see the one event"
+        );
+        let recorded = [x, y]
+            .iter()
+            .filter(|o| matches!(o, RecordOutcome::Recorded(_)))
+            .count();
+        assert_eq!(recorded, 1, "run r{i} recorded once: {x:?} {y:?}");
+        seqs.push(x.event().seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>());
+    // A different block for a recorded run is a conflict on either replica.
+    let other = "cd".repeat(32);
+    for j in [&a, &b] {
+        assert!(matches!(
+            j.record_context(&user, None, "t", "r3", &other),
+            Err(JournalError::Conflict { .. })
+        ));
+    }
+    match b.events(&user, "t", "r7", &EventQuery::default()).unwrap() {
+        EventsLookup::Events(events) => assert_eq!(events.len(), 1),
+        other => panic!("{other:?}"),
+    }
+    drop((a, b));
+    drop(cluster);
+}
+
+/// SQL metacharacters in ids reach PostgreSQL only as bind parameters: they are refused by the
+/// id grammar or stored and found verbatim.
+#[test]
+fn sql_metacharacters_are_data() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let j = open(cluster.url(), &next_schema());
+    let user = UserId::new("o'brien\"; DROP TABLE run_events; --").unwrap();
+    let hash = "ef".repeat(32);
+    for (t, r) in [
+        ("t'--", "r;x"),
+        ("t%_", "r$1"),
+        ("t\"x", "r*"),
+        ("t:@+=~", "r.-_"),
+    ] {
+        match j.record_context(&user, None, t, r, &hash) {
+            Ok(RecordOutcome::Recorded(e)) => {
+                assert_eq!((e.thread_id.as_str(), e.run_id.as_str()), (t, r));
+                match j.events(&user, t, r, &EventQuery::default()).unwrap() {
+                    EventsLookup::Events(found) => assert_eq!(found, vec![e]),
+                    other => panic!("{other:?}"),
+                }
+            }
+            Err(JournalError::InvalidId { .. }) => {}
+            other => panic!("{t:?} {r:?}: {other:?}"),
+        }
+    }
+    // `_` is not a pattern: a lookup of "t_" never finds "tX".
+    let plain = UserId::new("plain").unwrap();
+    j.record_context(&plain, None, "tX", "r", &hash).unwrap();
+    assert_eq!(
+        j.events(&plain, "t_", "r", &EventQuery::default()).unwrap(),
+        EventsLookup::UnknownThread
+    );
+}
