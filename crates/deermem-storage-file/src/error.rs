@@ -87,13 +87,24 @@ impl From<IdError> for Error {
     }
 }
 
-impl From<FactError> for Error {
-    fn from(e: FactError) -> Self {
-        match StorageError::from(e) {
+impl From<StorageError> for Error {
+    /// The refusals of the shared commit decision (and, like [`FactError`], anything else as
+    /// corruption).
+    fn from(e: StorageError) -> Self {
+        match e {
             StorageError::FactConflict { id, message } => Self::FactConflict { id, message },
             StorageError::InvalidInput { field, message } => Self::Invalid { field, message },
+            StorageError::ManifestConflict { expected, found } => {
+                Self::ManifestConflict { expected, found }
+            }
             other => Self::Corrupt(other.to_string()),
         }
+    }
+}
+
+impl From<FactError> for Error {
+    fn from(e: FactError) -> Self {
+        StorageError::from(e).into()
     }
 }
 

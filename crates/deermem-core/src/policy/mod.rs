@@ -1,5 +1,6 @@
 //! Pure policies over domain types: no I/O, no clock, no environment. Time arrives as an
 //! argument.
 
+pub mod commit;
 pub mod eviction;
 pub mod substring;

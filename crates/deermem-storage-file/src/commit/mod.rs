@@ -6,16 +6,18 @@
 mod execute;
 mod plan;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use deermem_core::{AgentName, Fact, FactDraft, FactId, Scope, SummaryPatch, Timestamp};
+use deermem_core::{Fact, FactId, Scope, Timestamp};
 
 use crate::error::Result;
 use crate::manifest::{self, Manifest};
 use crate::markdown;
 use crate::paths::UserDir;
 
-pub(crate) use plan::{agent_required, check_delete, duplicate_upsert, may_rebase};
+pub(crate) use deermem_core::policy::commit::{
+    CommitRequest, agent_required, check_delete, duplicate_upsert, may_rebase,
+};
 
 /// A retrieval notification queued by a commit, dispatched after the locks are released.
 #[derive(Debug, Clone)]
@@ -24,32 +26,6 @@ pub(crate) enum Notification {
     Upsert { scope: Scope, fact: Box<Fact> },
     /// A fact was deleted.
     Remove { scope: Scope, id: String },
-}
-
-/// What to commit.
-#[derive(Debug, Default)]
-pub(crate) struct CommitRequest {
-    pub(crate) agent: Option<AgentName>,
-    /// Drafts with their ids already assigned.
-    pub(crate) upserts: Vec<(FactId, FactDraft)>,
-    /// Per-fact expected revision (`None` = must not exist); absent ids are unchecked.
-    pub(crate) upsert_revisions: HashMap<FactId, Option<u64>>,
-    pub(crate) deletes: Vec<FactId>,
-    /// Per-fact expected revision of deleted facts; absent ids are unchecked.
-    pub(crate) delete_revisions: BTreeMap<FactId, u64>,
-    /// Summary children to merge into `user` and `history`.
-    pub(crate) summaries: Option<SummaryPatch>,
-    pub(crate) expected_revision: Option<u64>,
-    /// Set only by the global migration, whose commit rewrites a legacy manifest that still
-    /// holds inline facts; every other commit refuses to drop them.
-    pub(crate) allow_legacy_drop: bool,
-}
-
-impl CommitRequest {
-    /// Whether the request touches facts.
-    pub(crate) fn has_fact_changes(&self) -> bool {
-        !self.upserts.is_empty() || !self.deletes.is_empty()
-    }
 }
 
 /// What a commit did.

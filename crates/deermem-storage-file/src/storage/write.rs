@@ -44,7 +44,7 @@ pub(super) fn prepare_changes(
     agent: Option<&AgentName>,
 ) -> Result<CommitRequest> {
     if changes.has_fact_changes() && agent.is_none() {
-        return Err(commit::agent_required());
+        return Err(commit::agent_required().into());
     }
     let mut req = CommitRequest {
         agent: agent.cloned(),
@@ -73,7 +73,7 @@ pub(super) fn prepare_changes(
             }
         };
         if !seen.insert(id.clone()) {
-            return Err(commit::duplicate_upsert(&id));
+            return Err(commit::duplicate_upsert(&id).into());
         }
         let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
             Some(Some(0)) => return Err(bad_revision()),

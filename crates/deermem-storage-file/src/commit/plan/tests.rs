@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::policy::commit::may_rebase;
 use deermem_core::{AgentName, FactDraft, FactId, SummaryPatch, Timestamp, UserId};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
