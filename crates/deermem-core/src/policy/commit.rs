@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use crate::document::{SummaryPatch, SummarySection};
+use crate::document::{ChangeSet, SummaryPatch, SummarySection};
 use crate::error::StorageError;
 use crate::fact::{Fact, FactDraft, FactScope, NormalizeContext, normalize_fact};
 use crate::ids::{AgentName, FactId};
@@ -41,6 +41,74 @@ impl CommitRequest {
     /// Whether the request touches facts.
     pub fn has_fact_changes(&self) -> bool {
         !self.upserts.is_empty() || !self.deletes.is_empty()
+    }
+
+    /// Validates a change set into a commit request, before any lock is taken: ids assigned
+    /// (`fresh_id()` for a draft without one, written into the draft), each upsert's expected
+    /// revision (from `upsertRevisions`, else the draft's own `revision`), and the id rules.
+    ///
+    /// # Errors
+    /// `InvalidInput`: fact changes without an agent, a malformed or duplicate id, an id both
+    /// upserted and deleted, an expected revision that is not null or an integer >= 1.
+    pub fn prepare(
+        changes: ChangeSet,
+        agent: Option<&AgentName>,
+        fresh_id: impl Fn() -> FactId,
+    ) -> Result<Self, StorageError> {
+        if changes.has_fact_changes() && agent.is_none() {
+            return Err(agent_required());
+        }
+        let mut req = Self {
+            agent: agent.cloned(),
+            upserts: Vec::with_capacity(changes.upserts.len()),
+            deletes: changes.deletes,
+            delete_revisions: changes.delete_revisions.unwrap_or_default(),
+            summaries: changes.summaries,
+            ..Self::default()
+        };
+        let bad_revision = || StorageError::InvalidInput {
+            field: "change_set.upsertRevisions".into(),
+            message: "change_set.upsertRevisions values must be null or integers >= 1".into(),
+        };
+        let mut seen: HashSet<FactId> = HashSet::new();
+        for mut draft in changes.upserts {
+            let id = match draft.get("id") {
+                Some(v) if py::truthy(v) => {
+                    let text = py::py_str(v).unwrap_or_default();
+                    FactId::new(text).map_err(|_| StorageError::InvalidInput {
+                        field: "fact.id".into(),
+                        message: "fact.id may contain only letters, numbers, '_' and '-'".into(),
+                    })?
+                }
+                _ => {
+                    let id = fresh_id();
+                    draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+                    id
+                }
+            };
+            if !seen.insert(id.clone()) {
+                return Err(duplicate_upsert(&id));
+            }
+            let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
+                Some(Some(0)) => return Err(bad_revision()),
+                Some(e) => *e,
+                None => match draft.get("revision") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Number(n)) => match n.as_u64() {
+                        Some(r) if r >= 1 => Some(r),
+                        _ => return Err(bad_revision()),
+                    },
+                    Some(_) => return Err(bad_revision()),
+                },
+            };
+            req.upsert_revisions.insert(id.clone(), expected);
+            req.upserts.push((id, draft));
+        }
+        let mut deleted = HashSet::new();
+        for id in &req.deletes {
+            check_delete(id, &mut deleted, &seen)?;
+        }
+        Ok(req)
     }
 }
 

@@ -15,9 +15,7 @@ use crate::manifest::{self, Manifest};
 use crate::markdown;
 use crate::paths::UserDir;
 
-pub(crate) use deermem_core::policy::commit::{
-    CommitRequest, agent_required, check_delete, duplicate_upsert, may_rebase,
-};
+pub(crate) use deermem_core::policy::commit::{CommitRequest, may_rebase};
 
 /// A retrieval notification queued by a commit, dispatched after the locks are released.
 #[derive(Debug, Clone)]

@@ -5,9 +5,8 @@
 use std::collections::HashSet;
 
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, SummarySection, Timestamp, UserId,
 };
-use serde_json::Value;
 
 use super::Inner;
 use crate::commit::{self, CommitRequest, Committed, Notification};
@@ -29,72 +28,17 @@ pub(super) type Applied = Result<Committed>;
 /// Writers taken into one group commit at most (the leader included).
 const GROUP_MAX: usize = 64;
 
-fn bad_revision() -> Error {
-    Error::invalid(
-        "change_set.upsertRevisions",
-        "change_set.upsertRevisions values must be null or integers >= 1",
-    )
-}
-
-/// Validates a change set into a commit request, before any lock is taken: ids assigned (a
-/// fresh one for a draft without), each upsert's expected revision (from `upsertRevisions`,
-/// else the draft's own `revision`), and the id rules.
+/// Validates a change set into a commit request (the core's rules; fresh ids are
+/// storage-style).
 pub(super) fn prepare_changes(
     changes: ChangeSet,
     agent: Option<&AgentName>,
 ) -> Result<CommitRequest> {
-    if changes.has_fact_changes() && agent.is_none() {
-        return Err(commit::agent_required().into());
-    }
-    let mut req = CommitRequest {
-        agent: agent.cloned(),
-        upserts: Vec::with_capacity(changes.upserts.len()),
-        deletes: changes.deletes,
-        delete_revisions: changes.delete_revisions.unwrap_or_default(),
-        summaries: changes.summaries,
-        ..CommitRequest::default()
-    };
-    let mut seen: HashSet<FactId> = HashSet::new();
-    for mut draft in changes.upserts {
-        let id = match draft.get("id") {
-            Some(v) if py::truthy(v) => {
-                let text = py::py_str(v).unwrap_or_default();
-                FactId::new(text).map_err(|_| {
-                    Error::invalid(
-                        "fact.id",
-                        "fact.id may contain only letters, numbers, '_' and '-'",
-                    )
-                })?
-            }
-            _ => {
-                let id = crate::fresh_fact_id();
-                draft.insert("id".into(), Value::String(id.as_str().to_owned()));
-                id
-            }
-        };
-        if !seen.insert(id.clone()) {
-            return Err(commit::duplicate_upsert(&id).into());
-        }
-        let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
-            Some(Some(0)) => return Err(bad_revision()),
-            Some(e) => *e,
-            None => match draft.get("revision") {
-                None | Some(Value::Null) => None,
-                Some(Value::Number(n)) => match n.as_u64() {
-                    Some(r) if r >= 1 => Some(r),
-                    _ => return Err(bad_revision()),
-                },
-                Some(_) => return Err(bad_revision()),
-            },
-        };
-        req.upsert_revisions.insert(id.clone(), expected);
-        req.upserts.push((id, draft));
-    }
-    let mut deleted = HashSet::new();
-    for id in &req.deletes {
-        commit::check_delete(id, &mut deleted, &seen)?;
-    }
-    Ok(req)
+    Ok(CommitRequest::prepare(
+        changes,
+        agent,
+        crate::fresh_fact_id,
+    )?)
 }
 
 /// One writer's part of a group's commit: the shared revision and time stamps, and its own
