@@ -3,11 +3,12 @@
 //! every read, and every draft is validated before anything is applied, so a caller that
 //! relies on lenient behaviour fails here first.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::MemoryStorageExt;
@@ -16,9 +17,9 @@ use deermem_core::ports::{
     StorageCapabilities,
 };
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MemoryDocument,
-    RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch,
-    SummarySection, Timestamp, UserId, py,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, RebuildReport,
+    RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp,
+    UserId, py,
 };
 use serde_json::{Map, Value};
 
@@ -43,13 +44,6 @@ pub struct InMemoryStorage {
 fn fresh_id() -> FactId {
     let hex = uuid::Uuid::new_v4().simple().to_string();
     FactId::long_from_hex(&hex).unwrap_or_else(|e| panic!("a v4 uuid is 32 hex digits: {e}"))
-}
-
-fn fact_conflict(id: &str, message: String) -> StorageError {
-    StorageError::FactConflict {
-        id: id.to_owned(),
-        message,
-    }
 }
 
 impl InMemoryStorage {
@@ -122,159 +116,86 @@ impl InMemoryStorage {
     }
 
     #[allow(clippy::too_many_lines)]
+    /// One commit under the data lock, decided by the core's shared commit policy.
     fn commit(
         &self,
         user: Option<&UserId>,
-        agent: Option<&AgentName>,
-        changes: &ChangeSet,
-        expected: Option<u64>,
-        upsert_revisions: &HashMap<FactId, Option<u64>>,
+        req: &CommitRequest,
     ) -> Result<ChangeResult, StorageError> {
         let now = self.clock.now();
         let mut all = self.data();
         let data = all.entry(user.cloned()).or_default();
-        let current = data.manifest.as_ref().map_or(0, |m| m.0);
-        if let Some(e) = expected
-            && e != current
-        {
-            return Err(StorageError::ManifestConflict {
-                expected: e,
-                found: current,
-            });
-        }
-        let mut written: Vec<Fact> = Vec::new();
-        let mut deleted: Vec<FactId> = Vec::new();
-        if let Some(agent) = agent {
-            let scope = Self::scope(user, agent);
-            let bucket = data.facts.get(agent).cloned().unwrap_or_default();
-            for draft in &changes.upserts {
-                let id = draft
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .and_then(|s| FactId::new(s).ok())
-                    .ok_or_else(|| StorageError::from(FactError::InvalidId))?;
-                let existing = bucket.get(id.as_str());
-                if let Some(exp) = upsert_revisions.get(&id) {
-                    match (exp, existing.map(|e| e.revision)) {
-                        (None, Some(_)) => {
-                            return Err(fact_conflict(
-                                id.as_str(),
-                                format!("Fact '{id}' must not already exist"),
-                            ));
-                        }
-                        (Some(e), a) if Some(*e) != a => {
-                            return Err(fact_conflict(
-                                id.as_str(),
-                                format!(
-                                    "Expected fact '{id}' revision {e}, found {}",
-                                    a.map_or("None".to_owned(), |x| x.to_string())
-                                ),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
-                let ctx = NormalizeContext {
-                    scope: &scope,
-                    existing,
-                    now,
-                    new_id: &fresh_id,
-                };
-                let fact = normalize_fact(draft, &ctx)?;
-                if existing != Some(&fact) {
-                    written.push(fact);
-                }
+        let record = data.manifest.as_ref().map(|m| CurrentRecord {
+            revision: m.0,
+            needs_rewrite: false,
+        });
+        let bucket = req
+            .agent
+            .as_ref()
+            .and_then(|a| data.facts.get(a))
+            .cloned()
+            .unwrap_or_default();
+        let stored = |id: &FactId| {
+            Ok::<_, StorageError>(bucket.get(id.as_str()).map(|f| StoredFact {
+                fact: f.clone(),
+                foreign_owner: false,
+            }))
+        };
+        let sections = || {
+            Ok(data.manifest.as_ref().map_or_else(
+                || {
+                    (
+                        SummarySection::default_user(),
+                        SummarySection::default_history(),
+                    )
+                },
+                |m| (m.2.clone(), m.3.clone()),
+            ))
+        };
+        let raw_user = user.map(|u| u.as_str().to_owned());
+        let w = match commit::decide(req, raw_user, record, stored, sections, now)? {
+            Decision::Unchanged => {
+                let (rev, last, ..) = data.manifest.clone().unwrap_or_default();
+                return Ok(ChangeResult {
+                    version: "2.0".into(),
+                    revision: rev,
+                    last_updated: last,
+                    upserted_facts: Vec::new(),
+                    deleted_fact_ids: Vec::new(),
+                });
             }
-            for id in &changes.deletes {
-                let Some(existing) = bucket.get(id.as_str()) else {
-                    continue;
-                };
-                if let Some(exp) = changes.delete_revisions.as_ref().and_then(|m| m.get(id))
-                    && *exp != existing.revision
-                {
-                    return Err(fact_conflict(
-                        id.as_str(),
-                        format!(
-                            "Expected fact '{id}' revision {exp}, found {}",
-                            existing.revision
-                        ),
-                    ));
-                }
-                deleted.push(id.clone());
-            }
-        }
-        let (base_user, base_hist) = data.manifest.as_ref().map_or_else(
-            || {
-                (
-                    SummarySection::default_user(),
-                    SummarySection::default_history(),
-                )
-            },
-            |m| (m.2.clone(), m.3.clone()),
-        );
-        let (mut new_user, mut new_hist) = (base_user.clone(), base_hist.clone());
-        if let Some(p) = &changes.summaries {
-            for (k, v) in p.user.iter().flatten() {
-                new_user.0.insert(k.clone(), v.clone());
-            }
-            for (k, v) in p.history.iter().flatten() {
-                new_hist.0.insert(k.clone(), v.clone());
-            }
-        }
-        let summaries_changed = !py::py_eq(
-            &Value::Object(new_user.0.clone()),
-            &Value::Object(base_user.0.clone()),
-        ) || !py::py_eq(
-            &Value::Object(new_hist.0.clone()),
-            &Value::Object(base_hist.0.clone()),
-        );
-        if written.is_empty() && deleted.is_empty() && !summaries_changed && data.manifest.is_some()
-        {
-            let (rev, last, ..) = data.manifest.clone().unwrap_or_default();
-            return Ok(ChangeResult {
-                version: "2.0".into(),
-                revision: rev,
-                last_updated: last,
-                upserted_facts: Vec::new(),
-                deleted_fact_ids: Vec::new(),
-            });
-        }
-        if let Some(agent) = agent {
+            Decision::Write(w) => *w,
+        };
+        let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
+        if let Some(agent) = &req.agent {
             let bucket = data.facts.entry(agent.clone()).or_default();
             for f in &written {
                 bucket.insert(f.id.to_string(), f.clone());
             }
-            for id in &deleted {
+            for id in &w.removals {
                 bucket.remove(id.as_str());
             }
-            if !deleted.is_empty() {
-                let gone: Vec<String> = deleted.iter().map(ToString::to_string).collect();
+            if !w.removals.is_empty() {
+                let gone: Vec<String> = w.removals.iter().map(ToString::to_string).collect();
                 if let Some(u) = data.usage.get_mut(agent) {
                     u.retain(|k, _| !gone.contains(k));
                 }
             }
         }
         let last = now.to_iso_z();
-        data.manifest = Some((current + 1, last.clone(), new_user, new_hist));
+        data.manifest = Some((w.next_revision, last.clone(), w.user, w.history));
         Ok(ChangeResult {
             version: "2.0".into(),
-            revision: current + 1,
+            revision: w.next_revision,
             last_updated: last,
             upserted_facts: written,
-            deleted_fact_ids: deleted,
+            deleted_fact_ids: w.removals,
         })
     }
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> StorageError {
     StorageError::invalid(field, message)
-}
-
-fn bad_revision() -> StorageError {
-    invalid(
-        "change_set.upsertRevisions",
-        "change_set.upsertRevisions values must be null or integers >= 1",
-    )
 }
 
 #[async_trait]
@@ -355,85 +276,30 @@ impl FactRepository for InMemoryStorage {
         &self,
         user: Option<&UserId>,
         agent: Option<&AgentName>,
-        mut changes: ChangeSet,
+        changes: ChangeSet,
         options: ApplyOptions,
     ) -> Result<ChangeResult, StorageError> {
-        if changes.has_fact_changes() && agent.is_none() {
-            return Err(invalid(
-                "agent_name",
-                "agent_name is required for fact repository changes",
-            ));
-        }
-        let mut seen = HashSet::new();
-        let mut upsert_revisions = HashMap::new();
-        let scope = agent.map(|a| Self::scope(user, a)).unwrap_or_default();
-        for d in &mut changes.upserts {
-            let id = match d.get("id") {
-                Some(v) if py::truthy(v) => FactId::new(py::py_str(v).unwrap_or_default())
-                    .map_err(|_| StorageError::from(FactError::InvalidId))?,
-                _ => {
-                    let id = fresh_id();
-                    d.insert("id".into(), Value::String(id.to_string()));
-                    id
-                }
-            };
-            if !seen.insert(id.clone()) {
-                return Err(invalid(
-                    "change_set.upserts",
-                    format!("Duplicate fact id '{id}' in upserts"),
-                ));
-            }
+        let mut req = CommitRequest::prepare(changes, agent, fresh_id)?;
+        if let Some(agent) = agent {
             // Strict: every draft must validate on its own before anything is applied.
-            let ctx = NormalizeContext {
-                scope: &scope,
-                existing: None,
-                now: self.clock.now(),
-                new_id: &fresh_id,
-            };
-            normalize_fact(d, &ctx)?;
-            let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
-                Some(Some(0)) => return Err(bad_revision()),
-                Some(e) => *e,
-                None => match d.get("revision") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::Number(n)) => match n.as_u64() {
-                        Some(r) if r >= 1 => Some(r),
-                        _ => return Err(bad_revision()),
-                    },
-                    Some(_) => return Err(bad_revision()),
-                },
-            };
-            upsert_revisions.insert(id, expected);
-        }
-        let mut del_seen = BTreeSet::new();
-        for id in &changes.deletes {
-            if !del_seen.insert(id.clone()) {
-                return Err(invalid(
-                    "change_set.deletes",
-                    "Duplicate fact ids are not allowed in deletes",
-                ));
-            }
-            if seen.contains(id) {
-                return Err(invalid(
-                    "change_set",
-                    format!("Fact '{id}' cannot be upserted and deleted together"),
-                ));
+            let scope = Self::scope(user, agent);
+            for (_, d) in &req.upserts {
+                let ctx = NormalizeContext {
+                    scope: &scope,
+                    existing: None,
+                    now: self.clock.now(),
+                    new_id: &fresh_id,
+                };
+                normalize_fact(d, &ctx)?;
             }
         }
-        let can_rebase = options.allow_manifest_rebase
-            && changes.has_fact_changes()
-            && changes.summaries.is_none()
-            && (changes.deletes.is_empty()
-                || changes
-                    .delete_revisions
-                    .as_ref()
-                    .is_some_and(|r| changes.deletes.iter().all(|d| r.contains_key(d))));
-        let mut expected = options.expected_manifest_revision;
+        req.expected_revision = options.expected_manifest_revision;
+        let can_rebase = commit::may_rebase(&req, options.allow_manifest_rebase);
         let mut attempt = 0;
         loop {
-            match self.commit(user, agent, &changes, expected, &upsert_revisions) {
+            match self.commit(user, &req) {
                 Err(StorageError::ManifestConflict { found, .. }) if can_rebase && attempt < 2 => {
-                    expected = Some(found);
+                    req.expected_revision = Some(found);
                     attempt += 1;
                 }
                 other => return other,
