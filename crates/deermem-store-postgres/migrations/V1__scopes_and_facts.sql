@@ -10,8 +10,9 @@ CREATE TABLE users (
     -- Incremented by exactly 1 by every commit that writes, under the row lock.
     revision      bigint NOT NULL DEFAULT 0 CHECK (revision >= 0),
     version       text NOT NULL DEFAULT '1.0',
-    -- The user's summaries in the document shape (user / history sections).
-    summaries     jsonb NOT NULL DEFAULT '{}'::jsonb,
+    -- The user's summaries in the document shape (user / history sections). `json`, not
+    -- `jsonb`: key order is kept, so data moved back to files is byte-identical.
+    summaries     json NOT NULL DEFAULT '{}'::json,
     last_updated  text
 );
 
@@ -20,8 +21,9 @@ CREATE TABLE facts (
     agent        text NOT NULL,
     id           text NOT NULL,
     revision     bigint NOT NULL CHECK (revision >= 1),
-    -- The fact in its stored document shape (the Markdown front matter and body as JSON).
-    fact         jsonb NOT NULL,
+    -- The fact in its stored document shape (the Markdown front matter and body as JSON), in
+    -- `json` so that its key order survives.
+    fact         json NOT NULL,
     -- What search matches: content and category, with CJK runs spelled out as bigrams.
     search_text  text NOT NULL DEFAULT '',
     tsv          tsvector GENERATED ALWAYS AS (to_tsvector('simple', search_text)) STORED,
