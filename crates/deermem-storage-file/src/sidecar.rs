@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
+use deermem_core::Timestamp;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::{Timestamp, py};
+use deermem_core::policy::metadata;
 use serde_json::{Map, Value};
 
 use crate::error::Result;
@@ -36,14 +37,11 @@ fn read_tolerant(path: &Path) -> Option<Value> {
 
 /// The usage sidecar: entries with string keys and object values (others are dropped).
 pub(crate) fn read_usage(path: &Path) -> FactUsageMap {
-    match read_tolerant(path) {
-        Some(Value::Object(m)) => m.into_iter().filter(|(_, v)| v.is_object()).collect(),
-        Some(_) => {
-            tracing::warn!(path = %path.display(), "ignoring memory usage sidecar that is not an object");
-            Map::new()
-        }
-        None => Map::new(),
+    let v = read_tolerant(path);
+    if v.as_ref().is_some_and(|v| !v.is_object()) {
+        tracing::warn!(path = %path.display(), "ignoring memory usage sidecar that is not an object");
     }
+    metadata::usage_from_value(v)
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
@@ -62,49 +60,8 @@ pub(crate) fn record_accesses(
         Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
-    for id in ids {
-        let prev = usage.get(id).and_then(Value::as_object);
-        let raw_heat = prev.and_then(|p| p.get("accessHeat"));
-        let mut heat = match raw_heat {
-            Some(Value::Number(n)) => n.as_f64().unwrap_or(0.0),
-            Some(Value::Bool(b)) => f64::from(u8::from(*b)),
-            Some(Value::String(s)) if !s.is_empty() => py::parse_float(s).unwrap_or(0.0),
-            _ => 0.0,
-        };
-        if !heat.is_finite() || heat < 0.0 {
-            heat = 0.0;
-        }
-        let last = prev
-            .and_then(|p| p.get("lastAccessedAt"))
-            .and_then(Value::as_str)
-            .and_then(Timestamp::parse_iso);
-        heat = match last {
-            Some(t) if half_life_days > 0.0 => {
-                heat * 2f64.powf(-now.days_since(t).max(0.0) / half_life_days)
-            }
-            _ => 0.0,
-        };
-        let count = prev
-            .and_then(|p| p.get("accessCount"))
-            .and_then(|c| match c {
-                Value::Number(n) => n.as_u64(),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let mut entry = Map::new();
-        entry.insert(
-            "accessHeat".into(),
-            serde_json::Number::from_f64(heat + 1.0).map_or(Value::Null, Value::Number),
-        );
-        entry.insert("accessCount".into(), Value::from(count.saturating_add(1)));
-        entry.insert("lastAccessedAt".into(), Value::String(now.to_iso_z()));
-        usage.insert(id.clone(), Value::Object(entry));
-    }
+    metadata::record_accesses(&mut usage, ids, now, half_life_days);
     write_json(path, &Value::Object(usage))
-}
-
-fn num(f: f64) -> Value {
-    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
 /// Appends a capacity-eviction event and keeps the last `max_entries`.
@@ -123,126 +80,22 @@ pub(crate) fn record_eviction(
         Some(Value::Array(a)) => a,
         _ => Vec::new(),
     };
-    let evicted: Vec<Value> = decision
-        .evicted
-        .iter()
-        .map(|e| {
-            let mut m = Map::new();
-            m.insert("factId".into(), Value::String(e.fact_id.clone()));
-            m.insert("category".into(), Value::String(e.category.clone()));
-            m.insert("score".into(), num(e.score));
-            m.insert("components".into(), Value::Object(e.components.clone()));
-            Value::Object(m)
-        })
-        .collect();
-    let mut event = Map::new();
-    event.insert("occurredAt".into(), Value::String(at.to_iso_z()));
-    event.insert("reason".into(), Value::String("capacity".into()));
-    event.insert(
-        "policyVersion".into(),
-        Value::String(decision.policy.as_str().into()),
-    );
-    event.insert("maxFacts".into(), Value::from(max_facts));
-    event.insert(
-        "reservedCorrectionSlots".into(),
-        Value::from(decision.reserved_correction_slots),
-    );
-    event.insert("evicted".into(), Value::Array(evicted));
-    if let Some(shadow) = shadow {
-        let mut would: Vec<String> = shadow.evicted_ids();
-        would.sort();
-        would.dedup();
-        let actual: std::collections::BTreeSet<String> =
-            decision.evicted_ids().into_iter().collect();
-        let shadow_set: std::collections::BTreeSet<String> = would.iter().cloned().collect();
-        let mut s = Map::new();
-        s.insert(
-            "policyVersion".into(),
-            Value::String(shadow.policy.as_str().into()),
-        );
-        s.insert(
-            "wouldEvict".into(),
-            Value::Array(would.into_iter().map(Value::String).collect()),
-        );
-        s.insert("disagrees".into(), Value::Bool(actual != shadow_set));
-        event.insert("shadow".into(), Value::Object(s));
-    }
-    events.push(Value::Object(event));
-    if events.len() > max_entries {
-        events.drain(..events.len() - max_entries);
-    }
+    metadata::append_eviction(&mut events, decision, max_facts, shadow, at, max_entries);
     write_json(path, &Value::Array(events))
 }
 
 /// Removes the given ids from both sidecars, sanitising the audit; empty files are unlinked.
 pub(crate) fn clear_ids(usage_path: &Path, audit_path: &Path, ids: &[String]) -> Result<()> {
-    let drop_id = |id: &str| ids.iter().any(|i| i == id);
-    // Usage.
     if let Some(Value::Object(mut usage)) = read_tolerant(usage_path) {
-        let before = usage.len();
-        usage.retain(|k, _| !drop_id(k));
+        let changed = metadata::forget_usage(&mut usage, ids);
         if usage.is_empty() {
             fsutil::remove_file_if_exists(usage_path)?;
-        } else if usage.len() != before {
+        } else if changed {
             write_json(usage_path, &Value::Object(usage))?;
         }
     }
-    // Audit.
     if let Some(v) = read_tolerant(audit_path) {
-        let events = match v {
-            Value::Array(a) => a,
-            _ => Vec::new(),
-        };
-        let mut kept = Vec::new();
-        for ev in events {
-            let Value::Object(mut ev) = ev else { continue };
-            let Some(Value::Array(evicted)) = ev.get("evicted").cloned() else {
-                continue;
-            };
-            let evicted: Vec<Value> = evicted
-                .into_iter()
-                .filter(|e| {
-                    e.as_object()
-                        .and_then(|o| o.get("factId"))
-                        .and_then(Value::as_str)
-                        .is_some_and(|id| !drop_id(id))
-                })
-                .collect();
-            if evicted.is_empty() {
-                continue;
-            }
-            let actual: std::collections::BTreeSet<String> = evicted
-                .iter()
-                .filter_map(|e| e.get("factId").and_then(Value::as_str).map(str::to_owned))
-                .collect();
-            let shadow = ev.get("shadow").cloned();
-            match shadow {
-                Some(Value::Object(mut s)) => match s.get("wouldEvict").cloned() {
-                    Some(Value::Array(would)) => {
-                        let would: Vec<Value> = would
-                            .into_iter()
-                            .filter(|w| w.as_str().is_some_and(|id| !drop_id(id)))
-                            .collect();
-                        let set: std::collections::BTreeSet<String> = would
-                            .iter()
-                            .filter_map(|w| w.as_str().map(str::to_owned))
-                            .collect();
-                        s.insert("wouldEvict".into(), Value::Array(would));
-                        s.insert("disagrees".into(), Value::Bool(set != actual));
-                        ev.insert("shadow".into(), Value::Object(s));
-                    }
-                    _ => {
-                        ev.shift_remove("shadow");
-                    }
-                },
-                Some(_) => {
-                    ev.shift_remove("shadow");
-                }
-                None => {}
-            }
-            ev.insert("evicted".into(), Value::Array(evicted));
-            kept.push(Value::Object(ev));
-        }
+        let kept = metadata::forget_audit(v, ids);
         if kept.is_empty() {
             fsutil::remove_file_if_exists(audit_path)?;
         } else {

@@ -3,4 +3,5 @@
 
 pub mod commit;
 pub mod eviction;
+pub mod metadata;
 pub mod substring;
