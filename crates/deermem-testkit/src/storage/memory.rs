@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::policy::metadata;
 use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::ports::{
@@ -396,30 +397,7 @@ impl FactMetadata for InMemoryStorage {
             return Ok(());
         }
         let usage = data.usage.entry(agent.clone()).or_default();
-        for id in existing {
-            let prev = usage.get(&id).and_then(Value::as_object);
-            let heat = prev
-                .and_then(|p| p.get("accessHeat"))
-                .and_then(Value::as_f64)
-                .filter(|h| h.is_finite() && *h >= 0.0)
-                .unwrap_or(0.0);
-            let decayed = match prev
-                .and_then(|p| p.get("lastAccessedAt"))
-                .and_then(Value::as_str)
-                .and_then(Timestamp::parse_iso)
-            {
-                Some(t) => heat * 2f64.powf(-now.days_since(t).max(0.0) / self.half_life_days),
-                None => 0.0,
-            };
-            let count = prev
-                .and_then(|p| p.get("accessCount"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            usage.insert(
-                id,
-                serde_json::json!({"accessHeat": decayed + 1.0, "accessCount": count + 1, "lastAccessedAt": now.to_iso_z()}),
-            );
-        }
+        metadata::record_accesses(usage, &existing, now, self.half_life_days);
         Ok(())
     }
 
