@@ -7,18 +7,25 @@
 //!   (refinery, files under `migrations/`), applied under an advisory lock, with a refusal to
 //!   run against a schema newer than this build;
 //! - [`PgRunJournal`]: the run journal port (`RunEventStore`) on the `run_events` table, so
-//!   "one memory block per run" holds across replicas.
+//!   "one memory block per run" holds across replicas;
+//! - [`PgStorage`]: the storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`), one
+//!   transaction per commit with the user's row locked, decided by the core's shared commit
+//!   policy; search is still the core's substring scan.
 //!
-//! The storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`) and the retrieval port
-//! on these tables come next; until then the facade does not offer `storage_class: postgres`.
+//! Still to come: ranked full-text search on the `tsv` column (with CJK bigrams) and the
+//! retrieval port, replica cache coherence, remote-backend cursors in the database, the facade's
+//! `storage_class: postgres`, `deermem db migrate` and `deermem migrate` between files and the
+//! database. Until then the facade does not offer it.
 
 mod config;
 mod error;
+mod repository;
 mod run_journal;
 mod store;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use error::PgError;
+pub use repository::PgStorage;
 pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
 

@@ -1,6 +1,6 @@
-//! The run journal contract suite against PostgreSQL (a throwaway cluster per test, or
-//! `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a shared database must
-//! add: two replicas recording the same runs at once.
+//! The storage and run journal contract suites against PostgreSQL (a throwaway cluster per
+//! test, or `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a shared
+//! database must add: two replicas recording the same runs at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +49,33 @@ fn fixture() -> RunJournalFixture {
 }
 
 deermem_testkit::run_journal_contract!(fixture());
+
+/// The storage port's contract.
+mod storage {
+    use std::sync::Arc;
+
+    use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::storage::{START, StorageFixture};
+
+    async fn fixture() -> StorageFixture {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = super::next_schema();
+        c.pool_size = 4;
+        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let clock = Arc::new(ManualClock::at(START));
+        StorageFixture {
+            storage: Arc::new(PgStorage::new(store, clock.clone(), 30.0, 200)),
+            clock,
+            guard: Box::new(cluster),
+        }
+    }
+
+    deermem_testkit::storage_contract!(fixture());
+}
 
 /// Two replicas (two journals on one database) record the same 20 runs at the same time: each
 /// run gets exactly one event, the replicas agree on it, and the user's sequence numbers are
@@ -140,4 +167,95 @@ fn sql_metacharacters_are_data() {
         j.events(&plain, "t_", "r", &EventQuery::default()).unwrap(),
         EventsLookup::UnknownThread
     );
+}
+
+/// Two replicas (two storages with their own pools on one database) commit to one user at the
+/// same time: every acknowledged create is there, and the user's revision counts every commit
+/// exactly once (no lost update, no gap).
+#[test]
+fn replicas_commit_to_one_user_without_losing_updates() {
+    use deermem_core::document::{ApplyOptions, ChangeSet};
+    use deermem_core::ports::FactRepository;
+    use deermem_core::{AgentName, UserId};
+    use deermem_store_postgres::{PgStorage, PgStore};
+    use serde_json::json;
+
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let storage = |rt: &tokio::runtime::Runtime| {
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = schema.clone();
+        c.pool_size = 4;
+        rt.block_on(async {
+            let store = PgStore::connect(&c).await.unwrap();
+            store.migrate().await.unwrap();
+            Arc::new(PgStorage::new(store, clock(), 30.0, 200))
+        })
+    };
+    let (a, b) = (storage(&rt), storage(&rt));
+    let user = UserId::new("o'brien; DROP TABLE facts; --").unwrap();
+    let agent = AgentName::parse("coder").unwrap();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for (r, s) in [(0, a.clone()), (1, b.clone())] {
+            let (user, agent) = (user.clone(), agent.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    let draft = json!({"id": format!("fact_r{r}_{i:02}"),
+                        "content": format!("It's 100% \"quoted\" -- fact {r}/{i}; DROP TABLE users"),
+                        "category": "preference", "confidence": 0.9});
+                    s.apply_changes(
+                        Some(&user),
+                        Some(&agent),
+                        ChangeSet {
+                            upserts: vec![draft.as_object().unwrap().clone()],
+                            ..ChangeSet::default()
+                        },
+                        ApplyOptions::default(),
+                    )
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for s in [&a, &b] {
+            let doc = s.load(Some(&user), Some(&agent)).await.unwrap();
+            assert_eq!(doc.revision, 40, "one revision per commit");
+            assert_eq!(doc.facts.len(), 40, "no acknowledged create lost");
+            let f = doc.facts.iter().find(|f| f.id.as_str() == "fact_r1_07").unwrap();
+            assert_eq!(f.content, "It's 100% \"quoted\" -- fact 1/7; DROP TABLE users");
+            assert_eq!(f.category.as_deref(), Some("preference"));
+            assert_eq!(f.scope.user_id.as_deref(), Some(user.as_str()));
+        }
+        // A stale expected revision is a conflict on either replica.
+        let stale = b
+            .apply_changes(
+                Some(&user),
+                Some(&agent),
+                ChangeSet {
+                    deletes: vec![deermem_core::FactId::new("fact_r0_00").unwrap()],
+                    ..ChangeSet::default()
+                },
+                ApplyOptions {
+                    expected_manifest_revision: Some(39),
+                    allow_manifest_rebase: false,
+                },
+            )
+            .await;
+        assert!(
+            matches!(stale, Err(deermem_core::StorageError::ManifestConflict { expected: 39, found: 40 })),
+            "{stale:?}"
+        );
+    });
+    drop((a, b));
+    rt.shutdown_background();
+    drop(cluster);
 }

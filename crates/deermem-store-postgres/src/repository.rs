@@ -1,0 +1,760 @@
+//! The storage ports on PostgreSQL: [`PgStorage`] implements `FactRepository` (one transaction
+//! per commit, the user's row locked `FOR UPDATE` so that replicas take turns, the decision
+//! made by the core's shared commit policy), `FactMetadata` (usage heat and the eviction audit
+//! as JSON documents per scope, edited by the core's metadata policy) and `ScopedSearch` (for
+//! now the core's substring scan over the scope's facts; ranked full-text search on the `tsv`
+//! column is the next step).
+//!
+//! Facts are stored in the shape the Markdown files hold them (front matter with `user_id` and
+//! `agent_name` in place, then `title` and `content`), as `json` so that key order survives:
+//! what is read back normalises to the very fact that was written.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deermem_core::document::{ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummaryPatch};
+use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
+use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
+use deermem_core::policy::metadata;
+use deermem_core::policy::substring::{SubstringRules, substring_hits};
+use deermem_core::ports::{
+    Clock, FactMetadata, FactRepository, ListQuery, ScopedSearch, StorageCapabilities,
+};
+use deermem_core::search::{RebuildReport, RetrievalStatus, SearchHit, SearchQuery};
+use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId, py};
+use serde_json::{Map, Value};
+use tokio_postgres::GenericClient;
+
+use crate::store::PgStore;
+
+/// The document version of a written user.
+const DOCUMENT_VERSION: &str = "2.0";
+/// Commits of point operations retried over concurrent unrelated commits.
+const MAX_ATTEMPTS: usize = 3;
+
+/// The storage ports over one PostgreSQL schema.
+pub struct PgStorage {
+    store: PgStore,
+    clock: Arc<dyn Clock>,
+    half_life_days: f64,
+    audit_max_entries: usize,
+}
+
+impl std::fmt::Debug for PgStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStorage")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db(context: &'static str) -> impl Fn(tokio_postgres::Error) -> StorageError {
+    move |e| StorageError::Io {
+        context: format!("PostgreSQL: {context}"),
+        source: std::io::Error::other(e),
+    }
+}
+
+fn pool(e: crate::PgError) -> StorageError {
+    StorageError::Io {
+        context: "PostgreSQL: take a connection".into(),
+        source: std::io::Error::other(e),
+    }
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StorageError {
+    StorageError::corrupt(format!("PostgreSQL {what} is not readable: {e}"))
+}
+
+fn bucket(user: Option<&UserId>) -> &str {
+    user.map_or("", UserId::bucket)
+}
+
+/// The stored shape of a fact: its Markdown front matter, then title and content.
+fn to_stored(fact: &Fact) -> Value {
+    let mut m = fact.front_matter();
+    m.insert("title".into(), Value::String(fact.title.clone()));
+    m.insert("content".into(), Value::String(fact.content.clone()));
+    Value::Object(m)
+}
+
+/// A stored fact read back for `user`: normalised in its recorded scope, and owned by the
+/// requesting raw id (a record naming another raw id of the bucket is `foreign_owner`).
+fn from_stored(
+    text: &str,
+    user: Option<&UserId>,
+    now: Timestamp,
+) -> Result<StoredFact, StorageError> {
+    let mut draft: Map<String, Value> =
+        serde_json::from_str(text).map_err(|e| corrupt("fact", e))?;
+    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
+    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
+    let scope = FactScope {
+        user_id: user_id.as_str().map(str::to_owned),
+        agent_name: agent_name.as_str().map(str::to_owned),
+    };
+    let fresh = fresh_id;
+    let ctx = NormalizeContext {
+        scope: &scope,
+        existing: None,
+        now,
+        new_id: &fresh,
+    };
+    let mut fact = normalize_fact(&draft, &ctx).map_err(|e| corrupt("fact", e))?;
+    let requested = user.map(UserId::as_str);
+    let foreign_owner = fact.scope.user_id.as_deref() != requested;
+    if foreign_owner {
+        fact.scope.user_id = requested.map(str::to_owned);
+    }
+    Ok(StoredFact {
+        fact,
+        foreign_owner,
+    })
+}
+
+fn fresh_id() -> FactId {
+    FactId::long_from_bits(uuid::Uuid::new_v4().as_u128())
+}
+
+fn sections_from(text: &str) -> Result<(SummarySection, SummarySection), StorageError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| corrupt("summaries", e))?;
+    let section = |key: &str, default: fn() -> SummarySection| match v.get(key) {
+        None => Ok(default()),
+        Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
+        Some(other) => Err(corrupt(key, format!("not an object: {other}"))),
+    };
+    Ok((
+        section("user", SummarySection::default_user)?,
+        section("history", SummarySection::default_history)?,
+    ))
+}
+
+/// The user's row: revision, version, summaries text, last update.
+struct UserRow {
+    revision: u64,
+    version: String,
+    summaries: String,
+    last_updated: String,
+}
+
+async fn user_row(
+    client: &impl GenericClient,
+    bucket: &str,
+    lock: bool,
+) -> Result<Option<UserRow>, StorageError> {
+    let sql = if lock {
+        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
+         WHERE bucket = $1 FOR UPDATE"
+    } else {
+        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
+         WHERE bucket = $1"
+    };
+    let row = client
+        .query_opt(sql, &[&bucket])
+        .await
+        .map_err(db("read the user"))?;
+    row.map(|r| {
+        let revision: i64 = r.get(0);
+        Ok(UserRow {
+            revision: u64::try_from(revision).map_err(|e| corrupt("revision", e))?,
+            version: r.get(1),
+            summaries: r.get(2),
+            last_updated: r.get(3),
+        })
+    })
+    .transpose()
+    // A row created for a commit that wrote nothing is a user never written to.
+    .map(|r| r.filter(|r| r.revision > 0))
+}
+
+impl PgStorage {
+    /// The storage over `store` (already migrated), with the usage half-life in days and the
+    /// audit bound of the file store's configuration.
+    pub fn new(
+        store: PgStore,
+        clock: Arc<dyn Clock>,
+        half_life_days: f64,
+        audit_max_entries: usize,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            half_life_days,
+            audit_max_entries,
+        }
+    }
+
+    async fn facts_of(
+        &self,
+        client: &impl GenericClient,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<Vec<Fact>, StorageError> {
+        let rows = client
+            .query(
+                "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
+                 ORDER BY id COLLATE \"C\"",
+                &[&bucket(user), &agent.as_str()],
+            )
+            .await
+            .map_err(db("read the facts"))?;
+        let now = self.clock.now();
+        rows.iter()
+            .map(|r| from_stored(r.get(0), user, now).map(|s| s.fact))
+            .collect()
+    }
+
+    async fn commit_once(
+        &self,
+        user: Option<&UserId>,
+        req: &CommitRequest,
+    ) -> Result<ChangeResult, StorageError> {
+        let now = self.clock.now();
+        let b = bucket(user);
+        let mut client = self.store.client().await.map_err(pool)?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw.transaction().await.map_err(db("begin"))?;
+        tx.execute(
+            "INSERT INTO users (bucket) VALUES ($1) ON CONFLICT (bucket) DO NOTHING",
+            &[&b],
+        )
+        .await
+        .map_err(db("create the user"))?;
+        let row = user_row(&tx, b, true).await?;
+        let record = row.as_ref().map(|r| CurrentRecord {
+            revision: r.revision,
+            needs_rewrite: false,
+        });
+        let mut stored: HashMap<FactId, StoredFact> = HashMap::new();
+        if let Some(agent) = &req.agent {
+            let ids: Vec<&str> = req
+                .upserts
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .chain(req.deletes.iter().map(FactId::as_str))
+                .collect();
+            let rows = tx
+                .query(
+                    "SELECT id, fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
+                     AND id = ANY($3) FOR UPDATE",
+                    &[&b, &agent.as_str(), &ids],
+                )
+                .await
+                .map_err(db("read the named facts"))?;
+            for r in &rows {
+                let id = FactId::new(r.get::<_, &str>(0)).map_err(|e| corrupt("fact id", e))?;
+                stored.insert(id, from_stored(r.get(1), user, now)?);
+            }
+        }
+        let summaries = row.as_ref().map(|r| r.summaries.clone());
+        let decided = commit::decide::<StorageError>(
+            req,
+            user.map(|u| u.as_str().to_owned()),
+            record,
+            |id| Ok(stored.remove(id)),
+            || match &summaries {
+                Some(text) => sections_from(text),
+                None => Ok((
+                    SummarySection::default_user(),
+                    SummarySection::default_history(),
+                )),
+            },
+            now,
+        )?;
+        let w = match decided {
+            Decision::Unchanged => {
+                let r = row.unwrap_or(UserRow {
+                    revision: 0,
+                    version: DOCUMENT_VERSION.into(),
+                    summaries: String::new(),
+                    last_updated: String::new(),
+                });
+                tx.rollback().await.map_err(db("end"))?;
+                return Ok(ChangeResult {
+                    version: r.version,
+                    revision: r.revision,
+                    last_updated: r.last_updated,
+                    upserted_facts: Vec::new(),
+                    deleted_fact_ids: Vec::new(),
+                });
+            }
+            Decision::Write(w) => *w,
+        };
+        let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
+        if let Some(agent) = &req.agent {
+            for f in &written {
+                let search_text = format!(
+                    "{} {}",
+                    f.content,
+                    f.category.as_deref().unwrap_or_default()
+                );
+                tx.execute(
+                    "INSERT INTO facts (bucket, agent, id, revision, fact, search_text) \
+                     VALUES ($1, $2, $3, $4, $5::text::json, $6) \
+                     ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
+                     fact = EXCLUDED.fact, search_text = EXCLUDED.search_text",
+                    &[
+                        &b,
+                        &agent.as_str(),
+                        &f.id.as_str(),
+                        &i64::try_from(f.revision).unwrap_or(i64::MAX),
+                        &to_stored(f).to_string(),
+                        &search_text,
+                    ],
+                )
+                .await
+                .map_err(db("write a fact"))?;
+            }
+            if !w.removals.is_empty() {
+                let ids: Vec<&str> = w.removals.iter().map(FactId::as_str).collect();
+                tx.execute(
+                    "DELETE FROM facts WHERE bucket = $1 AND agent = $2 AND id = ANY($3)",
+                    &[&b, &agent.as_str(), &ids],
+                )
+                .await
+                .map_err(db("delete facts"))?;
+                let gone: Vec<String> = w.removals.iter().map(ToString::to_string).collect();
+                forget_metadata(&tx, b, agent, Some(&gone)).await?;
+            }
+        }
+        let mut summaries = Map::new();
+        summaries.insert("user".into(), Value::Object(w.user.0));
+        summaries.insert("history".into(), Value::Object(w.history.0));
+        let last_updated = now.to_iso_z();
+        tx.execute(
+            "UPDATE users SET revision = $2, version = $3, summaries = $4::text::json, \
+             last_updated = $5 WHERE bucket = $1",
+            &[
+                &b,
+                &i64::try_from(w.next_revision).unwrap_or(i64::MAX),
+                &DOCUMENT_VERSION,
+                &Value::Object(summaries).to_string(),
+                &last_updated,
+            ],
+        )
+        .await
+        .map_err(db("write the user"))?;
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(ChangeResult {
+            version: DOCUMENT_VERSION.into(),
+            revision: w.next_revision,
+            last_updated,
+            upserted_facts: written,
+            deleted_fact_ids: w.removals,
+        })
+    }
+
+    /// The scope's metadata row, created when missing (the user row must exist), locked.
+    async fn metadata_row(
+        tx: &impl GenericClient,
+        b: &str,
+        agent: &AgentName,
+    ) -> Result<(Map<String, Value>, Value), StorageError> {
+        tx.execute(
+            "INSERT INTO users (bucket) VALUES ($1) ON CONFLICT (bucket) DO NOTHING",
+            &[&b],
+        )
+        .await
+        .map_err(db("create the user"))?;
+        tx.execute(
+            "INSERT INTO fact_metadata (bucket, agent) VALUES ($1, $2) \
+             ON CONFLICT (bucket, agent) DO NOTHING",
+            &[&b, &agent.as_str()],
+        )
+        .await
+        .map_err(db("create the metadata"))?;
+        let row = tx
+            .query_one(
+                "SELECT usage, audit FROM fact_metadata WHERE bucket = $1 AND agent = $2 \
+                 FOR UPDATE",
+                &[&b, &agent.as_str()],
+            )
+            .await
+            .map_err(db("read the metadata"))?;
+        let usage = match row.get::<_, Value>(0) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Ok((usage, row.get(1)))
+    }
+}
+
+async fn write_metadata(
+    tx: &impl GenericClient,
+    b: &str,
+    agent: &AgentName,
+    usage: Map<String, Value>,
+    audit: Vec<Value>,
+) -> Result<(), StorageError> {
+    tx.execute(
+        "UPDATE fact_metadata SET usage = $3, audit = $4 WHERE bucket = $1 AND agent = $2",
+        &[
+            &b,
+            &agent.as_str(),
+            &Value::Object(usage),
+            &Value::Array(audit),
+        ],
+    )
+    .await
+    .map_err(db("write the metadata"))?;
+    Ok(())
+}
+
+/// Removes `ids` (all with `None`) from the scope's usage and audit.
+async fn forget_metadata(
+    tx: &impl GenericClient,
+    b: &str,
+    agent: &AgentName,
+    ids: Option<&[String]>,
+) -> Result<(), StorageError> {
+    let Some(ids) = ids else {
+        tx.execute(
+            "DELETE FROM fact_metadata WHERE bucket = $1 AND agent = $2",
+            &[&b, &agent.as_str()],
+        )
+        .await
+        .map_err(db("clear the metadata"))?;
+        return Ok(());
+    };
+    let row = tx
+        .query_opt(
+            "SELECT usage, audit FROM fact_metadata WHERE bucket = $1 AND agent = $2 FOR UPDATE",
+            &[&b, &agent.as_str()],
+        )
+        .await
+        .map_err(db("read the metadata"))?;
+    let Some(row) = row else { return Ok(()) };
+    let mut usage = match row.get::<_, Value>(0) {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    metadata::forget_usage(&mut usage, ids);
+    let audit = metadata::forget_audit(row.get(1), ids);
+    write_metadata(tx, b, agent, usage, audit).await
+}
+
+#[async_trait]
+impl FactRepository for PgStorage {
+    fn capabilities(&self) -> StorageCapabilities {
+        StorageCapabilities {
+            names: [
+                "postgres",
+                "revision",
+                "fact-repository",
+                "substring-fallback",
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+            persistent: true,
+            retrieval: false,
+        }
+    }
+
+    async fn load(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
+        let client = self.store.client().await.map_err(pool)?;
+        let mut doc = MemoryDocument::empty(self.clock.now());
+        if let Some(r) = user_row(&**client, bucket(user), false).await? {
+            let (u, h) = sections_from(&r.summaries)?;
+            doc.version = r.version;
+            doc.revision = r.revision;
+            doc.last_updated = r.last_updated;
+            doc.user = u;
+            doc.history = h;
+        }
+        if let Some(agent) = agent {
+            doc.facts = self.facts_of(&**client, user, agent).await?.into();
+        }
+        Ok(doc)
+    }
+
+    async fn reload(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+    ) -> Result<MemoryDocument, StorageError> {
+        self.load(user, agent).await
+    }
+
+    async fn get_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Option<Fact>, StorageError> {
+        let client = self.store.client().await.map_err(pool)?;
+        let row = client
+            .query_opt(
+                "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 AND id = $3",
+                &[&bucket(user), &agent.as_str(), &id.as_str()],
+            )
+            .await
+            .map_err(db("read a fact"))?;
+        row.map(|r| from_stored(r.get(0), user, self.clock.now()).map(|s| s.fact))
+            .transpose()
+    }
+
+    async fn list_facts(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        query: &ListQuery,
+    ) -> Result<Vec<Fact>, StorageError> {
+        if query.limit == Some(0) {
+            return Err(StorageError::invalid(
+                "limit",
+                "cursor must be >= 0 and limit must be >= 1",
+            ));
+        }
+        let client = self.store.client().await.map_err(pool)?;
+        let facts = self.facts_of(&**client, user, agent).await?;
+        let matched = facts.into_iter().filter(|f| {
+            let m = f.to_internal_map();
+            query
+                .filters
+                .iter()
+                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
+        });
+        let paged = matched.skip(query.cursor);
+        Ok(match query.limit {
+            Some(n) => paged.take(n).collect(),
+            None => paged.collect(),
+        })
+    }
+
+    async fn apply_changes(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        changes: ChangeSet,
+        options: ApplyOptions,
+    ) -> Result<ChangeResult, StorageError> {
+        let mut req = CommitRequest::prepare(changes, agent, fresh_id)?;
+        req.expected_revision = options.expected_manifest_revision;
+        let can_rebase = commit::may_rebase(&req, options.allow_manifest_rebase);
+        let mut attempt = 1;
+        loop {
+            match self.commit_once(user, &req).await {
+                Err(StorageError::ManifestConflict { found, .. })
+                    if can_rebase && attempt < MAX_ATTEMPTS =>
+                {
+                    req.expected_revision = Some(found);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn new_fact_id(&self) -> FactId {
+        fresh_id()
+    }
+
+    async fn clear_all(&self, user: Option<&UserId>) -> Result<MemoryDocument, StorageError> {
+        let agents: Vec<String> = {
+            let client = self.store.client().await.map_err(pool)?;
+            client
+                .query(
+                    "SELECT DISTINCT agent FROM facts WHERE bucket = $1 \
+                     UNION SELECT agent FROM fact_metadata WHERE bucket = $1 ORDER BY 1",
+                    &[&bucket(user)],
+                )
+                .await
+                .map_err(db("list the agents"))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        };
+        for a in agents {
+            let agent = AgentName::parse(&a).map_err(|e| corrupt("agent name", e))?;
+            let ids: Vec<FactId> = self
+                .load(user, Some(&agent))
+                .await?
+                .facts
+                .into_iter()
+                .map(|f| f.id)
+                .collect();
+            if !ids.is_empty() {
+                self.apply_changes(
+                    user,
+                    Some(&agent),
+                    ChangeSet {
+                        deletes: ids,
+                        ..ChangeSet::default()
+                    },
+                    ApplyOptions::default(),
+                )
+                .await?;
+            }
+            self.clear_fact_metadata(user, &agent, None).await?;
+        }
+        self.apply_changes(
+            user,
+            None,
+            ChangeSet {
+                summaries: Some(SummaryPatch {
+                    user: Some(SummarySection::default_user().0),
+                    history: Some(SummarySection::default_history().0),
+                }),
+                ..ChangeSet::default()
+            },
+            ApplyOptions::default(),
+        )
+        .await?;
+        self.load(user, Some(&AgentName::default_bucket())).await
+    }
+
+    async fn close(&self) {}
+}
+
+#[async_trait]
+impl FactMetadata for PgStorage {
+    async fn get_fact_usage(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+    ) -> Result<FactUsageMap, StorageError> {
+        let client = self.store.client().await.map_err(pool)?;
+        let row = client
+            .query_opt(
+                "SELECT usage FROM fact_metadata WHERE bucket = $1 AND agent = $2",
+                &[&bucket(user), &agent.as_str()],
+            )
+            .await
+            .map_err(db("read the usage"))?;
+        Ok(metadata::usage_from_value(row.map(|r| r.get(0))))
+    }
+
+    async fn record_fact_accesses(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: &[FactId],
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let b = bucket(user);
+        let mut client = self.store.client().await.map_err(pool)?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw.transaction().await.map_err(db("begin"))?;
+        let wanted: Vec<&str> = ids.iter().map(FactId::as_str).collect();
+        let found: std::collections::HashSet<String> = tx
+            .query(
+                "SELECT id FROM facts WHERE bucket = $1 AND agent = $2 AND id = ANY($3)",
+                &[&b, &agent.as_str(), &wanted],
+            )
+            .await
+            .map_err(db("read the facts"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        let existing: Vec<String> = wanted
+            .iter()
+            .filter(|id| found.contains(**id) && seen.insert(**id))
+            .map(|id| (*id).to_owned())
+            .collect();
+        if existing.is_empty() {
+            return Ok(());
+        }
+        let (mut usage, audit) = Self::metadata_row(&tx, b, agent).await?;
+        let now = at.unwrap_or_else(|| self.clock.now());
+        metadata::record_accesses(&mut usage, &existing, now, self.half_life_days);
+        let audit = match audit {
+            Value::Array(a) => a,
+            _ => Vec::new(),
+        };
+        write_metadata(&tx, b, agent, usage, audit).await?;
+        tx.commit().await.map_err(db("commit"))
+    }
+
+    async fn record_capacity_eviction(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        decision: &EvictionDecision,
+        max_facts: usize,
+        shadow: Option<&EvictionDecision>,
+        at: Option<Timestamp>,
+    ) -> Result<(), StorageError> {
+        if decision.evicted.is_empty() || self.audit_max_entries == 0 {
+            return Ok(());
+        }
+        let b = bucket(user);
+        let mut client = self.store.client().await.map_err(pool)?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw.transaction().await.map_err(db("begin"))?;
+        let (usage, audit) = Self::metadata_row(&tx, b, agent).await?;
+        let mut events = match audit {
+            Value::Array(a) => a,
+            _ => Vec::new(),
+        };
+        let now = at.unwrap_or_else(|| self.clock.now());
+        metadata::append_eviction(
+            &mut events,
+            decision,
+            max_facts,
+            shadow,
+            now,
+            self.audit_max_entries,
+        );
+        write_metadata(&tx, b, agent, usage, events).await?;
+        tx.commit().await.map_err(db("commit"))
+    }
+
+    async fn clear_fact_metadata(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        ids: Option<&[FactId]>,
+    ) -> Result<(), StorageError> {
+        let mut client = self.store.client().await.map_err(pool)?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw.transaction().await.map_err(db("begin"))?;
+        let ids: Option<Vec<String>> = ids.map(|i| i.iter().map(ToString::to_string).collect());
+        forget_metadata(&tx, bucket(user), agent, ids.as_deref()).await?;
+        tx.commit().await.map_err(db("commit"))
+    }
+}
+
+#[async_trait]
+impl ScopedSearch for PgStorage {
+    async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
+        if query.is_trivially_empty() {
+            return Ok(Vec::new());
+        }
+        let mut facts = Vec::new();
+        for scope in &query.scopes {
+            let Some(agent) = &scope.agent else { continue };
+            facts.extend(self.load(scope.user.as_ref(), Some(agent)).await?.facts);
+        }
+        Ok(substring_hits(&facts, query, SubstringRules::STORAGE))
+    }
+
+    async fn rebuild_index(
+        &self,
+        _scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError> {
+        Ok(RebuildReport {
+            supported: false,
+            reason: Some("retrieval_not_configured".into()),
+            ..RebuildReport::default()
+        })
+    }
+
+    async fn retrieval_status(&self) -> RetrievalStatus {
+        RetrievalStatus {
+            configured: false,
+            mode: "substring_fallback".into(),
+            ..RetrievalStatus::default()
+        }
+    }
+}
