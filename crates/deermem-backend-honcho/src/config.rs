@@ -99,7 +99,8 @@ fn base_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// A lax float; [`HonchoConfig::validate`] checks that it is finite and positive.
 fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let v = Value::deserialize(d)?;
-    lax::to_float(&v).ok_or_else(|| D::Error::custom(format!("must be a finite value > 0 (got {v})")))
+    lax::to_float(&v)
+        .ok_or_else(|| D::Error::custom(format!("must be a finite value > 0 (got {v})")))
 }
 
 fn api_key<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Secret>, D::Error> {
