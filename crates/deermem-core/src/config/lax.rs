@@ -5,7 +5,8 @@
 //! [`deserialize`] runs a struct over a JSON value with three rules every section shares: a key
 //! set to `null` is the same as an absent key (the field keeps its default); a bad value's
 //! error names its full key path (`serde_path_to_error`); keys the struct does not read are
-//! returned (`serde_ignored`) for the caller to warn about or refuse.
+//! returned (`serde_ignored`) for the caller to warn about or refuse (a struct with
+//! `deny_unknown_fields` refuses them itself, reported at its section).
 //!
 //! The coercions ([`bool`], [`int_in`], [`float`], [`float_in`], [`scalar_str`]) are used through
 //! `#[serde(deserialize_with = "...")]`:
@@ -47,15 +48,22 @@ pub fn deserialize<T: DeserializeOwned>(
     match result {
         Ok(t) => Ok((t, ignored)),
         Err(e) => {
+            let message = e.to_string();
+            let mut segments: Vec<_> = track.path().iter().cloned().collect();
+            // A struct that refuses unknown keys (`deny_unknown_fields`) reports one at its
+            // section; the message names the key and the keys it knows.
+            if message.starts_with("unknown field `") {
+                segments.pop();
+            }
             let mut path = String::new();
-            for segment in &track.path() {
+            for segment in &segments {
                 match segment {
                     serde_path_to_error::Segment::Seq { index } => path += &format!("[{index}]"),
                     serde_path_to_error::Segment::Map { key } => path += &format!(".{key}"),
                     _ => {}
                 }
             }
-            Err(ConfigError::new(join(prefix, &path), e.to_string()))
+            Err(ConfigError::new(join(prefix, &path), message))
         }
     }
 }
