@@ -365,6 +365,15 @@ mod tests {
             parse(json!({"api_key": "sk", "base_url": "http://h", "allow_insecure_http": "false"}))
                 .is_err()
         );
+        // The one lax bool of every config key: `""` and padded words are errors, `t` is true.
+        for bad in [json!(""), json!(" true"), json!(2)] {
+            let e = parse(json!({"allow_insecure_http": bad.clone()})).unwrap_err();
+            assert_eq!(e.key, "memory.backend_config.allow_insecure_http", "{bad}");
+        }
+        assert!(
+            parse(json!({"api_key": "sk", "base_url": "http://h", "allow_insecure_http": "t"}))
+                .is_ok()
+        );
         assert!(parse(json!({"base_url": "http://h"})).is_ok());
         assert!(parse(json!({"api_key": "sk", "base_url": "https://h"})).is_ok());
         assert!(parse(json!({"api_key": "", "base_url": "http://h"})).is_ok());

@@ -800,6 +800,98 @@ mod tests {
     }
 
     #[test]
+    fn one_lax_rule_for_every_key() {
+        // Every lax key takes pydantic's table, nothing more: no padding, no empty string.
+        let c = parse(json!({"max_facts": "1_00", "debounce_seconds": "20.0", "strict_user_scope": "T",
+            "consolidation_enabled": 1.0, "fact_confidence_threshold": true, "staleness_review_enabled": "n"}))
+        .unwrap();
+        assert_eq!((c.max_facts, c.debounce_seconds), (100, 20));
+        assert!(c.strict_user_scope && c.consolidation_enabled && !c.staleness_review_enabled);
+        assert_eq!(c.fact_confidence_threshold, 1.0);
+        for (key, bad) in [
+            ("strict_user_scope", json!(" yes ")),
+            ("strict_user_scope", json!("")),
+            ("strict_user_scope", json!(2)),
+            ("max_facts", json!("20.5")),
+            ("max_facts", json!("0x20")),
+        ] {
+            let err = parse(json!({ key: bad.clone() })).expect_err(&format!("{key}={bad}"));
+            assert_eq!(err.key, format!("memory.backend_config.{key}"), "{err}");
+        }
+        let err = parse(json!({"model": {"timeout_seconds": 0}})).unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.model.timeout_seconds");
+        assert_eq!(
+            err.to_string(),
+            "memory.backend_config.model.timeout_seconds: must be a number between 0.1 and 3600 (got 0)"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_derived_from_the_structs() {
+        let (_, w) = DeerMemConfig::from_backend_config(
+            json!({"max_fact": 5, "typo": null, "model": {"modle": "m"}, "strict_user_scope": null})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                r#"Unknown backend_config keys ignored by DeerMem; check for typos: ["max_fact", "typo"]"#,
+                r#"Unknown backend_config.model keys ignored: ["modle"]"#,
+            ]
+        );
+        let (_, w) =
+            MemoryConfig::from_section(&json!({"enabeld": false, "max_facts": 20})).unwrap();
+        assert_eq!(w[0], "memory.enabeld is not a known key and was ignored");
+        assert!(w[1].contains("memory.backend_config.max_facts"), "{w:?}");
+    }
+
+    /// What YAML scalars in a config file mean. Config text is read by `yaml_to_value`, today
+    /// with `serde_yaml` (YAML 1.2); DeerFlow reads the same file with PyYAML (YAML 1.1). When
+    /// `yaml_to_value` is switched to the YAML 1.1 codec the fact files use, set this to `true`:
+    /// the PyYAML column (checked against PyYAML 6) must then hold.
+    const CONFIG_LOADER_IS_YAML_1_1: bool = false;
+
+    #[test]
+    fn yaml_scalars_in_config_mean_what_the_loader_reads() {
+        let cases = [
+            // (scalar, YAML 1.2 / serde_yaml, YAML 1.1 / PyYAML)
+            ("yes", json!("yes"), json!(true)),
+            ("on", json!("on"), json!(true)),
+            ("Off", json!("Off"), json!(false)),
+            ("0o17", json!(15), json!("0o17")),
+            ("017", json!("017"), json!(15)),
+            ("1:30", json!("1:30"), json!(90)),
+            ("1e3", json!(1000.0), json!("1e3")),
+            ("1_000", json!("1_000"), json!(1000)),
+            ("~", json!(null), json!(null)),
+            ("y", json!("y"), json!("y")),
+            ("0x1f", json!(31), json!(31)),
+        ];
+        for (scalar, yaml_1_2, pyyaml) in cases {
+            let want = if CONFIG_LOADER_IS_YAML_1_1 {
+                pyyaml
+            } else {
+                yaml_1_2
+            };
+            let got = parse_config_text(&format!("a: {scalar}")).unwrap();
+            assert_eq!(got["a"], want, "a: {scalar}");
+        }
+        // Under either loader a bool key reads these words the same way (lax coercion), and
+        // `~` keeps the default.
+        let loaded = MemoryConfig::load_str(
+            "memory:\n  enabled: off\n  injection_enabled: no\n  mode: ~\n  backend_config:\n    strict_user_scope: yes\n",
+            &no_env,
+        )
+        .unwrap();
+        assert!(!loaded.memory.enabled && !loaded.memory.injection_enabled);
+        assert_eq!(loaded.memory.mode, MemoryMode::Middleware);
+        let (c, _) = DeerMemConfig::from_backend_config(&loaded.memory.backend_config).unwrap();
+        assert!(c.strict_user_scope);
+    }
+
+    #[test]
     fn eviction_weights_must_sum_to_one() {
         let err = parse(json!({"eviction_confidence_weight": 0.5})).unwrap_err();
         assert!(err.message.contains("must sum to 1.0"));
