@@ -195,8 +195,8 @@ pub fn to_bool(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f == 0.0 => Some(false),
-            Some(f) if f == 1.0 => Some(true),
+            Some(0.0) => Some(false),
+            Some(1.0) => Some(true),
             _ => None,
         },
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
@@ -214,10 +214,9 @@ pub fn to_int(v: &Value) -> Option<i64> {
         Value::Bool(b) => Some(i64::from(*b)),
         Value::Number(n) => n.as_i64().or_else(|| {
             let f = n.as_f64()?;
-            // Integral and inside i64 (2^63 is exactly representable; the bound is exclusive).
-            (f.fract() == 0.0
-                && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f))
-            .then_some(f as i64)
+            // Integral and inside i64: [-2^63, 2^63), both bounds exact as f64.
+            let bound = -(i64::MIN as f64);
+            (f.fract() == 0.0 && (-bound..bound).contains(&f)).then_some(f as i64)
         }),
         Value::String(s) => int_from_str(s.trim()),
         _ => None,
