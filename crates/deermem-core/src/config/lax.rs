@@ -8,7 +8,7 @@
 //! returned (`serde_ignored`) for the caller to warn about or refuse (a struct with
 //! `deny_unknown_fields` refuses them itself, reported at its section).
 //!
-//! The coercions ([`bool`], [`int_in`], [`float`], [`float_in`], [`scalar_str`]) are used through
+//! The coercions ([`bool()`], [`int_in`], [`float`], [`float_in`], [`scalar_str`]) are used through
 //! `#[serde(deserialize_with = "...")]`:
 //! - bool: `true`/`false`; the numbers 0 and 1 (also 0.0 and 1.0); the strings `0 off f false n
 //!   no` and `1 on t true y yes`, in any letter case and without surrounding whitespace;
