@@ -14,6 +14,9 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     "serde",
     "serde_json",
     "serde_yaml",
+    // Configuration: wrap a deserializer to name the key of a bad value / the unread keys.
+    "serde_path_to_error",
+    "serde_ignored",
     "thiserror",
     "indexmap",
     "sha2",

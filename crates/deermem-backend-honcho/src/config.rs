@@ -1,12 +1,16 @@
 //! `HonchoConfig`: the Honcho `backend_config` keys with the reference's defaults, validation
-//! and error order. The API key is a [`Secret`], which never prints.
+//! and error order, read through core's config loader (`deermem_core::config::lax`). The API
+//! key is a [`Secret`], which never prints.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deermem_core::ConfigError;
+use deermem_core::config::lax;
 use deermem_remote::base_url::{self, BaseUrlError, TransportRule};
 pub use deermem_remote::{FailurePolicy, Secret};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::identity::is_honcho_id;
@@ -14,59 +18,57 @@ use crate::identity::is_honcho_id;
 /// Honcho's `MAX_MESSAGE_SIZE`: the longest message content (in characters) the server takes.
 pub const HONCHO_MAX_MESSAGE_CHARS: usize = 25_000;
 
-/// The keys this backend reads from `backend_config`.
-pub const HONCHO_KEYS: [&str; 13] = [
-    "base_url",
-    "api_key",
-    "allow_insecure_http",
-    "workspace_prefix",
-    "workspace_overrides",
-    "user_peer_overrides",
-    "assistant_peer",
-    "timeout_seconds",
-    "connect_timeout_seconds",
-    "message_char_limit",
-    "max_injection_chars",
-    "failure_policy",
-    "storage_path",
-];
-
 const PREFIX: &str = "memory.backend_config";
 
 fn key(k: &str) -> String {
     format!("{PREFIX}.{k}")
 }
 
-/// The Honcho backend settings, with the reference's keys, defaults and validation.
-#[derive(Clone, Debug, PartialEq)]
+/// The Honcho backend settings, with the reference's keys, defaults and validation. Its
+/// fields are the key list: any other key is warned about and ignored.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct HonchoConfig {
     /// Server base URL without a trailing `/` (a path prefix is kept).
+    #[serde(deserialize_with = "base_url")]
     pub base_url: String,
     /// Bearer token, sent only when set.
+    #[serde(deserialize_with = "api_key")]
     pub api_key: Option<Secret>,
     /// Allows an API key over plain `http://`.
+    #[serde(deserialize_with = "lax::bool")]
     pub allow_insecure_http: bool,
     /// Prefix of derived workspace ids.
+    #[serde(deserialize_with = "lax::scalar_str")]
     pub workspace_prefix: String,
     /// Raw user id to workspace id.
+    #[serde(deserialize_with = "overrides")]
     pub workspace_overrides: BTreeMap<String, String>,
     /// Raw user id to user peer id.
+    #[serde(deserialize_with = "overrides")]
     pub user_peer_overrides: BTreeMap<String, String>,
     /// The assistant's peer id.
+    #[serde(deserialize_with = "lax::scalar_str")]
     pub assistant_peer: String,
     /// Per-request (read) timeout in seconds.
+    #[serde(deserialize_with = "seconds")]
     pub timeout_seconds: f64,
     /// Connect timeout in seconds.
+    #[serde(deserialize_with = "seconds")]
     pub connect_timeout_seconds: f64,
     /// Each message is cut to this many characters (after stripping).
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, { i64::MAX }>")]
     pub message_char_limit: usize,
     /// The injection text is cut to this many characters.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, { i64::MAX }>")]
     pub max_injection_chars: usize,
     /// Read failure policy (`failure_policy.read`): under `fail_open` a failed read logs a
     /// warning and returns the empty value (`""`, `[]`, the empty document); under
     /// `fail_closed` it returns [`deermem_core::ManagerError::Unavailable`] / `Timeout`.
+    #[serde(rename = "failure_policy", deserialize_with = "failure_policy")]
     pub read_policy: FailurePolicy,
     /// Injected by the host; not used by this backend.
+    #[serde(deserialize_with = "lax::scalar_str")]
     pub storage_path: String,
 }
 
@@ -90,137 +92,71 @@ impl Default for HonchoConfig {
     }
 }
 
-/// Python `str()` of a scalar config value; `None` for mappings and lists.
-fn scalar_str(v: &Value) -> Option<String> {
-    match v {
-        Value::Array(_) | Value::Object(_) => None,
-        other => deermem_core::py::py_str(other),
-    }
+fn base_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    lax::scalar_str(d).map(|s| s.trim_end_matches('/').to_owned())
 }
 
-fn string(k: &str, v: &Value) -> Result<String, ConfigError> {
-    scalar_str(v).ok_or_else(|| ConfigError::new(key(k), format!("must be a string (got {v})")))
+/// A lax float; [`HonchoConfig::validate`] checks that it is finite and positive.
+fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = Value::deserialize(d)?;
+    lax::to_float(&v)
+        .ok_or_else(|| D::Error::custom(format!("must be a finite value > 0 (got {v})")))
 }
 
-fn boolean(k: &str, v: &Value) -> Result<bool, ConfigError> {
-    match v {
-        Value::Bool(b) => Ok(*b),
-        Value::Number(n) if n.as_i64() == Some(0) => Ok(false),
-        Value::Number(n) if n.as_i64() == Some(1) => Ok(true),
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" | "yes" | "on" | "1" | "t" | "y" => Ok(true),
-            "false" | "no" | "off" | "0" | "f" | "n" | "" => Ok(false),
-            _ => Err(ConfigError::new(
-                key(k),
-                format!("must be a boolean (got {v})"),
-            )),
-        },
-        _ => Err(ConfigError::new(
-            key(k),
-            format!("must be a boolean (got {v})"),
-        )),
-    }
+fn api_key<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Secret>, D::Error> {
+    Ok(Some(lax::scalar_str(d)?)
+        .filter(|k| !k.is_empty())
+        .map(Secret::new))
 }
 
-fn seconds(k: &str, v: &Value) -> Result<f64, ConfigError> {
-    let bad = || {
-        ConfigError::new(
-            key(k),
-            format!("Honcho backend: {k} must be a finite value > 0 (got {v})"),
-        )
-    };
-    let f = match v {
-        Value::Number(n) => n.as_f64().ok_or_else(bad)?,
-        Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => deermem_core::py::parse_float(s).ok_or_else(bad)?,
-        _ => return Err(bad()),
-    };
-    check_seconds(k, f)?;
-    Ok(f)
-}
-
-fn check_seconds(k: &str, f: f64) -> Result<(), ConfigError> {
-    if f.is_finite() && f > 0.0 && Duration::try_from_secs_f64(f).is_ok() {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            key(k),
-            format!("Honcho backend: {k} must be a finite value > 0 (got {f})"),
-        ))
-    }
-}
-
-fn positive_int(k: &str, v: &Value) -> Result<usize, ConfigError> {
-    let bad = || {
-        ConfigError::new(
-            key(k),
-            format!("Honcho backend: {k} must be an integer > 0 (got {v})"),
-        )
-    };
-    let i: i64 = match v {
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => i,
-            None => {
-                let f = n.as_f64().ok_or_else(bad)?;
-                if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                    f as i64
-                } else {
-                    return Err(bad());
-                }
-            }
-        },
-        Value::Bool(b) => i64::from(*b),
-        Value::String(s) => s.trim().parse().map_err(|_| bad())?,
-        _ => return Err(bad()),
-    };
-    check_positive(k, i)
-}
-
-fn check_positive(k: &str, i: i64) -> Result<usize, ConfigError> {
-    if i > 0 {
-        usize::try_from(i).map_err(|_| {
-            ConfigError::new(
-                key(k),
-                format!("Honcho backend: {k} is too large (got {i})"),
-            )
-        })
-    } else {
-        Err(ConfigError::new(
-            key(k),
-            format!("Honcho backend: {k} must be an integer > 0 (got {i})"),
-        ))
-    }
-}
-
-fn overrides(k: &str, v: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
-    let map = match v {
-        Value::Object(m) => m,
-        _ => {
-            return Err(ConfigError::new(
-                key(k),
-                format!("must be a mapping of user id to id (got {v})"),
-            ));
-        }
+/// A mapping of user id to a non-blank id.
+fn overrides<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let v = Value::deserialize(d)?;
+    let Value::Object(map) = &v else {
+        return Err(D::Error::custom(format!(
+            "must be a mapping of user id to id (got {v})"
+        )));
     };
     let mut out = BTreeMap::new();
     for (user, value) in map {
-        let s = match value {
-            Value::Null => None,
-            other => scalar_str(other),
-        };
-        match s {
-            Some(s) if !s.trim().is_empty() => {
-                out.insert(user.clone(), s);
+        match value {
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => {
+                match deermem_core::py::py_str(value) {
+                    Some(s) if !s.trim().is_empty() => {
+                        out.insert(user.clone(), s);
+                        continue;
+                    }
+                    _ => {}
+                }
             }
-            _ => {
-                return Err(ConfigError::new(
-                    key(k),
-                    format!("the value for user {user:?} must be a non-empty string (got {value})"),
-                ));
-            }
+            _ => {}
         }
+        return Err(D::Error::custom(format!(
+            "the value for user {user:?} must be a non-empty string (got {value})"
+        )));
     }
     Ok(out)
+}
+
+/// The `failure_policy` mapping; only `read` is used (other keys are warned about).
+fn failure_policy<'de, D: Deserializer<'de>>(d: D) -> Result<FailurePolicy, D::Error> {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Section {
+        #[serde(deserialize_with = "read")]
+        read: FailurePolicy,
+    }
+    fn read<'de, D: Deserializer<'de>>(d: D) -> Result<FailurePolicy, D::Error> {
+        let s = lax::scalar_str(d)?;
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fail_open" => Ok(FailurePolicy::FailOpen),
+            "fail_closed" => Ok(FailurePolicy::FailClosed),
+            _ => Err(D::Error::custom(format!(
+                "must be 'fail_open' or 'fail_closed' (got {s:?})"
+            ))),
+        }
+    }
+    Section::deserialize(d).map(|s| s.read)
 }
 
 impl HonchoConfig {
@@ -238,87 +174,17 @@ impl HonchoConfig {
     pub fn from_backend_config(
         bc: &Map<String, Value>,
     ) -> Result<(Self, Vec<String>), ConfigError> {
-        let mut c = Self::default();
-        let mut warnings = Vec::new();
-        let g = |k: &str| bc.get(k).filter(|v| !v.is_null());
-
-        for k in bc.keys() {
-            if !HONCHO_KEYS.contains(&k.as_str()) {
-                warnings.push(format!(
-                    "{PREFIX}.{k} is not a Honcho backend setting and was ignored"
-                ));
-            }
-        }
-
-        if let Some(v) = g("base_url") {
-            c.base_url = string("base_url", v)?.trim_end_matches('/').to_owned();
-        }
-        if let Some(v) = g("api_key") {
-            let k = string("api_key", v)?;
-            if !k.is_empty() {
-                c.api_key = Some(Secret::new(k));
-            }
-        }
-        if let Some(v) = g("allow_insecure_http") {
-            c.allow_insecure_http = boolean("allow_insecure_http", v)?;
-        }
-        if let Some(v) = g("workspace_prefix") {
-            c.workspace_prefix = string("workspace_prefix", v)?;
-        }
-        if let Some(v) = g("assistant_peer") {
-            c.assistant_peer = string("assistant_peer", v)?;
-        }
-        if let Some(v) = g("storage_path") {
-            c.storage_path = string("storage_path", v)?;
-        }
-        // The reference checks the insecure key first, then the override maps, then numbers.
-        c.check_transport()?;
-        if let Some(v) = g("workspace_overrides") {
-            c.workspace_overrides = overrides("workspace_overrides", v)?;
-        }
-        if let Some(v) = g("user_peer_overrides") {
-            c.user_peer_overrides = overrides("user_peer_overrides", v)?;
-        }
-        if let Some(v) = g("timeout_seconds") {
-            c.timeout_seconds = seconds("timeout_seconds", v)?;
-        }
-        if let Some(v) = g("connect_timeout_seconds") {
-            c.connect_timeout_seconds = seconds("connect_timeout_seconds", v)?;
-        }
-        if let Some(v) = g("message_char_limit") {
-            c.message_char_limit = positive_int("message_char_limit", v)?;
-        }
-        if let Some(v) = g("max_injection_chars") {
-            c.max_injection_chars = positive_int("max_injection_chars", v)?;
-        }
-        if let Some(v) = g("failure_policy") {
-            let Value::Object(fp) = v else {
-                return Err(ConfigError::new(
-                    key("failure_policy"),
-                    format!("must be a mapping like {{read: fail_open}} (got {v})"),
-                ));
-            };
-            for k in fp.keys() {
-                if k != "read" {
-                    warnings.push(format!(
-                        "{PREFIX}.failure_policy.{k} is not used by the Honcho backend and was ignored"
-                    ));
+        let (c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), PREFIX)?;
+        let mut warnings: Vec<String> = ignored
+            .iter()
+            .map(|k| {
+                if k.starts_with("failure_policy.") {
+                    format!("{PREFIX}.{k} is not used by the Honcho backend and was ignored")
+                } else {
+                    format!("{PREFIX}.{k} is not a Honcho backend setting and was ignored")
                 }
-            }
-            if let Some(r) = fp.get("read").filter(|r| !r.is_null()) {
-                let s = string("failure_policy.read", r)?;
-                c.read_policy = match s.trim().to_ascii_lowercase().as_str() {
-                    "fail_open" => FailurePolicy::FailOpen,
-                    "fail_closed" => FailurePolicy::FailClosed,
-                    _ => {
-                        return Err(ConfigError::new(
-                            key("failure_policy.read"),
-                            format!("must be 'fail_open' or 'fail_closed' (got {s:?})"),
-                        ));
-                    }
-                };
-            }
-        }
+            })
+            .collect();
         c.validate()?;
         warnings.extend(c.runtime_warnings());
         Ok((c, warnings))
@@ -341,8 +207,9 @@ impl HonchoConfig {
             })
     }
 
-    /// Checks the invariants (also for a directly constructed value): the transport rule, blank
-    /// overrides, finite positive timeouts and positive character budgets.
+    /// Checks the invariants (also for a directly constructed value), in the reference's
+    /// order: the transport rule, blank overrides, finite positive timeouts and positive
+    /// character budgets.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key.
@@ -359,8 +226,17 @@ impl HonchoConfig {
                 ));
             }
         }
-        check_seconds("timeout_seconds", self.timeout_seconds)?;
-        check_seconds("connect_timeout_seconds", self.connect_timeout_seconds)?;
+        for (name, f) in [
+            ("timeout_seconds", self.timeout_seconds),
+            ("connect_timeout_seconds", self.connect_timeout_seconds),
+        ] {
+            if !(f.is_finite() && f > 0.0 && Duration::try_from_secs_f64(f).is_ok()) {
+                return Err(ConfigError::new(
+                    key(name),
+                    format!("Honcho backend: {name} must be a finite value > 0 (got {f})"),
+                ));
+            }
+        }
         for (name, v) in [
             ("message_char_limit", self.message_char_limit),
             ("max_injection_chars", self.max_injection_chars),
@@ -488,6 +364,15 @@ mod tests {
         assert!(
             parse(json!({"api_key": "sk", "base_url": "http://h", "allow_insecure_http": "false"}))
                 .is_err()
+        );
+        // The one lax bool of every config key: `""` and padded words are errors, `t` is true.
+        for bad in [json!(""), json!(" true"), json!(2)] {
+            let e = parse(json!({"allow_insecure_http": bad.clone()})).unwrap_err();
+            assert_eq!(e.key, "memory.backend_config.allow_insecure_http", "{bad}");
+        }
+        assert!(
+            parse(json!({"api_key": "sk", "base_url": "http://h", "allow_insecure_http": "t"}))
+                .is_ok()
         );
         assert!(parse(json!({"base_url": "http://h"})).is_ok());
         assert!(parse(json!({"api_key": "sk", "base_url": "https://h"})).is_ok());

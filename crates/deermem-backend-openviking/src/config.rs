@@ -1,14 +1,19 @@
 //! The OpenViking `backend_config`: pre-checks that reject removed and unknown fields, every
-//! key's default and validation as the reference has them, and the USER API key read from
-//! the environment variable `api_key_env` names (the lookup is injected, never ambient).
+//! key's default and validation as the reference has them (read through core's config loader,
+//! `deermem_core::config::lax`), and the USER API key read from the environment variable
+//! `api_key_env` names (the lookup is injected, never ambient).
 
 use std::time::Duration;
 
 use deermem_core::ConfigError;
+use deermem_core::config::lax;
+use deermem_core::py::strip;
 pub use deermem_remote::FailurePolicy;
 /// The OpenViking USER API key: a [`deermem_remote::Secret`], which never prints.
 pub use deermem_remote::Secret as ApiKey;
 use deermem_remote::base_url::{self, TransportRule};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 /// The server a fresh installation talks to.
@@ -40,28 +45,6 @@ const REMOVED_HTTP_KEYS: [&str; 7] = [
     "read_timeout_seconds",
     "write_timeout_seconds",
 ];
-
-const TOP_KEYS: [&str; 11] = [
-    "base_url",
-    "allow_insecure_http",
-    "owner_user_id",
-    "api_key_env",
-    "default_peer_id",
-    "timeout_seconds",
-    "storage_path",
-    "startup_policy",
-    "failure_policy",
-    "max_seen_message_ids",
-    "retrieval",
-];
-const RETRIEVAL_KEYS: [&str; 5] = [
-    "top_k",
-    "score_threshold",
-    "max_injection_chars",
-    "content_mode",
-    "injection_query",
-];
-const FAILURE_KEYS: [&str; 2] = ["read", "write"];
 
 /// What `warm` does when `/health` is not healthy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,17 +83,23 @@ impl ContentMode {
 }
 
 /// The `retrieval` mapping.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct RetrievalConfig {
     /// Hits requested for the injection block, 1–100.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 100>")]
     pub top_k: usize,
     /// Minimum score, in `[0, 1]`, sent to the server when set.
+    #[serde(deserialize_with = "some_float")]
     pub score_threshold: Option<f64>,
     /// Character budget of the injection block (and of each memory's text), 256–100000.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 256, 100_000>")]
     pub max_injection_chars: usize,
     /// Which text of a memory is used.
+    #[serde(deserialize_with = "content_mode")]
     pub content_mode: ContentMode,
     /// The fixed recall query.
+    #[serde(deserialize_with = "stripped")]
     pub injection_query: String,
 }
 
@@ -127,40 +116,118 @@ impl Default for RetrievalConfig {
 }
 
 /// The parsed OpenViking backend configuration. `Debug` never shows the API key.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Its fields are the key list (with `failure_policy`'s `read` and `write`): any other key is
+/// refused.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default = "OpenVikingConfig::unset")]
 pub struct OpenVikingConfig {
     /// Server root, without a trailing `/`.
+    #[serde(deserialize_with = "lax::scalar_str")]
     pub base_url: String,
     /// Allows plain `http` to hosts other than the loopback names.
+    #[serde(deserialize_with = "lax::bool")]
     pub allow_insecure_http: bool,
     /// The one DeerFlow user the USER API key belongs to.
+    #[serde(deserialize_with = "stripped")]
     pub owner_user_id: String,
     /// The environment variable the key was read from.
+    #[serde(deserialize_with = "stripped")]
     pub api_key_env: String,
     /// The USER API key.
+    #[serde(skip)]
     pub api_key: ApiKey,
     /// The actor peer of the default agent.
+    #[serde(deserialize_with = "stripped")]
     pub default_peer_id: String,
     /// One timeout for connect, read and write of every request, in seconds.
+    #[serde(deserialize_with = "lax::float")]
     pub timeout_seconds: f64,
     /// Root of the cursor files as configured. The host resolves it into the storage root it
     /// passes to [`crate::OpenVikingManager`], which is where the cursors live; it is kept here
     /// for the record and not applied again.
+    #[serde(deserialize_with = "lax::scalar_str")]
     pub storage_path: String,
     /// What `warm` does on an unhealthy server.
+    #[serde(deserialize_with = "startup_policy")]
     pub startup_policy: StartupPolicy,
     /// What reads (`get_context`, `search`) do on a backend failure: `fail_open` logs a
     /// warning and returns nothing (`""` / `[]`), `raise` ([`FailurePolicy::FailClosed`])
     /// returns the error.
+    #[serde(skip)]
     pub read_failure_policy: FailurePolicy,
     /// What captures do on a backend failure: `log_and_drop` ([`FailurePolicy::FailOpen`])
     /// logs the error and the cursor keeps the unconfirmed messages for the next turn; `raise`
     /// reports it (at once for a direct `capture`, on the next `add` for queued ones).
+    #[serde(skip)]
     pub write_failure_policy: FailurePolicy,
     /// How many message hashes a cursor keeps, 16–10000.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 16, 10_000>")]
     pub max_seen_message_ids: usize,
     /// Recall settings.
     pub retrieval: RetrievalConfig,
+}
+
+/// The `failure_policy` mapping.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FailureSection {
+    #[serde(deserialize_with = "read_policy")]
+    read: FailurePolicy,
+    #[serde(deserialize_with = "write_policy")]
+    write: FailurePolicy,
+}
+
+fn policy<'de, D: Deserializer<'de>>(d: D, open: &str) -> Result<FailurePolicy, D::Error> {
+    let v = Value::deserialize(d)?;
+    match v.as_str() {
+        Some(s) if s == open => Ok(FailurePolicy::FailOpen),
+        Some("raise") => Ok(FailurePolicy::FailClosed),
+        _ => Err(D::Error::custom(format!(
+            "must be '{open}' or 'raise' (got {v})"
+        ))),
+    }
+}
+
+fn read_policy<'de, D: Deserializer<'de>>(d: D) -> Result<FailurePolicy, D::Error> {
+    policy(d, "fail_open")
+}
+
+fn write_policy<'de, D: Deserializer<'de>>(d: D) -> Result<FailurePolicy, D::Error> {
+    policy(d, "log_and_drop")
+}
+
+/// A string (or number) without Python-whitespace around it.
+fn stripped<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    lax::scalar_str(d).map(|s| strip(&s).to_owned())
+}
+
+fn some_float<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    lax::float(d).map(Some)
+}
+
+fn startup_policy<'de, D: Deserializer<'de>>(d: D) -> Result<StartupPolicy, D::Error> {
+    let s = stripped(d)?;
+    match s.to_lowercase().as_str() {
+        "fail_fast" => Ok(StartupPolicy::FailFast),
+        "warn" => Ok(StartupPolicy::Warn),
+        _ => Err(D::Error::custom(format!(
+            "must be 'fail_fast' or 'warn' (got {s:?})"
+        ))),
+    }
+}
+
+fn content_mode<'de, D: Deserializer<'de>>(d: D) -> Result<ContentMode, D::Error> {
+    let s = stripped(d)?;
+    match s.to_lowercase().as_str() {
+        "auto" => Ok(ContentMode::Auto),
+        "abstract" => Ok(ContentMode::Abstract),
+        "overview" => Ok(ContentMode::Overview),
+        "read" => Ok(ContentMode::Read),
+        _ => Err(D::Error::custom(format!(
+            "must be one of auto, abstract, overview, read (got {s:?})"
+        ))),
+    }
 }
 
 impl OpenVikingConfig {
@@ -184,6 +251,11 @@ impl OpenVikingConfig {
         }
     }
 
+    /// The defaults before a `backend_config` is read (no owner, no key yet).
+    fn unset() -> Self {
+        Self::new("", "")
+    }
+
     /// Parses `memory.backend_config`, reading the API key through `env`.
     ///
     /// Returns the configuration and non-fatal warnings.
@@ -195,7 +267,6 @@ impl OpenVikingConfig {
         backend_config: &Map<String, Value>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<(Self, Vec<String>), ConfigError> {
-        let mut warnings = Vec::new();
         if TRUSTED_MODE_KEYS
             .iter()
             .any(|k| backend_config.contains_key(*k))
@@ -220,145 +291,23 @@ impl OpenVikingConfig {
                 ),
             ));
         }
-        let retrieval = sub_mapping(backend_config, "retrieval")?;
+        sub_mapping(backend_config, "retrieval")?;
         let failure = sub_mapping(backend_config, "failure_policy")?;
 
-        let mut c = Self::new("", "");
-        let get = |k: &str| present(backend_config, k);
+        // `failure_policy` fills two fields, so it is read as its own section.
+        let mut rest = backend_config.clone();
+        rest.remove("failure_policy");
+        let (mut c, mut unknown) = lax::deserialize::<Self>(&Value::Object(rest), PREFIX)?;
+        let (policies, ignored) = lax::deserialize::<FailureSection>(
+            &Value::Object(failure),
+            &format!("{PREFIX}.failure_policy"),
+        )?;
+        c.read_failure_policy = policies.read;
+        c.write_failure_policy = policies.write;
+        unknown.extend(ignored.iter().map(|k| format!("failure_policy.{k}")));
+        c.base_url = strip(&c.base_url).trim_end_matches('/').to_owned();
+        let warnings = c.check_settings()?.into_iter().collect();
 
-        if let Some(v) = get("allow_insecure_http") {
-            c.allow_insecure_http = parse_bool("allow_insecure_http", v)?;
-        }
-        if let Some(v) = get("base_url") {
-            c.base_url = scalar_string("base_url", v)?;
-        }
-        c.base_url = deermem_core::py::strip(&c.base_url)
-            .trim_end_matches('/')
-            .to_owned();
-        if let Some(w) = check_base_url(&c.base_url, c.allow_insecure_http)? {
-            warnings.push(w);
-        }
-        if let Some(v) = get("owner_user_id") {
-            c.owner_user_id =
-                deermem_core::py::strip(&scalar_string("owner_user_id", v)?).to_owned();
-        }
-        if c.owner_user_id.is_empty() {
-            return Err(key_err(
-                "owner_user_id",
-                "must not be empty; set it to the DeerFlow user the USER API key belongs to ('default' when auth is off)",
-            ));
-        }
-        if let Some(v) = get("api_key_env") {
-            c.api_key_env = deermem_core::py::strip(&scalar_string("api_key_env", v)?).to_owned();
-        }
-        if c.api_key_env.is_empty() {
-            return Err(key_err("api_key_env", "must not be empty"));
-        }
-        if let Some(v) = get("default_peer_id") {
-            c.default_peer_id =
-                deermem_core::py::strip(&scalar_string("default_peer_id", v)?).to_owned();
-        }
-        check_default_peer(&c.default_peer_id)?;
-        if let Some(v) = get("timeout_seconds") {
-            c.timeout_seconds = parse_float("timeout_seconds", v)?;
-        }
-        check_timeout(c.timeout_seconds)?;
-        if let Some(v) = get("storage_path") {
-            c.storage_path = scalar_string("storage_path", v)?;
-        }
-        if let Some(v) = get("startup_policy") {
-            let s = deermem_core::py::strip(&scalar_string("startup_policy", v)?).to_lowercase();
-            c.startup_policy = match s.as_str() {
-                "fail_fast" => StartupPolicy::FailFast,
-                "warn" => StartupPolicy::Warn,
-                _ => {
-                    return Err(key_err(
-                        "startup_policy",
-                        format!("must be 'fail_fast' or 'warn' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = present(&failure, "read") {
-            c.read_failure_policy = match v.as_str() {
-                Some("fail_open") => FailurePolicy::FailOpen,
-                Some("raise") => FailurePolicy::FailClosed,
-                _ => {
-                    return Err(key_err(
-                        "failure_policy.read",
-                        format!("must be 'fail_open' or 'raise' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = present(&failure, "write") {
-            c.write_failure_policy = match v.as_str() {
-                Some("log_and_drop") => FailurePolicy::FailOpen,
-                Some("raise") => FailurePolicy::FailClosed,
-                _ => {
-                    return Err(key_err(
-                        "failure_policy.write",
-                        format!("must be 'log_and_drop' or 'raise' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = get("max_seen_message_ids") {
-            c.max_seen_message_ids = parse_int_range("max_seen_message_ids", v, 16, 10_000)?;
-        }
-        if let Some(v) = present(&retrieval, "top_k") {
-            c.retrieval.top_k = parse_int_range("retrieval.top_k", v, 1, 100)?;
-        }
-        if let Some(v) = present(&retrieval, "score_threshold") {
-            let f = parse_float("retrieval.score_threshold", v)?;
-            c.retrieval.score_threshold = Some(f);
-        }
-        check_score_threshold(c.retrieval.score_threshold)?;
-        if let Some(v) = present(&retrieval, "max_injection_chars") {
-            c.retrieval.max_injection_chars =
-                parse_int_range("retrieval.max_injection_chars", v, 256, 100_000)?;
-        }
-        if let Some(v) = present(&retrieval, "content_mode") {
-            let s = deermem_core::py::strip(&scalar_string("retrieval.content_mode", v)?)
-                .to_lowercase();
-            c.retrieval.content_mode = match s.as_str() {
-                "auto" => ContentMode::Auto,
-                "abstract" => ContentMode::Abstract,
-                "overview" => ContentMode::Overview,
-                "read" => ContentMode::Read,
-                _ => {
-                    return Err(key_err(
-                        "retrieval.content_mode",
-                        format!("must be one of auto, abstract, overview, read (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = present(&retrieval, "injection_query") {
-            c.retrieval.injection_query =
-                deermem_core::py::strip(&scalar_string("retrieval.injection_query", v)?).to_owned();
-        }
-        if c.retrieval.injection_query.is_empty() {
-            return Err(key_err("retrieval.injection_query", "must not be empty"));
-        }
-
-        let mut unknown: Vec<String> = backend_config
-            .keys()
-            .filter(|k| !TOP_KEYS.contains(&k.as_str()))
-            .cloned()
-            .chain(
-                retrieval
-                    .keys()
-                    .filter(|k| !RETRIEVAL_KEYS.contains(&k.as_str()))
-                    .map(|k| format!("retrieval.{k}")),
-            )
-            .chain(
-                failure
-                    .keys()
-                    .filter(|k| !FAILURE_KEYS.contains(&k.as_str()))
-                    .map(|k| format!("failure_policy.{k}")),
-            )
-            .collect();
         if !unknown.is_empty() {
             unknown.sort();
             return Err(ConfigError::new(
@@ -375,15 +324,8 @@ impl OpenVikingConfig {
         }
 
         let key = env(&c.api_key_env).unwrap_or_default();
-        let key = deermem_core::py::strip(&key);
-        if key.is_empty() {
-            return Err(key_err(
-                "api_key_env",
-                format!("OpenViking USER API key is missing; set {}", c.api_key_env),
-            ));
-        }
-        c.api_key = ApiKey::new(key);
-        check_api_key(&c.api_key, &c.api_key_env)?;
+        c.api_key = ApiKey::new(strip(&key));
+        c.check_api_key()?;
         Ok((c, warnings))
     }
 
@@ -396,13 +338,57 @@ impl OpenVikingConfig {
         if self.base_url.trim_end_matches('/') != self.base_url {
             return Err(key_err("base_url", "must not end with '/'"));
         }
-        check_base_url(&self.base_url, self.allow_insecure_http)?;
-        if deermem_core::py::strip(&self.owner_user_id).is_empty() {
-            return Err(key_err("owner_user_id", "must not be empty"));
+        self.check_settings()?;
+        self.check_api_key()
+    }
+
+    /// The checks of every setting but the key; returns the warning of an opted-in insecure
+    /// base URL.
+    fn check_settings(&self) -> Result<Option<String>, ConfigError> {
+        let warning = check_base_url(&self.base_url, self.allow_insecure_http)?;
+        if strip(&self.owner_user_id).is_empty() {
+            return Err(key_err(
+                "owner_user_id",
+                "must not be empty; set it to the DeerFlow user the USER API key belongs to ('default' when auth is off)",
+            ));
         }
-        if deermem_core::py::strip(&self.api_key_env).is_empty() {
+        if strip(&self.api_key_env).is_empty() {
             return Err(key_err("api_key_env", "must not be empty"));
         }
+        check_default_peer(&self.default_peer_id)?;
+        check_timeout(self.timeout_seconds)?;
+        let ranges = [
+            (
+                "max_seen_message_ids",
+                self.max_seen_message_ids,
+                16,
+                10_000,
+            ),
+            ("retrieval.top_k", self.retrieval.top_k, 1, 100),
+            (
+                "retrieval.max_injection_chars",
+                self.retrieval.max_injection_chars,
+                256,
+                100_000,
+            ),
+        ];
+        for (name, v, lo, hi) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return Err(key_err(
+                    name,
+                    format!("must be an integer between {lo} and {hi} (got {v})"),
+                ));
+            }
+        }
+        check_score_threshold(self.retrieval.score_threshold)?;
+        if strip(&self.retrieval.injection_query).is_empty() {
+            return Err(key_err("retrieval.injection_query", "must not be empty"));
+        }
+        Ok(warning)
+    }
+
+    /// The USER API key is set and can be sent in a header.
+    fn check_api_key(&self) -> Result<(), ConfigError> {
         if self.api_key.is_empty() {
             return Err(key_err(
                 "api_key_env",
@@ -412,39 +398,7 @@ impl OpenVikingConfig {
                 ),
             ));
         }
-        check_api_key(&self.api_key, &self.api_key_env)?;
-        check_default_peer(&self.default_peer_id)?;
-        check_timeout(self.timeout_seconds)?;
-        if !(16..=10_000).contains(&self.max_seen_message_ids) {
-            return Err(key_err(
-                "max_seen_message_ids",
-                format!(
-                    "must be an integer between 16 and 10000 (got {})",
-                    self.max_seen_message_ids
-                ),
-            ));
-        }
-        let r = &self.retrieval;
-        if !(1..=100).contains(&r.top_k) {
-            return Err(key_err(
-                "retrieval.top_k",
-                format!("must be an integer between 1 and 100 (got {})", r.top_k),
-            ));
-        }
-        check_score_threshold(r.score_threshold)?;
-        if !(256..=100_000).contains(&r.max_injection_chars) {
-            return Err(key_err(
-                "retrieval.max_injection_chars",
-                format!(
-                    "must be an integer between 256 and 100000 (got {})",
-                    r.max_injection_chars
-                ),
-            ));
-        }
-        if deermem_core::py::strip(&r.injection_query).is_empty() {
-            return Err(key_err("retrieval.injection_query", "must not be empty"));
-        }
-        Ok(())
+        check_api_key(&self.api_key, &self.api_key_env)
     }
 
     /// The request timeout.
@@ -467,10 +421,6 @@ fn truncate_for_message(s: &str) -> String {
     }
 }
 
-fn present<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    m.get(key).filter(|v| !v.is_null())
-}
-
 fn sub_mapping(m: &Map<String, Value>, name: &str) -> Result<Map<String, Value>, ConfigError> {
     match m.get(name) {
         None | Some(Value::Null) => Ok(Map::new()),
@@ -479,69 +429,6 @@ fn sub_mapping(m: &Map<String, Value>, name: &str) -> Result<Map<String, Value>,
             name,
             format!("OpenViking {name} must be a mapping"),
         )),
-    }
-}
-
-fn scalar_string(key: &str, v: &Value) -> Result<String, ConfigError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        _ => Err(key_err(key, format!("must be a string (got {v})"))),
-    }
-}
-
-fn parse_bool(key: &str, v: &Value) -> Result<bool, ConfigError> {
-    match v {
-        Value::Bool(b) => Ok(*b),
-        Value::String(s) => match deermem_core::py::strip(s).to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(key_err(key, format!("must be a boolean (got {v})"))),
-        },
-        _ => Err(key_err(key, format!("must be a boolean (got {v})"))),
-    }
-}
-
-fn parse_float(key: &str, v: &Value) -> Result<f64, ConfigError> {
-    let f = match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => deermem_core::py::parse_float(s),
-        _ => None,
-    };
-    match f {
-        Some(f) if f.is_finite() => Ok(f),
-        Some(_) => Err(key_err(key, format!("must be a finite number (got {v})"))),
-        None => Err(key_err(key, format!("must be a number (got {v})"))),
-    }
-}
-
-fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, ConfigError> {
-    let bad = || {
-        key_err(
-            key,
-            format!("must be an integer between {lo} and {hi} (got {v})"),
-        )
-    };
-    let i = match v {
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => i,
-            None => {
-                let f = n.as_f64().ok_or_else(bad)?;
-                if f.fract() != 0.0 || f.abs() > 1e15 {
-                    return Err(bad());
-                }
-                f as i64
-            }
-        },
-        Value::String(s) => deermem_core::py::strip(s)
-            .parse::<i64>()
-            .map_err(|_| bad())?,
-        _ => return Err(bad()),
-    };
-    if (lo..=hi).contains(&i) {
-        usize::try_from(i).map_err(|_| bad())
-    } else {
-        Err(bad())
     }
 }
 
@@ -793,19 +680,23 @@ mod tests {
     }
 
     #[test]
-    fn allow_insecure_http_accepts_bools_and_words_only() {
+    fn allow_insecure_http_is_a_lax_bool() {
+        // pydantic's lax bool, shared by every config key (see docs/compat.md).
         for (v, want) in [
             (json!(true), true),
             (json!("on"), true),
             (json!("1"), true),
+            (json!(1), true),
+            (json!("T"), true),
             (json!("Off"), false),
             (json!("no"), false),
+            (json!(0), false),
             (json!(false), false),
         ] {
             let c = parse(json!({"owner_user_id": "a", "allow_insecure_http": v})).unwrap();
             assert_eq!(c.allow_insecure_http, want);
         }
-        for v in [json!(1), json!("maybe"), json!([true])] {
+        for v in [json!(2), json!(" on"), json!("maybe"), json!([true])] {
             let e = parse(json!({"owner_user_id": "a", "allow_insecure_http": v})).unwrap_err();
             assert!(e.message.contains("must be a boolean"), "{e}");
         }

@@ -2,15 +2,21 @@
 //! `backend_config` keys with their defaults and ranges, `$VAR` resolution and the legacy
 //! top-level key migration. Parsing is pure: the environment arrives as a lookup function.
 //!
-//! Values are coerced the way the reference's pydantic models coerce them in lax mode (`"20"`
-//! is 20, `"yes"` is true, `30.0` is 30, `30.5` is an error for an integer key) and every
-//! failure names the key and its valid range.
+//! Every section is a `#[derive(Deserialize)]` struct read through the one loader in [`lax`]:
+//! values are coerced the way the reference's pydantic models coerce them in lax mode (`"20"`
+//! is 20, `"yes"` is true, `30.0` is 30, `30.5` is an error for an integer key), `null` keeps
+//! the default, and every failure names the key path and its valid range.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::ConfigError;
 use crate::policy::eviction::{EvictionParams, EvictionPolicy};
+
+pub mod lax;
+mod shown;
+
+pub use shown::{shown_backend_config, url_without_credentials};
 
 /// How memory reaches the agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -49,15 +55,19 @@ pub enum TokenCounting {
 pub type ConfigWarning = String;
 
 /// The shared host `memory:` section.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemoryConfig {
     /// Master switch for the call sites and the gateway routes.
+    #[serde(deserialize_with = "lax::bool")]
     pub enabled: bool,
     /// Middleware or tool mode.
     pub mode: MemoryMode,
     /// Whether the `<memory>` block is injected at all.
+    #[serde(deserialize_with = "lax::bool")]
     pub injection_enabled: bool,
     /// Hard budget for draining pending updates at shutdown, 1–300 s.
+    #[serde(deserialize_with = "one_to_300")]
     pub shutdown_flush_timeout_seconds: f64,
     /// Backend name: `deermem`, `noop`, `honcho`, `openviking`.
     pub manager_class: String,
@@ -103,15 +113,6 @@ const LEGACY_KEYS: [&str; 21] = [
     "model_name",
 ];
 
-const SHARED_KEYS: [&str; 6] = [
-    "enabled",
-    "mode",
-    "injection_enabled",
-    "shutdown_flush_timeout_seconds",
-    "manager_class",
-    "backend_config",
-];
-
 impl MemoryConfig {
     /// Parses a `memory:` section (already env-resolved), migrating legacy top-level keys into
     /// `backend_config`.
@@ -119,64 +120,27 @@ impl MemoryConfig {
     /// # Errors
     /// A [`ConfigError`] naming the key.
     pub fn from_section(section: &Value) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
-        let mut warnings = Vec::new();
         let map = match section {
-            Value::Null => return Ok((Self::default(), warnings)),
+            Value::Null => return Ok((Self::default(), Vec::new())),
             Value::Object(m) => m,
             _ => return Err(ConfigError::new("memory", "must be a mapping")),
         };
-        let mut cfg = Self::default();
-        let lax = Lax { prefix: "memory" };
-        if let Some(v) = present(map, "enabled") {
-            cfg.enabled = lax.bool("enabled", v)?;
+        let (own, legacy): (Map<String, Value>, Map<String, Value>) = map
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .partition(|(k, _)| !LEGACY_KEYS.contains(&k.as_str()));
+        let (mut cfg, ignored) = lax::deserialize::<Self>(&Value::Object(own), "memory")?;
+        if cfg.manager_class.trim().is_empty() {
+            return Err(ConfigError::new(
+                "memory.manager_class",
+                "must not be empty",
+            ));
         }
-        if let Some(v) = present(map, "mode") {
-            cfg.mode = match v.as_str() {
-                Some("middleware") => MemoryMode::Middleware,
-                Some("tool") => MemoryMode::Tool,
-                _ => {
-                    return Err(ConfigError::new(
-                        "memory.mode",
-                        format!("must be 'middleware' or 'tool' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = present(map, "injection_enabled") {
-            cfg.injection_enabled = lax.bool("injection_enabled", v)?;
-        }
-        if let Some(v) = present(map, "shutdown_flush_timeout_seconds") {
-            cfg.shutdown_flush_timeout_seconds =
-                lax.float_range("shutdown_flush_timeout_seconds", v, 1.0, 300.0)?;
-        }
-        if let Some(v) = present(map, "manager_class") {
-            cfg.manager_class = lax.string("manager_class", v)?;
-            if cfg.manager_class.trim().is_empty() {
-                return Err(ConfigError::new(
-                    "memory.manager_class",
-                    "must not be empty",
-                ));
-            }
-        }
-        if let Some(v) = present(map, "backend_config") {
-            match v {
-                Value::Object(m) => cfg.backend_config = m.clone(),
-                _ => {
-                    return Err(ConfigError::new(
-                        "memory.backend_config",
-                        "must be a mapping",
-                    ));
-                }
-            }
-        }
-        for (key, value) in map {
-            if SHARED_KEYS.contains(&key.as_str()) {
-                continue;
-            }
-            if !LEGACY_KEYS.contains(&key.as_str()) {
-                warnings.push(format!("memory.{key} is not a known key and was ignored"));
-                continue;
-            }
+        let mut warnings: Vec<ConfigWarning> = ignored
+            .iter()
+            .map(|key| format!("memory.{key} is not a known key and was ignored"))
+            .collect();
+        for (key, value) in legacy {
             if value.is_null() || value.as_str() == Some("") {
                 continue;
             }
@@ -194,18 +158,18 @@ impl MemoryConfig {
                 if let Value::Object(m) = model
                     && !m.contains_key("model")
                 {
-                    m.insert("model".into(), value.clone());
+                    m.insert("model".into(), value);
                     warnings.push(
                         "memory.model_name moved to memory.backend_config.model.model".into(),
                     );
                 }
                 continue;
             }
-            if !cfg.backend_config.contains_key(key) {
-                cfg.backend_config.insert(key.clone(), value.clone());
+            if !cfg.backend_config.contains_key(&key) {
                 warnings.push(format!(
                     "memory.{key} is a legacy top-level key; moved to memory.backend_config.{key}"
                 ));
+                cfg.backend_config.insert(key, value);
             }
         }
         Ok((cfg, warnings))
@@ -262,7 +226,8 @@ pub struct LoadedConfig {
     pub warnings: Vec<ConfigWarning>,
 }
 
-/// Parses YAML (a superset of JSON) configuration text into a JSON value.
+/// Parses configuration text (YAML, a superset of JSON) into a JSON value: the one place
+/// configuration text is read.
 ///
 /// # Errors
 /// Text that is not valid YAML, or YAML that cannot be represented as JSON.
@@ -270,6 +235,13 @@ pub fn parse_config_text(text: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Null);
     }
+    yaml_to_value(text)
+}
+
+/// YAML text to a JSON value. `serde_yaml` (YAML 1.2) reads it for now; the YAML 1.1 codec
+/// the fact files use is to replace this body, so that `yes`/`on`/`0o17` in a config mean
+/// what DeerFlow's PyYAML makes of them (see `docs/compat.md`).
+fn yaml_to_value(text: &str) -> Result<Value, ConfigError> {
     let yaml: serde_yaml::Value = serde_yaml::from_str(text)
         .map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))?;
     serde_json::to_value(yaml)
@@ -327,147 +299,82 @@ pub fn resolve_env(
     })
 }
 
-fn present<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    m.get(key).filter(|v| !v.is_null())
+/// The float ranges of this file's keys, for `deserialize_with`.
+macro_rules! float_ranges {
+    ($($name:ident: $lo:expr, $hi:expr;)*) => {$(
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+            lax::float_in(d, $lo, $hi)
+        }
+    )*};
 }
 
-/// Lax (pydantic-style) coercion with errors naming `prefix.key`.
-struct Lax {
-    prefix: &'static str,
+float_ranges! {
+    unit: 0.0, 1.0;
+    one_to_100: 1.0, 100.0;
+    one_to_300: 1.0, 300.0;
+    zero_to_2: 0.0, 2.0;
+    request_timeout: 0.1, 3600.0;
+    connect_timeout: 0.1, 600.0;
 }
 
-impl Lax {
-    fn err(&self, key: &str, msg: impl Into<String>) -> ConfigError {
-        ConfigError::new(format!("{}.{key}", self.prefix), msg)
-    }
+fn some_unit_to_2<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    zero_to_2(d).map(Some)
+}
 
-    fn bool(&self, key: &str, v: &Value) -> Result<bool, ConfigError> {
-        match v {
-            Value::Bool(b) => Ok(*b),
-            Value::Number(n) if n.as_i64() == Some(0) => Ok(false),
-            Value::Number(n) if n.as_i64() == Some(1) => Ok(true),
-            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                "true" | "yes" | "on" | "1" | "t" | "y" => Ok(true),
-                "false" | "no" | "off" | "0" | "f" | "n" => Ok(false),
-                _ => Err(self.err(key, format!("must be a boolean (got {v})"))),
-            },
-            _ => Err(self.err(key, format!("must be a boolean (got {v})"))),
-        }
-    }
-
-    fn int(&self, key: &str, v: &Value) -> Result<i64, ConfigError> {
-        let bad = || self.err(key, format!("must be an integer (got {v})"));
-        match v {
-            Value::Bool(b) => Ok(i64::from(*b)),
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    Ok(i)
-                } else {
-                    let f = n.as_f64().ok_or_else(bad)?;
-                    if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                        Ok(f as i64)
-                    } else {
-                        Err(bad())
-                    }
-                }
-            }
-            Value::String(s) => s.trim().parse::<i64>().map_err(|_| bad()),
-            _ => Err(bad()),
-        }
-    }
-
-    fn int_range(
-        &self,
-        key: &str,
-        v: &Value,
-        lo: i64,
-        hi: Option<i64>,
-    ) -> Result<i64, ConfigError> {
-        let i = self.int(key, v)?;
-        let ok = i >= lo && hi.is_none_or(|h| i <= h);
-        if ok {
-            Ok(i)
-        } else {
-            Err(self.err(
-                key,
-                match hi {
-                    Some(h) => format!("must be an integer between {lo} and {h} (got {i})"),
-                    None => format!("must be an integer >= {lo} (got {i})"),
-                },
-            ))
-        }
-    }
-
-    fn float(&self, key: &str, v: &Value) -> Result<f64, ConfigError> {
-        let bad = || self.err(key, format!("must be a number (got {v})"));
-        let f = match v {
-            Value::Bool(b) => f64::from(u8::from(*b)),
-            Value::Number(n) => n.as_f64().ok_or_else(bad)?,
-            Value::String(s) => crate::py::parse_float(s).ok_or_else(bad)?,
-            _ => return Err(bad()),
-        };
-        if f.is_finite() {
-            Ok(f)
-        } else {
-            Err(self.err(key, format!("must be a finite number (got {v})")))
-        }
-    }
-
-    fn float_range(&self, key: &str, v: &Value, lo: f64, hi: f64) -> Result<f64, ConfigError> {
-        let f = self.float(key, v)?;
-        if (lo..=hi).contains(&f) {
-            Ok(f)
-        } else {
-            Err(self.err(
-                key,
-                format!("must be a number between {lo} and {hi} (got {f})"),
-            ))
-        }
-    }
-
-    fn string(&self, key: &str, v: &Value) -> Result<String, ConfigError> {
-        v.as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| self.err(key, format!("must be a string (got {v})")))
-    }
-
-    fn string_list(&self, key: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
-        match v {
-            Value::Array(items) => items
-                .iter()
-                .map(|i| {
-                    i.as_str().map(str::to_owned).ok_or_else(|| {
-                        self.err(key, format!("must be a list of strings (got {v})"))
-                    })
-                })
-                .collect(),
-            _ => Err(self.err(key, format!("must be a list of strings (got {v})"))),
-        }
-    }
+/// An optional string; the empty string is `None`.
+fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Some(String::deserialize(d)?).filter(|s| !s.is_empty()))
 }
 
 /// The LLM used for extraction (`backend_config.model`). An empty `model` means the host's
 /// default model, or the offline rule-based proposer when there is none.
-#[derive(Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ModelConfig {
     /// Provider name (only OpenAI-compatible endpoints are supported; default `openai`).
+    #[serde(deserialize_with = "provider")]
     pub provider: Option<String>,
     /// Model name; `None` means no model is configured.
+    #[serde(deserialize_with = "non_empty")]
     pub model: Option<String>,
     /// API key (after `$VAR` resolution). Never printed by `Debug`.
+    #[serde(deserialize_with = "non_empty")]
     pub api_key: Option<String>,
     /// Base URL of the OpenAI-compatible API (default `https://api.openai.com/v1`).
+    #[serde(deserialize_with = "non_empty")]
     pub base_url: Option<String>,
-    /// Sampling temperature.
+    /// Sampling temperature, 0–2.
+    #[serde(deserialize_with = "some_unit_to_2")]
     pub temperature: Option<f64>,
     /// Request timeout in seconds (default 60).
+    #[serde(deserialize_with = "request_timeout")]
     pub timeout_seconds: f64,
     /// Connect timeout in seconds (default 10).
+    #[serde(deserialize_with = "connect_timeout")]
     pub connect_timeout_seconds: f64,
     /// Retries on 429, 5xx and transport errors (default 2).
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, 10>")]
     pub max_retries: u32,
     /// Output token cap.
+    #[serde(deserialize_with = "some_max_tokens")]
     pub max_tokens: Option<u32>,
+}
+
+fn some_max_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    lax::int_in::<_, _, 1, 1_000_000>(d).map(Some)
+}
+
+fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let p = non_empty(d)?;
+    match p.as_deref() {
+        None
+        | Some("openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp") => {
+            Ok(p)
+        }
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "{other:?} is not supported; use an OpenAI-compatible endpoint ('openai')"
+        ))),
+    }
 }
 
 impl std::fmt::Debug for ModelConfig {
@@ -486,16 +393,23 @@ impl std::fmt::Debug for ModelConfig {
     }
 }
 
-impl ModelConfig {
-    fn defaults() -> Self {
+impl Default for ModelConfig {
+    fn default() -> Self {
         Self {
+            provider: None,
+            model: None,
+            api_key: None,
+            base_url: None,
+            temperature: None,
             timeout_seconds: 60.0,
             connect_timeout_seconds: 10.0,
             max_retries: 2,
-            ..Self::default()
+            max_tokens: None,
         }
     }
+}
 
+impl ModelConfig {
     /// Whether a model is configured.
     pub fn is_configured(&self) -> bool {
         self.model.as_deref().is_some_and(|m| !m.trim().is_empty())
@@ -503,52 +417,128 @@ impl ModelConfig {
 }
 
 /// The DeerMem `backend_config`: every key the reference accepts, with its default and range.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Its fields are the key list: a key that is not a field is reported as unknown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 #[allow(missing_docs)]
 pub struct DeerMemConfig {
     pub storage_path: String,
+    #[serde(deserialize_with = "storage_class")]
     pub storage_class: String,
+    #[serde(deserialize_with = "lax::bool")]
     pub strict_user_scope: bool,
+    #[serde(deserialize_with = "manifest_filename")]
     pub manifest_filename: String,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 120>")]
     pub file_lock_timeout_seconds: u64,
+    #[serde(deserialize_with = "retrieval_adapter")]
     pub retrieval_adapter: String,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 300>")]
     pub debounce_seconds: u64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, { i64::MAX }>")]
     pub queue_max_depth: u64,
     /// Bytes of queued conversation turns one user may have pending (0: no limit).
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, { i64::MAX }>")]
     pub queue_max_pending_bytes_per_user: u64,
     /// Bytes of queued conversation turns pending for all users together (0: no limit).
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, { i64::MAX }>")]
     pub queue_max_pending_bytes: u64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 10, 500>")]
     pub max_facts: usize,
     pub fact_eviction_policy: EvictionPolicy,
+    #[serde(deserialize_with = "lax::bool")]
     pub fact_eviction_shadow_enabled: bool,
+    #[serde(deserialize_with = "unit")]
     pub eviction_confidence_weight: f64,
+    #[serde(deserialize_with = "unit")]
     pub eviction_confirmation_weight: f64,
+    #[serde(deserialize_with = "unit")]
     pub eviction_access_weight: f64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 3650>")]
     pub eviction_confirmation_half_life_days: u64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 3650>")]
     pub eviction_access_half_life_days: u64,
+    #[serde(deserialize_with = "unit")]
     pub eviction_correction_reserved_fraction: f64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, 100>")]
     pub eviction_correction_reserved_max: usize,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, 10_000>")]
     pub eviction_audit_max_entries: usize,
+    #[serde(deserialize_with = "unit")]
     pub fact_confidence_threshold: f64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 100, 8000>")]
     pub max_injection_tokens: usize,
     pub token_counting: TokenCounting,
+    #[serde(deserialize_with = "lax::strings")]
     pub guaranteed_categories: Vec<String>,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 50, 2000>")]
     pub guaranteed_token_budget: usize,
+    #[serde(deserialize_with = "lax::bool")]
     pub staleness_review_enabled: bool,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 30, 365>")]
     pub staleness_age_days: u64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 50>")]
     pub staleness_min_candidates: usize,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 50>")]
     pub staleness_max_removals_per_cycle: usize,
+    #[serde(deserialize_with = "lax::strings")]
     pub staleness_protected_categories: Vec<String>,
+    #[serde(deserialize_with = "one_to_100")]
     pub staleness_max_lifetime_multiplier: f64,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 90, 36_500>")]
     pub staleness_max_extension_days: u64,
+    #[serde(deserialize_with = "lax::bool")]
     pub consolidation_enabled: bool,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 3, 30>")]
     pub consolidation_min_facts: usize,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 10>")]
     pub consolidation_max_groups_per_cycle: usize,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 2, 20>")]
     pub consolidation_max_sources: usize,
+    #[serde(deserialize_with = "lax::int_in::<_, _, 0, { i64::MAX }>")]
     pub watermark_max_keys: usize,
+    #[serde(deserialize_with = "non_empty")]
     pub patterns_dir: Option<String>,
+    #[serde(deserialize_with = "non_empty")]
     pub prompts_dir: Option<String>,
     pub model: ModelConfig,
+}
+
+fn storage_class<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if matches!(s.as_str(), "" | "file") {
+        Ok(s)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "{s:?} is not available; this engine ships the file storage only ('' or 'file'). Refusing to silently fall back because memory is persistent state"
+        )))
+    }
+}
+
+fn retrieval_adapter<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if matches!(s.as_str(), "" | "fts5") {
+        Ok(s)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "{s:?} failed to load: only 'fts5' or '' (disabled) are available. Refusing to silently fall back"
+        )))
+    }
+}
+
+fn manifest_filename<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if name.contains('/')
+        || name.contains('\\')
+        || !name.ends_with(".json")
+        || name == ".."
+        || name.contains('\0')
+    {
+        return Err(serde::de::Error::custom(
+            "manifest_filename must be a plain .json filename.",
+        ));
+    }
+    Ok(name)
 }
 
 impl Default for DeerMemConfig {
@@ -594,7 +584,7 @@ impl Default for DeerMemConfig {
             watermark_max_keys: 4096,
             patterns_dir: None,
             prompts_dir: None,
-            model: ModelConfig::defaults(),
+            model: ModelConfig::default(),
         }
     }
 }
@@ -603,55 +593,6 @@ impl Default for DeerMemConfig {
 pub const DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER: u64 = 16 * 1024 * 1024;
 /// The default `queue_max_pending_bytes` (64 MiB).
 pub const DEFAULT_QUEUE_MAX_PENDING_BYTES: u64 = 64 * 1024 * 1024;
-
-/// Keys DeerMem reads from `backend_config`.
-pub const DEERMEM_KEYS: [&str; 41] = [
-    "storage_path",
-    "storage_class",
-    "strict_user_scope",
-    "manifest_filename",
-    "file_lock_timeout_seconds",
-    "retrieval_adapter",
-    "debounce_seconds",
-    "queue_max_depth",
-    "queue_max_pending_bytes_per_user",
-    "queue_max_pending_bytes",
-    "max_facts",
-    "fact_eviction_policy",
-    "fact_eviction_shadow_enabled",
-    "eviction_confidence_weight",
-    "eviction_confirmation_weight",
-    "eviction_access_weight",
-    "eviction_confirmation_half_life_days",
-    "eviction_access_half_life_days",
-    "eviction_correction_reserved_fraction",
-    "eviction_correction_reserved_max",
-    "eviction_audit_max_entries",
-    "fact_confidence_threshold",
-    "max_injection_tokens",
-    "token_counting",
-    "guaranteed_categories",
-    "guaranteed_token_budget",
-    "staleness_review_enabled",
-    "staleness_age_days",
-    "staleness_min_candidates",
-    "staleness_max_removals_per_cycle",
-    "staleness_protected_categories",
-    "staleness_max_lifetime_multiplier",
-    "staleness_max_extension_days",
-    "consolidation_enabled",
-    "consolidation_min_facts",
-    "consolidation_max_groups_per_cycle",
-    "consolidation_max_sources",
-    "watermark_max_keys",
-    "patterns_dir",
-    "prompts_dir",
-    "model",
-];
-
-mod shown;
-
-pub use shown::{shown_backend_config, url_without_credentials};
 
 /// Keys that secrets live under; redacted wherever configuration is shown.
 pub const SECRET_KEY_NAMES: [&str; 11] = [
@@ -708,210 +649,21 @@ impl DeerMemConfig {
     pub fn from_backend_config(
         bc: &Map<String, Value>,
     ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
-        let mut c = Self::default();
+        let prefix = "memory.backend_config";
+        let (c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), prefix)?;
+        let (model, top): (Vec<&String>, Vec<&String>) =
+            ignored.iter().partition(|k| k.starts_with("model."));
         let mut warnings = Vec::new();
-        let l = Lax {
-            prefix: "memory.backend_config",
-        };
-        let unknown: Vec<&str> = bc
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !DEERMEM_KEYS.contains(k))
-            .collect();
-        if !unknown.is_empty() {
+        if !top.is_empty() {
             warnings.push(format!(
-                "Unknown backend_config keys ignored by DeerMem; check for typos: {unknown:?}"
+                "Unknown backend_config keys ignored by DeerMem; check for typos: {top:?}"
             ));
         }
-        let g = |k: &str| present(bc, k);
-        let as_u64 = |i: i64| u64::try_from(i).unwrap_or(0);
-        let as_usize = |i: i64| usize::try_from(i).unwrap_or(0);
-
-        if let Some(v) = g("storage_path") {
-            c.storage_path = l.string("storage_path", v)?;
-        }
-        if let Some(v) = g("storage_class") {
-            c.storage_class = l.string("storage_class", v)?;
-            if !matches!(c.storage_class.as_str(), "" | "file") {
-                return Err(l.err(
-                    "storage_class",
-                    format!("{:?} is not available; this engine ships the file storage only ('' or 'file'). Refusing to silently fall back because memory is persistent state", c.storage_class),
-                ));
-            }
-        }
-        if let Some(v) = g("strict_user_scope") {
-            c.strict_user_scope = l.bool("strict_user_scope", v)?;
-        }
-        if let Some(v) = g("manifest_filename") {
-            c.manifest_filename = l.string("manifest_filename", v)?;
-            let name = &c.manifest_filename;
-            if name.contains('/')
-                || name.contains('\\')
-                || !name.ends_with(".json")
-                || name == ".."
-                || name.contains('\0')
-            {
-                return Err(l.err(
-                    "manifest_filename",
-                    "manifest_filename must be a plain .json filename.",
-                ));
-            }
-        }
-        if let Some(v) = g("file_lock_timeout_seconds") {
-            c.file_lock_timeout_seconds =
-                as_u64(l.int_range("file_lock_timeout_seconds", v, 1, Some(120))?);
-        }
-        if let Some(v) = g("retrieval_adapter") {
-            c.retrieval_adapter = l.string("retrieval_adapter", v)?;
-            if !matches!(c.retrieval_adapter.as_str(), "" | "fts5") {
-                return Err(l.err(
-                    "retrieval_adapter",
-                    format!("{:?} failed to load: only 'fts5' or '' (disabled) are available. Refusing to silently fall back", c.retrieval_adapter),
-                ));
-            }
-        }
-        if let Some(v) = g("debounce_seconds") {
-            c.debounce_seconds = as_u64(l.int_range("debounce_seconds", v, 1, Some(300))?);
-        }
-        if let Some(v) = g("queue_max_depth") {
-            c.queue_max_depth = as_u64(l.int_range("queue_max_depth", v, 0, None)?);
-        }
-        if let Some(v) = g("queue_max_pending_bytes_per_user") {
-            c.queue_max_pending_bytes_per_user =
-                as_u64(l.int_range("queue_max_pending_bytes_per_user", v, 0, None)?);
-        }
-        if let Some(v) = g("queue_max_pending_bytes") {
-            c.queue_max_pending_bytes =
-                as_u64(l.int_range("queue_max_pending_bytes", v, 0, None)?);
-        }
-        if let Some(v) = g("max_facts") {
-            c.max_facts = as_usize(l.int_range("max_facts", v, 10, Some(500))?);
-        }
-        if let Some(v) = g("fact_eviction_policy") {
-            c.fact_eviction_policy = match v.as_str() {
-                Some("confidence") => EvictionPolicy::Confidence,
-                Some("hybrid-v1") => EvictionPolicy::HybridV1,
-                _ => {
-                    return Err(l.err(
-                        "fact_eviction_policy",
-                        format!("must be 'confidence' or 'hybrid-v1' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = g("fact_eviction_shadow_enabled") {
-            c.fact_eviction_shadow_enabled = l.bool("fact_eviction_shadow_enabled", v)?;
-        }
-        if let Some(v) = g("eviction_confidence_weight") {
-            c.eviction_confidence_weight =
-                l.float_range("eviction_confidence_weight", v, 0.0, 1.0)?;
-        }
-        if let Some(v) = g("eviction_confirmation_weight") {
-            c.eviction_confirmation_weight =
-                l.float_range("eviction_confirmation_weight", v, 0.0, 1.0)?;
-        }
-        if let Some(v) = g("eviction_access_weight") {
-            c.eviction_access_weight = l.float_range("eviction_access_weight", v, 0.0, 1.0)?;
-        }
-        if let Some(v) = g("eviction_confirmation_half_life_days") {
-            c.eviction_confirmation_half_life_days =
-                as_u64(l.int_range("eviction_confirmation_half_life_days", v, 1, Some(3650))?);
-        }
-        if let Some(v) = g("eviction_access_half_life_days") {
-            c.eviction_access_half_life_days =
-                as_u64(l.int_range("eviction_access_half_life_days", v, 1, Some(3650))?);
-        }
-        if let Some(v) = g("eviction_correction_reserved_fraction") {
-            c.eviction_correction_reserved_fraction =
-                l.float_range("eviction_correction_reserved_fraction", v, 0.0, 1.0)?;
-        }
-        if let Some(v) = g("eviction_correction_reserved_max") {
-            c.eviction_correction_reserved_max =
-                as_usize(l.int_range("eviction_correction_reserved_max", v, 0, Some(100))?);
-        }
-        if let Some(v) = g("eviction_audit_max_entries") {
-            c.eviction_audit_max_entries =
-                as_usize(l.int_range("eviction_audit_max_entries", v, 0, Some(10_000))?);
-        }
-        if let Some(v) = g("fact_confidence_threshold") {
-            c.fact_confidence_threshold =
-                l.float_range("fact_confidence_threshold", v, 0.0, 1.0)?;
-        }
-        if let Some(v) = g("max_injection_tokens") {
-            c.max_injection_tokens =
-                as_usize(l.int_range("max_injection_tokens", v, 100, Some(8000))?);
-        }
-        if let Some(v) = g("token_counting") {
-            c.token_counting = match v.as_str() {
-                Some("tiktoken") => TokenCounting::Tiktoken,
-                Some("char") => TokenCounting::Char,
-                _ => {
-                    return Err(l.err(
-                        "token_counting",
-                        format!("must be 'tiktoken' or 'char' (got {v})"),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = g("guaranteed_categories") {
-            c.guaranteed_categories = l.string_list("guaranteed_categories", v)?;
-        }
-        if let Some(v) = g("guaranteed_token_budget") {
-            c.guaranteed_token_budget =
-                as_usize(l.int_range("guaranteed_token_budget", v, 50, Some(2000))?);
-        }
-        if let Some(v) = g("staleness_review_enabled") {
-            c.staleness_review_enabled = l.bool("staleness_review_enabled", v)?;
-        }
-        if let Some(v) = g("staleness_age_days") {
-            c.staleness_age_days = as_u64(l.int_range("staleness_age_days", v, 30, Some(365))?);
-        }
-        if let Some(v) = g("staleness_min_candidates") {
-            c.staleness_min_candidates =
-                as_usize(l.int_range("staleness_min_candidates", v, 1, Some(50))?);
-        }
-        if let Some(v) = g("staleness_max_removals_per_cycle") {
-            c.staleness_max_removals_per_cycle =
-                as_usize(l.int_range("staleness_max_removals_per_cycle", v, 1, Some(50))?);
-        }
-        if let Some(v) = g("staleness_protected_categories") {
-            c.staleness_protected_categories =
-                l.string_list("staleness_protected_categories", v)?;
-        }
-        if let Some(v) = g("staleness_max_lifetime_multiplier") {
-            c.staleness_max_lifetime_multiplier =
-                l.float_range("staleness_max_lifetime_multiplier", v, 1.0, 100.0)?;
-        }
-        if let Some(v) = g("staleness_max_extension_days") {
-            c.staleness_max_extension_days =
-                as_u64(l.int_range("staleness_max_extension_days", v, 90, Some(36_500))?);
-        }
-        if let Some(v) = g("consolidation_enabled") {
-            c.consolidation_enabled = l.bool("consolidation_enabled", v)?;
-        }
-        if let Some(v) = g("consolidation_min_facts") {
-            c.consolidation_min_facts =
-                as_usize(l.int_range("consolidation_min_facts", v, 3, Some(30))?);
-        }
-        if let Some(v) = g("consolidation_max_groups_per_cycle") {
-            c.consolidation_max_groups_per_cycle =
-                as_usize(l.int_range("consolidation_max_groups_per_cycle", v, 1, Some(10))?);
-        }
-        if let Some(v) = g("consolidation_max_sources") {
-            c.consolidation_max_sources =
-                as_usize(l.int_range("consolidation_max_sources", v, 2, Some(20))?);
-        }
-        if let Some(v) = g("watermark_max_keys") {
-            c.watermark_max_keys = as_usize(l.int_range("watermark_max_keys", v, 0, None)?);
-        }
-        if let Some(v) = g("patterns_dir") {
-            c.patterns_dir = Some(l.string("patterns_dir", v)?).filter(|s| !s.is_empty());
-        }
-        if let Some(v) = g("prompts_dir") {
-            c.prompts_dir = Some(l.string("prompts_dir", v)?).filter(|s| !s.is_empty());
-        }
-        if let Some(v) = g("model") {
-            c.model = parse_model(v, &mut warnings)?;
+        if !model.is_empty() {
+            let model: Vec<&str> = model.iter().map(|k| &k["model.".len()..]).collect();
+            warnings.push(format!(
+                "Unknown backend_config.model keys ignored: {model:?}"
+            ));
         }
         let sum = c.eviction_confidence_weight
             + c.eviction_confirmation_weight
@@ -944,81 +696,6 @@ impl DeerMemConfig {
     pub fn tracks_usage(&self) -> bool {
         self.fact_eviction_policy == EvictionPolicy::HybridV1 || self.fact_eviction_shadow_enabled
     }
-}
-
-fn parse_model(v: &Value, warnings: &mut Vec<ConfigWarning>) -> Result<ModelConfig, ConfigError> {
-    let l = Lax {
-        prefix: "memory.backend_config.model",
-    };
-    let m = match v {
-        Value::Object(m) => m,
-        _ => {
-            return Err(ConfigError::new(
-                "memory.backend_config.model",
-                "must be a mapping",
-            ));
-        }
-    };
-    let mut out = ModelConfig::defaults();
-    let known = [
-        "provider",
-        "model",
-        "api_key",
-        "base_url",
-        "temperature",
-        "timeout_seconds",
-        "connect_timeout_seconds",
-        "max_retries",
-        "max_tokens",
-    ];
-    let unknown: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !known.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        warnings.push(format!(
-            "Unknown backend_config.model keys ignored: {unknown:?}"
-        ));
-    }
-    let opt_str = |k: &str| -> Result<Option<String>, ConfigError> {
-        present(m, k)
-            .map(|v| l.string(k, v))
-            .transpose()
-            .map(|o| o.filter(|s| !s.is_empty()))
-    };
-    out.provider = opt_str("provider")?;
-    if let Some(p) = &out.provider
-        && !matches!(
-            p.as_str(),
-            "openai" | "openai-compatible" | "deepseek" | "vllm" | "ollama" | "llamacpp"
-        )
-    {
-        return Err(l.err(
-            "provider",
-            format!("{p:?} is not supported; use an OpenAI-compatible endpoint ('openai')"),
-        ));
-    }
-    out.model = opt_str("model")?;
-    out.api_key = opt_str("api_key")?;
-    out.base_url = opt_str("base_url")?;
-    if let Some(v) = present(m, "temperature") {
-        out.temperature = Some(l.float_range("temperature", v, 0.0, 2.0)?);
-    }
-    if let Some(v) = present(m, "timeout_seconds") {
-        out.timeout_seconds = l.float_range("timeout_seconds", v, 0.1, 3600.0)?;
-    }
-    if let Some(v) = present(m, "connect_timeout_seconds") {
-        out.connect_timeout_seconds = l.float_range("connect_timeout_seconds", v, 0.1, 600.0)?;
-    }
-    if let Some(v) = present(m, "max_retries") {
-        out.max_retries = u32::try_from(l.int_range("max_retries", v, 0, Some(10))?).unwrap_or(0);
-    }
-    if let Some(v) = present(m, "max_tokens") {
-        out.max_tokens =
-            Some(u32::try_from(l.int_range("max_tokens", v, 1, Some(1_000_000))?).unwrap_or(1));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -1120,6 +797,98 @@ mod tests {
         assert_eq!(c.debounce_seconds, 30);
         assert!(!c.staleness_review_enabled);
         assert_eq!(c.max_injection_tokens, 2000);
+    }
+
+    #[test]
+    fn one_lax_rule_for_every_key() {
+        // Every lax key takes pydantic's table, nothing more: no padding, no empty string.
+        let c = parse(json!({"max_facts": "1_00", "debounce_seconds": "20.0", "strict_user_scope": "T",
+            "consolidation_enabled": 1.0, "fact_confidence_threshold": true, "staleness_review_enabled": "n"}))
+        .unwrap();
+        assert_eq!((c.max_facts, c.debounce_seconds), (100, 20));
+        assert!(c.strict_user_scope && c.consolidation_enabled && !c.staleness_review_enabled);
+        assert_eq!(c.fact_confidence_threshold, 1.0);
+        for (key, bad) in [
+            ("strict_user_scope", json!(" yes ")),
+            ("strict_user_scope", json!("")),
+            ("strict_user_scope", json!(2)),
+            ("max_facts", json!("20.5")),
+            ("max_facts", json!("0x20")),
+        ] {
+            let err = parse(json!({ key: bad.clone() })).expect_err(&format!("{key}={bad}"));
+            assert_eq!(err.key, format!("memory.backend_config.{key}"), "{err}");
+        }
+        let err = parse(json!({"model": {"timeout_seconds": 0}})).unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.model.timeout_seconds");
+        assert_eq!(
+            err.to_string(),
+            "memory.backend_config.model.timeout_seconds: must be a number between 0.1 and 3600 (got 0)"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_derived_from_the_structs() {
+        let (_, w) = DeerMemConfig::from_backend_config(
+            json!({"max_fact": 5, "typo": null, "model": {"modle": "m"}, "strict_user_scope": null})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                r#"Unknown backend_config keys ignored by DeerMem; check for typos: ["max_fact", "typo"]"#,
+                r#"Unknown backend_config.model keys ignored: ["modle"]"#,
+            ]
+        );
+        let (_, w) =
+            MemoryConfig::from_section(&json!({"enabeld": false, "max_facts": 20})).unwrap();
+        assert_eq!(w[0], "memory.enabeld is not a known key and was ignored");
+        assert!(w[1].contains("memory.backend_config.max_facts"), "{w:?}");
+    }
+
+    /// What YAML scalars in a config file mean. Config text is read by `yaml_to_value`, today
+    /// with `serde_yaml` (YAML 1.2); DeerFlow reads the same file with PyYAML (YAML 1.1). When
+    /// `yaml_to_value` is switched to the YAML 1.1 codec the fact files use, set this to `true`:
+    /// the PyYAML column (checked against PyYAML 6) must then hold.
+    const CONFIG_LOADER_IS_YAML_1_1: bool = false;
+
+    #[test]
+    fn yaml_scalars_in_config_mean_what_the_loader_reads() {
+        let cases = [
+            // (scalar, YAML 1.2 / serde_yaml, YAML 1.1 / PyYAML)
+            ("yes", json!("yes"), json!(true)),
+            ("on", json!("on"), json!(true)),
+            ("Off", json!("Off"), json!(false)),
+            ("0o17", json!(15), json!("0o17")),
+            ("017", json!("017"), json!(15)),
+            ("1:30", json!("1:30"), json!(90)),
+            ("1e3", json!(1000.0), json!("1e3")),
+            ("1_000", json!("1_000"), json!(1000)),
+            ("~", json!(null), json!(null)),
+            ("y", json!("y"), json!("y")),
+            ("0x1f", json!(31), json!(31)),
+        ];
+        for (scalar, yaml_1_2, pyyaml) in cases {
+            let want = if CONFIG_LOADER_IS_YAML_1_1 {
+                pyyaml
+            } else {
+                yaml_1_2
+            };
+            let got = parse_config_text(&format!("a: {scalar}")).unwrap();
+            assert_eq!(got["a"], want, "a: {scalar}");
+        }
+        // Under either loader a bool key reads these words the same way (lax coercion), and
+        // `~` keeps the default.
+        let loaded = MemoryConfig::load_str(
+            "memory:\n  enabled: off\n  injection_enabled: no\n  mode: ~\n  backend_config:\n    strict_user_scope: yes\n",
+            &no_env,
+        )
+        .unwrap();
+        assert!(!loaded.memory.enabled && !loaded.memory.injection_enabled);
+        assert_eq!(loaded.memory.mode, MemoryMode::Middleware);
+        let (c, _) = DeerMemConfig::from_backend_config(&loaded.memory.backend_config).unwrap();
+        assert!(c.strict_user_scope);
     }
 
     #[test]

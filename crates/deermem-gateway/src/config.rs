@@ -11,9 +11,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use deermem_core::config::lax;
 use deermem_core::ids::{is_derived_bucket_shape, safe_user_id};
 use deermem_core::{ConfigError, UserId};
-use serde_json::{Map, Value};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
 /// The default listen address: loopback only.
 pub const DEFAULT_BIND: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8765);
@@ -34,43 +37,9 @@ pub const DEFAULT_MAX_BULK_REQUESTS: usize = 4;
 /// The largest accepted `max_bulk_requests_per_user` / `max_bulk_requests`.
 pub const MAX_BULK_REQUESTS: usize = 1024;
 
-/// A bulk-request limit: an integer from 1 to [`MAX_BULK_REQUESTS`].
-fn bulk_limit(key: &str, v: &Value) -> Result<usize, ConfigError> {
-    v.as_u64()
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|n| (1..=MAX_BULK_REQUESTS).contains(n))
-        .ok_or_else(|| {
-            ConfigError::new(
-                format!("gateway.{key}"),
-                format!("must be an integer from 1 to {MAX_BULK_REQUESTS} (got {v})"),
-            )
-        })
-}
-
-const GATEWAY_KEYS: [&str; 8] = [
-    "bind",
-    "auth",
-    "cors",
-    "max_body_bytes",
-    "request_timeout_seconds",
-    "server",
-    "max_bulk_requests_per_user",
-    "max_bulk_requests",
-];
-const AUTH_KEYS: [&str; 8] = [
-    "mode",
-    "tokens",
-    "tokens_file",
-    "internal_token",
-    "jwt_secret",
-    "jwt_secret_file",
-    "allowed_hosts",
-    "allow_unauthenticated_remote",
-];
-const CORS_KEYS: [&str; 2] = ["allowed_origins", "allow_credentials"];
-
 /// How callers authenticate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AuthMode {
     /// No authentication: every caller is user `default`. Only loopback addresses are served
     /// unless `allow_unauthenticated_remote` is set.
@@ -250,74 +219,30 @@ impl GatewayConfig {
     /// As [`GatewayConfig::from_root`].
     pub fn from_root_in(root: &Value, base_dir: Option<&Path>) -> Result<Self, ConfigError> {
         let section = match root {
-            Value::Object(m) => m.get("gateway").cloned().unwrap_or(Value::Null),
-            Value::Null => Value::Null,
+            Value::Object(m) => m.get("gateway").unwrap_or(&Value::Null),
+            Value::Null => &Value::Null,
             _ => return Err(ConfigError::new("config", "must be a mapping")),
         };
-        let map = match section {
-            Value::Null => return Ok(Self::default()),
-            Value::Object(m) => m,
-            _ => return Err(ConfigError::new("gateway", "must be a mapping")),
-        };
-        reject_unknown(&map, &GATEWAY_KEYS, "gateway")?;
-        let mut cfg = Self::default();
-        if let Some(v) = present(&map, "bind") {
-            let s = v.as_str().ok_or_else(|| {
-                ConfigError::new("gateway.bind", "must be a string like 127.0.0.1:8765")
-            })?;
-            cfg.bind = parse_bind(s).map_err(|m| ConfigError::new("gateway.bind", m))?;
+        if section.is_null() {
+            return Ok(Self::default());
         }
-        if let Some(v) = present(&map, "max_body_bytes") {
-            let n = v.as_u64().ok_or_else(|| {
-                ConfigError::new(
-                    "gateway.max_body_bytes",
-                    format!("must be a positive integer (got {v})"),
-                )
-            })?;
-            let n = usize::try_from(n).unwrap_or(usize::MAX);
-            if !(MIN_MAX_BODY_BYTES..=MAX_MAX_BODY_BYTES).contains(&n) {
-                return Err(ConfigError::new(
-                    "gateway.max_body_bytes",
-                    format!(
-                        "must be between {MIN_MAX_BODY_BYTES} and {MAX_MAX_BODY_BYTES} (got {n})"
-                    ),
-                ));
-            }
-            cfg.max_body_bytes = n;
-        }
-        if let Some(v) = present(&map, "request_timeout_seconds") {
-            let f = v.as_f64().filter(|f| f.is_finite()).ok_or_else(|| {
-                ConfigError::new(
-                    "gateway.request_timeout_seconds",
-                    format!("must be a number (got {v})"),
-                )
-            })?;
-            if !(f > 0.0 && f <= MAX_REQUEST_TIMEOUT_SECONDS) {
-                return Err(ConfigError::new(
-                    "gateway.request_timeout_seconds",
-                    format!(
-                        "must be greater than 0 and at most {MAX_REQUEST_TIMEOUT_SECONDS} (got {f})"
-                    ),
-                ));
-            }
-            cfg.request_timeout = Duration::from_secs_f64(f);
-        }
-        if let Some(v) = present(&map, "server") {
-            cfg.server = ServerConfig::parse(v)?;
-        }
-        if let Some(v) = present(&map, "auth") {
-            cfg.auth = parse_auth(v, base_dir)?;
-        }
-        if let Some(v) = present(&map, "cors") {
-            cfg.cors = Some(parse_cors(v)?);
-        }
-        if let Some(v) = present(&map, "max_bulk_requests_per_user") {
-            cfg.max_bulk_requests_per_user = bulk_limit("max_bulk_requests_per_user", v)?;
-        }
-        if let Some(v) = present(&map, "max_bulk_requests") {
-            cfg.max_bulk_requests = bulk_limit("max_bulk_requests", v)?;
-        }
-        Ok(cfg)
+        let (s, _) = lax::deserialize::<Section>(section, "gateway")?;
+        let d = Self::default();
+        Ok(Self {
+            bind: s.bind.unwrap_or(d.bind),
+            auth: match s.auth {
+                Some(auth) => auth.build(base_dir)?,
+                None => d.auth,
+            },
+            cors: s.cors.map(CorsSection::build).transpose()?,
+            max_body_bytes: s.max_body_bytes.unwrap_or(d.max_body_bytes),
+            request_timeout: s.request_timeout_seconds.unwrap_or(d.request_timeout),
+            server: s.server.unwrap_or(d.server),
+            max_bulk_requests_per_user: s
+                .max_bulk_requests_per_user
+                .unwrap_or(d.max_bulk_requests_per_user),
+            max_bulk_requests: s.max_bulk_requests.unwrap_or(d.max_bulk_requests),
+        })
     }
 
     /// A configuration with DeerFlow session-cookie authentication verified with `secret`
@@ -378,20 +303,31 @@ impl GatewayConfig {
 
 /// The `gateway.server` section: how connections are held and let go. `deermem serve` and
 /// `deermem mcp --bind` both use it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Time a client has to send a complete request head, counted from the connection's
     /// accept for its first request and from the head's first byte for later ones. A partial
     /// head is then answered 408, a connection that sent nothing is closed.
+    #[serde(
+        rename = "header_read_timeout_seconds",
+        deserialize_with = "server_seconds"
+    )]
     pub header_read_timeout: Duration,
     /// Time a kept-alive connection may sit idle (no request in flight, nothing read or
     /// written) before it is closed.
+    #[serde(
+        rename = "keep_alive_timeout_seconds",
+        deserialize_with = "server_seconds"
+    )]
     pub keep_alive_timeout: Duration,
     /// Most connections served at once; the effective cap is also kept below the process's
     /// descriptor limit. Connections beyond it are answered 503 and closed at once.
+    #[serde(deserialize_with = "max_connections")]
     pub max_connections: usize,
     /// After SIGTERM, time in-flight requests get to finish before every connection still
     /// open is closed.
+    #[serde(rename = "drain_timeout_seconds", deserialize_with = "server_seconds")]
     pub drain_timeout: Duration,
 }
 
@@ -407,13 +343,6 @@ pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 10.0;
 pub const MAX_SERVER_TIMEOUT_SECONDS: f64 = 3600.0;
 /// The largest accepted `gateway.server.max_connections`.
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
-const SERVER_KEYS: [&str; 4] = [
-    "header_read_timeout_seconds",
-    "keep_alive_timeout_seconds",
-    "max_connections",
-    "drain_timeout_seconds",
-];
-
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -431,71 +360,138 @@ impl ServerConfig {
     /// # Errors
     /// A [`ConfigError`] naming the key: unknown keys, non-numbers, values out of range.
     pub fn parse(v: &Value) -> Result<Self, ConfigError> {
-        let map = v
-            .as_object()
-            .ok_or_else(|| ConfigError::new("gateway.server", "must be a mapping"))?;
-        reject_unknown(map, &SERVER_KEYS, "gateway.server")?;
-        let seconds = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
-            let Some(v) = present(map, key) else {
-                return Ok(default);
-            };
-            let name = format!("gateway.server.{key}");
-            let f = v
-                .as_f64()
-                .filter(|f| f.is_finite())
-                .ok_or_else(|| ConfigError::new(&name, format!("must be a number (got {v})")))?;
-            if !(f > 0.0 && f <= MAX_SERVER_TIMEOUT_SECONDS) {
-                return Err(ConfigError::new(
-                    &name,
-                    format!(
-                        "must be greater than 0 and at most {MAX_SERVER_TIMEOUT_SECONDS} (got {f})"
-                    ),
-                ));
-            }
-            Ok(Duration::from_secs_f64(f))
-        };
-        let d = Self::default();
-        let mut cfg = Self {
-            header_read_timeout: seconds("header_read_timeout_seconds", d.header_read_timeout)?,
-            keep_alive_timeout: seconds("keep_alive_timeout_seconds", d.keep_alive_timeout)?,
-            max_connections: d.max_connections,
-            drain_timeout: seconds("drain_timeout_seconds", d.drain_timeout)?,
-        };
-        if let Some(v) = present(map, "max_connections") {
-            let n = v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .filter(|n| (1..=MAX_MAX_CONNECTIONS).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "gateway.server.max_connections",
-                        format!("must be an integer between 1 and {MAX_MAX_CONNECTIONS} (got {v})"),
-                    )
-                })?;
-            cfg.max_connections = n;
-        }
-        Ok(cfg)
+        lax::deserialize(v, "gateway.server").map(|(c, _)| c)
     }
 }
 
-fn present<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    m.get(key).filter(|v| !v.is_null())
+// The `gateway:` section is read strictly: no lax coercion (a quoted number or `yes` is an
+// error), and an unknown key is an error, not a warning.
+
+/// The `gateway:` section as written; [`GatewayConfig::from_root_in`] builds the runtime form.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Section {
+    #[serde(deserialize_with = "bind")]
+    bind: Option<SocketAddr>,
+    auth: Option<AuthSection>,
+    cors: Option<CorsSection>,
+    #[serde(deserialize_with = "max_body_bytes")]
+    max_body_bytes: Option<usize>,
+    #[serde(deserialize_with = "request_timeout")]
+    request_timeout_seconds: Option<Duration>,
+    server: Option<ServerConfig>,
+    #[serde(deserialize_with = "bulk_limit")]
+    max_bulk_requests_per_user: Option<usize>,
+    #[serde(deserialize_with = "bulk_limit")]
+    max_bulk_requests: Option<usize>,
 }
 
-fn reject_unknown(m: &Map<String, Value>, known: &[&str], prefix: &str) -> Result<(), ConfigError> {
-    let unknown: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !known.contains(k))
-        .collect();
-    if unknown.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            prefix,
-            format!("unknown key(s) {unknown:?}; known keys are {known:?}"),
-        ))
+/// `gateway.auth` as written.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct AuthSection {
+    mode: AuthMode,
+    #[serde(deserialize_with = "tokens")]
+    tokens: Vec<(String, String)>,
+    tokens_file: Option<String>,
+    internal_token: Option<String>,
+    jwt_secret: Option<String>,
+    jwt_secret_file: Option<String>,
+    #[serde(deserialize_with = "allowed_hosts")]
+    allowed_hosts: Vec<String>,
+    allow_unauthenticated_remote: bool,
+}
+
+/// `gateway.cors` as written.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct CorsSection {
+    allowed_origins: Value,
+    allow_credentials: bool,
+}
+
+fn custom<E: serde::de::Error>(message: String) -> E {
+    E::custom(message)
+}
+
+fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let v = Value::deserialize(d)?;
+    let s = v
+        .as_str()
+        .ok_or_else(|| D::Error::custom("must be a string like 127.0.0.1:8765"))?;
+    parse_bind(s).map(Some).map_err(custom)
+}
+
+/// A strictly typed number of seconds, greater than 0 and at most `max`.
+fn seconds(v: &Value, max: f64) -> Result<Duration, String> {
+    let f = v
+        .as_f64()
+        .filter(|f| f.is_finite())
+        .ok_or_else(|| format!("must be a number (got {v})"))?;
+    if !(f > 0.0 && f <= max) {
+        return Err(format!(
+            "must be greater than 0 and at most {max} (got {f})"
+        ));
     }
+    Ok(Duration::from_secs_f64(f))
+}
+
+fn request_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    seconds(&Value::deserialize(d)?, MAX_REQUEST_TIMEOUT_SECONDS)
+        .map(Some)
+        .map_err(custom)
+}
+
+fn server_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    seconds(&Value::deserialize(d)?, MAX_SERVER_TIMEOUT_SECONDS).map_err(custom)
+}
+
+/// A strictly typed integer in `range`, or `message`.
+fn uint_in(
+    v: &Value,
+    range: std::ops::RangeInclusive<usize>,
+    message: &str,
+) -> Result<usize, String> {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| format!("{message} (got {v})"))
+}
+
+fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let message = format!("must be an integer between 1 and {MAX_MAX_CONNECTIONS}");
+    uint_in(&Value::deserialize(d)?, 1..=MAX_MAX_CONNECTIONS, &message).map_err(custom)
+}
+
+fn bulk_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let message = format!("must be an integer from 1 to {MAX_BULK_REQUESTS}");
+    uint_in(&Value::deserialize(d)?, 1..=MAX_BULK_REQUESTS, &message)
+        .map(Some)
+        .map_err(custom)
+}
+
+fn max_body_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let v = Value::deserialize(d)?;
+    uint_in(&v, 0..=usize::MAX, "must be a positive integer").map_err(custom)?;
+    let message = format!("must be between {MIN_MAX_BODY_BYTES} and {MAX_MAX_BODY_BYTES}");
+    uint_in(&v, MIN_MAX_BODY_BYTES..=MAX_MAX_BODY_BYTES, &message)
+        .map(Some)
+        .map_err(custom)
+}
+
+/// The `tokens` mapping, in order, every user a string.
+fn tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    let v = Value::deserialize(d)?;
+    let map = v
+        .as_object()
+        .ok_or_else(|| D::Error::custom("must be a mapping of token to user id"))?;
+    map.iter()
+        .map(|(tok, user)| {
+            user.as_str()
+                .map(|u| (tok.clone(), u.to_owned()))
+                .ok_or_else(|| D::Error::custom("every token must map to a user id string"))
+        })
+        .collect()
 }
 
 /// Parses a listen address; `localhost:PORT` means `127.0.0.1:PORT`.
@@ -514,127 +510,82 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
     ))
 }
 
-fn parse_auth(v: &Value, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigError> {
-    let map = v
-        .as_object()
-        .ok_or_else(|| ConfigError::new("gateway.auth", "must be a mapping"))?;
-    reject_unknown(map, &AUTH_KEYS, "gateway.auth")?;
-    let mut auth = AuthConfig::default();
-    if let Some(m) = present(map, "mode") {
-        auth.mode = match m.as_str() {
-            Some("none") => AuthMode::None,
-            Some("token") => AuthMode::Token,
-            Some("deerflow_session") => AuthMode::DeerflowSession,
-            _ => {
-                return Err(ConfigError::new(
-                    "gateway.auth.mode",
-                    format!("must be 'none', 'token' or 'deerflow_session' (got {m})"),
-                ));
-            }
+impl AuthSection {
+    /// The runtime form: tokens made safe, files read (relative to `base_dir`), the mode's
+    /// requirements checked.
+    fn build(self, base_dir: Option<&Path>) -> Result<AuthConfig, ConfigError> {
+        let mut auth = AuthConfig {
+            mode: self.mode,
+            allowed_hosts: self.allowed_hosts,
+            allow_unauthenticated_remote: self.allow_unauthenticated_remote,
+            ..AuthConfig::default()
         };
-    }
-    if let Some(t) = present(map, "tokens") {
-        let tm = t.as_object().ok_or_else(|| {
-            ConfigError::new(
-                "gateway.auth.tokens",
-                "must be a mapping of token to user id",
-            )
-        })?;
-        for (tok, user) in tm {
-            let user = user.as_str().ok_or_else(|| {
-                ConfigError::new(
-                    "gateway.auth.tokens",
-                    "every token must map to a user id string",
-                )
-            })?;
+        for (tok, user) in &self.tokens {
             insert_token(&mut auth, tok, user, "gateway.auth.tokens")?;
         }
-    }
-    if let Some(f) = present(map, "tokens_file") {
-        let path = config_path(f, base_dir).ok_or_else(|| {
-            ConfigError::new("gateway.auth.tokens_file", "must be a non-empty path")
-        })?;
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            ConfigError::new(
-                "gateway.auth.tokens_file",
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-        parse_tokens_file(&text, &path, &mut auth)?;
-        auth.tokens_file = Some(path);
-    }
-    if let Some(t) = present(map, "internal_token") {
-        let s = t
-            .as_str()
-            .ok_or_else(|| ConfigError::new("gateway.auth.internal_token", "must be a string"))?;
-        if !s.is_empty() {
-            validate_token_text(s)
+        if let Some(f) = &self.tokens_file {
+            let key = "gateway.auth.tokens_file";
+            let path = config_path(f, base_dir)
+                .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
+            })?;
+            parse_tokens_file(&text, &path, &mut auth)?;
+            auth.tokens_file = Some(path);
+        }
+        if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
+            validate_token_text(&s)
                 .map_err(|m| ConfigError::new("gateway.auth.internal_token", m))?;
             auth.internal_token = Some(Secret::new(s));
         }
-    }
-    if let Some(t) = present(map, "jwt_secret") {
-        let s = t
-            .as_str()
-            .ok_or_else(|| ConfigError::new("gateway.auth.jwt_secret", "must be a string"))?;
-        auth.jwt_secret =
-            Some(jwt_secret(s, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?);
-    }
-    if let Some(f) = present(map, "jwt_secret_file") {
-        let key = "gateway.auth.jwt_secret_file";
-        if auth.jwt_secret.is_some() {
+        if let Some(s) = &self.jwt_secret {
+            auth.jwt_secret = Some(
+                jwt_secret(s, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?,
+            );
+        }
+        if let Some(f) = &self.jwt_secret_file {
+            let key = "gateway.auth.jwt_secret_file";
+            if auth.jwt_secret.is_some() {
+                return Err(ConfigError::new(
+                    key,
+                    "set either jwt_secret or jwt_secret_file, not both",
+                ));
+            }
+            let path = config_path(f, base_dir)
+                .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
+            })?;
+            auth.jwt_secret =
+                Some(jwt_secret(&text, Some(&path)).map_err(|m| ConfigError::new(key, m))?);
+            auth.jwt_secret_file = Some(path);
+        }
+        if auth.mode == AuthMode::Token && auth.tokens.is_empty() && auth.internal_token.is_none() {
             return Err(ConfigError::new(
-                key,
-                "set either jwt_secret or jwt_secret_file, not both",
+                "gateway.auth",
+                "mode is 'token' but no tokens are configured (set tokens, tokens_file or internal_token)",
             ));
         }
-        let path = config_path(f, base_dir)
-            .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
-        auth.jwt_secret =
-            Some(jwt_secret(&text, Some(&path)).map_err(|m| ConfigError::new(key, m))?);
-        auth.jwt_secret_file = Some(path);
-    }
-    if let Some(h) = present(map, "allowed_hosts") {
-        auth.allowed_hosts = parse_allowed_hosts(h)?;
-    }
-    if let Some(b) = present(map, "allow_unauthenticated_remote") {
-        auth.allow_unauthenticated_remote = b.as_bool().ok_or_else(|| {
-            ConfigError::new(
-                "gateway.auth.allow_unauthenticated_remote",
-                "must be true or false",
-            )
-        })?;
-    }
-    if auth.mode == AuthMode::Token && auth.tokens.is_empty() && auth.internal_token.is_none() {
-        return Err(ConfigError::new(
-            "gateway.auth",
-            "mode is 'token' but no tokens are configured (set tokens, tokens_file or internal_token)",
-        ));
-    }
-    match (auth.mode, auth.jwt_secret.is_some()) {
-        (AuthMode::DeerflowSession, false) => {
-            return Err(ConfigError::new(
+        match (auth.mode, auth.jwt_secret.is_some()) {
+            (AuthMode::DeerflowSession, false) => Err(ConfigError::new(
                 "gateway.auth",
                 "mode is 'deerflow_session' but no jwt_secret or jwt_secret_file is set (use \
                  DeerFlow's AUTH_JWT_SECRET, e.g. jwt_secret: $AUTH_JWT_SECRET)",
-            ));
-        }
-        (AuthMode::None | AuthMode::Token, true) => {
-            return Err(ConfigError::new(
+            )),
+            (AuthMode::None | AuthMode::Token, true) => Err(ConfigError::new(
                 "gateway.auth",
                 "jwt_secret and jwt_secret_file are only used with mode: deerflow_session",
-            ));
+            )),
+            _ => Ok(auth),
         }
-        _ => {}
     }
-    Ok(auth)
 }
 
 /// A path setting, relative to `base_dir` (the config file's folder) when relative.
-fn config_path(v: &Value, base_dir: Option<&Path>) -> Option<PathBuf> {
-    let raw = v.as_str().filter(|s| !s.trim().is_empty())?;
+fn config_path(raw: &str, base_dir: Option<&Path>) -> Option<PathBuf> {
+    if raw.trim().is_empty() {
+        return None;
+    }
     let mut path = PathBuf::from(raw);
     if path.is_relative()
         && let Some(base) = base_dir
@@ -656,11 +607,12 @@ fn jwt_secret(raw: &str, file: Option<&Path>) -> Result<Secret, String> {
     Ok(Secret::new(s))
 }
 
-fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
-    let key = "gateway.auth.allowed_hosts";
+/// `allowed_hosts`: bare host names, lowercased, without duplicates.
+fn allowed_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = Value::deserialize(d)?;
     let items = v
         .as_array()
-        .ok_or_else(|| ConfigError::new(key, "must be a list of host names"))?;
+        .ok_or_else(|| D::Error::custom("must be a list of host names"))?;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let name = item
@@ -668,7 +620,7 @@ fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .ok_or_else(|| {
-                ConfigError::new(key, format!("every entry must be a host name (got {item})"))
+                D::Error::custom(format!("every entry must be a host name (got {item})"))
             })?;
         let bare = name.trim_start_matches('[').trim_end_matches(']');
         let plain = if bare.contains(':') {
@@ -678,13 +630,10 @@ fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
         };
         if !plain {
-            return Err(ConfigError::new(
-                key,
-                format!(
-                    "{name:?} is not a host name: give the bare name the browser shows, without \
-                     scheme, port or path (e.g. deerflow.test)"
-                ),
-            ));
+            return Err(D::Error::custom(format!(
+                "{name:?} is not a host name: give the bare name the browser shows, without \
+                 scheme, port or path (e.g. deerflow.test)"
+            )));
         }
         let lower = bare.to_ascii_lowercase();
         if !out.contains(&lower) {
@@ -694,49 +643,46 @@ fn parse_allowed_hosts(v: &Value) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
-fn parse_cors(v: &Value) -> Result<CorsConfig, ConfigError> {
-    let map = v
-        .as_object()
-        .ok_or_else(|| ConfigError::new("gateway.cors", "must be a mapping"))?;
-    reject_unknown(map, &CORS_KEYS, "gateway.cors")?;
-    let mut cors = CorsConfig::default();
-    if let Some(b) = present(map, "allow_credentials") {
-        cors.allow_credentials = b.as_bool().ok_or_else(|| {
-            ConfigError::new("gateway.cors.allow_credentials", "must be true or false")
-        })?;
-    }
-    let key = "gateway.cors.allowed_origins";
-    let items = present(map, "allowed_origins")
-        .and_then(Value::as_array)
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| {
-            ConfigError::new(
-                key,
-                "must list at least one origin such as http://localhost:3000 (leave gateway.cors \
-                 out to turn CORS off)",
-            )
-        })?;
-    for item in items {
-        let raw = item.as_str().ok_or_else(|| {
-            ConfigError::new(key, format!("every entry must be a string (got {item})"))
-        })?;
-        let origin = if raw.trim() == "*" {
-            if cors.allow_credentials {
-                return Err(ConfigError::new(
-                    key,
-                    "'*' cannot be used with allow_credentials: true (browsers refuse it); list \
-                     the origins",
-                ));
-            }
-            "*".to_owned()
-        } else {
-            normalize_origin(raw).map_err(|m| ConfigError::new(key, m))?
+impl CorsSection {
+    fn build(self) -> Result<CorsConfig, ConfigError> {
+        let key = "gateway.cors.allowed_origins";
+        let mut cors = CorsConfig {
+            allow_credentials: self.allow_credentials,
+            ..CorsConfig::default()
         };
-        if !cors.allowed_origins.contains(&origin) {
-            cors.allowed_origins.push(origin);
+        let items = self
+            .allowed_origins
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    key,
+                    "must list at least one origin such as http://localhost:3000 (leave \
+                     gateway.cors out to turn CORS off)",
+                )
+            })?;
+        for item in items {
+            let raw = item.as_str().ok_or_else(|| {
+                ConfigError::new(key, format!("every entry must be a string (got {item})"))
+            })?;
+            let origin = if raw.trim() == "*" {
+                if cors.allow_credentials {
+                    return Err(ConfigError::new(
+                        key,
+                        "'*' cannot be used with allow_credentials: true (browsers refuse it); \
+                         list the origins",
+                    ));
+                }
+                "*".to_owned()
+            } else {
+                normalize_origin(raw).map_err(|m| ConfigError::new(key, m))?
+            };
+            if !cors.allowed_origins.contains(&origin) {
+                cors.allowed_origins.push(origin);
+            }
         }
+        Ok(cors)
     }
-    Ok(cors)
 }
 
 /// An origin as browsers serialise it: `scheme://host[:port]`, lowercase, default port left

@@ -50,7 +50,7 @@ const FAILURE_POLICY: &[(&str, Shown)] = &[("read", Leaf), ("write", Leaf)];
 
 /// Every top-level key a shipped backend reads, and how it is shown.
 const TOP: &[(&str, Shown)] = &[
-    // DeerMem (`DEERMEM_KEYS`).
+    // DeerMem (the fields of `DeerMemConfig`).
     ("storage_path", Leaf),
     ("storage_class", Leaf),
     ("strict_user_scope", Leaf),
