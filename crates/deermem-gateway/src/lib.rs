@@ -35,7 +35,7 @@ pub mod layers;
 mod limits;
 pub mod listen;
 pub mod metrics;
-pub mod openapi;
+mod openapi;
 mod ops;
 mod pyjson;
 mod routes;
@@ -44,12 +44,20 @@ mod server;
 pub mod session;
 pub mod state;
 
+use aide::axum::ApiRouter;
+use aide::axum::routing::{get_with, patch_with, post_with};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, patch, post};
+use deermem_core::PublicMemoryDocument;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
+
+use openapi::{Body, Describe as _, InPath, InQuery};
+use schema::{
+    Accepted, AgentQuery, ContextQuery, EventsQuery, FactCreateBody, FactIdPath, FactPatchBody,
+    Health, HttpValidationError, MessagesBody, RunPath, SearchQuery,
+};
 
 pub use auth::{Caller, CallerKind};
 pub use config::{AuthMode, GatewayConfig, ServerConfig};
@@ -60,7 +68,8 @@ pub use state::{
     ContextObserver, ContextServed, GatewayState, Lifecycle, ObserverError, spawn_warm,
 };
 
-/// Builds the gateway's router over a state.
+/// Builds the gateway's router over a state, and with it the OpenAPI document served at
+/// `/openapi.json` (generated with `aide`): each route is documented where it is routed.
 ///
 /// Layers, outermost first: CORS (only when `gateway.cors` is set; it answers preflights
 /// itself); request id, log span and metrics; JSON error bodies; the request timeout (504); the
@@ -69,43 +78,175 @@ pub use state::{
 /// `/readyz`, `/metrics`, `/openapi.json`, `/docs`) need no authentication. Unknown paths go
 /// to the fallback: a 307 redirect when only a trailing slash is in the way, else 404.
 pub fn router(state: GatewayState) -> Router {
-    let data = Router::new()
-        .route(
+    openapi::start();
+    let data = ApiRouter::new()
+        .api_route(
             "/api/memory",
-            get(routes::get_memory).delete(routes::clear_memory),
+            get_with(routes::get_memory, |o| {
+                o.named("get_memory", "The caller's memory document")
+                    .input::<InQuery<AgentQuery>>()
+            })
+            .delete_with(routes::clear_memory, |o| {
+                o.named("clear_memory", "Clear memory (all agents, or one with ?agent=)")
+                    .input::<InQuery<AgentQuery>>()
+            }),
         )
-        .route("/api/memory/reload", post(routes::reload_memory))
-        .route("/api/memory/facts", post(routes::create_fact))
-        .route(
+        .api_route(
+            "/api/memory/reload",
+            post_with(routes::reload_memory, |o| {
+                o.named("reload_memory", "Re-read storage and return the document")
+                    .input::<InQuery<AgentQuery>>()
+            }),
+        )
+        .api_route(
+            "/api/memory/facts",
+            post_with(routes::create_fact, |o| {
+                o.named("create_fact", "Create a fact; returns the whole document")
+                    .input::<(InQuery<AgentQuery>, Body<FactCreateBody>)>()
+                    .error::<409>("Duplicate content, a concurrent change, or the new fact was evicted by the capacity policy")
+            }),
+        )
+        .api_route(
             "/api/memory/facts/{fact_id}",
-            patch(routes::update_fact).delete(routes::delete_fact),
+            patch_with(routes::update_fact, |o| {
+                o.named("update_fact", "Update a fact's given fields")
+                    .input::<(InPath<FactIdPath>, InQuery<AgentQuery>, Body<FactPatchBody>)>()
+                    .error::<404>("No such fact")
+            })
+            .delete_with(routes::delete_fact, |o| {
+                o.named("delete_fact", "Delete a fact")
+                    .input::<(InPath<FactIdPath>, InQuery<AgentQuery>)>()
+                    .error::<404>("No such fact")
+            }),
         )
-        .route("/api/memory/export", get(routes::export_memory))
-        .route("/api/memory/import", post(routes::import_memory))
-        .route("/api/memory/status", get(routes::memory_status))
-        .route("/api/memory/messages", post(routes::add_messages))
-        .route("/api/memory/context", get(routes::memory_context))
-        .route("/api/memory/search", get(routes::search_memory))
-        .route("/api/memory/index/rebuild", post(routes::rebuild_index))
-        .route(
+        .api_route(
+            "/api/memory/export",
+            get_with(routes::export_memory, |o| {
+                o.named("export_memory", "Export the document (backup format)")
+                    .input::<InQuery<AgentQuery>>()
+                    .error::<429>(BULK_USER_BUSY)
+                    .error::<503>(BULK_BUSY)
+            }),
+        )
+        .api_route(
+            "/api/memory/import",
+            post_with(routes::import_memory, |o| {
+                o.named("import_memory", "Replace the bucket with a document")
+                    .input::<(InQuery<AgentQuery>, Body<PublicMemoryDocument>)>()
+                    .error::<429>(BULK_USER_BUSY)
+                    .error::<503>(BULK_BUSY)
+                    .reply::<422, HttpValidationError>(
+                        "Validation error, or more than 2000 facts (refused before they are built)",
+                    )
+            }),
+        )
+        .api_route(
+            "/api/memory/status",
+            get_with(routes::memory_status, |o| {
+                o.named("get_memory_status", "Configuration plus document")
+                    .input::<InQuery<AgentQuery>>()
+            }),
+        )
+        .api_route(
+            "/api/memory/messages",
+            post_with(routes::add_messages, |o| {
+                o.named("add_messages", "Queue a conversation turn for extraction")
+                    .input::<(InQuery<AgentQuery>, Body<MessagesBody>)>()
+                    .reply::<202, Accepted>("Queued")
+                    .error::<429>("This user's pending turns reached queue_max_pending_bytes_per_user; Retry-After says when to retry")
+                    .error::<503>("All pending turns reached queue_max_pending_bytes (Retry-After), memory disabled, or the backend is unavailable")
+            }),
+        )
+        .api_route(
+            "/api/memory/context",
+            get_with(routes::memory_context, |o| {
+                o.named("get_memory_context", "The injection block and its SHA-256")
+                    .input::<(InQuery<AgentQuery>, InQuery<ContextQuery>)>()
+                    .error::<409>("The run already recorded a different memory block")
+            }),
+        )
+        .api_route(
+            "/api/memory/search",
+            get_with(routes::search_memory, |o| {
+                o.named("search_memory", "Ranked facts for a query")
+                    .input::<(InQuery<SearchQuery>, InQuery<AgentQuery>)>()
+            }),
+        )
+        .api_route(
+            "/api/memory/index/rebuild",
+            post_with(routes::rebuild_index, |o| {
+                o.named("rebuild_index", "Rebuild the derived search index (warm)")
+                    .error::<409>("A rebuild is already running")
+            }),
+        )
+        .api_route(
             "/api/threads/{thread_id}/runs/{run_id}/events",
-            get(routes::run_events),
+            get_with(routes::run_events, |o| {
+                o.named(
+                    "list_run_events",
+                    "A run's recorded events (run-level memory identity)",
+                )
+                .input::<(InPath<RunPath>, InQuery<EventsQuery>)>()
+                .error::<404>("The caller has no event in this thread or run")
+            }),
         )
+        .with_path_items(openapi::data_errors)
         .route_layer(from_fn_with_state(state.clone(), layers::require_enabled));
-    let api = Router::new()
-        .route("/api/memory/config", get(routes::memory_config))
+    let api = ApiRouter::new()
+        .api_route(
+            "/api/memory/config",
+            get_with(routes::memory_config, |o| {
+                o.named(
+                    "get_memory_config",
+                    "The memory configuration (secrets redacted)",
+                )
+            }),
+        )
+        .with_path_items(openapi::api_errors)
         .merge(data)
         .route_layer(from_fn_with_state(state.clone(), auth::require_caller));
-    let ops = Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
-        .route("/docs", get(ops::docs));
+    let ops = ApiRouter::new()
+        .api_route(
+            "/healthz",
+            get_with(ops::healthz, |o| o.named("healthz", "The process is up")),
+        )
+        .api_route(
+            "/readyz",
+            get_with(ops::readyz, |o| {
+                o.named("readyz", "The gateway is ready to serve")
+                    .reply::<200, Health>("OK")
+                    .reply::<503, Health>("Starting or stopping")
+            }),
+        )
+        .api_route(
+            "/metrics",
+            get_with(ops::metrics, |o| {
+                o.named("metrics", "Prometheus metrics").raw::<200>(
+                    "application/openmetrics-text",
+                    "OpenMetrics text format 1.0.0",
+                )
+            }),
+        )
+        .api_route(
+            "/openapi.json",
+            get_with(ops::openapi, |o| {
+                o.named("openapi", "This document")
+                    .raw::<200>("application/json", "The OpenAPI document")
+            }),
+        )
+        .api_route(
+            "/docs",
+            get_with(ops::docs, |o| {
+                o.named("docs", "This reference as an HTML page")
+                    .raw::<200>(
+                        "text/html",
+                        "Every operation with its parameters, body and responses",
+                    )
+            }),
+        )
+        .with_path_items(openapi::open);
     let cfg = state.gateway_config().clone();
-    let app = Router::new()
-        .merge(api)
-        .merge(ops)
+    let app = openapi::finish(ApiRouter::new().merge(api).merge(ops))
         .fallback(ops::fallback)
         .layer(RequestBodyLimitLayer::new(cfg.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -120,3 +261,6 @@ pub fn router(state: GatewayState) -> Router {
     };
     app.with_state(state)
 }
+
+const BULK_USER_BUSY: &str = "Too many imports and exports of this user at once (gateway.max_bulk_requests_per_user); Retry-After says when to retry";
+const BULK_BUSY: &str = "Too many imports and exports at once (gateway.max_bulk_requests), memory disabled, or the backend is unavailable; Retry-After when busy";

@@ -1,14 +1,19 @@
-//! Prometheus metrics, hand-written: request counts by route, method and status, a latency
-//! histogram, requests in flight, plus gauges and counters the host feeds (update-queue depth,
-//! extraction outcomes, gate rejections). Rendered in the Prometheus text format 0.0.4.
+//! Prometheus metrics with `prometheus-client`: request counts by route, method and status, a
+//! latency histogram, requests in flight, plus gauges and counters the host feeds (update-queue
+//! depth, extraction outcomes, gate rejections). Exposed in the OpenMetrics 1.0 text format (a
+//! counter's family is named without its `_total` suffix; its samples keep it).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
 pub const LATENCY_BUCKETS: [f64; 12] = [
@@ -20,23 +25,103 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 pub const MAX_HOST_LABEL_VALUES: usize = 64;
 
 /// The content type of the exposition.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-#[derive(Default)]
-struct Histogram {
-    buckets: [u64; LATENCY_BUCKETS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
 }
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GateLabel {
+    gate: String,
+}
+
+type Gauge64 = Gauge<i64, AtomicI64>;
+
 struct Inner {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Histogram>>,
-    in_flight: AtomicI64,
-    queue_depth: AtomicU64,
-    extraction: Mutex<BTreeMap<String, u64>>,
-    gate_rejections: Mutex<BTreeMap<String, u64>>,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    in_flight: Gauge64,
+    queue_depth: Gauge64,
+    extraction: Family<OutcomeLabel, Counter>,
+    gate_rejections: Family<GateLabel, Counter>,
+    ready: Gauge64,
+    /// How many values the host-fed labels (outcome, gate) took; held while one is admitted,
+    /// so the cap is exact.
+    host_labels: Mutex<(usize, usize)>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        let inner = Self {
+            registry: Registry::default(),
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            in_flight: Gauge::default(),
+            queue_depth: Gauge::default(),
+            extraction: Family::default(),
+            gate_rejections: Family::default(),
+            ready: Gauge::default(),
+            host_labels: Mutex::new((0, 0)),
+        };
+        let mut registry = Registry::default();
+        // Help texts without their final period: the encoder adds it.
+        registry.register(
+            "deermem_http_requests",
+            "HTTP requests served, by route template, method and status code",
+            inner.requests.clone(),
+        );
+        registry.register(
+            "deermem_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route template and method",
+            inner.latency.clone(),
+        );
+        registry.register(
+            "deermem_http_requests_in_flight",
+            "HTTP requests being served now",
+            inner.in_flight.clone(),
+        );
+        registry.register(
+            "deermem_memory_queue_depth",
+            "Conversations waiting in the memory update queue",
+            inner.queue_depth.clone(),
+        );
+        registry.register(
+            "deermem_extraction_outcomes",
+            "Memory extraction runs, by outcome",
+            inner.extraction.clone(),
+        );
+        registry.register(
+            "deermem_gate_rejections",
+            "Proposed memory updates rejected, by gate",
+            inner.gate_rejections.clone(),
+        );
+        registry.register(
+            "deermem_gateway_ready",
+            "1 when the gateway is ready to serve, 0 while starting or stopping",
+            inner.ready.clone(),
+        );
+        Self { registry, ..inner }
+    }
 }
 
 /// The metrics registry of one gateway. Cheap to clone; clones share the numbers, so the host
@@ -49,7 +134,7 @@ pub struct Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("in_flight", &self.inner.in_flight.load(Ordering::Relaxed))
+            .field("in_flight", &self.in_flight())
             .finish_non_exhaustive()
     }
 }
@@ -60,7 +145,7 @@ pub(crate) struct InFlight(Metrics);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.inner.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.inner.in_flight.dec();
     }
 }
 
@@ -72,180 +157,94 @@ impl Metrics {
 
     /// Sets the number of conversations waiting in the memory update queue.
     pub fn set_queue_depth(&self, depth: u64) {
-        self.inner.queue_depth.store(depth, Ordering::Relaxed);
+        self.inner
+            .queue_depth
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
     /// Counts one extraction outcome (e.g. `committed`, `no_change`, `llm_error`).
     pub fn inc_extraction_outcome(&self, outcome: &str) {
-        bump_capped(&self.inner.extraction, outcome);
+        let mut admitted = self.inner.host_labels.lock();
+        let family = &self.inner.extraction;
+        bump(family, &mut admitted.0, outcome, |outcome| OutcomeLabel {
+            outcome,
+        });
     }
 
     /// Counts one proposal rejected by a gate (e.g. `scope`, `confidence`, `duplicate`).
     pub fn inc_gate_rejection(&self, gate: &str) {
-        bump_capped(&self.inner.gate_rejections, gate);
+        let mut admitted = self.inner.host_labels.lock();
+        let family = &self.inner.gate_rejections;
+        bump(family, &mut admitted.1, gate, |gate| GateLabel { gate });
     }
 
     /// The number of requests being served now.
     pub fn in_flight(&self) -> i64 {
-        self.inner.in_flight.load(Ordering::Relaxed)
+        self.inner.in_flight.get()
     }
 
     /// The number of finished requests with this route template, method and status.
     pub fn request_count(&self, route: &str, method: &str, status: u16) -> u64 {
-        self.inner
-            .requests
-            .lock()
-            .get(&(route.to_owned(), method.to_owned(), status))
-            .copied()
-            .unwrap_or(0)
+        let labels = RequestLabels {
+            route: route.to_owned(),
+            method: method.to_owned(),
+            status,
+        };
+        self.inner.requests.get(&labels).map_or(0, |c| c.get())
     }
 
     pub(crate) fn start_request(&self) -> InFlight {
-        self.inner.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.inner.in_flight.inc();
         InFlight(self.clone())
     }
 
     pub(crate) fn record_request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        *self
-            .inner
+        let labels = RouteLabels {
+            route: route.to_owned(),
+            method: method.to_owned(),
+        };
+        self.inner
+            .latency
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        let RouteLabels { route, method } = labels;
+        self.inner
             .requests
-            .lock()
-            .entry((route.to_owned(), method.to_owned(), status))
-            .or_insert(0) += 1;
-        let secs = elapsed.as_secs_f64();
-        let mut lat = self.inner.latency.lock();
-        let h = lat
-            .entry((route.to_owned(), method.to_owned()))
-            .or_default();
-        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                h.buckets[i] += 1;
-            }
-        }
-        h.count += 1;
-        h.sum += secs;
+            .get_or_create(&RequestLabels {
+                route,
+                method,
+                status,
+            })
+            .inc();
     }
 
-    /// The exposition text. `ready` feeds the `deermem_gateway_ready` gauge.
+    /// The exposition text (OpenMetrics, ending with `# EOF`). `ready` feeds the
+    /// `deermem_gateway_ready` gauge.
     pub fn render(&self, ready: bool) -> String {
+        self.inner.ready.set(i64::from(ready));
         let mut out = String::new();
-        header(
-            &mut out,
-            "deermem_http_requests_total",
-            "counter",
-            "HTTP requests served, by route template, method and status code.",
-        );
-        for ((route, method, status), n) in self.inner.requests.lock().iter() {
-            let _ = writeln!(
-                out,
-                "deermem_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
-                escape(route),
-                escape(method)
-            );
-        }
-        header(
-            &mut out,
-            "deermem_http_request_duration_seconds",
-            "histogram",
-            "Time to answer an HTTP request, by route template and method.",
-        );
-        for ((route, method), h) in self.inner.latency.lock().iter() {
-            let labels = format!("route=\"{}\",method=\"{}\"", escape(route), escape(method));
-            for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "deermem_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {}",
-                    h.buckets[i]
-                );
-            }
-            let _ = writeln!(
-                out,
-                "deermem_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "deermem_http_request_duration_seconds_sum{{{labels}}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "deermem_http_request_duration_seconds_count{{{labels}}} {}",
-                h.count
-            );
-        }
-        header(
-            &mut out,
-            "deermem_http_requests_in_flight",
-            "gauge",
-            "HTTP requests being served now.",
-        );
-        let _ = writeln!(out, "deermem_http_requests_in_flight {}", self.in_flight());
-        header(
-            &mut out,
-            "deermem_memory_queue_depth",
-            "gauge",
-            "Conversations waiting in the memory update queue.",
-        );
-        let _ = writeln!(
-            out,
-            "deermem_memory_queue_depth {}",
-            self.inner.queue_depth.load(Ordering::Relaxed)
-        );
-        header(
-            &mut out,
-            "deermem_extraction_outcomes_total",
-            "counter",
-            "Memory extraction runs, by outcome.",
-        );
-        for (outcome, n) in self.inner.extraction.lock().iter() {
-            let _ = writeln!(
-                out,
-                "deermem_extraction_outcomes_total{{outcome=\"{}\"}} {n}",
-                escape(outcome)
-            );
-        }
-        header(
-            &mut out,
-            "deermem_gate_rejections_total",
-            "counter",
-            "Proposed memory updates rejected, by gate.",
-        );
-        for (gate, n) in self.inner.gate_rejections.lock().iter() {
-            let _ = writeln!(
-                out,
-                "deermem_gate_rejections_total{{gate=\"{}\"}} {n}",
-                escape(gate)
-            );
-        }
-        header(
-            &mut out,
-            "deermem_gateway_ready",
-            "gauge",
-            "1 when the gateway is ready to serve, 0 while starting or stopping.",
-        );
-        let _ = writeln!(out, "deermem_gateway_ready {}", u8::from(ready));
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
         out
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// Escapes a label value: backslash, double quote and newline.
-fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
+/// Counts a host-fed label value; past [`MAX_HOST_LABEL_VALUES`] distinct values, a new one
+/// counts under `other`.
+fn bump<S>(family: &Family<S, Counter>, admitted: &mut usize, raw: &str, label: fn(String) -> S)
+where
+    S: Clone + std::hash::Hash + Eq,
+{
+    let value = label(label_value(raw));
+    let value = if family.get(&value).is_some() {
+        value
+    } else if *admitted < MAX_HOST_LABEL_VALUES {
+        *admitted += 1;
+        value
+    } else {
+        label("other".into())
+    };
+    family.get_or_create(&value).inc();
 }
 
 /// Normalises a host-fed label value: at most 64 characters of `[A-Za-z0-9_.-]` (others become
@@ -265,17 +264,6 @@ fn label_value(v: &str) -> String {
     if s.is_empty() { "unknown".into() } else { s }
 }
 
-fn bump_capped(map: &Mutex<BTreeMap<String, u64>>, raw: &str) {
-    let key = label_value(raw);
-    let mut m = map.lock();
-    let key = if m.contains_key(&key) || m.len() < MAX_HOST_LABEL_VALUES {
-        key
-    } else {
-        "other".to_owned()
-    };
-    *m.entry(key).or_insert(0) += 1;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,24 +278,25 @@ mod tests {
         m.inc_extraction_outcome("committed");
         m.inc_gate_rejection("scope gate\n\"x\"");
         let text = m.render(true);
-        assert!(text.contains(
-            "deermem_http_requests_total{route=\"/api/memory\",method=\"GET\",status=\"200\"} 2"
-        ));
-        assert!(text.contains(
-            "deermem_http_request_duration_seconds_bucket{route=\"/api/memory\",method=\"GET\",le=\"0.025\"} 1"
-        ));
-        assert!(text.contains(
-            "deermem_http_request_duration_seconds_bucket{route=\"/api/memory\",method=\"GET\",le=\"5\"} 2"
-        ));
-        assert!(text.contains(
-            "deermem_http_request_duration_seconds_count{route=\"/api/memory\",method=\"GET\"} 2"
-        ));
-        assert!(text.contains("deermem_memory_queue_depth 7"));
-        assert!(text.contains("deermem_extraction_outcomes_total{outcome=\"committed\"} 2"));
-        assert!(text.contains("deermem_gate_rejections_total{gate=\"scope_gate__x_\"} 1"));
-        assert!(text.contains("deermem_gateway_ready 1"));
-        assert!(text.contains("# TYPE deermem_http_request_duration_seconds histogram"));
+        for line in [
+            "deermem_http_requests_total{route=\"/api/memory\",method=\"GET\",status=\"200\"} 2",
+            "deermem_http_request_duration_seconds_bucket{le=\"0.025\",route=\"/api/memory\",method=\"GET\"} 1",
+            "deermem_http_request_duration_seconds_bucket{le=\"5.0\",route=\"/api/memory\",method=\"GET\"} 2",
+            "deermem_http_request_duration_seconds_bucket{le=\"+Inf\",route=\"/api/memory\",method=\"GET\"} 2",
+            "deermem_http_request_duration_seconds_count{route=\"/api/memory\",method=\"GET\"} 2",
+            "deermem_memory_queue_depth 7",
+            "deermem_extraction_outcomes_total{outcome=\"committed\"} 2",
+            "deermem_gate_rejections_total{gate=\"scope_gate__x_\"} 1",
+            "deermem_gateway_ready 1",
+            "# TYPE deermem_http_request_duration_seconds histogram",
+            "# TYPE deermem_http_requests counter",
+            "# HELP deermem_http_requests HTTP requests served, by route template, method and status code.",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(m.request_count("/api/memory", "GET", 200), 2);
+        assert_eq!(m.request_count("/api/memory", "GET", 404), 0);
     }
 
     #[test]
@@ -316,11 +305,13 @@ mod tests {
         for i in 0..(MAX_HOST_LABEL_VALUES + 10) {
             m.inc_gate_rejection(&format!("gate{i}"));
         }
+        m.inc_gate_rejection("gate0");
         let text = m.render(false);
         assert!(
             text.contains("deermem_gate_rejections_total{gate=\"other\"} 10"),
             "{text}"
         );
+        assert!(text.contains("deermem_gate_rejections_total{gate=\"gate0\"} 2"));
         assert!(text.contains("deermem_gateway_ready 0"));
     }
 
@@ -334,7 +325,13 @@ mod tests {
     }
 
     #[test]
-    fn escapes_route_labels() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.record_request("a\"b\\c\nd", "GET", 404, Duration::ZERO);
+        let text = m.render(true);
+        assert!(
+            text.contains("deermem_http_requests_total{route=\"a\\\"b\\\\c\\nd\",method=\"GET\",status=\"404\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -575,7 +575,7 @@ pub(crate) async fn run_events(
     caller: Caller,
     q: QueryParams,
     path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<Value>> {
+) -> Result<Json<Vec<RunEvent>>> {
     let Path((thread_id, run_id)) =
         path.map_err(|_| GatewayError::BadRequest("Invalid thread or run id in the path.".into()))?;
     run_key(&thread_id, "thread_id")?;
@@ -603,8 +603,6 @@ pub(crate) async fn run_events(
         EventsLookup::UnknownRun => Err(GatewayError::NotFound(format!(
             "Run '{run_id}' not found in thread '{thread_id}'."
         ))),
-        EventsLookup::Events(events) => Ok(Json(Value::Array(
-            events.iter().map(RunEvent::to_json).collect(),
-        ))),
+        EventsLookup::Events(events) => Ok(Json(events)),
     }
 }

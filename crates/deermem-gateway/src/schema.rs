@@ -892,6 +892,78 @@ pub(crate) struct HttpValidationError {
     pub(crate) detail: Vec<ValidationItem>,
 }
 
+// ---------------------------------------------------------------------------------------------
+// Parameters, for the document only: the handlers read them with [`QueryParams`] and check
+// them by hand (pydantic's error items); these types state the grammar those checks enforce.
+
+/// `agent`, the query parameter of every memory route.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct AgentQuery {
+    /// Agent bucket (^[A-Za-z0-9-]+$, case-insensitive, or __default__). Absent: the default bucket.
+    agent: Option<String>,
+}
+
+/// `{fact_id}`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct FactIdPath {
+    /// Fact id: [A-Za-z0-9_-]+, at most 200 bytes.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(max = 200))]
+    fact_id: String,
+}
+
+/// The query of `GET /api/memory/context`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct ContextQuery {
+    /// The thread the block is for.
+    #[schemars(length(max = MAX_THREAD_ID_CHARS))]
+    thread_id: Option<String>,
+    /// The run (needs thread_id).
+    #[schemars(length(max = MAX_TRACE_ID_CHARS))]
+    run_id: Option<String>,
+}
+
+/// The query of `GET /api/memory/search`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct SearchQuery {
+    /// Query text.
+    q: String,
+    /// Result cap.
+    #[schemars(range(min = 1, max = MAX_TOP_K), extend("default" = 5))]
+    top_k: Option<i64>,
+    /// Only this category (applied before the cap).
+    category: Option<String>,
+}
+
+/// `{thread_id}` and `{run_id}` of the run-events route.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct RunPath {
+    /// The thread: 1-256 characters of [A-Za-z0-9._:@+=~-].
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
+    thread_id: String,
+    /// The run: 1-256 characters of [A-Za-z0-9._:@+=~-].
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
+    run_id: String,
+}
+
+/// The query of the run-events route.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct EventsQuery {
+    /// Comma-separated event types to keep (e.g. context:memory).
+    event_types: Option<String>,
+    /// At most this many events, oldest first.
+    #[schemars(range(min = 1, max = 2000), extend("default" = 500))]
+    limit: Option<i64>,
+    /// Only events with a larger seq.
+    #[schemars(range(min = 1))]
+    after_seq: Option<i64>,
+}
+
 fn has_control(s: &str) -> bool {
     s.chars().any(char::is_control)
 }
