@@ -3,6 +3,8 @@
 //! sums and finite bucket counts) redacted and each family's samples sorted by series (the
 //! library keeps them in hash order). A change fails with a diff; see CONTRIBUTING.md for how to review one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use axum::http::{Method, StatusCode};
