@@ -94,7 +94,7 @@ impl Default for HonchoConfig {
 fn scalar_str(v: &Value) -> Option<String> {
     match v {
         Value::Array(_) | Value::Object(_) => None,
-        other => deermem_core::py::py_str(other),
+        other => deermem_pycompat::py::py_str(other),
     }
 }
 
@@ -132,7 +132,7 @@ fn seconds(k: &str, v: &Value) -> Result<f64, ConfigError> {
     let f = match v {
         Value::Number(n) => n.as_f64().ok_or_else(bad)?,
         Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => deermem_core::py::parse_float(s).ok_or_else(bad)?,
+        Value::String(s) => deermem_pycompat::py::parse_float(s).ok_or_else(bad)?,
         _ => return Err(bad()),
     };
     check_seconds(k, f)?;

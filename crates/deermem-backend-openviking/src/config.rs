@@ -232,7 +232,7 @@ impl OpenVikingConfig {
         if let Some(v) = get("base_url") {
             c.base_url = scalar_string("base_url", v)?;
         }
-        c.base_url = deermem_core::py::strip(&c.base_url)
+        c.base_url = deermem_pycompat::py::strip(&c.base_url)
             .trim_end_matches('/')
             .to_owned();
         if let Some(w) = check_base_url(&c.base_url, c.allow_insecure_http)? {
@@ -240,7 +240,7 @@ impl OpenVikingConfig {
         }
         if let Some(v) = get("owner_user_id") {
             c.owner_user_id =
-                deermem_core::py::strip(&scalar_string("owner_user_id", v)?).to_owned();
+                deermem_pycompat::py::strip(&scalar_string("owner_user_id", v)?).to_owned();
         }
         if c.owner_user_id.is_empty() {
             return Err(key_err(
@@ -249,14 +249,15 @@ impl OpenVikingConfig {
             ));
         }
         if let Some(v) = get("api_key_env") {
-            c.api_key_env = deermem_core::py::strip(&scalar_string("api_key_env", v)?).to_owned();
+            c.api_key_env =
+                deermem_pycompat::py::strip(&scalar_string("api_key_env", v)?).to_owned();
         }
         if c.api_key_env.is_empty() {
             return Err(key_err("api_key_env", "must not be empty"));
         }
         if let Some(v) = get("default_peer_id") {
             c.default_peer_id =
-                deermem_core::py::strip(&scalar_string("default_peer_id", v)?).to_owned();
+                deermem_pycompat::py::strip(&scalar_string("default_peer_id", v)?).to_owned();
         }
         check_default_peer(&c.default_peer_id)?;
         if let Some(v) = get("timeout_seconds") {
@@ -267,7 +268,8 @@ impl OpenVikingConfig {
             c.storage_path = scalar_string("storage_path", v)?;
         }
         if let Some(v) = get("startup_policy") {
-            let s = deermem_core::py::strip(&scalar_string("startup_policy", v)?).to_lowercase();
+            let s =
+                deermem_pycompat::py::strip(&scalar_string("startup_policy", v)?).to_lowercase();
             c.startup_policy = match s.as_str() {
                 "fail_fast" => StartupPolicy::FailFast,
                 "warn" => StartupPolicy::Warn,
@@ -319,7 +321,7 @@ impl OpenVikingConfig {
                 parse_int_range("retrieval.max_injection_chars", v, 256, 100_000)?;
         }
         if let Some(v) = present(&retrieval, "content_mode") {
-            let s = deermem_core::py::strip(&scalar_string("retrieval.content_mode", v)?)
+            let s = deermem_pycompat::py::strip(&scalar_string("retrieval.content_mode", v)?)
                 .to_lowercase();
             c.retrieval.content_mode = match s.as_str() {
                 "auto" => ContentMode::Auto,
@@ -336,7 +338,8 @@ impl OpenVikingConfig {
         }
         if let Some(v) = present(&retrieval, "injection_query") {
             c.retrieval.injection_query =
-                deermem_core::py::strip(&scalar_string("retrieval.injection_query", v)?).to_owned();
+                deermem_pycompat::py::strip(&scalar_string("retrieval.injection_query", v)?)
+                    .to_owned();
         }
         if c.retrieval.injection_query.is_empty() {
             return Err(key_err("retrieval.injection_query", "must not be empty"));
@@ -375,7 +378,7 @@ impl OpenVikingConfig {
         }
 
         let key = env(&c.api_key_env).unwrap_or_default();
-        let key = deermem_core::py::strip(&key);
+        let key = deermem_pycompat::py::strip(&key);
         if key.is_empty() {
             return Err(key_err(
                 "api_key_env",
@@ -397,10 +400,10 @@ impl OpenVikingConfig {
             return Err(key_err("base_url", "must not end with '/'"));
         }
         check_base_url(&self.base_url, self.allow_insecure_http)?;
-        if deermem_core::py::strip(&self.owner_user_id).is_empty() {
+        if deermem_pycompat::py::strip(&self.owner_user_id).is_empty() {
             return Err(key_err("owner_user_id", "must not be empty"));
         }
-        if deermem_core::py::strip(&self.api_key_env).is_empty() {
+        if deermem_pycompat::py::strip(&self.api_key_env).is_empty() {
             return Err(key_err("api_key_env", "must not be empty"));
         }
         if self.api_key.is_empty() {
@@ -441,7 +444,7 @@ impl OpenVikingConfig {
                 ),
             ));
         }
-        if deermem_core::py::strip(&r.injection_query).is_empty() {
+        if deermem_pycompat::py::strip(&r.injection_query).is_empty() {
             return Err(key_err("retrieval.injection_query", "must not be empty"));
         }
         Ok(())
@@ -493,7 +496,7 @@ fn scalar_string(key: &str, v: &Value) -> Result<String, ConfigError> {
 fn parse_bool(key: &str, v: &Value) -> Result<bool, ConfigError> {
     match v {
         Value::Bool(b) => Ok(*b),
-        Value::String(s) => match deermem_core::py::strip(s).to_ascii_lowercase().as_str() {
+        Value::String(s) => match deermem_pycompat::py::strip(s).to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
             "false" | "0" | "no" | "off" => Ok(false),
             _ => Err(key_err(key, format!("must be a boolean (got {v})"))),
@@ -505,7 +508,7 @@ fn parse_bool(key: &str, v: &Value) -> Result<bool, ConfigError> {
 fn parse_float(key: &str, v: &Value) -> Result<f64, ConfigError> {
     let f = match v {
         Value::Number(n) => n.as_f64(),
-        Value::String(s) => deermem_core::py::parse_float(s),
+        Value::String(s) => deermem_pycompat::py::parse_float(s),
         _ => None,
     };
     match f {
@@ -533,7 +536,7 @@ fn parse_int_range(key: &str, v: &Value, lo: i64, hi: i64) -> Result<usize, Conf
                 f as i64
             }
         },
-        Value::String(s) => deermem_core::py::strip(s)
+        Value::String(s) => deermem_pycompat::py::strip(s)
             .parse::<i64>()
             .map_err(|_| bad())?,
         _ => return Err(bad()),

@@ -403,7 +403,7 @@ impl Lax {
         let f = match v {
             Value::Bool(b) => f64::from(u8::from(*b)),
             Value::Number(n) => n.as_f64().ok_or_else(bad)?,
-            Value::String(s) => crate::py::parse_float(s).ok_or_else(bad)?,
+            Value::String(s) => deermem_pycompat::py::parse_float(s).ok_or_else(bad)?,
             _ => return Err(bad()),
         };
         if f.is_finite() {

@@ -36,7 +36,6 @@ pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod ops;
-mod pyjson;
 mod routes;
 mod schema;
 mod server;

@@ -4,13 +4,14 @@
 
 use std::path::Path;
 
+use deermem_core::Timestamp;
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
-use deermem_core::{Timestamp, py};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use crate::error::Result;
 use crate::fsutil;
-use crate::json;
+use deermem_pycompat::json;
 
 /// Reads a sidecar as JSON, or `None` (with a warning) when it is missing or unreadable.
 fn read_tolerant(path: &Path) -> Option<Value> {

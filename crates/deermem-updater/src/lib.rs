@@ -24,7 +24,6 @@ pub mod diff;
 pub mod facts;
 pub mod filter;
 pub mod inject;
-pub mod json;
 pub mod manager;
 pub mod observe;
 pub mod offline;

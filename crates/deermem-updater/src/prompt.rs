@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use deermem_core::ports::ChatMessage;
 use deermem_core::{
-    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp, py,
+    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp,
 };
+use deermem_pycompat::{json, py};
 use lru::LruCache;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::consolidation::{
@@ -21,9 +23,7 @@ use crate::consolidation::{
 };
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{select_stale_candidates, staleness_lines};
-use crate::text::{
-    FormatError, Member, format_template, html_escape, write_pretty_escaped_members,
-};
+use crate::text::{FormatError, format_template};
 use crate::uploads;
 
 /// The chat template file.
@@ -496,24 +496,30 @@ pub fn current_memory_json(memory: &MemoryDocument) -> String {
             fm
         })
         .collect();
-    // The layout of `json_dumps_pretty_escaped` over the same object, written from borrowed
-    // parts (no copy of the summaries, no intermediate array).
-    let version = Value::String(memory.version.clone());
-    let revision = Value::from(memory.revision);
-    let last_updated = Value::String(memory.last_updated.clone());
-    let mut out = String::with_capacity(512 + facts.len() * 512);
-    write_pretty_escaped_members(
-        &[
-            ("version", Member::Value(&version)),
-            ("revision", Member::Value(&revision)),
-            ("lastUpdated", Member::Value(&last_updated)),
-            ("user", Member::Map(memory.user.as_map())),
-            ("history", Member::Map(memory.history.as_map())),
-            ("facts", Member::Maps(&facts)),
-        ],
-        &mut out,
-    );
-    out
+    // `json.dumps(snapshot, indent=2, ensure_ascii=False)` of the HTML-escaped object, written
+    // from borrowed parts (no copy of the summaries, no intermediate array).
+    let snapshot = Snapshot {
+        version: &memory.version,
+        revision: memory.revision,
+        last_updated: &memory.last_updated,
+        user: memory.user.as_map(),
+        history: memory.history.as_map(),
+        facts: &facts,
+    };
+    // Borrowed strings, integers and JSON maps always serialise.
+    json::dumps_html_escaped(&snapshot).unwrap_or_default()
+}
+
+/// The memory snapshot the prompt shows, in the reference's key order.
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    version: &'a str,
+    revision: u64,
+    #[serde(rename = "lastUpdated")]
+    last_updated: &'a str,
+    user: &'a Map<String, Value>,
+    history: &'a Map<String, Value>,
+    facts: &'a [Map<String, Value>],
 }
 
 fn turn_text(msg: &Message) -> String {
@@ -568,7 +574,7 @@ pub fn format_conversation(feed: &[Message]) -> String {
         }
         lines.push(format!(
             "{prefix}{}",
-            html_escape(&shorten(&content), false)
+            py::html_escape(&shorten(&content), false)
         ));
     }
     lines.join("\n\n")
@@ -792,7 +798,7 @@ mod tests {
         );
     }
 
-    /// The borrowed writer produces exactly `json_dumps_pretty_escaped` of the whole object.
+    /// The borrowed snapshot is written exactly as the HTML-escaped dump of the whole object.
     #[test]
     fn memory_json_equals_the_escaped_dump_of_the_document_object() {
         let mut d = doc(vec![
@@ -826,14 +832,15 @@ mod tests {
         m.insert("facts".into(), Value::Array(facts));
         assert_eq!(
             current_memory_json(&d),
-            crate::text::json_dumps_pretty_escaped(&Value::Object(m))
+            json::dumps_html_escaped(&Value::Object(m)).unwrap()
         );
         assert_eq!(
             current_memory_json(&doc(vec![])),
-            crate::text::json_dumps_pretty_escaped(&json!({
+            json::dumps_html_escaped(&json!({
                 "version": d.version, "revision": d.revision, "lastUpdated": d.last_updated,
                 "user": d.user.as_map(), "history": d.history.as_map(), "facts": []
             }))
+            .unwrap()
         );
     }
 

@@ -5,7 +5,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use deermem_core::{Message, MessageKind, py};
+use deermem_core::{Message, MessageKind};
+use deermem_pycompat::py;
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 

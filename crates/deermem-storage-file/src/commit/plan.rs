@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use deermem_core::document::DOCUMENT_VERSION;
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
-use deermem_core::{Fact, FactId, Scope, SummarySection, Timestamp, py};
+use deermem_core::{Fact, FactId, Scope, SummarySection, Timestamp};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use super::{CommitRequest, Committed};

@@ -5,8 +5,9 @@
 use std::collections::HashSet;
 
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, SummarySection, Timestamp, UserId, py,
+    AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, SummarySection, Timestamp, UserId,
 };
+use deermem_pycompat::py;
 use serde_json::Value;
 
 use super::Inner;

@@ -18,8 +18,9 @@ use deermem_core::ports::{
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactError, FactId, MemoryDocument,
     RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch,
-    SummarySection, Timestamp, UserId, py,
+    SummarySection, Timestamp, UserId,
 };
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 #[derive(Debug, Default, Clone)]
