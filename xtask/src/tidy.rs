@@ -1,7 +1,8 @@
-//! Tidy: the project's structural rules, checked mechanically. Core stays I/O-free (dependency
-//! allowlist and banned APIs), every Rust file opens with a `//!` line, every adapter crate runs
+//! Tidy: the project's structural rules, checked mechanically. Core and the Python-compatibility
+//! crate stay I/O-free (dependency allowlists and banned APIs; pycompat depends on no DeerMem
+//! crate), every Rust file opens with a `//!` line, every adapter crate runs
 //! its port's contract suite from `tests/contract.rs`, adapters do not depend on each other (and
-//! adapter support, `deermem-remote`, on no DeerMem crate but the core), no
+//! adapter support, `deermem-remote`, on no DeerMem crate but the core and pycompat), no
 //! stub macros or ignored tests are committed, and nothing points outside the repository (a
 //! user's clone has only what is committed).
 
@@ -11,9 +12,10 @@ use std::path::{Path, PathBuf};
 /// Dependencies `deermem-core` may use: all of them pure, none does I/O.
 const CORE_ALLOWED_DEPS: &[&str] = &[
     "async-trait",
+    // The Python-compatibility rules (itself pure: checked with the same banned APIs).
+    "deermem-pycompat",
     "serde",
     "serde_json",
-    "serde_yaml",
     // Configuration: wrap a deserializer to name the key of a bad value / the unread keys.
     "serde_path_to_error",
     "serde_ignored",
@@ -27,7 +29,27 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     "schemars",
 ];
 
-/// Text that must not appear in core sources (I/O, clock, environment, runtime).
+/// Dependencies `deermem-pycompat` may use: pure, none does I/O, and no DeerMem crate (the
+/// core depends on it).
+const PYCOMPAT_ALLOWED_DEPS: &[&str] = &[
+    "serde",
+    "serde_json",
+    "thiserror",
+    "indexmap",
+    "caseless",
+    // The YAML 1.1 codec: yaml-rust2's event parser and the resolver's regexes.
+    "regex",
+    "yaml-rust2",
+];
+
+/// The pure crates: their manifest's dependencies must be on the allowlist, and their sources
+/// must not name an I/O, clock, environment or runtime API.
+const PURE_CRATES: &[(&str, &[&str])] = &[
+    ("deermem-core", CORE_ALLOWED_DEPS),
+    ("deermem-pycompat", PYCOMPAT_ALLOWED_DEPS),
+];
+
+/// Text that must not appear in the pure crates' sources (I/O, clock, environment, runtime).
 const CORE_BANNED_APIS: &[&str] = &[
     "std::fs",
     "std::net",
@@ -51,8 +73,10 @@ const ADAPTER_PREFIXES: &[&str] = &[
 /// Runs every check; returns the list of problems found.
 pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
-    check_core_dependencies(root, &mut problems);
-    check_core_sources(root, &mut problems);
+    for (name, allowed) in PURE_CRATES {
+        check_pure_dependencies(root, name, allowed, &mut problems);
+        check_pure_sources(root, name, &mut problems);
+    }
     check_rust_files(root, &mut problems);
     check_adapters(root, &mut problems);
     check_outside_references(root, &mut problems);
@@ -86,17 +110,17 @@ fn section_dependencies(manifest: &str, section: &str) -> Vec<String> {
     deps
 }
 
-fn check_core_dependencies(root: &Path, problems: &mut Vec<String>) {
-    let path = root.join("crates/deermem-core/Cargo.toml");
+fn check_pure_dependencies(root: &Path, name: &str, allowed: &[&str], problems: &mut Vec<String>) {
+    let path = root.join("crates").join(name).join("Cargo.toml");
     let Ok(manifest) = fs::read_to_string(&path) else {
         problems.push(format!("cannot read {}", path.display()));
         return;
     };
     for section in ["dependencies", "build-dependencies"] {
         for dep in section_dependencies(&manifest, section) {
-            if !CORE_ALLOWED_DEPS.contains(&dep.as_str()) {
+            if !allowed.contains(&dep.as_str()) {
                 problems.push(format!(
-                    "deermem-core depends on `{dep}`, which is not on the I/O-free allowlist (xtask/src/tidy.rs CORE_ALLOWED_DEPS)"
+                    "{name} depends on `{dep}`, which is not on its I/O-free allowlist (xtask/src/tidy.rs)"
                 ));
             }
         }
@@ -140,9 +164,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     );
 }
 
-fn check_core_sources(root: &Path, problems: &mut Vec<String>) {
+fn check_pure_sources(root: &Path, name: &str, problems: &mut Vec<String>) {
     let mut files = Vec::new();
-    rust_files(&root.join("crates/deermem-core/src"), &mut files);
+    rust_files(&root.join("crates").join(name).join("src"), &mut files);
     for file in files {
         let Ok(text) = fs::read_to_string(&file) else {
             continue;
@@ -152,7 +176,7 @@ fn check_core_sources(root: &Path, problems: &mut Vec<String>) {
             for banned in CORE_BANNED_APIS {
                 if code.contains(banned) {
                     problems.push(format!(
-                        "{}:{}: core must not use `{banned}` (no I/O, clock or environment in deermem-core)",
+                        "{}:{}: {name} must not use `{banned}` (no I/O, clock or environment in a pure crate)",
                         file.display(),
                         n + 1
                     ));
@@ -342,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn flags_a_forbidden_core_dependency() {
+    fn flags_forbidden_dependencies_and_apis_of_the_pure_crates() {
         let dir = std::env::temp_dir().join(format!("deermem-tidy-{}", std::process::id()));
         let core = dir.join("crates/deermem-core");
         fs::create_dir_all(core.join("src")).unwrap();
@@ -353,6 +377,18 @@ mod tests {
         .unwrap();
         fs::write(core.join("src/lib.rs"), "//! Core.\nuse std::fs;\n").unwrap();
         fs::write(core.join("src/bad.rs"), "fn x() {}\n").unwrap();
+        let pycompat = dir.join("crates/deermem-pycompat");
+        fs::create_dir_all(pycompat.join("src")).unwrap();
+        fs::write(
+            pycompat.join("Cargo.toml"),
+            "[dependencies]\nserde.workspace = true\ndeermem-core.workspace = true\n",
+        )
+        .unwrap();
+        fs::write(
+            pycompat.join("src/lib.rs"),
+            "//! Pycompat.\nfn n() { let _ = std::env::var(\"X\"); }\n",
+        )
+        .unwrap();
         let problems = run(&dir).unwrap_err();
         let _ = fs::remove_dir_all(&dir);
         assert!(
@@ -361,6 +397,18 @@ mod tests {
         );
         assert!(
             problems.iter().any(|p| p.contains("std::fs")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("deermem-pycompat") && p.contains("`deermem-core`")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("deermem-pycompat must not use `std::env`")),
             "{problems:?}"
         );
         assert!(

@@ -3,7 +3,7 @@
 //! message to the character limit, and sign each message (hash only) for the capture cursor.
 
 use deermem_core::message::{Message, MessageKind};
-use deermem_core::py;
+use deermem_pycompat::py;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

@@ -121,7 +121,7 @@ fn overrides<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>
     for (user, value) in map {
         match value {
             Value::String(_) | Value::Number(_) | Value::Bool(_) => {
-                match deermem_core::py::py_str(value) {
+                match deermem_pycompat::py::py_str(value) {
                     Some(s) if !s.trim().is_empty() => {
                         out.insert(user.clone(), s);
                         continue;

@@ -18,7 +18,8 @@ use deermem_core::ports::{
     MemoryReload, MemoryScope, MemorySearch, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
-use deermem_core::{ConfigError, Timestamp, py};
+use deermem_core::{ConfigError, Timestamp};
+use deermem_pycompat::py;
 use deermem_remote::retry::{self, RetryPolicy};
 use deermem_remote::{InFlight, InFlightGuard, RemoteHit, remote_fact};
 use serde_json::{Map, Value, json};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deermem_core::ConfigError;
 use deermem_core::config::lax;
-use deermem_core::py::strip;
+use deermem_pycompat::py::strip;
 pub use deermem_remote::FailurePolicy;
 /// The OpenViking USER API key: a [`deermem_remote::Secret`], which never prints.
 pub use deermem_remote::Secret as ApiKey;

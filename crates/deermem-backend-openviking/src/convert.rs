@@ -94,7 +94,7 @@ fn py_str_or_empty(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(other) => deermem_core::py::py_str(other).unwrap_or_else(|| other.to_string()),
+        Some(other) => deermem_pycompat::py::py_str(other).unwrap_or_else(|| other.to_string()),
     }
 }
 

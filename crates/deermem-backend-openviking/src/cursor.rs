@@ -86,7 +86,7 @@ impl CursorState {
             },
             commit_pending: o
                 .get("commit_pending")
-                .is_some_and(deermem_core::py::truthy),
+                .is_some_and(deermem_pycompat::py::truthy),
             submitted_prefix_count: o.get("submitted_prefix_count").and_then(Value::as_u64),
             submitted_prefix_digest: o
                 .get("submitted_prefix_digest")

@@ -410,7 +410,7 @@ impl OpenVikingManager {
         &self,
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
-        let query = deermem_core::py::strip(&request.query);
+        let query = deermem_pycompat::py::strip(&request.query);
         if query.is_empty() || request.top_k == 0 || self.inner.closed.load(Ordering::SeqCst) {
             return Ok(Vec::new());
         }
@@ -419,7 +419,7 @@ impl OpenVikingManager {
         let memory_type = request
             .category
             .as_deref()
-            .map(|c| deermem_core::py::lower(deermem_core::py::strip(c)))
+            .map(|c| deermem_pycompat::py::lower(deermem_pycompat::py::strip(c)))
             .filter(|c| !c.is_empty());
         if memory_type.as_deref().is_some_and(|t| t.contains('=')) {
             // No memory type contains `=`, and the server refuses such a tag.
@@ -445,7 +445,7 @@ impl OpenVikingManager {
                     memories.retain(|m| {
                         m.category
                             .as_deref()
-                            .is_some_and(|c| deermem_core::py::lower(c) == *t)
+                            .is_some_and(|c| deermem_pycompat::py::lower(c) == *t)
                     });
                 }
                 Ok(memories)
@@ -885,7 +885,7 @@ impl Inner {
                     Ok(Value::String(text)) if !text.is_empty() => {
                         read = Some(Value::String(recall::strip_front_matter(&text).to_owned()));
                     }
-                    Ok(v) if deermem_core::py::truthy(&v) && !v.is_string() => read = Some(v),
+                    Ok(v) if deermem_pycompat::py::truthy(&v) && !v.is_string() => read = Some(v),
                     Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(uri, error = %e, "OpenViking content read failed; using the summary");

@@ -93,7 +93,7 @@ pub(crate) fn strip_front_matter(text: &str) -> &str {
 }
 
 fn truthy_field<'a>(hit: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    hit.get(key).filter(|v| deermem_core::py::truthy(v))
+    hit.get(key).filter(|v| deermem_pycompat::py::truthy(v))
 }
 
 /// The text a mode picks without reading the full content: overview-first for
@@ -136,7 +136,7 @@ pub(crate) fn stringify(v: Option<&Value>, max_chars: usize) -> String {
     if text.chars().count() > max_chars {
         format!(
             "{}\n...[truncated]",
-            deermem_core::py::prefix_chars(&text, max_chars)
+            deermem_pycompat::py::prefix_chars(&text, max_chars)
         )
     } else {
         text
@@ -155,7 +155,7 @@ pub(crate) fn to_memory(hit: &Map<String, Value>, content: String) -> RecalledMe
 
 /// Python's `" ".join(s.split())`.
 fn collapse_whitespace(s: &str) -> String {
-    s.split(deermem_core::py::is_space)
+    s.split(deermem_pycompat::py::is_space)
         .filter(|w| !w.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
@@ -170,7 +170,7 @@ pub fn format_context(memories: &[RecalledMemory], max_chars: usize) -> String {
     let mut total = 0usize;
     for m in memories {
         let content = collapse_whitespace(&m.content);
-        if content.is_empty() || !seen.insert(deermem_core::py::casefold(&content)) {
+        if content.is_empty() || !seen.insert(deermem_pycompat::py::casefold(&content)) {
             continue;
         }
         let line = format!(
@@ -182,7 +182,7 @@ pub fn format_context(memories: &[RecalledMemory], max_chars: usize) -> String {
         if total + sep + line_len > max_chars {
             let remaining = max_chars.saturating_sub(total + sep);
             if remaining > 16 {
-                let cut = deermem_core::py::prefix_chars(&line, remaining - 1);
+                let cut = deermem_pycompat::py::prefix_chars(&line, remaining - 1);
                 lines.push(format!("{cut}…"));
             }
             break;

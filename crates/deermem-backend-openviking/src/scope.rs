@@ -54,7 +54,7 @@ pub fn canonical_peer_id(
     let Some(name) = agent_name else {
         return Ok(default_peer_id.to_owned());
     };
-    let v = deermem_core::py::lower(deermem_core::py::strip(name));
+    let v = deermem_pycompat::py::lower(deermem_pycompat::py::strip(name));
     if v.is_empty() || v == DEFAULT_AGENT_BUCKET {
         return Err(ManagerError::invalid(
             InvalidInputCode::AgentName,

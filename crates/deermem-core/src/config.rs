@@ -238,14 +238,12 @@ pub fn parse_config_text(text: &str) -> Result<Value, ConfigError> {
     yaml_to_value(text)
 }
 
-/// YAML text to a JSON value. `serde_yaml` (YAML 1.2) reads it for now; the YAML 1.1 codec
-/// the fact files use is to replace this body, so that `yes`/`on`/`0o17` in a config mean
-/// what DeerFlow's PyYAML makes of them (see `docs/compat.md`).
+/// YAML text to a JSON value, read by the YAML 1.1 codec the fact files use, so that
+/// `yes`/`on`/`0o17` in a config mean what DeerFlow's PyYAML makes of them (see
+/// `docs/compat.md`). JSON text is YAML too.
 fn yaml_to_value(text: &str) -> Result<Value, ConfigError> {
-    let yaml: serde_yaml::Value = serde_yaml::from_str(text)
-        .map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))?;
-    serde_json::to_value(yaml)
-        .map_err(|e| ConfigError::new("config", format!("unsupported value: {e}")))
+    deermem_pycompat::yaml::parse_document(text)
+        .map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -847,39 +845,28 @@ mod tests {
         assert!(w[1].contains("memory.backend_config.max_facts"), "{w:?}");
     }
 
-    /// What YAML scalars in a config file mean. Config text is read by `yaml_to_value`, today
-    /// with `serde_yaml` (YAML 1.2); DeerFlow reads the same file with PyYAML (YAML 1.1). When
-    /// `yaml_to_value` is switched to the YAML 1.1 codec the fact files use, set this to `true`:
-    /// the PyYAML column (checked against PyYAML 6) must then hold.
-    const CONFIG_LOADER_IS_YAML_1_1: bool = false;
-
+    /// What YAML scalars in a config file mean: what DeerFlow's PyYAML (YAML 1.1) reads from the
+    /// same file (checked against PyYAML 6), not what a YAML 1.2 reader would.
     #[test]
     fn yaml_scalars_in_config_mean_what_the_loader_reads() {
         let cases = [
-            // (scalar, YAML 1.2 / serde_yaml, YAML 1.1 / PyYAML)
-            ("yes", json!("yes"), json!(true)),
-            ("on", json!("on"), json!(true)),
-            ("Off", json!("Off"), json!(false)),
-            ("0o17", json!(15), json!("0o17")),
-            ("017", json!("017"), json!(15)),
-            ("1:30", json!("1:30"), json!(90)),
-            ("1e3", json!(1000.0), json!("1e3")),
-            ("1_000", json!("1_000"), json!(1000)),
-            ("~", json!(null), json!(null)),
-            ("y", json!("y"), json!("y")),
-            ("0x1f", json!(31), json!(31)),
+            ("yes", json!(true)),
+            ("on", json!(true)),
+            ("Off", json!(false)),
+            ("0o17", json!("0o17")),
+            ("017", json!(15)),
+            ("1:30", json!(90)),
+            ("1e3", json!("1e3")),
+            ("1_000", json!(1000)),
+            ("~", json!(null)),
+            ("y", json!("y")),
+            ("0x1f", json!(31)),
         ];
-        for (scalar, yaml_1_2, pyyaml) in cases {
-            let want = if CONFIG_LOADER_IS_YAML_1_1 {
-                pyyaml
-            } else {
-                yaml_1_2
-            };
+        for (scalar, pyyaml) in cases {
             let got = parse_config_text(&format!("a: {scalar}")).unwrap();
-            assert_eq!(got["a"], want, "a: {scalar}");
+            assert_eq!(got["a"], pyyaml, "a: {scalar}");
         }
-        // Under either loader a bool key reads these words the same way (lax coercion), and
-        // `~` keeps the default.
+        // A bool key reads these words (lax coercion), and `~` keeps the default.
         let loaded = MemoryConfig::load_str(
             "memory:\n  enabled: off\n  injection_enabled: no\n  mode: ~\n  backend_config:\n    strict_user_scope: yes\n",
             &no_env,

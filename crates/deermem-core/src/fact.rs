@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 
 use crate::error::FactError;
 use crate::ids::FactId;
-use crate::py;
 use crate::time::Timestamp;
+use deermem_pycompat::py;
 
 /// The storage schema version written into every fact.
 pub const SCHEMA_VERSION: u64 = 2;

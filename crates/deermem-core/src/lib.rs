@@ -28,7 +28,6 @@ pub mod prelude {
         MemoryStorageExt as _, ScopedSearch as _,
     };
 }
-pub mod py;
 pub mod search;
 pub mod time;
 

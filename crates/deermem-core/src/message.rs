@@ -119,7 +119,7 @@ impl Message {
                 .collect::<Vec<_>>()
                 .join(" "),
             Value::Null => "None".to_owned(),
-            other => crate::py::py_str(other).unwrap_or_else(|| other.to_string()),
+            other => deermem_pycompat::py::py_str(other).unwrap_or_else(|| other.to_string()),
         }
     }
 
@@ -127,7 +127,7 @@ impl Message {
     pub fn is_hidden(&self) -> bool {
         self.additional_kwargs
             .get("hide_from_ui")
-            .is_some_and(crate::py::truthy)
+            .is_some_and(deermem_pycompat::py::truthy)
     }
 }
 

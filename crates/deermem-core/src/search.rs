@@ -59,7 +59,9 @@ impl SearchQuery {
 
     /// Whether the query can have no results (blank text or `top_k == 0`).
     pub fn is_trivially_empty(&self) -> bool {
-        crate::py::strip(&self.text).is_empty() || self.top_k == 0 || self.scopes.is_empty()
+        deermem_pycompat::py::strip(&self.text).is_empty()
+            || self.top_k == 0
+            || self.scopes.is_empty()
     }
 }
 

@@ -141,7 +141,7 @@ proptest! {
         match normalize(&d, None) {
             Ok(f) => {
                 prop_assert!(!f.content.is_empty());
-                prop_assert_eq!(deermem_core::py::strip(&f.content), f.content.as_str());
+                prop_assert_eq!(deermem_pycompat::py::strip(&f.content), f.content.as_str());
                 prop_assert!((0.0..=1.0).contains(&f.confidence));
                 prop_assert!(f.revision >= 1);
                 prop_assert!(f.title.chars().count() <= TITLE_MAX_CHARS);

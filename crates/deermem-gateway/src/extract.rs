@@ -15,8 +15,8 @@ use http_body_util::BodyExt as _;
 
 use crate::error::{GatewayError, ValidationItem};
 use crate::limits::BulkPermit;
-use crate::pyjson::python_decode_error;
 use crate::state::GatewayState;
+use deermem_pycompat::json::python_decode_error;
 
 /// FastAPI's 400 detail for a body that is not text it can decode (invalid UTF-8) or that its
 /// parser gives up on (nesting too deep).
@@ -92,7 +92,7 @@ fn decode_json(bytes: &[u8]) -> Result<Value, GatewayError> {
         }
         Err(e) => {
             let (pos, msg) = match python_decode_error(text) {
-                Some(p) => (p.pos, p.msg.to_owned()),
+                Some(p) => (p.offset, p.message.to_owned()),
                 // Python would have accepted it (NaN, a lone surrogate): serde_json's words.
                 None => (error_offset(text, e.line(), e.column()), e.to_string()),
             };

@@ -37,7 +37,6 @@ pub mod listen;
 pub mod metrics;
 mod openapi;
 mod ops;
-mod pyjson;
 mod routes;
 mod schema;
 mod server;

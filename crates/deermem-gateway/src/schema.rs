@@ -185,7 +185,7 @@ impl Checker {
     fn any_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
         let f = match v {
             Value::Number(n) => n.as_f64(),
-            Value::String(s) => match deermem_core::py::parse_float(s) {
+            Value::String(s) => match deermem_pycompat::py::parse_float(s) {
                 Some(f) => Some(f),
                 None => {
                     self.push(

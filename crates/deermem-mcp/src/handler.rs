@@ -258,7 +258,7 @@ impl ServerHandler for MemoryMcpServer {
             return Err(answered(McpError::invalid_params(
                 format!(
                     "Unknown tool: {}. Available tools: {}, {MEMORY_CONTEXT}",
-                    deermem_core::py::prefix_chars(name, 200),
+                    deermem_pycompat::py::prefix_chars(name, 200),
                     tools::TOOL_NAMES.join(", ")
                 ),
                 None,
@@ -310,7 +310,7 @@ impl ServerHandler for MemoryMcpServer {
             return Err(answered(McpError::resource_not_found(
                 format!(
                     "Unknown resource: {}. Available: {FACTS_RESOURCE_URI}",
-                    deermem_core::py::prefix_chars(&request.uri, 200)
+                    deermem_pycompat::py::prefix_chars(&request.uri, 200)
                 ),
                 None,
             )));
@@ -339,7 +339,7 @@ impl ServerHandler for MemoryMcpServer {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
-        let method = deermem_core::py::prefix_chars(&request.method, 200);
+        let method = deermem_pycompat::py::prefix_chars(&request.method, 200);
         Err(answered(
             match invalid_params_message(&request.method, request.params.as_ref()) {
                 Some(message) => McpError::invalid_params(message, None),

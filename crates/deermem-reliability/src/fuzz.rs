@@ -25,8 +25,9 @@ use tower::ServiceExt as _;
 
 /// The names of the fuzz targets, as in `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/corpus/<name>/`.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "fact_markdown",
+    "yaml_codec",
     "manifest_json",
     "sidecar_json",
     "journal_json",
@@ -42,6 +43,7 @@ pub const TARGETS: [&str; 7] = [
 pub fn run(target: &str, data: &[u8]) {
     match target {
         "fact_markdown" => fact_markdown(data),
+        "yaml_codec" => yaml_codec(data),
         "manifest_json" => manifest_json(data),
         "sidecar_json" => sidecar_json(data),
         "journal_json" => journal_json(data),
@@ -105,6 +107,32 @@ fn check_fact_round_trip(fact: &Fact, u: &UserId, a: &AgentName) {
     );
 }
 
+/// The YAML 1.1 codec of `deermem-pycompat` on its own: typed errors only, whole documents of
+/// any shape included; whenever the fast path answers, it equals the full reader; a parsed
+/// mapping renders to YAML that parses back to the same mapping.
+pub fn yaml_codec(data: &[u8]) {
+    use deermem_pycompat::yaml;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = yaml::parse_document(text);
+    let full = yaml::parse_front_matter_full(text);
+    if let Some(fast) = yaml::parse_front_matter_fast(text) {
+        assert_eq!(Ok(&fast), full.as_ref(), "the fast path disagrees\n{text}");
+    }
+    let Ok(front) = full else {
+        return;
+    };
+    let rendered = yaml::render_mapping(&front.map)
+        .unwrap_or_else(|e| panic!("a parsed mapping does not render: {e}\n{text}"));
+    let back = yaml::parse_mapping(&rendered)
+        .unwrap_or_else(|e| panic!("rendered YAML does not parse: {e}\n{rendered}"));
+    assert_eq!(
+        back, front.map,
+        "render/parse round trip changed the mapping\n{rendered}"
+    );
+}
+
 /// The manifest reader and the lenient JSON reader behind every JSON file of the store:
 /// typed errors only, and the Python-style writer's output reads back to the same value.
 pub fn manifest_json(data: &[u8]) {
@@ -121,14 +149,14 @@ fn json_round_trip(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(value) = deermem_storage_file::json::parse_lenient(text) else {
+    let Ok(value) = deermem_pycompat::json::parse_lenient(text) else {
         return;
     };
-    let written = deermem_storage_file::json::to_python_json(&value);
-    let again = deermem_storage_file::json::parse_lenient(&written)
+    let written = deermem_pycompat::json::to_python_json(&value);
+    let again = deermem_pycompat::json::parse_lenient(&written)
         .unwrap_or_else(|e| panic!("our own JSON does not read back: {e}\n{written}"));
     assert!(
-        deermem_core::py::py_eq(&again, &value),
+        deermem_pycompat::py::py_eq(&again, &value),
         "JSON round trip changed the value\n{written}"
     );
 }

@@ -20,7 +20,7 @@ pub fn is_clarification_response(kwargs: &Map<String, Value>) -> bool {
     let non_blank = |k: &str| {
         r.get(k)
             .and_then(Value::as_str)
-            .is_some_and(|s| !deermem_core::py::strip(s).is_empty())
+            .is_some_and(|s| !deermem_pycompat::py::strip(s).is_empty())
     };
     let kind_ok = r.get("kind").and_then(Value::as_str) == Some("human_input_response");
     let response_ok = match r.get("response_kind").and_then(Value::as_str) {

@@ -8,7 +8,7 @@
 //! match, ranked first) OR'ed with each bigram (partial matches, ranked lower), which is how the
 //! reference's OR-of-words treats English.
 
-use deermem_core::py;
+use deermem_pycompat::py;
 
 use crate::cjk::{self, Segment};
 

@@ -27,7 +27,7 @@ impl Segmenter for JiebaSegmenter {
         jieba()
             .cut(run, true)
             .into_iter()
-            .filter(|w| !deermem_core::py::strip(w).is_empty())
+            .filter(|w| !deermem_pycompat::py::strip(w).is_empty())
             .collect()
     }
 }

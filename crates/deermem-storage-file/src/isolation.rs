@@ -790,7 +790,7 @@ fn read_scope(text: &str) -> Option<FrontMatterScope> {
     let rest = text.strip_prefix("---\n")?;
     let end_rel = rest.find("\n---\n")?;
     let (start, end) = (4, 4 + end_rel);
-    let map = crate::yaml::parse_mapping(text.get(start..end)?).ok()?;
+    let map = deermem_pycompat::yaml::parse_mapping(text.get(start..end)?).ok()?;
     Some(FrontMatterScope {
         start,
         end,
@@ -804,7 +804,7 @@ fn with_user(text: &str, scope: &FrontMatterScope, user: &UserId) -> Option<Stri
     let front = text.get(scope.start..scope.end)?;
     let mut entry = serde_json::Map::new();
     entry.insert("user_id".into(), Value::String(user.as_str().to_owned()));
-    let line = crate::yaml::render_mapping(&entry).ok()?;
+    let line = deermem_pycompat::yaml::render_mapping(&entry).ok()?;
     let mut lines: Vec<&str> = front.split('\n').collect();
     let existing = lines.iter().position(|l| {
         l.strip_prefix("user_id:")
@@ -815,8 +815,8 @@ fn with_user(text: &str, scope: &FrontMatterScope, user: &UserId) -> Option<Stri
         None => lines.push(line.as_str()),
     }
     let new_front = lines.join("\n");
-    let before = crate::yaml::parse_mapping(front).ok()?;
-    let mut after = crate::yaml::parse_mapping(&new_front).ok()?;
+    let before = deermem_pycompat::yaml::parse_mapping(front).ok()?;
+    let mut after = deermem_pycompat::yaml::parse_mapping(&new_front).ok()?;
     if after.get("user_id") != Some(&Value::String(user.as_str().to_owned())) {
         return None;
     }

@@ -5,13 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use deermem_core::{AgentName, FactId, py};
+use deermem_core::{AgentName, FactId};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::fsutil;
-use crate::json;
 use crate::paths::{RECOVERY_MANIFEST, UserDir};
+use deermem_pycompat::json;
 
 /// The journal state before any target is touched.
 pub(crate) const PREPARED: &str = "prepared";

@@ -13,7 +13,6 @@ mod fsutil;
 mod group;
 pub mod isolation;
 mod journal;
-pub mod json;
 mod lock;
 mod manifest;
 mod markdown;
@@ -25,7 +24,6 @@ pub mod run_journal;
 mod sidecar;
 mod storage;
 mod walk;
-pub mod yaml;
 
 pub use paths::resolve_root;
 pub use run_journal::{RunJournal, RunJournalOptions};

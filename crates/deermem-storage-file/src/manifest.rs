@@ -6,11 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use deermem_core::document::DOCUMENT_VERSION;
-use deermem_core::{MemoryDocument, SummarySection, Timestamp, py};
+use deermem_core::{MemoryDocument, SummarySection, Timestamp};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json;
+use deermem_pycompat::json;
 
 /// A parsed manifest.
 #[derive(Debug, Clone)]

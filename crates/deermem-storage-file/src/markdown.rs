@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::ids::safe_user_id;
-use deermem_core::{AgentName, Fact, FactDraft, Timestamp, UserId, py};
+use deermem_core::{AgentName, Fact, FactDraft, Timestamp, UserId};
+use deermem_pycompat::py;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::yaml;
+use deermem_pycompat::yaml;
 
 /// Front-matter keys whose values storage validates: an unquoted timestamp or a non-finite
 /// float there makes the fact invalid for the reference (PyYAML types them as `datetime` /

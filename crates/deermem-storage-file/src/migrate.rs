@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::{
-    AgentName, Fact, FactDraft, FactId, Scope, SummaryPatch, SummarySection, Timestamp, py,
+    AgentName, Fact, FactDraft, FactId, Scope, SummaryPatch, SummarySection, Timestamp,
 };
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 

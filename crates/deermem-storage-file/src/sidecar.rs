@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Result;
 use crate::fsutil;
-use crate::json;
+use deermem_pycompat::json;
 
 /// Reads a sidecar as JSON, or `None` (with a warning) when it is missing or unreadable.
 fn read_tolerant(path: &Path) -> Option<Value> {

@@ -17,6 +17,8 @@
 //! `storage_class: postgres`, `deermem db migrate` and `deermem migrate` between files and the
 //! database. Until then the facade does not offer it.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod config;
 mod error;
 mod repository;

@@ -23,7 +23,8 @@ use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, ScopedSearch, StorageCapabilities,
 };
 use deermem_core::search::{RebuildReport, RetrievalStatus, SearchHit, SearchQuery};
-use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId, py};
+use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 

@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::diff::change_set;
-use crate::json::decode_str;
 use crate::parse::{ProposedUpdate, normalize_update};
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{safe_add_days, select_stale_candidates};
 use crate::testutil::{fact, scope, ts};
+use deermem_pycompat::json::decode_str;
 
 const NOW: &str = "2026-06-01T00:00:00Z";
 

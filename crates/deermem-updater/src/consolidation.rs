@@ -8,7 +8,8 @@ use indexmap::IndexMap;
 
 use crate::facts::display_category;
 use crate::staleness::is_protected;
-use crate::text::{fmt2, html_escape};
+use crate::text::fmt2;
+use deermem_pycompat::py::html_escape;
 
 /// The group key of a fact: its displayed category, stripped; blank categories are not grouped.
 fn group_key(fact: &Fact) -> Option<&str> {

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use deermem_core::{ChangeSet, Fact, FactId, MemoryDocument, SummaryPatch, py};
+use deermem_core::{ChangeSet, Fact, FactId, MemoryDocument, SummaryPatch};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use crate::apply::ApplyOutcome;

@@ -5,7 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use deermem_core::{Message, MessageKind, py};
+use deermem_core::{Message, MessageKind};
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use crate::signals::{PatternSet, SignalSet};

@@ -3,12 +3,14 @@
 //! rest by confidence under `max_injection_tokens`, and structure-aware truncation that shortens
 //! the summaries before it would ever cut a fact.
 
-use deermem_core::{DeerMemConfig, Fact, MemoryDocument, MemoryMode, SummarySection, py};
+use deermem_core::{DeerMemConfig, Fact, MemoryDocument, MemoryMode, SummarySection};
+use deermem_pycompat::py;
 use serde_json::Value;
 
 use crate::facts::display_category;
-use crate::text::{fmt2, html_escape};
+use crate::text::fmt2;
 use crate::tokens::TokenCounter;
+use deermem_pycompat::py::html_escape;
 
 /// How the injection text is built.
 #[derive(Clone, Debug, PartialEq)]

@@ -24,7 +24,6 @@ mod diff;
 mod facts;
 mod filter;
 mod inject;
-mod json;
 mod observe;
 mod offline;
 mod parse;

@@ -14,7 +14,8 @@
 
 use std::sync::OnceLock;
 
-use deermem_core::{Fact, MemoryDocument, Message, MessageKind, py};
+use deermem_core::{Fact, MemoryDocument, Message, MessageKind};
+use deermem_pycompat::py;
 use regex::Regex;
 
 use crate::parse::{ProposedFact, ProposedUpdate, RemovalEntry, ReplacementRef};

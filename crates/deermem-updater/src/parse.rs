@@ -11,9 +11,9 @@ use serde::Serialize;
 #[cfg(test)]
 use serde_json::Value;
 
-use crate::json::{Budget, DecodeError, PyJson, decode_prefix};
 use crate::text::normalize_label;
-use deermem_core::py;
+use deermem_pycompat::json::{Budget, ErrorKind, PyJson, decode_prefix};
+use deermem_pycompat::py;
 
 /// Responses longer than this are refused (no model answer to a memory prompt is this large).
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -283,7 +283,7 @@ pub fn parse_update_response(response: &str) -> Result<ProposedUpdate, ParseErro
                 }
             }
             Ok(_) => {}
-            Err(DecodeError::BudgetExhausted) => return Err(ParseError::TooComplex),
+            Err(e) if e.kind == ErrorKind::BudgetExhausted => return Err(ParseError::TooComplex),
             Err(_) => {}
         }
     }

@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use deermem_core::ports::ChatMessage;
 use deermem_core::{
-    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp, py,
+    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp,
 };
+use deermem_pycompat::{json, py};
 use lru::LruCache;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::consolidation::{
@@ -21,9 +23,7 @@ use crate::consolidation::{
 };
 use crate::signals::{Signal, SignalSet};
 use crate::staleness::{select_stale_candidates, staleness_lines};
-use crate::text::{
-    FormatError, Member, format_template, html_escape, write_pretty_escaped_members,
-};
+use crate::text::{FormatError, format_template};
 use crate::uploads;
 
 /// The chat template file.
@@ -115,10 +115,11 @@ pub(crate) fn parse_template(path: &Path, text: &str) -> Result<Template, Prompt
         path: path.to_owned(),
         message: m.to_owned(),
     };
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| invalid(&format!("not valid YAML: {e}")))?;
+    // Read as DeerFlow's PyYAML reads it (YAML 1.1).
+    let doc = deermem_pycompat::yaml::parse_document(text)
+        .map_err(|e| invalid(&format!("not valid YAML: {e}")))?;
     let map = doc
-        .as_mapping()
+        .as_object()
         .ok_or_else(|| invalid("the top level must be a mapping"))?;
     let format = match map.get("format") {
         None => {
@@ -136,17 +137,17 @@ pub(crate) fn parse_template(path: &Path, text: &str) -> Result<Template, Prompt
         "chat" => {
             let msgs = map
                 .get("messages")
-                .and_then(serde_yaml::Value::as_sequence)
+                .and_then(serde_json::Value::as_array)
                 .ok_or_else(|| invalid("a chat template needs a `messages` list"))?;
             let mut out = Vec::new();
             for (i, m) in msgs.iter().enumerate() {
                 let role = m
                     .get("role")
-                    .and_then(serde_yaml::Value::as_str)
+                    .and_then(serde_json::Value::as_str)
                     .ok_or_else(|| invalid(&format!("message {i} needs a string `role`")))?;
                 let content = m
                     .get("content")
-                    .and_then(serde_yaml::Value::as_str)
+                    .and_then(serde_json::Value::as_str)
                     .ok_or_else(|| invalid(&format!("message {i} needs a string `content`")))?;
                 let role = if role == "system" {
                     TemplateRole::System
@@ -163,7 +164,7 @@ pub(crate) fn parse_template(path: &Path, text: &str) -> Result<Template, Prompt
         "text" => {
             let t = map
                 .get("template")
-                .and_then(serde_yaml::Value::as_str)
+                .and_then(serde_json::Value::as_str)
                 .ok_or_else(|| invalid("a text template needs a string `template`"))?;
             Ok(Template::Text(t.to_owned()))
         }
@@ -497,24 +498,30 @@ pub(crate) fn current_memory_json(memory: &MemoryDocument) -> String {
             fm
         })
         .collect();
-    // The layout of `json_dumps_pretty_escaped` over the same object, written from borrowed
-    // parts (no copy of the summaries, no intermediate array).
-    let version = Value::String(memory.version.clone());
-    let revision = Value::from(memory.revision);
-    let last_updated = Value::String(memory.last_updated.clone());
-    let mut out = String::with_capacity(512 + facts.len() * 512);
-    write_pretty_escaped_members(
-        &[
-            ("version", Member::Value(&version)),
-            ("revision", Member::Value(&revision)),
-            ("lastUpdated", Member::Value(&last_updated)),
-            ("user", Member::Map(memory.user.as_map())),
-            ("history", Member::Map(memory.history.as_map())),
-            ("facts", Member::Maps(&facts)),
-        ],
-        &mut out,
-    );
-    out
+    // `json.dumps(snapshot, indent=2, ensure_ascii=False)` of the HTML-escaped object, written
+    // from borrowed parts (no copy of the summaries, no intermediate array).
+    let snapshot = Snapshot {
+        version: &memory.version,
+        revision: memory.revision,
+        last_updated: &memory.last_updated,
+        user: memory.user.as_map(),
+        history: memory.history.as_map(),
+        facts: &facts,
+    };
+    // Borrowed strings, integers and JSON maps always serialise.
+    json::dumps_html_escaped(&snapshot).unwrap_or_default()
+}
+
+/// The memory snapshot the prompt shows, in the reference's key order.
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    version: &'a str,
+    revision: u64,
+    #[serde(rename = "lastUpdated")]
+    last_updated: &'a str,
+    user: &'a Map<String, Value>,
+    history: &'a Map<String, Value>,
+    facts: &'a [Map<String, Value>],
 }
 
 fn turn_text(msg: &Message) -> String {
@@ -569,7 +576,7 @@ pub(crate) fn format_conversation(feed: &[Message]) -> String {
         }
         lines.push(format!(
             "{prefix}{}",
-            html_escape(&shorten(&content), false)
+            py::html_escape(&shorten(&content), false)
         ));
     }
     lines.join("\n\n")
@@ -793,7 +800,7 @@ mod tests {
         );
     }
 
-    /// The borrowed writer produces exactly `json_dumps_pretty_escaped` of the whole object.
+    /// The borrowed snapshot is written exactly as the HTML-escaped dump of the whole object.
     #[test]
     fn memory_json_equals_the_escaped_dump_of_the_document_object() {
         let mut d = doc(vec![
@@ -827,14 +834,15 @@ mod tests {
         m.insert("facts".into(), Value::Array(facts));
         assert_eq!(
             current_memory_json(&d),
-            crate::text::json_dumps_pretty_escaped(&Value::Object(m))
+            json::dumps_html_escaped(&Value::Object(m)).unwrap()
         );
         assert_eq!(
             current_memory_json(&doc(vec![])),
-            crate::text::json_dumps_pretty_escaped(&json!({
+            json::dumps_html_escaped(&json!({
                 "version": d.version, "revision": d.revision, "lastUpdated": d.last_updated,
                 "user": d.user.as_map(), "history": d.history.as_map(), "facts": []
             }))
+            .unwrap()
         );
     }
 

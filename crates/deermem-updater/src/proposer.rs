@@ -213,7 +213,7 @@ impl Proposer for OfflineProposer {
         if req
             .feed
             .iter()
-            .all(|m| deermem_core::py::strip(&m.text()).is_empty())
+            .all(|m| deermem_pycompat::py::strip(&m.text()).is_empty())
         {
             return Ok(None);
         }

@@ -5,9 +5,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use deermem_core::{Message, MessageKind, py};
+use deermem_core::{Message, MessageKind};
+use deermem_pycompat::py;
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// How many of the most recent messages (any role) the "recent" detection looks at.
 pub(crate) const SIGNAL_WINDOW: usize = 6;
@@ -342,17 +344,18 @@ impl PatternSet {
 /// Invalid YAML, a top level that is not a list, or a regex that does not compile.
 pub(crate) fn parse_pattern_file(path: &Path, text: &str) -> Result<Vec<Regex>, PatternError> {
     let full_match = path.file_stem().is_some_and(|s| s == TRIVIAL_FILE);
-    let doc: serde_yaml::Value = if text.trim().is_empty() {
-        serde_yaml::Value::Null
+    // Read as DeerFlow's PyYAML reads it (YAML 1.1: an unquoted `yes` is a boolean).
+    let doc = if text.trim().is_empty() {
+        Value::Null
     } else {
-        serde_yaml::from_str(text).map_err(|e| PatternError::Yaml {
+        deermem_pycompat::yaml::parse_document(text).map_err(|e| PatternError::Yaml {
             path: path.to_owned(),
             message: e.to_string(),
         })?
     };
     let entries = match doc {
-        serde_yaml::Value::Null => return Ok(Vec::new()),
-        serde_yaml::Value::Sequence(s) => s,
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(s) => s,
         _ => {
             return Err(PatternError::NotAList {
                 path: path.to_owned(),
@@ -362,15 +365,15 @@ pub(crate) fn parse_pattern_file(path: &Path, text: &str) -> Result<Vec<Regex>, 
     let mut out = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         let (pattern, ignore_case) = match entry {
-            serde_yaml::Value::String(s) => (s.clone(), false),
-            serde_yaml::Value::Mapping(m) => {
+            Value::String(s) => (s.clone(), false),
+            Value::Object(m) => {
                 let pattern = m
                     .get("pattern")
-                    .and_then(serde_yaml::Value::as_str)
+                    .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned();
                 let mut ignore_case = false;
-                if let Some(flags) = m.get("flags").and_then(serde_yaml::Value::as_sequence) {
+                if let Some(flags) = m.get("flags").and_then(Value::as_array) {
                     for flag in flags {
                         match flag.as_str() {
                             Some(f) if f.eq_ignore_ascii_case("ignorecase") => ignore_case = true,

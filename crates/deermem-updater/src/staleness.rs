@@ -5,7 +5,8 @@ use deermem_core::{DeerMemConfig, Fact, Timestamp};
 use serde_json::Value;
 
 use crate::facts::display_category;
-use crate::text::{fmt2, html_escape};
+use crate::text::fmt2;
+use deermem_pycompat::py::html_escape;
 
 /// Python's `timedelta` limit in days.
 pub(crate) const MAX_TIMEDELTA_DAYS: i128 = 999_999_999;

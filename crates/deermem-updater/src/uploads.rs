@@ -48,7 +48,7 @@ pub(crate) fn mentions_upload_block(text: &str) -> bool {
 
 /// Removes every upload block (case-insensitive tags) and strips the remainder.
 pub(crate) fn strip_upload_blocks(text: &str) -> String {
-    deermem_core::py::strip(&upload_block_re().replace_all(text, "")).to_owned()
+    deermem_pycompat::py::strip(&upload_block_re().replace_all(text, "")).to_owned()
 }
 
 /// Removes upload-event sentences from a summary and collapses runs of spaces.
@@ -61,7 +61,7 @@ pub(crate) fn strip_upload_sentences(summary: &str) -> String {
         let lead = m.len() - m.trim_start().len();
         m[..lead].to_owned()
     });
-    let stripped = deermem_core::py::strip(&removed);
+    let stripped = deermem_pycompat::py::strip(&removed);
     multi_space_re().replace_all(stripped, " ").into_owned()
 }
 

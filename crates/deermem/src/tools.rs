@@ -13,7 +13,8 @@ use deermem_core::fact::{
 };
 use deermem_core::ports::MemoryManagerExt as _;
 use deermem_core::ports::{FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest};
-use deermem_core::{ManagerError, MemoryConfig, MemoryMode, py};
+use deermem_core::{ManagerError, MemoryConfig, MemoryMode};
+use deermem_pycompat::py;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 

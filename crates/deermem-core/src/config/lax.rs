@@ -253,7 +253,7 @@ pub fn to_float(v: &Value) -> Option<f64> {
     match v {
         Value::Bool(b) => Some(f64::from(u8::from(*b))),
         Value::Number(n) => n.as_f64(),
-        Value::String(s) => crate::py::parse_float(s),
+        Value::String(s) => deermem_pycompat::py::parse_float(s),
         _ => None,
     }
 }
@@ -326,7 +326,7 @@ pub fn scalar_str<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = Value::deserialize(d)?;
     match v {
         Value::String(s) => Ok(s),
-        Value::Bool(_) | Value::Number(_) => crate::py::py_str(&v)
+        Value::Bool(_) | Value::Number(_) => deermem_pycompat::py::py_str(&v)
             .ok_or_else(|| D::Error::custom(format!("must be a string (got {v})"))),
         _ => Err(D::Error::custom(format!("must be a string (got {v})"))),
     }

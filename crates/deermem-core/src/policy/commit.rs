@@ -12,8 +12,8 @@ use crate::document::{ChangeSet, SummaryPatch, SummarySection};
 use crate::error::StorageError;
 use crate::fact::{Fact, FactDraft, FactScope, NormalizeContext, normalize_fact};
 use crate::ids::{AgentName, FactId};
-use crate::py;
 use crate::time::Timestamp;
+use deermem_pycompat::py;
 
 /// What to commit to one user (and agent).
 #[derive(Debug, Default, Clone)]

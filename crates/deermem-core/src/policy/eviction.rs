@@ -171,7 +171,7 @@ pub fn access_heat(entry: Option<&Value>, now: Timestamp, half_life: f64) -> f64
     };
     let heat = match e.get("accessHeat") {
         Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => crate::py::parse_float(s),
+        Some(Value::String(s)) => deermem_pycompat::py::parse_float(s),
         _ => None,
     };
     let Some(heat) = heat.filter(|h| h.is_finite() && *h > 0.0) else {

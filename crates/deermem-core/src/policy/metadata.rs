@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use crate::policy::eviction::{EvictionDecision, FactUsageMap};
-use crate::py;
 use crate::time::Timestamp;
+use deermem_pycompat::py;
 
 /// The usage map a stored value reads as: entries with object values (others are dropped); a
 /// value that is not an object reads as empty.

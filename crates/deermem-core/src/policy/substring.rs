@@ -5,8 +5,8 @@
 
 use crate::fact::Fact;
 use crate::policy::eviction::bounded_confidence;
-use crate::py;
 use crate::search::{MatchType, SearchHit, SearchQuery};
+use deermem_pycompat::py;
 
 /// How a category filter compares with a fact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -165,7 +165,7 @@ pub struct MemoryContext {
 /// Wraps a context body the way the host injects it: `"<memory>\n{body}\n</memory>\n"`, or
 /// nothing for a blank body. Returns the block and its SHA-256.
 pub fn wrap_memory_block(body: &str) -> MemoryContext {
-    let trimmed = crate::py::strip(body);
+    let trimmed = deermem_pycompat::py::strip(body);
     if trimmed.is_empty() {
         return MemoryContext {
             body: body.to_owned(),

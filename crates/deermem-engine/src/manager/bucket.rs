@@ -8,8 +8,9 @@ use deermem_core::ports::MemoryScope;
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode,
     MAX_IMPORT_FACTS, ManagerError, PublicMemoryDocument, Scope, StorageError, SummaryPatch,
-    UserId, py,
+    UserId,
 };
+use deermem_pycompat::py;
 
 use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};

@@ -9,8 +9,9 @@ use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::ports::{FactPatch, MemoryScope, NewFact};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactScope, InvalidInputCode,
-    ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId, py,
+    ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId,
 };
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};

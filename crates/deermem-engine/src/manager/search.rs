@@ -9,8 +9,9 @@ use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{ScoredFact, SearchRequest};
 use deermem_core::{
     AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
-    SearchQuery, UserId, py,
+    SearchQuery, UserId,
 };
+use deermem_pycompat::py;
 use lru::LruCache;
 
 use super::DeerMemManager;

@@ -16,8 +16,9 @@ use deermem_core::ports::{
 };
 use deermem_core::{
     DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, InvalidInputCode, ManagerError, MemoryMode, PublicFact,
-    PublicMemoryDocument, py,
+    PublicMemoryDocument,
 };
+use deermem_pycompat::py;
 use serde_json::Value;
 
 type Key = (String, String);

@@ -66,7 +66,7 @@ proptest! {
 
     #[test]
     fn pure_targets_survive_generated_input(data in prop::collection::vec(any::<u8>(), 0..512), shaped in shaped()) {
-        for target in ["fact_markdown", "manifest_json", "llm_response", "fts_query"] {
+        for target in ["fact_markdown", "yaml_codec", "manifest_json", "llm_response", "fts_query"] {
             run(target, &data);
             run(target, &shaped);
         }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use deermem_core::document::DOCUMENT_VERSION;
 use deermem_core::policy::commit::{self, CurrentRecord, Decision, StoredFact};
-use deermem_core::{Fact, FactId, Scope, SummarySection, Timestamp, py};
+use deermem_core::{Fact, FactId, Scope, SummarySection, Timestamp};
+use deermem_pycompat::py;
 
 use super::{CommitRequest, Committed};
 use crate::error::{Error, Result};

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use deermem_core::ports::{FactRepository, ListQuery, ScopedSearch, StorageCapabilities};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, StorageError,
-    UserId, py,
+    UserId,
 };
+use deermem_pycompat::py;
 
 use super::FileMemoryStorage;
 use super::write::{ClearProgress, prepare_changes};

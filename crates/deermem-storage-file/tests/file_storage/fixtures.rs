@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use deermem_core::{AgentName, Fact, UserId, py};
+use deermem_core::{AgentName, Fact, UserId};
+use deermem_pycompat::py;
 use serde_json::Value;
 
 use crate::support::*;
@@ -100,12 +101,8 @@ async fn v2_root_files_rewrite_byte_identically() {
     let mut json_files = 0;
     for (rel, bytes) in files.iter().filter(|(k, _)| k.ends_with(".json")) {
         let text = std::str::from_utf8(bytes).unwrap();
-        let v = deermem_storage_file::json::parse_lenient(text).unwrap();
-        assert_eq!(
-            deermem_storage_file::json::to_python_json(&v),
-            text,
-            "{rel}"
-        );
+        let v = deermem_pycompat::json::parse_lenient(text).unwrap();
+        assert_eq!(deermem_pycompat::json::to_python_json(&v), text, "{rel}");
         json_files += 1;
     }
     assert!(json_files >= 20);

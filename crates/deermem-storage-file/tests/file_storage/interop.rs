@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deermem_core::policy::eviction::{EvictedFact, EvictionDecision, EvictionPolicy};
-use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch, py};
+use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch};
+use deermem_pycompat::py;
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::{Value, json};
 
@@ -166,7 +167,7 @@ async fn files_we_write_read_back_identically_in_python() {
     // JSON files: identical values.
     for (rel, theirs) in py_view["json"].as_object().unwrap() {
         let text = std::fs::read_to_string(tmp.path().join(rel)).unwrap();
-        let ours = deermem_storage_file::json::parse_lenient(&text).unwrap();
+        let ours = deermem_pycompat::json::parse_lenient(&text).unwrap();
         assert!(py::py_eq(&ours, theirs), "{rel}");
     }
     assert!(

@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use deermem_core::ports::Retrieval;
 use deermem_core::{
     AgentName, Fact, FactDraft, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
-    SearchQuery, UserId, py,
+    SearchQuery, UserId,
 };
+use deermem_pycompat::py;
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use serde_json::{Value, json};

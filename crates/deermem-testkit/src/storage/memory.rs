@@ -20,8 +20,9 @@ use deermem_core::ports::{
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, RebuildReport,
     RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp,
-    UserId, py,
+    UserId,
 };
+use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 #[derive(Debug, Default, Clone)]

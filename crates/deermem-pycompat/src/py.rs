@@ -1,5 +1,6 @@
 //! Python string and value semantics the reference's behaviour depends on: `str.strip()`,
-//! `str.splitlines()`, `casefold()`, `float()` parsing, truthiness and `==` between JSON values.
+//! `str.splitlines()`, `casefold()`, `float()` parsing, truthiness and `==` between JSON values,
+//! float `repr`, `html.escape`.
 //!
 //! Rust's `trim()` and `lines()` differ from Python's in small ways that decide whether a write
 //! counts as a change, so every port-visible place uses these helpers instead.
@@ -229,6 +230,34 @@ pub fn float_repr(f: f64) -> String {
     }
 }
 
+/// `html.escape(s, quote)`: `&`, `<`, `>` always; `"` and `'` too when `quote` is true.
+pub fn html_escape(s: &str, quote: bool) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        // Every escaped character is ASCII, so `i` is always a char boundary here.
+        if let Some(entity) = html_entity(b, quote) {
+            out.push_str(&s[start..i]);
+            out.push_str(entity);
+            start = i + 1;
+        }
+    }
+    out.push_str(&s[start..]);
+    out
+}
+
+/// The entity `html.escape(.., quote)` puts for one byte, if any.
+pub fn html_entity(b: u8, quote: bool) -> Option<&'static str> {
+    match b {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'"' if quote => Some("&quot;"),
+        b'\'' if quote => Some("&#x27;"),
+        _ => None,
+    }
+}
+
 /// Python `str()` of a JSON scalar (used where the reference stringifies ids).
 pub fn py_str(v: &Value) -> Option<String> {
     match v {
@@ -259,6 +288,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn html_escape_matches_python() {
+        assert_eq!(
+            html_escape("a&b<c>\"d'", true),
+            "a&amp;b&lt;c&gt;&quot;d&#x27;"
+        );
+        assert_eq!(html_escape("a&b<c>\"d'", false), "a&amp;b&lt;c&gt;\"d'");
+        assert_eq!(html_escape("&amp;", false), "&amp;amp;");
+    }
 
     #[test]
     fn strip_uses_python_whitespace() {

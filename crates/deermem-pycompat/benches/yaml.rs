@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use deermem_storage_file::yaml::{
+use deermem_pycompat::yaml::{
     parse_front_matter, parse_front_matter_fast, parse_front_matter_full, render_mapping,
 };
 

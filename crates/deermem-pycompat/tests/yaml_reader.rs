@@ -183,3 +183,27 @@ fn malformed_input_is_a_typed_error_with_a_line() {
         );
     }
 }
+
+/// Whole documents of any shape, as configuration loading reads them.
+#[test]
+fn documents_of_any_shape_read_like_safe_load() {
+    use deermem_pycompat::yaml::parse_document;
+    assert_eq!(parse_document("").unwrap(), json!(null));
+    assert_eq!(parse_document("# only a comment\n").unwrap(), json!(null));
+    assert_eq!(
+        parse_document("- on\n- off\n- 0x1f\n- 1:30\n- '1:30'\n").unwrap(),
+        json!([true, false, 31, 90, "1:30"])
+    );
+    assert_eq!(parse_document("12").unwrap(), json!(12));
+    let v = parse_document(
+        "memory:\n  enabled: Yes\n  max_facts: 1_000\n  mode: 017\n  alt: 0o17\n  ratio: .5\n  ttl: .inf\n  since: 2026-01-02\n  1: one\n  ~: none\n",
+    )
+    .unwrap();
+    assert_eq!(
+        v,
+        json!({"memory": {"enabled": true, "max_facts": 1000, "mode": 15, "alt": "0o17", "ratio": 0.5,
+               "ttl": ".inf", "since": "2026-01-02", "1": "one", "null": "none"}})
+    );
+    assert!(parse_document("a: [1\n").is_err());
+    assert!(parse_document("? [a]\n: 1\n").is_err());
+}

@@ -1,4 +1,5 @@
-//! YAML front-matter codec of the file storage, compatible with PyYAML in both directions.
+//! The YAML 1.1 codec, compatible with PyYAML in both directions: the fact files' front matter
+//! and, through [`parse_document`], any YAML document DeerFlow's PyYAML reads (configuration).
 //!
 //! DeerMem fact files start with a YAML block that the Python reference writes with
 //! `yaml.safe_dump(metadata, allow_unicode=True, sort_keys=False)` and reads with
@@ -123,6 +124,28 @@ pub fn parse_front_matter_fast(text: &str) -> Option<FrontMatter> {
 /// [`parse_front_matter`] falls back to. Public for the agreement tests and benchmarks.
 pub fn parse_front_matter_full(text: &str) -> Result<FrontMatter, YamlError> {
     read::parse(text)
+}
+
+/// Parses any YAML 1.1 document the way PyYAML's `yaml.safe_load` reads it, as a JSON value:
+/// `Null` for an empty document, and any top level (mapping, sequence, scalar). Plain scalars
+/// are typed by the YAML 1.1 resolver (`yes`/`on` are `true`, `017` is 15 but `0o17` a string,
+/// `1_000` is 1000, `~` is null). Mapping keys become strings as the fact files need them: the text
+/// `json.dumps` writes for a non-string key (`1` is `"1"`, `yes` is `"true"`, `~` is `"null"`,
+/// `1.5` is `"1.5"`); a sequence or mapping as a key is an error.
+/// Two PyYAML types JSON cannot hold are kept as text: an unquoted timestamp keeps its
+/// original text, and a non-finite float becomes `".nan"`, `".inf"` or `"-.inf"`.
+///
+/// Errors and limits are the front-matter reader's ([`MAX_DEPTH`], [`MAX_ALIAS_NODES`]).
+///
+/// ```
+/// use deermem_pycompat::yaml::parse_document;
+/// use serde_json::json;
+///
+/// let v = parse_document("memory:\n  enabled: yes\n  mode: 017\n  alt: 0o17\n  name: ~\n").unwrap();
+/// assert_eq!(v, json!({"memory": {"enabled": true, "mode": 15, "alt": "0o17", "name": null}}));
+/// ```
+pub fn parse_document(text: &str) -> Result<Value, YamlError> {
+    read::parse_document(text)
 }
 
 /// Parses a YAML front-matter block (the text between the `---` lines) the way PyYAML's

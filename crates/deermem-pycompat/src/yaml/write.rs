@@ -531,7 +531,7 @@ pub(crate) fn float_text(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { ".inf" } else { "-.inf" }.to_owned();
     }
-    let repr = deermem_core::py::float_repr(f).to_lowercase();
+    let repr = crate::py::float_repr(f).to_lowercase();
     if !repr.contains('.') && repr.contains('e') {
         repr.replacen('e', ".0e", 1)
     } else {

@@ -252,7 +252,7 @@ pub(crate) fn construct_float(value: &str) -> Option<f64> {
 
 /// Python's `float()` on the digit strings the YAML float pattern lets through.
 fn python_float(s: &str) -> Option<f64> {
-    deermem_core::py::parse_float(s)
+    crate::py::parse_float(s)
 }
 
 /// PyYAML's `construct_yaml_bool` (explicit `!!bool` accepts any case of the six words).

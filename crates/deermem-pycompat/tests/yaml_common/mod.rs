@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 /// The codec under test.
-pub use deermem_storage_file::yaml;
+pub use deermem_pycompat::yaml;
 
 use yaml::FrontMatter;
 
@@ -104,7 +104,7 @@ fn mark_path(v: &mut Value, path: &[&str], marker: &dyn Fn(&Value) -> Value) {
 pub fn floats_marked(v: &Value) -> Value {
     match v {
         Value::Number(n) if n.is_f64() => {
-            json!({"__float__": deermem_core::py::float_repr(n.as_f64().unwrap_or(f64::NAN))})
+            json!({"__float__": deermem_pycompat::py::float_repr(n.as_f64().unwrap_or(f64::NAN))})
         }
         Value::Array(a) => Value::Array(a.iter().map(floats_marked).collect()),
         Value::Object(m) => Value::Object(
@@ -154,7 +154,12 @@ pub fn python_front_matter(loaded: &Value) -> Value {
 
 /// Every fact file of the Python fixtures, sorted.
 pub fn fixture_fact_files() -> Vec<PathBuf> {
-    let root = deermem_testkit::fixtures::python_deermem();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/python-deermem");
+    assert!(
+        root.join("expected.json").is_file(),
+        "the reference fixtures are missing at {}",
+        root.display()
+    );
     let mut out = Vec::new();
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {

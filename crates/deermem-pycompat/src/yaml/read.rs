@@ -89,8 +89,9 @@ fn check_printable(text: &str) -> Result<(), YamlError> {
     Ok(())
 }
 
-/// Parses front-matter text into a [`FrontMatter`].
-pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
+/// The node tree of the one document in `text`, read as PyYAML's reader and composer do
+/// (`None` for an empty stream).
+fn compose_document(text: &str) -> Result<Option<Node>, YamlError> {
     check_printable(text)?;
     // YAML 1.1 (PyYAML) reads a raw NEL as a line break everywhere, exactly like `\n`; yaml-rust2
     // follows YAML 1.2, where it is content. Substituting it gives PyYAML's values (including
@@ -100,7 +101,21 @@ pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
     } else {
         std::borrow::Cow::Borrowed(text)
     };
-    let root = compose(&text)?;
+    compose(&text)
+}
+
+/// Parses any YAML 1.1 document into a JSON value (`Null` for an empty stream).
+pub(crate) fn parse_document(text: &str) -> Result<Value, YamlError> {
+    let Some(root) = compose_document(text)? else {
+        return Ok(Value::Null);
+    };
+    let (mut ts, mut nf) = (Vec::new(), Vec::new());
+    Ok(convert(root, &mut Vec::new(), &mut ts, &mut nf))
+}
+
+/// Parses front-matter text into a [`FrontMatter`].
+pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
+    let root = compose_document(text)?;
     let root = match root {
         None => return Ok(FrontMatter::default()),
         Some(root) => root,
@@ -119,7 +134,7 @@ pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
         }
         // The reference reads `yaml.safe_load(front) or {}`: every falsy value is an empty mapping.
         Node::Seq(items) if items.is_empty() => Ok(fm),
-        Node::Leaf(v, Special::None) if !deermem_core::py::truthy(&v) => Ok(fm),
+        Node::Leaf(v, Special::None) if !crate::py::truthy(&v) => Ok(fm),
         _ => Err(YamlError::new("front matter is not a mapping", Some(1))),
     }
 }
@@ -364,7 +379,7 @@ fn key_string(node: Node, mark: &Marker) -> Result<String, YamlError> {
         Node::Leaf(Value::Null, _) => Ok("null".to_owned()),
         Node::Leaf(Value::Bool(b), _) => Ok(if b { "true" } else { "false" }.to_owned()),
         Node::Leaf(Value::Number(n), _) => Ok(match n.as_f64() {
-            Some(f) if n.is_f64() => deermem_core::py::float_repr(f),
+            Some(f) if n.is_f64() => crate::py::float_repr(f),
             _ => n.to_string(),
         }),
         Node::Leaf(other, _) => Ok(other.to_string()),
