@@ -6,7 +6,6 @@
 //! The figures, and why `body.rs` stays, are in docs/benchmarks.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
 #![allow(dead_code)]
 
 #[path = "../src/body.rs"]

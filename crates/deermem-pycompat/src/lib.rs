@@ -14,7 +14,6 @@
 //! another DeerMem crate (the core depends on it). `cargo xtask tidy` checks both.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
-
 #![deny(missing_docs)]
 
 pub mod json;
