@@ -65,19 +65,19 @@ impl CursorState {
         }
     }
 
-    fn check(&self, workspace: &str, session: &str) -> Result<(), String> {
+    fn check(&self, workspace: &str, session: &str) -> Result<(), CursorDefect> {
         if self.schema_version != SCHEMA_VERSION {
-            return Err(format!("unknown schema_version {}", self.schema_version));
+            return Err(CursorDefect::SchemaVersion(self.schema_version));
         }
         if self.workspace != workspace || self.session != session {
-            return Err("the cursor belongs to another workspace or session".into());
+            return Err(CursorDefect::OtherSession);
         }
         let hex_ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
         if !hex_ok(&self.prefix_digest, 64) {
-            return Err("prefix_digest is not a SHA-256 hex digest".into());
+            return Err(CursorDefect::PrefixDigest);
         }
         if self.recent.len() > MAX_RECENT || !self.recent.iter().all(|s| hex_ok(s, 32)) {
-            return Err("recent holds something other than message signatures".into());
+            return Err(CursorDefect::Recent);
         }
         Ok(())
     }
@@ -112,6 +112,19 @@ pub(crate) fn plan(state: &CursorState, sigs: &[String]) -> Plan {
             .map(|(i, _)| i)
             .collect(),
     }
+}
+
+/// What makes a readable cursor file unusable for its session.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CursorDefect {
+    #[error("unknown schema_version {0}")]
+    SchemaVersion(u32),
+    #[error("the cursor belongs to another workspace or session")]
+    OtherSession,
+    #[error("prefix_digest is not a SHA-256 hex digest")]
+    PrefixDigest,
+    #[error("recent holds something other than message signatures")]
+    Recent,
 }
 
 /// A cursor that cannot be used.
@@ -182,7 +195,7 @@ impl CursorStore {
             serde_json::from_slice(&bytes).map_err(|e| corrupt(path.clone(), e.to_string()))?;
         state
             .check(workspace, session)
-            .map_err(|reason| corrupt(path, reason))?;
+            .map_err(|defect| corrupt(path, defect.to_string()))?;
         Ok(state)
     }
 

@@ -151,7 +151,7 @@ pub(crate) enum Command {
     },
 }
 
-fn parse_origin(s: &str) -> Result<String, String> {
+fn parse_origin(s: &str) -> Result<String, deermem_mcp::InvalidOrigin> {
     deermem_mcp::check_cors_origin(s).map(|()| s.to_owned())
 }
 

@@ -77,18 +77,32 @@ impl Default for HttpOptions {
     }
 }
 
+/// A CORS origin option that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidOrigin {
+    /// No `scheme://`.
+    #[error(
+        "{0:?} is not an origin: expected scheme://host[:port] (e.g. http://localhost:6274) or *"
+    )]
+    NotAnOrigin(String),
+    /// A bad scheme or host, or a path, query or fragment after the host.
+    #[error("{0:?} is not an origin: expected scheme://host[:port] with no path")]
+    Malformed(String),
+    /// Not sendable in a header.
+    #[error("{0:?} is not a valid header value")]
+    NotAHeaderValue(String),
+}
+
 /// Checks one CORS origin option: `*`, or `scheme://host[:port]` with nothing after it.
 ///
 /// # Errors
-/// A message saying what is wrong with `origin`.
-pub fn check_cors_origin(origin: &str) -> Result<(), String> {
+/// [`InvalidOrigin`] saying what is wrong with `origin`.
+pub fn check_cors_origin(origin: &str) -> Result<(), InvalidOrigin> {
     if origin == "*" {
         return Ok(());
     }
     let Some((scheme, rest)) = origin.split_once("://") else {
-        return Err(format!(
-            "{origin:?} is not an origin: expected scheme://host[:port] (e.g. http://localhost:6274) or *"
-        ));
+        return Err(InvalidOrigin::NotAnOrigin(origin.to_owned()));
     };
     let valid_scheme = !scheme.is_empty()
         && scheme
@@ -98,13 +112,11 @@ pub fn check_cors_origin(origin: &str) -> Result<(), String> {
         && !rest.contains(['/', '?', '#'])
         && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
     if !valid_scheme || !valid_host {
-        return Err(format!(
-            "{origin:?} is not an origin: expected scheme://host[:port] with no path"
-        ));
+        return Err(InvalidOrigin::Malformed(origin.to_owned()));
     }
     HeaderValue::from_str(origin)
         .map(|_| ())
-        .map_err(|_| format!("{origin:?} is not a valid header value"))
+        .map_err(|_| InvalidOrigin::NotAHeaderValue(origin.to_owned()))
 }
 
 /// The MCP endpoint at `/mcp` with default options: each request acts for the user its bearer

@@ -24,7 +24,7 @@ pub use handler::{
     MemoryMcpServer,
 };
 pub use http::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, TokenAuth, check_cors_origin, http_router,
-    http_router_with, serve_http, serve_http_with,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_PATH, HttpOptions, InvalidOrigin, TokenAuth, check_cors_origin,
+    http_router, http_router_with, serve_http, serve_http_with,
 };
 pub use stdio::{MAX_LINE_BYTES, serve_io, serve_stdio};

@@ -309,19 +309,38 @@ pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalErr
     })
 }
 
+/// Why an index row does not decode.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// `fact_json` is not a JSON object.
+    #[error("invalid fact_json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The stored fact id is not an id.
+    #[error("invalid stored fact id: {0}")]
+    FactId(deermem_core::IdError),
+    /// The JSON is not a valid fact.
+    #[error("invalid fact: {0}")]
+    Fact(#[from] deermem_core::FactError),
+    /// A scope key text is neither a JSON string nor null.
+    #[error("unexpected {0}")]
+    ScopeText(Value),
+    /// A scope key holds an invalid user id or agent name.
+    #[error("{0}")]
+    ScopeId(deermem_core::IdError),
+}
+
 /// Decodes a stored fact, re-normalising it through core under the indexing scope.
 ///
 /// # Errors
-/// A message saying why the stored JSON is not a valid fact.
+/// [`DecodeError`] saying why the stored JSON is not a valid fact.
 pub(crate) fn decode_fact(
     fact_id: &str,
     fact_json: &str,
     scope: &FactScope,
     now: Timestamp,
-) -> Result<Fact, String> {
-    let map: Map<String, Value> =
-        serde_json::from_str(fact_json).map_err(|e| format!("invalid fact_json: {e}"))?;
-    let fallback = FactId::new(fact_id).map_err(|e| format!("invalid stored fact id: {e}"))?;
+) -> Result<Fact, DecodeError> {
+    let map: Map<String, Value> = serde_json::from_str(fact_json)?;
+    let fallback = FactId::new(fact_id).map_err(DecodeError::FactId)?;
     let new_id = move || fallback.clone();
     let ctx = NormalizeContext {
         scope,
@@ -329,7 +348,7 @@ pub(crate) fn decode_fact(
         now,
         new_id: &new_id,
     };
-    normalize_fact(&map, &ctx).map_err(|e| format!("invalid fact: {e}"))
+    Ok(normalize_fact(&map, &ctx)?)
 }
 
 /// The rowid range `[lo, hi]` of a scope key.
@@ -674,23 +693,23 @@ pub(crate) fn inventory(conn: &Connection) -> rusqlite::Result<Vec<InventoryRow>
 /// The scope of a stored scope key text (the inverse of [`ScopeKeyText::of`]).
 ///
 /// # Errors
-/// A message when the stored text is not a JSON string or null, or not a valid id.
-pub(crate) fn decode_scope(user: &str, agent: &str) -> Result<Scope, String> {
-    let text = |s: &str| -> Result<Option<String>, String> {
-        match serde_json::from_str::<Value>(s).map_err(|e| e.to_string())? {
+/// [`DecodeError`] when the stored text is not a JSON string or null, or not a valid id.
+pub(crate) fn decode_scope(user: &str, agent: &str) -> Result<Scope, DecodeError> {
+    let text = |s: &str| -> Result<Option<String>, DecodeError> {
+        match serde_json::from_str::<Value>(s)? {
             Value::Null => Ok(None),
             Value::String(v) => Ok(Some(v)),
-            other => Err(format!("unexpected {other}")),
+            other => Err(DecodeError::ScopeText(other)),
         }
     };
     let user = text(user)?
         .map(UserId::new)
         .transpose()
-        .map_err(|e| e.to_string())?;
+        .map_err(DecodeError::ScopeId)?;
     let agent = text(agent)?
         .map(|a| AgentName::parse(&a))
         .transpose()
-        .map_err(|e| e.to_string())?;
+        .map_err(DecodeError::ScopeId)?;
     Ok(Scope::new(user, agent))
 }
 

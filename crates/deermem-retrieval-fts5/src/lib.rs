@@ -791,7 +791,7 @@ impl Inner {
         json: String,
         scope: &deermem_core::FactScope,
         now: deermem_core::Timestamp,
-    ) -> Result<Fact, String> {
+    ) -> Result<Fact, engine::DecodeError> {
         if let Some(hit) = self.decoded.lock().get(&id)
             && hit.0 == json
         {

@@ -26,8 +26,8 @@ pub(crate) type Signature = Option<(i128, u64, u64)>;
 
 /// `int(value or 0)` as the reference reads the revision; negative or non-numeric values are
 /// corruption.
-fn lenient_revision(v: Option<&Value>) -> std::result::Result<u64, String> {
-    let bad = |v: &Value| format!("has an invalid revision {v}");
+fn lenient_revision(v: Option<&Value>) -> std::result::Result<u64, BadRevision> {
+    let bad = |v: &Value| BadRevision(v.clone());
     match v {
         None | Some(Value::Null) => Ok(0),
         Some(Value::Bool(b)) => Ok(u64::from(*b)),
@@ -54,6 +54,16 @@ fn lenient_revision(v: Option<&Value>) -> std::result::Result<u64, String> {
     }
 }
 
+/// A revision value that `int()` refuses (or a negative one).
+#[derive(Debug, PartialEq)]
+struct BadRevision(Value);
+
+impl std::fmt::Display for BadRevision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "has an invalid revision {}", self.0)
+    }
+}
+
 /// Parses manifest bytes.
 ///
 /// # Errors
@@ -71,11 +81,10 @@ pub(crate) fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest> {
             reason: "is not an object".into(),
         });
     };
-    let revision =
-        lenient_revision(map.get("revision")).map_err(|reason| Error::ManifestShape {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+    let revision = lenient_revision(map.get("revision")).map_err(|bad| Error::ManifestShape {
+        path: path.to_path_buf(),
+        reason: bad.to_string(),
+    })?;
     Ok(Manifest {
         path: path.to_path_buf(),
         map,
