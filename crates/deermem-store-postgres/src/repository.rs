@@ -24,7 +24,6 @@ use deermem_core::ports::{
 };
 use deermem_core::search::{RebuildReport, RetrievalStatus, SearchHit, SearchQuery};
 use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId};
-use deermem_pycompat::py;
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
@@ -508,25 +507,10 @@ impl FactRepository for PgStorage {
         query: &ListQuery,
     ) -> Result<Vec<Fact>, StorageError> {
         if query.limit == Some(0) {
-            return Err(StorageError::invalid(
-                "limit",
-                "cursor must be >= 0 and limit must be >= 1",
-            ));
+            return query.apply(Vec::new());
         }
         let client = self.store.client().await.map_err(pool)?;
-        let facts = self.facts_of(&**client, user, agent).await?;
-        let matched = facts.into_iter().filter(|f| {
-            let m = f.to_internal_map();
-            query
-                .filters
-                .iter()
-                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
-        });
-        let paged = matched.skip(query.cursor);
-        Ok(match query.limit {
-            Some(n) => paged.take(n).collect(),
-            None => paged.collect(),
-        })
+        query.apply(self.facts_of(&**client, user, agent).await?)
     }
 
     async fn apply_changes(

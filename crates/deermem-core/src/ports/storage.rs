@@ -49,6 +49,37 @@ pub struct ListQuery {
     pub limit: Option<usize>,
 }
 
+impl ListQuery {
+    /// The facts (already sorted by id) that match every filter (Python equality on the
+    /// internal field), after `cursor`, at most `limit`: what every adapter's `list_facts`
+    /// answers.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `limit == Some(0)`.
+    pub fn apply(&self, facts: impl IntoIterator<Item = Fact>) -> Result<Vec<Fact>, StorageError> {
+        if self.limit == Some(0) {
+            return Err(StorageError::invalid(
+                "limit",
+                "cursor must be >= 0 and limit must be >= 1",
+            ));
+        }
+        let matched = facts.into_iter().filter(|f| {
+            if self.filters.is_empty() {
+                return true;
+            }
+            let m = f.to_internal_map();
+            self.filters
+                .iter()
+                .all(|(k, v)| m.get(k).is_some_and(|x| deermem_pycompat::py::py_eq(x, v)))
+        });
+        let paged = matched.skip(self.cursor);
+        Ok(match self.limit {
+            Some(n) => paged.take(n).collect(),
+            None => paged.collect(),
+        })
+    }
+}
+
 /// The outcome of a v1 → v2 migration of one user.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrationReport {

@@ -10,7 +10,6 @@ use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, StorageError,
     UserId,
 };
-use deermem_pycompat::py;
 
 use super::FileMemoryStorage;
 use super::write::{ClearProgress, prepare_changes};
@@ -90,27 +89,9 @@ impl FactRepository for FileMemoryStorage {
         query: &ListQuery,
     ) -> std::result::Result<Vec<Fact>, StorageError> {
         if query.limit == Some(0) {
-            return Err(StorageError::invalid(
-                "limit",
-                "cursor must be >= 0 and limit must be >= 1",
-            ));
+            return query.apply(Vec::new());
         }
-        let doc = self.load_impl(user, Some(agent), false).await?;
-        let matched = doc.facts.into_iter().filter(|f| {
-            if query.filters.is_empty() {
-                return true;
-            }
-            let m = f.to_internal_map();
-            query
-                .filters
-                .iter()
-                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
-        });
-        let paged = matched.skip(query.cursor);
-        Ok(match query.limit {
-            Some(n) => paged.take(n).collect(),
-            None => paged.collect(),
-        })
+        query.apply(self.load_impl(user, Some(agent), false).await?.facts)
     }
 
     async fn apply_changes(

@@ -22,7 +22,6 @@ use deermem_core::{
     RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch, SummarySection, Timestamp,
     UserId,
 };
-use deermem_pycompat::py;
 use serde_json::{Map, Value};
 
 #[derive(Debug, Default, Clone)]
@@ -196,10 +195,6 @@ impl InMemoryStorage {
     }
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> StorageError {
-    StorageError::invalid(field, message)
-}
-
 #[async_trait]
 impl FactRepository for InMemoryStorage {
     fn capabilities(&self) -> StorageCapabilities {
@@ -254,24 +249,9 @@ impl FactRepository for InMemoryStorage {
         query: &ListQuery,
     ) -> Result<Vec<Fact>, StorageError> {
         if query.limit == Some(0) {
-            return Err(invalid(
-                "limit",
-                "cursor must be >= 0 and limit must be >= 1",
-            ));
+            return query.apply(Vec::new());
         }
-        let doc = self.load(user, Some(agent)).await?;
-        let matched = doc.facts.into_iter().filter(|f| {
-            let m = f.to_internal_map();
-            query
-                .filters
-                .iter()
-                .all(|(k, v)| m.get(k).is_some_and(|x| py::py_eq(x, v)))
-        });
-        let paged = matched.skip(query.cursor);
-        Ok(match query.limit {
-            Some(n) => paged.take(n).collect(),
-            None => paged.collect(),
-        })
+        query.apply(self.load(user, Some(agent)).await?.facts)
     }
 
     async fn apply_changes(
