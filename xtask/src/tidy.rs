@@ -68,7 +68,13 @@ const ADAPTER_PREFIXES: &[&str] = &[
     "deermem-retrieval-",
     "deermem-llm-",
     "deermem-backend-",
+    "deermem-store-",
 ];
+
+/// Crates whose code only people read the errors of (test support, harnesses): they may
+/// return `Result<_, String>`. Library crates return typed errors; so do their `src/bin/`
+/// programs only when they are not listed here (binaries are exempt everywhere).
+const STRING_ERRORS_ALLOWED: &[&str] = &["deermem-testkit", "deermem-reliability", "deermem-bench"];
 
 /// Runs every check; returns the list of problems found.
 pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
@@ -79,6 +85,7 @@ pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
     }
     check_rust_files(root, &mut problems);
     check_adapters(root, &mut problems);
+    check_string_errors(root, &mut problems);
     check_outside_references(root, &mut problems);
     if problems.is_empty() {
         Ok(())
@@ -225,6 +232,72 @@ fn check_rust_files(root: &Path, problems: &mut Vec<String>) {
     }
 }
 
+/// Library code returns typed errors: `Result<_, String>` (an error only a person can read)
+/// is allowed in binaries, test code and the crates of [`STRING_ERRORS_ALLOWED`].
+fn check_string_errors(root: &Path, problems: &mut Vec<String>) {
+    let Ok(entries) = fs::read_dir(root.join("crates")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if STRING_ERRORS_ALLOWED.contains(&name.as_str()) {
+            continue;
+        }
+        let src = entry.path().join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in files {
+            if file.starts_with(src.join("bin")) || file.ends_with("main.rs") {
+                continue;
+            }
+            let Ok(text) = fs::read_to_string(&file) else {
+                continue;
+            };
+            // Test modules sit at the end of a file by the workspace's habit.
+            let library = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+            for (n, line) in library.lines().enumerate() {
+                if returns_string_error(line) {
+                    problems.push(format!(
+                        "{}:{}: `Result<_, String>` in library code; return a typed error \
+                         (thiserror) that says what went wrong",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a line names a `Result` whose error type is `String`.
+fn returns_string_error(line: &str) -> bool {
+    let mut rest = line;
+    while let Some(at) = rest.find("Result<") {
+        let args = &rest[at + "Result<".len()..];
+        let mut depth = 0usize;
+        let mut last_comma = None;
+        for (i, c) in args.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                ')' | ']' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => last_comma = Some(i),
+                '>' if depth == 0 => {
+                    if let Some(comma) = last_comma
+                        && args[comma + 1..i].trim() == "String"
+                    {
+                        return true;
+                    }
+                    break;
+                }
+                '>' => depth -= 1,
+                _ => {}
+            }
+        }
+        rest = args;
+    }
+    false
+}
+
 fn check_adapters(root: &Path, problems: &mut Vec<String>) {
     let Ok(entries) = fs::read_dir(root.join("crates")) else {
         problems.push("cannot read crates/".into());
@@ -351,6 +424,27 @@ fn check_outside_references(root: &Path, problems: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_string_errors_only_in_the_error_position() {
+        assert!(returns_string_error("fn f() -> Result<(), String> {"));
+        assert!(returns_string_error(
+            "    r: Result<Vec<(u8, u8)>, String>,"
+        ));
+        assert!(returns_string_error(
+            "x: io::Result<u8>, y: Result<Map<String, u8>, String>"
+        ));
+        assert!(!returns_string_error(
+            "fn f() -> Result<BTreeMap<String, String>, E> {"
+        ));
+        assert!(!returns_string_error(
+            "fn f() -> Result<String, ConfigError> {"
+        ));
+        assert!(!returns_string_error(
+            "fn f() -> Result<(String, u8), Error> {"
+        ));
+        assert!(!returns_string_error("let r: io::Result<String> = x;"));
+    }
 
     #[test]
     fn reads_dependency_sections() {

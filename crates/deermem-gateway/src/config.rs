@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use deermem_core::config::lax;
 use deermem_core::ids::{is_derived_bucket_shape, safe_user_id};
-use deermem_core::{ConfigError, UserId};
+use deermem_core::{ConfigError, IdError, UserId};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -253,9 +253,7 @@ impl GatewayConfig {
     pub fn with_deerflow_session(secret: &str) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         cfg.auth.mode = AuthMode::DeerflowSession;
-        cfg.auth.jwt_secret = Some(
-            jwt_secret(secret, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?,
-        );
+        cfg.auth.jwt_secret = Some(jwt_secret(secret, None, "gateway.auth.jwt_secret")?);
         Ok(cfg)
     }
 
@@ -278,17 +276,13 @@ impl GatewayConfig {
     /// allowed unless `allow_unauthenticated_remote` is set.
     ///
     /// # Errors
-    /// A message explaining how to enable authentication.
-    pub fn check_bind_allowed(&self, addr: &SocketAddr) -> Result<(), String> {
+    /// [`UnauthenticatedRemote`], whose message explains how to enable authentication.
+    pub fn check_bind_allowed(&self, addr: &SocketAddr) -> Result<(), UnauthenticatedRemote> {
         if self.auth.mode == AuthMode::None
             && !self.auth.allow_unauthenticated_remote
             && !addr.ip().is_loopback()
         {
-            return Err(format!(
-                "refusing to serve {addr} without authentication: set gateway.auth.mode: token \
-                 (with tokens or tokens_file), bind a loopback address such as 127.0.0.1, or set \
-                 gateway.auth.allow_unauthenticated_remote: true to accept the risk"
-            ));
+            return Err(UnauthenticatedRemote { addr: *addr });
         }
         Ok(())
     }
@@ -410,8 +404,17 @@ struct CorsSection {
     allow_credentials: bool,
 }
 
-fn custom<E: serde::de::Error>(message: String) -> E {
-    E::custom(message)
+/// Serving a non-loopback address without authentication, refused by
+/// [`GatewayConfig::check_bind_allowed`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "refusing to serve {addr} without authentication: set gateway.auth.mode: token (with tokens \
+     or tokens_file), bind a loopback address such as 127.0.0.1, or set \
+     gateway.auth.allow_unauthenticated_remote: true to accept the risk"
+)]
+pub struct UnauthenticatedRemote {
+    /// The refused listen address.
+    pub addr: SocketAddr,
 }
 
 fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
@@ -419,64 +422,58 @@ fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error>
     let s = v
         .as_str()
         .ok_or_else(|| D::Error::custom("must be a string like 127.0.0.1:8765"))?;
-    parse_bind(s).map(Some).map_err(custom)
+    parse_bind(s).map(Some)
 }
 
 /// A strictly typed number of seconds, greater than 0 and at most `max`.
-fn seconds(v: &Value, max: f64) -> Result<Duration, String> {
+fn seconds<E: serde::de::Error>(v: &Value, max: f64) -> Result<Duration, E> {
     let f = v
         .as_f64()
         .filter(|f| f.is_finite())
-        .ok_or_else(|| format!("must be a number (got {v})"))?;
+        .ok_or_else(|| E::custom(format!("must be a number (got {v})")))?;
     if !(f > 0.0 && f <= max) {
-        return Err(format!(
+        return Err(E::custom(format!(
             "must be greater than 0 and at most {max} (got {f})"
-        ));
+        )));
     }
     Ok(Duration::from_secs_f64(f))
 }
 
 fn request_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    seconds(&Value::deserialize(d)?, MAX_REQUEST_TIMEOUT_SECONDS)
-        .map(Some)
-        .map_err(custom)
+    seconds(&Value::deserialize(d)?, MAX_REQUEST_TIMEOUT_SECONDS).map(Some)
 }
 
 fn server_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    seconds(&Value::deserialize(d)?, MAX_SERVER_TIMEOUT_SECONDS).map_err(custom)
+    seconds(&Value::deserialize(d)?, MAX_SERVER_TIMEOUT_SECONDS)
 }
 
 /// A strictly typed integer in `range`, or `message`.
-fn uint_in(
+fn uint_in<E: serde::de::Error>(
     v: &Value,
     range: std::ops::RangeInclusive<usize>,
     message: &str,
-) -> Result<usize, String> {
+) -> Result<usize, E> {
     v.as_u64()
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| range.contains(n))
-        .ok_or_else(|| format!("{message} (got {v})"))
+        .ok_or_else(|| E::custom(format!("{message} (got {v})")))
 }
 
 fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let message = format!("must be an integer between 1 and {MAX_MAX_CONNECTIONS}");
-    uint_in(&Value::deserialize(d)?, 1..=MAX_MAX_CONNECTIONS, &message).map_err(custom)
+    uint_in(&Value::deserialize(d)?, 1..=MAX_MAX_CONNECTIONS, &message)
 }
 
 fn bulk_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     let message = format!("must be an integer from 1 to {MAX_BULK_REQUESTS}");
-    uint_in(&Value::deserialize(d)?, 1..=MAX_BULK_REQUESTS, &message)
-        .map(Some)
-        .map_err(custom)
+    uint_in(&Value::deserialize(d)?, 1..=MAX_BULK_REQUESTS, &message).map(Some)
 }
 
 fn max_body_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     let v = Value::deserialize(d)?;
-    uint_in(&v, 0..=usize::MAX, "must be a positive integer").map_err(custom)?;
+    uint_in::<D::Error>(&v, 0..=usize::MAX, "must be a positive integer")?;
     let message = format!("must be between {MIN_MAX_BODY_BYTES} and {MAX_MAX_BODY_BYTES}");
-    uint_in(&v, MIN_MAX_BODY_BYTES..=MAX_MAX_BODY_BYTES, &message)
-        .map(Some)
-        .map_err(custom)
+    uint_in(&v, MIN_MAX_BODY_BYTES..=MAX_MAX_BODY_BYTES, &message).map(Some)
 }
 
 /// The `tokens` mapping, in order, every user a string.
@@ -495,7 +492,7 @@ fn tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::E
 }
 
 /// Parses a listen address; `localhost:PORT` means `127.0.0.1:PORT`.
-fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+fn parse_bind<E: serde::de::Error>(s: &str) -> Result<SocketAddr, E> {
     let s = s.trim();
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
@@ -505,9 +502,9 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
     {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p));
     }
-    Err(format!(
+    Err(E::custom(format!(
         "must be an IP address and port such as 127.0.0.1:8765 (got {s:?})"
-    ))
+    )))
 }
 
 impl AuthSection {
@@ -535,13 +532,11 @@ impl AuthSection {
         }
         if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
             validate_token_text(&s)
-                .map_err(|m| ConfigError::new("gateway.auth.internal_token", m))?;
+                .map_err(|e| ConfigError::new("gateway.auth.internal_token", e.to_string()))?;
             auth.internal_token = Some(Secret::new(s));
         }
         if let Some(s) = &self.jwt_secret {
-            auth.jwt_secret = Some(
-                jwt_secret(s, None).map_err(|m| ConfigError::new("gateway.auth.jwt_secret", m))?,
-            );
+            auth.jwt_secret = Some(jwt_secret(s, None, "gateway.auth.jwt_secret")?);
         }
         if let Some(f) = &self.jwt_secret_file {
             let key = "gateway.auth.jwt_secret_file";
@@ -556,8 +551,7 @@ impl AuthSection {
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
             })?;
-            auth.jwt_secret =
-                Some(jwt_secret(&text, Some(&path)).map_err(|m| ConfigError::new(key, m))?);
+            auth.jwt_secret = Some(jwt_secret(&text, Some(&path), key)?);
             auth.jwt_secret_file = Some(path);
         }
         if auth.mode == AuthMode::Token && auth.tokens.is_empty() && auth.internal_token.is_none() {
@@ -596,13 +590,16 @@ fn config_path(raw: &str, base_dir: Option<&Path>) -> Option<PathBuf> {
 }
 
 /// DeerFlow's JWT secret: surrounding whitespace (a file's final newline) is not part of it.
-fn jwt_secret(raw: &str, file: Option<&Path>) -> Result<Secret, String> {
+fn jwt_secret(raw: &str, file: Option<&Path>, key: &str) -> Result<Secret, ConfigError> {
     let s = raw.trim();
     if s.is_empty() {
-        return Err(match file {
-            Some(p) => format!("{} is empty", p.display()),
-            None => "must not be empty".into(),
-        });
+        return Err(ConfigError::new(
+            key,
+            match file {
+                Some(p) => format!("{} is empty", p.display()),
+                None => "must not be empty".into(),
+            },
+        ));
     }
     Ok(Secret::new(s))
 }
@@ -675,7 +672,7 @@ impl CorsSection {
                 }
                 "*".to_owned()
             } else {
-                normalize_origin(raw).map_err(|m| ConfigError::new(key, m))?
+                normalize_origin(raw).map_err(|e| ConfigError::new(key, e.to_string()))?
             };
             if !cors.allowed_origins.contains(&origin) {
                 cors.allowed_origins.push(origin);
@@ -687,10 +684,12 @@ impl CorsSection {
 
 /// An origin as browsers serialise it: `scheme://host[:port]`, lowercase, default port left
 /// out. Anything with a path, query, fragment or credentials is not an origin.
-pub(crate) fn normalize_origin(raw: &str) -> Result<String, String> {
+pub(crate) fn normalize_origin(raw: &str) -> Result<String, OriginError> {
     let raw = raw.trim();
-    let url = url::Url::parse(raw)
-        .map_err(|e| format!("{raw:?} is not an origin such as http://localhost:3000 ({e})"))?;
+    let url = url::Url::parse(raw).map_err(|source| OriginError::Unparsable {
+        raw: raw.to_owned(),
+        source,
+    })?;
     let is_origin = matches!(url.scheme(), "http" | "https")
         && url.host_str().is_some()
         && url.username().is_empty()
@@ -699,23 +698,48 @@ pub(crate) fn normalize_origin(raw: &str) -> Result<String, String> {
         && url.query().is_none()
         && url.fragment().is_none();
     if !is_origin {
-        return Err(format!(
-            "{raw:?} is not an origin: give scheme, host and port only, such as \
-             http://localhost:3000"
-        ));
+        return Err(OriginError::NotAnOrigin(raw.to_owned()));
     }
     Ok(url.origin().ascii_serialization())
 }
 
-fn validate_token_text(tok: &str) -> Result<(), String> {
+/// A configured CORS origin that is not one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OriginError {
+    #[error("{raw:?} is not an origin such as http://localhost:3000 ({source})")]
+    Unparsable {
+        raw: String,
+        source: url::ParseError,
+    },
+    #[error(
+        "{0:?} is not an origin: give scheme, host and port only, such as http://localhost:3000"
+    )]
+    NotAnOrigin(String),
+}
+
+/// A bearer or internal token that cannot be one.
+#[derive(Debug, thiserror::Error)]
+enum TokenTextError {
+    #[error("a token must not be empty")]
+    Empty,
+    #[error("a token must not contain whitespace or control characters")]
+    Unprintable,
+    #[error("a token must be at most {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
+}
+
+/// The longest token accepted.
+const MAX_TOKEN_BYTES: usize = 4096;
+
+fn validate_token_text(tok: &str) -> Result<(), TokenTextError> {
     if tok.is_empty() {
-        return Err("a token must not be empty".into());
+        return Err(TokenTextError::Empty);
     }
     if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("a token must not contain whitespace or control characters".into());
+        return Err(TokenTextError::Unprintable);
     }
-    if tok.len() > 4096 {
-        return Err("a token must be at most 4096 bytes".into());
+    if tok.len() > MAX_TOKEN_BYTES {
+        return Err(TokenTextError::TooLong);
     }
     Ok(())
 }
@@ -726,9 +750,9 @@ fn insert_token(
     user: &str,
     key: &str,
 ) -> Result<(), ConfigError> {
-    validate_token_text(tok).map_err(|m| ConfigError::new(key, m))?;
-    refuse_derived_bucket(user).map_err(|m| ConfigError::new(key, m))?;
-    let user_id = safe_user(user).map_err(|m| ConfigError::new(key, m))?;
+    validate_token_text(tok).map_err(|e| ConfigError::new(key, e.to_string()))?;
+    refuse_derived_bucket(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
+    let user_id = safe_user(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.
     let raw = UserId::new(user.trim()).unwrap_or_else(|_| user_id.clone());
     let tokens = &mut auth.tokens;
@@ -753,23 +777,27 @@ fn insert_token(
 /// (`victim@corp.com` is stored in `victim-corp-com-7b46e3848256709a`): a caller naming that
 /// bucket would act as its owner. Ids with characters outside `[A-Za-z0-9_-]` are never refused
 /// here, since their bucket carries their own hash.
-pub(crate) fn refuse_derived_bucket(raw: &str) -> Result<(), String> {
+pub(crate) fn refuse_derived_bucket(raw: &str) -> Result<(), DerivedBucketId> {
     let raw = raw.trim();
     if is_derived_bucket_shape(raw) {
-        return Err(format!(
-            "user id {raw:?} has the shape of a storage bucket derived from another user id \
-             (`<sanitised id>-<16 hex>`, e.g. `victim@corp.com` is stored as \
-             `victim-corp-com-7b46e3848256709a`) and would act as that user; name the user by \
-             their own id instead"
-        ));
+        return Err(DerivedBucketId(raw.to_owned()));
     }
     Ok(())
 }
 
+/// A raw user id shaped like another id's storage bucket, refused by [`refuse_derived_bucket`].
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "user id {0:?} has the shape of a storage bucket derived from another user id \
+     (`<sanitised id>-<16 hex>`, e.g. `victim@corp.com` is stored as \
+     `victim-corp-com-7b46e3848256709a`) and would act as that user; name the user by their own \
+     id instead"
+)]
+pub(crate) struct DerivedBucketId(String);
+
 /// A user id made safe exactly like the owner header: `safe_user_id`, then validated.
-pub(crate) fn safe_user(raw: &str) -> Result<UserId, String> {
-    let safe = safe_user_id(raw.trim()).map_err(|e| e.to_string())?;
-    UserId::new(safe).map_err(|e| e.to_string())
+pub(crate) fn safe_user(raw: &str) -> Result<UserId, IdError> {
+    UserId::new(safe_user_id(raw.trim())?)
 }
 
 /// Parses a tokens file: one `token user` per line, `#` comments and blank lines ignored.
@@ -1140,6 +1168,9 @@ mod tests {
         assert!(cfg.check_bind_allowed(&local).is_ok());
         assert!(cfg.check_bind_allowed(&local6).is_ok());
         let err = cfg.check_bind_allowed(&remote).unwrap_err();
+        assert_eq!(err.addr, remote);
+        let err = err.to_string();
+        assert!(err.contains("refusing to serve 0.0.0.0:8765"), "{err}");
         assert!(err.contains("gateway.auth.mode: token"), "{err}");
         cfg.auth.allow_unauthenticated_remote = true;
         assert!(cfg.check_bind_allowed(&remote).is_ok());

@@ -47,7 +47,7 @@ where
     state
         .gateway_config()
         .check_bind_allowed(&addr)
-        .map_err(|m| io::Error::new(io::ErrorKind::PermissionDenied, m))?;
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let warm = if state.memory_config().enabled {
         spawn_warm(&state)
     } else {

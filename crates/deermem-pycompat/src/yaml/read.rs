@@ -8,8 +8,8 @@ use yaml_rust2::parser::{Event, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::resolve::{
-    Implicit, IntError, IntValue, check_timestamp, construct_bool, construct_float, construct_int,
-    resolve_plain,
+    Implicit, IntError, IntValue, TimestampError, check_timestamp, construct_bool, construct_float,
+    construct_int, resolve_plain,
 };
 use super::{FrontMatter, MAX_ALIAS_NODES, MAX_DEPTH, YamlError};
 
@@ -403,9 +403,9 @@ fn check_collection_tag(tag: Option<&Tag>, kind: &str, mark: &Marker) -> Result<
     }
 }
 
-fn number_node(v: f64) -> Node {
+fn number_leaf(v: f64) -> Leaf {
     match Number::from_f64(v) {
-        Some(n) => Node::Leaf(Value::Number(n), Special::None),
+        Some(n) => (Value::Number(n), Special::None),
         None => {
             let text = if v.is_nan() {
                 ".nan"
@@ -414,83 +414,89 @@ fn number_node(v: f64) -> Node {
             } else {
                 "-.inf"
             };
-            Node::Leaf(Value::String(text.to_owned()), Special::NonFinite)
+            (Value::String(text.to_owned()), Special::NonFinite)
         }
     }
 }
 
-fn int_node(value: &str) -> Result<Node, String> {
+/// Why a scalar cannot be typed the way PyYAML's safe loader types it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ScalarError {
+    #[error(
+        "found character '\\t' that cannot start any token (tabs are not allowed in plain scalars)"
+    )]
+    Tab,
+    #[error("invalid integer {0:?}")]
+    Int(String),
+    #[error("integer {0:?} is outside the 64-bit range this reader supports")]
+    IntRange(String),
+    #[error("invalid float {0:?}")]
+    Float(String),
+    #[error("invalid boolean {0:?}")]
+    Bool(String),
+    #[error("invalid timestamp {value:?}: {why}")]
+    Timestamp { value: String, why: TimestampError },
+    #[error("merge keys (`<<`) are not supported; quote the text if it is meant as a string")]
+    Merge,
+    #[error("plain scalar {0:?} has a YAML type PyYAML's safe loader cannot construct; quote it")]
+    Unconstructible(String),
+}
+
+/// A typed scalar: the value and what it stood for in Python.
+type Leaf = (Value, Special);
+
+fn int_leaf(value: &str) -> Result<Leaf, ScalarError> {
     match construct_int(value) {
-        Ok(IntValue::Signed(i)) => Ok(Node::Leaf(Value::Number(i.into()), Special::None)),
-        Ok(IntValue::Unsigned(u)) => Ok(Node::Leaf(Value::Number(u.into()), Special::None)),
-        Err(IntError::Invalid) => Err(format!("invalid integer {value:?}")),
-        Err(IntError::OutOfRange) => Err(format!(
-            "integer {value:?} is outside the 64-bit range this reader supports"
-        )),
+        Ok(IntValue::Signed(i)) => Ok((Value::Number(i.into()), Special::None)),
+        Ok(IntValue::Unsigned(u)) => Ok((Value::Number(u.into()), Special::None)),
+        Err(IntError::Invalid) => Err(ScalarError::Int(value.to_owned())),
+        Err(IntError::OutOfRange) => Err(ScalarError::IntRange(value.to_owned())),
     }
 }
 
-fn float_node(value: &str) -> Result<Node, String> {
+fn float_leaf(value: &str) -> Result<Leaf, ScalarError> {
     construct_float(value)
-        .map(number_node)
-        .ok_or_else(|| format!("invalid float {value:?}"))
+        .map(number_leaf)
+        .ok_or_else(|| ScalarError::Float(value.to_owned()))
 }
 
-fn timestamp_node(value: String) -> Result<Node, String> {
-    check_timestamp(&value).map_err(|why| format!("invalid timestamp {value:?}: {why}"))?;
-    Ok(Node::Leaf(Value::String(value), Special::Timestamp))
+fn timestamp_leaf(value: String) -> Result<Leaf, ScalarError> {
+    match check_timestamp(&value) {
+        Ok(()) => Ok((Value::String(value), Special::Timestamp)),
+        Err(why) => Err(ScalarError::Timestamp { value, why }),
+    }
 }
 
-fn bool_node(value: &str) -> Result<Node, String> {
+fn bool_leaf(value: &str) -> Result<Leaf, ScalarError> {
     construct_bool(value)
-        .map(|b| Node::Leaf(Value::Bool(b), Special::None))
-        .ok_or_else(|| format!("invalid boolean {value:?}"))
+        .map(|b| (Value::Bool(b), Special::None))
+        .ok_or_else(|| ScalarError::Bool(value.to_owned()))
 }
 
 /// Types an untagged PLAIN scalar with PyYAML's implicit resolver (shared by the full reader
-/// and the fast path, so both give the same value): the value and what it stood for in Python,
-/// or the error message.
-pub(super) fn plain_scalar(value: String, is_key: bool) -> Result<(Value, Special), String> {
+/// and the fast path, so both give the same value).
+pub(super) fn plain_scalar(value: String, is_key: bool) -> Result<Leaf, ScalarError> {
     if value.contains('\t') {
         // PyYAML's scanner ends a plain scalar at a tab and then cannot start a token there.
-        return Err(
-            "found character '\\t' that cannot start any token (tabs are not allowed in plain scalars)"
-                .to_owned(),
-        );
+        return Err(ScalarError::Tab);
     }
     resolve_untagged(value, is_key)
 }
 
 /// Types a scalar by the implicit resolver (an untagged plain scalar after the tab check, or
 /// any scalar with the non-specific tag `!`).
-fn resolve_untagged(value: String, is_key: bool) -> Result<(Value, Special), String> {
-    let node = match resolve_plain(&value) {
-        Implicit::Str => Node::Leaf(Value::String(value), Special::None),
-        Implicit::Null => Node::Leaf(Value::Null, Special::None),
-        Implicit::Bool => bool_node(&value)?,
-        Implicit::Int => int_node(&value)?,
-        Implicit::Float => float_node(&value)?,
-        Implicit::Timestamp => timestamp_node(value)?,
-        Implicit::Merge => {
-            return Err(
-                "merge keys (`<<`) are not supported; quote the text if it is meant as a string"
-                    .to_owned(),
-            );
-        }
+fn resolve_untagged(value: String, is_key: bool) -> Result<Leaf, ScalarError> {
+    match resolve_plain(&value) {
+        Implicit::Str => Ok((Value::String(value), Special::None)),
+        Implicit::Null => Ok((Value::Null, Special::None)),
+        Implicit::Bool => bool_leaf(&value),
+        Implicit::Int => int_leaf(&value),
+        Implicit::Float => float_leaf(&value),
+        Implicit::Timestamp => timestamp_leaf(value),
+        Implicit::Merge => Err(ScalarError::Merge),
         // As a mapping key PyYAML turns the value key `=` into the string "=".
-        Implicit::Value if is_key => Node::Leaf(Value::String(value), Special::None),
-        Implicit::Value | Implicit::Yaml => {
-            return Err(format!(
-                "plain scalar {value:?} has a YAML type PyYAML's safe loader cannot construct; quote it"
-            ));
-        }
-    };
-    match node {
-        Node::Leaf(v, special) => Ok((v, special)),
-        // The constructors above only build leaves.
-        Node::Seq(_) | Node::Map(_) => {
-            Err("internal error: a plain scalar built a collection".to_owned())
-        }
+        Implicit::Value if is_key => Ok((Value::String(value), Special::None)),
+        Implicit::Value | Implicit::Yaml => Err(ScalarError::Unconstructible(value)),
     }
 }
 
@@ -502,7 +508,8 @@ fn scalar(
     is_key: bool,
     mark: &Marker,
 ) -> Result<Node, YamlError> {
-    let at = |message: String| err_at(message, mark);
+    let at = |e: ScalarError| err_at(e.to_string(), mark);
+    let leaf = |(v, special): Leaf| Node::Leaf(v, special);
     // PyYAML resolves a scalar with the non-specific tag `!` like an untagged plain one.
     let non_specific = tag.is_some_and(|t| format!("{}{}", t.handle, t.suffix) == "!");
     if let (Some(tag), false) = (tag, non_specific) {
@@ -510,10 +517,10 @@ fn scalar(
         return match full.strip_prefix(CORE) {
             Some("str") => Ok(Node::Leaf(Value::String(value), Special::None)),
             Some("null") => Ok(Node::Leaf(Value::Null, Special::None)),
-            Some("bool") => bool_node(&value).map_err(at),
-            Some("int") => int_node(&value).map_err(at),
-            Some("float") => float_node(&value).map_err(at),
-            Some("timestamp") => timestamp_node(value).map_err(at),
+            Some("bool") => bool_leaf(&value).map(leaf).map_err(at),
+            Some("int") => int_leaf(&value).map(leaf).map_err(at),
+            Some("float") => float_leaf(&value).map(leaf).map_err(at),
+            Some("timestamp") => timestamp_leaf(value).map(leaf).map_err(at),
             _ => Err(err_at(
                 format!("unsupported tag {full:?} on a scalar"),
                 mark,
@@ -525,12 +532,48 @@ fn scalar(
     }
     if style != TScalarStyle::Plain {
         // A quoted scalar with the non-specific tag: resolved like a plain one, tabs included.
-        return match resolve_untagged(value, is_key) {
-            Ok((v, special)) => Ok(Node::Leaf(v, special)),
-            Err(message) => Err(at(message)),
-        };
+        return resolve_untagged(value, is_key).map(leaf).map_err(at);
     }
-    plain_scalar(value, is_key)
-        .map(|(v, special)| Node::Leaf(v, special))
-        .map_err(at)
+    plain_scalar(value, is_key).map(leaf).map_err(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_document;
+
+    /// Each scalar the safe loader cannot construct is refused with its own message and line.
+    #[test]
+    fn unconstructible_scalars_are_refused_with_their_reason() {
+        for (text, line, message) in [
+            (
+                "a: 1\nb: x\ty\n",
+                2,
+                "found character '\\t' that cannot start any token",
+            ),
+            (
+                "n: 99999999999999999999999\n",
+                1,
+                "integer \"99999999999999999999999\" is outside the 64-bit range",
+            ),
+            (
+                "d: 2023-02-29\n",
+                1,
+                "invalid timestamp \"2023-02-29\": day is out of range for month",
+            ),
+            ("t: !!timestamp 2026-13-01\n", 1, "month must be in 1..12"),
+            ("b: !!bool maybe\n", 1, "invalid boolean \"maybe\""),
+            ("f: !!float x1\n", 1, "invalid float \"x1\""),
+            ("i: !!int 1.5\n", 1, "invalid integer \"1.5\""),
+            ("m: <<\n", 1, "merge keys (`<<`) are not supported"),
+            ("v: =\n", 1, "plain scalar \"=\" has a YAML type"),
+        ] {
+            let err = parse_document(text).expect_err(text);
+            assert!(
+                err.message.contains(message),
+                "{text:?}: {:?} does not say {message:?}",
+                err.message
+            );
+            assert_eq!(err.line, Some(line), "{text:?}");
+        }
+    }
 }

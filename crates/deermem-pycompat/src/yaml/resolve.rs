@@ -276,13 +276,36 @@ fn days_in_month(year: u32, month: u32) -> u32 {
     }
 }
 
-/// PyYAML's `construct_yaml_timestamp` validity: `Err` carries the message Python's `datetime` gives.
+/// Why a scalar resolved as a timestamp is not a valid one; the messages are Python `datetime`'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum TimestampError {
+    #[error("{0:?} is not a timestamp")]
+    Shape(String),
+    #[error("year {0} is out of range")]
+    Year(u32),
+    #[error("month must be in 1..12")]
+    Month,
+    #[error("day is out of range for month")]
+    Day,
+    #[error("hour must be in 0..23")]
+    Hour,
+    #[error("minute must be in 0..59")]
+    Minute,
+    #[error("second must be in 0..59")]
+    Second,
+    #[error(
+        "offset must be a timedelta strictly between -timedelta(hours=24) and timedelta(hours=24)"
+    )]
+    Offset,
+}
+
+/// PyYAML's `construct_yaml_timestamp` validity.
 ///
 /// The value itself is not built: the caller keeps the original text.
-pub(crate) fn check_timestamp(value: &str) -> Result<(), String> {
+pub(crate) fn check_timestamp(value: &str) -> Result<(), TimestampError> {
     let caps = TIMESTAMP
         .captures(value)
-        .ok_or_else(|| format!("{value:?} is not a timestamp"))?;
+        .ok_or_else(|| TimestampError::Shape(value.to_owned()))?;
     let num = |name: &str| -> u32 {
         caps.name(name)
             .and_then(|m| m.as_str().parse::<u32>().ok())
@@ -290,33 +313,30 @@ pub(crate) fn check_timestamp(value: &str) -> Result<(), String> {
     };
     let (year, month, day) = (num("year"), num("month"), num("day"));
     if !(1..=9999).contains(&year) {
-        return Err(format!("year {year} is out of range"));
+        return Err(TimestampError::Year(year));
     }
     if !(1..=12).contains(&month) {
-        return Err("month must be in 1..12".to_owned());
+        return Err(TimestampError::Month);
     }
     if day < 1 || day > days_in_month(year, month) {
-        return Err("day is out of range for month".to_owned());
+        return Err(TimestampError::Day);
     }
     if caps.name("hour").is_none() {
         return Ok(());
     }
     if num("hour") > 23 {
-        return Err("hour must be in 0..23".to_owned());
+        return Err(TimestampError::Hour);
     }
     if num("minute") > 59 {
-        return Err("minute must be in 0..59".to_owned());
+        return Err(TimestampError::Minute);
     }
     if num("second") > 59 {
-        return Err("second must be in 0..59".to_owned());
+        return Err(TimestampError::Second);
     }
     if caps.name("tz_sign").is_some() {
         let offset = num("tz_hour") * 60 + num("tz_minute");
         if offset >= 24 * 60 {
-            return Err(
-                "offset must be a timedelta strictly between -timedelta(hours=24) and timedelta(hours=24)"
-                    .to_owned(),
-            );
+            return Err(TimestampError::Offset);
         }
     }
     Ok(())

@@ -66,7 +66,7 @@ impl RecoveringFts5 {
             closed: AtomicBool::new(false),
         };
         let result = Fts5Retrieval::open(&me.root, Arc::clone(&me.clock));
-        if me.settle(result.map_err(|e| e.to_string())).is_err() {
+        if me.settle(result).is_err() {
             // Logged and remembered by `settle`; the next call tries again.
         }
         me
@@ -89,7 +89,7 @@ impl RecoveringFts5 {
     /// Records the outcome of an open attempt; returns the index or the error to report.
     fn settle(
         &self,
-        result: Result<Fts5Retrieval, String>,
+        result: Result<Fts5Retrieval, RetrievalError>,
     ) -> Result<Fts5Retrieval, RetrievalError> {
         let mut slot = self.lock();
         match result {
@@ -102,6 +102,7 @@ impl RecoveringFts5 {
                 Ok(index)
             }
             Err(e) => {
+                let e = e.to_string();
                 if slot.open_error.as_deref() == Some(e.as_str()) {
                     tracing::debug!(root = %self.root.display(), error = %e,
                         "the FTS5 search index still cannot be opened");
@@ -135,12 +136,13 @@ impl RecoveringFts5 {
         }
         let root = self.root.clone();
         let clock = Arc::clone(&self.clock);
-        let attempt = move || Fts5Retrieval::open(&root, clock).map_err(|e| e.to_string());
+        let attempt = move || Fts5Retrieval::open(&root, clock);
         let result = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle
-                .spawn_blocking(attempt)
-                .await
-                .unwrap_or_else(|e| Err(format!("the index open task failed: {e}"))),
+            Ok(handle) => handle.spawn_blocking(attempt).await.unwrap_or_else(|e| {
+                Err(RetrievalError::Backend(format!(
+                    "the index open task failed: {e}"
+                )))
+            }),
             Err(_) => attempt(),
         };
         self.settle(result)
