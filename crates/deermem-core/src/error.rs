@@ -296,6 +296,64 @@ pub enum RetrievalError {
     Backend(String),
 }
 
+/// Errors of the [`crate::ports::Embedder`] port. A failing embedder never fails a write or a
+/// search: callers fall back to lexical ranking and embed again later.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum EmbedError {
+    /// The request timed out.
+    #[error("embedding request timed out after {0:?}")]
+    Timeout(Duration),
+    /// The server rate-limited us (HTTP 429).
+    #[error("embedding server rate limited (retry after {retry_after:?})")]
+    RateLimited {
+        /// Server's hint, when given.
+        retry_after: Option<Duration>,
+    },
+    /// A server-side failure (5xx).
+    #[error("embedding server error {status}: {message}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// Body excerpt.
+        message: String,
+    },
+    /// The connection failed.
+    #[error("embedding transport error: {0}")]
+    Transport(String),
+    /// Authentication was refused (401/403).
+    #[error("embedding server refused the credentials ({status})")]
+    Auth {
+        /// HTTP status.
+        status: u16,
+    },
+    /// The request was rejected (4xx other than 401/403/429).
+    #[error("embedding server rejected the request {status}: {message}")]
+    InvalidRequest {
+        /// HTTP status.
+        status: u16,
+        /// Body excerpt.
+        message: String,
+    },
+    /// The answer could not be used: malformed, a vector missing, of the wrong dimension or
+    /// not finite.
+    #[error("embedding model returned an invalid response: {0}")]
+    InvalidResponse(String),
+    /// The model cannot run (files missing or unreadable, a load failure).
+    #[error("embedding model unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl EmbedError {
+    /// Whether trying the same request again may succeed (429, 5xx, transport, timeout).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout(_) | Self::RateLimited { .. } | Self::Server { .. } | Self::Transport(_)
+        )
+    }
+}
+
 /// Errors of the [`crate::ports::LanguageModel`] port.
 #[derive(Debug, Clone, Error)]
 #[non_exhaustive]

@@ -39,8 +39,8 @@ pub use document::{
     SummariesSnapshot, SummaryEntry, SummaryPatch, SummarySection,
 };
 pub use error::{
-    ConfigError, ErrorSource, FactError, IdError, InvalidInputCode, LlmError, ManagerError,
-    OverloadScope, RetrievalError, StorageError,
+    ConfigError, EmbedError, ErrorSource, FactError, IdError, InvalidInputCode, LlmError,
+    ManagerError, OverloadScope, RetrievalError, StorageError,
 };
 pub use fact::{Fact, FactDraft, FactScope, FactSource, PublicFact};
 pub use ids::{AgentName, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, FactId, Scope, UserId};

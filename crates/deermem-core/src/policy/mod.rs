@@ -3,5 +3,6 @@
 
 pub mod commit;
 pub mod eviction;
+pub mod fusion;
 pub mod metadata;
 pub mod substring;

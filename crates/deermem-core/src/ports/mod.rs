@@ -2,6 +2,7 @@
 //! contract suites in `deermem-testkit` assert exactly those sentences.
 
 mod clock;
+mod embedder;
 mod llm;
 mod manager;
 mod retrieval;
@@ -9,6 +10,7 @@ pub mod run_journal;
 mod storage;
 
 pub use clock::Clock;
+pub use embedder::{Embedder, check_vectors};
 pub use llm::{ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, TokenUsage};
 pub use manager::{
     AddRequest, BackendFailure, ContextRequest, FAIL_OPEN_LOG_TARGET, FactAdmin, FactPatch,
