@@ -13,8 +13,11 @@ use serde_json::{Map, Value};
 use crate::error::ConfigError;
 use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 
+mod embedding;
 pub mod lax;
 mod shown;
+
+pub use embedding::{EmbeddingConfig, EmbeddingProvider, MAX_EMBEDDING_BATCH};
 
 pub use shown::{shown_backend_config, url_without_credentials};
 

@@ -1,32 +1,21 @@
-//! [`OpenAiChatModel`]: the HTTP client behind the `LanguageModel` port, with bounded retries,
+//! [`OpenAiChatModel`]: the chat client behind the `LanguageModel` port, with bounded retries,
 //! typed errors and secret-free logging.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, ChatResponse, LanguageModel};
 use deermem_core::{ConfigError, LlmError, ModelConfig};
-use deermem_remote::Secret;
-use deermem_remote::http::{self, Profile, excerpt};
-use deermem_remote::retry::{self, RetryPolicy, Sleeper};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
-use reqwest::{StatusCode, Url};
-use serde_json::Value;
+use deermem_remote::retry::{RetryPolicy, Sleeper};
 
+use crate::endpoint::{Endpoint, EndpointConfig, Failure};
 use crate::wire::{parse_response, request_body};
-
-/// The base URL used when the configuration names none.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// The largest successful response body we read (a chat completion is far smaller).
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-/// How much of an error body we read for the error message.
-const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
-/// How many characters of an error body end up in an error message.
-const ERROR_EXCERPT_CHARS: usize = 300;
 
 const KEY: &str = "memory.backend_config.model";
 
@@ -35,46 +24,21 @@ const KEY: &str = "memory.backend_config.model";
 /// Build it with [`OpenAiChatModel::from_config`]. `Debug` shows whether a key is set, never
 /// the key.
 pub struct OpenAiChatModel {
-    http: reqwest::Client,
-    endpoint: Url,
-    /// The endpoint as logs and `Debug` show it: no user info, no query string.
-    endpoint_display: String,
+    endpoint: Endpoint,
     model: String,
-    auth: Option<HeaderValue>,
-    /// The key, kept only to scrub it from server error bodies that echo it.
-    secret: Option<Secret>,
     temperature: Option<f64>,
     max_tokens: Option<u32>,
-    timeout: Duration,
-    max_retries: u32,
-    policy: RetryPolicy,
-    sleeper: Arc<dyn Sleeper>,
 }
 
 impl fmt::Debug for OpenAiChatModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChatModel")
-            .field("endpoint", &self.endpoint_display)
+            .field("endpoint", &self.endpoint)
             .field("model", &self.model)
-            .field("api_key", &self.auth.as_ref().map(|_| "<redacted>"))
             .field("temperature", &self.temperature)
             .field("max_tokens", &self.max_tokens)
-            .field("timeout", &self.timeout)
-            .field("max_retries", &self.max_retries)
-            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
-}
-
-fn seconds(key: &str, v: f64) -> Result<Duration, ConfigError> {
-    if !v.is_finite() || v <= 0.0 {
-        return Err(ConfigError::new(
-            format!("{KEY}.{key}"),
-            format!("must be a finite number of seconds > 0 (got {v})"),
-        ));
-    }
-    Duration::try_from_secs_f64(v)
-        .map_err(|e| ConfigError::new(format!("{KEY}.{key}"), format!("is out of range: {e}")))
 }
 
 impl OpenAiChatModel {
@@ -94,190 +58,91 @@ impl OpenAiChatModel {
                 ConfigError::new(format!("{KEY}.model"), "no language model is configured")
             })?
             .to_owned();
-        let base = config
-            .base_url
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .unwrap_or(DEFAULT_BASE_URL);
-        let mut endpoint = Url::parse(base).map_err(|e| {
-            ConfigError::new(
-                format!("{KEY}.base_url"),
-                format!("is not a valid URL ({e})"),
-            )
+        let endpoint = Endpoint::new(&EndpointConfig {
+            key: KEY,
+            base_url: config.base_url.as_deref(),
+            path: "chat/completions",
+            api_key: config.api_key.as_deref(),
+            timeout_seconds: config.timeout_seconds,
+            connect_timeout_seconds: config.connect_timeout_seconds,
+            max_retries: config.max_retries,
         })?;
-        let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
-        endpoint.set_path(&path);
-        if !matches!(endpoint.scheme(), "http" | "https") {
-            return Err(ConfigError::new(
-                format!("{KEY}.base_url"),
-                format!(
-                    "must be an http or https URL (got scheme {:?})",
-                    endpoint.scheme()
-                ),
-            ));
-        }
-        let mut shown = endpoint.clone();
-        // Both calls only fail for URLs that cannot carry user info, which then has none.
-        let _ = shown.set_password(None);
-        let _ = shown.set_username("");
-        shown.set_query(None);
-        let endpoint_display = shown.to_string();
-
-        let secret = config
-            .api_key
-            .as_deref()
-            .filter(|k| !k.is_empty())
-            .map(Secret::new);
-        let auth = secret
-            .as_ref()
-            .map(Secret::bearer)
-            .transpose()
-            .map_err(|_| {
-                ConfigError::new(
-                    format!("{KEY}.api_key"),
-                    "contains characters that cannot be sent in an HTTP header",
-                )
-            })?;
-        let timeout = seconds("timeout_seconds", config.timeout_seconds)?;
-        let connect = seconds("connect_timeout_seconds", config.connect_timeout_seconds)?;
-        let http = http::client(timeout, connect, Profile::Standard)
-            .map_err(|e| ConfigError::new(KEY, format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
-            http,
             endpoint,
-            endpoint_display,
             model,
-            auth,
-            secret,
             temperature: config.temperature,
             max_tokens: config.max_tokens,
-            timeout,
-            max_retries: config.max_retries,
-            policy: RetryPolicy::default(),
-            sleeper: retry::tokio_sleeper(),
         })
     }
 
     /// Replaces the backoff timing.
     #[must_use]
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.endpoint.policy = policy;
         self
     }
 
     /// Replaces how the client waits between attempts (tests record the delays instead).
     #[must_use]
     pub fn with_sleeper(mut self, sleeper: Arc<dyn Sleeper>) -> Self {
-        self.sleeper = sleeper;
+        self.endpoint.sleeper = sleeper;
         self
     }
 
     /// The endpoint requests go to, without user info or query string.
     pub fn endpoint(&self) -> &str {
-        &self.endpoint_display
+        self.endpoint.display()
     }
 
     /// The configured number of retries after the first attempt.
     pub fn max_retries(&self) -> u32 {
-        self.max_retries
-    }
-
-    fn scrub(&self, text: &str) -> String {
-        match &self.secret {
-            Some(k) => k.scrub(text),
-            None => text.to_owned(),
-        }
-    }
-
-    fn transport_error(&self, e: &reqwest::Error) -> LlmError {
-        if e.is_timeout() {
-            return LlmError::Timeout(self.timeout);
-        }
-        // reqwest errors may carry the URL; show the sanitised endpoint instead.
-        let msg = http::error_chain(e).replace(self.endpoint.as_str(), &self.endpoint_display);
-        LlmError::Transport(self.scrub(&msg))
-    }
-
-    fn error_message(&self, body: &[u8]) -> String {
-        let text = String::from_utf8_lossy(body);
-        let detail = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| {
-                let e = v.get("error")?;
-                e.get("message")
-                    .and_then(Value::as_str)
-                    .or_else(|| e.as_str())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| text.trim().to_owned());
-        self.scrub(&excerpt(&detail, ERROR_EXCERPT_CHARS))
+        self.endpoint.max_retries
     }
 
     /// One HTTP attempt.
     async fn attempt(&self, body: &[u8], attempt: u32) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
-        let mut req = self
-            .http
-            .post(self.endpoint.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
-        if let Some(auth) = &self.auth {
-            req = req.header(AUTHORIZATION, auth.clone());
-        }
-        let reply = http::exchange(req, MAX_RESPONSE_BYTES, MAX_ERROR_BODY_BYTES)
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        let (status, retry_after, bytes) = (reply.status, reply.retry_after, reply.body);
+        let reply = self.endpoint.post(body, MAX_RESPONSE_BYTES).await;
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (status, response_bytes) = match &reply {
+            Ok((status, body)) => (*status, body.len()),
+            Err(f) => (f.status().unwrap_or(0), 0),
+        };
         tracing::debug!(
             model = %self.model,
-            endpoint = %self.endpoint_display,
+            endpoint = %self.endpoint.display(),
             attempt,
-            status = status.as_u16(),
+            status,
             latency_ms,
-            response_bytes = bytes.len(),
+            response_bytes,
             "chat completion response"
         );
-        if status.is_success() {
-            if reply.truncated {
-                return Err(LlmError::InvalidResponse(format!(
-                    "response body exceeds {MAX_RESPONSE_BYTES} bytes"
-                )));
-            }
-            return parse_response(&bytes).map_err(|e| match e {
-                LlmError::InvalidResponse(m) => LlmError::InvalidResponse(self.scrub(&m)),
-                other => other,
-            });
-        }
-        Err(self.status_error(status, retry_after, &bytes))
+        let (_, bytes) = reply.map_err(llm_error)?;
+        parse_response(&bytes).map_err(|e| match e {
+            LlmError::InvalidResponse(m) => LlmError::InvalidResponse(self.endpoint.scrub(&m)),
+            other => other,
+        })
     }
+}
 
-    fn status_error(
-        &self,
-        status: StatusCode,
-        retry_after: Option<Duration>,
-        body: &[u8],
-    ) -> LlmError {
-        let code = status.as_u16();
-        match code {
-            429 => LlmError::RateLimited { retry_after },
-            401 | 403 => LlmError::Auth { status: code },
-            500..=599 => LlmError::Server {
-                status: code,
-                message: self.error_message(body),
-            },
-            300..=399 => LlmError::InvalidRequest {
-                status: code,
-                message:
-                    "the server answered with a redirect; point base_url at the final API location"
-                        .into(),
-            },
-            _ => LlmError::InvalidRequest {
-                status: code,
-                message: self.error_message(body),
-            },
+/// The chat port's name for a failed attempt.
+fn llm_error(f: Failure) -> LlmError {
+    match f {
+        Failure::Timeout(d) => LlmError::Timeout(d),
+        Failure::Transport(m) => LlmError::Transport(m),
+        Failure::TooLarge(n) => {
+            LlmError::InvalidResponse(format!("response body exceeds {n} bytes"))
         }
+        Failure::Status {
+            status,
+            retry_after,
+            message,
+        } => match status {
+            429 => LlmError::RateLimited { retry_after },
+            401 | 403 => LlmError::Auth { status },
+            500..=599 => LlmError::Server { status, message },
+            _ => LlmError::InvalidRequest { status, message },
+        },
     }
 }
 
@@ -300,42 +165,32 @@ impl LanguageModel for OpenAiChatModel {
         })?;
         let started = Instant::now();
         let attempts = AtomicU32::new(0);
-        let result = retry::retry(
-            self.policy,
-            self.max_retries,
-            Arc::clone(&self.sleeper),
-            || {
-                let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
-                tracing::debug!(
-                    model = %self.model,
-                    endpoint = %self.endpoint_display,
-                    attempt,
-                    messages = request.messages.len(),
-                    request_bytes = body.len(),
-                    json_response = request.json_response,
-                    "chat completion request"
-                );
-                self.attempt(&body, attempt)
-            },
-            |e: &LlmError| {
-                let hint = match e {
-                    LlmError::RateLimited { retry_after } => *retry_after,
-                    _ => None,
-                };
-                e.is_retryable().then_some(hint)
-            },
-            |e, delay| {
-                tracing::warn!(
-                    model = %self.model,
-                    attempt = attempts.load(Ordering::SeqCst),
-                    max_attempts = self.max_retries + 1,
-                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                    error = %e,
-                    "chat completion failed; retrying"
-                );
-            },
-        )
-        .await;
+        let result = self
+            .endpoint
+            .with_retries(
+                "chat completion",
+                &attempts,
+                |attempt| {
+                    tracing::debug!(
+                        model = %self.model,
+                        endpoint = %self.endpoint.display(),
+                        attempt,
+                        messages = request.messages.len(),
+                        request_bytes = body.len(),
+                        json_response = request.json_response,
+                        "chat completion request"
+                    );
+                    self.attempt(&body, attempt)
+                },
+                |e: &LlmError| {
+                    let hint = match e {
+                        LlmError::RateLimited { retry_after } => *retry_after,
+                        _ => None,
+                    };
+                    e.is_retryable().then_some(hint)
+                },
+            )
+            .await;
         let attempts = attempts.load(Ordering::SeqCst);
         match &result {
             Ok(resp) => tracing::info!(

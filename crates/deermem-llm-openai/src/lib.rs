@@ -17,6 +17,8 @@
 #![deny(missing_docs)]
 
 mod client;
+mod embeddings;
+mod endpoint;
 /// A fake chat-completions server on 127.0.0.1 for tests (feature `fake-server`; it lives in
 /// the testkit, `deermem_testkit::http::openai`).
 #[cfg(feature = "fake-server")]
@@ -25,5 +27,7 @@ pub mod fake {
 }
 mod wire;
 
-pub use client::{DEFAULT_BASE_URL, OpenAiChatModel};
+pub use client::OpenAiChatModel;
 pub use deermem_remote::{RetryPolicy, Sleeper, TokioSleeper};
+pub use embeddings::{DEFAULT_EMBEDDING_MODEL, MAX_BATCH, OpenAiEmbedder};
+pub use endpoint::DEFAULT_BASE_URL;

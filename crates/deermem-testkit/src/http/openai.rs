@@ -1,6 +1,8 @@
-//! A fake OpenAI-compatible chat-completions server on 127.0.0.1 for tests
-//! (`deermem_llm_openai::fake` with that crate's feature `fake-server`): scripted replies (status, headers, body, delay) consumed one per HTTP
-//! attempt, and a record of every request it received.
+//! A fake OpenAI-compatible server on 127.0.0.1 for tests (`deermem_llm_openai::fake` with that
+//! crate's feature `fake-server`): `POST /v1/chat/completions` and `POST /v1/embeddings`,
+//! scripted replies (status, headers, body, delay) consumed one per HTTP attempt of either route,
+//! and a record of every request it received. Unscripted embedding requests are answered like
+//! OpenAI answers them, with the testkit's deterministic hashed vectors.
 //!
 //! It is test infrastructure: the client's tests use it to prove the client end to end, and the
 //! facade's tests use it to run the embedded engine's extraction against a model server without
@@ -23,6 +25,9 @@ use super::{Server, lock, started};
 
 /// The content the fake answers with once its script is used up.
 pub const DEFAULT_CONTENT: &str = "default";
+
+/// The vector dimension of unscripted embedding answers when the request names none.
+pub const DEFAULT_EMBEDDING_DIMENSION: usize = 64;
 
 /// One scripted answer of the fake server.
 #[derive(Clone, Debug)]
@@ -155,6 +160,10 @@ async fn handle(
             .pop_front()
             .unwrap_or_else(|| Reply::ok(DEFAULT_CONTENT))
     };
+    answer(reply).await
+}
+
+async fn answer(reply: Reply) -> Response {
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
@@ -171,6 +180,67 @@ async fn handle(
     resp
 }
 
+/// The answer OpenAI gives to an embeddings request: one `{"object", "index", "embedding"}` per
+/// input (a string or a list of strings), in order, of the requested `dimensions`.
+pub fn embeddings_answer(request: &Value) -> Reply {
+    let inputs: Vec<&str> = match request.get("input") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(items)) => {
+            let texts: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            match texts {
+                Some(t) if !t.is_empty() => t,
+                _ => return invalid_input(),
+            }
+        }
+        _ => return invalid_input(),
+    };
+    if inputs.iter().any(|t| t.is_empty()) {
+        return invalid_input();
+    }
+    let dimension = request
+        .get("dimensions")
+        .and_then(Value::as_u64)
+        .and_then(|d| usize::try_from(d).ok())
+        .unwrap_or(DEFAULT_EMBEDDING_DIMENSION);
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            json!({"object": "embedding", "index": i,
+                   "embedding": crate::embedder::hashed_vector(t, dimension, &[])})
+        })
+        .collect();
+    Reply::json(
+        200,
+        json!({"object": "list", "data": data, "model": request.get("model"),
+               "usage": {"prompt_tokens": inputs.len(), "total_tokens": inputs.len()}}),
+    )
+}
+
+fn invalid_input() -> Reply {
+    Reply::json(
+        400,
+        json!({"error": {"message": "'$.input' is invalid.", "type": "invalid_request_error"}}),
+    )
+}
+
+async fn handle_embeddings(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let scripted = {
+        let mut state = lock(&inner);
+        state.seen.push(Seen {
+            headers,
+            body: parsed.clone(),
+        });
+        state.script.pop_front()
+    };
+    answer(scripted.unwrap_or_else(|| embeddings_answer(&parsed))).await
+}
+
 impl FakeOpenAi {
     /// Starts the fake on an ephemeral loopback port, served by a task on the current tokio
     /// runtime, answering `POST /v1/chat/completions` with `replies` in order, then with
@@ -185,6 +255,7 @@ impl FakeOpenAi {
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            .route("/v1/embeddings", post(handle_embeddings))
             .with_state(Arc::clone(&inner));
         let server = Server::start(app, "fake chat-completions server").await?;
         Ok(Self {
