@@ -5,36 +5,42 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// The release binary under the target directory (`$CARGO_TARGET_DIR` or `<root>/target`).
-fn bench_binary(root: &Path) -> PathBuf {
+/// The release binary `name` under the target directory (`$CARGO_TARGET_DIR` or
+/// `<root>/target`).
+pub(crate) fn release_binary(root: &Path, name: &str) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map(|t| if t.is_absolute() { t } else { root.join(t) })
         .unwrap_or_else(|| root.join("target"));
     target
         .join("release")
-        .join(format!("deermem-bench{}", std::env::consts::EXE_SUFFIX))
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> ExitCode {
+    run_release(root, "bench", "deermem-bench", args)
+}
+
+/// Builds the binary of `package` (named like it) in release mode and runs it with `args`.
+pub(crate) fn run_release(root: &Path, task: &str, package: &str, args: &[String]) -> ExitCode {
     if !crate::run(
-        "bench-build",
+        &format!("{task}-build"),
         &crate::cargo(),
-        &["build", "--release", "--locked", "-p", "deermem-bench"],
+        &["build", "--release", "--locked", "-p", package],
         &[],
     ) {
         return ExitCode::FAILURE;
     }
-    let exe = bench_binary(root);
-    eprintln!("\n==> [bench] {} {}", exe.display(), args.join(" "));
+    let exe = release_binary(root, package);
+    eprintln!("\n==> [{task}] {} {}", exe.display(), args.join(" "));
     match Command::new(&exe).args(args).current_dir(root).status() {
         Ok(s) if s.success() => ExitCode::SUCCESS,
         Ok(s) => {
-            eprintln!("cargo xtask bench: the harness failed ({s})");
+            eprintln!("cargo xtask {task}: {package} failed ({s})");
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("cargo xtask bench: could not start {}: {e}", exe.display());
+            eprintln!("cargo xtask {task}: could not start {}: {e}", exe.display());
             ExitCode::FAILURE
         }
     }
@@ -46,7 +52,7 @@ mod tests {
 
     #[test]
     fn the_binary_lives_in_the_release_target_dir() {
-        let p = bench_binary(Path::new("/repo"));
+        let p = release_binary(Path::new("/repo"), "deermem-bench");
         assert!(p.ends_with(format!(
             "release/deermem-bench{}",
             std::env::consts::EXE_SUFFIX

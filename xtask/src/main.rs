@@ -7,6 +7,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
+mod eval;
 mod python;
 mod tidy;
 
@@ -204,7 +205,8 @@ fn usage() -> ExitCode {
          ci      fmt check, tidy, clippy (-D warnings), tests, the Python package, docs; stops at the first failure\n  \
          python  only the Python package step of ci (wheel, fresh venv, pytest)\n  \
          tidy    structural checks only (core dependency allowlist, //! headers, contract tests)\n  \
-         bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads"
+         bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads\n  \
+         eval    retrieval [--dataset FILE] [--json OUT] [--embedding JSON] retrieval quality per search mode"
     );
     ExitCode::from(2)
 }
@@ -226,6 +228,7 @@ fn main() -> ExitCode {
             }
         },
         Some("bench") => bench::run(&project_root(), &args[1..]),
+        Some("eval") => eval::run(&project_root(), &args[1..]),
         Some("python") => {
             if python::run_step(&project_root(), &cargo()) {
                 ExitCode::SUCCESS
