@@ -43,11 +43,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use deermem_core::ports::Clock;
 use deermem_core::ports::run_journal::{
-    CONTEXT_CATEGORY, CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome,
-    RunEvent, RunEventStore, is_sha256_hex, valid_event_type, validate_run_key,
+    CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome, RunEvent,
+    RunEventStore, check_record_args, is_sha256_hex, settle_recorded, valid_event_type,
+    validate_run_key,
 };
 use deermem_core::time::Timestamp;
-use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
+use deermem_core::{AgentName, UserId};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
@@ -261,14 +262,7 @@ impl RunJournal {
         run_id: &str,
         content_sha256: &str,
     ) -> Result<RecordOutcome, JournalError> {
-        validate_run_key("thread_id", thread_id)?;
-        validate_run_key("run_id", run_id)?;
-        if !is_sha256_hex(content_sha256) {
-            return Err(JournalError::InvalidId {
-                field: "content_sha256",
-                reason: "must be 64 lowercase hexadecimal digits".into(),
-            });
-        }
+        check_record_args(thread_id, run_id, content_sha256)?;
         self.with_log(user, |log, opts, clock| {
             let key = (thread_id.to_owned(), run_id.to_owned());
             if let Some(seq) = log.context.get(&key).copied() {
@@ -276,41 +270,16 @@ impl RunJournal {
                     context: "run journal index out of step".into(),
                     source: io::Error::other("indexed event missing"),
                 })?;
-                let recorded = existing.content_sha256().unwrap_or_default().to_owned();
-                if recorded == content_sha256 {
-                    return Ok(RecordOutcome::AlreadyRecorded(existing));
-                }
-                return Err(JournalError::Conflict {
-                    thread_id: thread_id.to_owned(),
-                    run_id: run_id.to_owned(),
-                    recorded,
-                    offered: content_sha256.to_owned(),
-                });
+                return settle_recorded(existing, content_sha256);
             }
-            let mut content = Map::new();
-            content.insert(
-                "content_sha256".into(),
-                Value::String(content_sha256.into()),
+            let event = RunEvent::context_memory(
+                log.next_seq,
+                thread_id,
+                run_id,
+                agent,
+                content_sha256,
+                clock.now().to_iso_z(),
             );
-            let mut metadata = Map::new();
-            metadata.insert(
-                "agent_name".into(),
-                Value::String(
-                    agent
-                        .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
-                        .to_owned(),
-                ),
-            );
-            let event = RunEvent {
-                seq: log.next_seq,
-                thread_id: thread_id.to_owned(),
-                run_id: run_id.to_owned(),
-                event_type: CONTEXT_MEMORY_EVENT.to_owned(),
-                category: CONTEXT_CATEGORY.to_owned(),
-                content,
-                metadata,
-                created_at: clock.now().to_iso_z(),
-            };
             log.append(&event, opts)?;
             Ok(RecordOutcome::Recorded(event))
         })
@@ -764,19 +733,15 @@ mod tests {
 
     #[test]
     fn stored_lines_round_trip_and_foreign_lines_are_refused() {
-        let e = RunEvent {
-            seq: 3,
-            thread_id: "t".into(),
-            run_id: "r".into(),
-            event_type: CONTEXT_MEMORY_EVENT.into(),
-            category: CONTEXT_CATEGORY.into(),
-            content: json!({"content_sha256": "a".repeat(64)})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            metadata: Map::new(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        };
+        let e = RunEvent::context_memory(
+            3,
+            "t",
+            "r",
+            None,
+            &"a".repeat(64),
+            "2026-01-01T00:00:00Z".into(),
+        );
+        assert_eq!(e.metadata["agent_name"], "__default__");
         let line = line::to_line(&e, "alice");
         assert!(line.ends_with('\n'));
         let back = line::from_line(line.trim_end().as_bytes(), "alice");

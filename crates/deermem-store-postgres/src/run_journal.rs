@@ -12,11 +12,11 @@ use std::sync::Arc;
 use deermem_core::ports::Clock;
 use deermem_core::ports::RunEventStore;
 use deermem_core::ports::run_journal::{
-    CONTEXT_CATEGORY, CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome,
-    RunEvent, is_sha256_hex, validate_run_key,
+    CONTEXT_MEMORY_EVENT, EventQuery, EventsLookup, JournalError, RecordOutcome, RunEvent,
+    check_record_args, settle_recorded, validate_run_key,
 };
-use deermem_core::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
-use serde_json::{Map, Value};
+use deermem_core::{AgentName, UserId};
+use serde_json::Value;
 use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
@@ -131,18 +131,7 @@ impl PgRunJournal {
             .await
             .map_err(|e| io_error("read the run", e))?;
         if let Some(row) = existing {
-            let event = event_from(&row)?;
-            let recorded = event.content_sha256().unwrap_or_default().to_owned();
-            return if recorded == content_sha256 {
-                Ok(RecordOutcome::AlreadyRecorded(event))
-            } else {
-                Err(JournalError::Conflict {
-                    thread_id: thread_id.to_owned(),
-                    run_id: run_id.to_owned(),
-                    recorded,
-                    offered: content_sha256.to_owned(),
-                })
-            };
+            return settle_recorded(event_from(&row)?, content_sha256);
         }
         let seq: i64 = tx
             .query_one(
@@ -154,30 +143,14 @@ impl PgRunJournal {
             .await
             .map_err(|e| io_error("allocate a sequence number", e))?
             .get(0);
-        let mut content = Map::new();
-        content.insert(
-            "content_sha256".into(),
-            Value::String(content_sha256.into()),
+        let event = RunEvent::context_memory(
+            u64::try_from(seq).map_err(|e| io_error("sequence number", e))?,
+            thread_id,
+            run_id,
+            agent,
+            content_sha256,
+            self.clock.now().to_iso_z(),
         );
-        let mut metadata = Map::new();
-        metadata.insert(
-            "agent_name".into(),
-            Value::String(
-                agent
-                    .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
-                    .to_owned(),
-            ),
-        );
-        let event = RunEvent {
-            seq: u64::try_from(seq).map_err(|e| io_error("sequence number", e))?,
-            thread_id: thread_id.to_owned(),
-            run_id: run_id.to_owned(),
-            event_type: CONTEXT_MEMORY_EVENT.to_owned(),
-            category: CONTEXT_CATEGORY.to_owned(),
-            content,
-            metadata,
-            created_at: self.clock.now().to_iso_z(),
-        };
         tx.execute(
             "INSERT INTO run_events (bucket, seq, thread_id, run_id, event_type, category, \
              content, metadata, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -291,14 +264,7 @@ impl RunEventStore for PgRunJournal {
         run_id: &str,
         content_sha256: &str,
     ) -> Result<RecordOutcome, JournalError> {
-        validate_run_key("thread_id", thread_id)?;
-        validate_run_key("run_id", run_id)?;
-        if !is_sha256_hex(content_sha256) {
-            return Err(JournalError::InvalidId {
-                field: "content_sha256",
-                reason: "must be 64 lowercase hexadecimal digits".into(),
-            });
-        }
+        check_record_args(thread_id, run_id, content_sha256)?;
         self.block_on(self.record(user, agent, thread_id, run_id, content_sha256))
     }
 

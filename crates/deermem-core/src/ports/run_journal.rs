@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::ids::{AgentName, UserId};
+use crate::ids::{AgentName, DEFAULT_AGENT_BUCKET, UserId};
 
 /// The event type of a run's memory identity.
 pub const CONTEXT_MEMORY_EVENT: &str = "context:memory";
@@ -55,6 +55,82 @@ impl RunEvent {
     /// The recorded block hash of a `context:memory` event.
     pub fn content_sha256(&self) -> Option<&str> {
         self.content.get("content_sha256").and_then(Value::as_str)
+    }
+
+    /// The `context:memory` event every journal records for a served block: category
+    /// `context`, content exactly `{"content_sha256"}`, metadata `{"agent_name"}` (the default
+    /// bucket's name when no agent is given).
+    pub fn context_memory(
+        seq: u64,
+        thread_id: &str,
+        run_id: &str,
+        agent: Option<&AgentName>,
+        content_sha256: &str,
+        created_at: String,
+    ) -> Self {
+        let mut content = Map::new();
+        content.insert(
+            "content_sha256".into(),
+            Value::String(content_sha256.into()),
+        );
+        let mut metadata = Map::new();
+        metadata.insert(
+            "agent_name".into(),
+            Value::String(
+                agent
+                    .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
+                    .to_owned(),
+            ),
+        );
+        Self {
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            event_type: CONTEXT_MEMORY_EVENT.to_owned(),
+            category: CONTEXT_CATEGORY.to_owned(),
+            content,
+            metadata,
+            seq,
+            created_at,
+        }
+    }
+}
+
+/// Checks the arguments of [`RunEventStore::record_context`] the way every journal must.
+///
+/// # Errors
+/// `InvalidId` naming the bad thread id, run id or block hash.
+pub fn check_record_args(
+    thread_id: &str,
+    run_id: &str,
+    content_sha256: &str,
+) -> Result<(), JournalError> {
+    validate_run_key("thread_id", thread_id)?;
+    validate_run_key("run_id", run_id)?;
+    if !is_sha256_hex(content_sha256) {
+        return Err(JournalError::InvalidId {
+            field: "content_sha256",
+            reason: "must be 64 lowercase hexadecimal digits".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The outcome of recording `offered` for a run whose `context:memory` event is `existing`:
+/// the same block is [`RecordOutcome::AlreadyRecorded`], a different one a conflict.
+///
+/// # Errors
+/// [`JournalError::Conflict`] with both hashes.
+pub fn settle_recorded(existing: RunEvent, offered: &str) -> Result<RecordOutcome, JournalError> {
+    let recorded = existing.content_sha256().unwrap_or_default().to_owned();
+    if recorded == offered {
+        Ok(RecordOutcome::AlreadyRecorded(existing))
+    } else {
+        Err(JournalError::Conflict {
+            thread_id: existing.thread_id,
+            run_id: existing.run_id,
+            recorded,
+            offered: offered.to_owned(),
+        })
     }
 }
 
