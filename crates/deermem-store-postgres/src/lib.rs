@@ -19,6 +19,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod admin;
 mod config;
 mod error;
 mod repository;
