@@ -17,7 +17,8 @@ Exit codes:
   6  not supported by the configured memory backend
   7  stored memory is corrupted (manual repair needed; nothing was changed)
   8  backend unavailable or timed out (also `context` and `search` when a remote read
-     failed and the backend's fail-open policy answered with empty memory)";
+     failed and the backend's fail-open policy answered with empty memory)
+  9  `db migrate`: the database schema is newer than this build; nothing was changed";
 
 /// The DeerMem long-term memory engine.
 #[derive(Debug, Parser)]
@@ -98,6 +99,9 @@ pub(crate) enum Command {
     Index(IndexCommand),
     /// Migrate legacy data: Markdown facts from v1 JSON, or the pre-isolation shared layout.
     Migrate(MigrateArgs),
+    /// The PostgreSQL database of `storage_class: postgres`.
+    #[command(subcommand)]
+    Db(DbCommand),
     /// Run memory extraction on a conversation now (not after the debounce) and report what
     /// was added, removed and rejected. With a remote backend, send it now and report how many
     /// messages reached the server (a failed capture exits 8, or 1 when the server refused).
@@ -237,6 +241,18 @@ pub(crate) enum IndexCommand {
     },
     /// Index configuration and health.
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DbCommand {
+    /// Apply this build's schema migrations and print the versions before and after (every
+    /// `deermem serve` also applies them at start). Exits 9, changing nothing, when the
+    /// database's schema is newer than this build.
+    Migrate {
+        /// Only show the database's schema version and this build's, changing nothing.
+        #[arg(long)]
+        status: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -291,11 +291,14 @@ fn deermem_config(ctx: &Ctx) -> Result<deermem_core::DeerMemConfig, CliError> {
         .map_err(|e| CliError::invalid(e.to_string()))
 }
 
+/// The file store, for the commands only it has (`migrate`); any other storage class is a
+/// typed refusal (exit 6), never files written beside a database.
 fn open_storage(
     ctx: &Ctx,
     with_retrieval: bool,
 ) -> Result<deermem_storage_file::FileMemoryStorage, CliError> {
     let cfg = deermem_config(ctx)?;
+    require_file_storage(&cfg, "`deermem migrate` (legacy file layouts)")?;
     let root = ctx.storage_root();
     deermem::embedded::open_storage(&cfg, root, Arc::new(deermem::SystemClock), with_retrieval)
         .map_err(|e| match e {
@@ -303,6 +306,40 @@ fn open_storage(
             deermem::embedded::EmbeddedError::Storage(s) => s.into(),
             other => CliError::failure(other.to_string()),
         })
+}
+
+/// Refuses an operation of the file store's layout when the configuration selects another
+/// storage class.
+fn require_file_storage(
+    cfg: &deermem_core::DeerMemConfig,
+    operation: &'static str,
+) -> Result<(), CliError> {
+    match cfg.storage() {
+        deermem_core::config::StorageClass::File => Ok(()),
+        other => Err(CliError::new(
+            Kind::Unsupported,
+            format!(
+                "{operation} is not available on storage {}; it works on the file storage's layout only",
+                other.as_str()
+            ),
+        )),
+    }
+}
+
+/// The configured embedded storage (files or PostgreSQL), for the administrative commands.
+fn open_embedded(
+    ctx: &Ctx,
+    with_retrieval: bool,
+) -> Result<deermem::embedded::EmbeddedStorage, CliError> {
+    let cfg = deermem_config(ctx)?;
+    let root = ctx.storage_root();
+    Ok(deermem::embedded::open_embedded(
+        &cfg,
+        root,
+        Arc::new(deermem::SystemClock),
+        with_retrieval,
+        &deermem::process_env,
+    )?)
 }
 
 fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
@@ -320,17 +357,18 @@ fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 pub(crate) async fn index(ctx: &Ctx, command: IndexCommand) -> Result<(), CliError> {
-    let storage = open_storage(ctx, true)?;
-    let result = index_inner(ctx, &storage, command).await;
-    storage.close().await;
+    let embedded = open_embedded(ctx, true)?;
+    let result = index_inner(ctx, &embedded, command).await;
+    embedded.storage().close().await;
     result
 }
 
 async fn index_inner(
     ctx: &Ctx,
-    storage: &deermem_storage_file::FileMemoryStorage,
+    embedded: &deermem::embedded::EmbeddedStorage,
     command: IndexCommand,
 ) -> Result<(), CliError> {
+    let storage = embedded.storage();
     match command {
         IndexCommand::Rebuild { user, agent } => {
             let status = storage.retrieval_status().await;
@@ -345,7 +383,7 @@ async fn index_inner(
                 (Some(u), Some(a)) => Some(vec![(Some(ctx::user(&u)?), AgentName::parse(&a)?)]),
                 (Some(u), None) => {
                     let uid = ctx::user(&u)?;
-                    let agents = agents_of(&ctx.storage_root(), &uid);
+                    let agents = embedded.agents_of(&uid).await?;
                     Some(agents.into_iter().map(|a| (Some(uid.clone()), a)).collect())
                 }
             };
@@ -405,7 +443,7 @@ async fn index_inner(
             // Compare the index with the files: only this can notice facts committed by a
             // process that died before its index write (no record of that exists anywhere).
             let verification = if status.configured && status.total_docs.is_some() {
-                match storage.verify_index().await {
+                match embedded.verify_index().await {
                     Ok(v) => v,
                     Err(e) => {
                         tracing::warn!(error = %e, "could not compare the index with the fact files");
@@ -494,20 +532,6 @@ async fn index_inner(
             output::print_text(&out)
         }
     }
-}
-
-/// The agent buckets of a user on disk (directory names that are valid agent names).
-fn agents_of(root: &Path, user: &UserId) -> Vec<AgentName> {
-    let dir = root.join("users").join(user.bucket()).join("agents");
-    let mut out: Vec<AgentName> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| AgentName::parse(&e.file_name().to_string_lossy()).ok())
-        .collect();
-    out.sort();
-    out
 }
 
 /// `deermem migrate`: returns the process exit status (0, or 1 when any user failed).
@@ -617,6 +641,12 @@ fn migrate_isolation(ctx: &Ctx, args: &MigrateArgs) -> Result<u8, CliError> {
         "deermem" => deermem_config(ctx)?.manifest_filename,
         _ => "memory.json".to_owned(),
     };
+    if ctx.memory().manager_class == "deermem" {
+        require_file_storage(
+            &deermem_config(ctx)?,
+            "`deermem migrate --user-isolation` (the shared file layout)",
+        )?;
+    }
     let root = ctx.storage_root();
     let options = deermem_storage_file::isolation::IsolationOptions {
         dry_run: args.dry_run,

@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     Corrupt,
     /// The backend is unavailable or timed out (8).
     Unavailable,
+    /// The database schema is newer than this build (9); nothing was changed.
+    SchemaTooNew,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Self::Unsupported => 6,
             Self::Corrupt => 7,
             Self::Unavailable => 8,
+            Self::SchemaTooNew => 9,
         }
     }
 }
@@ -76,6 +79,7 @@ impl fmt::Display for CliError {
             Kind::Unsupported => "not supported",
             Kind::Corrupt => "corrupted memory",
             Kind::Unavailable => "unavailable",
+            Kind::SchemaTooNew => "schema too new",
         };
         write!(f, "{label}: {}", self.message)
     }
@@ -110,6 +114,31 @@ impl From<ManagerError> for CliError {
 impl From<StorageError> for CliError {
     fn from(e: StorageError) -> Self {
         ManagerError::from(e).into()
+    }
+}
+
+impl From<deermem::embedded::EmbeddedError> for CliError {
+    fn from(e: deermem::embedded::EmbeddedError) -> Self {
+        use deermem::embedded::EmbeddedError as E;
+        use deermem_store_postgres::PgError;
+        match e {
+            E::Config(c) => Self::invalid(c.to_string()),
+            E::Storage(s) => s.into(),
+            e @ E::NotAvailable { .. } => Self::new(Kind::Unsupported, e.to_string()),
+            e @ E::NotCompiled => Self::new(Kind::Unsupported, e.to_string()),
+            E::Postgres(p) => {
+                let kind = match &p {
+                    PgError::SchemaTooNew { .. } => Kind::SchemaTooNew,
+                    PgError::Config { .. }
+                    | PgError::Url { .. }
+                    | PgError::TlsUnsupported { .. } => Kind::Invalid,
+                    PgError::Connect { .. } => Kind::Unavailable,
+                    _ => Kind::Failure,
+                };
+                Self::new(kind, p.to_string())
+            }
+            other => Self::failure(other.to_string()),
+        }
     }
 }
 

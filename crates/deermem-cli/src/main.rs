@@ -1,5 +1,5 @@
 //! The `deermem` command-line tool: data commands over any configured memory backend, index and
-//! migration tools for the embedded file storage. Run `deermem --help` for the commands and the
+//! migration tools for the embedded storage, the PostgreSQL schema (`db migrate`). Run `deermem --help` for the commands and the
 //! exit codes.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -7,6 +7,7 @@
 mod args;
 mod cmd;
 mod ctx;
+mod db;
 mod demo;
 mod error;
 mod logging;
@@ -40,6 +41,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             .map(|()| 0),
         Command::Index(c) => cmd::index(&ctx, c).await.map(|()| 0),
         Command::Migrate(a) => cmd::migrate(&ctx, a).await,
+        Command::Db(c) => db::run(&ctx, c).await.map(|()| 0),
         Command::Ingest {
             scope,
             thread,

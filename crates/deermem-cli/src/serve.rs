@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use deermem_core::{AgentName, UserId};
 use deermem_gateway::{GatewayConfig, GatewayState, Metrics};
-use deermem_storage_file::{RunJournal, RunJournalOptions};
 use deermem_updater::{ExtractionReport, UpdateObserver};
 
 use crate::ctx::{self, Ctx};
@@ -99,15 +98,16 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     }
     let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone())
         .with_metrics(metrics);
-    if backend.deermem().is_some() {
-        let dir = RunJournal::dir_for_storage_root(&ctx.storage_root());
-        let journal = RunJournal::open(&dir, RunJournalOptions::default()).map_err(|e| {
-            CliError::failure(format!(
-                "cannot open the run journal in {}: {e}",
-                dir.display()
-            ))
-        })?;
-        state = state.with_run_journal(Arc::new(journal));
+    if let Some(storage) = backend.embedded_storage().cloned() {
+        // The journal that belongs with the storage: `{root}/.runs` beside the files, or the
+        // database's `run_events` table, shared by every replica. Opening it blocks.
+        let journal = tokio::task::spawn_blocking(move || {
+            storage.open_run_journal(Arc::new(deermem::SystemClock))
+        })
+        .await
+        .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?
+        .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?;
+        state = state.with_run_journal(journal);
     }
     let listener = bind(gateway.bind).await?;
     let local = listener

@@ -15,9 +15,13 @@ use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 
 mod embedding;
 pub mod lax;
+mod postgres;
 mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, MAX_EMBEDDING_BATCH};
+pub use postgres::{
+    MAX_POSTGRES_POOL_SIZE, PostgresSettings, PostgresTls, PostgresTlsMode, env_reference,
+};
 
 pub use shown::{shown_backend_config, url_without_credentials};
 
@@ -503,26 +507,47 @@ pub struct DeerMemConfig {
     #[serde(deserialize_with = "non_empty")]
     pub prompts_dir: Option<String>,
     pub model: ModelConfig,
+    /// The database of `storage_class: postgres` (required then, ignored otherwise).
+    pub postgres: Option<PostgresSettings>,
+}
+
+/// The storage adapter `storage_class` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageClass {
+    /// The file store (`''` or `file`).
+    File,
+    /// PostgreSQL (`postgres`).
+    Postgres,
+}
+
+impl StorageClass {
+    /// The config value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::File => "file",
+            Self::Postgres => "postgres",
+        }
+    }
 }
 
 fn storage_class<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
-    if matches!(s.as_str(), "" | "file") {
+    if matches!(s.as_str(), "" | "file" | "postgres") {
         Ok(s)
     } else {
         Err(serde::de::Error::custom(format!(
-            "{s:?} is not available; this engine ships the file storage only ('' or 'file'). Refusing to silently fall back because memory is persistent state"
+            "{s:?} is not available; this engine ships the file storage ('' or 'file') and PostgreSQL ('postgres'). Refusing to silently fall back because memory is persistent state"
         )))
     }
 }
 
 fn retrieval_adapter<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
-    if matches!(s.as_str(), "" | "fts5") {
+    if matches!(s.as_str(), "" | "fts5" | "postgres") {
         Ok(s)
     } else {
         Err(serde::de::Error::custom(format!(
-            "{s:?} failed to load: only 'fts5' or '' (disabled) are available. Refusing to silently fall back"
+            "{s:?} failed to load: only 'fts5', 'postgres' or '' (disabled) are available. Refusing to silently fall back"
         )))
     }
 }
@@ -586,6 +611,7 @@ impl Default for DeerMemConfig {
             patterns_dir: None,
             prompts_dir: None,
             model: ModelConfig::default(),
+            postgres: None,
         }
     }
 }
@@ -651,7 +677,7 @@ impl DeerMemConfig {
         bc: &Map<String, Value>,
     ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let prefix = "memory.backend_config";
-        let (c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), prefix)?;
+        let (mut c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), prefix)?;
         let (model, top): (Vec<&String>, Vec<&String>) =
             ignored.iter().partition(|k| k.starts_with("model."));
         let mut warnings = Vec::new();
@@ -675,7 +701,65 @@ impl DeerMemConfig {
                 format!("DeerMem eviction weights must sum to 1.0 (got {sum})"),
             ));
         }
+        c.check_storage_selection(bc)?;
         Ok((c, warnings))
+    }
+
+    /// The storage adapter this configuration selects.
+    pub fn storage(&self) -> StorageClass {
+        if self.storage_class == "postgres" {
+            StorageClass::Postgres
+        } else {
+            StorageClass::File
+        }
+    }
+
+    /// `retrieval_adapter` defaults to `postgres` with PostgreSQL storage; the FTS5 index is a
+    /// file beside the file store and PostgreSQL search needs PostgreSQL storage, so the other
+    /// pairings are refused, as is PostgreSQL storage without `postgres.url`.
+    fn check_storage_selection(&mut self, bc: &Map<String, Value>) -> Result<(), ConfigError> {
+        let retrieval_set = bc.get("retrieval_adapter").is_some_and(|v| !v.is_null());
+        match self.storage() {
+            StorageClass::Postgres => {
+                if !retrieval_set {
+                    self.retrieval_adapter = "postgres".into();
+                }
+                if self.retrieval_adapter == "fts5" {
+                    return Err(ConfigError::new(
+                        "memory.backend_config.retrieval_adapter",
+                        "'fts5' is an index on the local disk and cannot be shared by replicas; with storage_class: postgres use 'postgres' (the default) or '' (substring scan)",
+                    ));
+                }
+                let url_set = self
+                    .postgres
+                    .as_ref()
+                    .is_some_and(|p| !p.url.trim().is_empty());
+                if !url_set {
+                    return Err(ConfigError::new(
+                        "memory.backend_config.postgres.url",
+                        "is required with storage_class: postgres (a postgres:// URL, or $DATABASE_URL to read it from the environment)",
+                    ));
+                }
+                if let Some(p) = &self.postgres
+                    && p.tls.mode == PostgresTlsMode::VerifyFull
+                    && p.tls.ca_file.is_none()
+                {
+                    return Err(ConfigError::new(
+                        "memory.backend_config.postgres.tls.ca_file",
+                        "is required for tls.mode verify-full",
+                    ));
+                }
+            }
+            StorageClass::File => {
+                if self.retrieval_adapter == "postgres" {
+                    return Err(ConfigError::new(
+                        "memory.backend_config.retrieval_adapter",
+                        "'postgres' searches the PostgreSQL storage; set storage_class: postgres too, or use 'fts5' with the file storage",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The eviction parameters this configuration selects.
@@ -970,5 +1054,86 @@ mod tests {
         assert_eq!(red["api_key_env"], "OV_KEY");
         assert_eq!(red["tokens"], "***");
         assert_eq!(red["headers"], "***");
+    }
+
+    #[test]
+    fn postgres_selection() {
+        let c = parse(json!({
+            "storage_class": "postgres",
+            "postgres": {"url": "postgres://u:pw@h/db", "pool_size": "4", "connect_timeout_seconds": 2},
+        }))
+        .unwrap();
+        assert_eq!(c.storage(), StorageClass::Postgres);
+        assert_eq!(
+            c.retrieval_adapter, "postgres",
+            "the default with postgres storage"
+        );
+        let p = c.postgres.as_ref().unwrap();
+        assert_eq!((p.pool_size, p.schema.as_str()), (4, "deermem"));
+        assert_eq!(p.connect_timeout_seconds, 2.0);
+        assert_eq!(p.tls.mode, PostgresTlsMode::Disable);
+        // The substring scan may still be chosen explicitly.
+        let c = parse(
+            json!({"storage_class": "postgres", "retrieval_adapter": "", "postgres": {"url": "x"}}),
+        )
+        .unwrap();
+        assert_eq!(c.retrieval_adapter, "");
+        // Files keep the FTS5 default.
+        assert_eq!(parse(json!({})).unwrap().storage(), StorageClass::File);
+        assert_eq!(parse(json!({})).unwrap().retrieval_adapter, "fts5");
+        let refused = [
+            (json!({"storage_class": "postgres"}), "postgres.url"),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": " "}}),
+                "postgres.url",
+            ),
+            (
+                json!({"storage_class": "postgres", "retrieval_adapter": "fts5", "postgres": {"url": "x"}}),
+                "retrieval_adapter",
+            ),
+            (
+                json!({"retrieval_adapter": "postgres"}),
+                "retrieval_adapter",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 0}}),
+                "postgres.pool_size",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 257}}),
+                "postgres.pool_size",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "schema": "a\"; DROP"}}),
+                "postgres.schema",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "statement_timeout_seconds": 0}}),
+                "postgres.statement_timeout_seconds",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "sometimes"}}}),
+                "postgres.tls.mode",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "verify-full"}}}),
+                "postgres.tls.ca_file",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool": 3}}),
+                "postgres",
+            ),
+        ];
+        for (v, key) in refused {
+            let err = parse(v.clone()).expect_err(&format!("{v} must fail"));
+            assert_eq!(
+                err.key,
+                format!("memory.backend_config.{key}"),
+                "{v}: {err}"
+            );
+        }
+        // The URL never appears in an error, even a type error next to it.
+        let err = parse(json!({"storage_class": "postgres", "postgres": {"url": "postgres://u:hunter2@h/db", "pool_size": "many"}})).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }

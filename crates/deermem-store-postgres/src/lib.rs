@@ -12,13 +12,16 @@
 //!   transaction per commit with the user's row locked, decided by the core's shared commit
 //!   policy; search is still the core's substring scan.
 //!
-//! Still to come: ranked full-text search on the `tsv` column (with CJK bigrams) and the
-//! retrieval port, replica cache coherence, remote-backend cursors in the database, the facade's
-//! `storage_class: postgres`, `deermem db migrate` and `deermem migrate` between files and the
-//! database. Until then the facade does not offer it.
+//! - administrative reads that are not ports: the users the database holds, a user's agents.
+//!
+//! The facade selects it with `storage_class: postgres`; `deermem db migrate` applies the
+//! schema. Still to come: ranked full-text search on the `tsv` column (with CJK bigrams) and
+//! the retrieval port, remote-backend cursors in the database, and `deermem migrate` between
+//! files and the database.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod admin;
 mod config;
 mod error;
 mod repository;

@@ -103,9 +103,13 @@ impl<'a> BuildOptions<'a> {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The embedded engine (file storage, FTS5 index, LLM or offline extraction).
+    /// The embedded engine (file or PostgreSQL storage, LLM or offline extraction), with the
+    /// storage it was built on (for the run journal and the administrative commands).
     #[cfg(all(feature = "engine", feature = "storage-file"))]
-    DeerMem(Arc<deermem_engine::DeerMemManager>),
+    DeerMem(
+        Arc<deermem_engine::DeerMemManager>,
+        crate::embedded::EmbeddedStorage,
+    ),
     /// The minimal backend.
     Noop(Arc<NoopManager>),
     /// Honcho.
@@ -121,7 +125,7 @@ impl Backend {
     pub fn manager(&self) -> Arc<dyn MemoryManager> {
         match self {
             #[cfg(all(feature = "engine", feature = "storage-file"))]
-            Self::DeerMem(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
+            Self::DeerMem(m, _) => Arc::clone(m) as Arc<dyn MemoryManager>,
             Self::Noop(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
             #[cfg(feature = "honcho")]
             Self::Honcho(m) => Arc::clone(m) as Arc<dyn MemoryManager>,
@@ -134,7 +138,16 @@ impl Backend {
     #[cfg(all(feature = "engine", feature = "storage-file"))]
     pub fn deermem(&self) -> Option<&Arc<deermem_engine::DeerMemManager>> {
         match self {
-            Self::DeerMem(m) => Some(m),
+            Self::DeerMem(m, _) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The embedded engine's storage, when that is the backend.
+    #[cfg(all(feature = "engine", feature = "storage-file"))]
+    pub fn embedded_storage(&self) -> Option<&crate::embedded::EmbeddedStorage> {
+        match self {
+            Self::DeerMem(_, s) => Some(s),
             _ => None,
         }
     }
@@ -143,7 +156,7 @@ impl Backend {
     pub fn class(&self) -> &'static str {
         match self {
             #[cfg(all(feature = "engine", feature = "storage-file"))]
-            Self::DeerMem(_) => "deermem",
+            Self::DeerMem(..) => "deermem",
             Self::Noop(_) => "noop",
             #[cfg(feature = "honcho")]
             Self::Honcho(_) => "honcho",
@@ -335,19 +348,36 @@ fn build_deermem(
 ) -> Result<Backend, BuildError> {
     let name = "deermem".to_owned();
     let cfg = crate::embedded::deermem_config(&config.backend_config)?;
-    let storage = crate::embedded::open_storage(&cfg, root.to_path_buf(), Arc::clone(&clock), true)
-        .map_err(|e| match e {
-            crate::embedded::EmbeddedError::Config(c) => BuildError::Config(c),
-            crate::embedded::EmbeddedError::Storage(s) => BuildError::Backend {
-                name: name.clone(),
-                source: s.into(),
+    let storage = crate::embedded::open_embedded(
+        &cfg,
+        root.to_path_buf(),
+        Arc::clone(&clock),
+        true,
+        opts.env,
+    )
+    .map_err(|e| match e {
+        crate::embedded::EmbeddedError::Config(c) => BuildError::Config(c),
+        crate::embedded::EmbeddedError::Storage(s) => BuildError::Backend {
+            name: name.clone(),
+            source: s.into(),
+        },
+        crate::embedded::EmbeddedError::NotCompiled => BuildError::NotCompiled {
+            name: "deermem (storage_class: postgres)".into(),
+            feature: "store-postgres",
+        },
+        other => BuildError::Backend {
+            name: name.clone(),
+            source: ManagerError::Unavailable {
+                message: other.to_string(),
+                source: None,
             },
-        })?;
+        },
+    })?;
     let llm = match &opts.llm {
         Some(llm) => Some(Arc::clone(llm)),
         None => build_llm(&cfg)?,
     };
-    let mut parts = deermem_engine::DeerMemParts::new(cfg, Arc::new(storage), clock);
+    let mut parts = deermem_engine::DeerMemParts::new(cfg, storage.storage(), clock);
     parts.mode = config.mode;
     parts.injection_enabled = config.injection_enabled;
     parts.llm = llm;
@@ -357,7 +387,7 @@ fn build_deermem(
     }
     let manager = deermem_engine::DeerMemManager::new(parts)
         .map_err(|source| BuildError::Backend { name, source })?;
-    Ok(Backend::DeerMem(Arc::new(manager)))
+    Ok(Backend::DeerMem(Arc::new(manager), storage))
 }
 
 #[cfg(not(all(feature = "engine", feature = "storage-file")))]

@@ -1,16 +1,25 @@
-//! Composition of the embedded engine's adapters: the file storage with its FTS5 index, from a
-//! DeerMem `backend_config`.
+//! Composition of the embedded engine's adapters from a DeerMem `backend_config`: the file
+//! storage with its FTS5 index, or (`storage_class: postgres`, feature `store-postgres`) the
+//! PostgreSQL storage; [`EmbeddedStorage`] is either, with the administrative operations that
+//! are not storage ports and a typed refusal where one storage cannot do them.
 
+#[cfg(feature = "store-postgres")]
+mod postgres;
 #[cfg(feature = "retrieval-fts5")]
 mod recovering;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use deermem_core::ports::{Clock, Retrieval};
-use deermem_core::{ConfigError, DeerMemConfig, StorageError};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_core::config::StorageClass;
+use deermem_core::ports::{Clock, MemoryStorage, Retrieval, RunEventStore};
+use deermem_core::{AgentName, ConfigError, DeerMemConfig, StorageError, UserId};
+use deermem_storage_file::{
+    FileMemoryStorage, FileStorageConfig, IndexVerification, RunJournal, RunJournalOptions,
+};
 
+#[cfg(feature = "store-postgres")]
+pub use postgres::{PostgresStorage, postgres_config};
 #[cfg(feature = "retrieval-fts5")]
 pub use recovering::RecoveringFts5;
 
@@ -24,6 +33,25 @@ pub enum EmbeddedError {
     /// The storage refused to start.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The PostgreSQL storage could not be opened (unreachable, or a newer schema).
+    #[cfg(feature = "store-postgres")]
+    #[error(transparent)]
+    Postgres(#[from] deermem_store_postgres::PgError),
+    /// An operation that one storage class does not have.
+    #[error("{operation} is not available on storage {storage}{hint}")]
+    NotAvailable {
+        /// What was asked for.
+        operation: &'static str,
+        /// The configured `storage_class`.
+        storage: &'static str,
+        /// What to do instead (empty or starting with `; `).
+        hint: &'static str,
+    },
+    /// `storage_class: postgres` in a build without the `store-postgres` feature.
+    #[error(
+        "memory.backend_config.storage_class 'postgres' is not compiled into this build; rebuild with the Cargo feature `store-postgres` of the `deermem` crate"
+    )]
+    NotCompiled,
 }
 
 /// Parses DeerMem's `backend_config`, logging its warnings.
@@ -99,4 +127,256 @@ pub fn open_storage(
         access_half_life_days: cfg.eviction_access_half_life_days as f64,
     };
     Ok(FileMemoryStorage::new(config, clock, retrieval)?)
+}
+
+/// The embedded engine's storage: the file store or PostgreSQL, by `storage_class`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum EmbeddedStorage {
+    /// The file store under the storage root.
+    File(Arc<FileMemoryStorage>),
+    /// PostgreSQL.
+    #[cfg(feature = "store-postgres")]
+    Postgres(Arc<PostgresStorage>),
+}
+
+/// Opens the storage `cfg.storage_class` selects: the file store at `root` (with its index when
+/// `with_retrieval`), or PostgreSQL with its schema migrated (its search is the database's own,
+/// so `with_retrieval` does not apply). `env` resolves the PostgreSQL URL's `$VAR`.
+///
+/// # Errors
+/// Invalid settings, a storage that refuses to start, an unreachable database or one whose
+/// schema is newer than this build, or PostgreSQL selected in a build without it.
+pub fn open_embedded(
+    cfg: &DeerMemConfig,
+    root: PathBuf,
+    clock: Arc<dyn Clock>,
+    with_retrieval: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EmbeddedStorage, EmbeddedError> {
+    match cfg.storage() {
+        StorageClass::File => {
+            let _ = env;
+            open_storage(cfg, root, clock, with_retrieval)
+                .map(|s| EmbeddedStorage::File(Arc::new(s)))
+        }
+        #[cfg(feature = "store-postgres")]
+        StorageClass::Postgres => {
+            let _ = (root, with_retrieval);
+            postgres::open(cfg, clock, env).map(|s| EmbeddedStorage::Postgres(Arc::new(s)))
+        }
+        #[cfg(not(feature = "store-postgres"))]
+        StorageClass::Postgres => {
+            let _ = (root, clock, with_retrieval, env);
+            Err(EmbeddedError::NotCompiled)
+        }
+    }
+}
+
+impl EmbeddedStorage {
+    /// The storage ports, for the engine.
+    pub fn storage(&self) -> Arc<dyn MemoryStorage> {
+        match self {
+            Self::File(s) => Arc::clone(s) as Arc<dyn MemoryStorage>,
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(s) => Arc::clone(s.storage()) as Arc<dyn MemoryStorage>,
+        }
+    }
+
+    /// Which storage this is.
+    pub fn class(&self) -> StorageClass {
+        match self {
+            Self::File(_) => StorageClass::File,
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(_) => StorageClass::Postgres,
+        }
+    }
+
+    /// The file store, when that is the storage.
+    pub fn file(&self) -> Option<&Arc<FileMemoryStorage>> {
+        match self {
+            Self::File(s) => Some(s),
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(_) => None,
+        }
+    }
+
+    /// The file store for an operation only it has, or [`EmbeddedError::NotAvailable`]
+    /// naming the operation.
+    ///
+    /// # Errors
+    /// The storage is not the file store.
+    pub fn require_file(
+        &self,
+        operation: &'static str,
+        hint: &'static str,
+    ) -> Result<&Arc<FileMemoryStorage>, EmbeddedError> {
+        self.file().ok_or(EmbeddedError::NotAvailable {
+            operation,
+            storage: self.class().as_str(),
+            hint,
+        })
+    }
+
+    /// The raw ids of the users the storage holds data for, sorted.
+    ///
+    /// # Errors
+    /// The storage cannot be read.
+    pub async fn list_users(&self) -> Result<Vec<UserId>, EmbeddedError> {
+        match self {
+            Self::File(s) => Ok(s.list_users().await?),
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(s) => Ok(s.store().list_users().await?),
+        }
+    }
+
+    /// The agent scopes of `user` (files: the agent directories under the user's bucket).
+    ///
+    /// # Errors
+    /// The database cannot be read (a missing directory is no agents).
+    pub async fn agents_of(&self, user: &UserId) -> Result<Vec<AgentName>, EmbeddedError> {
+        match self {
+            Self::File(s) => {
+                let dir = s.root().join("users").join(user.bucket()).join("agents");
+                let mut out: Vec<AgentName> = std::fs::read_dir(dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter_map(|e| AgentName::parse(&e.file_name().to_string_lossy()).ok())
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(s) => Ok(s.store().agents_of(user).await?),
+        }
+    }
+
+    /// The derived index compared with the canonical facts (the file store's FTS5 index);
+    /// `None` where there is nothing to compare: no index, or PostgreSQL, whose search vector
+    /// is a generated column of the fact row and cannot drift from it.
+    ///
+    /// # Errors
+    /// As [`FileMemoryStorage::verify_index`].
+    pub async fn verify_index(&self) -> Result<Option<IndexVerification>, StorageError> {
+        match self {
+            Self::File(s) => s.verify_index().await,
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(_) => Ok(None),
+        }
+    }
+
+    /// Opens the run journal that belongs with this storage: JSONL files under
+    /// `{root}/.runs` beside the file store, the `run_events` table in the database for
+    /// PostgreSQL (shared by every replica). Blocking: call it from a thread that is not
+    /// driving an async runtime.
+    ///
+    /// # Errors
+    /// The journal cannot be opened (its directory, lock or database).
+    pub fn open_run_journal(
+        &self,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<dyn RunEventStore>, EmbeddedError> {
+        match self {
+            Self::File(s) => {
+                let _ = clock;
+                let dir = RunJournal::dir_for_storage_root(s.root());
+                let journal =
+                    RunJournal::open(&dir, RunJournalOptions::default()).map_err(|e| {
+                        StorageError::Io {
+                            context: format!("run journal in {}", dir.display()),
+                            source: std::io::Error::other(e.to_string()),
+                        }
+                    })?;
+                Ok(Arc::new(journal))
+            }
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(s) => Ok(s.open_run_journal(clock)?),
+        }
+    }
+}
+
+/// The schema of the configured PostgreSQL database against this build's migrations.
+#[cfg(feature = "store-postgres")]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaStatus {
+    /// The configured schema name.
+    pub schema: String,
+    /// The newest migration applied in the database (`None`: never migrated).
+    pub version: Option<i64>,
+    /// The newest migration this build carries.
+    pub known: i64,
+}
+
+/// What `deermem db migrate` did.
+#[cfg(feature = "store-postgres")]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaMigration {
+    /// The configured schema name.
+    pub schema: String,
+    /// The version before (`None`: never migrated).
+    pub from: Option<i64>,
+    /// The version after.
+    pub to: i64,
+    /// The versions applied now, in order.
+    pub applied: Vec<i64>,
+}
+
+#[cfg(feature = "store-postgres")]
+fn require_postgres(cfg: &DeerMemConfig) -> Result<(), EmbeddedError> {
+    if cfg.storage() == StorageClass::Postgres {
+        Ok(())
+    } else {
+        Err(EmbeddedError::NotAvailable {
+            operation: "the database schema",
+            storage: "file",
+            hint: "; set memory.backend_config.storage_class: postgres and postgres.url",
+        })
+    }
+}
+
+/// Reads the schema version of the configured database without changing anything. Runs on
+/// the caller's runtime.
+///
+/// # Errors
+/// Not PostgreSQL storage, invalid settings, an unreachable database.
+#[cfg(feature = "store-postgres")]
+pub async fn schema_status(
+    cfg: &DeerMemConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SchemaStatus, EmbeddedError> {
+    require_postgres(cfg)?;
+    let config = postgres_config(cfg, env)?;
+    let store = deermem_store_postgres::PgStore::connect(&config).await?;
+    Ok(SchemaStatus {
+        schema: store.schema().to_owned(),
+        version: store.schema_version().await?,
+        known: deermem_store_postgres::known_schema_version(),
+    })
+}
+
+/// Applies this build's pending migrations to the configured database (under the advisory
+/// lock replicas share). Runs on the caller's runtime.
+///
+/// # Errors
+/// Not PostgreSQL storage, invalid settings, an unreachable database, a schema newer than this
+/// build (`EmbeddedError::Postgres(PgError::SchemaTooNew)`, nothing changed), a failed
+/// migration (rolled back).
+#[cfg(feature = "store-postgres")]
+pub async fn migrate_schema(
+    cfg: &DeerMemConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SchemaMigration, EmbeddedError> {
+    require_postgres(cfg)?;
+    let config = postgres_config(cfg, env)?;
+    let store = deermem_store_postgres::PgStore::connect(&config).await?;
+    let from = store.schema_version().await?;
+    let outcome = store.migrate().await?;
+    Ok(SchemaMigration {
+        schema: store.schema().to_owned(),
+        from,
+        to: outcome.version,
+        applied: outcome.applied,
+    })
 }

@@ -22,7 +22,7 @@ fn build(root: &Path) -> Arc<DeerMemManager> {
     let mut opts = deermem::BuildOptions::new(&env);
     opts.storage_path = Some(root.to_path_buf());
     match deermem::build_backend(&MemoryConfig::default(), opts).expect("DeerMem builds") {
-        Backend::DeerMem(m) => m,
+        Backend::DeerMem(m, _) => m,
         other => panic!("expected DeerMem, got {}", other.class()),
     }
 }

@@ -126,7 +126,7 @@ async fn a_conversation_through_the_queue_and_the_fake_llm_server_lands_on_disk(
     );
     let backend =
         deermem::build_backend(&loaded.memory, deermem::BuildOptions::new(&env)).expect("build");
-    let Backend::DeerMem(deermem) = &backend else {
+    let Backend::DeerMem(deermem, _) = &backend else {
         panic!(
             "manager_class deermem builds the embedded engine, got {}",
             backend.class()

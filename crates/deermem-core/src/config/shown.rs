@@ -16,12 +16,15 @@ enum Shown {
     Secret,
     /// An object whose children follow their own rules (a scalar is shown as a leaf).
     Object(&'static [(&'static str, Shown)]),
+    /// An object whose children follow their own rules; anything else in its place shows
+    /// `"***"` (a section that may be mistaken for its secret, as `postgres` for its URL).
+    Guarded(&'static [(&'static str, Shown)]),
     /// A mapping with free keys (user ids, workspace names) and scalar values; non-scalar
     /// values show `"***"`.
     Mapping,
 }
 
-use Shown::{Leaf, Mapping, Object, Secret, Url};
+use Shown::{Guarded, Leaf, Mapping, Object, Secret, Url};
 
 /// DeerMem's `model` section.
 const MODEL: &[(&str, Shown)] = &[
@@ -47,6 +50,19 @@ const RETRIEVAL: &[(&str, Shown)] = &[
 
 /// OpenViking's `failure_policy` section (Honcho's is a string).
 const FAILURE_POLICY: &[(&str, Shown)] = &[("read", Leaf), ("write", Leaf)];
+
+/// DeerMem's `postgres` section: everything but the URL, which may hold a password and names
+/// the database host (it is left out, not even `"***"`).
+const POSTGRES: &[(&str, Shown)] = &[
+    ("pool_size", Leaf),
+    ("schema", Leaf),
+    ("connect_timeout_seconds", Leaf),
+    ("statement_timeout_seconds", Leaf),
+    ("tls", Guarded(POSTGRES_TLS)),
+];
+
+/// DeerMem's `postgres.tls` section.
+const POSTGRES_TLS: &[(&str, Shown)] = &[("mode", Leaf), ("ca_file", Leaf)];
 
 /// Every top-level key a shipped backend reads, and how it is shown.
 const TOP: &[(&str, Shown)] = &[
@@ -92,6 +108,7 @@ const TOP: &[(&str, Shown)] = &[
     ("patterns_dir", Leaf),
     ("prompts_dir", Leaf),
     ("model", Object(MODEL)),
+    ("postgres", Guarded(POSTGRES)),
     // Honcho and OpenViking (the keys DeerMem does not share).
     ("base_url", Url),
     ("api_key", Secret),
@@ -142,7 +159,9 @@ fn shown_value(v: &Value, rule: Shown) -> Value {
         (_, Value::Null) => Value::Null,
         (Secret, _) => Value::String(HIDDEN.into()),
         (Url, Value::String(s)) => Value::String(url_without_credentials(s)),
-        (Object(children), Value::Object(m)) => Value::Object(shown_object(m, children)),
+        (Object(children) | Guarded(children), Value::Object(m)) => {
+            Value::Object(shown_object(m, children))
+        }
         (Mapping, Value::Object(m)) => Value::Object(
             m.iter()
                 .map(|(k, x)| (k.clone(), shown_value(x, Leaf)))
@@ -179,6 +198,33 @@ mod tests {
 
     fn shown(v: Value) -> Value {
         shown_backend_config(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn the_postgres_url_is_never_shown() {
+        let out = shown(json!({
+            "storage_class": "postgres",
+            "postgres": {
+                "url": "postgres://deermem:hunter2@db.internal:5432/memory",
+                "pool_size": 4,
+                "schema": "mem",
+                "tls": {"mode": "verify-full", "ca_file": "/etc/ca.pem"},
+            },
+        }));
+        assert_eq!(
+            out,
+            json!({
+                "storage_class": "postgres",
+                "postgres": {
+                    "pool_size": 4,
+                    "schema": "mem",
+                    "tls": {"mode": "verify-full", "ca_file": "/etc/ca.pem"},
+                },
+            })
+        );
+        // A URL in the wrong place (a string instead of the block) is hidden too.
+        let out = shown(json!({"postgres": "postgres://u:hunter2@h/db"}));
+        assert!(!out.to_string().contains("hunter2"), "{out}");
     }
 
     #[test]

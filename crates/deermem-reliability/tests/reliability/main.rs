@@ -17,4 +17,5 @@ mod hostile_clients;
 mod interop;
 mod isolation;
 mod limits;
+mod replicas;
 mod support;

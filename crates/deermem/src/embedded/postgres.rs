@@ -1,0 +1,173 @@
+//! `storage_class: postgres`: the `backend_config.postgres` block made into the adapter's
+//! connection settings (the URL's `$VAR` / `${VAR}` read from the environment), the pool opened
+//! and the schema migrated at start (a newer schema refused), and the run journal in the same
+//! database.
+
+use std::sync::Arc;
+
+use deermem_core::ports::{Clock, RunEventStore};
+use deermem_core::{ConfigError, DeerMemConfig};
+use deermem_store_postgres::{
+    MigrationOutcome, PgError, PgRunJournal, PgStorage, PgStore, PostgresConfig,
+};
+use serde_json::json;
+
+use super::EmbeddedError;
+
+/// The storage ports on PostgreSQL, with the pool they use and the settings they came from.
+pub struct PostgresStorage {
+    storage: Arc<PgStorage>,
+    store: PgStore,
+    config: PostgresConfig,
+    /// What the start-up migration did.
+    migration: MigrationOutcome,
+}
+
+impl std::fmt::Debug for PostgresStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStorage")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("migration", &self.migration)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStorage {
+    /// The storage ports.
+    pub fn storage(&self) -> &Arc<PgStorage> {
+        &self.storage
+    }
+
+    /// The connection pool (administrative reads).
+    pub fn store(&self) -> &PgStore {
+        &self.store
+    }
+
+    /// The connection settings (the URL is never shown by their `Debug`).
+    pub fn config(&self) -> &PostgresConfig {
+        &self.config
+    }
+
+    /// What the migration at start applied, and the schema version afterwards.
+    pub fn migration(&self) -> &MigrationOutcome {
+        &self.migration
+    }
+
+    /// Opens the run journal in the same database. Blocking: call it from a thread that is not
+    /// driving an async runtime (`spawn_blocking`).
+    ///
+    /// # Errors
+    /// As [`PgRunJournal::open`].
+    pub fn open_run_journal(
+        &self,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<dyn RunEventStore>, PgError> {
+        Ok(Arc::new(PgRunJournal::open(&self.config, clock)?))
+    }
+}
+
+/// The adapter's settings for `cfg` (which selects `storage_class: postgres`), with the URL's
+/// environment reference resolved through `env`.
+///
+/// # Errors
+/// A missing `postgres` block or URL, an unset variable, or a value the adapter refuses; the
+/// URL is never quoted.
+pub fn postgres_config(
+    cfg: &DeerMemConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PostgresConfig, ConfigError> {
+    let url_key = "memory.backend_config.postgres.url";
+    let settings = cfg
+        .postgres
+        .as_ref()
+        .ok_or_else(|| ConfigError::new(url_key, "is required with storage_class: postgres"))?;
+    let url = match deermem_core::config::env_reference(settings.url.trim()) {
+        Some(name) => env(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+            ConfigError::new(url_key, format!("environment variable {name} is not set"))
+        })?,
+        None => settings.url.clone(),
+    };
+    let value = json!({
+        "url": url,
+        "pool_size": settings.pool_size,
+        "schema": settings.schema,
+        "connect_timeout_seconds": settings.connect_timeout_seconds,
+        "statement_timeout_seconds": settings.statement_timeout_seconds,
+        "tls": {"mode": settings.tls.mode.as_str(), "ca_file": settings.tls.ca_file},
+    });
+    PostgresConfig::from_value(&value).map_err(|e| match e {
+        PgError::Config { key, message } => {
+            ConfigError::new(format!("memory.backend_config.{key}"), message)
+        }
+        other => ConfigError::new("memory.backend_config.postgres", other.to_string()),
+    })
+}
+
+/// Connects, applies the pending schema migrations (refusing a schema newer than this build)
+/// and returns the storage. Callable from synchronous code and from inside any tokio runtime.
+/// On a multi-threaded runtime (the CLI's, the gateway's) the work runs on it, so the pool's
+/// connections live there; elsewhere (a current-thread runtime, no runtime) it runs on a
+/// short-lived runtime of its own, and the pool replaces the connection that runtime took
+/// with it on first use.
+///
+/// # Errors
+/// [`EmbeddedError::Config`] for the settings, [`EmbeddedError::Postgres`] when the database
+/// cannot be reached or its schema is newer.
+pub(super) fn open(
+    cfg: &DeerMemConfig,
+    clock: Arc<dyn Clock>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PostgresStorage, EmbeddedError> {
+    let config = postgres_config(cfg, env)?;
+    let work = async {
+        let store = PgStore::connect(&config).await?;
+        let migration = store.migrate().await?;
+        Ok::<_, PgError>((store, migration))
+    };
+    let (store, migration) = match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| handle.block_on(work))?
+        }
+        _ => std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| PgError::Connect {
+                            message: format!("cannot start a runtime to connect: {e}"),
+                            source: None,
+                        })?;
+                    runtime.block_on(work)
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(PgError::Connect {
+                        message: "the connection thread stopped unexpectedly".into(),
+                        source: None,
+                    })
+                })
+        })?,
+    };
+    if !migration.applied.is_empty() {
+        tracing::info!(
+            applied = ?migration.applied,
+            version = migration.version,
+            schema = store.schema(),
+            "applied PostgreSQL schema migrations"
+        );
+    }
+    let storage = PgStorage::new(
+        store.clone(),
+        clock,
+        cfg.eviction_access_half_life_days as f64,
+        cfg.eviction_audit_max_entries,
+    );
+    Ok(PostgresStorage {
+        storage: Arc::new(storage),
+        store,
+        config,
+        migration,
+    })
+}
