@@ -21,13 +21,12 @@ pub enum PgError {
         /// The driver's reason, which does not quote the URL.
         reason: String,
     },
-    /// This build cannot open the configured kind of connection.
-    #[error(
-        "memory.backend_config.postgres.tls.mode {mode} is not supported by this build yet; use `disable` over loopback or a private network"
-    )]
-    TlsUnsupported {
-        /// The configured mode.
-        mode: &'static str,
+    /// TLS could not be set up or the handshake failed: the server's certificate was refused
+    /// (unknown issuer, a name it does not hold, expired) or the server does not offer TLS.
+    #[error("TLS to PostgreSQL failed: {message}")]
+    Tls {
+        /// What failed, with the handshake's reason.
+        message: String,
     },
     /// No connection could be opened or taken from the pool in time.
     #[error("cannot connect to PostgreSQL: {message}")]
