@@ -24,6 +24,7 @@ mod config;
 mod error;
 mod repository;
 mod run_journal;
+mod snapshot;
 mod store;
 mod tls;
 
