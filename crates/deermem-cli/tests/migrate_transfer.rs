@@ -391,6 +391,25 @@ async fn interrupted_runs_resume_and_differing_destinations_are_refused() {
     let alice_dir = back.join("users/alice");
     std::fs::write(alice_dir.join(".transfer-incomplete"), b"").unwrap();
     std::fs::remove_file(alice_dir.join("memory.json")).unwrap();
+    // As a source, the half-written user is refused by name rather than skipped.
+    let r = run(
+        &url,
+        &[
+            "migrate",
+            "--from",
+            &file(&back),
+            "--to",
+            &pg,
+            "--pg-schema",
+            "other",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("alice: FAILED") && r.stdout.contains("left incomplete"),
+        "{}",
+        r.stdout
+    );
     let (code, report, _) = transfer(&url, &pg, &file(&back), &["--pg-schema", schema]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(statuses(&report)["alice"], "copied");

@@ -328,6 +328,21 @@ impl Side {
         })
     }
 
+    /// The destination's bucket; a file bucket left incomplete by an interrupted run reads as
+    /// empty here (it is ours to finish).
+    async fn read_destination(
+        &self,
+        bucket: &str,
+        clock: &dyn Clock,
+    ) -> Result<Option<UserSnapshot>, TransferError> {
+        if let Self::File(s) = self
+            && s.snapshot_incomplete(bucket)?
+        {
+            return Ok(None);
+        }
+        self.read(bucket, clock).await
+    }
+
     async fn write(&self, snapshot: &UserSnapshot) -> Result<(), TransferError> {
         match self {
             Self::File(s) => s.write_snapshot(snapshot).await?,
@@ -415,7 +430,7 @@ async fn move_bucket(
         counts: snapshot.counts(),
         checksum: sum.clone(),
     };
-    let existing = destination.read(bucket, clock).await;
+    let existing = destination.read_destination(bucket, clock).await;
     let existing = match existing {
         Ok(e) => e,
         // A destination bucket that does not read is replaced only when allowed.

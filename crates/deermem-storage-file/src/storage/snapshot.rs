@@ -64,11 +64,12 @@ impl FileMemoryStorage {
         .await
     }
 
-    /// The whole of one user bucket, or `None` when the bucket holds nothing (or only an
-    /// interrupted snapshot write). Reads under the user's locks after journal recovery.
+    /// The whole of one user bucket, or `None` when the bucket holds nothing. Reads under the
+    /// user's locks after journal recovery.
     ///
     /// # Errors
-    /// `InvalidInput` for a name that is not a bucket, `Corrupt` for an unreadable manifest or
+    /// `InvalidInput` for a name that is not a bucket, `Corrupt` for a bucket an interrupted
+    /// [`FileMemoryStorage::write_snapshot`] left incomplete, an unreadable manifest or
     /// fact file, a legacy (v1) manifest that `deermem migrate --all-users` must upgrade
     /// first, or two files holding one fact id; `Io`.
     pub async fn read_snapshot(
@@ -77,6 +78,18 @@ impl FileMemoryStorage {
     ) -> std::result::Result<Option<UserSnapshot>, StorageError> {
         let bucket = bucket.to_owned();
         self.run(move |inner| inner.read_snapshot(&bucket)).await
+    }
+
+    /// Whether an interrupted [`FileMemoryStorage::write_snapshot`] left the bucket
+    /// incomplete (its marker is there); such a bucket does not read, and may be written
+    /// again.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a name that is not a bucket.
+    pub fn snapshot_incomplete(&self, bucket: &str) -> std::result::Result<bool, StorageError> {
+        let user = bucket_user(bucket)?;
+        let udir = self.inner.user_dir(Some(&user))?;
+        Ok(udir.dir.join(INCOMPLETE_MARKER).exists())
     }
 
     /// Replaces the user bucket with `snapshot`: its facts, sidecars and manifest exactly, and
@@ -104,7 +117,11 @@ impl Inner {
         let _lock = self.lock(&udir)?;
         self.recover_locked(&udir)?;
         if udir.dir.join(INCOMPLETE_MARKER).exists() {
-            return Ok(None);
+            return Err(Error::Corrupt(format!(
+                "user bucket {bucket:?} was left incomplete by an interrupted `deermem migrate \
+                 --to file:` ({} exists): run that migrate again to finish it",
+                udir.dir.join(INCOMPLETE_MARKER).display()
+            )));
         }
         let mut snap = UserSnapshot::empty(bucket);
         if let Some(m) = manifest::read_manifest(&udir.manifest())? {
