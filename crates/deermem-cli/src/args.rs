@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand};
 pub(crate) const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
-  1  failure (I/O, unexpected backend error; `migrate`: at least one user failed)
+  1  failure (I/O, unexpected backend error; `migrate`: at least one user failed or was
+     refused)
   2  bad arguments
   3  conflict: the memory changed concurrently (stale --expected-revision); nothing was changed
   4  not found: no such fact
@@ -97,7 +98,8 @@ pub(crate) enum Command {
     /// The derived search index.
     #[command(subcommand)]
     Index(IndexCommand),
-    /// Migrate legacy data: Markdown facts from v1 JSON, or the pre-isolation shared layout.
+    /// Migrate legacy data (Markdown facts from v1 JSON, the pre-isolation shared layout), or
+    /// move every user between storages (`--from file:<root> --to postgres://…` and back).
     Migrate(MigrateArgs),
     /// The PostgreSQL database of `storage_class: postgres`.
     #[command(subcommand)]
@@ -256,8 +258,21 @@ pub(crate) enum DbCommand {
 }
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").args(["all_users", "user_id", "user_isolation"]).multiple(true).required(true)))]
+#[command(group(clap::ArgGroup::new("which").args(["all_users", "user_id", "user_isolation", "from"]).multiple(true).required(true)))]
 pub(crate) struct MigrateArgs {
+    /// Move every user to another storage: `file:<root>`, `postgres://…` (libpq `sslmode` and
+    /// `sslrootcert` choose TLS), or `$VAR` naming one (the URL is never printed). With --to.
+    #[arg(long, value_name = "FROM", requires = "to", conflicts_with_all = ["all_users", "user_id", "user_isolation", "dry_run"])]
+    pub(crate) from: Option<String>,
+    /// Where --from moves to (same forms).
+    #[arg(long, value_name = "TO", requires = "from")]
+    pub(crate) to: Option<String>,
+    /// With --from: replace destination users that hold different memory (refused otherwise).
+    #[arg(long, requires = "from")]
+    pub(crate) overwrite: bool,
+    /// With --from: the PostgreSQL schema on the database side(s) (default `deermem`).
+    #[arg(long, value_name = "SCHEMA", requires = "from")]
+    pub(crate) pg_schema: Option<String>,
     /// Migrate every user found under `users/`.
     #[arg(long, conflicts_with_all = ["user_id", "user_isolation"])]
     pub(crate) all_users: bool,

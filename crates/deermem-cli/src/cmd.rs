@@ -536,6 +536,9 @@ async fn index_inner(
 
 /// `deermem migrate`: returns the process exit status (0, or 1 when any user failed).
 pub(crate) async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<u8, CliError> {
+    if let (Some(from), Some(to)) = (&args.from, &args.to) {
+        return crate::transfer::run(ctx, from, to, &args).await;
+    }
     if args.user_isolation {
         return migrate_isolation(ctx, &args);
     }

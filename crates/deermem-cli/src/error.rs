@@ -129,10 +129,8 @@ impl From<deermem::embedded::EmbeddedError> for CliError {
             E::Postgres(p) => {
                 let kind = match &p {
                     PgError::SchemaTooNew { .. } => Kind::SchemaTooNew,
-                    PgError::Config { .. }
-                    | PgError::Url { .. }
-                    | PgError::TlsUnsupported { .. } => Kind::Invalid,
-                    PgError::Connect { .. } => Kind::Unavailable,
+                    PgError::Config { .. } | PgError::Url { .. } => Kind::Invalid,
+                    PgError::Connect { .. } | PgError::Tls { .. } => Kind::Unavailable,
                     _ => Kind::Failure,
                 };
                 Self::new(kind, p.to_string())

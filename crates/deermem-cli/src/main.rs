@@ -13,6 +13,7 @@ mod error;
 mod logging;
 mod output;
 mod serve;
+mod transfer;
 
 use std::process::ExitCode;
 

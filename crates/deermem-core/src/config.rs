@@ -741,12 +741,12 @@ impl DeerMemConfig {
                     ));
                 }
                 if let Some(p) = &self.postgres
-                    && p.tls.mode == PostgresTlsMode::VerifyFull
-                    && p.tls.ca_file.is_none()
+                    && p.tls.mode != PostgresTlsMode::VerifyFull
+                    && p.tls.ca_file.is_some()
                 {
                     return Err(ConfigError::new(
                         "memory.backend_config.postgres.tls.ca_file",
-                        "is required for tls.mode verify-full",
+                        "is only read with tls.mode verify-full (require does not check the certificate); set the mode or remove the file",
                     ));
                 }
             }
@@ -1116,7 +1116,7 @@ mod tests {
                 "postgres.tls.mode",
             ),
             (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "verify-full"}}}),
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "require", "ca_file": "/ca.pem"}}}),
                 "postgres.tls.ca_file",
             ),
             (

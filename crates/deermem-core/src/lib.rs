@@ -29,6 +29,7 @@ pub mod prelude {
     };
 }
 pub mod search;
+pub mod snapshot;
 pub mod time;
 
 pub use config::{

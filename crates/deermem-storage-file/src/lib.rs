@@ -27,7 +27,9 @@ mod walk;
 
 pub use paths::resolve_root;
 pub use run_journal::{RunJournal, RunJournalOptions};
-pub use storage::{FileMemoryStorage, FileStorageConfig, IndexVerification, StaleScope};
+pub use storage::{
+    FileMemoryStorage, FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
+};
 
 /// Renders a fact as the exact bytes of its Markdown file (what the storage writes).
 ///

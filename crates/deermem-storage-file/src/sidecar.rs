@@ -35,6 +35,11 @@ fn read_tolerant(path: &Path) -> Option<Value> {
     }
 }
 
+/// A sidecar's JSON as stored (key order kept), `None` when missing or unreadable.
+pub(crate) fn read_raw(path: &Path) -> Option<Value> {
+    read_tolerant(path)
+}
+
 /// The usage sidecar: entries with string keys and object values (others are dropped).
 pub(crate) fn read_usage(path: &Path) -> FactUsageMap {
     let v = read_tolerant(path);

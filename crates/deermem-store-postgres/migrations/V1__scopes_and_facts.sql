@@ -33,11 +33,12 @@ CREATE TABLE facts (
 CREATE INDEX facts_tsv ON facts USING gin (tsv);
 
 -- Per-scope metadata never part of a fact's revision: the usage heat map and the capacity
--- audit, each one JSON document per (user, agent).
+-- audit, each one JSON document per (user, agent). `json`, not `jsonb`, like the summaries:
+-- the sidecars' key order is kept, so data moved back to files is byte-identical.
 CREATE TABLE fact_metadata (
     bucket  text NOT NULL REFERENCES users (bucket) ON DELETE CASCADE,
     agent   text NOT NULL,
-    usage   jsonb NOT NULL DEFAULT '{}'::jsonb,
-    audit   jsonb NOT NULL DEFAULT '[]'::jsonb,
+    usage   json NOT NULL DEFAULT '{}'::json,
+    audit   json NOT NULL DEFAULT '[]'::json,
     PRIMARY KEY (bucket, agent)
 );

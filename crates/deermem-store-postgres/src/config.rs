@@ -16,9 +16,11 @@ pub enum TlsMode {
     /// Plain TCP or a Unix socket (a database on loopback or a private network).
     #[default]
     Disable,
-    /// TLS, without checking the server's certificate.
+    /// TLS, without checking the server's certificate (as libpq's `sslmode=require`): the
+    /// traffic is encrypted, but a server impersonating the database is not detected.
     Require,
-    /// TLS with the certificate checked against `ca_file` and the host name.
+    /// TLS with the certificate chain checked against `ca_file` (without one, against the
+    /// bundled Mozilla root set) and the URL's host checked against the certificate's names.
     VerifyFull,
 }
 
@@ -29,7 +31,7 @@ pub struct TlsConfig {
     /// `disable` (default), `require` or `verify-full`.
     #[serde(default)]
     pub mode: TlsMode,
-    /// PEM file of the certificate authority for `verify-full`.
+    /// PEM file of the certificate authorities `verify-full` trusts (only that mode reads it).
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
 }
@@ -101,6 +103,72 @@ impl PostgresConfig {
         }
     }
 
+    /// A configuration from a connection URL alone (`deermem migrate --to postgres://…`):
+    /// every other key at its default, except TLS, which the URL's libpq parameters choose:
+    /// `sslmode=disable|allow|prefer` is `disable`, `require` is `require`, `verify-full` is
+    /// `verify-full`, and `sslrootcert=<file>` is `tls.ca_file`. Those two parameters are taken
+    /// out of the URL handed to the driver. A key=value connection string is taken as it is.
+    ///
+    /// # Errors
+    /// [`PgError::Config`] for an `sslmode` this adapter does not offer (`verify-ca`) or an
+    /// unknown one, then whatever [`PostgresConfig::validate`] reports.
+    pub fn from_url(url: &str) -> Result<Self, PgError> {
+        let bad = |key: &str, message: String| PgError::Config {
+            key: format!("postgres.{key}"),
+            message,
+        };
+        let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let (base, query) = match url.split_once('?') {
+            Some((b, q)) if is_url => (b, q),
+            _ => {
+                let config = Self::new(url);
+                config.validate()?;
+                return Ok(config);
+            }
+        };
+        let mut kept = Vec::new();
+        let mut tls = TlsConfig::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "sslmode" => {
+                    tls.mode = match value {
+                        "disable" | "allow" | "prefer" => TlsMode::Disable,
+                        "require" => TlsMode::Require,
+                        "verify-full" => TlsMode::VerifyFull,
+                        "verify-ca" => {
+                            return Err(bad(
+                                "tls.mode",
+                                "sslmode=verify-ca is not offered: use verify-full (the \
+                                 certificate and the host name are checked)"
+                                    .into(),
+                            ));
+                        }
+                        other => {
+                            return Err(bad(
+                                "tls.mode",
+                                format!(
+                                    "unknown sslmode {:?} in the URL",
+                                    crate::error::shorten(other)
+                                ),
+                            ));
+                        }
+                    };
+                }
+                "sslrootcert" => tls.ca_file = Some(PathBuf::from(percent_decoded(value))),
+                _ => kept.push(pair),
+            }
+        }
+        let mut config = Self::new(if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        });
+        config.tls = tls;
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Reads the block from its JSON value (the configuration loader's output).
     ///
     /// # Errors
@@ -151,10 +219,13 @@ impl PostgresConfig {
                 return Err(bad(key, "must be a number of seconds in (0, 86400]".into()));
             }
         }
-        if self.tls.mode == TlsMode::VerifyFull && self.tls.ca_file.is_none() {
+        if self.tls.mode != TlsMode::VerifyFull && self.tls.ca_file.is_some() {
+            // A CA file that would silently not be checked is a trap: say so.
             return Err(bad(
                 "tls.ca_file",
-                "is required for tls.mode verify-full".into(),
+                "is only read by tls.mode verify-full (require does not check the \
+                 certificate); set the mode to verify-full or remove ca_file"
+                    .into(),
             ));
         }
         Ok(())
@@ -169,6 +240,31 @@ impl PostgresConfig {
     pub fn statement_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.statement_timeout_seconds)
     }
+}
+
+/// `%XX` escapes of a URL query value decoded (a malformed escape is kept as it is).
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `[a-z_][a-z0-9_]*` within PostgreSQL's identifier length: safe to splice into DDL (it is
@@ -210,7 +306,7 @@ mod tests {
                 "postgres.statement_timeout_seconds",
             ),
             (
-                json!({"tls": {"mode": "verify-full"}}),
+                json!({"tls": {"mode": "require", "ca_file": "/etc/ca.pem"}}),
                 "postgres.tls.ca_file",
             ),
             (json!({"url": "  "}), "postgres.url"),
@@ -232,6 +328,55 @@ mod tests {
             PostgresConfig::from_value(&json!({"url": "x", "tls": {"mode": "sometimes"}})),
             Err(PgError::Config { .. })
         ));
+    }
+
+    #[test]
+    fn verify_full_without_a_ca_file_uses_the_bundled_roots() {
+        let c = PostgresConfig::from_value(
+            &json!({"url": "postgres://h/db", "tls": {"mode": "verify-full"}}),
+        )
+        .unwrap();
+        assert_eq!(c.tls.mode, TlsMode::VerifyFull);
+        assert_eq!(c.tls.ca_file, None);
+    }
+
+    #[test]
+    fn from_url_reads_the_libpq_tls_parameters() {
+        let c = PostgresConfig::from_url("postgres://u:pw@h:5433/db").unwrap();
+        assert_eq!(c.url, "postgres://u:pw@h:5433/db");
+        assert_eq!(c.tls, TlsConfig::default());
+        assert_eq!(c.schema, "deermem");
+        let c = PostgresConfig::from_url(
+            "postgresql://u@h/db?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20x.pem",
+        )
+        .unwrap();
+        assert_eq!(c.url, "postgresql://u@h/db?application_name=x");
+        assert_eq!(c.tls.mode, TlsMode::VerifyFull);
+        assert_eq!(c.tls.ca_file, Some(PathBuf::from("/etc/ca x.pem")));
+        let c = PostgresConfig::from_url("postgres://u@h/db?sslmode=require").unwrap();
+        assert_eq!(
+            (c.url.as_str(), c.tls.mode),
+            ("postgres://u@h/db", TlsMode::Require)
+        );
+        let c = PostgresConfig::from_url("postgres://u@h/db?sslmode=prefer").unwrap();
+        assert_eq!(c.tls.mode, TlsMode::Disable);
+        let c = PostgresConfig::from_url("host=h user=u sslmode=disable").unwrap();
+        assert_eq!(c.url, "host=h user=u sslmode=disable");
+        for (url, key) in [
+            ("postgres://h/db?sslmode=verify-ca", "postgres.tls.mode"),
+            ("postgres://h/db?sslmode=sometimes", "postgres.tls.mode"),
+            // A CA file that require would not read.
+            (
+                "postgres://h/db?sslmode=require&sslrootcert=/ca.pem",
+                "postgres.tls.ca_file",
+            ),
+            ("", "postgres.url"),
+        ] {
+            match PostgresConfig::from_url(url) {
+                Err(PgError::Config { key: k, .. }) => assert_eq!(k, key, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -21,13 +21,12 @@ pub enum PgError {
         /// The driver's reason, which does not quote the URL.
         reason: String,
     },
-    /// This build cannot open the configured kind of connection.
-    #[error(
-        "memory.backend_config.postgres.tls.mode {mode} is not supported by this build yet; use `disable` over loopback or a private network"
-    )]
-    TlsUnsupported {
-        /// The configured mode.
-        mode: &'static str,
+    /// TLS could not be set up or the handshake failed: the server's certificate was refused
+    /// (unknown issuer, a name it does not hold, expired) or the server does not offer TLS.
+    #[error("TLS to PostgreSQL failed: {message}")]
+    Tls {
+        /// What failed, with the handshake's reason.
+        message: String,
     },
     /// No connection could be opened or taken from the pool in time.
     #[error("cannot connect to PostgreSQL: {message}")]
@@ -56,8 +55,17 @@ pub enum PgError {
         /// The runner's report.
         message: String,
     },
+    /// A user bucket cannot be moved: a stored value does not read back, or a value does not
+    /// fit the database.
+    #[error("user bucket {bucket:?}: {message}")]
+    Snapshot {
+        /// The bucket.
+        bucket: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A statement failed.
-    #[error("PostgreSQL statement failed ({context}): {source}")]
+    #[error("PostgreSQL statement failed ({context}): {}", db_message(source))]
     Statement {
         /// What was being done.
         context: &'static str,
@@ -65,6 +73,15 @@ pub enum PgError {
         #[source]
         source: tokio_postgres::Error,
     },
+}
+
+/// The server's message for a database error (the driver's `Display` says only "db error"),
+/// else the driver's text.
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    }
 }
 
 /// `s` cut to 80 characters, for echoing a bad value.

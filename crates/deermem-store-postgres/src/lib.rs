@@ -5,7 +5,8 @@
 //! - [`PgStore`]: the connection pool (deadpool over tokio-postgres) whose connections work in
 //!   the configured schema under the statement timeout, and the versioned schema migrations
 //!   (refinery, files under `migrations/`), applied under an advisory lock, with a refusal to
-//!   run against a schema newer than this build;
+//!   run against a schema newer than this build; TLS (`tls.mode` require / verify-full) on
+//!   rustls with the ring provider;
 //! - [`PgRunJournal`]: the run journal port (`RunEventStore`) on the `run_events` table, so
 //!   "one memory block per run" holds across replicas;
 //! - [`PgStorage`]: the storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`), one
@@ -26,7 +27,9 @@ mod config;
 mod error;
 mod repository;
 mod run_journal;
+mod snapshot;
 mod store;
+mod tls;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use error::PgError;

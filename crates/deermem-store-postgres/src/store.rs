@@ -7,9 +7,11 @@ use std::str::FromStr;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode;
 
-use crate::config::{PostgresConfig, TlsMode};
+use crate::config::PostgresConfig;
 use crate::error::PgError;
+use crate::tls;
 
 mod embedded {
     refinery::embed_migrations!("migrations");
@@ -59,22 +61,29 @@ impl PgStore {
     /// Opens the pool and checks that a connection can be made. Does not migrate.
     ///
     /// # Errors
-    /// [`PgError::Config`] / [`PgError::Url`] / [`PgError::TlsUnsupported`] for the
-    /// configuration, [`PgError::Connect`] when the server cannot be reached in time.
+    /// [`PgError::Config`] / [`PgError::Url`] for the configuration, [`PgError::Tls`] when
+    /// the TLS handshake fails (the certificate refused, no TLS on the server),
+    /// [`PgError::Connect`] when the server cannot be reached in time.
     pub async fn connect(config: &PostgresConfig) -> Result<Self, PgError> {
         config.validate()?;
-        match config.tls.mode {
-            TlsMode::Disable => {}
-            TlsMode::Require => return Err(PgError::TlsUnsupported { mode: "require" }),
-            TlsMode::VerifyFull => {
-                return Err(PgError::TlsUnsupported {
-                    mode: "verify-full",
-                });
-            }
-        }
         let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|e| PgError::Url {
             reason: e.to_string(),
         })?;
+        // `tls.mode` decides; a URL asking for TLS while the mode is `disable` is a mistake
+        // better reported than silently downgraded.
+        let connector = tls::connector(&config.tls)?;
+        match (&connector, pg.get_ssl_mode()) {
+            (None, SslMode::Require) => {
+                return Err(PgError::Config {
+                    key: "postgres.tls.mode".into(),
+                    message: "the URL asks for sslmode=require but tls.mode is disable; set \
+                              tls.mode to require or verify-full"
+                        .into(),
+                });
+            }
+            (None, _) => pg.ssl_mode(SslMode::Disable),
+            (Some(_), _) => pg.ssl_mode(SslMode::Require),
+        };
         pg.connect_timeout(config.connect_timeout());
         pg.application_name("deermem");
         // Every pooled connection works in DeerMem's schema under the statement timeout.
@@ -83,13 +92,13 @@ impl PgStore {
             config.schema,
             config.statement_timeout().as_millis().max(1)
         ));
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match connector {
+            None => Manager::from_config(pg, NoTls, manager_config),
+            Some(tls) => Manager::from_config(pg, tls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
             .runtime(Runtime::Tokio1)
@@ -116,15 +125,24 @@ impl PgStore {
     /// A connection from the pool.
     ///
     /// # Errors
-    /// [`PgError::Connect`] when none can be had in time.
+    /// [`PgError::Connect`] when none can be had in time, [`PgError::Tls`] when a new
+    /// connection's TLS handshake fails.
     pub async fn client(&self) -> Result<deadpool_postgres::Object, PgError> {
         self.pool.get().await.map_err(|e| {
             let message = e.to_string();
-            let source = match e {
-                deadpool_postgres::PoolError::Backend(e) => Some(e),
-                _ => None,
-            };
-            PgError::Connect { message, source }
+            match e {
+                deadpool_postgres::PoolError::Backend(e) => match tls::tls_failure(&e) {
+                    Some(message) => PgError::Tls { message },
+                    None => PgError::Connect {
+                        message,
+                        source: Some(e),
+                    },
+                },
+                _ => PgError::Connect {
+                    message,
+                    source: None,
+                },
+            }
         })
     }
 

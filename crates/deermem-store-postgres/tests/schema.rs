@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use deermem_store_postgres::{PgError, PgStore, PostgresConfig, TlsMode, known_schema_version};
+use deermem_store_postgres::{PgError, PgStore, PostgresConfig, known_schema_version};
 use deermem_testkit::pgcluster::PgCluster;
 
 fn config(url: &str, schema: &str) -> PostgresConfig {
@@ -164,12 +164,6 @@ async fn bad_urls_and_unreachable_servers_are_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, PgError::Connect { .. }), "{err:?}");
     assert!(!err.to_string().contains("hunter2"), "{err}");
-    let mut c = PostgresConfig::new("postgres://u@127.0.0.1/db");
-    c.tls.mode = TlsMode::Require;
-    assert!(matches!(
-        PgStore::connect(&c).await,
-        Err(PgError::TlsUnsupported { .. })
-    ));
 }
 
 /// One cluster for every scenario (starting one takes seconds); it stops when the test ends,

@@ -6,9 +6,11 @@
 //! (the newest), then `pg_config --bindir`. When none is found [`PgCluster::start`] fails naming
 //! the package to install; it never skips. PostgreSQL refuses to run as root, so as root the
 //! cluster belongs to the `postgres` user (else `nobody`) and its commands run through `runuser`.
+//! [`PgCluster::start_fresh_tls`] starts one with `ssl=on` and a certificate the test made.
 
 use std::fmt;
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -59,6 +61,22 @@ impl From<std::io::Error> for PgClusterError {
     }
 }
 
+/// The server side of TLS for [`PgCluster::start_fresh_tls`]: PEM texts of the certificate
+/// (chain) and its private key.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The server certificate, optionally followed by intermediates.
+    pub cert_pem: String,
+    /// The certificate's private key (PKCS#8 or PKCS#1).
+    pub key_pem: String,
+}
+
+impl fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerTls").finish_non_exhaustive()
+    }
+}
+
 /// A running PostgreSQL server for one test process. Dropping it stops a cluster it started.
 pub struct PgCluster {
     url: String,
@@ -101,6 +119,19 @@ impl PgCluster {
     /// # Errors
     /// As [`PgCluster::start`].
     pub fn start_fresh() -> Result<Self, PgClusterError> {
+        Self::start_fresh_with(None)
+    }
+
+    /// A fresh cluster that also offers TLS (`ssl=on`) with `tls`'s server certificate and
+    /// key; plain connections are still accepted, so a test can compare both.
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`], and when the key files cannot be written.
+    pub fn start_fresh_tls(tls: &ServerTls) -> Result<Self, PgClusterError> {
+        Self::start_fresh_with(Some(tls))
+    }
+
+    fn start_fresh_with(tls: Option<&ServerTls>) -> Result<Self, PgClusterError> {
         let bin = find_binaries()?;
         let run_as = if is_root() {
             Some(unprivileged_user())
@@ -128,13 +159,33 @@ impl PgCluster {
             ],
         )?;
         check("initdb", &out)?;
+        let ssl_options = match tls {
+            None => String::new(),
+            Some(t) => {
+                let cert = dir.path().join("server.crt");
+                let key = dir.path().join("server.key");
+                std::fs::write(&cert, &t.cert_pem)?;
+                std::fs::write(&key, &t.key_pem)?;
+                // The server refuses a key others may read.
+                std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+                if let Some(user) = &run_as {
+                    chown_to(&cert, user)?;
+                    chown_to(&key, user)?;
+                }
+                format!(
+                    " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                    cert.display(),
+                    key.display()
+                )
+            }
+        };
         // A port can be taken between our probe and the server's bind: try a few.
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
             let options = format!(
                 "-c listen_addresses=127.0.0.1 -c port={port} -k {} -c fsync=off \
-                 -c full_page_writes=off -c max_connections=200",
+                 -c full_page_writes=off -c max_connections=200{ssl_options}",
                 dir.path().display()
             );
             let log = dir.path().join("server.log");

@@ -12,6 +12,8 @@ mod config_file;
 pub mod embedded;
 mod noop;
 pub mod tools;
+#[cfg(feature = "transfer")]
+pub mod transfer;
 
 pub use build::{
     Backend, BuildError, BuildOptions, KNOWN_BACKENDS, build_backend, build_manager, storage_root,

@@ -14,6 +14,7 @@ mod locked;
 mod metadata;
 mod repository;
 mod search;
+mod snapshot;
 mod write;
 
 use std::collections::BTreeSet;
@@ -33,6 +34,7 @@ use crate::paths::{self, Layout};
 
 pub use admin::{IndexVerification, StaleScope};
 pub use config::FileStorageConfig;
+pub use snapshot::INCOMPLETE_MARKER;
 
 /// A scope whose index may disagree with its files.
 type DirtyKey = (Option<UserId>, AgentName);

@@ -1,0 +1,283 @@
+//! Whole-user snapshots, an administrative operation for moving data to and from another
+//! storage (`deermem migrate --from/--to`): [`PgStore::list_buckets`],
+//! [`PgStore::read_snapshot`] and [`PgStore::write_snapshot`] read and write one user bucket
+//! with every stored value kept (revisions, timestamps, the raw user id each fact records, the
+//! sidecars' key order). A write is one transaction with the user's row locked: a bucket is
+//! either wholly copied or untouched.
+
+use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::snapshot::{AgentSnapshot, UserSnapshot, stored_fact};
+use deermem_core::{AgentName, Fact, FactId, SummarySection, Timestamp};
+use serde_json::{Map, Value};
+use tokio_postgres::GenericClient;
+
+use crate::error::PgError;
+use crate::store::PgStore;
+
+/// The document version written with a user's record.
+const DOCUMENT_VERSION: &str = "2.0";
+
+fn statement(context: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError {
+    move |source| PgError::Statement { context, source }
+}
+
+fn corrupt(bucket: &str, what: &str, e: impl std::fmt::Display) -> PgError {
+    PgError::Snapshot {
+        bucket: bucket.to_owned(),
+        message: format!("its stored {what} is not readable: {e}"),
+    }
+}
+
+/// A fact row read back as stored: normalised in the scope it records, that scope kept.
+fn fact_from_row(bucket: &str, text: &str, now: Timestamp) -> Result<Fact, PgError> {
+    let mut draft: Map<String, Value> =
+        serde_json::from_str(text).map_err(|e| corrupt(bucket, "fact", e))?;
+    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
+    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
+    let scope = FactScope {
+        user_id: user_id.as_str().map(str::to_owned),
+        agent_name: agent_name.as_str().map(str::to_owned),
+    };
+    let fresh = || FactId::long_from_bits(uuid::Uuid::new_v4().as_u128());
+    let ctx = NormalizeContext {
+        scope: &scope,
+        existing: None,
+        now,
+        new_id: &fresh,
+    };
+    normalize_fact(&draft, &ctx).map_err(|e| corrupt(bucket, "fact", e))
+}
+
+/// What full-text search matches for a fact (the same text the storage's commits write).
+fn search_text(fact: &Fact) -> String {
+    format!(
+        "{} {}",
+        fact.content,
+        fact.category.as_deref().unwrap_or_default()
+    )
+}
+
+impl PgStore {
+    /// The user buckets holding a record, facts or metadata, sorted (byte order).
+    ///
+    /// # Errors
+    /// [`PgError::Connect`] / [`PgError::Statement`].
+    pub async fn list_buckets(&self) -> Result<Vec<String>, PgError> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT b FROM (SELECT bucket FROM users WHERE revision > 0 \
+                 UNION SELECT bucket FROM facts UNION SELECT bucket FROM fact_metadata) AS u(b) \
+                 ORDER BY b COLLATE \"C\"",
+                &[],
+            )
+            .await
+            .map_err(statement("list the users"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    /// The whole of one user bucket, or `None` when it holds nothing. Read in one
+    /// repeatable-read transaction, so concurrent commits are seen wholly or not at all.
+    ///
+    /// # Errors
+    /// [`PgError::Snapshot`] for a stored value that does not read back;
+    /// [`PgError::Connect`] / [`PgError::Statement`].
+    pub async fn read_snapshot(
+        &self,
+        bucket: &str,
+        now: Timestamp,
+    ) -> Result<Option<UserSnapshot>, PgError> {
+        let mut client = self.client().await?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(statement("begin"))?;
+        let snap = read_in(&tx, bucket, now).await?;
+        tx.commit().await.map_err(statement("end"))?;
+        Ok(snap.filter(|s| !s.is_empty()))
+    }
+
+    /// Replaces the user bucket with `snapshot` in one transaction: its record (revision,
+    /// summaries, last update), its facts and metadata exactly, and no other fact or metadata
+    /// of the bucket.
+    ///
+    /// # Errors
+    /// [`PgError::Snapshot`] for a revision beyond the database's range;
+    /// [`PgError::Connect`] / [`PgError::Statement`] (the transaction is rolled back).
+    pub async fn write_snapshot(&self, snapshot: &UserSnapshot) -> Result<(), PgError> {
+        let b = snapshot.bucket.as_str();
+        let too_big = |what: &str| PgError::Snapshot {
+            bucket: b.to_owned(),
+            message: format!("its {what} does not fit a PostgreSQL bigint"),
+        };
+        let revision = i64::try_from(snapshot.revision).map_err(|_| too_big("revision"))?;
+        let mut client = self.client().await?;
+        let raw: &mut tokio_postgres::Client = &mut client;
+        let tx = raw.transaction().await.map_err(statement("begin"))?;
+        tx.execute(
+            "INSERT INTO users (bucket) VALUES ($1) ON CONFLICT (bucket) DO NOTHING",
+            &[&b],
+        )
+        .await
+        .map_err(statement("create the user"))?;
+        tx.execute("SELECT 1 FROM users WHERE bucket = $1 FOR UPDATE", &[&b])
+            .await
+            .map_err(statement("lock the user"))?;
+        tx.execute("DELETE FROM facts WHERE bucket = $1", &[&b])
+            .await
+            .map_err(statement("replace the facts"))?;
+        tx.execute("DELETE FROM fact_metadata WHERE bucket = $1", &[&b])
+            .await
+            .map_err(statement("replace the metadata"))?;
+        let mut summaries = Map::new();
+        summaries.insert("user".into(), Value::Object(snapshot.user.0.clone()));
+        summaries.insert("history".into(), Value::Object(snapshot.history.0.clone()));
+        tx.execute(
+            "UPDATE users SET revision = $2, version = $3, summaries = $4::text::json, \
+             last_updated = $5 WHERE bucket = $1",
+            &[
+                &b,
+                &revision,
+                &DOCUMENT_VERSION,
+                &Value::Object(summaries).to_string(),
+                &snapshot.last_updated,
+            ],
+        )
+        .await
+        .map_err(statement("write the user"))?;
+        for a in &snapshot.agents {
+            let agent = a.agent.as_str();
+            for f in &a.facts {
+                let fact_revision =
+                    i64::try_from(f.revision).map_err(|_| too_big("fact revision"))?;
+                tx.execute(
+                    "INSERT INTO facts (bucket, agent, id, revision, fact, search_text) \
+                     VALUES ($1, $2, $3, $4, $5::text::json, $6)",
+                    &[
+                        &b,
+                        &agent,
+                        &f.id.as_str(),
+                        &fact_revision,
+                        &Value::Object(stored_fact(f)).to_string(),
+                        &search_text(f),
+                    ],
+                )
+                .await
+                .map_err(statement("write a fact"))?;
+            }
+            if a.usage.is_some() || a.audit.is_some() {
+                let usage = Value::Object(a.usage.clone().unwrap_or_default()).to_string();
+                let audit = Value::Array(a.audit.clone().unwrap_or_default()).to_string();
+                tx.execute(
+                    "INSERT INTO fact_metadata (bucket, agent, usage, audit) \
+                     VALUES ($1, $2, $3::text::json, $4::text::json)",
+                    &[&b, &agent, &usage, &audit],
+                )
+                .await
+                .map_err(statement("write the metadata"))?;
+            }
+        }
+        tx.commit().await.map_err(statement("commit"))
+    }
+}
+
+async fn read_in(
+    client: &impl GenericClient,
+    bucket: &str,
+    now: Timestamp,
+) -> Result<Option<UserSnapshot>, PgError> {
+    let mut snap = UserSnapshot::empty(bucket);
+    let row = client
+        .query_opt(
+            "SELECT revision, summaries::text, coalesce(last_updated, '') FROM users \
+             WHERE bucket = $1",
+            &[&bucket],
+        )
+        .await
+        .map_err(statement("read the user"))?;
+    let Some(row) = row else { return Ok(None) };
+    let revision: i64 = row.get(0);
+    snap.revision = u64::try_from(revision).map_err(|e| corrupt(bucket, "revision", e))?;
+    if snap.revision > 0 {
+        let v: Value =
+            serde_json::from_str(row.get(1)).map_err(|e| corrupt(bucket, "summaries", e))?;
+        let section = |key: &str, default: fn() -> SummarySection| match v.get(key) {
+            None => Ok(default()),
+            Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
+            Some(other) => Err(corrupt(bucket, key, format!("not an object: {other}"))),
+        };
+        snap.user = section("user", SummarySection::default_user)?;
+        snap.history = section("history", SummarySection::default_history)?;
+        snap.last_updated = row.get(2);
+    }
+    let mut agents: std::collections::BTreeMap<String, AgentSnapshot> = Default::default();
+    let agent = |name: &str| -> Result<AgentName, PgError> {
+        AgentName::parse(name).map_err(|e| corrupt(bucket, "agent name", e))
+    };
+    for r in client
+        .query(
+            "SELECT agent, fact::text FROM facts WHERE bucket = $1 \
+             ORDER BY agent COLLATE \"C\", id COLLATE \"C\"",
+            &[&bucket],
+        )
+        .await
+        .map_err(statement("read the facts"))?
+    {
+        let name: String = r.get(0);
+        let fact = fact_from_row(bucket, r.get(1), now)?;
+        let entry = match agents.entry(name.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(AgentSnapshot {
+                agent: agent(&name)?,
+                facts: Vec::new(),
+                usage: None,
+                audit: None,
+            }),
+        };
+        entry.facts.push(fact);
+    }
+    for r in client
+        .query(
+            "SELECT agent, usage::text, audit::text FROM fact_metadata WHERE bucket = $1",
+            &[&bucket],
+        )
+        .await
+        .map_err(statement("read the metadata"))?
+    {
+        let name: String = r.get(0);
+        let usage: Value =
+            serde_json::from_str(r.get(1)).map_err(|e| corrupt(bucket, "usage", e))?;
+        let audit: Value =
+            serde_json::from_str(r.get(2)).map_err(|e| corrupt(bucket, "audit", e))?;
+        let usage = match usage {
+            Value::Object(m) if !m.is_empty() => Some(m),
+            _ => None,
+        };
+        let audit = match audit {
+            Value::Array(a) if !a.is_empty() => Some(a),
+            _ => None,
+        };
+        if usage.is_none() && audit.is_none() {
+            continue;
+        }
+        let entry = match agents.entry(name.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(AgentSnapshot {
+                agent: agent(&name)?,
+                facts: Vec::new(),
+                usage: None,
+                audit: None,
+            }),
+        };
+        entry.usage = usage;
+        entry.audit = audit;
+    }
+    snap.agents = agents.into_values().collect();
+    Ok(Some(snap))
+}
