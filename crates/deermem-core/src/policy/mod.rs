@@ -5,3 +5,4 @@ pub mod commit;
 pub mod eviction;
 pub mod metadata;
 pub mod substring;
+pub mod text;
