@@ -22,12 +22,15 @@
 mod config;
 mod error;
 mod repository;
+mod retrieval;
 mod run_journal;
+mod search;
 mod store;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use error::PgError;
 pub use repository::PgStorage;
+pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
 

@@ -1,9 +1,10 @@
 //! The storage ports on PostgreSQL: [`PgStorage`] implements `FactRepository` (one transaction
 //! per commit, the user's row locked `FOR UPDATE` so that replicas take turns, the decision
 //! made by the core's shared commit policy), `FactMetadata` (usage heat and the eviction audit
-//! as JSON documents per scope, edited by the core's metadata policy) and `ScopedSearch` (for
-//! now the core's substring scan over the scope's facts; ranked full-text search on the `tsv`
-//! column is the next step).
+//! as JSON documents per scope, edited by the core's metadata policy) and `ScopedSearch`
+//! (full-text search on the `tsv` column, see [`crate::search`]; the core's substring scan
+//! when a query holds no indexable term). Every fact write stores its search columns in the
+//! same transaction, so search always sees the committed facts.
 //!
 //! Facts are stored in the shape the Markdown files hold them (front matter with `user_id` and
 //! `agent_name` in place, then `title` and `content`), as `json` so that key order survives:
@@ -23,10 +24,13 @@ use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, ScopedSearch, StorageCapabilities,
 };
 use deermem_core::search::{RebuildReport, RetrievalStatus, SearchHit, SearchQuery};
-use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId};
+use deermem_core::{
+    AgentName, Fact, FactId, Scope, StorageError, SummarySection, Timestamp, UserId,
+};
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
+use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
 
 /// The document version of a written user.
@@ -285,23 +289,23 @@ impl PgStorage {
         let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
         if let Some(agent) = &req.agent {
             for f in &written {
-                let search_text = format!(
-                    "{} {}",
-                    f.content,
-                    f.category.as_deref().unwrap_or_default()
-                );
+                let ix = search::indexed(f);
                 tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, search_text) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6) \
+                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
+                     search_text, search_tokens) \
+                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
                      ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
-                     fact = EXCLUDED.fact, search_text = EXCLUDED.search_text",
+                     fact = EXCLUDED.fact, category = EXCLUDED.category, \
+                     search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
                     &[
                         &b,
                         &agent.as_str(),
                         &f.id.as_str(),
                         &i64::try_from(f.revision).unwrap_or(i64::MAX),
                         &to_stored(f).to_string(),
-                        &search_text,
+                        &ix.category,
+                        &ix.text,
+                        &ix.tokens,
                     ],
                 )
                 .await
@@ -444,12 +448,13 @@ impl FactRepository for PgStorage {
                 "revision",
                 "fact-repository",
                 "substring-fallback",
+                "retrieval",
             ]
             .into_iter()
             .map(str::to_owned)
             .collect(),
             persistent: true,
-            retrieval: false,
+            retrieval: true,
         }
     }
 
@@ -716,30 +721,148 @@ impl ScopedSearch for PgStorage {
         if query.is_trivially_empty() {
             return Ok(Vec::new());
         }
+        let category = query.category.as_deref();
+        if category.is_some_and(|c| c.contains('\0')) {
+            return Err(StorageError::invalid(
+                "category",
+                "a search category cannot contain a NUL character",
+            ));
+        }
+        let Some(plan) = search::plan(&query.text) else {
+            return self.substring_search(query).await;
+        };
+        let client = self.store.client().await.map_err(pool)?;
+        let per_scope = query.top_k.saturating_mul(4);
+        let now = self.clock.now();
+        let mut all: Vec<Scored> = Vec::new();
+        let mut seen: Vec<&Scope> = Vec::new();
+        for scope in &query.scopes {
+            let Some(agent) = &scope.agent else { continue };
+            if seen.contains(&scope) {
+                continue;
+            }
+            seen.push(scope);
+            let user = scope.user.as_ref();
+            let found = search::scope_candidates(
+                &**client,
+                Table::Facts,
+                (bucket(user), agent.as_str()),
+                &plan,
+                category,
+                per_scope,
+            )
+            .await
+            .map_err(db("search"))?;
+            let mut scored = Vec::with_capacity(found.len());
+            for c in &found {
+                let fact = from_stored(&c.fact, user, now)?.fact;
+                scored.push(Scored::new(c, fact, now));
+            }
+            all.extend(search::cut_scope(scored, per_scope));
+        }
+        Ok(search::finish(all, query.top_k))
+    }
+
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError> {
+        // The search columns are written with every fact; a rebuild recomputes them from the
+        // stored facts (after an upgrade that changes the text rule, say), one scope per
+        // transaction.
+        let keys: Vec<(String, String)> = match scopes {
+            Some(list) => list
+                .iter()
+                .map(|(u, a)| (bucket(u.as_ref()).to_owned(), a.as_str().to_owned()))
+                .collect(),
+            None => {
+                let client = self.store.client().await.map_err(pool)?;
+                client
+                    .query(
+                        "SELECT DISTINCT bucket, agent FROM facts ORDER BY 1, 2",
+                        &[],
+                    )
+                    .await
+                    .map_err(db("list the scopes"))?
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect()
+            }
+        };
+        let mut report = RebuildReport {
+            supported: true,
+            ..RebuildReport::default()
+        };
+        let now = self.clock.now();
+        for (b, agent) in keys {
+            let mut client = self.store.client().await.map_err(pool)?;
+            let raw: &mut tokio_postgres::Client = &mut client;
+            let tx = raw.transaction().await.map_err(db("begin"))?;
+            let rows = tx
+                .query(
+                    "SELECT id, fact::text FROM facts WHERE bucket = $1 AND agent = $2 FOR UPDATE",
+                    &[&b, &agent],
+                )
+                .await
+                .map_err(db("read the facts"))?;
+            for r in &rows {
+                let id: &str = r.get(0);
+                let fact = match from_stored(r.get(1), None, now) {
+                    Ok(s) => s.fact,
+                    Err(e) => {
+                        tracing::warn!(bucket = %b, agent = %agent, id, error = %e,
+                            "a stored fact does not decode; its search columns are left as they are");
+                        report.failed += 1;
+                        continue;
+                    }
+                };
+                let ix = search::indexed(&fact);
+                tx.execute(
+                    "UPDATE facts SET category = $4, search_text = $5, search_tokens = $6 \
+                     WHERE bucket = $1 AND agent = $2 AND id = $3",
+                    &[&b, &agent, &id, &ix.category, &ix.text, &ix.tokens],
+                )
+                .await
+                .map_err(db("index a fact"))?;
+                report.indexed += 1;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+        }
+        Ok(report)
+    }
+
+    async fn retrieval_status(&self) -> RetrievalStatus {
+        let mut status = RetrievalStatus {
+            configured: true,
+            mode: "external".into(),
+            adapter: Some(crate::KIND.into()),
+            ..RetrievalStatus::default()
+        };
+        let counted = match self.store.client().await {
+            Ok(client) => client
+                .query_one("SELECT count(*) FROM facts", &[])
+                .await
+                .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
+                .map_err(|e| format!("PostgreSQL: count the facts: {e}")),
+            Err(e) => Err(format!("PostgreSQL: take a connection: {e}")),
+        };
+        match counted {
+            Ok(n) => status.total_docs = Some(n),
+            Err(e) => status.last_error = Some(e),
+        }
+        status
+    }
+}
+
+impl PgStorage {
+    /// Search without the index (a query with no indexable term): the storage's substring
+    /// rules over the scopes' facts, as the file store answers without an index.
+    async fn substring_search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         let mut facts = Vec::new();
         for scope in &query.scopes {
             let Some(agent) = &scope.agent else { continue };
             facts.extend(self.load(scope.user.as_ref(), Some(agent)).await?.facts);
         }
         Ok(substring_hits(&facts, query, SubstringRules::STORAGE))
-    }
-
-    async fn rebuild_index(
-        &self,
-        _scopes: Option<&[(Option<UserId>, AgentName)]>,
-    ) -> Result<RebuildReport, StorageError> {
-        Ok(RebuildReport {
-            supported: false,
-            reason: Some("retrieval_not_configured".into()),
-            ..RebuildReport::default()
-        })
-    }
-
-    async fn retrieval_status(&self) -> RetrievalStatus {
-        RetrievalStatus {
-            configured: false,
-            mode: "substring_fallback".into(),
-            ..RetrievalStatus::default()
-        }
     }
 }

@@ -74,7 +74,12 @@ pub fn words(text: &str) -> Vec<String> {
 pub fn index_text(content: &str) -> (String, usize) {
     let (body, grams) = cjk::index_columns(content);
     let mut tokens = words(&body);
-    tokens.extend(grams.split(' ').filter(|g| !g.is_empty()).map(str::to_owned));
+    tokens.extend(
+        grams
+            .split(' ')
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned),
+    );
     (tokens.join(" "), tokens.len())
 }
 
@@ -101,7 +106,10 @@ mod tests {
             words("Real-time co_pilot, node.js! C++ x²"),
             vec!["real", "time", "co", "pilot", "node", "js", "c", "x²"]
         );
-        assert_eq!(words("Café NAÏVE Ångström Łódź"), vec!["cafe", "naive", "angstrom", "łodz"]);
+        assert_eq!(
+            words("Café NAÏVE Ångström Łódź"),
+            vec!["cafe", "naive", "angstrom", "łodz"]
+        );
         assert_eq!(words("e\u{301}\u{301}x \u{301}"), vec!["ex"]);
         assert_eq!(words("ǅ ß Straße"), vec!["ǆ", "ß", "straße"]);
         assert!(words(" '\";--\\%_$$ ").is_empty());
@@ -134,7 +142,10 @@ mod tests {
         let p = |w: &[&str]| TermMatch::Phrase(w.iter().map(|s| (*s).to_owned()).collect());
         assert_eq!(count_matches(&toks, &p(&["a", "b"])), 2);
         assert_eq!(count_matches(&toks, &p(&["a"])), 3);
-        assert_eq!(count_matches(&toks, &p(&["b", "a", "b", "a", "茶", "茶x", "z"])), 0);
+        assert_eq!(
+            count_matches(&toks, &p(&["b", "a", "b", "a", "茶", "茶x", "z"])),
+            0
+        );
         assert_eq!(count_matches(&toks, &TermMatch::Prefix("茶".into())), 2);
     }
 }
