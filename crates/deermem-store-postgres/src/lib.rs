@@ -10,10 +10,12 @@
 //!   "one memory block per run" holds across replicas;
 //! - [`PgStorage`]: the storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`), one
 //!   transaction per commit with the user's row locked, decided by the core's shared commit
-//!   policy; search is still the core's substring scan.
+//!   policy; each fact's search columns are written in the same transaction, and search runs
+//!   in the database (`tsvector` with the `simple` configuration, a GIN index, CJK bigrams,
+//!   FTS5's BM25; see `search`);
+//! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
 //!
-//! Still to come: ranked full-text search on the `tsv` column (with CJK bigrams) and the
-//! retrieval port, replica cache coherence, remote-backend cursors in the database, the facade's
+//! Still to come: replica cache coherence, remote-backend cursors in the database, the facade's
 //! `storage_class: postgres`, `deermem db migrate` and `deermem migrate` between files and the
 //! database. Until then the facade does not offer it.
 

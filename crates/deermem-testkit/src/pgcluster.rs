@@ -101,6 +101,20 @@ impl PgCluster {
     /// # Errors
     /// As [`PgCluster::start`].
     pub fn start_fresh() -> Result<Self, PgClusterError> {
+        Self::start_with(false)
+    }
+
+    /// A fresh cluster that syncs its writes (`fsync`, full-page writes and
+    /// `synchronous_commit` at their defaults, all on), for benchmarks: a commit is
+    /// acknowledged once it is on disk. Test clusters turn `fsync` off.
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`].
+    pub fn start_durable() -> Result<Self, PgClusterError> {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<Self, PgClusterError> {
         let bin = find_binaries()?;
         let run_as = if is_root() {
             Some(unprivileged_user())
@@ -132,9 +146,13 @@ impl PgCluster {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
+            let sync = if durable {
+                ""
+            } else {
+                " -c fsync=off -c full_page_writes=off"
+            };
             let options = format!(
-                "-c listen_addresses=127.0.0.1 -c port={port} -k {} -c fsync=off \
-                 -c full_page_writes=off -c max_connections=200",
+                "-c listen_addresses=127.0.0.1 -c port={port} -k {}{sync} -c max_connections=200",
                 dir.path().display()
             );
             let log = dir.path().join("server.log");
