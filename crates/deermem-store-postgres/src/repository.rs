@@ -143,18 +143,36 @@ struct UserRow {
     last_updated: String,
 }
 
-async fn user_row(
+/// The user's row, unlocked (read paths).
+const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, '') \
+     FROM users WHERE bucket = $1";
+/// The user's row, locked for the commit.
+const USER_SQL_LOCKED: &str = "SELECT revision, version, summaries::text, \
+     coalesce(last_updated, '') FROM users WHERE bucket = $1 FOR UPDATE";
+/// A scope's facts in id order.
+const FACTS_SQL: &str = "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
+     ORDER BY id COLLATE \"C\"";
+
+/// A statement prepared once per pooled connection (deadpool's cache): a read then costs one
+/// round trip instead of two.
+async fn prepared(
+    client: &deadpool_postgres::ClientWrapper,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, StorageError> {
+    client
+        .prepare_cached(sql)
+        .await
+        .map_err(db("prepare a statement"))
+}
+
+async fn user_row<S>(
     client: &impl GenericClient,
+    sql: &S,
     bucket: &str,
-    lock: bool,
-) -> Result<Option<UserRow>, StorageError> {
-    let sql = if lock {
-        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
-         WHERE bucket = $1 FOR UPDATE"
-    } else {
-        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
-         WHERE bucket = $1"
-    };
+) -> Result<Option<UserRow>, StorageError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     let row = client
         .query_opt(sql, &[&bucket])
         .await
@@ -192,16 +210,13 @@ impl PgStorage {
 
     async fn facts_of(
         &self,
-        client: &impl GenericClient,
+        client: &deadpool_postgres::ClientWrapper,
         user: Option<&UserId>,
         agent: &AgentName,
     ) -> Result<Vec<Fact>, StorageError> {
+        let stmt = prepared(client, FACTS_SQL).await?;
         let rows = client
-            .query(
-                "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
-                 ORDER BY id COLLATE \"C\"",
-                &[&bucket(user), &agent.as_str()],
-            )
+            .query(&stmt, &[&bucket(user), &agent.as_str()])
             .await
             .map_err(db("read the facts"))?;
         let now = self.clock.now();
@@ -226,7 +241,7 @@ impl PgStorage {
         )
         .await
         .map_err(db("create the user"))?;
-        let row = user_row(&tx, b, true).await?;
+        let row = user_row(&tx, USER_SQL_LOCKED, b).await?;
         let record = row.as_ref().map(|r| CurrentRecord {
             revision: r.revision,
             needs_rewrite: false,
@@ -465,7 +480,8 @@ impl FactRepository for PgStorage {
     ) -> Result<MemoryDocument, StorageError> {
         let client = self.store.client().await.map_err(pool)?;
         let mut doc = MemoryDocument::empty(self.clock.now());
-        if let Some(r) = user_row(&**client, bucket(user), false).await? {
+        let stmt = prepared(&client, USER_SQL).await?;
+        if let Some(r) = user_row(&**client, &stmt, bucket(user)).await? {
             let (u, h) = sections_from(&r.summaries)?;
             doc.version = r.version;
             doc.revision = r.revision;
@@ -474,7 +490,7 @@ impl FactRepository for PgStorage {
             doc.history = h;
         }
         if let Some(agent) = agent {
-            doc.facts = self.facts_of(&**client, user, agent).await?.into();
+            doc.facts = self.facts_of(&client, user, agent).await?.into();
         }
         Ok(doc)
     }
@@ -515,7 +531,7 @@ impl FactRepository for PgStorage {
             return query.apply(Vec::new());
         }
         let client = self.store.client().await.map_err(pool)?;
-        query.apply(self.facts_of(&**client, user, agent).await?)
+        query.apply(self.facts_of(&client, user, agent).await?)
     }
 
     async fn apply_changes(
@@ -744,7 +760,7 @@ impl ScopedSearch for PgStorage {
             seen.push(scope);
             let user = scope.user.as_ref();
             let found = search::scope_candidates(
-                &**client,
+                &client,
                 Table::Facts,
                 (bucket(user), agent.as_str()),
                 &plan,

@@ -254,7 +254,7 @@ impl Retrieval for PgRetrieval {
             seen.push(scope);
             let (u, a) = scope_key(scope);
             let found = search::scope_candidates(
-                &**client,
+                &client,
                 Table::Docs,
                 (&u, &a),
                 &plan,

@@ -23,7 +23,6 @@ use deermem_core::policy::text::rank;
 use deermem_core::policy::text::terms::{NoSegmenter, TermMatch, plain_terms};
 use deermem_core::policy::text::tokens::{self, count_matches};
 use deermem_core::{MatchType, SearchHit, Timestamp};
-use tokio_postgres::GenericClient;
 
 /// PostgreSQL's longest lexeme in bytes: a longer word is not indexed, so a term holding one
 /// cannot match and is left out of the query.
@@ -219,7 +218,7 @@ pub(crate) struct Candidate {
 /// The best `2 * per_scope` matches of one scope by BM25 (FTS5's candidate window), best
 /// first.
 pub(crate) async fn scope_candidates(
-    client: &impl GenericClient,
+    client: &deadpool_postgres::ClientWrapper,
     table: Table,
     scope: (&str, &str),
     plan: &Plan,
@@ -229,21 +228,18 @@ pub(crate) async fn scope_candidates(
     let window = per_scope.saturating_mul(2);
     let limit = i64::try_from(window.max(MAX_CANDIDATES)).unwrap_or(i64::MAX);
     let (user, agent) = scope;
+    // Statements prepared once per pooled connection: one round trip each.
     let rows = match category {
         Some(c) => {
+            let stmt = client.prepare_cached(table.candidates(true)).await?;
             client
-                .query(
-                    table.candidates(true),
-                    &[&user, &agent, &plan.tsquery, &limit, &c],
-                )
+                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit, &c])
                 .await?
         }
         None => {
+            let stmt = client.prepare_cached(table.candidates(false)).await?;
             client
-                .query(
-                    table.candidates(false),
-                    &[&user, &agent, &plan.tsquery, &limit],
-                )
+                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit])
                 .await?
         }
     };
@@ -251,9 +247,8 @@ pub(crate) async fn scope_candidates(
         return Ok(Vec::new());
     }
     let operands: Vec<&str> = plan.terms.iter().map(|t| t.operand.as_str()).collect();
-    let stats = client
-        .query_one(table.stats(), &[&user, &agent, &operands])
-        .await?;
+    let stmt = client.prepare_cached(table.stats()).await?;
+    let stats = client.query_one(&stmt, &[&user, &agent, &operands]).await?;
     let docs = u64::try_from(stats.get::<_, i64>(0)).unwrap_or(0);
     let total_tokens: i64 = stats.get(1);
     let hits: Vec<i64> = stats.get(2);
