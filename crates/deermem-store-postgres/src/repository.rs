@@ -783,66 +783,77 @@ impl ScopedSearch for PgStorage {
         &self,
         scopes: Option<&[(Option<UserId>, AgentName)]>,
     ) -> Result<RebuildReport, StorageError> {
-        // The search columns are written with every fact; a rebuild recomputes them from the
-        // stored facts (after an upgrade that changes the text rule, say), one scope per
-        // transaction.
-        let keys: Vec<(String, String)> = match scopes {
-            Some(list) => list
-                .iter()
-                .map(|(u, a)| (bucket(u.as_ref()).to_owned(), a.as_str().to_owned()))
-                .collect(),
-            None => {
-                let client = self.store.client().await.map_err(pool)?;
-                client
-                    .query(
-                        "SELECT DISTINCT bucket, agent FROM facts ORDER BY 1, 2",
-                        &[],
-                    )
-                    .await
-                    .map_err(db("list the scopes"))?
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1)))
-                    .collect()
-            }
-        };
+        // The search columns are written with every fact, so there is normally nothing to
+        // do: a rebuild recomputes them from the stored facts and rewrites only those that
+        // differ (after an upgrade that changes the text rule, say). It takes no lock: a row
+        // is rewritten only while it still holds the revision that was read, so a concurrent
+        // commit's columns are never replaced by older ones.
         let mut report = RebuildReport {
             supported: true,
             ..RebuildReport::default()
         };
         let now = self.clock.now();
-        for (b, agent) in keys {
-            let mut client = self.store.client().await.map_err(pool)?;
-            let raw: &mut tokio_postgres::Client = &mut client;
-            let tx = raw.transaction().await.map_err(db("begin"))?;
-            let rows = tx
+        let client = self.store.client().await.map_err(pool)?;
+        let rows = match scopes {
+            None => client
                 .query(
-                    "SELECT id, fact::text FROM facts WHERE bucket = $1 AND agent = $2 FOR UPDATE",
-                    &[&b, &agent],
+                    "SELECT bucket, agent, id, revision, fact::text, category, search_text, \
+                     search_tokens FROM facts",
+                    &[],
                 )
                 .await
-                .map_err(db("read the facts"))?;
-            for r in &rows {
-                let id: &str = r.get(0);
-                let fact = match from_stored(r.get(1), None, now) {
-                    Ok(s) => s.fact,
-                    Err(e) => {
-                        tracing::warn!(bucket = %b, agent = %agent, id, error = %e,
-                            "a stored fact does not decode; its search columns are left as they are");
-                        report.failed += 1;
-                        continue;
-                    }
-                };
-                let ix = search::indexed(&fact);
-                tx.execute(
-                    "UPDATE facts SET category = $4, search_text = $5, search_tokens = $6 \
-                     WHERE bucket = $1 AND agent = $2 AND id = $3",
-                    &[&b, &agent, &id, &ix.category, &ix.text, &ix.tokens],
-                )
-                .await
-                .map_err(db("index a fact"))?;
-                report.indexed += 1;
+                .map_err(db("read the facts"))?,
+            Some(list) => {
+                let mut rows = Vec::new();
+                for (u, a) in list {
+                    rows.extend(
+                        client
+                            .query(
+                                "SELECT bucket, agent, id, revision, fact::text, category, \
+                                 search_text, search_tokens FROM facts \
+                                 WHERE bucket = $1 AND agent = $2",
+                                &[&bucket(u.as_ref()), &a.as_str()],
+                            )
+                            .await
+                            .map_err(db("read the facts"))?,
+                    );
+                }
+                rows
             }
-            tx.commit().await.map_err(db("commit"))?;
+        };
+        for r in &rows {
+            let (b, agent, id, revision): (&str, &str, &str, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let fact = match from_stored(r.get(4), None, now) {
+                Ok(s) => s.fact,
+                Err(e) => {
+                    tracing::warn!(bucket = %b, agent = %agent, id, error = %e,
+                        "a stored fact does not decode; its search columns are left as they are");
+                    report.failed += 1;
+                    continue;
+                }
+            };
+            let ix = search::indexed(&fact);
+            let current = (r.get::<_, &str>(5), r.get::<_, &str>(6), r.get::<_, i32>(7));
+            if current != (ix.category.as_str(), ix.text.as_str(), ix.tokens) {
+                client
+                    .execute(
+                        "UPDATE facts SET category = $5, search_text = $6, search_tokens = $7 \
+                         WHERE bucket = $1 AND agent = $2 AND id = $3 AND revision = $4",
+                        &[
+                            &b,
+                            &agent,
+                            &id,
+                            &revision,
+                            &ix.category,
+                            &ix.text,
+                            &ix.tokens,
+                        ],
+                    )
+                    .await
+                    .map_err(db("index a fact"))?;
+            }
+            report.indexed += 1;
         }
         Ok(report)
     }

@@ -335,6 +335,28 @@ async fn storage_search_follows_commits_and_reports_the_truth() {
     assert!(report.supported);
     assert_eq!((report.indexed, report.failed), (1, 0));
     assert_eq!(b.search_facts(&q("work", 5)).await.unwrap().len(), 1);
+    // With nothing stale a rebuild (the manager's lazy warm-up) rewrites no row.
+    let xmin = "SELECT xmin::text FROM facts ORDER BY id";
+    let before: Vec<String> = client
+        .query(xmin, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let report = b
+        .rebuild_index(Some(&[(Some(user.clone()), agent.clone())]))
+        .await
+        .unwrap();
+    assert_eq!((report.indexed, report.failed), (1, 0));
+    let after: Vec<String> = client
+        .query(xmin, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(before, after);
     drop((a, b, client));
     drop(cluster);
 }
