@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.list {
-        for name in deermem_bench::workloads::NAMES {
+        for name in args.store.workloads() {
             println!("{name}");
         }
         return ExitCode::SUCCESS;

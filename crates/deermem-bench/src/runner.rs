@@ -11,14 +11,14 @@ use serde_json::{Map, Value, json};
 use crate::corpus;
 use crate::machine;
 use crate::sizes::Sizes;
-use crate::workloads::{self, Env};
+use crate::workloads::{self, Env, Store};
 
 /// The marker of the result line a child prints on stdout.
 pub const RESULT_MARKER: &str = "DEERMEM_BENCH_RESULT ";
 
 /// The usage text.
 pub const USAGE: &str = "usage: deermem-bench [--quick | --smoke] [--corpus FILE] [--queries FILE] [--json OUT]
-                     [--only NAME,NAME...] [--tmpdir DIR]
+                     [--only NAME,NAME...] [--tmpdir DIR] [--store file|postgres]
        deermem-bench --write-corpus FILE [--write-queries FILE] [--quick | --smoke]
        deermem-bench --list
 
@@ -26,7 +26,9 @@ Runs the named DeerMem workloads, each in its own child process on a fresh tempo
 prints a table and, with --json, writes {\"workloads\": {...}, \"machine\": {...}}.
 --corpus: JSON lines {\"user\", \"agent\", \"content\", \"category\", \"confidence\"} (agent null = default
 bucket); --queries: one query per line. Without them the data is generated with a fixed seed;
---write-corpus / --write-queries save the generated data for other implementations.";
+--write-corpus / --write-queries save the generated data for other implementations.
+--store postgres runs the PostgreSQL workloads (write_fact, load_scope_cold, load_scope_warm,
+search, revision_check), each against its own throwaway durable cluster.";
 
 /// Parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +55,8 @@ pub struct Args {
     pub list: bool,
     /// `--help`.
     pub help: bool,
+    /// `--store`.
+    pub store: Store,
 }
 
 impl Args {
@@ -73,6 +77,7 @@ impl Args {
             write_queries: None,
             list: false,
             help: false,
+            store: Store::File,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -95,6 +100,11 @@ impl Args {
                 "--only" => {
                     a.only = Some(value()?.split(',').map(|s| s.trim().to_owned()).collect());
                 }
+                "--store" => {
+                    let v = value()?;
+                    a.store = Store::parse(&v)
+                        .with_context(|| format!("unknown store {v:?} (file, postgres)"))?;
+                }
                 "--list" => a.list = true,
                 "-h" | "--help" => a.help = true,
                 other => bail!("unknown argument {other:?}\n\n{USAGE}"),
@@ -104,10 +114,11 @@ impl Args {
             bail!("unknown size {:?} (full, quick, smoke)", a.preset);
         }
         for name in a.only.iter().flatten().chain(a.workload.iter()) {
-            if !workloads::NAMES.contains(&name.as_str()) {
+            if !a.store.workloads().contains(&name.as_str()) {
                 bail!(
-                    "unknown workload {name:?} (known: {})",
-                    workloads::NAMES.join(", ")
+                    "unknown {} workload {name:?} (known: {})",
+                    a.store.name(),
+                    a.store.workloads().join(", ")
                 );
             }
         }
@@ -143,7 +154,8 @@ pub fn run_child(args: &Args, name: &str) -> Result<Value> {
     // Nothing an earlier workload left dirty is written back during this one, and (as root) no
     // cached inode table remembers its deletions.
     let caches_dropped = workloads::fresh_disk_state();
-    let result = workloads::run(name, &env).with_context(|| format!("workload {name}"))?;
+    let result =
+        workloads::run(name, &env, args.store).with_context(|| format!("workload {name}"))?;
     let mut out = result.summary().to_json();
     if let Value::Object(m) = &mut out {
         for (k, v) in result.extra {
@@ -159,7 +171,14 @@ pub fn run_child(args: &Args, name: &str) -> Result<Value> {
 fn run_in_child(args: &Args, name: &str) -> Result<Value> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--workload", name, "--size", &args.preset]);
+    cmd.args([
+        "--workload",
+        name,
+        "--size",
+        &args.preset,
+        "--store",
+        args.store.name(),
+    ]);
     if let Some(c) = &args.corpus {
         cmd.arg("--corpus").arg(c);
     }
@@ -184,6 +203,31 @@ fn run_in_child(args: &Args, name: &str) -> Result<Value> {
         .find_map(|l| l.strip_prefix(RESULT_MARKER))
         .with_context(|| format!("workload {name} printed no result"))?;
     serde_json::from_str(line).with_context(|| format!("workload {name}: bad result line"))
+}
+
+/// The PostgreSQL issue's targets, checked against a `--store postgres` report's workloads.
+pub fn check_postgres_targets(w: &Map<String, Value>) -> Map<String, Value> {
+    let get = |name: &str, key: &str| w.get(name).and_then(|r| r.get(key)).and_then(Value::as_f64);
+    let mut out = Map::new();
+    let mut put = |name: &str, target: &str, met: Option<bool>| {
+        out.insert(name.into(), json!({"target": target, "met": met}));
+    };
+    put(
+        "write_fact",
+        "p50 < 3000 us",
+        get("write_fact", "p50_us").map(|p| p < 3000.0),
+    );
+    put(
+        "load_scope_warm",
+        "p50 < 100 us (coherent: every read asks the database)",
+        get("load_scope_warm", "p50_us").map(|p| p < 100.0),
+    );
+    put(
+        "search",
+        "p50 < 1000 us",
+        get("search", "p50_us").map(|p| p < 1000.0),
+    );
+    out
 }
 
 /// The targets of the benchmark issue, checked against a report's workloads.
@@ -311,19 +355,29 @@ pub fn table(report: &Value) -> String {
 /// # Errors
 /// A failed workload, or an unwritable report.
 pub fn run_all(args: &Args) -> Result<Value> {
-    let names: Vec<&str> = workloads::NAMES
+    let names: Vec<&str> = args
+        .store
+        .workloads()
         .iter()
         .copied()
         .filter(|n| args.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n)))
         .collect();
     let mut results = Map::new();
     for name in names {
-        eprintln!("deermem-bench: running {name} ({})", args.preset);
+        eprintln!(
+            "deermem-bench: running {name} ({}, {})",
+            args.preset,
+            args.store.name()
+        );
         let r = run_in_child(args, name)?;
         results.insert(name.to_owned(), r);
     }
-    let targets = check_targets(&results);
+    let targets = match args.store {
+        Store::File => check_targets(&results),
+        Store::Postgres => check_postgres_targets(&results),
+    };
     let report = json!({
+        "store": args.store.name(),
         "workloads": results,
         "targets": targets,
         "machine": machine::describe(&args.tmp_base()),
@@ -399,6 +453,27 @@ mod tests {
         assert!(Args::parse(&strings(&["--json"])).is_err());
         assert!(Args::parse(&strings(&["--only", "nope"])).is_err());
         assert!(Args::parse(&strings(&["--size", "huge"])).is_err());
+        let p = Args::parse(&strings(&["--store", "postgres", "--only", "search"])).unwrap();
+        assert_eq!(p.store, Store::Postgres);
+        assert_eq!(Args::parse(&[]).unwrap().store, Store::File);
+        assert!(Args::parse(&strings(&["--store", "redis"])).is_err());
+        // A workload the store does not run is refused.
+        assert!(Args::parse(&strings(&["--store", "postgres", "--only", "gateway_get"])).is_err());
+        assert!(Args::parse(&strings(&["--only", "revision_check"])).is_err());
+    }
+
+    #[test]
+    fn postgres_targets_are_the_issue_s() {
+        let w: Map<String, Value> = serde_json::from_value(json!({
+            "write_fact": {"p50_us": 2500.0},
+            "load_scope_warm": {"p50_us": 450.0},
+            "search": {"p50_us": 700.0},
+        }))
+        .unwrap();
+        let t = check_postgres_targets(&w);
+        assert_eq!(t["write_fact"]["met"], json!(true));
+        assert_eq!(t["load_scope_warm"]["met"], json!(false));
+        assert_eq!(t["search"]["met"], json!(true));
     }
 
     #[test]

@@ -198,3 +198,42 @@ fn bad_arguments_fail_with_a_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_workload"));
 }
+
+/// `--store postgres`: every PostgreSQL workload runs end to end at smoke size against its own
+/// throwaway durable cluster, finds what it seeded, and is judged against the targets.
+#[test]
+fn postgres_workloads_run_at_smoke_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = bench(&["--smoke", "--store", "postgres"], tmp.path());
+    assert_eq!(report["store"], "postgres");
+    let w = report["workloads"].as_object().expect("workloads object");
+    assert_eq!(
+        w.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "write_fact",
+            "load_scope_cold",
+            "load_scope_warm",
+            "search",
+            "revision_check"
+        ]
+    );
+    for (name, r) in w {
+        assert!(r["n"].as_u64().unwrap_or(0) > 0, "{name}: {r}");
+        let (p50, p99) = (
+            r["p50_us"].as_f64().unwrap_or(-1.0),
+            r["p99_us"].as_f64().unwrap_or(-1.0),
+        );
+        assert!(p50 > 0.0 && p99 >= p50, "{name}: {r}");
+    }
+    assert_eq!(w["write_fact"]["revision"], w["write_fact"]["n"]);
+    assert!(
+        w["search"]["queries_with_hits"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        w["search"]
+    );
+    let t = report["targets"].as_object().expect("targets");
+    assert_eq!(
+        t.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["write_fact", "load_scope_warm", "search"]
+    );
+}

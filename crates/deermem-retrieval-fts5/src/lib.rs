@@ -30,12 +30,15 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
-pub mod cjk;
 mod engine;
 pub mod query;
-pub mod score;
 #[cfg(feature = "zh")]
 pub mod zh;
+
+/// CJK runs and their bigrams: the core's shared text rule.
+pub use deermem_core::policy::text::cjk;
+/// The reference's ranking (decay, confidence): the core's shared text rule.
+pub use deermem_core::policy::text::rank as score;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -2,25 +2,24 @@
 //! (a query that looks like FTS5 syntax passes through, anything else becomes a quoted OR of its
 //! words), extended so that CJK runs in a query search the bigram column.
 //!
-//! For a query without CJK letters the expressions are exactly the reference's. CJK runs become
-//! terms over the `cjk` column: a run of one character is a prefix term (`"茶"*`), a run of two
-//! is its bigram (`"東京"`), and a longer run is the phrase of its bigrams (an exact substring
-//! match, ranked first) OR'ed with each bigram (partial matches, ranked lower), which is how the
-//! reference's OR-of-words treats English.
+//! The terms of a plain query are the core's shared rule (`deermem_core::policy::text::terms`);
+//! this module writes them as FTS5 strings. For a query without CJK letters the expressions are
+//! exactly the reference's. CJK runs become terms over the `cjk` column: a run of one character
+//! is a prefix term (`"茶"*`), a run of two is its bigram (`"東京"`), and a longer run is the
+//! phrase of its bigrams (an exact substring match, ranked first) OR'ed with each bigram
+//! (partial matches, ranked lower), which is how the reference's OR-of-words treats English.
 
+use deermem_core::policy::text::terms::{self, Term};
 use deermem_pycompat::py;
 
-use crate::cjk::{self, Segment};
+use crate::cjk;
 
-/// Most OR terms one plain query expands to; longer queries keep their first distinct terms.
-pub const MAX_TERMS: usize = 128;
+pub use deermem_core::policy::text::terms::{
+    MAX_PHRASE_BIGRAMS, MAX_TERMS, NoSegmenter, Segmenter, py_split,
+};
 
 /// Longest query (in bytes) passed through as FTS5 syntax; longer ones are searched as words.
 pub const MAX_ADVANCED_BYTES: usize = 4096;
-
-/// Longest CJK run (in bigrams) also searched as one exact phrase; longer runs are searched
-/// by their bigrams only (no fact is likely to contain such a run verbatim).
-pub const MAX_PHRASE_BIGRAMS: usize = 64;
 
 /// Python's `\w` for one character: `str.isalnum()` or `_`.
 fn is_word(c: char) -> bool {
@@ -74,14 +73,19 @@ pub fn is_advanced_query(q: &str) -> bool {
     false
 }
 
-/// Python's `str.split()` with no arguments.
-pub fn py_split(q: &str) -> impl Iterator<Item = &str> {
-    q.split(py::is_space).filter(|t| !t.is_empty())
-}
-
 /// Quotes one token as an FTS5 string, doubling inner quotes.
 fn quote(token: &str) -> String {
     format!("\"{}\"", token.replace('"', "\"\""))
+}
+
+/// One shared term as an FTS5 expression: a quoted string (a phrase of bigrams for CJK), or a
+/// quoted prefix for a single CJK character.
+fn fts5_term(term: &Term) -> String {
+    match term {
+        Term::Word(w) => quote(w),
+        Term::Grams(g) => quote(&g.join(" ")),
+        Term::Prefix(p) => format!("{}*", quote(p)),
+    }
 }
 
 /// The reference's fallback expression (without word segmentation): the whitespace tokens that
@@ -94,115 +98,19 @@ pub fn reference_fallback(q: &str) -> String {
         .join(" OR ")
 }
 
-/// Splits a CJK run into the words it should be searched as.
-pub trait Segmenter: Send + Sync {
-    /// The words of a run of CJK letters, in order (each a non-empty substring of `run`).
-    fn words<'a>(&self, run: &'a str) -> Vec<&'a str>;
-}
-
-/// No word segmentation: a run is one word.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoSegmenter;
-
-impl Segmenter for NoSegmenter {
-    fn words<'a>(&self, run: &'a str) -> Vec<&'a str> {
-        vec![run]
-    }
-}
-
-/// Appends the terms searching one CJK run (see the module docs).
-fn push_cjk_terms(run: &str, seg: &dyn Segmenter, out: &mut Vec<String>) {
-    let words: Vec<&str> = seg.words(run);
-    let multi: Vec<&str> = words
+/// The plain-words expression: the shared terms of the query (the reference's fallback for
+/// tokens without CJK letters, CJK terms for the runs inside tokens), each written as an FTS5
+/// string, joined with `OR`. `""` when nothing searchable is left.
+pub fn plain_expression(q: &str, seg: &dyn Segmenter) -> String {
+    terms::plain_terms(q, seg)
         .iter()
-        .copied()
-        .filter(|w| w.chars().nth(1).is_some() && w.chars().all(cjk::is_cjk))
-        .collect();
-    if words.len() > 1 && !multi.is_empty() {
-        // Segmented: each word of two or more characters as an exact phrase.
-        for w in multi {
-            push_unique(out, phrase_of_bigrams(w));
-        }
-        let n = run.chars().count();
-        if n > 2 && n <= MAX_PHRASE_BIGRAMS + 1 {
-            push_unique(out, phrase_of_bigrams(run));
-        }
-        return;
-    }
-    let grams = cjk::bigrams(run);
-    match grams.len() {
-        0 => push_unique(out, format!("\"{run}\"*")),
-        1 => push_unique(out, quote(grams[0])),
-        n => {
-            if n <= MAX_PHRASE_BIGRAMS {
-                push_unique(out, phrase_of_bigrams(run));
-            }
-            for g in grams {
-                push_unique(out, quote(g));
-            }
-        }
-    }
+        .map(fts5_term)
+        .collect::<Vec<_>>()
+        .join(" OR ")
 }
 
 fn phrase_of_bigrams(run: &str) -> String {
-    let grams = cjk::bigrams(run);
-    if grams.is_empty() {
-        return format!("\"{run}\"*");
-    }
-    format!("\"{}\"", grams.join(" "))
-}
-
-fn push_unique(out: &mut Vec<String>, term: String) {
-    if !out.contains(&term) {
-        out.push(term);
-    }
-}
-
-/// The plain-words expression: the reference's fallback for tokens without CJK letters, and CJK
-/// terms for the runs inside tokens. Capped at [`MAX_TERMS`] terms (distinct terms once the
-/// query is that long). `""` when nothing searchable is left.
-pub fn plain_expression(q: &str, seg: &dyn Segmenter) -> String {
-    let mut terms: Vec<String> = Vec::new();
-    let mut cjk_terms: Vec<String> = Vec::new();
-    for token in py_split(q) {
-        if !token.chars().any(py::is_alnum) {
-            continue;
-        }
-        if !cjk::has_cjk(token) {
-            terms.push(quote(token));
-        } else {
-            for piece in cjk::segments(token) {
-                match piece {
-                    Segment::Other(s) => {
-                        if s.chars().any(py::is_alnum) {
-                            terms.push(quote(s));
-                        }
-                    }
-                    Segment::Cjk(run) => {
-                        let before = cjk_terms.len();
-                        push_cjk_terms(run, seg, &mut cjk_terms);
-                        terms.extend(cjk_terms[before..].iter().cloned());
-                    }
-                }
-            }
-        }
-        if terms.len() > MAX_TERMS * 4 {
-            break;
-        }
-    }
-    if terms.len() > MAX_TERMS {
-        let mut distinct: Vec<String> = Vec::with_capacity(MAX_TERMS);
-        for t in terms {
-            if distinct.len() == MAX_TERMS {
-                break;
-            }
-            if !distinct.contains(&t) {
-                distinct.push(t);
-            }
-        }
-        terms = distinct;
-    }
-    terms.join(" OR ")
+    fts5_term(&terms::run_phrase(run))
 }
 
 /// Rewrites the CJK runs inside an FTS5 expression into bigram terms, leaving everything else

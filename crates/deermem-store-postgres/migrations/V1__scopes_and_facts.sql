@@ -1,5 +1,6 @@
 -- DeerMem on PostgreSQL, schema version 1: users with their shared revision and summaries,
--- facts per (user, agent) with a full-text vector, and the per-scope fact metadata.
+-- facts per (user, agent) with a full-text vector, the per-scope fact metadata, and the
+-- search documents of the retrieval port (an index in the database for any storage).
 -- Tables live in the schema named by `backend_config.postgres.schema`; the migration runner
 -- sets the search path to it.
 
@@ -24,8 +25,13 @@ CREATE TABLE facts (
     -- The fact in its stored document shape (the Markdown front matter and body as JSON), in
     -- `json` so that its key order survives.
     fact         json NOT NULL,
-    -- What search matches: content and category, with CJK runs spelled out as bigrams.
-    search_text  text NOT NULL DEFAULT '',
+    -- The category searches filter on (`context` when the fact has none).
+    category     text NOT NULL DEFAULT 'context',
+    -- What search matches: the content's words as the FTS5 tokenizer makes them (lower-cased,
+    -- diacritics removed), then its CJK runs as bigrams, space separated (the core's shared
+    -- text rule), and the number of those tokens (BM25's document length).
+    search_text    text NOT NULL DEFAULT '',
+    search_tokens  integer NOT NULL DEFAULT 0 CHECK (search_tokens >= 0),
     tsv          tsvector GENERATED ALWAYS AS (to_tsvector('simple', search_text)) STORED,
     PRIMARY KEY (bucket, agent, id)
 );
@@ -42,3 +48,22 @@ CREATE TABLE fact_metadata (
     audit   json NOT NULL DEFAULT '[]'::json,
     PRIMARY KEY (bucket, agent)
 );
+
+-- The retrieval port's documents: one fact per (scope, id), indexed like `facts`. The scope is
+-- kept as JSON text (`null` for the legacy no-user layout, else the quoted raw user id; the
+-- agent likewise), so user ids that share a storage bucket stay apart.
+CREATE TABLE search_docs (
+    scope_user     text NOT NULL,
+    scope_agent    text NOT NULL,
+    fact_id        text NOT NULL,
+    revision       bigint,
+    -- The fact in its internal JSON shape, with its scope.
+    fact           json NOT NULL,
+    category       text NOT NULL,
+    search_text    text NOT NULL,
+    search_tokens  integer NOT NULL CHECK (search_tokens >= 0),
+    tsv            tsvector GENERATED ALWAYS AS (to_tsvector('simple', search_text)) STORED,
+    PRIMARY KEY (scope_user, scope_agent, fact_id)
+);
+
+CREATE INDEX search_docs_tsv ON search_docs USING gin (tsv);

@@ -11,14 +11,17 @@
 //!   "one memory block per run" holds across replicas;
 //! - [`PgStorage`]: the storage ports (`FactRepository`, `FactMetadata`, `ScopedSearch`), one
 //!   transaction per commit with the user's row locked, decided by the core's shared commit
-//!   policy; search is still the core's substring scan.
+//!   policy; each fact's search columns are written in the same transaction, and search runs
+//!   in the database (`tsvector` with the `simple` configuration, a GIN index, CJK bigrams,
+//!   FTS5's BM25; see `search`);
+//! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
 //!
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
 //!
 //! The facade selects it with `storage_class: postgres`; `deermem db migrate` applies the
-//! schema. Still to come: ranked full-text search on the `tsv` column (with CJK bigrams) and
-//! the retrieval port, remote-backend cursors in the database, and `deermem migrate` between
-//! files and the database.
+//! schema and `deermem migrate --from/--to` moves memory between files and the database. Still
+//! to come: a replica cache (reads go to the database today, so they are coherent) and
+//! remote-backend cursors in the database.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -26,7 +29,9 @@ mod admin;
 mod config;
 mod error;
 mod repository;
+mod retrieval;
 mod run_journal;
+mod search;
 mod snapshot;
 mod store;
 mod tls;
@@ -34,6 +39,7 @@ mod tls;
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use error::PgError;
 pub use repository::PgStorage;
+pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
 

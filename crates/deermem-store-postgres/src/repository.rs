@@ -1,9 +1,10 @@
 //! The storage ports on PostgreSQL: [`PgStorage`] implements `FactRepository` (one transaction
 //! per commit, the user's row locked `FOR UPDATE` so that replicas take turns, the decision
 //! made by the core's shared commit policy), `FactMetadata` (usage heat and the eviction audit
-//! as JSON documents per scope, edited by the core's metadata policy) and `ScopedSearch` (for
-//! now the core's substring scan over the scope's facts; ranked full-text search on the `tsv`
-//! column is the next step).
+//! as JSON documents per scope, edited by the core's metadata policy) and `ScopedSearch`
+//! (full-text search on the `tsv` column, see [`crate::search`]; the core's substring scan
+//! when a query holds no indexable term). Every fact write stores its search columns in the
+//! same transaction, so search always sees the committed facts.
 //!
 //! Facts are stored in the shape the Markdown files hold them (front matter with `user_id` and
 //! `agent_name` in place, then `title` and `content`), as `json` so that key order survives:
@@ -23,10 +24,13 @@ use deermem_core::ports::{
     Clock, FactMetadata, FactRepository, ListQuery, ScopedSearch, StorageCapabilities,
 };
 use deermem_core::search::{RebuildReport, RetrievalStatus, SearchHit, SearchQuery};
-use deermem_core::{AgentName, Fact, FactId, StorageError, SummarySection, Timestamp, UserId};
+use deermem_core::{
+    AgentName, Fact, FactId, Scope, StorageError, SummarySection, Timestamp, UserId,
+};
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
+use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
 
 /// The document version of a written user.
@@ -139,18 +143,36 @@ struct UserRow {
     last_updated: String,
 }
 
-async fn user_row(
+/// The user's row, unlocked (read paths).
+const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, '') \
+     FROM users WHERE bucket = $1";
+/// The user's row, locked for the commit.
+const USER_SQL_LOCKED: &str = "SELECT revision, version, summaries::text, \
+     coalesce(last_updated, '') FROM users WHERE bucket = $1 FOR UPDATE";
+/// A scope's facts in id order.
+const FACTS_SQL: &str = "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
+     ORDER BY id COLLATE \"C\"";
+
+/// A statement prepared once per pooled connection (deadpool's cache): a read then costs one
+/// round trip instead of two.
+async fn prepared(
+    client: &deadpool_postgres::ClientWrapper,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, StorageError> {
+    client
+        .prepare_cached(sql)
+        .await
+        .map_err(db("prepare a statement"))
+}
+
+async fn user_row<S>(
     client: &impl GenericClient,
+    sql: &S,
     bucket: &str,
-    lock: bool,
-) -> Result<Option<UserRow>, StorageError> {
-    let sql = if lock {
-        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
-         WHERE bucket = $1 FOR UPDATE"
-    } else {
-        "SELECT revision, version, summaries::text, coalesce(last_updated, '') FROM users \
-         WHERE bucket = $1"
-    };
+) -> Result<Option<UserRow>, StorageError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     let row = client
         .query_opt(sql, &[&bucket])
         .await
@@ -188,16 +210,13 @@ impl PgStorage {
 
     async fn facts_of(
         &self,
-        client: &impl GenericClient,
+        client: &deadpool_postgres::ClientWrapper,
         user: Option<&UserId>,
         agent: &AgentName,
     ) -> Result<Vec<Fact>, StorageError> {
+        let stmt = prepared(client, FACTS_SQL).await?;
         let rows = client
-            .query(
-                "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
-                 ORDER BY id COLLATE \"C\"",
-                &[&bucket(user), &agent.as_str()],
-            )
+            .query(&stmt, &[&bucket(user), &agent.as_str()])
             .await
             .map_err(db("read the facts"))?;
         let now = self.clock.now();
@@ -222,7 +241,7 @@ impl PgStorage {
         )
         .await
         .map_err(db("create the user"))?;
-        let row = user_row(&tx, b, true).await?;
+        let row = user_row(&tx, USER_SQL_LOCKED, b).await?;
         let record = row.as_ref().map(|r| CurrentRecord {
             revision: r.revision,
             needs_rewrite: false,
@@ -285,23 +304,23 @@ impl PgStorage {
         let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
         if let Some(agent) = &req.agent {
             for f in &written {
-                let search_text = format!(
-                    "{} {}",
-                    f.content,
-                    f.category.as_deref().unwrap_or_default()
-                );
+                let ix = search::indexed(f);
                 tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, search_text) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6) \
+                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
+                     search_text, search_tokens) \
+                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
                      ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
-                     fact = EXCLUDED.fact, search_text = EXCLUDED.search_text",
+                     fact = EXCLUDED.fact, category = EXCLUDED.category, \
+                     search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
                     &[
                         &b,
                         &agent.as_str(),
                         &f.id.as_str(),
                         &i64::try_from(f.revision).unwrap_or(i64::MAX),
                         &to_stored(f).to_string(),
-                        &search_text,
+                        &ix.category,
+                        &ix.text,
+                        &ix.tokens,
                     ],
                 )
                 .await
@@ -444,12 +463,13 @@ impl FactRepository for PgStorage {
                 "revision",
                 "fact-repository",
                 "substring-fallback",
+                "retrieval",
             ]
             .into_iter()
             .map(str::to_owned)
             .collect(),
             persistent: true,
-            retrieval: false,
+            retrieval: true,
         }
     }
 
@@ -460,7 +480,8 @@ impl FactRepository for PgStorage {
     ) -> Result<MemoryDocument, StorageError> {
         let client = self.store.client().await.map_err(pool)?;
         let mut doc = MemoryDocument::empty(self.clock.now());
-        if let Some(r) = user_row(&**client, bucket(user), false).await? {
+        let stmt = prepared(&client, USER_SQL).await?;
+        if let Some(r) = user_row(&**client, &stmt, bucket(user)).await? {
             let (u, h) = sections_from(&r.summaries)?;
             doc.version = r.version;
             doc.revision = r.revision;
@@ -469,7 +490,7 @@ impl FactRepository for PgStorage {
             doc.history = h;
         }
         if let Some(agent) = agent {
-            doc.facts = self.facts_of(&**client, user, agent).await?.into();
+            doc.facts = self.facts_of(&client, user, agent).await?.into();
         }
         Ok(doc)
     }
@@ -510,7 +531,7 @@ impl FactRepository for PgStorage {
             return query.apply(Vec::new());
         }
         let client = self.store.client().await.map_err(pool)?;
-        query.apply(self.facts_of(&**client, user, agent).await?)
+        query.apply(self.facts_of(&client, user, agent).await?)
     }
 
     async fn apply_changes(
@@ -716,30 +737,159 @@ impl ScopedSearch for PgStorage {
         if query.is_trivially_empty() {
             return Ok(Vec::new());
         }
+        let category = query.category.as_deref();
+        if category.is_some_and(|c| c.contains('\0')) {
+            return Err(StorageError::invalid(
+                "category",
+                "a search category cannot contain a NUL character",
+            ));
+        }
+        let Some(plan) = search::plan(&query.text) else {
+            return self.substring_search(query).await;
+        };
+        let client = self.store.client().await.map_err(pool)?;
+        let per_scope = query.top_k.saturating_mul(4);
+        let now = self.clock.now();
+        let mut all: Vec<Scored> = Vec::new();
+        let mut seen: Vec<&Scope> = Vec::new();
+        for scope in &query.scopes {
+            let Some(agent) = &scope.agent else { continue };
+            if seen.contains(&scope) {
+                continue;
+            }
+            seen.push(scope);
+            let user = scope.user.as_ref();
+            let found = search::scope_candidates(
+                &client,
+                Table::Facts,
+                (bucket(user), agent.as_str()),
+                &plan,
+                category,
+                per_scope,
+            )
+            .await
+            .map_err(db("search"))?;
+            let mut scored = Vec::with_capacity(found.len());
+            for c in &found {
+                let fact = from_stored(&c.fact, user, now)?.fact;
+                scored.push(Scored::new(c, fact, now));
+            }
+            all.extend(search::cut_scope(scored, per_scope));
+        }
+        Ok(search::finish(all, query.top_k))
+    }
+
+    async fn rebuild_index(
+        &self,
+        scopes: Option<&[(Option<UserId>, AgentName)]>,
+    ) -> Result<RebuildReport, StorageError> {
+        // The search columns are written with every fact, so there is normally nothing to
+        // do: a rebuild recomputes them from the stored facts and rewrites only those that
+        // differ (after an upgrade that changes the text rule, say). It takes no lock: a row
+        // is rewritten only while it still holds the revision that was read, so a concurrent
+        // commit's columns are never replaced by older ones.
+        let mut report = RebuildReport {
+            supported: true,
+            ..RebuildReport::default()
+        };
+        let now = self.clock.now();
+        let client = self.store.client().await.map_err(pool)?;
+        let rows = match scopes {
+            None => client
+                .query(
+                    "SELECT bucket, agent, id, revision, fact::text, category, search_text, \
+                     search_tokens FROM facts",
+                    &[],
+                )
+                .await
+                .map_err(db("read the facts"))?,
+            Some(list) => {
+                let mut rows = Vec::new();
+                for (u, a) in list {
+                    rows.extend(
+                        client
+                            .query(
+                                "SELECT bucket, agent, id, revision, fact::text, category, \
+                                 search_text, search_tokens FROM facts \
+                                 WHERE bucket = $1 AND agent = $2",
+                                &[&bucket(u.as_ref()), &a.as_str()],
+                            )
+                            .await
+                            .map_err(db("read the facts"))?,
+                    );
+                }
+                rows
+            }
+        };
+        for r in &rows {
+            let (b, agent, id, revision): (&str, &str, &str, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let fact = match from_stored(r.get(4), None, now) {
+                Ok(s) => s.fact,
+                Err(e) => {
+                    tracing::warn!(bucket = %b, agent = %agent, id, error = %e,
+                        "a stored fact does not decode; its search columns are left as they are");
+                    report.failed += 1;
+                    continue;
+                }
+            };
+            let ix = search::indexed(&fact);
+            let current = (r.get::<_, &str>(5), r.get::<_, &str>(6), r.get::<_, i32>(7));
+            if current != (ix.category.as_str(), ix.text.as_str(), ix.tokens) {
+                client
+                    .execute(
+                        "UPDATE facts SET category = $5, search_text = $6, search_tokens = $7 \
+                         WHERE bucket = $1 AND agent = $2 AND id = $3 AND revision = $4",
+                        &[
+                            &b,
+                            &agent,
+                            &id,
+                            &revision,
+                            &ix.category,
+                            &ix.text,
+                            &ix.tokens,
+                        ],
+                    )
+                    .await
+                    .map_err(db("index a fact"))?;
+            }
+            report.indexed += 1;
+        }
+        Ok(report)
+    }
+
+    async fn retrieval_status(&self) -> RetrievalStatus {
+        let mut status = RetrievalStatus {
+            configured: true,
+            mode: "external".into(),
+            adapter: Some(crate::KIND.into()),
+            ..RetrievalStatus::default()
+        };
+        let counted = match self.store.client().await {
+            Ok(client) => client
+                .query_one("SELECT count(*) FROM facts", &[])
+                .await
+                .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
+                .map_err(|e| format!("PostgreSQL: count the facts: {e}")),
+            Err(e) => Err(format!("PostgreSQL: take a connection: {e}")),
+        };
+        match counted {
+            Ok(n) => status.total_docs = Some(n),
+            Err(e) => status.last_error = Some(e),
+        }
+        status
+    }
+}
+
+impl PgStorage {
+    /// Search without the index (a query with no indexable term): the storage's substring
+    /// rules over the scopes' facts, as the file store answers without an index.
+    async fn substring_search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         let mut facts = Vec::new();
         for scope in &query.scopes {
             let Some(agent) = &scope.agent else { continue };
             facts.extend(self.load(scope.user.as_ref(), Some(agent)).await?.facts);
         }
         Ok(substring_hits(&facts, query, SubstringRules::STORAGE))
-    }
-
-    async fn rebuild_index(
-        &self,
-        _scopes: Option<&[(Option<UserId>, AgentName)]>,
-    ) -> Result<RebuildReport, StorageError> {
-        Ok(RebuildReport {
-            supported: false,
-            reason: Some("retrieval_not_configured".into()),
-            ..RebuildReport::default()
-        })
-    }
-
-    async fn retrieval_status(&self) -> RetrievalStatus {
-        RetrievalStatus {
-            configured: false,
-            mode: "substring_fallback".into(),
-            ..RetrievalStatus::default()
-        }
     }
 }

@@ -48,15 +48,6 @@ fn fact_from_row(bucket: &str, text: &str, now: Timestamp) -> Result<Fact, PgErr
     normalize_fact(&draft, &ctx).map_err(|e| corrupt(bucket, "fact", e))
 }
 
-/// What full-text search matches for a fact (the same text the storage's commits write).
-fn search_text(fact: &Fact) -> String {
-    format!(
-        "{} {}",
-        fact.content,
-        fact.category.as_deref().unwrap_or_default()
-    )
-}
-
 impl PgStore {
     /// The user buckets holding a record, facts or metadata, sorted (byte order).
     ///
@@ -156,16 +147,21 @@ impl PgStore {
             for f in &a.facts {
                 let fact_revision =
                     i64::try_from(f.revision).map_err(|_| too_big("fact revision"))?;
+                // The search columns exactly as the storage's commits write them.
+                let ix = crate::search::indexed(f);
                 tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, search_text) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6)",
+                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
+                     search_text, search_tokens) \
+                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8)",
                     &[
                         &b,
                         &agent,
                         &f.id.as_str(),
                         &fact_revision,
                         &Value::Object(stored_fact(f)).to_string(),
-                        &search_text(f),
+                        &ix.category,
+                        &ix.text,
+                        &ix.tokens,
                     ],
                 )
                 .await

@@ -1,6 +1,6 @@
-//! The storage and run journal contract suites against PostgreSQL (a throwaway cluster per
-//! test, or `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a shared
-//! database must add: two replicas recording the same runs at once.
+//! The storage, retrieval and run journal contract suites against PostgreSQL (a throwaway
+//! cluster per test, or `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a
+//! shared database must add: two replicas recording the same runs at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,6 +75,34 @@ mod storage {
     }
 
     deermem_testkit::storage_contract!(fixture());
+}
+
+/// The retrieval port's contract, on the `search_docs` table.
+mod retrieval {
+    use std::sync::Arc;
+
+    use deermem_store_postgres::{PgRetrieval, PgStore, PostgresConfig};
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::retrieval::RetrievalFixture;
+
+    async fn fixture() -> RetrievalFixture {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = super::next_schema();
+        c.pool_size = 4;
+        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let index = PgRetrieval::new(
+            store,
+            Arc::new(deermem_testkit::clock::ManualClock::at(
+                deermem_testkit::storage::START,
+            )),
+        );
+        // The index is dropped before the cluster.
+        RetrievalFixture::with_guard(index, cluster)
+    }
+
+    deermem_testkit::retrieval_contract!(fixture());
 }
 
 /// Two replicas (two journals on one database) record the same 20 runs at the same time: each

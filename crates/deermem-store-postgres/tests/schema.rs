@@ -48,6 +48,7 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
             "refinery_schema_history",
             "run_event_counters",
             "run_events",
+            "search_docs",
             "users"
         ]
     );

@@ -119,7 +119,7 @@ impl PgCluster {
     /// # Errors
     /// As [`PgCluster::start`].
     pub fn start_fresh() -> Result<Self, PgClusterError> {
-        Self::start_fresh_with(None)
+        Self::start_with(None, false)
     }
 
     /// A fresh cluster that also offers TLS (`ssl=on`) with `tls`'s server certificate and
@@ -128,10 +128,20 @@ impl PgCluster {
     /// # Errors
     /// As [`PgCluster::start`], and when the key files cannot be written.
     pub fn start_fresh_tls(tls: &ServerTls) -> Result<Self, PgClusterError> {
-        Self::start_fresh_with(Some(tls))
+        Self::start_with(Some(tls), false)
     }
 
-    fn start_fresh_with(tls: Option<&ServerTls>) -> Result<Self, PgClusterError> {
+    /// A fresh cluster that syncs its writes (`fsync`, full-page writes and
+    /// `synchronous_commit` at their defaults, all on), for benchmarks: a commit is
+    /// acknowledged once it is on disk. Test clusters turn `fsync` off.
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`].
+    pub fn start_durable() -> Result<Self, PgClusterError> {
+        Self::start_with(None, true)
+    }
+
+    fn start_with(tls: Option<&ServerTls>, durable: bool) -> Result<Self, PgClusterError> {
         let bin = find_binaries()?;
         let run_as = if is_root() {
             Some(unprivileged_user())
@@ -183,9 +193,14 @@ impl PgCluster {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
+            let sync = if durable {
+                ""
+            } else {
+                " -c fsync=off -c full_page_writes=off"
+            };
             let options = format!(
-                "-c listen_addresses=127.0.0.1 -c port={port} -k {} -c fsync=off \
-                 -c full_page_writes=off -c max_connections=200{ssl_options}",
+                "-c listen_addresses=127.0.0.1 -c port={port} -k {}{sync} \
+                 -c max_connections=200{ssl_options}",
                 dir.path().display()
             );
             let log = dir.path().join("server.log");

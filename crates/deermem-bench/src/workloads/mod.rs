@@ -6,6 +6,7 @@ mod floor;
 mod gateway;
 mod load;
 mod migrate;
+pub mod postgres;
 mod search;
 mod timed;
 mod update;
@@ -41,6 +42,42 @@ pub const NAMES: [&str; 14] = [
     "gateway_get",
     "gateway_post",
 ];
+
+/// Which storage the workloads measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// The file storage with its FTS5 index (every workload).
+    File,
+    /// PostgreSQL on a throwaway durable cluster ([`postgres::NAMES`]).
+    Postgres,
+}
+
+impl Store {
+    /// Parses `file` or `postgres`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "file" => Some(Self::File),
+            "postgres" => Some(Self::Postgres),
+            _ => None,
+        }
+    }
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::File => "file",
+            Self::Postgres => "postgres",
+        }
+    }
+
+    /// The workloads of this store, in report order.
+    pub fn workloads(self) -> &'static [&'static str] {
+        match self {
+            Self::File => &NAMES,
+            Self::Postgres => &postgres::NAMES,
+        }
+    }
+}
 
 /// What a workload runs on.
 #[derive(Debug)]
@@ -106,16 +143,19 @@ impl Env {
     }
 }
 
-/// Runs one named workload.
+/// Runs one named workload of `store`.
 ///
 /// # Errors
 /// An unknown name, or the workload's own failure.
-pub fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
+pub fn run(name: &str, env: &Env, store: Store) -> Result<WorkloadResult> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(std::thread::available_parallelism().map_or(2, usize::from))
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
+    if store == Store::Postgres {
+        return rt.block_on(postgres::run(name, env));
+    }
     rt.block_on(async {
         match name {
             "fsync_floor" => floor::run(env),

@@ -6,3 +6,4 @@ pub mod eviction;
 pub mod fusion;
 pub mod metadata;
 pub mod substring;
+pub mod text;

@@ -1,7 +1,9 @@
-//! The reference's ranking: `rel = -bm25`, a 30-day grace period then
-//! `exp(-0.01 * (age_days - 30))` decay on `createdAt`, plus `0.2 * confidence`.
+//! The reference's ranking, shared by the full-text indexes: `rel = -bm25` (SQLite FTS5's
+//! `bm25()` with its defaults, written out in [`bm25_term`] for indexes that compute it
+//! themselves), a 30-day grace period then `exp(-0.01 * (age_days - 30))` decay on `createdAt`,
+//! plus `0.2 * confidence`.
 
-use deermem_core::{Fact, Timestamp};
+use crate::{Fact, Timestamp};
 
 /// Days a fact keeps its full relevance.
 pub const DECAY_GRACE_DAYS: i64 = 30;
@@ -38,6 +40,29 @@ pub fn decay(now: Timestamp, created: Option<i64>) -> f64 {
     } else {
         (-DECAY_RATE * (age_days - DECAY_GRACE_DAYS) as f64).exp()
     }
+}
+
+/// BM25's `k1` (FTS5's value).
+pub const BM25_K1: f64 = 1.2;
+/// BM25's `b` (FTS5's value).
+pub const BM25_B: f64 = 0.75;
+
+/// FTS5's inverse document frequency of a term found in `hits` of `rows` documents:
+/// `ln((rows - hits + 0.5) / (hits + 0.5))`, at least `1e-6` (a term in most documents still
+/// counts a little).
+pub fn bm25_idf(rows: u64, hits: u64) -> f64 {
+    let (n, h) = (rows as f64, hits as f64);
+    let idf = ((n - h + 0.5) / (h + 0.5)).ln();
+    if idf <= 0.0 { 1e-6 } else { idf }
+}
+
+/// One term's share of a document's BM25 relevance (FTS5's formula, `-bm25()` summed over the
+/// terms): the term occurs `freq` times in a document of `doc_len` tokens, where the documents
+/// average `avg_len` tokens.
+pub fn bm25_term(idf: f64, freq: usize, doc_len: usize, avg_len: f64) -> f64 {
+    let f = freq as f64;
+    let avg = if avg_len > 0.0 { avg_len } else { 1.0 };
+    idf * (f * (BM25_K1 + 1.0)) / (f + BM25_K1 * (1.0 - BM25_B + BM25_B * doc_len as f64 / avg))
 }
 
 /// The final score: `rel * decay + 0.2 * confidence` (confidence `0.5` when not finite).
@@ -82,6 +107,20 @@ mod tests {
         assert_eq!(created_micros(""), None);
         assert!(created_micros("2020-01-01T00:00:00Z").is_some());
         assert_eq!(decay(ts("2026-01-01T00:00:00Z"), None), 1.0);
+    }
+
+    #[test]
+    fn bm25_follows_fts5() {
+        // A term in 1 of 3 documents: ln(2.5 / 1.5).
+        assert!((bm25_idf(3, 1) - (2.5f64 / 1.5).ln()).abs() < 1e-12);
+        // In every document: clamped to a tiny positive weight.
+        assert_eq!(bm25_idf(2, 2), 1e-6);
+        // One occurrence in an average-length document: idf * 2.2 / 2.2.
+        assert!((bm25_term(2.0, 1, 4, 4.0) - 2.0).abs() < 1e-12);
+        // Longer documents and fewer occurrences rank lower.
+        assert!(bm25_term(1.0, 1, 8, 4.0) < bm25_term(1.0, 1, 2, 4.0));
+        assert!(bm25_term(1.0, 1, 4, 4.0) < bm25_term(1.0, 3, 4, 4.0));
+        assert_eq!(bm25_term(1.0, 0, 4, 4.0), 0.0);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! CJK text handling: which characters count as Chinese/Japanese/Korean, splitting text into
-//! CJK runs and other text, and the overlapping bigrams the side column indexes.
+//! CJK runs and other text, and the overlapping bigrams every full-text index stores for them.
 //!
-//! SQLite's `unicode61` tokenizer makes a whole run of Han, kana or Hangul characters one token,
-//! so `乌龙茶` never matches `用户喜欢喝乌龙茶`. The index therefore stores CJK runs apart from
-//! the rest of the text, as overlapping bigrams followed by the run's last character:
-//! `乌龙茶` is indexed as `乌龙 龙茶 茶`. Any substring of two or more characters of a run is
-//! then a phrase of consecutive bigrams, and a single character is a prefix of some token.
+//! A word tokenizer (SQLite's `unicode61`, PostgreSQL's default parser) makes a whole run of
+//! Han, kana or Hangul characters one token, so `乌龙茶` never matches `用户喜欢喝乌龙茶`. The
+//! indexes therefore store CJK runs apart from the rest of the text, as overlapping bigrams
+//! followed by the run's last character: `乌龙茶` is indexed as `乌龙 龙茶 茶`. Any substring of
+//! two or more characters of a run is then a phrase of consecutive bigrams, and a single
+//! character is a prefix of some token.
 
 /// Whether `c` is a CJK letter: Han ideographs (with the iteration and closing marks),
 /// hiragana, katakana (full and half width, with the prolonged sound mark), bopomofo and Hangul.
@@ -120,9 +121,9 @@ pub fn bigrams(run: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The text of a fact as the two indexed columns hold it: the `content` column (the text with
-/// every CJK run replaced by a space, tokenized by `unicode61` like the reference) and the `cjk`
-/// column (each run's bigrams followed by its last character, space separated).
+/// The text of a fact as the two indexed parts hold it: the body (the text with every CJK run
+/// replaced by a space, tokenized into words like the reference) and the CJK part (each run's
+/// bigrams followed by its last character, space separated).
 pub fn index_columns(content: &str) -> (String, String) {
     let mut body = String::with_capacity(content.len());
     let mut grams = String::new();

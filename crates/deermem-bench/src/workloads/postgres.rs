@@ -1,0 +1,225 @@
+//! The PostgreSQL workloads (`--store postgres`): `write_fact`, `load_scope_cold`,
+//! `load_scope_warm` and `search` through `PgStorage`, plus `revision_check` (one
+//! `SELECT revision` round trip, what a revision-checked replica cache would add to every
+//! read). Each runs against its own throwaway cluster started with the machine's PostgreSQL
+//! binaries with durable settings (`fsync`, full-page writes and `synchronous_commit` on), over
+//! loopback TCP, and removed afterwards.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use deermem_core::ports::MemoryStorageExt;
+use deermem_core::prelude::*;
+use deermem_core::{AgentName, Scope, SearchQuery, UserId};
+use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+use deermem_testkit::pgcluster::PgCluster;
+
+use super::{Env, clock, config, scope_ids, seed_scope};
+use crate::corpus;
+use crate::stats::{Recorder, WorkloadResult};
+
+/// Every PostgreSQL workload, in the order the report lists them.
+pub const NAMES: [&str; 5] = [
+    "write_fact",
+    "load_scope_cold",
+    "load_scope_warm",
+    "search",
+    "revision_check",
+];
+
+/// A durable throwaway cluster with DeerMem's schema migrated.
+struct Db {
+    store: PgStore,
+    // Dropped last: stops the server and removes its directory.
+    cluster: PgCluster,
+}
+
+impl Db {
+    async fn start() -> Result<Self> {
+        let cluster = PgCluster::start_durable().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let store = connect(&cluster).await?;
+        store.migrate().await.context("migrating")?;
+        let client = store.client().await.context("a connection")?;
+        let sync: String = client
+            .query_one("SHOW synchronous_commit", &[])
+            .await?
+            .get(0);
+        let fsync: String = client.query_one("SHOW fsync", &[]).await?.get(0);
+        ensure!(
+            sync == "on" && fsync == "on",
+            "the cluster is not durable: synchronous_commit={sync} fsync={fsync}"
+        );
+        drop(client);
+        Ok(Self { store, cluster })
+    }
+
+    fn storage(&self) -> PgStorage {
+        storage(self.store.clone())
+    }
+}
+
+async fn connect(cluster: &PgCluster) -> Result<PgStore> {
+    let mut c = PostgresConfig::new(cluster.url());
+    c.pool_size = 4;
+    PgStore::connect(&c).await.context("connecting")
+}
+
+fn storage(store: PgStore) -> PgStorage {
+    let m = config();
+    PgStorage::new(
+        store,
+        clock(),
+        m.eviction_access_half_life_days as f64,
+        m.eviction_audit_max_entries,
+    )
+}
+
+/// Runs one PostgreSQL workload.
+///
+/// # Errors
+/// An unknown name, no PostgreSQL binaries, or the workload's own failure.
+pub async fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
+    let db = Db::start().await?;
+    let r = match name {
+        "write_fact" => write_fact(&db, env).await,
+        "load_scope_cold" => load_cold(&db, env).await,
+        "load_scope_warm" => load_warm(&db, env).await,
+        "search" => search(&db, env).await,
+        "revision_check" => revision_check(&db, env).await,
+        other => anyhow::bail!(
+            "unknown postgres workload {other:?} (known: {})",
+            NAMES.join(", ")
+        ),
+    };
+    drop(db.store);
+    drop(db.cluster);
+    r
+}
+
+async fn write_fact(db: &Db, env: &Env) -> Result<WorkloadResult> {
+    let storage = db.storage();
+    let user = UserId::new("writer@bench.example")?;
+    let agent = AgentName::default_bucket();
+    let n = env.sizes.write_fact;
+    let mut rec = Recorder::start(n);
+    for d in env.drafts(n) {
+        let t = Instant::now();
+        storage
+            .upsert_fact(Some(&user), &agent, d, None, None)
+            .await
+            .context("create")?;
+        rec.push(t.elapsed());
+    }
+    let doc = storage.load(Some(&user), Some(&agent)).await?;
+    ensure!(
+        doc.facts.len() == n,
+        "{} facts after {n} creates",
+        doc.facts.len()
+    );
+    Ok(rec
+        .finish(n, Duration::ZERO)
+        .with("revision", doc.revision.into()))
+}
+
+async fn seeded(db: &Db, env: &Env) -> Result<(UserId, AgentName)> {
+    let user = UserId::new("reader@bench.example")?;
+    let agent = AgentName::default_bucket();
+    seed_scope(
+        &db.storage(),
+        &user,
+        &agent,
+        env.drafts(env.sizes.scope_facts),
+    )
+    .await?;
+    Ok((user, agent))
+}
+
+/// A new pool per load (connecting is untimed): the load's statements run on a connection that
+/// has never run them.
+async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
+    let (user, agent) = seeded(db, env).await?;
+    let n = env.sizes.load_cold;
+    let mut untimed = Duration::ZERO;
+    let mut rec = Recorder::start(n);
+    for _ in 0..n {
+        let setup = Instant::now();
+        let storage = storage(connect(&db.cluster).await?);
+        untimed += setup.elapsed();
+        let t = Instant::now();
+        let doc = storage.load(Some(&user), Some(&agent)).await?;
+        rec.push(t.elapsed());
+        ensure!(doc.facts.len() == env.sizes.scope_facts, "short load");
+    }
+    Ok(rec
+        .finish(n, untimed)
+        .with("facts_per_scope", env.sizes.scope_facts.into()))
+}
+
+/// One storage, loads one after another: every load reads the database (the adapter has no
+/// cache), so this is the coherent read a replica serves today.
+async fn load_warm(db: &Db, env: &Env) -> Result<WorkloadResult> {
+    let (user, agent) = seeded(db, env).await?;
+    let storage = db.storage();
+    storage.load(Some(&user), Some(&agent)).await?;
+    let n = env.sizes.load_warm;
+    let mut rec = Recorder::start(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let doc = storage.load(Some(&user), Some(&agent)).await?;
+        rec.push(t.elapsed());
+        ensure!(doc.facts.len() == env.sizes.scope_facts, "short load");
+    }
+    Ok(rec
+        .finish(n, Duration::ZERO)
+        .with("facts_per_scope", env.sizes.scope_facts.into()))
+}
+
+/// Top-10 queries, each within one scope, over the whole corpus.
+async fn search(db: &Db, env: &Env) -> Result<WorkloadResult> {
+    let storage = db.storage();
+    let groups = corpus::by_scope(&env.corpus);
+    let mut scopes = Vec::new();
+    for ((u, a), facts) in &groups {
+        let (u, a) = scope_ids(u, a.as_deref())?;
+        let drafts = facts.iter().map(|f| f.draft()).collect();
+        seed_scope(&storage, &u, &a, drafts).await?;
+        scopes.push(Scope::new(Some(u), Some(a)));
+    }
+    let queries: Vec<String> = env.queries().into_iter().take(env.sizes.queries).collect();
+    let n = queries.len();
+    let (mut hits, mut answered) = (0usize, 0usize);
+    let mut rec = Recorder::start(n);
+    for (i, q) in queries.iter().enumerate() {
+        let query = SearchQuery::new(q.clone(), scopes[i % scopes.len()].clone(), 10);
+        let t = Instant::now();
+        let found = storage.search_facts(&query).await.context("search")?;
+        rec.push(t.elapsed());
+        hits += found.len();
+        answered += usize::from(!found.is_empty());
+    }
+    Ok(rec
+        .finish(n, Duration::ZERO)
+        .with("indexed", env.corpus.len().into())
+        .with("hits", hits.into())
+        .with("queries_with_hits", answered.into()))
+}
+
+/// The check a revision-validated cache would run before serving a scope: a pooled connection
+/// and one prepared `SELECT revision` round trip.
+async fn revision_check(db: &Db, env: &Env) -> Result<WorkloadResult> {
+    let (user, _) = seeded(db, env).await?;
+    let n = env.sizes.load_warm;
+    let sql = "SELECT revision FROM users WHERE bucket = $1";
+    let mut rec = Recorder::start(n);
+    let mut last = 0i64;
+    for _ in 0..n {
+        let t = Instant::now();
+        let client = db.store.client().await.context("a connection")?;
+        let stmt = client.prepare_cached(sql).await?;
+        last = client.query_one(&stmt, &[&user.bucket()]).await?.get(0);
+        drop(client);
+        rec.push(t.elapsed());
+    }
+    ensure!(last >= 1, "the seeded user has a revision");
+    Ok(rec.finish(n, Duration::ZERO))
+}
