@@ -91,7 +91,7 @@ fn python() -> String {
 }
 
 fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
-    eprintln!("    $ {cmd:?}");
+    eprintln!("    {what}");
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => Err(format!("{what} failed ({s})")),
