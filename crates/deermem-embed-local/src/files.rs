@@ -114,7 +114,9 @@ impl ModelFiles {
         let config: Config = json(&config_path)?;
         if config.hidden_size == 0
             || config.num_attention_heads == 0
-            || config.hidden_size % config.num_attention_heads != 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
         {
             return Err(unavailable(
                 &config_path,
