@@ -55,9 +55,9 @@ fn embedder(json: Option<&str>) -> Result<Option<Arc<dyn Embedder>>, String> {
         EmbeddingProvider::Openai => Ok(Some(Arc::new(
             deermem_llm_openai::OpenAiEmbedder::from_config(&config).map_err(|e| e.to_string())?,
         ))),
-        EmbeddingProvider::Local => {
-            Err("--embedding: provider local is not built into this harness yet".into())
-        }
+        EmbeddingProvider::Local => Ok(Some(Arc::new(
+            deermem_embed_local::LocalEmbedder::from_config(&config).map_err(|e| e.to_string())?,
+        ))),
     }
 }
 
