@@ -48,23 +48,34 @@ fn scope_key(scope: &Scope) -> (String, String) {
     )
 }
 
+/// A stored index document that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+enum DocError {
+    /// Not JSON.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// A scope part that is neither a string nor null.
+    #[error("not a string or null: {0}")]
+    NotText(Value),
+    /// An id the core refuses.
+    #[error("{0}")]
+    Id(#[from] deermem_core::IdError),
+    /// A fact that does not normalise.
+    #[error("{0}")]
+    Fact(#[from] deermem_core::FactError),
+}
+
 /// The scope of a stored key (the inverse of [`scope_key`]).
-fn scope_of(user: &str, agent: &str) -> Result<Scope, String> {
-    let text = |s: &str| -> Result<Option<String>, String> {
-        match serde_json::from_str::<Value>(s).map_err(|e| e.to_string())? {
+fn scope_of(user: &str, agent: &str) -> Result<Scope, DocError> {
+    let text = |s: &str| -> Result<Option<String>, DocError> {
+        match serde_json::from_str::<Value>(s)? {
             Value::Null => Ok(None),
             Value::String(v) => Ok(Some(v)),
-            other => Err(format!("not a string or null: {other}")),
+            other => Err(DocError::NotText(other)),
         }
     };
-    let user = text(user)?
-        .map(UserId::new)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let agent = text(agent)?
-        .map(|a| AgentName::parse(&a))
-        .transpose()
-        .map_err(|e| e.to_string())?;
+    let user = text(user)?.map(UserId::new).transpose()?;
+    let agent = text(agent)?.map(|a| AgentName::parse(&a)).transpose()?;
     Ok(Scope::new(user, agent))
 }
 
@@ -107,9 +118,9 @@ fn encode(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
     })
 }
 
-fn decode(json: &str, id: &str, scope: &Scope, now: Timestamp) -> Result<Fact, String> {
-    let map: Map<String, Value> = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    let fallback = FactId::new(id).map_err(|e| e.to_string())?;
+fn decode(json: &str, id: &str, scope: &Scope, now: Timestamp) -> Result<Fact, DocError> {
+    let map: Map<String, Value> = serde_json::from_str(json)?;
+    let fallback = FactId::new(id)?;
     let new_id = move || fallback.clone();
     let fs = scope.to_fact_scope();
     let ctx = NormalizeContext {
@@ -118,7 +129,7 @@ fn decode(json: &str, id: &str, scope: &Scope, now: Timestamp) -> Result<Fact, S
         now,
         new_id: &new_id,
     };
-    normalize_fact(&map, &ctx).map_err(|e| e.to_string())
+    Ok(normalize_fact(&map, &ctx)?)
 }
 
 fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {
