@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::RetrievalError;
 use crate::fact::Fact;
 use crate::ids::Scope;
 
@@ -148,4 +149,34 @@ pub struct RetrievalStats {
     pub jieba: bool,
     /// The last error the adapter saw.
     pub last_error: Option<String>,
+}
+
+/// The document a retrieval index stores for `fact` under `scope`: the fact's internal map
+/// with `scope` set to the scope the index holds it under (what every index decodes back).
+///
+/// # Errors
+/// `InvalidInput` when the scope has no agent (facts always live in an agent bucket).
+pub fn index_document(
+    scope: &Scope,
+    fact: &Fact,
+) -> Result<serde_json::Map<String, serde_json::Value>, RetrievalError> {
+    use serde_json::Value;
+    if scope.agent.is_none() {
+        return Err(RetrievalError::InvalidInput(
+            "retrieval scope agentName must be set to index a fact".into(),
+        ));
+    }
+    let fs = scope.to_fact_scope();
+    let mut map = fact.to_internal_map();
+    let mut scope_map = serde_json::Map::new();
+    scope_map.insert(
+        "userId".into(),
+        fs.user_id.map_or(Value::Null, Value::String),
+    );
+    scope_map.insert(
+        "agentName".into(),
+        fs.agent_name.map_or(Value::Null, Value::String),
+    );
+    map.insert("scope".into(), Value::Object(scope_map));
+    Ok(map)
 }

@@ -277,23 +277,7 @@ pub(crate) struct Row {
 /// # Errors
 /// `InvalidInput` when the scope has no agent (facts always live in an agent bucket).
 pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
-    if scope.agent.is_none() {
-        return Err(RetrievalError::InvalidInput(
-            "retrieval scope agentName must be set to index a fact".into(),
-        ));
-    }
-    let fs = scope.to_fact_scope();
-    let mut map = fact.to_internal_map();
-    let mut scope_map = Map::new();
-    scope_map.insert(
-        "userId".into(),
-        fs.user_id.clone().map_or(Value::Null, Value::String),
-    );
-    scope_map.insert(
-        "agentName".into(),
-        fs.agent_name.clone().map_or(Value::Null, Value::String),
-    );
-    map.insert("scope".into(), Value::Object(scope_map));
+    let map = deermem_core::search::index_document(scope, fact)?;
     let fact_json = serde_json::to_string(&map)
         .map_err(|e| RetrievalError::InvalidInput(format!("fact cannot be encoded: {e}")))?;
     let (body, grams) = cjk::index_columns(&fact.content);

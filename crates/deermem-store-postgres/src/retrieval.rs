@@ -90,23 +90,7 @@ struct Row {
 }
 
 fn encode(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
-    if scope.agent.is_none() {
-        return Err(RetrievalError::InvalidInput(
-            "retrieval scope agentName must be set to index a fact".into(),
-        ));
-    }
-    let fs = scope.to_fact_scope();
-    let mut map = fact.to_internal_map();
-    let mut scope_map = Map::new();
-    scope_map.insert(
-        "userId".into(),
-        fs.user_id.clone().map_or(Value::Null, Value::String),
-    );
-    scope_map.insert(
-        "agentName".into(),
-        fs.agent_name.clone().map_or(Value::Null, Value::String),
-    );
-    map.insert("scope".into(), Value::Object(scope_map));
+    let map = deermem_core::search::index_document(scope, fact)?;
     let (user, agent) = scope_key(scope);
     Ok(Row {
         user,
