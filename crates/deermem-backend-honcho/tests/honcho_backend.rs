@@ -106,6 +106,7 @@ fn search_req(query: &str, top_k: usize, category: Option<&str>) -> SearchReques
         top_k,
         scope: scope(USER),
         category: category.map(str::to_owned),
+        mode: None,
     }
 }
 
@@ -430,6 +431,7 @@ async fn a_missing_user_sends_nothing_anywhere() {
             top_k: 5,
             scope: MemoryScope::default(),
             category: None,
+            mode: None,
         })
         .await
         .unwrap();

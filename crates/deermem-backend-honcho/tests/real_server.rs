@@ -81,6 +81,7 @@ async fn real_honcho_server_round_trip() {
         top_k: 5,
         scope: scope.clone(),
         category: None,
+        mode: None,
     })
     .await
     .expect("search request accepted");

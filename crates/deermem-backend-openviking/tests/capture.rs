@@ -434,6 +434,7 @@ async fn another_user_is_refused_before_any_file_or_network_access() {
             top_k: 5,
             scope: scope("bob", Some("research")),
             category: None,
+            mode: None,
         })
         .await
         .unwrap_err(),

@@ -197,7 +197,7 @@ fn real_server_contract_and_capture_commit_recall() {
             query: "vim editor".into(),
             top_k: 10,
             scope: alice.clone(),
-            category: category.map(str::to_owned),
+            category: category.map(str::to_owned), mode: None,
         };
         let all = m.search(search(None)).await.unwrap();
         let editor = format!("viking://user/{OV_USER}/memories/preferences/{OV_USER}/editor.md");

@@ -37,6 +37,7 @@ fn search_req(query: &str, top_k: usize, category: Option<&str>) -> SearchReques
         top_k,
         scope: alice(Some("research")),
         category: category.map(str::to_owned),
+        mode: None,
     }
 }
 
@@ -569,6 +570,7 @@ async fn blank_search_is_empty_even_for_another_user() {
         top_k: 5,
         scope: MemoryScope::user(UserId::new("bob").unwrap()),
         category: None,
+        mode: None,
     };
     assert!(m.search(req).await.unwrap().is_empty());
 }

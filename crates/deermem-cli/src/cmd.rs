@@ -236,6 +236,7 @@ pub(crate) async fn search(
         top_k,
         scope: ctx::scope(scope)?,
         category,
+        mode: None,
     };
     let seen = failures_seen(&manager);
     let result = manager.search_scored(request).await;

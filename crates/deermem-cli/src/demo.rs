@@ -99,6 +99,7 @@ pub(crate) async fn run(ctx: &Ctx, keep: bool) -> Result<(), CliError> {
             top_k: 3,
             scope: scope.clone(),
             category: None,
+            mode: None,
         })
         .await?;
     let block = manager

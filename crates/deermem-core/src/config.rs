@@ -509,6 +509,28 @@ pub struct DeerMemConfig {
     pub model: ModelConfig,
     /// The database of `storage_class: postgres` (required then, ignored otherwise).
     pub postgres: Option<PostgresSettings>,
+    /// The embedding model that ranks search by meaning (`provider: none` by default).
+    pub embedding: EmbeddingConfig,
+    /// How search ranks by default.
+    pub search: SearchSettings,
+}
+
+/// `backend_config.search`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchSettings {
+    /// `bm25`, `vector` or `hybrid`; unset means `hybrid` when an embedder is configured,
+    /// else `bm25`.
+    #[serde(deserialize_with = "search_mode")]
+    pub mode: Option<crate::SearchMode>,
+}
+
+fn search_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::SearchMode>, D::Error> {
+    let raw = Option::<String>::deserialize(d)?.unwrap_or_default();
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    raw.parse().map(Some).map_err(serde::de::Error::custom)
 }
 
 /// The storage adapter `storage_class` selects.
@@ -612,6 +634,8 @@ impl Default for DeerMemConfig {
             prompts_dir: None,
             model: ModelConfig::default(),
             postgres: None,
+            embedding: EmbeddingConfig::default(),
+            search: SearchSettings::default(),
         }
     }
 }
@@ -702,7 +726,52 @@ impl DeerMemConfig {
             ));
         }
         c.check_storage_selection(bc)?;
+        c.check_search_mode()?;
         Ok((c, warnings))
+    }
+
+    /// The search mode used when a request names none: `search.mode`, else `hybrid` with an
+    /// embedder and `bm25` without.
+    pub fn default_search_mode(&self) -> crate::SearchMode {
+        self.search
+            .mode
+            .unwrap_or(if self.embedding.provider == EmbeddingProvider::None {
+                crate::SearchMode::Bm25
+            } else {
+                crate::SearchMode::Hybrid
+            })
+    }
+
+    /// A vector or hybrid default needs an embedder, and the `local` embedder its
+    /// `model_path`; vectors live beside an index, so an embedder without a retrieval adapter
+    /// is refused too.
+    fn check_search_mode(&self) -> Result<(), ConfigError> {
+        let provider = self.embedding.provider;
+        if provider == EmbeddingProvider::None {
+            if let Some(mode) = self.search.mode.filter(|m| m.uses_vectors()) {
+                return Err(ConfigError::new(
+                    "memory.backend_config.search.mode",
+                    format!(
+                        "{:?} ranks by embeddings; configure embedding.provider (openai or local) or use bm25",
+                        mode.as_str()
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        if self.retrieval_adapter.is_empty() {
+            return Err(ConfigError::new(
+                "memory.backend_config.embedding.provider",
+                "vectors are stored beside the search index; set retrieval_adapter (fts5 or postgres) or embedding.provider: none",
+            ));
+        }
+        if provider == EmbeddingProvider::Local && self.embedding.model_path.is_none() {
+            return Err(ConfigError::new(
+                "memory.backend_config.embedding.model_path",
+                "is required with provider: local (a directory holding model.safetensors, tokenizer.json and config.json)",
+            ));
+        }
+        Ok(())
     }
 
     /// The storage adapter this configuration selects.
@@ -1054,6 +1123,27 @@ mod tests {
         assert_eq!(red["api_key_env"], "OV_KEY");
         assert_eq!(red["tokens"], "***");
         assert_eq!(red["headers"], "***");
+    }
+
+    #[test]
+    fn search_mode_defaults_follow_the_embedder_and_vector_modes_need_one() {
+        use crate::SearchMode;
+        let c = parse(json!({})).unwrap();
+        assert_eq!(c.default_search_mode(), SearchMode::Bm25);
+        let c = parse(json!({"embedding": {"provider": "local", "model_path": "/m"}})).unwrap();
+        assert_eq!(c.default_search_mode(), SearchMode::Hybrid);
+        let c = parse(json!({"embedding": {"provider": "openai"}, "search": {"mode": "Vector"}}))
+            .unwrap();
+        assert_eq!(c.default_search_mode(), SearchMode::Vector);
+        let err = parse(json!({"search": {"mode": "hybrid"}})).unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.search.mode");
+        let err = parse(json!({"embedding": {"provider": "local"}})).unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.embedding.model_path");
+        let err = parse(json!({"embedding": {"provider": "openai"}, "retrieval_adapter": ""}))
+            .unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.embedding.provider");
+        assert!(parse(json!({"search": {"mode": "semantic"}})).is_err());
+        assert!(parse(json!({"search": {"mode": "bm25"}})).is_ok());
     }
 
     #[test]

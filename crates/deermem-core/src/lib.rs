@@ -33,7 +33,8 @@ pub mod snapshot;
 pub mod time;
 
 pub use config::{
-    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, TokenCounting,
+    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, SearchSettings,
+    TokenCounting,
 };
 pub use document::{
     ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, PublicMemoryDocument,
@@ -48,6 +49,7 @@ pub use ids::{AgentName, DEFAULT_AGENT_BUCKET, DEFAULT_USER_ID, FactId, Scope, U
 pub use import::MAX_IMPORT_FACTS;
 pub use message::{Message, MessageKind};
 pub use search::{
-    IndexedDoc, MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchQuery,
+    IndexedDoc, MatchType, RebuildReport, RetrievalStats, RetrievalStatus, SearchHit, SearchMode,
+    SearchQuery, UnknownSearchMode, VectorCoverage,
 };
 pub use time::Timestamp;

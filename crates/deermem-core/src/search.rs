@@ -20,6 +20,10 @@ pub enum MatchType {
     Substring,
     /// A remote backend's own ranking.
     Remote,
+    /// Nearest by embedding similarity only (`search.mode: vector`).
+    Vector,
+    /// Found by both rankings fused with reciprocal rank fusion (`search.mode: hybrid`).
+    Hybrid,
 }
 
 impl MatchType {
@@ -30,6 +34,55 @@ impl MatchType {
             Self::Cjk => "cjk",
             Self::Substring => "substring",
             Self::Remote => "remote",
+            Self::Vector => "vector",
+            Self::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// How a search ranks (`search.mode`, `deermem search --mode`, `?mode=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum SearchMode {
+    /// Words only: BM25 (plus CJK bigrams).
+    Bm25,
+    /// Meaning only: exact nearest neighbours of the query's embedding within the scope.
+    Vector,
+    /// Both rankings fused with reciprocal rank fusion (k = 60).
+    Hybrid,
+}
+
+impl SearchMode {
+    /// The mode's name (`bm25`, `vector`, `hybrid`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bm25 => "bm25",
+            Self::Vector => "vector",
+            Self::Hybrid => "hybrid",
+        }
+    }
+
+    /// Whether this mode needs an embedder.
+    pub fn uses_vectors(self) -> bool {
+        !matches!(self, Self::Bm25)
+    }
+}
+
+/// A `mode` value that names no search mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a search mode; use bm25, vector or hybrid")]
+pub struct UnknownSearchMode(pub String);
+
+impl std::str::FromStr for SearchMode {
+    type Err = UnknownSearchMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "bm25" => Ok(Self::Bm25),
+            "vector" => Ok(Self::Vector),
+            "hybrid" => Ok(Self::Hybrid),
+            _ => Err(UnknownSearchMode(s.to_owned())),
         }
     }
 }
@@ -45,6 +98,9 @@ pub struct SearchQuery {
     pub top_k: usize,
     /// Only facts of this category (filtered before the `top_k` cut).
     pub category: Option<String>,
+    /// How to rank; `None` takes the adapter's configured default (`hybrid` when it has an
+    /// embedder, else `bm25`). An adapter without an embedder answers every mode with BM25.
+    pub mode: Option<SearchMode>,
 }
 
 impl SearchQuery {
@@ -55,6 +111,7 @@ impl SearchQuery {
             scopes: vec![scope],
             top_k,
             category: None,
+            mode: None,
         }
     }
 
@@ -120,6 +177,9 @@ pub struct RetrievalStatus {
     /// Index file path, when on disk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub db_path: Option<String>,
+    /// Embedding coverage, when an embedder is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<VectorCoverage>,
 }
 
 /// One document an index holds, as an inventory entry: enough to compare the index with the
@@ -148,6 +208,28 @@ pub struct RetrievalStats {
     /// Whether word segmentation for Chinese is compiled in.
     pub jieba: bool,
     /// The last error the adapter saw.
+    pub last_error: Option<String>,
+    /// Embedding coverage, when the adapter has an embedder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<VectorCoverage>,
+}
+
+/// How much of an index has vectors of the configured model (`deermem index status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VectorCoverage {
+    /// The embedder's model id (`Embedder::model_id`).
+    pub model_id: String,
+    /// Its vector dimension.
+    pub dimension: usize,
+    /// Indexed documents with a vector of this model for their current content.
+    pub embedded: u64,
+    /// Indexed documents in all.
+    pub total: u64,
+    /// Scopes marked for re-embedding after an embedder failure, as `user|agent`.
+    #[serde(default)]
+    pub pending_scopes: Vec<String>,
+    /// The last embedder error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
 

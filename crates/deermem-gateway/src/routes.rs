@@ -421,6 +421,7 @@ pub(crate) async fn search_memory(
         top_k: params.top_k,
         scope: scope(&caller, q.agent()?),
         category: params.category,
+        mode: None,
     };
     let m = manager(&state);
     let hits = run(&state, Operation::Search, async move {

@@ -373,6 +373,7 @@ impl Engine {
             top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
             scope,
             category,
+            mode: None,
         };
         let facts = shared
             .run(py, shared.manager.search(request))

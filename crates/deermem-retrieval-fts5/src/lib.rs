@@ -849,6 +849,7 @@ impl Inner {
             db_bytes,
             jieba: cfg!(feature = "zh"),
             last_error: self.last_error.lock().clone(),
+            vectors: None,
         })
     }
 

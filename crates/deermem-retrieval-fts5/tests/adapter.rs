@@ -316,6 +316,7 @@ mod scoring {
                 scopes: vec![a.clone(), b.clone(), a.clone()],
                 top_k: 5,
                 category: None,
+                mode: None,
             };
             let hits = index.search(&q).await.expect("search");
             let ids: Vec<&str> = hits.iter().map(|h| h.fact.id.as_str()).collect();
@@ -621,6 +622,7 @@ mod robustness {
                 scopes: vec![s.clone()],
                 top_k: 5,
                 category: Some("preference".into()),
+                mode: None,
             };
             let hits = index.search(&q).await.expect("search");
             assert_eq!(hits.len(), 1);

@@ -314,6 +314,7 @@ impl Retrieval for PgRetrieval {
             db_bytes: None,
             jieba: false,
             last_error: None,
+            vectors: None,
         })
     }
 

@@ -83,6 +83,7 @@ fn query(text: &str, scopes: &[Scope], top_k: usize) -> SearchQuery {
         scopes: scopes.to_vec(),
         top_k,
         category: None,
+        mode: None,
     }
 }
 

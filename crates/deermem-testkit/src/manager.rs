@@ -99,6 +99,7 @@ pub async fn capabilities_match_behaviour(f: ManagerFixture) {
             top_k: 5,
             scope: s.clone(),
             category: None,
+            mode: None,
         })
         .await;
     assert_eq!(
@@ -212,6 +213,7 @@ pub async fn blank_search_is_empty(f: ManagerFixture) {
                 top_k: k,
                 scope: scope("blank-user", None),
                 category: None,
+                mode: None,
             })
             .await
             .unwrap_or_else(|e| panic!("search failed: {e}"));
@@ -470,6 +472,7 @@ pub async fn scopes_are_isolated(f: ManagerFixture) {
                 top_k: 10,
                 scope: scope("bob-iso", None),
                 category: None,
+                mode: None,
             })
             .await
             .expect("search");
@@ -515,6 +518,7 @@ pub async fn search_finds_created_facts(f: ManagerFixture) {
             top_k: 5,
             scope: s.clone(),
             category: None,
+            mode: None,
         })
         .await
         .expect("search");
@@ -525,6 +529,7 @@ pub async fn search_finds_created_facts(f: ManagerFixture) {
             top_k: 5,
             scope: s,
             category: Some("context".into()),
+            mode: None,
         })
         .await
         .expect("search");

@@ -169,6 +169,7 @@ async fn find(index: &dyn Retrieval, text: &str, scopes: &[Scope], top_k: usize)
         scopes: scopes.to_vec(),
         top_k,
         category: None,
+        mode: None,
     };
     index
         .search(&q)
@@ -343,6 +344,7 @@ pub async fn category_filter_applies_before_the_cut(index: &dyn Retrieval) {
         scopes: vec![s.clone()],
         top_k,
         category: category.map(str::to_owned),
+        mode: None,
     };
     let run = |q: SearchQuery| async move {
         index

@@ -403,6 +403,7 @@ async fn search(
         top_k: usize::try_from(limit).unwrap_or(0),
         scope: scope.clone(),
         category,
+        mode: None,
     };
     match manager.search(request).await {
         Ok(facts) => {

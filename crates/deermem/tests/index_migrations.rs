@@ -66,6 +66,7 @@ async fn search(
         scopes: vec![Scope::new(Some(u.clone()), Some(a.clone()))],
         top_k: 10,
         category: None,
+        mode: None,
     })
     .await
     .expect("search")

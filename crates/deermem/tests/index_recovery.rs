@@ -60,6 +60,7 @@ async fn search(m: &DeerMemManager, q: &str) -> Vec<(String, MatchType)> {
         top_k: 5,
         scope: scope(),
         category: None,
+        mode: None,
     })
     .await
     .expect("search never fails because of the index")
@@ -150,6 +151,7 @@ async fn a_blocked_index_folder_falls_back_then_recovers_on_the_next_search() {
             scopes: vec![Scope::new(Some(user()), Some(AgentName::default_bucket()))],
             top_k: 5,
             category: None,
+            mode: None,
         })
         .await
         .expect("index search");

@@ -182,6 +182,7 @@ async fn honcho_from_config_captures_recalls_and_searches_through_the_fake() {
             top_k: 5,
             scope: scope(BOB),
             category: None,
+            mode: None,
         })
         .await
         .unwrap();
@@ -215,6 +216,7 @@ async fn honcho_from_config_captures_recalls_and_searches_through_the_fake() {
             top_k: 5,
             scope: scope("carol"),
             category: None,
+            mode: None,
         })
         .await
         .unwrap();
@@ -348,6 +350,7 @@ async fn openviking_from_config_captures_recalls_and_searches_through_the_fake()
             top_k: 3,
             scope: scope("alice"),
             category: None,
+            mode: None,
         })
         .await
         .unwrap();

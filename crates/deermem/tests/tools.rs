@@ -487,6 +487,7 @@ async fn search_returns_json_with_results() {
             top_k: 10,
             scope: user_scope(),
             category: None,
+            mode: None,
         })]
     );
 }

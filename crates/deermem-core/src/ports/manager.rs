@@ -101,6 +101,8 @@ pub struct SearchRequest {
     pub scope: MemoryScope,
     /// Only this category (applied before the cut).
     pub category: Option<String>,
+    /// How to rank; `None` takes the configured default (`search.mode`).
+    pub mode: Option<crate::SearchMode>,
 }
 
 /// A fact to create manually.

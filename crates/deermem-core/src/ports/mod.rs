@@ -8,6 +8,7 @@ mod manager;
 mod retrieval;
 pub mod run_journal;
 mod storage;
+mod vector_index;
 
 pub use clock::Clock;
 pub use embedder::{Embedder, check_vectors};
@@ -23,3 +24,4 @@ pub use storage::{
     FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
     ScopedSearch, StorageCapabilities,
 };
+pub use vector_index::{EmbedTask, VectorIndex};

@@ -181,6 +181,7 @@ impl DeerMemManager {
             scopes: vec![Scope::new(user.clone(), Some(agent.clone()))],
             top_k,
             category: category.map(str::to_owned),
+            mode: None,
         };
         let hits = match self.storage.search_facts(&query).await {
             Ok(hits) => hits,

@@ -75,6 +75,7 @@ pub fn search(query: &str, top_k: usize, scope: MemoryScope) -> SearchRequest {
         top_k,
         scope,
         category: None,
+        mode: None,
     }
 }
 

@@ -252,6 +252,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write() {
                 top_k: 50,
                 scope: scope.clone(),
                 category: None,
+                mode: None,
             })
             .await
             .unwrap();

@@ -175,6 +175,7 @@ async fn manager_methods_refuse_escapes_and_other_users_ids() {
                 top_k: 10,
                 scope: scope.clone(),
                 category: None,
+                mode: None,
             })
             .await;
         if let Ok(hits) = hits {

@@ -61,6 +61,7 @@ async fn ten_megabyte_messages_are_bounded() {
             top_k: 5,
             scope: scope.clone(),
             category: None,
+            mode: None,
         })
         .await;
     assert!(
@@ -148,6 +149,7 @@ async fn a_large_fact_scope_stays_bounded() {
             top_k: 5,
             scope: scope.clone(),
             category: None,
+            mode: None,
         })
         .await
         .unwrap();

@@ -1,0 +1,76 @@
+//! The `VectorIndex` port: embedding vectors stored beside a retrieval index, as derived data
+//! tagged with the model that made them.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::error::RetrievalError;
+use crate::fact::Fact;
+use crate::ids::Scope;
+
+/// An indexed document that has no vector of the current model for its current text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbedTask {
+    /// The scope the document is indexed under.
+    pub scope: Scope,
+    /// The fact id.
+    pub fact_id: String,
+    /// The text to embed (the fact's content).
+    pub text: String,
+}
+
+/// Vectors kept beside a search index (the same SQLite file, the same database).
+///
+/// # Contract
+/// - A vector belongs to one indexed document `(scope, fact id)` and is tagged with the model
+///   id that made it and the text it was made from; it is current only while the document
+///   still holds that text and the model id matches. Removing, clearing or rebuilding
+///   documents removes (or makes stale) their vectors; nothing else does.
+/// - `missing_vectors` lists documents without a current vector of the model, so a failed or
+///   interrupted embedding is simply found again (nothing else records it).
+/// - `put_vectors` ignores a task whose document vanished or whose text changed since it was
+///   listed (its newer text is listed again).
+/// - `scope_vectors` returns only documents of the given scopes with a current vector.
+#[async_trait]
+pub trait VectorIndex: Send + Sync + Debug {
+    /// Up to `limit` documents (of `scopes`, or of the whole index) without a current vector
+    /// of `model_id`.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[Scope]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError>;
+
+    /// Stores one vector per task (same order); returns how many were stored.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the lengths differ; `Unavailable`/`Backend` on index failure.
+    async fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[EmbedTask],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError>;
+
+    /// The documents of `scopes` that have a current vector of `model_id`, with the fact as
+    /// indexed and its vector.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError>;
+
+    /// `(documents with a current vector of model_id, documents)` in the whole index.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError>;
+}
