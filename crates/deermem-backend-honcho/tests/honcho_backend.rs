@@ -562,6 +562,42 @@ async fn search_is_workspace_scoped_and_mapped() {
     );
 }
 
+/// Honcho ranks on its server: `hybrid` (or no mode) is its ranking; `bm25` and `vector` are
+/// refused with a typed error and send nothing.
+#[tokio::test]
+async fn search_modes_other_than_hybrid_are_refused_without_a_request() {
+    let fake = FakeHoncho::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(&fake, json!({}), root.path());
+    add_and_flush(&m, "t", vec![human("h", "I drink green tea")]).await;
+    fake.clear_requests();
+    for mode in [deermem_core::SearchMode::Bm25, deermem_core::SearchMode::Vector] {
+        let req = SearchRequest {
+            mode: Some(mode),
+            ..search_req("tea", 3, None)
+        };
+        match m.search(req).await.unwrap_err() {
+            ManagerError::InvalidInput { message, .. } => assert_eq!(
+                message,
+                format!(
+                    "search mode {} is not available with the honcho backend: the remote server ranks results itself (use hybrid or leave mode unset)",
+                    mode.as_str()
+                )
+            ),
+            other => panic!("{mode:?}: {other:?}"),
+        }
+    }
+    assert!(fake.requests().is_empty());
+    let req = SearchRequest {
+        mode: Some(deermem_core::SearchMode::Hybrid),
+        ..search_req("tea", 3, None)
+    };
+    let hits = m.search_scored(req).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].fact.content, "I drink green tea");
+    assert_eq!(fake.requests().len(), 1);
+}
+
 #[tokio::test]
 async fn reads_fail_open_by_default_on_server_errors() {
     let fake = FakeHoncho::start().await;

@@ -405,11 +405,22 @@ impl OpenVikingManager {
     /// backend returns nothing; other `top_k` values are clamped to 1–100.
     ///
     /// # Errors
-    /// Invalid scope; backend failures under `failure_policy.read: raise`.
+    /// Invalid scope; a `mode` other than `hybrid` (the server ranks itself); backend
+    /// failures under `failure_policy.read: raise`.
     pub async fn search_memories(
         &self,
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
+        // OpenViking ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
+        if let Some(mode) = request.mode.filter(|m| *m != deermem_core::SearchMode::Hybrid) {
+            return Err(ManagerError::invalid(
+                InvalidInputCode::Other,
+                format!(
+                    "search mode {} is not available with the openviking backend: the remote server ranks results itself (use hybrid or leave mode unset)",
+                    mode.as_str()
+                ),
+            ));
+        }
         let query = deermem_pycompat::py::strip(&request.query);
         if query.is_empty() || request.top_k == 0 || self.inner.closed.load(Ordering::SeqCst) {
             return Ok(Vec::new());

@@ -239,6 +239,41 @@ async fn reads_target_the_current_users_space() {
     fake.assert_clean();
 }
 
+/// OpenViking ranks on its server: `hybrid` (or no mode) is its ranking; `bm25` and `vector`
+/// are refused with a typed error and send nothing.
+#[tokio::test]
+async fn search_modes_other_than_hybrid_are_refused_without_a_request() {
+    let fake = FakeOv::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(&fake, dir.path(), json!({}));
+    fake.add_memory("preferences", "editor", "Uses Vim as the code editor.", 0.6);
+    for mode in [deermem_core::SearchMode::Bm25, deermem_core::SearchMode::Vector] {
+        let req = SearchRequest {
+            mode: Some(mode),
+            ..search_req("editor", 5, None)
+        };
+        match m.search(req).await.unwrap_err() {
+            ManagerError::InvalidInput { message, .. } => assert_eq!(
+                message,
+                format!(
+                    "search mode {} is not available with the openviking backend: the remote server ranks results itself (use hybrid or leave mode unset)",
+                    mode.as_str()
+                )
+            ),
+            other => panic!("{mode:?}: {other:?}"),
+        }
+    }
+    assert!(fake.requests().is_empty());
+    let req = SearchRequest {
+        mode: Some(deermem_core::SearchMode::Hybrid),
+        ..search_req("editor", 5, None)
+    };
+    let facts = m.search(req).await.unwrap();
+    assert_eq!(facts.len(), 1);
+    assert_eq!(facts[0].content, "Uses Vim as the code editor.");
+    fake.assert_clean();
+}
+
 /// The fake answers the reference's uris as the real server does.
 #[tokio::test]
 async fn the_fake_refuses_the_reference_uris_like_the_server() {

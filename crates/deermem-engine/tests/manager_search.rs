@@ -15,9 +15,10 @@ use std::time::Duration;
 use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryStorage, NewFact, SearchRequest};
 use deermem_core::{
-    ApplyOptions, ChangeSet, DeerMemConfig, ManagerError, MatchType, MemoryMode, OverloadScope,
-    RebuildReport, TokenCounting,
+    ApplyOptions, ChangeSet, DeerMemConfig, InvalidInputCode, ManagerError, MatchType, MemoryMode,
+    OverloadScope, RebuildReport, SearchMode, TokenCounting,
 };
+use deermem_core::config::EmbeddingProvider;
 use deermem_engine::{DeerMemManager, QueueConfig};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
@@ -229,6 +230,118 @@ async fn index_first_then_substring_when_it_finds_nothing_or_fails() {
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].match_type, MatchType::Substring);
     assert!(hooked.search_calls.load(Ordering::SeqCst) >= 1);
+}
+
+/// A search names its mode, or takes the configured one: `bm25` without an embedder, `hybrid`
+/// with one, `search.mode` when set. The vector modes without an embedder are refused with a
+/// typed error (never answered silently by BM25) before the index is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_mode_is_passed_to_the_index_and_vector_modes_need_an_embedder() {
+    let env = file_env(config(), None);
+    let s = scope("alice", None);
+    env.manager
+        .create_fact(
+            NewFact {
+                content: "Prefers oolong tea".into(),
+                category: "preference".into(),
+                confidence: 0.9,
+            },
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let with_mode = |mode: Option<SearchMode>| SearchRequest {
+        mode,
+        ..search("oolong", 5, s.clone())
+    };
+
+    // No embedder: the default and `bm25` rank by words; `vector`/`hybrid` are refused.
+    let hooked = Arc::new(HookedStorage::new(Arc::new(env.storage.clone())));
+    let m = hooked_manager(config(), hooked.clone(), env.clock.clone());
+    for mode in [None, Some(SearchMode::Bm25)] {
+        let hits = m.search_scored(with_mode(mode)).await.unwrap();
+        assert_eq!(hits.len(), 1, "{mode:?}");
+        assert_eq!(hits[0].match_type, MatchType::Fts5);
+    }
+    for mode in [SearchMode::Vector, SearchMode::Hybrid] {
+        let err = m.search_scored(with_mode(Some(mode))).await.unwrap_err();
+        match err {
+            ManagerError::InvalidInput { code, message } => {
+                assert_eq!(code, InvalidInputCode::Other);
+                assert_eq!(
+                    message,
+                    format!(
+                        "search mode {} needs an embedder: set backend_config.embedding",
+                        mode.as_str()
+                    )
+                );
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        *hooked.search_modes.lock().unwrap(),
+        vec![Some(SearchMode::Bm25), Some(SearchMode::Bm25)]
+    );
+
+    // An embedder configured: the default is hybrid, and every mode is passed on.
+    let mut cfg = config();
+    cfg.embedding.provider = EmbeddingProvider::Local;
+    cfg.embedding.model_path = Some("/models/minilm".into());
+    let hooked = Arc::new(HookedStorage::new(Arc::new(env.storage.clone())));
+    let m = hooked_manager(cfg.clone(), hooked.clone(), env.clock.clone());
+    for mode in [
+        None,
+        Some(SearchMode::Bm25),
+        Some(SearchMode::Vector),
+        Some(SearchMode::Hybrid),
+    ] {
+        m.search_scored(with_mode(mode)).await.unwrap();
+    }
+    assert_eq!(
+        *hooked.search_modes.lock().unwrap(),
+        vec![
+            Some(SearchMode::Hybrid),
+            Some(SearchMode::Bm25),
+            Some(SearchMode::Vector),
+            Some(SearchMode::Hybrid),
+        ]
+    );
+
+    // `search.mode` sets the default.
+    cfg.search.mode = Some(SearchMode::Vector);
+    let hooked = Arc::new(HookedStorage::new(Arc::new(env.storage.clone())));
+    let m = hooked_manager(cfg, hooked.clone(), env.clock.clone());
+    m.search_scored(with_mode(None)).await.unwrap();
+    assert_eq!(
+        *hooked.search_modes.lock().unwrap(),
+        vec![Some(SearchMode::Vector)]
+    );
+}
+
+/// The substring fallback is unchanged under any mode: an index that finds nothing still
+/// leaves the scan over the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn substring_fallback_applies_under_every_mode() {
+    let mut cfg = config();
+    cfg.embedding.provider = EmbeddingProvider::Openai;
+    let (m, hooked) = substring_only(cfg);
+    seed(
+        hooked.as_ref(),
+        "u",
+        "__default__",
+        vec![fact("a", "User prefers Python", "preference", 0.6)],
+    )
+    .await;
+    for mode in [SearchMode::Bm25, SearchMode::Vector, SearchMode::Hybrid] {
+        let req = SearchRequest {
+            mode: Some(mode),
+            ..search("prefers py", 5, scope("u", None))
+        };
+        let hits = m.search_scored(req).await.unwrap();
+        assert_eq!(hits.len(), 1, "{mode:?}");
+        assert_eq!(hits[0].match_type, MatchType::Substring);
+    }
 }
 
 async fn accesses_under(cfg: DeerMemConfig) -> Vec<Vec<String>> {

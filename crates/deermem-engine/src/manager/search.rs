@@ -1,5 +1,6 @@
 //! Manager search: the storage's ranked search over the scope's index (rebuilt lazily per scope
-//! until a full warm-up has run), then a substring scan over the whole bucket when the index finds
+//! until a full warm-up has run) in the requested or configured mode (`bm25`, `vector`,
+//! `hybrid`; the vector modes only with an embedder), then a substring scan over the whole bucket when the index finds
 //! nothing or fails; access heat under hybrid/shadow only.
 
 use std::num::NonZeroUsize;
@@ -9,8 +10,9 @@ use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{ScoredFact, SearchRequest};
 use deermem_core::{
     AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
-    SearchQuery, UserId,
+    SearchMode, SearchQuery, UserId,
 };
+use deermem_core::config::EmbeddingProvider;
 use deermem_pycompat::py;
 use lru::LruCache;
 
@@ -159,11 +161,31 @@ impl DeerMemManager {
         }
     }
 
+    /// The mode a search ranks by: the request's, else the configured default. A mode that
+    /// ranks by embeddings is refused when no embedder is configured, rather than answered
+    /// silently with BM25.
+    fn search_mode(&self, requested: Option<SearchMode>) -> Result<SearchMode, ManagerError> {
+        let Some(mode) = requested else {
+            return Ok(self.config.default_search_mode());
+        };
+        if mode.uses_vectors() && self.config.embedding.provider == EmbeddingProvider::None {
+            return Err(ManagerError::invalid(
+                InvalidInputCode::Other,
+                format!(
+                    "search mode {} needs an embedder: set backend_config.embedding",
+                    mode.as_str()
+                ),
+            ));
+        }
+        Ok(mode)
+    }
+
     pub(super) async fn search_scored_impl(
         &self,
         req: SearchRequest,
     ) -> Result<Vec<ScoredFact>, ManagerError> {
         let (user, agent) = self.bucket(&req.scope)?;
+        let mode = self.search_mode(req.mode)?;
         if py::strip(&req.query).is_empty() || req.top_k == 0 {
             return Ok(Vec::new());
         }
@@ -181,7 +203,7 @@ impl DeerMemManager {
             scopes: vec![Scope::new(user.clone(), Some(agent.clone()))],
             top_k,
             category: category.map(str::to_owned),
-            mode: None,
+            mode: Some(mode),
         };
         let hits = match self.storage.search_facts(&query).await {
             Ok(hits) => hits,

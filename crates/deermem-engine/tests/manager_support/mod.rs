@@ -17,8 +17,8 @@ use deermem_core::ports::{
 };
 use deermem_core::{
     AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactId, MemoryDocument,
-    Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, Timestamp,
-    TokenCounting, UserId,
+    Message, RebuildReport, RetrievalStatus, SearchHit, SearchMode, SearchQuery, StorageError,
+    Timestamp, TokenCounting, UserId,
 };
 use deermem_engine::{DeerMemManager, DeerMemParts};
 use deermem_retrieval_fts5::Fts5Retrieval;
@@ -220,6 +220,8 @@ pub struct HookedStorage {
     pub retrieval: Option<bool>,
     pub fail_search: AtomicBool,
     pub search_calls: AtomicUsize,
+    /// The mode of every index search, in order.
+    pub search_modes: Mutex<Vec<Option<SearchMode>>>,
     pub accesses: Mutex<Vec<Vec<String>>>,
     pub usage_reads: AtomicUsize,
     pub applies: AtomicUsize,
@@ -236,6 +238,7 @@ impl HookedStorage {
             retrieval: None,
             fail_search: AtomicBool::new(false),
             search_calls: AtomicUsize::new(0),
+            search_modes: Mutex::new(Vec::new()),
             accesses: Mutex::new(Vec::new()),
             usage_reads: AtomicUsize::new(0),
             applies: AtomicUsize::new(0),
@@ -397,6 +400,7 @@ impl FactMetadata for HookedStorage {
 impl ScopedSearch for HookedStorage {
     async fn search_facts(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StorageError> {
         self.search_calls.fetch_add(1, Ordering::SeqCst);
+        self.search_modes.lock().unwrap().push(query.mode);
         if self.fail_search.load(Ordering::SeqCst) {
             return Err(StorageError::Io {
                 context: "index search".into(),
