@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit codes, also printed by `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "\
@@ -47,6 +47,27 @@ pub(crate) struct GlobalArgs {
     /// More logging on stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+}
+
+/// `--mode` of `deermem search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModeArg {
+    /// Words only: BM25 (plus CJK bigrams).
+    Bm25,
+    /// Meaning only: nearest by embedding.
+    Vector,
+    /// Both rankings fused (reciprocal rank fusion).
+    Hybrid,
+}
+
+impl From<ModeArg> for deermem_core::SearchMode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Bm25 => Self::Bm25,
+            ModeArg::Vector => Self::Vector,
+            ModeArg::Hybrid => Self::Hybrid,
+        }
+    }
 }
 
 /// Who a command acts for.
@@ -94,6 +115,10 @@ pub(crate) enum Command {
         /// Only this category.
         #[arg(long, allow_hyphen_values = true)]
         category: Option<String>,
+        /// How to rank: words (`bm25`), meaning (`vector`) or both fused (`hybrid`); the
+        /// vector modes need `embedding` configured. Default: the config's `search.mode`.
+        #[arg(long, value_enum)]
+        mode: Option<ModeArg>,
     },
     /// The derived search index.
     #[command(subcommand)]

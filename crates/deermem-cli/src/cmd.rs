@@ -229,6 +229,7 @@ pub(crate) async fn search(
     query: String,
     top_k: usize,
     category: Option<String>,
+    mode: Option<deermem_core::SearchMode>,
 ) -> Result<(), CliError> {
     let manager = ctx.manager()?;
     let request = SearchRequest {
@@ -236,7 +237,7 @@ pub(crate) async fn search(
         top_k,
         scope: ctx::scope(scope)?,
         category,
-        mode: None,
+        mode,
     };
     let seen = failures_seen(&manager);
     let result = manager.search_scored(request).await;
@@ -527,12 +528,38 @@ async fn index_inner(
                     ));
                 }
             }
+            if let Some(v) = &status.vectors {
+                out.push_str(&vector_lines(v));
+            }
             if let Some(e) = &status.last_error {
                 out.push_str(&format!("last error: {e}\n"));
             }
             output::print_text(&out)
         }
     }
+}
+
+/// The vector coverage lines of `deermem index status`.
+fn vector_lines(v: &deermem_core::VectorCoverage) -> String {
+    let mut out = format!(
+        "vectors:    {}/{} embedded (model {}, {} dimensions)\n",
+        v.embedded, v.total, v.model_id, v.dimension
+    );
+    out.push_str(&format!(
+        "embedding:  {}\n",
+        if v.pending_scopes.is_empty() {
+            "no scope pending".to_owned()
+        } else {
+            format!(
+                "pending for {} (searched by BM25 until re-embedded)",
+                v.pending_scopes.join(", ")
+            )
+        }
+    ));
+    if let Some(e) = &v.last_error {
+        out.push_str(&format!("embed error: {e}\n"));
+    }
+    out
 }
 
 /// `deermem migrate`: returns the process exit status (0, or 1 when any user failed).
@@ -861,5 +888,32 @@ pub(crate) async fn context(ctx: &Ctx, scope: &ScopeArgs) -> Result<(), CliError
         output::print_text("(no memory to inject)")
     } else {
         output::print_text(&block.block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::vector_lines;
+
+    #[test]
+    fn vector_coverage_lines_name_model_counts_pending_scopes_and_the_error() {
+        let mut v = deermem_core::VectorCoverage {
+            model_id: "all-MiniLM-L6-v2".into(),
+            dimension: 384,
+            embedded: 2,
+            total: 3,
+            pending_scopes: vec![],
+            last_error: None,
+        };
+        assert_eq!(
+            vector_lines(&v),
+            "vectors:    2/3 embedded (model all-MiniLM-L6-v2, 384 dimensions)\nembedding:  no scope pending\n"
+        );
+        v.pending_scopes = vec!["alice|__default__".into(), "bob|coder".into()];
+        v.last_error = Some("embedding server unavailable".into());
+        assert_eq!(
+            vector_lines(&v),
+            "vectors:    2/3 embedded (model all-MiniLM-L6-v2, 384 dimensions)\nembedding:  pending for alice|__default__, bob|coder (searched by BM25 until re-embedded)\nembed error: embedding server unavailable\n"
+        );
     }
 }

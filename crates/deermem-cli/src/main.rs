@@ -37,7 +37,8 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
             query,
             top_k,
             category,
-        } => cmd::search(&ctx, &scope, query, top_k, category)
+            mode,
+        } => cmd::search(&ctx, &scope, query, top_k, category, mode.map(Into::into))
             .await
             .map(|()| 0),
         Command::Index(c) => cmd::index(&ctx, c).await.map(|()| 0),

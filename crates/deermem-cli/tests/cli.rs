@@ -413,6 +413,58 @@ fn index_tools_report_an_unusable_index_truthfully() {
     assert_eq!(hits[0]["matchType"], "fts5", "{hits}");
 }
 
+/// `search --mode`: `bm25` ranks by words and says so in `matchType`; the vector modes need
+/// an embedder (exit 5 with the reason, never a silent BM25 answer); an unknown mode is a
+/// usage error (exit 2). Without an embedder `index status` shows no vector coverage.
+#[test]
+fn search_mode_flag_is_checked_and_vector_modes_need_an_embedder() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    ok_json(
+        root,
+        &[
+            "facts",
+            "add",
+            "--user",
+            "gail",
+            "--content",
+            "Prefers oolong tea",
+        ],
+    );
+    for args in [
+        &["search", "--user", "gail", "oolong"][..],
+        &["search", "--user", "gail", "oolong", "--mode", "bm25"][..],
+    ] {
+        let hits = ok_json(root, args);
+        assert_eq!(hits.as_array().map(Vec::len), Some(1), "{args:?}: {hits}");
+        assert_eq!(hits[0]["content"], "Prefers oolong tea");
+        assert_eq!(hits[0]["matchType"], "fts5", "{hits}");
+    }
+    for mode in ["vector", "hybrid"] {
+        let out = run(root, &["search", "--user", "gail", "oolong", "--mode", mode]);
+        assert_eq!(code(&out), 5, "{mode}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "search mode {mode} needs an embedder: set backend_config.embedding"
+            )),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "{mode}");
+    }
+    let out = run(root, &["search", "--user", "gail", "oolong", "--mode", "semantic"]);
+    assert_eq!(code(&out), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("semantic") && err.contains("bm25, vector, hybrid"),
+        "{err}"
+    );
+    let status = ok_json(root, &["index", "status"]);
+    assert!(status.get("vectors").is_none(), "{status}");
+    let text = run(root, &["index", "status"]);
+    assert!(!String::from_utf8_lossy(&text.stdout).contains("vectors:"));
+}
+
 #[test]
 fn reads_the_reference_fixtures() {
     let dir = tempfile::tempdir().unwrap();
