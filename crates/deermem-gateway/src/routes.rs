@@ -409,7 +409,8 @@ pub(crate) async fn memory_context(
     }))
 }
 
-/// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`.
+/// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`, ranked
+/// by `mode` (or the configured default).
 pub(crate) async fn search_memory(
     State(state): State<GatewayState>,
     caller: Caller,
@@ -421,7 +422,7 @@ pub(crate) async fn search_memory(
         top_k: params.top_k,
         scope: scope(&caller, q.agent()?),
         category: params.category,
-        mode: None,
+        mode: params.mode,
     };
     let m = manager(&state);
     let hits = run(&state, Operation::Search, async move {

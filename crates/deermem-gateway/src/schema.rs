@@ -936,6 +936,12 @@ pub(crate) struct SearchQuery {
     top_k: Option<i64>,
     /// Only this category (applied before the cap).
     category: Option<String>,
+    /// How to rank: `bm25` (words), `vector` (meaning) or `hybrid` (both, fused by reciprocal
+    /// rank fusion). Unset or empty takes the configured `search.mode`. The vector modes need
+    /// an embedder (`backend_config.embedding`, 400 otherwise); the remote backends rank on
+    /// their own server and accept only `hybrid`.
+    #[schemars(extend("enum" = ["bm25", "vector", "hybrid"]))]
+    mode: Option<String>,
 }
 
 /// `{thread_id}` and `{run_id}` of the run-events route.
@@ -1041,12 +1047,14 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
     }
 }
 
-/// `GET /api/memory/search`: `q` (required), `top_k` (1–100, default 5), `category`.
+/// `GET /api/memory/search`: `q` (required), `top_k` (1–100, default 5), `category`, `mode`
+/// (`bm25`, `vector` or `hybrid`; empty means unset).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct SearchParams {
     pub(crate) query: String,
     pub(crate) top_k: usize,
     pub(crate) category: Option<String>,
+    pub(crate) mode: Option<deermem_core::SearchMode>,
 }
 
 pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayError> {
@@ -1096,11 +1104,26 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
         .get("category")
         .filter(|s| !s.is_empty())
         .map(str::to_owned);
+    let mut mode = None;
+    if let Some(raw) = q.get("mode").filter(|s| !s.is_empty()) {
+        match raw.parse::<deermem_core::SearchMode>() {
+            Ok(m) => mode = Some(m),
+            Err(e) => c.push(
+                ValidationItem::new(
+                    "value_error",
+                    vec![json!("query"), json!("mode")],
+                    format!("Value error, {e}"),
+                )
+                .with_input(&Value::String(raw.to_owned())),
+            ),
+        }
+    }
     match query {
         Some(query) if c.errors.is_empty() => Ok(SearchParams {
             query,
             top_k,
             category,
+            mode,
         }),
         _ => Err(GatewayError::Validation(c.errors)),
     }

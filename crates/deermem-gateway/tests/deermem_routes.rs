@@ -79,6 +79,58 @@ async fn search() {
     common::suite_search(Arc::clone(&f.manager)).await;
 }
 
+/// `?mode=` reaches the manager: `bm25` (and an empty value, meaning unset) rank by words and
+/// say `fts5`; `vector`/`hybrid` without an embedder are a 400 naming the missing
+/// `backend_config.embedding`; an unknown mode is a 422 before the manager is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_mode_parameter() {
+    let f = fixture();
+    let app = app(Arc::clone(&f.manager));
+    let r = send(
+        &app,
+        json_req(
+            Method::POST,
+            "/api/memory/facts",
+            &json!({"content": "Prefers oolong tea", "category": "preference"}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    for uri in [
+        "/api/memory/search?q=oolong&mode=bm25",
+        "/api/memory/search?q=oolong&mode=BM25",
+        "/api/memory/search?q=oolong&mode=",
+    ] {
+        let r = send(&app, empty(Method::GET, uri)).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+        assert_eq!(r.body["count"], 1, "{uri}");
+        assert_eq!(r.body["results"][0]["matchType"], "fts5", "{uri}");
+    }
+    for mode in ["vector", "hybrid"] {
+        let uri = format!("/api/memory/search?q=oolong&mode={mode}");
+        let r = send(&app, empty(Method::GET, &uri)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.text);
+        assert_eq!(
+            r.body,
+            json!({"detail": format!("Invalid input: search mode {mode} needs an embedder: set backend_config.embedding")})
+        );
+    }
+    let r = send(
+        &app,
+        empty(Method::GET, "/api/memory/search?q=oolong&mode=semantic"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let item = &r.body["detail"][0];
+    assert_eq!(item["loc"], json!(["query", "mode"]));
+    assert_eq!(item["type"], "value_error");
+    assert_eq!(
+        item["msg"],
+        "Value error, \"semantic\" is not a search mode; use bm25, vector or hybrid"
+    );
+    assert_eq!(item["input"], "semantic");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_isolation() {
     let f = fixture();

@@ -756,6 +756,11 @@ async fn search_query_validation_is_422() {
             "less_than_equal",
             json!(["query", "top_k"]),
         ),
+        (
+            "/api/memory/search?q=x&mode=semantic",
+            "value_error",
+            json!(["query", "mode"]),
+        ),
     ];
     for (uri, kind, loc) in cases {
         let r = send(&a, empty(Method::GET, uri)).await;

@@ -607,7 +607,9 @@ async fn request_and_response_contracts_differ_where_the_types_do() {
             &json!("fts5"),
             &json!("cjk"),
             &json!("substring"),
-            &json!("remote")
+            &json!("remote"),
+            &json!("vector"),
+            &json!("hybrid")
         ]
     );
     // Defaults and bounds of the create body.
@@ -631,6 +633,11 @@ async fn request_and_response_contracts_differ_where_the_types_do() {
     assert_eq!(param("top_k")["schema"]["maximum"], 100);
     assert_eq!(param("top_k")["schema"]["default"], 5);
     assert_eq!(param("agent")["schema"]["type"], "string");
+    assert_ne!(param("mode")["required"], true);
+    assert_eq!(
+        param("mode")["schema"]["enum"],
+        json!(["bm25", "vector", "hybrid"])
+    );
 }
 
 fn deermem_at(root: &Path) -> Arc<dyn MemoryManager> {
