@@ -282,6 +282,14 @@ async fn tool_errors_are_reported_and_the_server_keeps_answering() {
     assert!(err);
     assert_eq!(v, json!({"error": "empty content"}));
     let (v, err) = c
+        .call_json("memory_search", json!({"query": "tea", "mode": "semantic"}))
+        .await;
+    assert!(err);
+    assert_eq!(
+        v,
+        json!({"error": "invalid arguments for memory_search: 'mode': \"semantic\" is not a search mode; use bm25, vector or hybrid"})
+    );
+    let (v, err) = c
         .call_json(
             "memory_update",
             json!({"fact_id": "fact_nope", "content": "x"}),

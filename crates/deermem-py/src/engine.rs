@@ -338,8 +338,10 @@ impl Engine {
             .map_err(|e| errors::to_py(py, e))
     }
 
-    /// Up to `top_k` facts ranked for `query` (`[]` for a blank query or `top_k <= 0`).
-    #[pyo3(signature = (query, top_k=None, user_id=None, agent_name=None, category=None))]
+    /// Up to `top_k` facts ranked for `query` (`[]` for a blank query or `top_k <= 0`), by
+    /// `mode` (`"bm25"`, `"vector"`, `"hybrid"`; `None` takes the configured default).
+    #[pyo3(signature = (query, top_k=None, user_id=None, agent_name=None, category=None, mode=None))]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -348,6 +350,7 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
         category: Option<String>,
+        mode: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let query = query
             .cast::<PyString>()
@@ -363,6 +366,16 @@ impl Engine {
                 .extract()
                 .map_err(|_| PyTypeError::new_err("top_k must be an integer"))?,
         };
+        let mode = match mode {
+            None => None,
+            Some(m) => Some(
+                m.cast::<PyString>()
+                    .map_err(|_| PyTypeError::new_err("mode must be a string or None"))?
+                    .to_str()?
+                    .parse::<deermem_core::SearchMode>()
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?,
+            ),
+        };
         let scope = convert::scope(user_id, agent_name)?;
         let shared = self.shared(py)?;
         if top_k <= 0 || query.trim().is_empty() {
@@ -373,7 +386,7 @@ impl Engine {
             top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
             scope,
             category,
-            mode: None,
+            mode,
         };
         let facts = shared
             .run(py, shared.manager.search(request))

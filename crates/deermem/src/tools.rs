@@ -117,7 +117,8 @@ fn search_definition() -> ToolDefinition {
         name: MEMORY_SEARCH.to_owned(),
         description: "Look up facts remembered about the user in long-term memory. Results are \
             ranked by relevance: full-text (BM25) ranking weighted by recency and confidence, \
-            with a plain text match as a fallback when nothing ranks. Call this before answering \
+            by meaning as well when an embedding model is configured, with a plain text match \
+            as a fallback when nothing ranks. Call this before answering \
             anything that depends on the user's preferences, background, goals or earlier \
             decisions. Returns {\"results\": [fact...], \"count\": n}."
             .to_owned(),
@@ -142,6 +143,12 @@ fn search_definition() -> ToolDefinition {
                     "minimum": 1,
                     "maximum": MAX_SEARCH_LIMIT,
                     "default": DEFAULT_SEARCH_LIMIT
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": ["bm25", "vector", "hybrid"],
+                    "description": "How to rank: bm25 (shared words), vector (meaning, needs an \
+                        embedding model) or hybrid (both). Omit it to use the configured default."
                 }
             },
             "required": ["query"],
@@ -378,12 +385,13 @@ async fn search(
         let query = required_str(args, "query")?;
         let category = optional_str(args, "category")?;
         let limit = optional_int(args, "limit")?;
-        Ok::<_, ArgError>((query, category, limit))
+        let mode = optional_mode(args)?;
+        Ok::<_, ArgError>((query, category, limit, mode))
     })();
-    let (query, category, limit) = match parsed.and_then(|(q, c, l)| {
+    let (query, category, limit, mode) = match parsed.and_then(|(q, c, l, m)| {
         check_length("query", q, MAX_QUERY_CHARS)?;
         check_optional_length("category", c, MAX_CATEGORY_CHARS)?;
-        Ok((q, c, l))
+        Ok((q, c, l, m))
     }) {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_SEARCH, &e),
@@ -403,7 +411,7 @@ async fn search(
         top_k: usize::try_from(limit).unwrap_or(0),
         scope: scope.clone(),
         category,
-        mode: None,
+        mode,
     };
     match manager.search(request).await {
         Ok(facts) => {
@@ -552,6 +560,8 @@ enum ArgError {
     NotInteger { key: String },
     #[error("'{key}' is too long (at most {max} characters)")]
     TooLong { key: String, max: usize },
+    #[error("'mode': {0}")]
+    Mode(#[from] deermem_core::UnknownSearchMode),
 }
 
 impl ArgError {
@@ -600,6 +610,20 @@ fn optional_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<Option<&'
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(ArgError::wrong_type(key, "a string or null", other)),
+    }
+}
+
+/// `mode`: `bm25`, `vector` or `hybrid` (any case); absent, null or blank means the configured
+/// default.
+fn optional_mode(args: &Map<String, Value>) -> Result<Option<deermem_core::SearchMode>, ArgError> {
+    match optional_str(args, "mode")? {
+        Some(m) if !py::strip(m).is_empty() => {
+            let mode = m.parse().map_err(|e: deermem_core::UnknownSearchMode| {
+                ArgError::Mode(deermem_core::UnknownSearchMode(shorten(&e.0)))
+            })?;
+            Ok(Some(mode))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -18,7 +18,7 @@ use deermem_core::ports::{
 };
 use deermem_core::{
     AgentName, InvalidInputCode, ManagerError, MemoryConfig, MemoryMode, PublicFact,
-    PublicMemoryDocument, UserId,
+    PublicMemoryDocument, SearchMode, UserId,
 };
 use serde_json::{Value, json};
 
@@ -341,6 +341,11 @@ fn schemas_pin_model_visible_arguments_and_defaults() {
     assert_eq!(search["required"], json!(["query"]));
     assert_eq!(search["properties"]["limit"]["default"], json!(10));
     assert!(search["properties"]["category"].get("default").is_none());
+    assert_eq!(
+        search["properties"]["mode"]["enum"],
+        json!(["bm25", "vector", "hybrid"])
+    );
+    assert!(search["properties"]["mode"].get("default").is_none());
     let add = by("memory_add");
     assert_eq!(add["required"], json!(["content"]));
     assert_eq!(add["properties"]["confidence"]["default"], json!(0.7));
@@ -586,6 +591,39 @@ async fn search_blank_category_means_no_filter() {
         panic!("expected a search");
     };
     assert_eq!(req.category, None);
+}
+
+/// `mode` is forwarded (any case; null or blank means the configured default); anything else is
+/// refused with the search mode's own message before the backend is asked.
+#[tokio::test]
+async fn search_mode_is_forwarded_and_validated() {
+    let m = Recorder::new();
+    for (mode, expected) in [
+        (json!("bm25"), Some(SearchMode::Bm25)),
+        (json!("Vector"), Some(SearchMode::Vector)),
+        (json!(" hybrid "), Some(SearchMode::Hybrid)),
+        (json!(""), None),
+        (Value::Null, None),
+    ] {
+        let (_, err) = call(&m, "memory_search", json!({"query": "q", "mode": mode})).await;
+        assert!(!err, "mode {mode}");
+        let calls = m.calls();
+        let Some(Call::Search(req)) = calls.last() else {
+            panic!("expected a search");
+        };
+        assert_eq!(req.mode, expected, "mode {mode}");
+    }
+    let before = m.calls().len();
+    let (v, err) = call(&m, "memory_search", json!({"query": "q", "mode": "semantic"})).await;
+    assert!(err);
+    assert_eq!(
+        error_text(&v),
+        "invalid arguments for memory_search: 'mode': \"semantic\" is not a search mode; use bm25, vector or hybrid"
+    );
+    let (v, err) = call(&m, "memory_search", json!({"query": "q", "mode": 2})).await;
+    assert!(err);
+    assert!(error_text(&v).contains("'mode' must be a string"), "{v}");
+    assert_eq!(m.calls().len(), before, "bad modes never reach the backend");
 }
 
 // ---------------------------------------------------------------------------------------------

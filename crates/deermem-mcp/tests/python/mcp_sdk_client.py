@@ -4,7 +4,8 @@ Run by crates/deermem-cli/tests/mcp_python_sdk.rs, once over stdio (the SDK spaw
 binary) and once over streamable HTTP (a server the Rust test started). For each way the SDK
 negotiates a protocol version (the `initialize` handshake, auto discovery, and the 2026-07-28
 per-request envelope) it checks: the negotiated version, the tool list and its schemas, the
-add/search/update/delete cycle, `memory_context`, the `memory://facts` resource, the raw user
+add/search/update/delete cycle (a search by `mode`, and the modes refused without an
+embedder or unknown), `memory_context`, the `memory://facts` resource, the raw user
 id on facts, JSON-RPC errors (`-32602` for an unknown tool and for bad params of a known
 method), concurrent calls, and a lone UTF-16 surrogate (which the SDK itself cannot send, so
 that request goes through a transport of ours that writes JSON as JavaScript does). Over
@@ -69,6 +70,9 @@ async def check_tools(client: Client) -> None:
             check(spec.get("default", "") is not None, f"{tool.name}.{prop}: null default")
             if prop in LIMITS and spec["type"] == "string":
                 check(spec.get("maxLength") == LIMITS[prop], f"{tool.name}.{prop}: {spec}")
+    search = next(t for t in listed.tools if t.name == "memory_search")
+    mode = search.input_schema["properties"].get("mode", {})
+    check(mode.get("enum") == ["bm25", "vector", "hybrid"], f"memory_search.mode: {mode}")
 
 
 async def cycle(client: Client, tag: str, user: str) -> None:
@@ -78,6 +82,8 @@ async def cycle(client: Client, tag: str, user: str) -> None:
     found = text_json(await client.call_tool("memory_search", {"query": f"{tag} oolong"}))
     hits = [f for f in found["results"] if f["id"] == fact_id]
     check(len(hits) == 1, f"search found the fact: {found}")
+    by_words = text_json(await client.call_tool("memory_search", {"query": f"{tag} oolong", "mode": "bm25"}))
+    check([f["id"] for f in by_words["results"]] == [fact_id], f"search with mode bm25: {by_words}")
     check(hits[0]["scope"]["userId"] == user, f"raw user id on the fact: {hits[0]['scope']}")
     updated = await client.call_tool(
         "memory_update", {"fact_id": fact_id, "content": f"{tag} drinks green tea"}
@@ -110,6 +116,12 @@ async def errors(client: Client) -> None:
     await expect_error(
         client.session.send_request(request, types.ReadResourceResult), -32602, "uri", "read without uri"
     )
+    for mode, fragment in [
+        ("vector", "search mode vector needs an embedder: set backend_config.embedding"),
+        ("semantic", "'mode': \"semantic\" is not a search mode; use bm25, vector or hybrid"),
+    ]:
+        r = await client.call_tool("memory_search", {"query": "tea", "mode": mode})
+        check(r.is_error and fragment in text_json(r)["error"], f"mode {mode}: {r}")
     too_long = await client.call_tool("memory_add", {"content": "x" * 20001})
     check(too_long.is_error and "too long" in text_json(too_long)["error"], f"limit: {too_long}")
 

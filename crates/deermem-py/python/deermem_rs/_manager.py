@@ -166,9 +166,15 @@ class _Methods:
         user_id: str | None = None,
         agent_name: str | None = None,
         category: str | None = None,
+        mode: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Up to ``top_k`` facts ranked for ``query`` (category filtered before the cut)."""
-        return self._engine.search(query, top_k, user_id, agent_name, category)
+        """Up to ``top_k`` facts ranked for ``query`` (category filtered before the cut).
+
+        ``mode`` is ``"bm25"`` (words), ``"vector"`` (meaning) or ``"hybrid"`` (both); ``None``
+        takes the configured ``search.mode``. The vector modes need ``backend_config.embedding``
+        (``ValueError`` otherwise, as for an unknown mode).
+        """
+        return self._engine.search(query, top_k, user_id, agent_name, category, mode)
 
     def get_memory(
         self, *, user_id: str | None = None, agent_name: str | None = None

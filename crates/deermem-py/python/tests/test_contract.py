@@ -238,6 +238,24 @@ def test_search_rejects_bad_arguments(make):
         m.search("Rust", user_id="erin", agent_name="Not Valid")
 
 
+def test_search_mode_ranks_by_words_and_refuses_vector_modes_without_an_embedder(make):
+    m = make()
+    m.create_fact("Prefers oolong tea", "preference", 0.9, user_id="erin")
+    for mode in (None, "bm25", "BM25"):
+        hits = m.search("oolong", user_id="erin", mode=mode)
+        assert [h["content"] for h in hits] == ["Prefers oolong tea"], mode
+    for mode in ("vector", "hybrid"):
+        with pytest.raises(ValueError) as err:
+            m.search("oolong", user_id="erin", mode=mode)
+        wanted = f"search mode {mode} needs an embedder: set backend_config.embedding"
+        assert str(err.value) == wanted
+    with pytest.raises(ValueError) as err:
+        m.search("oolong", user_id="erin", mode="semantic")
+    assert "is not a search mode; use bm25, vector or hybrid" in str(err.value)
+    with pytest.raises(TypeError):
+        m.search("oolong", user_id="erin", mode=1)
+
+
 # -- documents ---------------------------------------------------------------------------------
 
 
