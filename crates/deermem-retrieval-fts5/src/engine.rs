@@ -658,8 +658,8 @@ impl<'c> Writer<'c> {
         digest: &[u8; 32],
         vec: &[f32],
     ) -> Result<bool, WriteError> {
-        let dim = i64::try_from(vec.len())
-            .map_err(|_| WriteError::Limit("vector too long".into()))?;
+        let dim =
+            i64::try_from(vec.len()).map_err(|_| WriteError::Limit("vector too long".into()))?;
         let n = self
             .tx
             .prepare_cached(

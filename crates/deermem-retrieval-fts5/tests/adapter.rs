@@ -556,15 +556,16 @@ mod robustness {
         run(async {
             assert_eq!(index.stats().await.expect("stats").total_docs, 0);
             assert_works(&index).await;
-            assert_eq!(
-                index.vector_coverage("m").await.expect("coverage"),
-                (0, 1)
-            );
+            assert_eq!(index.vector_coverage("m").await.expect("coverage"), (0, 1));
             index.close().await;
         });
-                let conn = rusqlite_conn(&file);
+        let conn = rusqlite_conn(&file);
         let v: String = conn
-            .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key='schema_version'",
+                [],
+                |r| r.get(0),
+            )
             .expect("version");
         assert_eq!(v, "2");
         let n: i64 = conn
@@ -592,7 +593,10 @@ mod robustness {
             }
             let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
             let vectors = vec![vec![1.0, 0.0]; 3];
-            assert_eq!(index.put_vectors("m", &tasks, &vectors).await.expect("put"), 3);
+            assert_eq!(
+                index.put_vectors("m", &tasks, &vectors).await.expect("put"),
+                3
+            );
         });
         {
             let conn = rusqlite_conn(&file);
@@ -621,7 +625,10 @@ mod robustness {
             assert_eq!(index.vector_coverage("m").await.expect("coverage"), (0, 3));
             let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
             let vectors = vec![vec![0.0, 1.0]; 3];
-            assert_eq!(index.put_vectors("m", &tasks, &vectors).await.expect("put"), 3);
+            assert_eq!(
+                index.put_vectors("m", &tasks, &vectors).await.expect("put"),
+                3
+            );
             assert_eq!(
                 index
                     .scope_vectors(std::slice::from_ref(&s), "m")

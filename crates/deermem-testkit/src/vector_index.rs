@@ -256,7 +256,10 @@ pub async fn another_model_is_missing_and_replaces_the_vector(f: &VectorIndexFix
             .unwrap()),
         vec!["f1"]
     );
-    assert_eq!(f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(), (0, 1));
+    assert_eq!(
+        f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(),
+        (0, 1)
+    );
     assert!(
         f.vectors
             .scope_vectors(std::slice::from_ref(&s), OTHER_MODEL)
@@ -265,7 +268,10 @@ pub async fn another_model_is_missing_and_replaces_the_vector(f: &VectorIndexFix
             .is_empty()
     );
     assert_eq!(put_all(f, OTHER_MODEL).await, 1);
-    assert_eq!(f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(), (1, 1));
+    assert_eq!(
+        f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(),
+        (1, 1)
+    );
     assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
 }
 
