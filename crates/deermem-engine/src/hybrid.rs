@@ -1,77 +1,494 @@
 //! Search by meaning over any retrieval adapter that can keep vectors: [`HybridRetrieval`]
 //! wraps the lexical index, embeds documents behind the write and ranks `vector`/`hybrid`
-//! queries (skeleton: interface fixed, ranking to be filled in).
+//! queries.
+//!
+//! - **Writes** go to the index and are acknowledged as the index acknowledges them; a worker
+//!   (a tokio task started by [`HybridRetrieval::new`] when a runtime is present) then embeds
+//!   whatever [`VectorIndex::missing_vectors`] lists, in batches, and stores the vectors. The
+//!   index is the only record of what is left to do, so a crash, a failed batch or a model
+//!   change (vectors of another model id are simply missing) is picked up by the next pass; the
+//!   worker makes one at start (the backfill).
+//! - **An embedder failure never fails a write or a search.** It is logged and kept as
+//!   `last_error`; the scopes of the batch are listed as pending in the stats' coverage; it is
+//!   retried by the next write, the next vector or hybrid search of the scope, a rebuild, or
+//!   the worker's backoff timer (1 s doubling to 5 min). A search whose embedding fails answers
+//!   the BM25 result.
+//! - **Search**: the mode is the query's or the configured default. `bm25` is the index as it
+//!   is. `vector` and `hybrid` first embed up to [`INLINE_EMBED`] of the scopes' missing
+//!   documents (so a fact written a moment ago is found), embed the query and rank the scopes'
+//!   vectors exactly (`policy::fusion::nearest`, after the category filter); `vector` answers
+//!   that list cut to `top_k` (score = cosine similarity), `hybrid` fuses it with the BM25
+//!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by reciprocal rank fusion (k = 60),
+//!   `matchType` `hybrid` for a fact both lists found and the list's own type otherwise.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use deermem_core::policy::fusion::{nearest, reciprocal_rank_fusion};
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
-    Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchMode, SearchQuery,
+    Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
+    SearchMode, SearchQuery, VectorCoverage,
 };
+use tokio::sync::Notify;
+
+/// Documents embedded per embedder call by the worker and a rebuild.
+pub const EMBED_BATCH: usize = 64;
+/// At most this many of a query's scopes' missing documents are embedded before a vector or
+/// hybrid search answers (the worker does the rest).
+pub const INLINE_EMBED: usize = 64;
+/// The BM25 candidates a hybrid search fuses: `max(top_k, HYBRID_CANDIDATES)`, and as many
+/// nearest vectors.
+pub const HYBRID_CANDIDATES: usize = 50;
+/// The worker's first retry after an embedder failure; doubled per failure up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What the embedding side remembers: the scopes whose documents wait for a retry, and the
+/// last embedder error.
+#[derive(Debug, Default)]
+struct EmbedState {
+    pending: BTreeSet<Scope>,
+    last_error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    index: Arc<dyn Retrieval>,
+    vectors: Arc<dyn VectorIndex>,
+    embedder: Arc<dyn Embedder>,
+    default_mode: SearchMode,
+    state: Mutex<EmbedState>,
+    closed: AtomicBool,
+}
+
+/// Why an embedding pass stopped early.
+#[derive(Debug)]
+enum PassError {
+    /// The embedder failed (recorded in the state).
+    Embedder(String),
+    /// The index failed.
+    Index(RetrievalError),
+}
+
+impl std::fmt::Display for PassError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Embedder(e) => write!(f, "embedder: {e}"),
+            Self::Index(e) => write!(f, "index: {e}"),
+        }
+    }
+}
+
+/// A scope's label in status reports: `user|agent`.
+fn scope_label(scope: &Scope) -> String {
+    format!(
+        "{}|{}",
+        scope.user.as_ref().map_or("", |u| u.as_str()),
+        scope.agent.as_ref().map_or("", |a| a.as_str())
+    )
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, EmbedState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record_failure(&self, scopes: impl IntoIterator<Item = Scope>, error: String) {
+        let mut state = self.lock();
+        if state.last_error.as_deref() != Some(error.as_str()) {
+            tracing::warn!(model = %self.embedder.model_id(), %error,
+                "embedding failed; search falls back to BM25 for the documents without vectors, and they are embedded again later");
+        }
+        state.pending.extend(scopes);
+        state.last_error = Some(error);
+    }
+
+    /// Embeds the missing documents of `scopes` (all when `None`), at most `max` of them
+    /// (unbounded when `None`); returns how many vectors were stored.
+    async fn embed_missing(
+        &self,
+        scopes: Option<&[Scope]>,
+        max: Option<usize>,
+    ) -> Result<usize, PassError> {
+        let model = self.embedder.model_id().to_owned();
+        let dimension = self.embedder.dimension();
+        let mut stored = 0usize;
+        loop {
+            let room = max.map_or(EMBED_BATCH, |m| m.saturating_sub(stored).min(EMBED_BATCH));
+            if room == 0 || self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            let tasks = self
+                .vectors
+                .missing_vectors(&model, scopes, room)
+                .await
+                .map_err(PassError::Index)?;
+            if tasks.is_empty() {
+                self.succeeded(scopes);
+                break;
+            }
+            let texts: Vec<String> = tasks.iter().map(|t| t.text.clone()).collect();
+            let vectors = match self.embedder.embed(&texts).await {
+                Ok(v) if v.len() == tasks.len() && v.iter().all(|x| x.len() == dimension) => v,
+                Ok(v) => {
+                    let e = format!(
+                        "the embedder answered {} vectors for {} texts, or a vector not of dimension {dimension}",
+                        v.len(),
+                        tasks.len()
+                    );
+                    self.record_failure(tasks.into_iter().map(|t| t.scope), e.clone());
+                    return Err(PassError::Embedder(e));
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    self.record_failure(tasks.into_iter().map(|t| t.scope), e.clone());
+                    return Err(PassError::Embedder(e));
+                }
+            };
+            let n = self
+                .vectors
+                .put_vectors(&model, &tasks, &vectors)
+                .await
+                .map_err(PassError::Index)?;
+            stored += n;
+            if n == 0 {
+                // Everything listed changed meanwhile: it is listed again next time.
+                break;
+            }
+            if tasks.len() < room {
+                self.succeeded(scopes);
+                break;
+            }
+        }
+        Ok(stored)
+    }
+
+    /// A pass over `scopes` (all when `None`) found nothing left to embed: they are no longer
+    /// pending, and an empty pending list clears the last error.
+    fn succeeded(&self, scopes: Option<&[Scope]>) {
+        let mut state = self.lock();
+        match scopes {
+            None => state.pending.clear(),
+            Some(list) => {
+                for s in list {
+                    state.pending.remove(s);
+                }
+            }
+        }
+        if state.pending.is_empty() && state.last_error.take().is_some() {
+            tracing::info!(model = %self.embedder.model_id(), "embedding works again");
+        }
+    }
+
+    async fn bm25(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        let mut q = query.clone();
+        q.mode = Some(SearchMode::Bm25);
+        self.index.search(&q).await
+    }
+
+    /// The ranking by meaning, or `None` when the embedder failed (the caller answers BM25).
+    async fn by_meaning(
+        &self,
+        query: &SearchQuery,
+        limit: usize,
+    ) -> Result<Option<Vec<(Fact, f32)>>, RetrievalError> {
+        match self
+            .embed_missing(Some(&query.scopes), Some(INLINE_EMBED))
+            .await
+        {
+            Ok(_) => {}
+            Err(PassError::Embedder(_)) => return Ok(None),
+            Err(PassError::Index(e)) => return Err(e),
+        }
+        let query_vector = match self.embedder.embed(std::slice::from_ref(&query.text)).await {
+            Ok(mut v) if v.len() == 1 => v.swap_remove(0),
+            Ok(v) => {
+                let e = format!("the embedder answered {} vectors for 1 query", v.len());
+                self.record_failure(query.scopes.iter().cloned(), e);
+                return Ok(None);
+            }
+            Err(e) => {
+                self.record_failure(query.scopes.iter().cloned(), e.to_string());
+                return Ok(None);
+            }
+        };
+        let stored = self
+            .vectors
+            .scope_vectors(&query.scopes, self.embedder.model_id())
+            .await?;
+        let candidates: Vec<(Fact, Vec<f32>)> = stored
+            .into_iter()
+            .filter(|(fact, v)| {
+                v.len() == query_vector.len()
+                    && query
+                        .category
+                        .as_deref()
+                        .is_none_or(|c| fact.category_or_default() == c)
+            })
+            .collect();
+        Ok(Some(
+            nearest(&query_vector, &candidates, limit)
+                .into_iter()
+                .map(|(fact, score)| (fact.clone(), score))
+                .collect(),
+        ))
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        let mode = query.mode.unwrap_or(self.default_mode);
+        if query.is_trivially_empty() || !mode.uses_vectors() {
+            return self.bm25(query).await;
+        }
+        let top_k = query.top_k;
+        if mode == SearchMode::Vector {
+            return match self.by_meaning(query, top_k).await? {
+                Some(list) => Ok(list
+                    .into_iter()
+                    .map(|(fact, score)| SearchHit {
+                        fact,
+                        score: f64::from(score),
+                        match_type: MatchType::Vector,
+                        bm25: None,
+                    })
+                    .collect()),
+                None => self.bm25(query).await,
+            };
+        }
+        let wide = top_k.max(HYBRID_CANDIDATES);
+        let Some(semantic) = self.by_meaning(query, wide).await? else {
+            return self.bm25(query).await;
+        };
+        let mut lexical_query = query.clone();
+        lexical_query.top_k = wide;
+        let lexical = self.bm25(&lexical_query).await?;
+        Ok(fuse(lexical, semantic, top_k))
+    }
+
+    /// One worker pass over everything; `true` when it failed on the embedder.
+    async fn pass(&self) -> bool {
+        match self.embed_missing(None, None).await {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::debug!(stored = n, model = %self.embedder.model_id(), "vectors stored");
+                }
+                false
+            }
+            Err(PassError::Embedder(_)) => true,
+            Err(PassError::Index(e)) => {
+                tracing::warn!(error = %e, "the embedding worker cannot read the index; it tries again on the next write");
+                false
+            }
+        }
+    }
+}
+
+/// Fuses the BM25 hits and the vector list by reciprocal rank fusion, cut to `top_k`.
+fn fuse(lexical: Vec<SearchHit>, semantic: Vec<(Fact, f32)>, top_k: usize) -> Vec<SearchHit> {
+    type Key = (FactScope, String);
+    let key = |f: &Fact| -> Key { (f.scope.clone(), f.id.as_str().to_owned()) };
+    let lexical_keys: Vec<Key> = lexical.iter().map(|h| key(&h.fact)).collect();
+    let semantic_keys: Vec<Key> = semantic.iter().map(|(f, _)| key(f)).collect();
+    let mut by_lexical: HashMap<Key, SearchHit> =
+        lexical_keys.iter().cloned().zip(lexical).collect();
+    let mut by_semantic: HashMap<Key, Fact> = semantic_keys
+        .iter()
+        .cloned()
+        .zip(semantic.into_iter().map(|(f, _)| f))
+        .collect();
+    reciprocal_rank_fusion(&[&lexical_keys, &semantic_keys])
+        .into_iter()
+        .take(top_k)
+        .filter_map(|(k, score)| {
+            let from_meaning = by_semantic.remove(&k);
+            match (by_lexical.remove(&k), from_meaning) {
+                (Some(hit), Some(_)) => Some(SearchHit {
+                    score,
+                    match_type: MatchType::Hybrid,
+                    ..hit
+                }),
+                (Some(hit), None) => Some(SearchHit { score, ..hit }),
+                (None, Some(fact)) => Some(SearchHit {
+                    fact,
+                    score,
+                    match_type: MatchType::Vector,
+                    bm25: None,
+                }),
+                (None, None) => None,
+            }
+        })
+        .collect()
+}
+
+/// The embedding worker: a pass at start (backfill, model change), then one per wake-up (a
+/// write, a rebuild) or, after an embedder failure, per backoff period. Holds the shared state
+/// weakly, so dropping the retrieval ends it.
+async fn worker(shared: Weak<Shared>, wake: Arc<Notify>) {
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let (failed, streak) = {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            if shared.closed.load(Ordering::Acquire) {
+                return;
+            }
+            // A search or rebuild that succeeded meanwhile ended the failure streak.
+            let streak = shared.lock().last_error.is_some();
+            (shared.pass().await, streak)
+        };
+        backoff = match (failed, backoff) {
+            (false, _) => None,
+            (true, Some(b)) if streak => Some((b * 2).min(MAX_BACKOFF)),
+            (true, _) => Some(FIRST_BACKOFF),
+        };
+        match backoff {
+            Some(wait) => {
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
 
 /// A retrieval adapter with an embedder: lexical search from `index`, vectors in `vectors`
 /// (usually the same adapter), queries ranked by their mode or `default_mode`.
 #[derive(Debug)]
 pub struct HybridRetrieval {
-    index: Arc<dyn Retrieval>,
-    vectors: Arc<dyn VectorIndex>,
-    embedder: Arc<dyn Embedder>,
-    default_mode: SearchMode,
+    shared: Arc<Shared>,
+    wake: Arc<Notify>,
+    worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl HybridRetrieval {
-    /// Wraps `index`; vectors of `embedder`'s model are kept in `vectors`.
+    /// Wraps `index`; vectors of `embedder`'s model are kept in `vectors`. Inside a tokio
+    /// runtime the embedding worker starts at once and embeds whatever is missing (a new model
+    /// re-embeds everything); without one, documents are embedded at search and rebuild.
     pub fn new(
         index: Arc<dyn Retrieval>,
         vectors: Arc<dyn VectorIndex>,
         embedder: Arc<dyn Embedder>,
         default_mode: SearchMode,
     ) -> Self {
-        Self {
+        let shared = Arc::new(Shared {
             index,
             vectors,
             embedder,
             default_mode,
+            state: Mutex::new(EmbedState::default()),
+            closed: AtomicBool::new(false),
+        });
+        let wake = Arc::new(Notify::new());
+        let worker = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|h| h.spawn(worker(Arc::downgrade(&shared), Arc::clone(&wake))));
+        Self {
+            shared,
+            wake,
+            worker: Mutex::new(worker),
         }
     }
 
     /// The mode a query without one is ranked by.
     pub fn default_mode(&self) -> SearchMode {
-        self.default_mode
+        self.shared.default_mode
     }
 
     /// The embedder.
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
-        &self.embedder
+        &self.shared.embedder
     }
 
     /// The vector store.
     pub fn vectors(&self) -> &Arc<dyn VectorIndex> {
-        &self.vectors
+        &self.shared.vectors
+    }
+
+    /// Whether a background worker embeds behind the writes (a runtime was present at `new`).
+    pub fn has_worker(&self) -> bool {
+        self.worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Embeds everything missing now, on the caller's task (what the worker does in the
+    /// background); returns how many vectors were stored.
+    ///
+    /// # Errors
+    /// The embedder's failure (also recorded for the stats), or the index's.
+    pub async fn embed_pending(&self) -> Result<usize, RetrievalError> {
+        self.shared
+            .embed_missing(None, None)
+            .await
+            .map_err(|e| match e {
+                PassError::Index(e) => e,
+                PassError::Embedder(e) => RetrievalError::Unavailable(format!("embedder: {e}")),
+            })
+    }
+
+    /// The embedding coverage the stats report.
+    async fn coverage(&self) -> Result<VectorCoverage, RetrievalError> {
+        let model = self.shared.embedder.model_id();
+        let (embedded, total) = self.shared.vectors.vector_coverage(model).await?;
+        let state = self.shared.lock();
+        Ok(VectorCoverage {
+            model_id: model.to_owned(),
+            dimension: self.shared.embedder.dimension(),
+            embedded,
+            total,
+            pending_scopes: state.pending.iter().map(scope_label).collect(),
+            last_error: state.last_error.clone(),
+        })
+    }
+}
+
+impl Drop for HybridRetrieval {
+    fn drop(&mut self) {
+        if let Some(h) = self
+            .worker
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            h.abort();
+        }
     }
 }
 
 #[async_trait]
 impl Retrieval for HybridRetrieval {
     fn kind(&self) -> &'static str {
-        self.index.kind()
+        self.shared.index.kind()
     }
 
     async fn upsert(&self, scope: &Scope, fact: &Fact) -> Result<(), RetrievalError> {
-        self.index.upsert(scope, fact).await
+        self.shared.index.upsert(scope, fact).await?;
+        self.wake.notify_one();
+        Ok(())
     }
 
     async fn remove(&self, scope: &Scope, id: &str) -> Result<(), RetrievalError> {
-        self.index.remove(scope, id).await
+        self.shared.index.remove(scope, id).await
     }
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
-        self.index.search(query).await
+        self.shared.search(query).await
     }
 
     async fn clear(&self, scopes: Option<&[Scope]>) -> Result<(), RetrievalError> {
-        self.index.clear(scopes).await
+        self.shared.index.clear(scopes).await?;
+        // Nothing of a cleared scope waits for embedding any more.
+        self.shared.succeeded(scopes);
+        Ok(())
     }
 
     async fn rebuild(
@@ -79,22 +496,93 @@ impl Retrieval for HybridRetrieval {
         scopes: Option<&[Scope]>,
         facts: &[(Scope, Fact)],
     ) -> Result<usize, RetrievalError> {
-        self.index.rebuild(scopes, facts).await
+        let n = self.shared.index.rebuild(scopes, facts).await?;
+        // Best effort: an embedder failure is recorded for the stats, the rebuild stands.
+        if let Err(e) = self.shared.embed_missing(scopes, None).await {
+            tracing::warn!(error = %e, "the rebuilt documents could not all be embedded; they are embedded again later");
+        }
+        Ok(n)
     }
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
-        self.index.stats().await
+        let mut stats = self.shared.index.stats().await?;
+        match self.coverage().await {
+            Ok(c) => stats.vectors = Some(c),
+            Err(e) => tracing::warn!(error = %e, "embedding coverage unavailable"),
+        }
+        Ok(stats)
     }
 
     async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
-        self.index.inventory().await
+        self.shared.index.inventory().await
     }
 
     async fn close(&self) {
-        self.index.close().await;
+        self.shared.closed.store(true, Ordering::Release);
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(h) = worker {
+            // A pass stops between batches; one in an embedder call is cut short (its
+            // documents stay missing and are embedded after the next start).
+            h.abort();
+            let _ = h.await;
+        }
+        self.shared.index.close().await;
     }
 
     fn take_stale_scopes(&self) -> Vec<Scope> {
-        self.index.take_stale_scopes()
+        self.shared.index.take_stale_scopes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn fact(id: &str) -> Fact {
+        let s = deermem_testkit::retrieval::scope(Some("alice"), "coder");
+        deermem_testkit::retrieval::fact(&s, id, &format!("fact {id}"), "context", 0.5)
+    }
+
+    fn hit(id: &str, match_type: MatchType) -> SearchHit {
+        SearchHit {
+            fact: fact(id),
+            score: 1.0,
+            match_type,
+            bm25: Some(2.0),
+        }
+    }
+
+    /// A fact both lists found is `hybrid`, one only BM25 found keeps `fts5`/`cjk` and its
+    /// BM25, one only the vectors found is `vector`; the order is the fusion's.
+    #[test]
+    fn fusion_sets_the_match_type_by_the_lists_that_found_a_fact() {
+        let lexical = vec![hit("a", MatchType::Fts5), hit("b", MatchType::Cjk)];
+        let semantic = vec![(fact("b"), 0.9), (fact("c"), 0.8)];
+        let fused = fuse(lexical, semantic, 10);
+        let got: Vec<(&str, MatchType)> = fused
+            .iter()
+            .map(|h| (h.fact.id.as_str(), h.match_type))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("b", MatchType::Hybrid),
+                ("a", MatchType::Fts5),
+                ("c", MatchType::Vector)
+            ]
+        );
+        assert!((fused[0].score - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-12);
+        assert_eq!(fused[1].bm25, Some(2.0));
+        assert_eq!(fused[2].bm25, None);
+        assert_eq!(
+            fuse(vec![hit("a", MatchType::Fts5)], vec![(fact("c"), 0.1)], 1).len(),
+            1
+        );
     }
 }

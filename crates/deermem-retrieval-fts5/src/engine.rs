@@ -15,6 +15,13 @@
 //!   first scope that needs it. BM25's IDF is
 //!   computed by FTS5 over the whole table on every query, a scan of every posting of every
 //!   query term; sharding keeps that scan (and the term statistics) to a few tenants.
+//! - `docs.digest`: the SHA-256 of the fact's content, the text its vector is made from.
+//! - `vectors(scope_user, scope_agent, fact_id, model_id, digest, dim, vec)`: at most one
+//!   embedding per document (the `VectorIndex` port), keyed like the scopes by the stored user
+//!   and agent texts so it survives a rebuild that re-inserts the same text; `vec` is `dim`
+//!   little-endian `f32`s. A vector is current when its model id is the embedder's and its
+//!   digest the document's; anything else (another model, a changed text, a blob of the wrong
+//!   length or with a non-finite number) counts as missing.
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,7 +34,7 @@ use crate::cjk;
 use crate::score;
 
 /// The schema version recorded in `meta`; a file with another version is rebuilt from empty.
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 
 /// Largest scope key: keys above it would make rowids negative.
 const MAX_SCOPE_KEY: i64 = (1 << 31) - 1;
@@ -96,11 +103,23 @@ CREATE TABLE IF NOT EXISTS docs(
     created_us INTEGER,
     confidence REAL NOT NULL,
     fact_json TEXT NOT NULL,
+    digest BLOB NOT NULL,
     UNIQUE(scope_key, fact_id)
 );
+CREATE TABLE IF NOT EXISTS vectors(
+    scope_user TEXT NOT NULL,
+    scope_agent TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    dim INTEGER NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY(scope_user, scope_agent, fact_id)
+) WITHOUT ROWID;
 ";
 
 const DROP_SQL: &str = "
+DROP TABLE IF EXISTS vectors;
 DROP TABLE IF EXISTS docs;
 DROP TABLE IF EXISTS scopes;
 DROP TABLE IF EXISTS meta;
@@ -184,7 +203,7 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
     )?;
     let has_any: bool = conn.query_row(
         "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND \
-         (name IN ('docs','scopes','meta') OR name GLOB 'fts_[0-9]*' OR name = 'fts'))",
+         (name IN ('docs','scopes','meta','vectors') OR name GLOB 'fts_[0-9]*' OR name = 'fts'))",
         [],
         |r| r.get(0),
     )?;
@@ -213,7 +232,8 @@ pub(crate) fn init_schema(conn: &Connection) -> rusqlite::Result<bool> {
     }
     // Touch every table so that a damaged file fails here, at open, rather than later.
     conn.query_row(
-        "SELECT (SELECT count(*) FROM scopes) + (SELECT count(*) FROM meta)",
+        "SELECT (SELECT count(*) FROM scopes) + (SELECT count(*) FROM meta) \
+         + (SELECT count(*) FROM vectors)",
         [],
         |r| r.get::<_, i64>(0),
     )?;
@@ -270,6 +290,32 @@ pub(crate) struct Row {
     pub(crate) body: String,
     /// The `cjk` column.
     pub(crate) grams: String,
+    /// [`text_digest`] of the content.
+    pub(crate) digest: [u8; 32],
+}
+
+/// The SHA-256 of a text a vector is made from.
+pub(crate) fn text_digest(text: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+/// A vector as stored: `dim` little-endian `f32`s.
+pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A stored vector, or `None` when the blob is not `dim` finite `f32`s.
+pub(crate) fn decode_vector(blob: &[u8], dim: i64) -> Option<Vec<f32>> {
+    let dim = usize::try_from(dim).ok().filter(|d| *d > 0)?;
+    if blob.len() != dim.checked_mul(4)? {
+        return None;
+    }
+    let v: Vec<f32> = blob
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    v.iter().all(|x| x.is_finite()).then_some(v)
 }
 
 /// Encodes a fact for indexing under `scope`.
@@ -290,6 +336,7 @@ pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalErr
         fact_json,
         body,
         grams,
+        digest: text_digest(&fact.content),
     })
 }
 
@@ -477,8 +524,8 @@ impl<'c> Writer<'c> {
         let id = (key << 32) | seq;
         self.tx
             .prepare_cached(
-                "INSERT INTO docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)
-                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO docs(id, scope_key, fact_id, category, created_us, confidence, \
+                 fact_json, digest) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 id,
@@ -487,7 +534,8 @@ impl<'c> Writer<'c> {
                 row.category,
                 row.created_us,
                 row.confidence,
-                row.fact_json
+                row.fact_json,
+                &row.digest[..]
             ])?;
         self.tx
             .prepare_cached(&format!(
@@ -514,11 +562,27 @@ impl<'c> Writer<'c> {
         if let Some(old) = old {
             self.delete_doc(old)?;
         }
+        self.tx
+            .prepare_cached(
+                "DELETE FROM vectors WHERE scope_user=?1 AND scope_agent=?2 AND fact_id=?3",
+            )?
+            .execute(params![scope.user, scope.agent, fact_id])?;
         Ok(())
     }
 
-    /// Deletes every document of one scope and forgets the scope.
-    pub(crate) fn clear_scope(&mut self, scope: &ScopeKeyText) -> Result<(), WriteError> {
+    /// Deletes every document of one scope and forgets the scope; its vectors too unless
+    /// `keep_vectors` (a rebuild, which drops the orphans at the end with
+    /// [`Writer::drop_orphan_vectors`]).
+    pub(crate) fn clear_scope(
+        &mut self,
+        scope: &ScopeKeyText,
+        keep_vectors: bool,
+    ) -> Result<(), WriteError> {
+        if !keep_vectors {
+            self.tx
+                .prepare_cached("DELETE FROM vectors WHERE scope_user=?1 AND scope_agent=?2")?
+                .execute(params![scope.user, scope.agent])?;
+        }
         let Some(key) = self.scope_entry(scope, false)? else {
             self.fresh.insert(scope.clone());
             return Ok(());
@@ -540,9 +604,13 @@ impl<'c> Writer<'c> {
         Ok(())
     }
 
-    /// Deletes every document of every scope.
-    pub(crate) fn clear_all(&mut self) -> Result<(), WriteError> {
+    /// Deletes every document of every scope; every vector too unless `keep_vectors` (see
+    /// [`Writer::clear_scope`]).
+    pub(crate) fn clear_all(&mut self, keep_vectors: bool) -> Result<(), WriteError> {
         let mut sql = String::from("DELETE FROM docs; DELETE FROM scopes;");
+        if !keep_vectors {
+            sql.push_str("DELETE FROM vectors;");
+        }
         for i in existing_shards(&self.tx)? {
             sql.push_str(&format!(
                 "INSERT INTO fts_{i}(fts_{i}) VALUES('delete-all');"
@@ -552,6 +620,77 @@ impl<'c> Writer<'c> {
         self.scopes.clear();
         self.all_fresh = true;
         self.written.clear();
+        Ok(())
+    }
+
+    /// Deletes the vectors of `scopes` (every scope when `None`) whose document is gone.
+    pub(crate) fn drop_orphan_vectors(
+        &mut self,
+        scopes: Option<&[ScopeKeyText]>,
+    ) -> Result<(), WriteError> {
+        const ORPHAN: &str = "NOT EXISTS(SELECT 1 FROM scopes s JOIN docs d \
+             ON d.scope_key = s.scope_key WHERE s.scope_user = vectors.scope_user \
+             AND s.scope_agent = vectors.scope_agent AND d.fact_id = vectors.fact_id)";
+        match scopes {
+            None => {
+                self.tx
+                    .execute(&format!("DELETE FROM vectors WHERE {ORPHAN}"), [])?;
+            }
+            Some(list) => {
+                let mut stmt = self.tx.prepare_cached(&format!(
+                    "DELETE FROM vectors WHERE scope_user=?1 AND scope_agent=?2 AND {ORPHAN}"
+                ))?;
+                for s in list {
+                    stmt.execute(params![s.user, s.agent])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `vec` for the document `(scope, fact_id)` when it still holds the text of
+    /// `digest`; returns whether it was stored.
+    pub(crate) fn put_vector(
+        &mut self,
+        scope: &ScopeKeyText,
+        fact_id: &str,
+        model_id: &str,
+        digest: &[u8; 32],
+        vec: &[f32],
+    ) -> Result<bool, WriteError> {
+        let dim =
+            i64::try_from(vec.len()).map_err(|_| WriteError::Limit("vector too long".into()))?;
+        let n = self
+            .tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO vectors(scope_user, scope_agent, fact_id, model_id, \
+                 digest, dim, vec) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS(SELECT 1 \
+                 FROM scopes s JOIN docs d ON d.scope_key = s.scope_key WHERE \
+                 s.scope_user = ?1 AND s.scope_agent = ?2 AND d.fact_id = ?3 AND d.digest = ?5)",
+            )?
+            .execute(params![
+                scope.user,
+                scope.agent,
+                fact_id,
+                model_id,
+                &digest[..],
+                dim,
+                encode_vector(vec)
+            ])?;
+        Ok(n > 0)
+    }
+
+    /// Deletes the vector of one document.
+    pub(crate) fn drop_vector(
+        &mut self,
+        scope: &ScopeKeyText,
+        fact_id: &str,
+    ) -> Result<(), WriteError> {
+        self.tx
+            .prepare_cached(
+                "DELETE FROM vectors WHERE scope_user=?1 AND scope_agent=?2 AND fact_id=?3",
+            )?
+            .execute(params![scope.user, scope.agent, fact_id])?;
         Ok(())
     }
 
@@ -703,4 +842,84 @@ pub(crate) fn count_docs(conn: &Connection) -> rusqlite::Result<u64> {
         .prepare_cached("SELECT count(*) FROM docs")?
         .query_row([], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// The condition on `v` (vectors) and `d` (docs) for a current vector of model `?1`.
+const CURRENT: &str = "v.model_id = ?1 AND v.digest = d.digest AND length(v.vec) = v.dim * 4";
+
+/// One document without a current vector: scope user and agent texts, fact id, content.
+pub(crate) type MissingRow = (String, String, String, String);
+
+/// Up to `limit` documents (of the scope key, or of the whole index) without a current vector
+/// of `model_id`, in document order.
+pub(crate) fn missing_vectors(
+    conn: &Connection,
+    model_id: &str,
+    scope_key: Option<i64>,
+    limit: usize,
+) -> rusqlite::Result<Vec<MissingRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = format!(
+        "SELECT s.scope_user, s.scope_agent, d.fact_id, \
+         coalesce(json_extract(d.fact_json, '$.content'), '') \
+         FROM docs d JOIN scopes s ON s.scope_key = d.scope_key \
+         LEFT JOIN vectors v ON v.scope_user = s.scope_user AND v.scope_agent = s.scope_agent \
+         AND v.fact_id = d.fact_id \
+         WHERE NOT coalesce({CURRENT}, 0) {scope} ORDER BY d.id LIMIT ?2",
+        scope = if scope_key.is_some() {
+            "AND d.id BETWEEN ?3 AND ?4"
+        } else {
+            ""
+        }
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let map = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?));
+    match scope_key {
+        Some(key) => {
+            let (lo, hi) = scope_range(key);
+            stmt.query_map(params![model_id, limit, lo, hi], map)?
+                .collect()
+        }
+        None => stmt.query_map(params![model_id, limit], map)?.collect(),
+    }
+}
+
+/// One document of a scope with a vector of the model: doc id, fact id, fact JSON, dim, blob.
+pub(crate) type VectorRow = (i64, String, String, i64, Vec<u8>);
+
+/// The documents of one scope with a current vector of `model_id`.
+pub(crate) fn scope_vectors(
+    conn: &Connection,
+    scope_key: i64,
+    model_id: &str,
+) -> rusqlite::Result<Vec<VectorRow>> {
+    let (lo, hi) = scope_range(scope_key);
+    let sql = format!(
+        "SELECT d.id, d.fact_id, d.fact_json, v.dim, v.vec \
+         FROM docs d JOIN scopes s ON s.scope_key = d.scope_key \
+         JOIN vectors v ON v.scope_user = s.scope_user AND v.scope_agent = s.scope_agent \
+         AND v.fact_id = d.fact_id \
+         WHERE d.id BETWEEN ?2 AND ?3 AND {CURRENT} ORDER BY d.id"
+    );
+    conn.prepare_cached(&sql)?
+        .query_map(params![model_id, lo, hi], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect()
+}
+
+/// `(documents with a current vector of model_id, documents)`.
+pub(crate) fn vector_coverage(conn: &Connection, model_id: &str) -> rusqlite::Result<(u64, u64)> {
+    let sql = format!(
+        "SELECT count(v.fact_id), count(*) FROM docs d JOIN scopes s ON s.scope_key = d.scope_key \
+         LEFT JOIN vectors v ON v.scope_user = s.scope_user AND v.scope_agent = s.scope_agent \
+         AND v.fact_id = d.fact_id AND {CURRENT}"
+    );
+    let (with, all): (i64, i64) = conn
+        .prepare_cached(&sql)?
+        .query_row(params![model_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok((
+        u64::try_from(with).unwrap_or(0),
+        u64::try_from(all).unwrap_or(0),
+    ))
 }

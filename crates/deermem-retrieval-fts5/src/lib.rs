@@ -1,6 +1,8 @@
 //! DeerMem retrieval adapter: a derived SQLite FTS5/BM25 index with CJK n-gram search.
 //!
-//! [`Fts5Retrieval`] implements [`deermem_core::ports::Retrieval`] over a SQLite database
+//! [`Fts5Retrieval`] implements [`deermem_core::ports::Retrieval`] (and
+//! [`deermem_core::ports::VectorIndex`]: embeddings in a `vectors` table of the same file, see
+//! the schema in `engine`) over a SQLite database
 //! (rusqlite with the bundled SQLite, so FTS5 is always there), either on disk at
 //! `{root}/.retrieval/deermem-fts5-v1.sqlite3` or in memory.
 //!
@@ -46,7 +48,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
 };
@@ -635,10 +637,10 @@ impl Inner {
         self.with_writer(|conn| {
             let mut w = Writer::begin(conn)?;
             match scopes {
-                None => w.clear_all()?,
+                None => w.clear_all(false)?,
                 Some(list) => {
                     for s in list {
-                        w.clear_scope(s)?;
+                        w.clear_scope(s, false)?;
                     }
                 }
             }
@@ -656,11 +658,13 @@ impl Inner {
         }
         self.with_writer(|conn| {
             let mut w = Writer::begin(conn)?;
+            // Vectors are kept while the scope is refilled: those whose document comes back
+            // with the same text stay current, the others are dropped below.
             match scopes {
-                None => w.clear_all()?,
+                None => w.clear_all(true)?,
                 Some(list) => {
                     for s in list {
-                        w.clear_scope(s)?;
+                        w.clear_scope(s, true)?;
                     }
                 }
             }
@@ -682,6 +686,7 @@ impl Inner {
                     w.upsert(row)?;
                 }
             }
+            w.drop_orphan_vectors(scopes)?;
             // SQLite's automatic checkpoint copies the WAL back at commit; the next write trims
             // the WAL file to `journal_size_limit`.
             w.finish()?;
@@ -827,6 +832,135 @@ impl Inner {
         Ok(out)
     }
 
+    fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[ScopeKeyText]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError> {
+        self.ensure_open()?;
+        self.settle();
+        let rows = self.with_reader(|conn| {
+            let _snapshot = ReadTx::begin(conn)?;
+            match scopes {
+                None => engine::missing_vectors(conn, model_id, None, limit),
+                Some(list) => {
+                    let mut out = Vec::new();
+                    let mut seen = std::collections::HashSet::new();
+                    for s in list {
+                        if out.len() >= limit || !seen.insert(s) {
+                            continue;
+                        }
+                        if let Some(key) = engine::scope_key(conn, s)? {
+                            out.extend(engine::missing_vectors(
+                                conn,
+                                model_id,
+                                Some(key),
+                                limit - out.len(),
+                            )?);
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+        })?;
+        let mut tasks = Vec::with_capacity(rows.len());
+        for (user, agent, fact_id, text) in rows {
+            match engine::decode_scope(&user, &agent) {
+                Ok(scope) => tasks.push(EmbedTask {
+                    scope,
+                    fact_id,
+                    text,
+                }),
+                Err(e) => tracing::warn!(user = %user, agent = %agent, error = %e,
+                    "skipping an index row with an unreadable scope"),
+            }
+        }
+        Ok(tasks)
+    }
+
+    fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[(ScopeKeyText, String, [u8; 32])],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError> {
+        self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            let mut stored = 0;
+            for ((scope, fact_id, digest), vec) in tasks.iter().zip(vectors) {
+                stored += usize::from(w.put_vector(scope, fact_id, model_id, digest, vec)?);
+            }
+            w.finish()?;
+            Ok(stored)
+        })
+    }
+
+    fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        self.ensure_open()?;
+        self.settle();
+        let mut unique: Vec<&Scope> = Vec::with_capacity(scopes.len());
+        for s in scopes {
+            if s.agent.is_some() && !unique.contains(&s) {
+                unique.push(s);
+            }
+        }
+        let now = self.clock.now();
+        let per_scope = self.with_reader(|conn| {
+            let _snapshot = ReadTx::begin(conn)?;
+            let mut out = Vec::with_capacity(unique.len());
+            for s in &unique {
+                let rows = match engine::scope_key(conn, &ScopeKeyText::of(s))? {
+                    Some(key) => engine::scope_vectors(conn, key, model_id)?,
+                    None => Vec::new(),
+                };
+                out.push(rows);
+            }
+            Ok(out)
+        })?;
+        let mut found = Vec::new();
+        let mut damaged = Vec::new();
+        for (scope, rows) in unique.iter().zip(per_scope) {
+            let fact_scope = scope.to_fact_scope();
+            for (id, fact_id, json, dim, blob) in rows {
+                let Some(vec) = engine::decode_vector(&blob, dim) else {
+                    tracing::warn!(fact_id = %fact_id, "a stored vector does not decode; it is embedded again");
+                    damaged.push((ScopeKeyText::of(scope), fact_id));
+                    continue;
+                };
+                match self.decode_cached(id, &fact_id, json, &fact_scope, now) {
+                    Ok(fact) => found.push((fact, vec)),
+                    Err(msg) => tracing::warn!(doc = id, fact_id = %fact_id, error = %msg,
+                        "skipping an index row that does not decode"),
+                }
+            }
+        }
+        if !damaged.is_empty() {
+            // Deleted, so the document is listed as missing and embedded again.
+            let cleared = self.with_writer(|conn| {
+                let mut w = Writer::begin(conn)?;
+                for (scope, fact_id) in &damaged {
+                    w.drop_vector(scope, fact_id)?;
+                }
+                w.finish()
+            });
+            if let Err(e) = cleared {
+                tracing::warn!(error = %e, "damaged vectors could not be deleted");
+            }
+        }
+        Ok(found)
+    }
+
+    fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
+        self.ensure_open()?;
+        self.settle();
+        self.with_reader(|conn| engine::vector_coverage(conn, model_id))
+    }
+
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
         self.ensure_open()?;
         self.settle();
@@ -960,6 +1094,87 @@ impl Retrieval for Fts5Retrieval {
         } else {
             inner.close_connections();
         }
+    }
+}
+
+#[async_trait]
+impl VectorIndex for Fts5Retrieval {
+    async fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[Scope]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let model_id = model_id.to_owned();
+        let keys: Option<Vec<ScopeKeyText>> = scopes.map(|s| {
+            s.iter()
+                .filter(|s| s.agent.is_some())
+                .map(ScopeKeyText::of)
+                .collect()
+        });
+        self.blocking(move |inner| inner.missing_vectors(&model_id, keys.as_deref(), limit))
+            .await
+    }
+
+    async fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[EmbedTask],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError> {
+        if tasks.len() != vectors.len() {
+            return Err(RetrievalError::InvalidInput(format!(
+                "{} vectors for {} documents",
+                vectors.len(),
+                tasks.len()
+            )));
+        }
+        if let Some(i) = vectors
+            .iter()
+            .position(|v| v.is_empty() || v.iter().any(|x| !x.is_finite()))
+        {
+            return Err(RetrievalError::InvalidInput(format!(
+                "vector {i} is empty or has a component that is not a finite number"
+            )));
+        }
+        if tasks.is_empty() {
+            self.inner.ensure_open()?;
+            return Ok(0);
+        }
+        let keyed: Vec<(ScopeKeyText, String, [u8; 32])> = tasks
+            .iter()
+            .map(|t| {
+                (
+                    ScopeKeyText::of(&t.scope),
+                    t.fact_id.clone(),
+                    engine::text_digest(&t.text),
+                )
+            })
+            .collect();
+        let model_id = model_id.to_owned();
+        let vectors = vectors.to_vec();
+        self.blocking(move |inner| inner.put_vectors(&model_id, &keyed, &vectors))
+            .await
+    }
+
+    async fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        let scopes = scopes.to_vec();
+        let model_id = model_id.to_owned();
+        self.blocking(move |inner| inner.scope_vectors(&scopes, &model_id))
+            .await
+    }
+
+    async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
+        let model_id = model_id.to_owned();
+        self.blocking(move |inner| inner.vector_coverage(&model_id))
+            .await
     }
 }
 

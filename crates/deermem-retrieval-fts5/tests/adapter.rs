@@ -529,6 +529,117 @@ mod robustness {
         assert_eq!(y, 7);
     }
 
+    /// A version-1 file (before vectors) is migrated the adapter's way: emptied and recreated
+    /// at version 2 with the `vectors` table, and the storage refills it by a rebuild.
+    #[test]
+    fn a_version_1_index_is_recreated_with_the_vectors_table() {
+        use deermem_core::ports::VectorIndex;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        {
+            let conn = rusqlite_conn(&file);
+            conn.execute_batch(
+                "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+                 INSERT INTO meta VALUES('schema_version', '1');
+                 CREATE TABLE scopes(scope_key INTEGER PRIMARY KEY, scope_user TEXT NOT NULL,
+                    scope_agent TEXT NOT NULL, next_seq INTEGER NOT NULL);
+                 CREATE TABLE docs(id INTEGER PRIMARY KEY, scope_key INTEGER NOT NULL,
+                    fact_id TEXT NOT NULL, category TEXT NOT NULL, created_us INTEGER,
+                    confidence REAL NOT NULL, fact_json TEXT NOT NULL);
+                 INSERT INTO scopes VALUES(1, '\"alice\"', '\"coder\"', 2);
+                 INSERT INTO docs VALUES(4294967297, 1, 'old', 'context', NULL, 0.5, '{}');",
+            )
+            .expect("version 1 schema");
+        }
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            assert_eq!(index.stats().await.expect("stats").total_docs, 0);
+            assert_works(&index).await;
+            assert_eq!(index.vector_coverage("m").await.expect("coverage"), (0, 1));
+            index.close().await;
+        });
+        let conn = rusqlite_conn(&file);
+        let v: String = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key='schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("version");
+        assert_eq!(v, "2");
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM vectors", [], |r| r.get(0))
+            .expect("vectors table");
+        assert_eq!(n, 0);
+    }
+
+    /// A stored vector whose blob is damaged (wrong length, a NaN, a wrong dimension) is never
+    /// an error: it is not returned, the document is listed as missing again, and a new vector
+    /// replaces it.
+    #[test]
+    fn damaged_vector_blobs_count_as_missing() {
+        use deermem_core::ports::VectorIndex;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            for id in ["a", "b", "c"] {
+                index
+                    .upsert(&s, &fact(&s, id, &format!("text {id}"), "context", 0.5))
+                    .await
+                    .expect("upsert");
+            }
+            let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
+            let vectors = vec![vec![1.0, 0.0]; 3];
+            assert_eq!(
+                index.put_vectors("m", &tasks, &vectors).await.expect("put"),
+                3
+            );
+        });
+        {
+            let conn = rusqlite_conn(&file);
+            conn.execute_batch(
+                "UPDATE vectors SET vec = x'0000' WHERE fact_id = 'a';
+                 UPDATE vectors SET vec = x'0000C07F00000000' WHERE fact_id = 'b';
+                 UPDATE vectors SET dim = -1, vec = x'' WHERE fact_id = 'c';",
+            )
+            .expect("damage");
+        }
+        run(async {
+            let got = index
+                .scope_vectors(std::slice::from_ref(&s), "m")
+                .await
+                .expect("scope vectors");
+            assert!(got.is_empty(), "{got:?}");
+            let mut missing: Vec<String> = index
+                .missing_vectors("m", None, 10)
+                .await
+                .expect("missing")
+                .into_iter()
+                .map(|t| t.fact_id)
+                .collect();
+            missing.sort();
+            assert_eq!(missing, vec!["a", "b", "c"]);
+            assert_eq!(index.vector_coverage("m").await.expect("coverage"), (0, 3));
+            let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
+            let vectors = vec![vec![0.0, 1.0]; 3];
+            assert_eq!(
+                index.put_vectors("m", &tasks, &vectors).await.expect("put"),
+                3
+            );
+            assert_eq!(
+                index
+                    .scope_vectors(std::slice::from_ref(&s), "m")
+                    .await
+                    .expect("scope vectors")
+                    .len(),
+                3
+            );
+        });
+    }
+
     fn rusqlite_conn(path: &std::path::Path) -> rusqlite::Connection {
         rusqlite::Connection::open(path).expect("open sqlite")
     }

@@ -89,9 +89,25 @@ pub fn open_retrieval(
     }
     #[cfg(feature = "retrieval-fts5")]
     {
-        Ok(Some(
-            Arc::new(RecoveringFts5::open(root, clock)) as Arc<dyn Retrieval>
-        ))
+        let embedder = open_embedder(cfg)?;
+        let index = Arc::new(RecoveringFts5::open(root, clock));
+        Ok(Some(match embedder {
+            None => index as Arc<dyn Retrieval>,
+            #[cfg(feature = "engine")]
+            Some(embedder) => Arc::new(deermem_engine::hybrid::HybridRetrieval::new(
+                Arc::clone(&index) as Arc<dyn Retrieval>,
+                index as Arc<dyn deermem_core::ports::VectorIndex>,
+                embedder,
+                cfg.default_search_mode(),
+            )) as Arc<dyn Retrieval>,
+            #[cfg(not(feature = "engine"))]
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "memory.backend_config.embedding.provider",
+                    "search by meaning needs the engine; rebuild with the Cargo feature `engine` of the `deermem` crate",
+                ));
+            }
+        }))
     }
     #[cfg(not(feature = "retrieval-fts5"))]
     {
@@ -100,6 +116,42 @@ pub fn open_retrieval(
             "memory.backend_config.retrieval_adapter",
             "'fts5' is not compiled into this build; rebuild with the Cargo feature `retrieval-fts5` of the `deermem` crate, or set retrieval_adapter: \"\"",
         ))
+    }
+}
+
+/// The embedder `backend_config.embedding` selects, or `None` for `provider: none`. The local
+/// model is loaded here (blocking: run at start-up), so a model directory with a missing or
+/// damaged file fails the start, naming the path.
+///
+/// # Errors
+/// A provider whose Cargo feature is off, an invalid `openai` setting, or a `local` model that
+/// cannot be loaded.
+pub fn open_embedder(
+    cfg: &DeerMemConfig,
+) -> Result<Option<Arc<dyn deermem_core::ports::Embedder>>, ConfigError> {
+    use deermem_core::config::EmbeddingProvider;
+    match cfg.embedding.provider {
+        EmbeddingProvider::None => Ok(None),
+        #[cfg(feature = "embed-openai")]
+        EmbeddingProvider::Openai => Ok(Some(Arc::new(
+            deermem_llm_openai::OpenAiEmbedder::from_config(&cfg.embedding)?,
+        ))),
+        #[cfg(not(feature = "embed-openai"))]
+        EmbeddingProvider::Openai => Err(ConfigError::new(
+            "memory.backend_config.embedding.provider",
+            "'openai' is not compiled into this build; rebuild with the Cargo feature `embed-openai` of the `deermem` crate, or set provider: none",
+        )),
+        #[cfg(feature = "embed-local")]
+        EmbeddingProvider::Local => deermem_embed_local::LocalEmbedder::from_config(&cfg.embedding)
+            .map(|e| Some(Arc::new(e) as Arc<dyn deermem_core::ports::Embedder>))
+            .map_err(|e| {
+                ConfigError::new("memory.backend_config.embedding.model_path", e.to_string())
+            }),
+        #[cfg(not(feature = "embed-local"))]
+        EmbeddingProvider::Local => Err(ConfigError::new(
+            "memory.backend_config.embedding.provider",
+            "'local' is not compiled into this build; rebuild with the Cargo feature `embed-local` of the `deermem` crate, or set provider: none",
+        )),
     }
 }
 
@@ -163,6 +215,7 @@ pub fn open_embedded(
         #[cfg(feature = "store-postgres")]
         StorageClass::Postgres => {
             let _ = (root, with_retrieval);
+            refuse_vectors_in_postgres(cfg)?;
             postgres::open(cfg, clock, env).map(|s| EmbeddedStorage::Postgres(Arc::new(s)))
         }
         #[cfg(not(feature = "store-postgres"))]
@@ -171,6 +224,22 @@ pub fn open_embedded(
             Err(EmbeddedError::NotCompiled)
         }
     }
+}
+
+/// An embedder with `storage_class: postgres` is refused at start: the vectors live beside the
+/// FTS5 index, which PostgreSQL storage does not use.
+///
+/// # Errors
+/// `embedding.provider` is not `none`.
+#[cfg(feature = "store-postgres")]
+fn refuse_vectors_in_postgres(cfg: &DeerMemConfig) -> Result<(), ConfigError> {
+    if cfg.embedding.provider == deermem_core::config::EmbeddingProvider::None {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "memory.backend_config.embedding.provider",
+        "vectors in PostgreSQL are not supported yet; set embedding.provider: none with storage_class: postgres, or use storage_class: file",
+    ))
 }
 
 impl EmbeddedStorage {

@@ -25,13 +25,18 @@ pub struct EmbedTask {
 /// # Contract
 /// - A vector belongs to one indexed document `(scope, fact id)` and is tagged with the model
 ///   id that made it and the text it was made from; it is current only while the document
-///   still holds that text and the model id matches. Removing, clearing or rebuilding
-///   documents removes (or makes stale) their vectors; nothing else does.
+///   still holds that text and the model id matches. Removing a document or clearing its
+///   scope deletes its vector; rebuilding a scope deletes the vectors of the documents the
+///   rebuild no longer holds and keeps those whose document has the same text again (a
+///   vector is a function of the text, so re-embedding it would give the same vector).
+/// - At most one vector is kept per document: storing one of another model replaces it.
 /// - `missing_vectors` lists documents without a current vector of the model, so a failed or
 ///   interrupted embedding is simply found again (nothing else records it).
 /// - `put_vectors` ignores a task whose document vanished or whose text changed since it was
 ///   listed (its newer text is listed again).
 /// - `scope_vectors` returns only documents of the given scopes with a current vector.
+/// - A stored vector that cannot be read back (a damaged row) is treated as missing, never
+///   as an error or a panic.
 #[async_trait]
 pub trait VectorIndex: Send + Sync + Debug {
     /// Up to `limit` documents (of `scopes`, or of the whole index) without a current vector

@@ -208,6 +208,7 @@ impl ScopedSearch for FileMemoryStorage {
                 status.db_bytes = s.db_bytes;
                 status.db_path = s.db_path;
                 status.last_error = s.last_error;
+                status.vectors = s.vectors;
             }
             Some(Err(e)) => status.last_error = Some(e.to_string()),
             None => {}

@@ -9,13 +9,16 @@
 //! substring scan, marks the scopes of failed writes dirty, reports the cause as the status's
 //! `last_error`, and a rebuild reports failure. Once the index opens, the manager's lazy
 //! per-scope rebuild (or an explicit rebuild) refills it from the canonical files.
+//!
+//! It is also the vector store ([`VectorIndex`]) of the hybrid search: the vectors live in the
+//! same file, so they are reached (and recover) the same way.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
 };
@@ -208,5 +211,44 @@ impl Retrieval for RecoveringFts5 {
         if let Some(index) = index {
             index.close().await;
         }
+    }
+}
+
+#[async_trait]
+impl VectorIndex for RecoveringFts5 {
+    async fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[Scope]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError> {
+        self.index()
+            .await?
+            .missing_vectors(model_id, scopes, limit)
+            .await
+    }
+
+    async fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[EmbedTask],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError> {
+        self.index()
+            .await?
+            .put_vectors(model_id, tasks, vectors)
+            .await
+    }
+
+    async fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        self.index().await?.scope_vectors(scopes, model_id).await
+    }
+
+    async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
+        self.index().await?.vector_coverage(model_id).await
     }
 }

@@ -1,0 +1,444 @@
+//! The `VectorIndex` port's contract suite: vectors kept beside a retrieval index, current only
+//! for their document's text and their model. [`vector_index_contract!`](crate::vector_index_contract)
+//! expands one `#[test]` per behaviour; an adapter runs it from its `tests/contract.rs` with a
+//! [`VectorIndexFixture`] over a fresh, empty index.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use deermem_core::ports::{EmbedTask, Retrieval, VectorIndex};
+use deermem_core::{RetrievalError, Scope};
+use serde_json::json;
+
+use crate::retrieval::{fact, fact_with, scope};
+
+/// The model id the suite stores vectors under.
+pub const MODEL: &str = "suite:model@3";
+/// Another model's id (a model change).
+pub const OTHER_MODEL: &str = "suite:other@3";
+
+/// An index under test, seen through both ports, plus whatever must outlive it.
+pub struct VectorIndexFixture {
+    /// The index as a retrieval adapter (documents are written through it).
+    pub index: Arc<dyn Retrieval>,
+    /// The same index as a vector store.
+    pub vectors: Arc<dyn VectorIndex>,
+    _guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl VectorIndexFixture {
+    /// A fixture over one adapter implementing both ports.
+    pub fn new<T: Retrieval + VectorIndex + 'static>(index: T) -> Self {
+        let index = Arc::new(index);
+        Self {
+            index: Arc::clone(&index) as Arc<dyn Retrieval>,
+            vectors: index as Arc<dyn VectorIndex>,
+            _guard: None,
+        }
+    }
+
+    /// A fixture that also keeps `guard` alive (a temporary directory...).
+    pub fn with_guard<T: Retrieval + VectorIndex + 'static>(
+        index: T,
+        guard: impl Any + Send + Sync,
+    ) -> Self {
+        let mut me = Self::new(index);
+        me._guard = Some(Box::new(guard));
+        me
+    }
+}
+
+impl fmt::Debug for VectorIndexFixture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VectorIndexFixture")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Expands one `#[test]` per vector-index behaviour; `$make` evaluates to a future of a
+/// [`VectorIndexFixture`] over a fresh, empty index.
+#[macro_export]
+macro_rules! vector_index_contract {
+    ($make:expr) => {
+        $crate::vector_index_contract!(@tests $make;
+            new_documents_are_missing_until_their_vectors_are_put,
+            a_changed_text_makes_the_vector_stale,
+            put_ignores_documents_that_vanished_or_changed,
+            another_model_is_missing_and_replaces_the_vector,
+            remove_and_clear_delete_vectors,
+            rebuild_keeps_unchanged_texts_and_drops_the_rest,
+            scopes_and_limits_are_respected,
+            mismatched_or_invalid_vectors_are_refused,
+        );
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::block_on(async {
+                    let fixture = $make.await;
+                    $crate::vector_index::$name(&fixture).await;
+                });
+            }
+        )*
+    };
+}
+
+/// A unit vector of 3 components pointing along `axis` (mod 3).
+fn axis(axis: usize) -> Vec<f32> {
+    let mut v = vec![0.0; 3];
+    v[axis % 3] = 1.0;
+    v
+}
+
+fn ids(tasks: &[EmbedTask]) -> Vec<String> {
+    let mut out: Vec<String> = tasks.iter().map(|t| t.fact_id.clone()).collect();
+    out.sort();
+    out
+}
+
+async fn put_all(f: &VectorIndexFixture, model: &str) -> usize {
+    let tasks = f
+        .vectors
+        .missing_vectors(model, None, 1000)
+        .await
+        .expect("missing");
+    let vectors: Vec<Vec<f32>> = (0..tasks.len()).map(axis).collect();
+    f.vectors
+        .put_vectors(model, &tasks, &vectors)
+        .await
+        .expect("put")
+}
+
+/// Documents written through the index are listed (with their text) until a vector of the
+/// model is stored; then they are covered and returned with their fact and vector.
+pub async fn new_documents_are_missing_until_their_vectors_are_put(f: &VectorIndexFixture) {
+    let s = scope(Some("alice"), "coder");
+    f.index
+        .upsert(&s, &fact(&s, "f1", "Prefers oolong tea", "preference", 0.9))
+        .await
+        .unwrap();
+    f.index
+        .upsert(&s, &fact(&s, "f2", "Lives in Lisbon", "context", 0.8))
+        .await
+        .unwrap();
+    let tasks = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(ids(&tasks), vec!["f1", "f2"]);
+    let t1 = tasks.iter().find(|t| t.fact_id == "f1").unwrap();
+    assert_eq!(t1.text, "Prefers oolong tea");
+    assert_eq!(t1.scope, s);
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 2));
+    assert!(
+        f.vectors
+            .scope_vectors(std::slice::from_ref(&s), MODEL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let vectors: Vec<Vec<f32>> = tasks
+        .iter()
+        .map(|t| axis(usize::from(t.fact_id == "f2")))
+        .collect();
+    assert_eq!(
+        f.vectors
+            .put_vectors(MODEL, &tasks, &vectors)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(
+        f.vectors
+            .missing_vectors(MODEL, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (2, 2));
+    let mut got = f
+        .vectors
+        .scope_vectors(std::slice::from_ref(&s), MODEL)
+        .await
+        .unwrap();
+    got.sort_by(|a, b| a.0.id.as_str().cmp(b.0.id.as_str()));
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].0.content, "Prefers oolong tea");
+    assert_eq!(got[0].0.category.as_deref(), Some("preference"));
+    assert_eq!(got[0].1, axis(0));
+    assert_eq!(got[1].1, axis(1));
+}
+
+/// Re-indexing a document with another text makes its vector stale (listed again with the
+/// new text, not returned); the same text again keeps it current.
+pub async fn a_changed_text_makes_the_vector_stale(f: &VectorIndexFixture) {
+    let s = scope(Some("alice"), "coder");
+    f.index
+        .upsert(&s, &fact(&s, "f1", "Prefers oolong tea", "preference", 0.9))
+        .await
+        .unwrap();
+    assert_eq!(put_all(f, MODEL).await, 1);
+    // Same text, other metadata: still current.
+    f.index
+        .upsert(&s, &fact(&s, "f1", "Prefers oolong tea", "preference", 0.5))
+        .await
+        .unwrap();
+    assert!(
+        f.vectors
+            .missing_vectors(MODEL, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    f.index
+        .upsert(&s, &fact(&s, "f1", "Prefers green tea", "preference", 0.9))
+        .await
+        .unwrap();
+    let tasks = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0].text, "Prefers green tea");
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
+    assert!(
+        f.vectors
+            .scope_vectors(std::slice::from_ref(&s), MODEL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A task listed before its document was removed or changed stores nothing; the newer text is
+/// listed again.
+pub async fn put_ignores_documents_that_vanished_or_changed(f: &VectorIndexFixture) {
+    let s = scope(Some("alice"), "coder");
+    for (id, text) in [("f1", "first text"), ("f2", "second text"), ("f3", "third")] {
+        f.index
+            .upsert(&s, &fact(&s, id, text, "context", 0.5))
+            .await
+            .unwrap();
+    }
+    let tasks = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(tasks.len(), 3);
+    f.index.remove(&s, "f1").await.unwrap();
+    f.index
+        .upsert(&s, &fact(&s, "f2", "second text, edited", "context", 0.5))
+        .await
+        .unwrap();
+    let vectors: Vec<Vec<f32>> = (0..3).map(axis).collect();
+    assert_eq!(
+        f.vectors
+            .put_vectors(MODEL, &tasks, &vectors)
+            .await
+            .unwrap(),
+        1,
+        "only f3 is stored"
+    );
+    let again = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(ids(&again), vec!["f2"]);
+    assert_eq!(again[0].text, "second text, edited");
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (1, 2));
+}
+
+/// Vectors of another model do not count: every document is missing for the new model, and
+/// storing the new model's vectors replaces the old ones.
+pub async fn another_model_is_missing_and_replaces_the_vector(f: &VectorIndexFixture) {
+    let s = scope(Some("alice"), "coder");
+    f.index
+        .upsert(&s, &fact(&s, "f1", "Prefers oolong tea", "preference", 0.9))
+        .await
+        .unwrap();
+    assert_eq!(put_all(f, MODEL).await, 1);
+    assert_eq!(
+        ids(&f
+            .vectors
+            .missing_vectors(OTHER_MODEL, None, 100)
+            .await
+            .unwrap()),
+        vec!["f1"]
+    );
+    assert_eq!(
+        f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(),
+        (0, 1)
+    );
+    assert!(
+        f.vectors
+            .scope_vectors(std::slice::from_ref(&s), OTHER_MODEL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(put_all(f, OTHER_MODEL).await, 1);
+    assert_eq!(
+        f.vectors.vector_coverage(OTHER_MODEL).await.unwrap(),
+        (1, 1)
+    );
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
+}
+
+/// Removing a document or clearing its scope (or everything) deletes its vector: the same
+/// text indexed again is missing.
+pub async fn remove_and_clear_delete_vectors(f: &VectorIndexFixture) {
+    let a = scope(Some("alice"), "coder");
+    let b = scope(Some("bob"), "coder");
+    let fa = fact(&a, "f1", "alpha text", "context", 0.5);
+    let fb = fact(&b, "f1", "beta text", "context", 0.5);
+    f.index.upsert(&a, &fa).await.unwrap();
+    f.index.upsert(&b, &fb).await.unwrap();
+    assert_eq!(put_all(f, MODEL).await, 2);
+
+    f.index.remove(&a, "f1").await.unwrap();
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (1, 1));
+    f.index.upsert(&a, &fa).await.unwrap();
+    assert_eq!(
+        f.vectors.missing_vectors(MODEL, None, 100).await.unwrap()[0].scope,
+        a
+    );
+    assert_eq!(put_all(f, MODEL).await, 1);
+
+    f.index.clear(Some(std::slice::from_ref(&a))).await.unwrap();
+    f.index.upsert(&a, &fa).await.unwrap();
+    let missing = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].scope, a, "bob's vector is untouched");
+    assert_eq!(put_all(f, MODEL).await, 1);
+
+    f.index.clear(None).await.unwrap();
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 0));
+    f.index.upsert(&b, &fb).await.unwrap();
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
+}
+
+/// A rebuild keeps the vectors of documents that come back with the same text, makes changed
+/// ones stale and deletes those of documents it dropped (indexed again later, they are missing).
+pub async fn rebuild_keeps_unchanged_texts_and_drops_the_rest(f: &VectorIndexFixture) {
+    let s = scope(Some("alice"), "coder");
+    let other = scope(Some("bob"), "coder");
+    let keep = fact(&s, "keep", "unchanged text", "context", 0.5);
+    let edit = fact(&s, "edit", "old text", "context", 0.5);
+    let gone = fact(&s, "gone", "dropped text", "context", 0.5);
+    let bob = fact(&other, "b1", "bob's text", "context", 0.5);
+    for (sc, fa) in [(&s, &keep), (&s, &edit), (&s, &gone), (&other, &bob)] {
+        f.index.upsert(sc, fa).await.unwrap();
+    }
+    assert_eq!(put_all(f, MODEL).await, 4);
+    let edited = fact(&s, "edit", "new text", "context", 0.5);
+    f.index
+        .rebuild(
+            Some(std::slice::from_ref(&s)),
+            &[(s.clone(), keep.clone()), (s.clone(), edited)],
+        )
+        .await
+        .unwrap();
+    let missing = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    assert_eq!(ids(&missing), vec!["edit"]);
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (2, 3));
+    f.index.upsert(&s, &gone).await.unwrap();
+    assert_eq!(
+        ids(&f.vectors.missing_vectors(MODEL, None, 100).await.unwrap()),
+        vec!["edit", "gone"]
+    );
+    // A full rebuild: bob's document is dropped, keep stays current.
+    f.index
+        .rebuild(None, &[(s.clone(), keep.clone())])
+        .await
+        .unwrap();
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (1, 1));
+    f.index.upsert(&other, &bob).await.unwrap();
+    assert_eq!(
+        ids(&f.vectors.missing_vectors(MODEL, None, 100).await.unwrap()),
+        vec!["b1"]
+    );
+}
+
+/// `missing_vectors` lists only the given scopes and at most `limit`; `scope_vectors` never
+/// returns another scope's documents.
+pub async fn scopes_and_limits_are_respected(f: &VectorIndexFixture) {
+    let a = scope(Some("alice"), "coder");
+    let a2 = scope(Some("alice"), "writer");
+    let b = scope(Some("bob"), "coder");
+    for (sc, n) in [(&a, 3), (&a2, 2), (&b, 4)] {
+        for i in 0..n {
+            f.index
+                .upsert(
+                    sc,
+                    &fact_with(sc, &format!("f{i}"), &format!("text {i}"), json!({})),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let only_a = f
+        .vectors
+        .missing_vectors(MODEL, Some(std::slice::from_ref(&a)), 100)
+        .await
+        .unwrap();
+    assert_eq!(only_a.len(), 3);
+    assert!(only_a.iter().all(|t| t.scope == a));
+    let two = f
+        .vectors
+        .missing_vectors(MODEL, Some(&[a.clone(), b.clone()]), 5)
+        .await
+        .unwrap();
+    assert_eq!(two.len(), 5);
+    assert!(two.iter().all(|t| t.scope == a || t.scope == b));
+    assert!(
+        f.vectors
+            .missing_vectors(MODEL, None, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        f.vectors
+            .missing_vectors(MODEL, Some(&[]), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(put_all(f, MODEL).await, 9);
+    let got = f
+        .vectors
+        .scope_vectors(&[a.clone(), a2.clone()], MODEL)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 5);
+    let a_scope = a.to_fact_scope();
+    let a2_scope = a2.to_fact_scope();
+    assert!(
+        got.iter()
+            .all(|(fact, _)| fact.scope == a_scope || fact.scope == a2_scope)
+    );
+    let unknown = scope(Some("carol"), "coder");
+    assert!(
+        f.vectors
+            .scope_vectors(&[unknown], MODEL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Task and vector counts that differ, or a vector with a non-finite component, are
+/// `InvalidInput` and store nothing.
+pub async fn mismatched_or_invalid_vectors_are_refused(f: &VectorIndexFixture) {
+    let s: Scope = scope(Some("alice"), "coder");
+    f.index
+        .upsert(&s, &fact(&s, "f1", "text", "context", 0.5))
+        .await
+        .unwrap();
+    let tasks = f.vectors.missing_vectors(MODEL, None, 10).await.unwrap();
+    let err = f
+        .vectors
+        .put_vectors(MODEL, &tasks, &[])
+        .await
+        .expect_err("lengths differ");
+    assert!(matches!(err, RetrievalError::InvalidInput(_)), "{err:?}");
+    let err = f
+        .vectors
+        .put_vectors(MODEL, &tasks, &[vec![f32::NAN, 0.0, 1.0]])
+        .await
+        .expect_err("NaN");
+    assert!(matches!(err, RetrievalError::InvalidInput(_)), "{err:?}");
+    assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
+    assert_eq!(f.vectors.put_vectors(MODEL, &[], &[]).await.unwrap(), 0);
+}
