@@ -441,7 +441,10 @@ fn search_mode_flag_is_checked_and_vector_modes_need_an_embedder() {
         assert_eq!(hits[0]["matchType"], "fts5", "{hits}");
     }
     for mode in ["vector", "hybrid"] {
-        let out = run(root, &["search", "--user", "gail", "oolong", "--mode", mode]);
+        let out = run(
+            root,
+            &["search", "--user", "gail", "oolong", "--mode", mode],
+        );
         assert_eq!(code(&out), 5, "{mode}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -452,7 +455,10 @@ fn search_mode_flag_is_checked_and_vector_modes_need_an_embedder() {
         );
         assert!(out.stdout.is_empty(), "{mode}");
     }
-    let out = run(root, &["search", "--user", "gail", "oolong", "--mode", "semantic"]);
+    let out = run(
+        root,
+        &["search", "--user", "gail", "oolong", "--mode", "semantic"],
+    );
     assert_eq!(code(&out), 2);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -463,6 +469,102 @@ fn search_mode_flag_is_checked_and_vector_modes_need_an_embedder() {
     assert!(status.get("vectors").is_none(), "{status}");
     let text = run(root, &["index", "status"]);
     assert!(!String::from_utf8_lossy(&text.stdout).contains("vectors:"));
+}
+
+/// The local model's directory (`cargo xtask ci` fetches it and sets the variable).
+fn test_model_dir() -> String {
+    match std::env::var("DEERMEM_TEST_MODEL_DIR") {
+        Ok(dir) if !dir.is_empty() => dir,
+        _ => panic!(
+            "DEERMEM_TEST_MODEL_DIR is not set: run `cargo xtask model fetch` and set it to the \
+             directory it prints (target/models/all-MiniLM-L6-v2); `cargo xtask ci` does both"
+        ),
+    }
+}
+
+/// Issue 26's end-to-end case: with `embedding: {provider: local}` a paraphrase finds the fact
+/// ("what does the user drink" → "Prefers oolong tea"), ranked by meaning; `--mode bm25` does not
+/// find it; `index status` reports the vectors.
+#[test]
+fn search_by_meaning_with_the_local_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "memory:\n  backend_config:\n    embedding:\n      provider: local\n      model_path: {}\n",
+            test_model_dir()
+        ),
+    )
+    .unwrap();
+    let with_cfg = |args: &[&str]| {
+        let mut full = vec!["--config", cfg.to_str().unwrap()];
+        full.extend_from_slice(args);
+        full.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    for content in [
+        "Prefers oolong tea",
+        "Backend engineer at a robotics startup",
+        "Has a cat called Miso",
+    ] {
+        let args = with_cfg(&["facts", "add", "--user", "U", "--content", content]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok_json(&root, &args);
+    }
+    let search = |mode: Option<&str>| {
+        let mut args = with_cfg(&["search", "--user", "U", "what does the user drink"]);
+        if let Some(m) = mode {
+            args.extend(["--mode".to_owned(), m.to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok_json(&root, &args)
+    };
+    for mode in [None, Some("hybrid"), Some("vector")] {
+        let hits = search(mode);
+        assert_eq!(hits[0]["content"], "Prefers oolong tea", "{mode:?}: {hits}");
+        let want = if mode == Some("vector") {
+            "vector"
+        } else {
+            "hybrid"
+        };
+        let got = hits[0]["matchType"].as_str().unwrap_or_default();
+        assert!(
+            got == want || (want == "hybrid" && got == "vector"),
+            "{mode:?}: matchType {got}: {hits}"
+        );
+    }
+    let lexical = search(Some("bm25"));
+    assert!(
+        lexical
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["content"] != "Prefers oolong tea"),
+        "{lexical}"
+    );
+
+    let args = with_cfg(&["index", "status"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let status = ok_json(&root, &args);
+    let v = &status["vectors"];
+    assert_eq!(
+        (v["embedded"].as_u64(), v["total"].as_u64()),
+        (Some(3), Some(3)),
+        "{status}"
+    );
+    assert_eq!(v["dimension"], 384, "{status}");
+    assert!(
+        v["model_id"]
+            .as_str()
+            .is_some_and(|m| m.contains("all-MiniLM-L6-v2")),
+        "{status}"
+    );
+    let out = run(&root, &args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("vectors:    3/3 embedded (model "), "{text}");
+    assert!(text.contains("384 dimensions)"), "{text}");
+    assert!(text.contains("embedding:  no scope pending"), "{text}");
 }
 
 #[test]
