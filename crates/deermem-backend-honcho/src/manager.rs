@@ -579,7 +579,10 @@ impl MemorySearch for HonchoManager {
 
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
         // Honcho ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request.mode.filter(|m| *m != deermem_core::SearchMode::Hybrid) {
+        if let Some(mode) = request
+            .mode
+            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
+        {
             return Err(ManagerError::invalid(
                 InvalidInputCode::Other,
                 format!(

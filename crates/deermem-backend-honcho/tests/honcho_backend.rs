@@ -571,7 +571,10 @@ async fn search_modes_other_than_hybrid_are_refused_without_a_request() {
     let m = manager(&fake, json!({}), root.path());
     add_and_flush(&m, "t", vec![human("h", "I drink green tea")]).await;
     fake.clear_requests();
-    for mode in [deermem_core::SearchMode::Bm25, deermem_core::SearchMode::Vector] {
+    for mode in [
+        deermem_core::SearchMode::Bm25,
+        deermem_core::SearchMode::Vector,
+    ] {
         let req = SearchRequest {
             mode: Some(mode),
             ..search_req("tea", 3, None)

@@ -412,7 +412,10 @@ impl OpenVikingManager {
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
         // OpenViking ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request.mode.filter(|m| *m != deermem_core::SearchMode::Hybrid) {
+        if let Some(mode) = request
+            .mode
+            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
+        {
             return Err(ManagerError::invalid(
                 InvalidInputCode::Other,
                 format!(

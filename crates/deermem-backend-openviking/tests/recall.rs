@@ -247,7 +247,10 @@ async fn search_modes_other_than_hybrid_are_refused_without_a_request() {
     let dir = tempfile::tempdir().unwrap();
     let m = manager(&fake, dir.path(), json!({}));
     fake.add_memory("preferences", "editor", "Uses Vim as the code editor.", 0.6);
-    for mode in [deermem_core::SearchMode::Bm25, deermem_core::SearchMode::Vector] {
+    for mode in [
+        deermem_core::SearchMode::Bm25,
+        deermem_core::SearchMode::Vector,
+    ] {
         let req = SearchRequest {
             mode: Some(mode),
             ..search_req("editor", 5, None)

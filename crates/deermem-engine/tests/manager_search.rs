@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use deermem_core::config::EmbeddingProvider;
 use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryStorage, NewFact, SearchRequest};
 use deermem_core::{
     ApplyOptions, ChangeSet, DeerMemConfig, InvalidInputCode, ManagerError, MatchType, MemoryMode,
     OverloadScope, RebuildReport, SearchMode, TokenCounting,
 };
-use deermem_core::config::EmbeddingProvider;
 use deermem_engine::{DeerMemManager, QueueConfig};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;

@@ -614,7 +614,12 @@ async fn search_mode_is_forwarded_and_validated() {
         assert_eq!(req.mode, expected, "mode {mode}");
     }
     let before = m.calls().len();
-    let (v, err) = call(&m, "memory_search", json!({"query": "q", "mode": "semantic"})).await;
+    let (v, err) = call(
+        &m,
+        "memory_search",
+        json!({"query": "q", "mode": "semantic"}),
+    )
+    .await;
     assert!(err);
     assert_eq!(
         error_text(&v),

@@ -6,13 +6,13 @@
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
 
+use deermem_core::config::EmbeddingProvider;
 use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{ScoredFact, SearchRequest};
 use deermem_core::{
     AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
     SearchMode, SearchQuery, UserId,
 };
-use deermem_core::config::EmbeddingProvider;
 use deermem_pycompat::py;
 use lru::LruCache;
 
