@@ -16,17 +16,18 @@
 //!   FTS5's BM25; see `search`);
 //! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
 //!
+//! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the
+//!   `remote_cursors` table, so Honcho and OpenViking cursors are shared by the replicas;
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
 //!
 //! The facade selects it with `storage_class: postgres`; `deermem db migrate` applies the
-//! schema and `deermem migrate --from/--to` moves memory between files and the database. Still
-//! to come: a replica cache (reads go to the database today, so they are coherent) and
-//! remote-backend cursors in the database.
+//! schema and `deermem migrate --from/--to` moves memory between files and the database.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
 mod config;
+mod cursors;
 mod error;
 mod repository;
 mod retrieval;
@@ -37,6 +38,7 @@ mod store;
 mod tls;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
+pub use cursors::PgCursors;
 pub use error::PgError;
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;

@@ -287,3 +287,42 @@ fn replicas_commit_to_one_user_without_losing_updates() {
     rt.shutdown_background();
     drop(cluster);
 }
+
+/// The remote backends' cursor-store port, on the `remote_cursors` table: the behaviour the
+/// cursor files also pass, with the two handles on one database as two replicas (two pools).
+mod cursors {
+    use deermem_store_postgres::{PgCursors, PgStore, PostgresConfig};
+    use deermem_testkit::pgcluster::PgCluster;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_port_contract_holds_across_two_replicas() {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = super::next_schema();
+        c.pool_size = 2;
+        let a = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        a.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let b = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        let (a, b) = (PgCursors::new(a), PgCursors::new(b));
+        deermem_remote::cursors::contract::check(&a, &b).await;
+        // Hostile keys are bind parameters: stored and found verbatim, nothing else touched.
+        use deermem_remote::CursorStorage as _;
+        let hostile = "x'); DROP TABLE remote_cursors; --";
+        a.write(hostile, hostile, b"'\"\\".to_vec()).await.unwrap();
+        assert_eq!(
+            b.read(hostile, hostile, 8).await.unwrap().as_deref(),
+            Some(&b"'\"\\"[..])
+        );
+        assert!(
+            b.read("contract/cursors", "one.json", 64)
+                .await
+                .unwrap()
+                .is_some(),
+            "the table is still there"
+        );
+        assert!(
+            a.location("honcho/cursors", "n.json")
+                .contains("remote_cursors")
+        );
+    }
+}
