@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deermem_core::document::{ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummaryPatch};
+use deermem_core::document::{
+    ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, SummaryPatch,
+};
 use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
@@ -38,12 +40,39 @@ const DOCUMENT_VERSION: &str = "2.0";
 /// Commits of point operations retried over concurrent unrelated commits.
 const MAX_ATTEMPTS: usize = 3;
 
+/// Scopes a replica keeps decoded at most (past it the cache starts over).
+const CACHE_MAX_SCOPES: usize = 4096;
+
 /// The storage ports over one PostgreSQL schema.
 pub struct PgStorage {
     store: PgStore,
     clock: Arc<dyn Clock>,
     half_life_days: f64,
     audit_max_entries: usize,
+    /// Decoded facts per scope, served only while the user's row is still the one they were
+    /// read under (see `scope_facts`).
+    cache: parking_lot::Mutex<HashMap<ScopeKey, CachedScope>>,
+}
+
+/// A scope as the cache knows it: the requesting raw user id (facts are normalised for it) and
+/// the agent.
+type ScopeKey = (Option<String>, String);
+
+/// The decoded facts of a scope and the version of the user's row they were read under.
+#[derive(Clone)]
+struct CachedScope {
+    version: RowVersion,
+    facts: Facts,
+}
+
+/// What identifies one committed state of a user's row: its revision and the transaction that
+/// wrote the row (`xmin`). Every commit that changes a fact updates the row in the same
+/// transaction, and so does a snapshot replacing the bucket (`deermem migrate`), which may set
+/// any revision: equal versions mean the facts are the ones that were cached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RowVersion {
+    revision: u64,
+    xmin: String,
 }
 
 impl std::fmt::Debug for PgStorage {
@@ -135,20 +164,22 @@ fn sections_from(text: &str) -> Result<(SummarySection, SummarySection), Storage
     ))
 }
 
-/// The user's row: revision, version, summaries text, last update.
+/// The user's row: revision, version, summaries text, last update, and the transaction that
+/// wrote it.
 struct UserRow {
     revision: u64,
     version: String,
     summaries: String,
     last_updated: String,
+    xmin: String,
 }
 
 /// The user's row, unlocked (read paths).
-const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, '') \
-     FROM users WHERE bucket = $1";
+const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, ''), \
+     xmin::text FROM users WHERE bucket = $1";
 /// The user's row, locked for the commit.
 const USER_SQL_LOCKED: &str = "SELECT revision, version, summaries::text, \
-     coalesce(last_updated, '') FROM users WHERE bucket = $1 FOR UPDATE";
+     coalesce(last_updated, ''), xmin::text FROM users WHERE bucket = $1 FOR UPDATE";
 /// A scope's facts in id order.
 const FACTS_SQL: &str = "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
      ORDER BY id COLLATE \"C\"";
@@ -184,6 +215,7 @@ where
             version: r.get(1),
             summaries: r.get(2),
             last_updated: r.get(3),
+            xmin: r.get(4),
         })
     })
     .transpose()
@@ -205,7 +237,52 @@ impl PgStorage {
             clock,
             half_life_days,
             audit_max_entries,
+            cache: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The facts of a scope for a load that read the user's row as `row` (`None`: never
+    /// written): the cached ones when they were read under the same row version, else read
+    /// from the database and cached under that version. The row is read first, on every load,
+    /// so a scope older than the latest committed revision is never served; facts read after
+    /// it may be newer than it, and are then re-read on the next load (the version differs).
+    async fn scope_facts(
+        &self,
+        client: &deadpool_postgres::ClientWrapper,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        row: Option<&UserRow>,
+    ) -> Result<Facts, StorageError> {
+        let Some(row) = row else {
+            // Nothing committed: no facts to keep (a row may exist with revision 0).
+            return Ok(self.facts_of(client, user, agent).await?.into());
+        };
+        let version = RowVersion {
+            revision: row.revision,
+            xmin: row.xmin.clone(),
+        };
+        let key: ScopeKey = (
+            user.map(|u| u.as_str().to_owned()),
+            agent.as_str().to_owned(),
+        );
+        if let Some(hit) = self.cache.lock().get(&key)
+            && hit.version == version
+        {
+            return Ok(hit.facts.clone());
+        }
+        let facts: Facts = self.facts_of(client, user, agent).await?.into();
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHE_MAX_SCOPES && !cache.contains_key(&key) {
+            cache.clear();
+        }
+        cache.insert(
+            key,
+            CachedScope {
+                version,
+                facts: facts.clone(),
+            },
+        );
+        Ok(facts)
     }
 
     async fn facts_of(
@@ -289,6 +366,7 @@ impl PgStorage {
                     version: DOCUMENT_VERSION.into(),
                     summaries: String::new(),
                     last_updated: String::new(),
+                    xmin: String::new(),
                 });
                 tx.rollback().await.map_err(db("end"))?;
                 return Ok(ChangeResult {
@@ -481,16 +559,17 @@ impl FactRepository for PgStorage {
         let client = self.store.client().await.map_err(pool)?;
         let mut doc = MemoryDocument::empty(self.clock.now());
         let stmt = prepared(&client, USER_SQL).await?;
-        if let Some(r) = user_row(&**client, &stmt, bucket(user)).await? {
+        let row = user_row(&**client, &stmt, bucket(user)).await?;
+        if let Some(agent) = agent {
+            doc.facts = self.scope_facts(&client, user, agent, row.as_ref()).await?;
+        }
+        if let Some(r) = row {
             let (u, h) = sections_from(&r.summaries)?;
             doc.version = r.version;
             doc.revision = r.revision;
             doc.last_updated = r.last_updated;
             doc.user = u;
             doc.history = h;
-        }
-        if let Some(agent) = agent {
-            doc.facts = self.facts_of(&client, user, agent).await?.into();
         }
         Ok(doc)
     }

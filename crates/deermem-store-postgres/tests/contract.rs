@@ -326,3 +326,106 @@ mod cursors {
         );
     }
 }
+
+/// The replica cache: each storage keeps the decoded facts of a scope and serves them only
+/// while the user's row is the one they were read under.
+mod replica_cache {
+    use std::sync::Arc;
+
+    use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
+    use deermem_core::{AgentName, UserId};
+    use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::storage::START;
+    use serde_json::json;
+
+    async fn replica(c: &PostgresConfig) -> (PgStore, PgStorage) {
+        let store = PgStore::connect(c).await.unwrap_or_else(|e| panic!("{e}"));
+        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
+        (store, storage)
+    }
+
+    fn draft(content: &str) -> serde_json::Map<String, serde_json::Value> {
+        json!({"content": content, "category": "context", "confidence": 0.9})
+            .as_object()
+            .cloned()
+            .unwrap()
+    }
+
+    fn contents(doc: &deermem_core::MemoryDocument) -> Vec<String> {
+        let mut v: Vec<String> = doc.facts.iter().map(|f| f.content.clone()).collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_never_serves_a_scope_older_than_another_replicas_write() {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = super::next_schema();
+        c.pool_size = 2;
+        let (_, a) = replica(&c).await;
+        let (store_b, b) = replica(&c).await;
+        let user = UserId::new("alice").unwrap();
+        let agent = AgentName::default_bucket();
+
+        b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+            .await
+            .unwrap();
+        // A reads twice: the second read is served from A's cache.
+        let first = a.load(Some(&user), Some(&agent)).await.unwrap();
+        let again = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(contents(&first), ["one"]);
+        assert_eq!(again, first);
+
+        // B writes; A's next read sees it, at B's revision.
+        let written = b
+            .upsert_fact(Some(&user), &agent, draft("two"), None, None)
+            .await
+            .unwrap();
+        let seen = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(contents(&seen), ["one", "two"]);
+        assert_eq!(seen.revision, written.revision);
+
+        // A bucket replaced wholesale at the same revision (what `deermem migrate` does) is
+        // a different row too: A does not serve the facts it cached.
+        let now = deermem_core::Timestamp::parse_iso(START).unwrap();
+        let mut snap = store_b
+            .read_snapshot(user.bucket(), now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(snap.revision, seen.revision);
+        snap.agents[0].facts.retain(|f| f.content == "two");
+        store_b.write_snapshot(&snap).await.unwrap();
+        let replaced = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(replaced.revision, seen.revision, "the same revision");
+        assert_eq!(contents(&replaced), ["two"], "and the replaced facts");
+
+        // A delete through B is seen too; A's own writes as well.
+        let id = replaced.facts[0].id.clone();
+        b.delete_fact(Some(&user), &agent, &id, None, None)
+            .await
+            .unwrap();
+        assert!(
+            a.load(Some(&user), Some(&agent))
+                .await
+                .unwrap()
+                .facts
+                .is_empty()
+        );
+        a.upsert_fact(Some(&user), &agent, draft("three"), None, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            contents(&b.load(Some(&user), Some(&agent)).await.unwrap()),
+            ["three"]
+        );
+        assert_eq!(
+            contents(&a.load(Some(&user), Some(&agent)).await.unwrap()),
+            ["three"]
+        );
+    }
+}
