@@ -35,6 +35,7 @@ mod run_journal;
 mod search;
 mod snapshot;
 mod store;
+mod stored;
 mod tls;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};

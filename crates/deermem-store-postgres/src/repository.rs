@@ -17,7 +17,6 @@ use async_trait::async_trait;
 use deermem_core::document::{
     ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, SummaryPatch,
 };
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::policy::metadata;
@@ -34,9 +33,11 @@ use tokio_postgres::GenericClient;
 
 use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
+use crate::stored::{
+    DOCUMENT_VERSION, decode_fact, decode_sections, encode_sections, fresh_id, write_fact,
+    write_user,
+};
 
-/// The document version of a written user.
-const DOCUMENT_VERSION: &str = "2.0";
 /// Commits of point operations retried over concurrent unrelated commits.
 const MAX_ATTEMPTS: usize = 3;
 
@@ -105,14 +106,6 @@ fn bucket(user: Option<&UserId>) -> &str {
     user.map_or("", UserId::bucket)
 }
 
-/// The stored shape of a fact: its Markdown front matter, then title and content.
-fn to_stored(fact: &Fact) -> Value {
-    let mut m = fact.front_matter();
-    m.insert("title".into(), Value::String(fact.title.clone()));
-    m.insert("content".into(), Value::String(fact.content.clone()));
-    Value::Object(m)
-}
-
 /// A stored fact read back for `user`: normalised in its recorded scope, and owned by the
 /// requesting raw id (a record naming another raw id of the bucket is `foreign_owner`).
 fn from_stored(
@@ -120,22 +113,7 @@ fn from_stored(
     user: Option<&UserId>,
     now: Timestamp,
 ) -> Result<StoredFact, StorageError> {
-    let mut draft: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| corrupt("fact", e))?;
-    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
-    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
-    let scope = FactScope {
-        user_id: user_id.as_str().map(str::to_owned),
-        agent_name: agent_name.as_str().map(str::to_owned),
-    };
-    let fresh = fresh_id;
-    let ctx = NormalizeContext {
-        scope: &scope,
-        existing: None,
-        now,
-        new_id: &fresh,
-    };
-    let mut fact = normalize_fact(&draft, &ctx).map_err(|e| corrupt("fact", e))?;
+    let mut fact = decode_fact(text, now).map_err(|e| corrupt("fact", e))?;
     let requested = user.map(UserId::as_str);
     let foreign_owner = fact.scope.user_id.as_deref() != requested;
     if foreign_owner {
@@ -147,21 +125,8 @@ fn from_stored(
     })
 }
 
-fn fresh_id() -> FactId {
-    FactId::long_from_bits(uuid::Uuid::new_v4().as_u128())
-}
-
 fn sections_from(text: &str) -> Result<(SummarySection, SummarySection), StorageError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| corrupt("summaries", e))?;
-    let section = |key: &str, default: fn() -> SummarySection| match v.get(key) {
-        None => Ok(default()),
-        Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
-        Some(other) => Err(corrupt(key, format!("not an object: {other}"))),
-    };
-    Ok((
-        section("user", SummarySection::default_user)?,
-        section("history", SummarySection::default_history)?,
-    ))
+    decode_sections(text).map_err(|(what, e)| corrupt(what, e))
 }
 
 /// The user's row: revision, version, summaries text, last update, and the transaction that
@@ -382,27 +347,10 @@ impl PgStorage {
         let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
         if let Some(agent) = &req.agent {
             for f in &written {
-                let ix = search::indexed(f);
-                tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
-                     search_text, search_tokens) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
-                     ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
-                     fact = EXCLUDED.fact, category = EXCLUDED.category, \
-                     search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
-                    &[
-                        &b,
-                        &agent.as_str(),
-                        &f.id.as_str(),
-                        &i64::try_from(f.revision).unwrap_or(i64::MAX),
-                        &to_stored(f).to_string(),
-                        &ix.category,
-                        &ix.text,
-                        &ix.tokens,
-                    ],
-                )
-                .await
-                .map_err(db("write a fact"))?;
+                let revision = i64::try_from(f.revision).unwrap_or(i64::MAX);
+                write_fact(&tx, (b, agent.as_str()), f, revision)
+                    .await
+                    .map_err(db("write a fact"))?;
             }
             if !w.removals.is_empty() {
                 let ids: Vec<&str> = w.removals.iter().map(FactId::as_str).collect();
@@ -416,20 +364,13 @@ impl PgStorage {
                 forget_metadata(&tx, b, agent, Some(&gone)).await?;
             }
         }
-        let mut summaries = Map::new();
-        summaries.insert("user".into(), Value::Object(w.user.0));
-        summaries.insert("history".into(), Value::Object(w.history.0));
         let last_updated = now.to_iso_z();
-        tx.execute(
-            "UPDATE users SET revision = $2, version = $3, summaries = $4::text::json, \
-             last_updated = $5 WHERE bucket = $1",
-            &[
-                &b,
-                &i64::try_from(w.next_revision).unwrap_or(i64::MAX),
-                &DOCUMENT_VERSION,
-                &Value::Object(summaries).to_string(),
-                &last_updated,
-            ],
+        write_user(
+            &tx,
+            b,
+            i64::try_from(w.next_revision).unwrap_or(i64::MAX),
+            &encode_sections(w.user.0, w.history.0),
+            &last_updated,
         )
         .await
         .map_err(db("write the user"))?;

@@ -25,6 +25,18 @@ fn next_schema() -> String {
     )
 }
 
+/// A pool of `pool_size` connections on `schema`, migrated.
+async fn migrated(url: &str, schema: &str, pool_size: usize) -> deermem_store_postgres::PgStore {
+    let mut c = PostgresConfig::new(url);
+    c.schema = schema.into();
+    c.pool_size = pool_size;
+    let store = deermem_store_postgres::PgStore::connect(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    store
+}
+
 fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::new(
         Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap(),
@@ -54,18 +66,14 @@ deermem_testkit::run_journal_contract!(fixture());
 mod storage {
     use std::sync::Arc;
 
-    use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+    use deermem_store_postgres::PgStorage;
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::{START, StorageFixture};
 
     async fn fixture() -> StorageFixture {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 4;
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
-        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let store = super::migrated(cluster.url(), &super::next_schema(), 4).await;
         let clock = Arc::new(ManualClock::at(START));
         StorageFixture {
             storage: Arc::new(PgStorage::new(store, clock.clone(), 30.0, 200)),
@@ -81,17 +89,13 @@ mod storage {
 mod retrieval {
     use std::sync::Arc;
 
-    use deermem_store_postgres::{PgRetrieval, PgStore, PostgresConfig};
+    use deermem_store_postgres::PgRetrieval;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::retrieval::RetrievalFixture;
 
     async fn fixture() -> RetrievalFixture {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 4;
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
-        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let store = super::migrated(cluster.url(), &super::next_schema(), 4).await;
         let index = PgRetrieval::new(
             store,
             Arc::new(deermem_testkit::clock::ManualClock::at(
@@ -291,18 +295,15 @@ fn replicas_commit_to_one_user_without_losing_updates() {
 /// The remote backends' cursor-store port, on the `remote_cursors` table: the behaviour the
 /// cursor files also pass, with the two handles on one database as two replicas (two pools).
 mod cursors {
-    use deermem_store_postgres::{PgCursors, PgStore, PostgresConfig};
+    use deermem_store_postgres::PgCursors;
     use deermem_testkit::pgcluster::PgCluster;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_port_contract_holds_across_two_replicas() {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 2;
-        let a = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
-        a.migrate().await.unwrap_or_else(|e| panic!("{e}"));
-        let b = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        let schema = super::next_schema();
+        let a = super::migrated(cluster.url(), &schema, 2).await;
+        let b = super::migrated(cluster.url(), &schema, 2).await;
         let (a, b) = (PgCursors::new(a), PgCursors::new(b));
         deermem_remote::cursors::contract::check(&a, &b).await;
         // Hostile keys are bind parameters: stored and found verbatim, nothing else touched.
@@ -334,15 +335,14 @@ mod replica_cache {
 
     use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
     use deermem_core::{AgentName, UserId};
-    use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+    use deermem_store_postgres::{PgStorage, PgStore};
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::START;
     use serde_json::json;
 
-    async fn replica(c: &PostgresConfig) -> (PgStore, PgStorage) {
-        let store = PgStore::connect(c).await.unwrap_or_else(|e| panic!("{e}"));
-        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    async fn replica(url: &str, schema: &str) -> (PgStore, PgStorage) {
+        let store = super::migrated(url, schema, 2).await;
         let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
         (store, storage)
     }
@@ -363,11 +363,9 @@ mod replica_cache {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_replica_never_serves_a_scope_older_than_another_replicas_write() {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 2;
-        let (_, a) = replica(&c).await;
-        let (store_b, b) = replica(&c).await;
+        let schema = super::next_schema();
+        let (_, a) = replica(cluster.url(), &schema).await;
+        let (store_b, b) = replica(cluster.url(), &schema).await;
         let user = UserId::new("alice").unwrap();
         let agent = AgentName::default_bucket();
 
