@@ -13,7 +13,10 @@
 //!   transaction per commit with the user's row locked, decided by the core's shared commit
 //!   policy; each fact's search columns are written in the same transaction, and search runs
 //!   in the database (`tsvector` with the `simple` configuration, a GIN index, CJK bigrams,
-//!   FTS5's BM25; see `search`);
+//!   FTS5's BM25; see `search`); each storage keeps the decoded facts of the scopes it read,
+//!   served only while the user's row (its revision and `xmin`, read on every load) is still
+//!   the one they were read under, so a replica never serves a scope older than the latest
+//!   commit;
 //! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
 //!
 //! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the

@@ -164,8 +164,9 @@ async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
         .with("facts_per_scope", env.sizes.scope_facts.into()))
 }
 
-/// One storage, loads one after another: every load reads the database (the adapter has no
-/// cache), so this is the coherent read a replica serves today.
+/// One storage, loads one after another: every load reads the user's row (the coherence
+/// check) and serves the cached facts while it is unchanged, the coherent read a replica
+/// serves.
 async fn load_warm(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let (user, agent) = seeded(db, env).await?;
     let storage = db.storage();
