@@ -113,7 +113,7 @@ fn from_stored(
     user: Option<&UserId>,
     now: Timestamp,
 ) -> Result<StoredFact, StorageError> {
-    let mut fact = decode_fact(text, now).map_err(|e| corrupt("fact", e))?;
+    let mut fact = decode_fact(text, now).map_err(|e| corrupt("fact", e.reason))?;
     let requested = user.map(UserId::as_str);
     let foreign_owner = fact.scope.user_id.as_deref() != requested;
     if foreign_owner {
@@ -126,7 +126,7 @@ fn from_stored(
 }
 
 fn sections_from(text: &str) -> Result<(SummarySection, SummarySection), StorageError> {
-    decode_sections(text).map_err(|(what, e)| corrupt(what, e))
+    decode_sections(text).map_err(|e| corrupt(e.what, e.reason))
 }
 
 /// The user's row: revision, version, summaries text, last update, and the transaction that

@@ -157,7 +157,7 @@ async fn read_in(
     snap.revision = u64::try_from(revision).map_err(|e| corrupt(bucket, "revision", e))?;
     if snap.revision > 0 {
         (snap.user, snap.history) =
-            decode_sections(row.get(1)).map_err(|(what, e)| corrupt(bucket, what, e))?;
+            decode_sections(row.get(1)).map_err(|e| corrupt(bucket, e.what, e.reason))?;
         snap.last_updated = row.get(2);
     }
     let mut agents: std::collections::BTreeMap<String, AgentSnapshot> = Default::default();
@@ -190,7 +190,7 @@ async fn read_in(
         .await
         .map_err(statement("read the facts"))?
     {
-        let fact = decode_fact(r.get(1), now).map_err(|e| corrupt(bucket, "fact", e))?;
+        let fact = decode_fact(r.get(1), now).map_err(|e| corrupt(bucket, "fact", e.reason))?;
         entry(&mut agents, bucket, r.get(0))?.facts.push(fact);
     }
     for r in client

@@ -19,10 +19,27 @@ pub(crate) fn fresh_id() -> FactId {
     FactId::long_from_bits(uuid::Uuid::new_v4().as_u128())
 }
 
-/// A stored fact read back: normalised in the scope it records, that scope kept. The error
-/// says what is wrong with the text.
-pub(crate) fn decode_fact(text: &str, now: Timestamp) -> Result<Fact, String> {
-    let mut draft: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+/// A stored value that does not read back: which one, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {reason}")]
+pub(crate) struct Unreadable {
+    /// `fact`, `summaries`, `user`, `history`.
+    pub(crate) what: &'static str,
+    /// What is wrong with it.
+    pub(crate) reason: String,
+}
+
+fn unreadable(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> Unreadable {
+    move |e| Unreadable {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+/// A stored fact read back: normalised in the scope it records, that scope kept.
+pub(crate) fn decode_fact(text: &str, now: Timestamp) -> Result<Fact, Unreadable> {
+    let mut draft: Map<String, Value> =
+        serde_json::from_str(text).map_err(|e| unreadable("fact")(&e))?;
     let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
     let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
     let scope = FactScope {
@@ -35,19 +52,16 @@ pub(crate) fn decode_fact(text: &str, now: Timestamp) -> Result<Fact, String> {
         now,
         new_id: &fresh_id,
     };
-    normalize_fact(&draft, &ctx).map_err(|e| e.to_string())
+    normalize_fact(&draft, &ctx).map_err(|e| unreadable("fact")(&e))
 }
 
-/// A user's stored summaries read back (a missing section is the default one). The error
-/// names the section that is not an object.
-pub(crate) fn decode_sections(
-    text: &str,
-) -> Result<(SummarySection, SummarySection), (&'static str, String)> {
-    let v: Value = serde_json::from_str(text).map_err(|e| ("summaries", e.to_string()))?;
+/// A user's stored summaries read back (a missing section is the default one).
+pub(crate) fn decode_sections(text: &str) -> Result<(SummarySection, SummarySection), Unreadable> {
+    let v: Value = serde_json::from_str(text).map_err(|e| unreadable("summaries")(&e))?;
     let section = |key: &'static str, default: fn() -> SummarySection| match v.get(key) {
         None => Ok(default()),
         Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
-        Some(other) => Err((key, format!("not an object: {other}"))),
+        Some(other) => Err(unreadable(key)(&format!("not an object: {other}"))),
     };
     Ok((
         section("user", SummarySection::default_user)?,
