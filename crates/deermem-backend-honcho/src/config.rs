@@ -177,6 +177,8 @@ impl HonchoConfig {
         let (c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), PREFIX)?;
         let mut warnings: Vec<String> = ignored
             .iter()
+            // Where the cursors live (`storage_class: postgres` and its block): the facade's.
+            .filter(|k| *k != "storage_class" && *k != "postgres" && !k.starts_with("postgres."))
             .map(|k| {
                 if k.starts_with("failure_policy.") {
                     format!("{PREFIX}.{k} is not used by the Honcho backend and was ignored")

@@ -1,11 +1,14 @@
 //! The per-thread capture cursor: which captured messages Honcho already accepted, kept as
-//! hashes only (never message text), bounded, and stored durably under
-//! `{storage_root}/honcho/cursors/` with atomic writes, so each turn sends only new messages
-//! and a restart does not replay a thread.
+//! hashes only (never message text), bounded, and stored durably with atomic writes in the
+//! cursor store (files under `{storage_root}/honcho/cursors/`, or the PostgreSQL database when
+//! the storage is postgres), so each turn sends only new messages and a restart does not replay
+//! a thread.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
+use deermem_remote::CursorStorage;
 use deermem_remote::files::CursorFiles;
 pub(crate) use deermem_remote::files::seq_digest;
 use serde::{Deserialize, Serialize};
@@ -17,6 +20,8 @@ pub(crate) const MAX_RECENT: usize = 1024;
 const SCHEMA_VERSION: u32 = 1;
 /// A cursor file larger than this is not a cursor.
 const MAX_CURSOR_BYTES: u64 = 1024 * 1024;
+/// The cursor store's space (the folder under the storage root).
+const SPACE: &str = "honcho/cursors";
 
 /// The saved progress of one Honcho session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,40 +135,35 @@ pub(crate) enum CursorDefect {
 /// A cursor that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CursorError {
-    /// The file exists but is not a valid cursor for this session.
+    /// The stored cursor is not a valid cursor for this session.
     #[error(
-        "Honcho capture cursor {} is invalid ({reason}); refusing to replay the thread, repair or remove the file",
-        path.display()
+        "Honcho capture cursor {location} is invalid ({reason}); refusing to replay the thread, repair or remove it"
     )]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt { location: String, reason: String },
     /// Reading or writing failed.
-    #[error("Honcho capture cursor {}: {error}", path.display())]
+    #[error("Honcho capture cursor {location}: {error}")]
     Io {
-        path: PathBuf,
+        location: String,
         error: std::io::Error,
     },
-    /// The blocking task that reads or writes the cursor did not finish (panicked or was
-    /// cancelled at shutdown).
-    #[error("Honcho capture cursor task failed: {0}")]
-    Task(#[source] tokio::task::JoinError),
 }
 
-/// Cursor files under one directory, one per (workspace, session), named by a hash so that
-/// no id ever becomes a path.
+/// The cursors, one per (workspace, session), named by a hash so that no id ever becomes a
+/// path or key.
 #[derive(Clone, Debug)]
 pub(crate) struct CursorStore {
-    files: CursorFiles,
+    storage: Arc<dyn CursorStorage>,
 }
 
 impl CursorStore {
-    /// Cursors under `{storage_root}/honcho/cursors`.
+    /// Cursor files under `{storage_root}/honcho/cursors`.
     pub(crate) fn new(storage_root: &Path) -> Self {
-        Self {
-            files: CursorFiles::new(
-                storage_root.join("honcho").join("cursors"),
-                MAX_CURSOR_BYTES,
-            ),
-        }
+        Self::on(Arc::new(CursorFiles::new(storage_root.to_path_buf())))
+    }
+
+    /// Cursors in `storage`.
+    pub(crate) fn on(storage: Arc<dyn CursorStorage>) -> Self {
+        Self { storage }
     }
 
     fn name_for(workspace: &str, session: &str) -> String {
@@ -174,41 +174,47 @@ impl CursorStore {
         format!("{}.json", hex::encode(h.finalize()))
     }
 
-    /// The file of a session.
-    pub(crate) fn path_for(&self, workspace: &str, session: &str) -> PathBuf {
-        self.files.path(&Self::name_for(workspace, session))
-    }
-
     /// Loads a session's cursor; a fresh state when there is none.
-    pub(crate) fn load(&self, workspace: &str, session: &str) -> Result<CursorState, CursorError> {
-        let path = self.path_for(workspace, session);
-        let corrupt = |path: PathBuf, reason: String| CursorError::Corrupt { path, reason };
-        let bytes = match self.files.read(&Self::name_for(workspace, session)) {
+    pub(crate) async fn load(
+        &self,
+        workspace: &str,
+        session: &str,
+    ) -> Result<CursorState, CursorError> {
+        let name = Self::name_for(workspace, session);
+        let location = || self.storage.location(SPACE, &name);
+        let corrupt = |reason: String| CursorError::Corrupt {
+            location: location(),
+            reason,
+        };
+        let bytes = match self.storage.read(SPACE, &name, MAX_CURSOR_BYTES).await {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(CursorState::fresh(workspace, session)),
             Err(deermem_remote::files::ReadError::Io(error)) => {
-                return Err(CursorError::Io { path, error });
+                return Err(CursorError::Io {
+                    location: location(),
+                    error,
+                });
             }
-            Err(e) => return Err(corrupt(path, e.to_string())),
+            Err(e) => return Err(corrupt(e.to_string())),
         };
         let state: CursorState =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(path.clone(), e.to_string()))?;
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         state
             .check(workspace, session)
-            .map_err(|defect| corrupt(path, defect.to_string()))?;
+            .map_err(|defect| corrupt(defect.to_string()))?;
         Ok(state)
     }
 
     /// Writes a cursor atomically and durably.
-    pub(crate) fn save(&self, state: &CursorState) -> Result<(), CursorError> {
+    pub(crate) async fn save(&self, state: &CursorState) -> Result<(), CursorError> {
         let name = Self::name_for(&state.workspace, &state.session);
         let io = |error| CursorError::Io {
-            path: self.files.path(&name),
+            location: self.storage.location(SPACE, &name),
             error,
         };
         let bytes = serde_json::to_vec_pretty(state)
             .map_err(|e| io(std::io::Error::other(e.to_string())))?;
-        self.files.write(&name, &bytes).map_err(io)
+        self.storage.write(SPACE, &name, bytes).await.map_err(io)
     }
 }
 
@@ -280,22 +286,28 @@ mod tests {
         assert_eq!(st.prefix_count, MAX_RECENT + 10);
     }
 
-    #[test]
-    fn save_load_round_trip_and_corruption() {
+    #[tokio::test]
+    async fn save_load_round_trip_and_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let store = CursorStore::new(dir.path());
-        assert_eq!(store.load("w", "s").unwrap(), CursorState::fresh("w", "s"));
+        let path_for = |w: &str, s: &str| {
+            dir.path()
+                .join("honcho")
+                .join("cursors")
+                .join(CursorStore::name_for(w, s))
+        };
+        assert_eq!(
+            store.load("w", "s").await.unwrap(),
+            CursorState::fresh("w", "s")
+        );
         let mut st = CursorState::fresh("w", "s");
         st.session_peers = Some(vec!["u".into(), "a".into()]);
         st.accept(&sigs(2), Some(&sigs(2)));
-        store.save(&st).unwrap();
-        assert_eq!(store.load("w", "s").unwrap(), st);
-        // Hostile ids never become paths.
-        let p = store.path_for("../../etc", "x/../../y");
-        assert_eq!(
-            p.parent().unwrap(),
-            dir.path().join("honcho").join("cursors")
-        );
+        store.save(&st).await.unwrap();
+        assert_eq!(store.load("w", "s").await.unwrap(), st);
+        // Hostile ids never become paths: the name is a hash.
+        let name = CursorStore::name_for("../../etc", "x/../../y");
+        assert!(name.ends_with(".json") && !name.contains('/') && !name.contains(".."));
         // Leftover temporaries are not left behind.
         let names: Vec<_> = fs::read_dir(dir.path().join("honcho/cursors"))
             .unwrap()
@@ -304,17 +316,17 @@ mod tests {
         assert_eq!(names.len(), 1);
 
         for bad in [&b"not json"[..], b"[]", br#"{"schema_version": 9}"#] {
-            fs::write(store.path_for("w", "s"), bad).unwrap();
+            fs::write(path_for("w", "s"), bad).unwrap();
             assert!(matches!(
-                store.load("w", "s"),
+                store.load("w", "s").await,
                 Err(CursorError::Corrupt { .. })
             ));
         }
         // A cursor copied from another session is refused.
-        store.save(&CursorState::fresh("w", "other")).unwrap();
-        fs::copy(store.path_for("w", "other"), store.path_for("w", "s")).unwrap();
+        store.save(&CursorState::fresh("w", "other")).await.unwrap();
+        fs::copy(path_for("w", "other"), path_for("w", "s")).unwrap();
         assert!(matches!(
-            store.load("w", "s"),
+            store.load("w", "s").await,
             Err(CursorError::Corrupt { .. })
         ));
     }

@@ -33,4 +33,6 @@ pub mod identity;
 mod manager;
 
 pub use config::{FailurePolicy, HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, Secret};
-pub use manager::{BACKEND_NAME, HonchoManager, from_backend_config};
+pub use manager::{
+    BACKEND_NAME, HonchoManager, from_backend_config, from_backend_config_with_cursors,
+};

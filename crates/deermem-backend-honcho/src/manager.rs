@@ -30,6 +30,7 @@ use crate::client::{HonchoClient, HonchoError, encode_segment};
 use crate::config::HonchoConfig;
 use crate::cursor::{CursorError, CursorState, CursorStore, plan};
 use crate::identity::{Identity, session_id};
+use deermem_remote::CursorStorage;
 
 /// The backend name used in "not supported by" messages.
 pub const BACKEND_NAME: &str = "HonchoMemoryManager";
@@ -111,12 +112,28 @@ pub fn from_backend_config(
     storage_root: PathBuf,
     clock: Arc<dyn Clock>,
 ) -> Result<HonchoManager, ManagerError> {
+    from_backend_config_with_cursors(backend_config, mode, storage_root, clock, None)
+}
+
+/// [`from_backend_config`] with the cursors kept in `cursors` (the facade passes the
+/// PostgreSQL cursor store when the storage is postgres); `None` keeps them in files under
+/// `storage_root`.
+///
+/// # Errors
+/// As [`from_backend_config`].
+pub fn from_backend_config_with_cursors(
+    backend_config: &Map<String, Value>,
+    mode: MemoryMode,
+    storage_root: PathBuf,
+    clock: Arc<dyn Clock>,
+    cursors: Option<Arc<dyn CursorStorage>>,
+) -> Result<HonchoManager, ManagerError> {
     let (config, warnings) =
         HonchoConfig::from_backend_config(backend_config).map_err(|e| config_error(&e))?;
     for w in &warnings {
         tracing::warn!(warning = %w, "honcho backend configuration");
     }
-    HonchoManager::new(config, mode, storage_root, clock)
+    HonchoManager::with_cursors(config, mode, storage_root, clock, cursors)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (the reference's `get_memory` timestamps have no fraction).
@@ -143,11 +160,30 @@ impl HonchoManager {
         storage_root: PathBuf,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ManagerError> {
+        Self::with_cursors(config, mode, storage_root, clock, None)
+    }
+
+    /// [`HonchoManager::new`] with the cursors kept in `cursors` (`None`: files under
+    /// `{storage_root}/honcho/cursors/`).
+    ///
+    /// # Errors
+    /// As [`HonchoManager::new`].
+    pub fn with_cursors(
+        config: HonchoConfig,
+        mode: MemoryMode,
+        storage_root: PathBuf,
+        clock: Arc<dyn Clock>,
+        cursors: Option<Arc<dyn CursorStorage>>,
+    ) -> Result<Self, ManagerError> {
         config.validate().map_err(|e| config_error(&e))?;
         let client = HonchoClient::new(&config)?;
+        let cursors = match cursors {
+            Some(storage) => CursorStore::on(storage),
+            None => CursorStore::new(&storage_root),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                cursors: CursorStore::new(&storage_root),
+                cursors,
                 config,
                 client,
                 clock,
@@ -267,19 +303,11 @@ impl Inner {
         workspace: &str,
         session: &str,
     ) -> Result<CursorState, CursorError> {
-        let store = self.cursors.clone();
-        let (w, s) = (workspace.to_owned(), session.to_owned());
-        tokio::task::spawn_blocking(move || store.load(&w, &s))
-            .await
-            .map_err(CursorError::Task)?
+        self.cursors.load(workspace, session).await
     }
 
     async fn save_cursor(&self, state: &CursorState) -> Result<(), CursorError> {
-        let store = self.cursors.clone();
-        let st = state.clone();
-        tokio::task::spawn_blocking(move || store.save(&st))
-            .await
-            .map_err(CursorError::Task)?
+        self.cursors.save(state).await
     }
 
     /// Sends what the cursor has not seen. Failures are logged; the cursor only moves past

@@ -297,6 +297,9 @@ impl OpenVikingConfig {
         // `failure_policy` fills two fields, so it is read as its own section.
         let mut rest = backend_config.clone();
         rest.remove("failure_policy");
+        // Where the cursors live (`storage_class: postgres` and its block): the facade's keys.
+        rest.remove("storage_class");
+        rest.remove("postgres");
         let (mut c, mut unknown) = lax::deserialize::<Self>(&Value::Object(rest), PREFIX)?;
         let (policies, ignored) = lax::deserialize::<FailureSection>(
             &Value::Object(failure),

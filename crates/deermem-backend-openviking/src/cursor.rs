@@ -15,7 +15,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use deermem_remote::CursorStorage;
 use deermem_remote::files::{CursorFiles, ReadError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -262,29 +264,41 @@ pub enum CursorError {
     },
 }
 
-/// The cursor files of one storage root.
+/// The cursor store's space (the folder under the storage root).
+const SPACE: &str = "openviking/sessions";
+
+/// The cursors of one storage root: files under `{root}/openviking/sessions/`, or another
+/// [`CursorStorage`] (the PostgreSQL database when the storage is postgres) under the same
+/// names.
 #[derive(Debug, Clone)]
 pub struct CursorStore {
-    files: CursorFiles,
+    storage: Arc<dyn CursorStorage>,
+    dir: PathBuf,
 }
 
 impl CursorStore {
     /// The store under `{root}/openviking/sessions/`.
     pub fn new(root: &Path) -> Self {
+        Self::on(root, Arc::new(CursorFiles::new(root.to_path_buf())))
+    }
+
+    /// The store in `storage`; `root` is the storage root the cursor files would live under.
+    pub fn on(root: &Path, storage: Arc<dyn CursorStorage>) -> Self {
         Self {
-            files: CursorFiles::new(root.join("openviking").join("sessions"), MAX_CURSOR_BYTES),
+            storage,
+            dir: CursorFiles::new(root.to_path_buf()).dir(SPACE),
         }
     }
 
-    /// The directory holding the cursor files.
+    /// The directory holding the cursor files (when the cursors are files).
     pub fn dir(&self) -> &Path {
-        self.files.dir()
+        &self.dir
     }
 
-    /// The file of a session. Session ids are `df_` plus hex, so they are always one safe
-    /// path component.
+    /// The file of a session (when the cursors are files). Session ids are `df_` plus hex,
+    /// so they are always one safe path component.
     pub fn path(&self, session_id: &str) -> PathBuf {
-        self.files.path(&format!("{session_id}.json"))
+        self.dir.join(format!("{session_id}.json"))
     }
 
     /// Loads a session's cursor; a missing file is the empty state.
@@ -292,12 +306,16 @@ impl CursorStore {
     /// # Errors
     /// [`CursorError::Unreadable`] or [`CursorError::Invalid`]: the caller must not send
     /// anything (replaying history would duplicate it).
-    pub fn load(&self, session_id: &str) -> Result<CursorState, CursorError> {
+    pub async fn load(&self, session_id: &str) -> Result<CursorState, CursorError> {
         let invalid = |detail: String| CursorError::Invalid {
             session: session_id.to_owned(),
             detail,
         };
-        let bytes = match self.files.read(&format!("{session_id}.json")) {
+        let bytes = match self
+            .storage
+            .read(SPACE, &format!("{session_id}.json"), MAX_CURSOR_BYTES)
+            .await
+        {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(CursorState::new_empty()),
             Err(e @ (ReadError::Io(_) | ReadError::NotAFile)) => {
@@ -319,12 +337,14 @@ impl CursorStore {
     ///
     /// # Errors
     /// [`CursorError::Save`].
-    pub fn save(&self, session_id: &str, state: &CursorState) -> Result<(), CursorError> {
-        self.files
+    pub async fn save(&self, session_id: &str, state: &CursorState) -> Result<(), CursorError> {
+        self.storage
             .write(
+                SPACE,
                 &format!("{session_id}.json"),
-                state.to_file_text().as_bytes(),
+                state.to_file_text().into_bytes(),
             )
+            .await
             .map_err(|source| CursorError::Save {
                 session: session_id.to_owned(),
                 source,
@@ -484,14 +504,14 @@ mod tests {
         assert_eq!(kept.submitted_prefix_digest, s.submitted_prefix_digest);
     }
 
-    #[test]
-    fn store_round_trips_and_fails_closed_on_garbage() {
+    #[tokio::test]
+    async fn store_round_trips_and_fails_closed_on_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let store = CursorStore::new(dir.path());
-        assert_eq!(store.load("df_x").unwrap(), CursorState::new_empty());
+        assert_eq!(store.load("df_x").await.unwrap(), CursorState::new_empty());
         let s = CursorState::new_empty().advanced(Some(&sigs(&["a"])), &sigs(&["a"]), 16, false);
-        store.save("df_x", &s).unwrap();
-        assert_eq!(store.load("df_x").unwrap(), s);
+        store.save("df_x", &s).await.unwrap();
+        assert_eq!(store.load("df_x").await.unwrap(), s);
         let leftovers: Vec<_> = fs::read_dir(store.dir())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -499,22 +519,25 @@ mod tests {
         assert_eq!(leftovers, vec!["df_x.json".to_owned()]);
         for garbage in ["not json", "[1, 2]", "\"str\"", "null"] {
             fs::write(store.path("df_y"), garbage).unwrap();
-            let e = store.load("df_y").unwrap_err();
+            let e = store.load("df_y").await.unwrap_err();
             assert!(matches!(e, CursorError::Invalid { .. }), "{garbage}: {e}");
             assert!(e.to_string().contains("refusing unsafe replay"));
         }
         fs::create_dir_all(store.path("df_dir")).unwrap();
-        let e = store.load("df_dir").unwrap_err();
+        let e = store.load("df_dir").await.unwrap_err();
         assert!(matches!(e, CursorError::Unreadable { .. }), "{e}");
     }
 
-    #[test]
-    fn save_failure_leaves_no_temp_file() {
+    #[tokio::test]
+    async fn save_failure_leaves_no_temp_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = CursorStore::new(dir.path());
         fs::create_dir_all(store.path("df_z")).unwrap();
         fs::write(store.path("df_z").join("occupied"), "x").unwrap();
-        let e = store.save("df_z", &CursorState::new_empty()).unwrap_err();
+        let e = store
+            .save("df_z", &CursorState::new_empty())
+            .await
+            .unwrap_err();
         assert!(matches!(e, CursorError::Save { .. }));
         let names: Vec<_> = fs::read_dir(store.dir())
             .unwrap()

@@ -28,6 +28,7 @@ use crate::convert::{self, HiddenMessageFilter};
 use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch};
 use crate::recall::{self, RecalledMemory};
 use crate::scope;
+use deermem_remote::CursorStorage;
 
 /// The backend name used in "not supported by" messages.
 pub const BACKEND_NAME: &str = "OpenVikingMemoryManager";
@@ -193,7 +194,7 @@ impl OpenVikingManager {
         storage_root: PathBuf,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ManagerError> {
-        Self::build(config, Vec::new(), mode, storage_root, clock)
+        Self::build(config, Vec::new(), mode, storage_root, clock, None)
     }
 
     /// Parses `backend_config` (reading the key through `env`) and builds the manager; the
@@ -210,6 +211,23 @@ impl OpenVikingManager {
         clock: Arc<dyn Clock>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ManagerError> {
+        Self::from_backend_config_with_cursors(backend_config, mode, storage_root, clock, env, None)
+    }
+
+    /// [`OpenVikingManager::from_backend_config`] with the cursors kept in `cursors` (the
+    /// facade passes the PostgreSQL cursor store when the storage is postgres); `None` keeps
+    /// them in files under `storage_root`.
+    ///
+    /// # Errors
+    /// As [`OpenVikingManager::from_backend_config`].
+    pub fn from_backend_config_with_cursors(
+        backend_config: &Map<String, Value>,
+        mode: MemoryMode,
+        storage_root: PathBuf,
+        clock: Arc<dyn Clock>,
+        env: &dyn Fn(&str) -> Option<String>,
+        cursors: Option<Arc<dyn CursorStorage>>,
+    ) -> Result<Self, ManagerError> {
         if mode != MemoryMode::Middleware {
             return Err(tool_mode_error());
         }
@@ -218,7 +236,7 @@ impl OpenVikingManager {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        Self::build(config, warnings, mode, storage_root, clock)
+        Self::build(config, warnings, mode, storage_root, clock, cursors)
     }
 
     fn build(
@@ -227,6 +245,7 @@ impl OpenVikingManager {
         mode: MemoryMode,
         storage_root: PathBuf,
         clock: Arc<dyn Clock>,
+        cursors: Option<Arc<dyn CursorStorage>>,
     ) -> Result<Self, ManagerError> {
         if mode != MemoryMode::Middleware {
             return Err(tool_mode_error());
@@ -237,7 +256,10 @@ impl OpenVikingManager {
         let root = storage_root;
         Ok(Self {
             inner: Arc::new(Inner {
-                cursors: CursorStore::new(&root),
+                cursors: match cursors {
+                    Some(storage) => CursorStore::on(&root, storage),
+                    None => CursorStore::new(&root),
+                },
                 config,
                 warnings,
                 mode,
@@ -615,19 +637,20 @@ impl Inner {
         session_id: &str,
         messages: Vec<Message>,
     ) -> Result<(CursorState, Vec<Message>, Vec<String>), CaptureFailure> {
-        let store = self.cursors.clone();
-        let sid = session_id.to_owned();
+        let state = self
+            .cursors
+            .load(session_id)
+            .await
+            .map_err(|e| CaptureFailure::always(cursor_error(e)))?;
         let keep = self.keep_hidden.read().clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let state = store.load(&sid)?;
             let messages = convert::captureable(messages, &keep);
             let sigs: Vec<String> = messages.iter().map(convert::message_signature).collect();
-            Ok::<_, CursorError>((state, messages, sigs))
+            (state, messages, sigs)
         })
         .await;
         match joined {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
+            Ok(v) => Ok(v),
             Err(e) => Err(CaptureFailure::always(
                 ManagerError::backend(format!(
                     "OpenViking cursor task failed (session={session_id}): {e}"
@@ -642,18 +665,10 @@ impl Inner {
         session_id: &str,
         state: CursorState,
     ) -> Result<(), CaptureFailure> {
-        let store = self.cursors.clone();
-        let sid = session_id.to_owned();
-        match tokio::task::spawn_blocking(move || store.save(&sid, &state)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(CaptureFailure::always(cursor_error(e))),
-            Err(e) => Err(CaptureFailure::always(
-                ManagerError::storage(format!(
-                    "OpenViking cursor task failed (session={session_id}): {e}"
-                ))
-                .caused_by(e),
-            )),
-        }
+        self.cursors
+            .save(session_id, &state)
+            .await
+            .map_err(|e| CaptureFailure::always(cursor_error(e)))
     }
 
     /// The reference's capture algorithm, under the session lock: load the cursor, retry a

@@ -28,7 +28,8 @@ prints a table and, with --json, writes {\"workloads\": {...}, \"machine\": {...
 bucket); --queries: one query per line. Without them the data is generated with a fixed seed;
 --write-corpus / --write-queries save the generated data for other implementations.
 --store postgres runs the PostgreSQL workloads (write_fact, load_scope_cold, load_scope_warm,
-search, revision_check), each against its own throwaway durable cluster.";
+search, revision_check, get_context, gateway_get, gateway_post), each against its own throwaway
+durable cluster.";
 
 /// Parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +227,16 @@ pub fn check_postgres_targets(w: &Map<String, Value>) -> Map<String, Value> {
         "search",
         "p50 < 1000 us",
         get("search", "p50_us").map(|p| p < 1000.0),
+    );
+    put(
+        "get_context",
+        "warm p50 < 100 us, the coherence check included",
+        get("get_context", "p50_us").map(|p| p < 100.0),
+    );
+    put(
+        "gateway_get",
+        "> 5000 req/s",
+        get("gateway_get", "ops_per_sec").map(|r| r > 5000.0),
     );
     out
 }
@@ -458,7 +469,8 @@ mod tests {
         assert_eq!(Args::parse(&[]).unwrap().store, Store::File);
         assert!(Args::parse(&strings(&["--store", "redis"])).is_err());
         // A workload the store does not run is refused.
-        assert!(Args::parse(&strings(&["--store", "postgres", "--only", "gateway_get"])).is_err());
+        assert!(Args::parse(&strings(&["--store", "postgres", "--only", "fsync_floor"])).is_err());
+        assert!(Args::parse(&strings(&["--store", "postgres", "--only", "gateway_get"])).is_ok());
         assert!(Args::parse(&strings(&["--only", "revision_check"])).is_err());
     }
 
@@ -468,12 +480,16 @@ mod tests {
             "write_fact": {"p50_us": 2500.0},
             "load_scope_warm": {"p50_us": 450.0},
             "search": {"p50_us": 700.0},
+            "get_context": {"p50_us": 150.0},
+            "gateway_get": {"ops_per_sec": 5200.0},
         }))
         .unwrap();
         let t = check_postgres_targets(&w);
         assert_eq!(t["write_fact"]["met"], json!(true));
         assert_eq!(t["load_scope_warm"]["met"], json!(false));
         assert_eq!(t["search"]["met"], json!(true));
+        assert_eq!(t["get_context"]["met"], json!(false));
+        assert_eq!(t["gateway_get"]["met"], json!(true));
     }
 
     #[test]

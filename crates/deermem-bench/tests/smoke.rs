@@ -199,8 +199,9 @@ fn bad_arguments_fail_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_workload"));
 }
 
-/// `--store postgres`: every PostgreSQL workload runs end to end at smoke size against its own
-/// throwaway durable cluster, finds what it seeded, and is judged against the targets.
+/// `--store postgres`: every PostgreSQL workload (the gateway's included) runs end to end at
+/// smoke size against its own throwaway durable cluster, finds what it seeded, and is judged
+/// against the targets.
 #[test]
 fn postgres_workloads_run_at_smoke_size() {
     let tmp = tempfile::tempdir().unwrap();
@@ -214,7 +215,10 @@ fn postgres_workloads_run_at_smoke_size() {
             "load_scope_cold",
             "load_scope_warm",
             "search",
-            "revision_check"
+            "revision_check",
+            "get_context",
+            "gateway_get",
+            "gateway_post"
         ]
     );
     for (name, r) in w {
@@ -234,6 +238,18 @@ fn postgres_workloads_run_at_smoke_size() {
     let t = report["targets"].as_object().expect("targets");
     assert_eq!(
         t.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["write_fact", "load_scope_warm", "search"]
+        [
+            "write_fact",
+            "load_scope_warm",
+            "search",
+            "get_context",
+            "gateway_get"
+        ]
+    );
+    // Every acknowledged create over the gateway was stored (the workload checks it).
+    assert!(
+        w["gateway_post"]["created"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        w["gateway_post"]
     );
 }

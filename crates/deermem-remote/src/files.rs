@@ -1,13 +1,17 @@
-//! Cursor files: small JSON files in one directory, read with a size bound and written
-//! atomically and durably (a temporary file in the same directory, fsync, rename, directory
-//! fsync; the temporary never survives a failure); and the sequence digest the capture cursors
-//! keep of the messages they already sent.
+//! Cursor files, the file implementation of the [`CursorStorage`] port: small JSON files in one
+//! directory per space, read with a size bound and written atomically and durably (a temporary
+//! file in the same directory, fsync, rename, directory fsync; the temporary never survives a
+//! failure); and the sequence digest the capture cursors keep of the messages they already
+//! sent.
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use async_trait::async_trait;
 use sha2::{Digest, Sha256};
+
+use crate::cursors::CursorStorage;
 
 /// SHA-256 over each item's 8-byte big-endian length followed by its bytes, as hex.
 pub fn seq_digest<S: AsRef<str>>(items: &[S]) -> String {
@@ -34,37 +38,45 @@ pub enum ReadError {
     Io(io::Error),
 }
 
-/// The cursor files of one directory. Names are the caller's: each must be one safe path
-/// component (a hash, or an id of a known safe alphabet), never raw input.
+/// The cursor files under one root: cursor `name` of space `space` is the file
+/// `{root}/{space}/{name}`. Spaces are the backends' fixed relative folders (`honcho/cursors`);
+/// names are the caller's and must each be one safe path component (a hash, or an id of a
+/// known safe alphabet), never raw input.
 #[derive(Clone, Debug)]
 pub struct CursorFiles {
-    dir: PathBuf,
-    max_bytes: u64,
+    root: PathBuf,
 }
 
 impl CursorFiles {
-    /// Files under `dir`, none read beyond `max_bytes`.
-    pub fn new(dir: PathBuf, max_bytes: u64) -> Self {
-        Self { dir, max_bytes }
+    /// Files under `root`.
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The directory of a space.
+    pub fn dir(&self, space: &str) -> PathBuf {
+        space
+            .split('/')
+            .fold(self.root.clone(), |dir, part| dir.join(part))
     }
 
     /// The path of a file.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+    pub fn path(&self, space: &str, name: &str) -> PathBuf {
+        self.dir(space).join(name)
     }
 
     /// The bytes of a file; `None` when there is none.
     ///
     /// # Errors
-    /// The path holds something other than a regular file, a file over the limit, or the OS
-    /// refused.
-    pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>, ReadError> {
-        let path = self.path(name);
+    /// The path holds something other than a regular file, a file over `max_bytes`, or the
+    /// OS refused.
+    pub fn read_file(
+        &self,
+        space: &str,
+        name: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, ReadError> {
+        let path = self.path(space, name);
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -75,10 +87,10 @@ impl CursorFiles {
         }
         let mut bytes = Vec::new();
         fs::File::open(&path)
-            .and_then(|f| f.take(self.max_bytes + 1).read_to_end(&mut bytes))
+            .and_then(|f| f.take(max_bytes + 1).read_to_end(&mut bytes))
             .map_err(ReadError::Io)?;
-        if bytes.len() as u64 > self.max_bytes {
-            return Err(ReadError::TooLarge(self.max_bytes));
+        if bytes.len() as u64 > max_bytes {
+            return Err(ReadError::TooLarge(max_bytes));
         }
         Ok(Some(bytes))
     }
@@ -87,9 +99,10 @@ impl CursorFiles {
     ///
     /// # Errors
     /// The OS refused; the old file is then unchanged.
-    pub fn write(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
-        fs::create_dir_all(&self.dir)?;
-        let tmp = self.dir.join(format!(
+    pub fn write_file(&self, space: &str, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let dir = self.dir(space);
+        fs::create_dir_all(&dir)?;
+        let tmp = dir.join(format!(
             ".{name}.{}.{:016x}.tmp",
             std::process::id(),
             rand::random::<u64>()
@@ -102,15 +115,42 @@ impl CursorFiles {
             f.write_all(bytes)?;
             f.sync_all()?;
             drop(f);
-            fs::rename(&tmp, self.path(name))?;
+            fs::rename(&tmp, dir.join(name))?;
             #[cfg(unix)]
-            fs::File::open(&self.dir)?.sync_all()?;
+            fs::File::open(&dir)?.sync_all()?;
             Ok(())
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
         result
+    }
+}
+
+/// The port on files: each call runs on the blocking pool.
+#[async_trait]
+impl CursorStorage for CursorFiles {
+    async fn read(
+        &self,
+        space: &str,
+        name: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, ReadError> {
+        let (files, space, name) = (self.clone(), space.to_owned(), name.to_owned());
+        tokio::task::spawn_blocking(move || files.read_file(&space, &name, max_bytes))
+            .await
+            .map_err(|e| ReadError::Io(io::Error::other(format!("cursor read task failed: {e}"))))?
+    }
+
+    async fn write(&self, space: &str, name: &str, bytes: Vec<u8>) -> io::Result<()> {
+        let (files, space, name) = (self.clone(), space.to_owned(), name.to_owned());
+        tokio::task::spawn_blocking(move || files.write_file(&space, &name, &bytes))
+            .await
+            .map_err(|e| io::Error::other(format!("cursor write task failed: {e}")))?
+    }
+
+    fn location(&self, space: &str, name: &str) -> String {
+        self.path(space, name).display().to_string()
     }
 }
 
@@ -131,22 +171,42 @@ mod tests {
     #[test]
     fn read_write_bounds_and_no_leftovers() {
         let root = tempfile::tempdir().unwrap();
-        let files = CursorFiles::new(root.path().join("c"), 8);
-        assert!(files.read("x.json").unwrap().is_none());
-        files.write("x.json", b"1234").unwrap();
-        files.write("x.json", b"12345678").unwrap();
-        assert_eq!(files.read("x.json").unwrap().unwrap(), b"12345678");
-        let names: Vec<_> = fs::read_dir(files.dir()).unwrap().collect();
+        let files = CursorFiles::new(root.path().to_path_buf());
+        let dir = files.dir("a/c");
+        assert_eq!(dir, root.path().join("a").join("c"));
+        assert!(files.read_file("a/c", "x.json", 8).unwrap().is_none());
+        files.write_file("a/c", "x.json", b"1234").unwrap();
+        files.write_file("a/c", "x.json", b"12345678").unwrap();
+        assert_eq!(
+            files.read_file("a/c", "x.json", 8).unwrap().unwrap(),
+            b"12345678"
+        );
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary left behind");
-        fs::write(files.path("big.json"), b"123456789").unwrap();
+        fs::write(files.path("a/c", "big.json"), b"123456789").unwrap();
         assert!(matches!(
-            files.read("big.json"),
+            files.read_file("a/c", "big.json", 8),
             Err(ReadError::TooLarge(8))
         ));
-        fs::create_dir(files.path("dir.json")).unwrap();
-        assert!(matches!(files.read("dir.json"), Err(ReadError::NotAFile)));
+        fs::create_dir(files.path("a/c", "dir.json")).unwrap();
+        assert!(matches!(
+            files.read_file("a/c", "dir.json", 8),
+            Err(ReadError::NotAFile)
+        ));
         // Writing over a directory fails and leaves no temporary.
-        assert!(files.write("dir.json", b"1").is_err());
-        assert_eq!(fs::read_dir(files.dir()).unwrap().count(), 3);
+        assert!(files.write_file("a/c", "dir.json", b"1").is_err());
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_port_contract_holds_on_files() {
+        let root = tempfile::tempdir().unwrap();
+        let a = CursorFiles::new(root.path().to_path_buf());
+        let b = CursorFiles::new(root.path().to_path_buf());
+        crate::cursors::contract::check(&a, &b).await;
+        assert!(
+            a.location("honcho/cursors", "n.json").ends_with("n.json"),
+            "a file's location is its path"
+        );
     }
 }

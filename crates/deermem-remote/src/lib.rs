@@ -8,8 +8,9 @@
 //! - [`Secret`]: an API key on `secrecy` that never prints and is wiped on drop.
 //! - [`base_url`]: the one base-URL and transport rule (an `http(s)` URL with a host, no
 //!   credentials, query or fragment; a secret over plain `http` only where allowed).
-//! - [`files`]: cursor files (bounded reads, atomic durable writes) and the sequence digest the
-//!   capture cursors share.
+//! - [`cursors`]: the cursor-store port ([`CursorStorage`]) where the capture cursors live;
+//!   [`files`]: its implementation on files (bounded reads, atomic durable writes) and the
+//!   sequence digest the capture cursors share.
 //! - [`KeyedLocks`]: async locks by key, held weakly.
 //! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
 //! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
@@ -23,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod base_url;
+pub mod cursors;
 pub mod files;
 mod hidden;
 mod hit;
@@ -33,6 +35,7 @@ mod policy;
 pub mod retry;
 mod secret;
 
+pub use cursors::CursorStorage;
 pub use hidden::is_clarification_response;
 pub use hit::{RemoteHit, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};

@@ -13,20 +13,24 @@
 //!   transaction per commit with the user's row locked, decided by the core's shared commit
 //!   policy; each fact's search columns are written in the same transaction, and search runs
 //!   in the database (`tsvector` with the `simple` configuration, a GIN index, CJK bigrams,
-//!   FTS5's BM25; see `search`);
+//!   FTS5's BM25; see `search`); each storage keeps the decoded facts of the scopes it read,
+//!   served only while the user's row (its revision and `xmin`, read on every load) is still
+//!   the one they were read under, so a replica never serves a scope older than the latest
+//!   commit;
 //! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
 //!
+//! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the
+//!   `remote_cursors` table, so Honcho and OpenViking cursors are shared by the replicas;
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
 //!
 //! The facade selects it with `storage_class: postgres`; `deermem db migrate` applies the
-//! schema and `deermem migrate --from/--to` moves memory between files and the database. Still
-//! to come: a replica cache (reads go to the database today, so they are coherent) and
-//! remote-backend cursors in the database.
+//! schema and `deermem migrate --from/--to` moves memory between files and the database.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod admin;
 mod config;
+mod cursors;
 mod error;
 mod repository;
 mod retrieval;
@@ -34,9 +38,11 @@ mod run_journal;
 mod search;
 mod snapshot;
 mod store;
+mod stored;
 mod tls;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
+pub use cursors::PgCursors;
 pub use error::PgError;
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;

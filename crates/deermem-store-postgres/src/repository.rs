@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deermem_core::document::{ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummaryPatch};
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::document::{
+    ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, SummaryPatch,
+};
 use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::policy::metadata;
@@ -32,11 +33,16 @@ use tokio_postgres::GenericClient;
 
 use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
+use crate::stored::{
+    DOCUMENT_VERSION, decode_fact, decode_sections, encode_sections, fresh_id, write_fact,
+    write_user,
+};
 
-/// The document version of a written user.
-const DOCUMENT_VERSION: &str = "2.0";
 /// Commits of point operations retried over concurrent unrelated commits.
 const MAX_ATTEMPTS: usize = 3;
+
+/// Scopes a replica keeps decoded at most (past it the cache starts over).
+const CACHE_MAX_SCOPES: usize = 4096;
 
 /// The storage ports over one PostgreSQL schema.
 pub struct PgStorage {
@@ -44,6 +50,30 @@ pub struct PgStorage {
     clock: Arc<dyn Clock>,
     half_life_days: f64,
     audit_max_entries: usize,
+    /// Decoded facts per scope, served only while the user's row is still the one they were
+    /// read under (see `scope_facts`).
+    cache: parking_lot::Mutex<HashMap<ScopeKey, CachedScope>>,
+}
+
+/// A scope as the cache knows it: the requesting raw user id (facts are normalised for it) and
+/// the agent.
+type ScopeKey = (Option<String>, String);
+
+/// The decoded facts of a scope and the version of the user's row they were read under.
+#[derive(Clone)]
+struct CachedScope {
+    version: RowVersion,
+    facts: Facts,
+}
+
+/// What identifies one committed state of a user's row: its revision and the transaction that
+/// wrote the row (`xmin`). Every commit that changes a fact updates the row in the same
+/// transaction, and so does a snapshot replacing the bucket (`deermem migrate`), which may set
+/// any revision: equal versions mean the facts are the ones that were cached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RowVersion {
+    revision: u64,
+    xmin: String,
 }
 
 impl std::fmt::Debug for PgStorage {
@@ -76,14 +106,6 @@ fn bucket(user: Option<&UserId>) -> &str {
     user.map_or("", UserId::bucket)
 }
 
-/// The stored shape of a fact: its Markdown front matter, then title and content.
-fn to_stored(fact: &Fact) -> Value {
-    let mut m = fact.front_matter();
-    m.insert("title".into(), Value::String(fact.title.clone()));
-    m.insert("content".into(), Value::String(fact.content.clone()));
-    Value::Object(m)
-}
-
 /// A stored fact read back for `user`: normalised in its recorded scope, and owned by the
 /// requesting raw id (a record naming another raw id of the bucket is `foreign_owner`).
 fn from_stored(
@@ -91,22 +113,7 @@ fn from_stored(
     user: Option<&UserId>,
     now: Timestamp,
 ) -> Result<StoredFact, StorageError> {
-    let mut draft: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| corrupt("fact", e))?;
-    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
-    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
-    let scope = FactScope {
-        user_id: user_id.as_str().map(str::to_owned),
-        agent_name: agent_name.as_str().map(str::to_owned),
-    };
-    let fresh = fresh_id;
-    let ctx = NormalizeContext {
-        scope: &scope,
-        existing: None,
-        now,
-        new_id: &fresh,
-    };
-    let mut fact = normalize_fact(&draft, &ctx).map_err(|e| corrupt("fact", e))?;
+    let mut fact = decode_fact(text, now).map_err(|e| corrupt("fact", e.reason))?;
     let requested = user.map(UserId::as_str);
     let foreign_owner = fact.scope.user_id.as_deref() != requested;
     if foreign_owner {
@@ -118,37 +125,26 @@ fn from_stored(
     })
 }
 
-fn fresh_id() -> FactId {
-    FactId::long_from_bits(uuid::Uuid::new_v4().as_u128())
-}
-
 fn sections_from(text: &str) -> Result<(SummarySection, SummarySection), StorageError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| corrupt("summaries", e))?;
-    let section = |key: &str, default: fn() -> SummarySection| match v.get(key) {
-        None => Ok(default()),
-        Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
-        Some(other) => Err(corrupt(key, format!("not an object: {other}"))),
-    };
-    Ok((
-        section("user", SummarySection::default_user)?,
-        section("history", SummarySection::default_history)?,
-    ))
+    decode_sections(text).map_err(|e| corrupt(e.what, e.reason))
 }
 
-/// The user's row: revision, version, summaries text, last update.
+/// The user's row: revision, version, summaries text, last update, and the transaction that
+/// wrote it.
 struct UserRow {
     revision: u64,
     version: String,
     summaries: String,
     last_updated: String,
+    xmin: String,
 }
 
 /// The user's row, unlocked (read paths).
-const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, '') \
-     FROM users WHERE bucket = $1";
+const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last_updated, ''), \
+     xmin::text FROM users WHERE bucket = $1";
 /// The user's row, locked for the commit.
 const USER_SQL_LOCKED: &str = "SELECT revision, version, summaries::text, \
-     coalesce(last_updated, '') FROM users WHERE bucket = $1 FOR UPDATE";
+     coalesce(last_updated, ''), xmin::text FROM users WHERE bucket = $1 FOR UPDATE";
 /// A scope's facts in id order.
 const FACTS_SQL: &str = "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
      ORDER BY id COLLATE \"C\"";
@@ -184,6 +180,7 @@ where
             version: r.get(1),
             summaries: r.get(2),
             last_updated: r.get(3),
+            xmin: r.get(4),
         })
     })
     .transpose()
@@ -205,7 +202,52 @@ impl PgStorage {
             clock,
             half_life_days,
             audit_max_entries,
+            cache: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The facts of a scope for a load that read the user's row as `row` (`None`: never
+    /// written): the cached ones when they were read under the same row version, else read
+    /// from the database and cached under that version. The row is read first, on every load,
+    /// so a scope older than the latest committed revision is never served; facts read after
+    /// it may be newer than it, and are then re-read on the next load (the version differs).
+    async fn scope_facts(
+        &self,
+        client: &deadpool_postgres::ClientWrapper,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        row: Option<&UserRow>,
+    ) -> Result<Facts, StorageError> {
+        let Some(row) = row else {
+            // Nothing committed: no facts to keep (a row may exist with revision 0).
+            return Ok(self.facts_of(client, user, agent).await?.into());
+        };
+        let version = RowVersion {
+            revision: row.revision,
+            xmin: row.xmin.clone(),
+        };
+        let key: ScopeKey = (
+            user.map(|u| u.as_str().to_owned()),
+            agent.as_str().to_owned(),
+        );
+        if let Some(hit) = self.cache.lock().get(&key)
+            && hit.version == version
+        {
+            return Ok(hit.facts.clone());
+        }
+        let facts: Facts = self.facts_of(client, user, agent).await?.into();
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHE_MAX_SCOPES && !cache.contains_key(&key) {
+            cache.clear();
+        }
+        cache.insert(
+            key,
+            CachedScope {
+                version,
+                facts: facts.clone(),
+            },
+        );
+        Ok(facts)
     }
 
     async fn facts_of(
@@ -289,6 +331,7 @@ impl PgStorage {
                     version: DOCUMENT_VERSION.into(),
                     summaries: String::new(),
                     last_updated: String::new(),
+                    xmin: String::new(),
                 });
                 tx.rollback().await.map_err(db("end"))?;
                 return Ok(ChangeResult {
@@ -304,27 +347,10 @@ impl PgStorage {
         let written: Vec<Fact> = w.writes.into_iter().map(|d| d.fact).collect();
         if let Some(agent) = &req.agent {
             for f in &written {
-                let ix = search::indexed(f);
-                tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
-                     search_text, search_tokens) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
-                     ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
-                     fact = EXCLUDED.fact, category = EXCLUDED.category, \
-                     search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
-                    &[
-                        &b,
-                        &agent.as_str(),
-                        &f.id.as_str(),
-                        &i64::try_from(f.revision).unwrap_or(i64::MAX),
-                        &to_stored(f).to_string(),
-                        &ix.category,
-                        &ix.text,
-                        &ix.tokens,
-                    ],
-                )
-                .await
-                .map_err(db("write a fact"))?;
+                let revision = i64::try_from(f.revision).unwrap_or(i64::MAX);
+                write_fact(&tx, (b, agent.as_str()), f, revision)
+                    .await
+                    .map_err(db("write a fact"))?;
             }
             if !w.removals.is_empty() {
                 let ids: Vec<&str> = w.removals.iter().map(FactId::as_str).collect();
@@ -338,20 +364,13 @@ impl PgStorage {
                 forget_metadata(&tx, b, agent, Some(&gone)).await?;
             }
         }
-        let mut summaries = Map::new();
-        summaries.insert("user".into(), Value::Object(w.user.0));
-        summaries.insert("history".into(), Value::Object(w.history.0));
         let last_updated = now.to_iso_z();
-        tx.execute(
-            "UPDATE users SET revision = $2, version = $3, summaries = $4::text::json, \
-             last_updated = $5 WHERE bucket = $1",
-            &[
-                &b,
-                &i64::try_from(w.next_revision).unwrap_or(i64::MAX),
-                &DOCUMENT_VERSION,
-                &Value::Object(summaries).to_string(),
-                &last_updated,
-            ],
+        write_user(
+            &tx,
+            b,
+            i64::try_from(w.next_revision).unwrap_or(i64::MAX),
+            &encode_sections(w.user.0, w.history.0),
+            &last_updated,
         )
         .await
         .map_err(db("write the user"))?;
@@ -481,16 +500,17 @@ impl FactRepository for PgStorage {
         let client = self.store.client().await.map_err(pool)?;
         let mut doc = MemoryDocument::empty(self.clock.now());
         let stmt = prepared(&client, USER_SQL).await?;
-        if let Some(r) = user_row(&**client, &stmt, bucket(user)).await? {
+        let row = user_row(&**client, &stmt, bucket(user)).await?;
+        if let Some(agent) = agent {
+            doc.facts = self.scope_facts(&client, user, agent, row.as_ref()).await?;
+        }
+        if let Some(r) = row {
             let (u, h) = sections_from(&r.summaries)?;
             doc.version = r.version;
             doc.revision = r.revision;
             doc.last_updated = r.last_updated;
             doc.user = u;
             doc.history = h;
-        }
-        if let Some(agent) = agent {
-            doc.facts = self.facts_of(&client, user, agent).await?.into();
         }
         Ok(doc)
     }

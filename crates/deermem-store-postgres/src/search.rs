@@ -228,27 +228,36 @@ pub(crate) async fn scope_candidates(
     let window = per_scope.saturating_mul(2);
     let limit = i64::try_from(window.max(MAX_CANDIDATES)).unwrap_or(i64::MAX);
     let (user, agent) = scope;
-    // Statements prepared once per pooled connection: one round trip each.
-    let rows = match category {
-        Some(c) => {
-            let stmt = client.prepare_cached(table.candidates(true)).await?;
-            client
-                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit, &c])
-                .await?
-        }
-        None => {
-            let stmt = client.prepare_cached(table.candidates(false)).await?;
-            client
-                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit])
-                .await?
+    // Statements prepared once per pooled connection; the candidates and the scope's
+    // statistics are asked for together (the driver pipelines them on the connection), so a
+    // search costs one round trip.
+    let operands: Vec<&str> = plan.terms.iter().map(|t| t.operand.as_str()).collect();
+    let candidates = async {
+        match category {
+            Some(c) => {
+                let stmt = client.prepare_cached(table.candidates(true)).await?;
+                client
+                    .query(&stmt, &[&user, &agent, &plan.tsquery, &limit, &c])
+                    .await
+            }
+            None => {
+                let stmt = client.prepare_cached(table.candidates(false)).await?;
+                client
+                    .query(&stmt, &[&user, &agent, &plan.tsquery, &limit])
+                    .await
+            }
         }
     };
+    let stats = async {
+        let stmt = client.prepare_cached(table.stats()).await?;
+        client.query_one(&stmt, &[&user, &agent, &operands]).await
+    };
+    let (rows, stats) = tokio::join!(candidates, stats);
+    let rows = rows?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let operands: Vec<&str> = plan.terms.iter().map(|t| t.operand.as_str()).collect();
-    let stmt = client.prepare_cached(table.stats()).await?;
-    let stats = client.query_one(&stmt, &[&user, &agent, &operands]).await?;
+    let stats = stats?;
     let docs = u64::try_from(stats.get::<_, i64>(0)).unwrap_or(0);
     let total_tokens: i64 = stats.get(1);
     let hits: Vec<i64> = stats.get(2);

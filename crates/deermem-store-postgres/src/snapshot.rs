@@ -5,17 +5,14 @@
 //! sidecars' key order). A write is one transaction with the user's row locked: a bucket is
 //! either wholly copied or untouched.
 
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
-use deermem_core::snapshot::{AgentSnapshot, UserSnapshot, stored_fact};
-use deermem_core::{AgentName, Fact, FactId, SummarySection, Timestamp};
-use serde_json::{Map, Value};
+use deermem_core::snapshot::{AgentSnapshot, UserSnapshot};
+use deermem_core::{AgentName, Timestamp};
+use serde_json::Value;
 use tokio_postgres::GenericClient;
 
 use crate::error::PgError;
 use crate::store::PgStore;
-
-/// The document version written with a user's record.
-const DOCUMENT_VERSION: &str = "2.0";
+use crate::stored::{decode_fact, decode_sections, encode_sections, write_fact, write_user};
 
 fn statement(context: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError {
     move |source| PgError::Statement { context, source }
@@ -26,26 +23,6 @@ fn corrupt(bucket: &str, what: &str, e: impl std::fmt::Display) -> PgError {
         bucket: bucket.to_owned(),
         message: format!("its stored {what} is not readable: {e}"),
     }
-}
-
-/// A fact row read back as stored: normalised in the scope it records, that scope kept.
-fn fact_from_row(bucket: &str, text: &str, now: Timestamp) -> Result<Fact, PgError> {
-    let mut draft: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| corrupt(bucket, "fact", e))?;
-    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
-    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
-    let scope = FactScope {
-        user_id: user_id.as_str().map(str::to_owned),
-        agent_name: agent_name.as_str().map(str::to_owned),
-    };
-    let fresh = || FactId::long_from_bits(uuid::Uuid::new_v4().as_u128());
-    let ctx = NormalizeContext {
-        scope: &scope,
-        existing: None,
-        now,
-        new_id: &fresh,
-    };
-    normalize_fact(&draft, &ctx).map_err(|e| corrupt(bucket, "fact", e))
 }
 
 impl PgStore {
@@ -126,19 +103,12 @@ impl PgStore {
         tx.execute("DELETE FROM fact_metadata WHERE bucket = $1", &[&b])
             .await
             .map_err(statement("replace the metadata"))?;
-        let mut summaries = Map::new();
-        summaries.insert("user".into(), Value::Object(snapshot.user.0.clone()));
-        summaries.insert("history".into(), Value::Object(snapshot.history.0.clone()));
-        tx.execute(
-            "UPDATE users SET revision = $2, version = $3, summaries = $4::text::json, \
-             last_updated = $5 WHERE bucket = $1",
-            &[
-                &b,
-                &revision,
-                &DOCUMENT_VERSION,
-                &Value::Object(summaries).to_string(),
-                &snapshot.last_updated,
-            ],
+        write_user(
+            &tx,
+            b,
+            revision,
+            &encode_sections(snapshot.user.0.clone(), snapshot.history.0.clone()),
+            &snapshot.last_updated,
         )
         .await
         .map_err(statement("write the user"))?;
@@ -148,24 +118,9 @@ impl PgStore {
                 let fact_revision =
                     i64::try_from(f.revision).map_err(|_| too_big("fact revision"))?;
                 // The search columns exactly as the storage's commits write them.
-                let ix = crate::search::indexed(f);
-                tx.execute(
-                    "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
-                     search_text, search_tokens) \
-                     VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8)",
-                    &[
-                        &b,
-                        &agent,
-                        &f.id.as_str(),
-                        &fact_revision,
-                        &Value::Object(stored_fact(f)).to_string(),
-                        &ix.category,
-                        &ix.text,
-                        &ix.tokens,
-                    ],
-                )
-                .await
-                .map_err(statement("write a fact"))?;
+                write_fact(&tx, (b, agent), f, fact_revision)
+                    .await
+                    .map_err(statement("write a fact"))?;
             }
             if a.usage.is_some() || a.audit.is_some() {
                 let usage = Value::Object(a.usage.clone().unwrap_or_default()).to_string();
@@ -201,21 +156,31 @@ async fn read_in(
     let revision: i64 = row.get(0);
     snap.revision = u64::try_from(revision).map_err(|e| corrupt(bucket, "revision", e))?;
     if snap.revision > 0 {
-        let v: Value =
-            serde_json::from_str(row.get(1)).map_err(|e| corrupt(bucket, "summaries", e))?;
-        let section = |key: &str, default: fn() -> SummarySection| match v.get(key) {
-            None => Ok(default()),
-            Some(Value::Object(m)) => Ok(SummarySection(m.clone())),
-            Some(other) => Err(corrupt(bucket, key, format!("not an object: {other}"))),
-        };
-        snap.user = section("user", SummarySection::default_user)?;
-        snap.history = section("history", SummarySection::default_history)?;
+        (snap.user, snap.history) =
+            decode_sections(row.get(1)).map_err(|e| corrupt(bucket, e.what, e.reason))?;
         snap.last_updated = row.get(2);
     }
     let mut agents: std::collections::BTreeMap<String, AgentSnapshot> = Default::default();
-    let agent = |name: &str| -> Result<AgentName, PgError> {
-        AgentName::parse(name).map_err(|e| corrupt(bucket, "agent name", e))
-    };
+    // The agent's entry, created on first sight.
+    fn entry<'m>(
+        agents: &'m mut std::collections::BTreeMap<String, AgentSnapshot>,
+        bucket: &str,
+        name: String,
+    ) -> Result<&'m mut AgentSnapshot, PgError> {
+        Ok(match agents.entry(name) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let agent =
+                    AgentName::parse(e.key()).map_err(|err| corrupt(bucket, "agent name", err))?;
+                e.insert(AgentSnapshot {
+                    agent,
+                    facts: Vec::new(),
+                    usage: None,
+                    audit: None,
+                })
+            }
+        })
+    }
     for r in client
         .query(
             "SELECT agent, fact::text FROM facts WHERE bucket = $1 \
@@ -225,18 +190,8 @@ async fn read_in(
         .await
         .map_err(statement("read the facts"))?
     {
-        let name: String = r.get(0);
-        let fact = fact_from_row(bucket, r.get(1), now)?;
-        let entry = match agents.entry(name.clone()) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(AgentSnapshot {
-                agent: agent(&name)?,
-                facts: Vec::new(),
-                usage: None,
-                audit: None,
-            }),
-        };
-        entry.facts.push(fact);
+        let fact = decode_fact(r.get(1), now).map_err(|e| corrupt(bucket, "fact", e.reason))?;
+        entry(&mut agents, bucket, r.get(0))?.facts.push(fact);
     }
     for r in client
         .query(
@@ -262,15 +217,7 @@ async fn read_in(
         if usage.is_none() && audit.is_none() {
             continue;
         }
-        let entry = match agents.entry(name.clone()) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(AgentSnapshot {
-                agent: agent(&name)?,
-                facts: Vec::new(),
-                usage: None,
-                audit: None,
-            }),
-        };
+        let entry = entry(&mut agents, bucket, name)?;
         entry.usage = usage;
         entry.audit = audit;
     }

@@ -25,6 +25,18 @@ fn next_schema() -> String {
     )
 }
 
+/// A pool of `pool_size` connections on `schema`, migrated.
+async fn migrated(url: &str, schema: &str, pool_size: usize) -> deermem_store_postgres::PgStore {
+    let mut c = PostgresConfig::new(url);
+    c.schema = schema.into();
+    c.pool_size = pool_size;
+    let store = deermem_store_postgres::PgStore::connect(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    store
+}
+
 fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::new(
         Timestamp::parse_iso("2026-06-01T00:00:00Z").unwrap(),
@@ -54,18 +66,14 @@ deermem_testkit::run_journal_contract!(fixture());
 mod storage {
     use std::sync::Arc;
 
-    use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+    use deermem_store_postgres::PgStorage;
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::{START, StorageFixture};
 
     async fn fixture() -> StorageFixture {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 4;
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
-        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let store = super::migrated(cluster.url(), &super::next_schema(), 4).await;
         let clock = Arc::new(ManualClock::at(START));
         StorageFixture {
             storage: Arc::new(PgStorage::new(store, clock.clone(), 30.0, 200)),
@@ -81,17 +89,13 @@ mod storage {
 mod retrieval {
     use std::sync::Arc;
 
-    use deermem_store_postgres::{PgRetrieval, PgStore, PostgresConfig};
+    use deermem_store_postgres::PgRetrieval;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::retrieval::RetrievalFixture;
 
     async fn fixture() -> RetrievalFixture {
         let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut c = PostgresConfig::new(cluster.url());
-        c.schema = super::next_schema();
-        c.pool_size = 4;
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
-        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let store = super::migrated(cluster.url(), &super::next_schema(), 4).await;
         let index = PgRetrieval::new(
             store,
             Arc::new(deermem_testkit::clock::ManualClock::at(
@@ -286,4 +290,140 @@ fn replicas_commit_to_one_user_without_losing_updates() {
     drop((a, b));
     rt.shutdown_background();
     drop(cluster);
+}
+
+/// The remote backends' cursor-store port, on the `remote_cursors` table: the behaviour the
+/// cursor files also pass, with the two handles on one database as two replicas (two pools).
+mod cursors {
+    use deermem_store_postgres::PgCursors;
+    use deermem_testkit::pgcluster::PgCluster;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_port_contract_holds_across_two_replicas() {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let schema = super::next_schema();
+        let a = super::migrated(cluster.url(), &schema, 2).await;
+        let b = super::migrated(cluster.url(), &schema, 2).await;
+        let (a, b) = (PgCursors::new(a), PgCursors::new(b));
+        deermem_remote::cursors::contract::check(&a, &b).await;
+        // Hostile keys are bind parameters: stored and found verbatim, nothing else touched.
+        use deermem_remote::CursorStorage as _;
+        let hostile = "x'); DROP TABLE remote_cursors; --";
+        a.write(hostile, hostile, b"'\"\\".to_vec()).await.unwrap();
+        assert_eq!(
+            b.read(hostile, hostile, 8).await.unwrap().as_deref(),
+            Some(&b"'\"\\"[..])
+        );
+        assert!(
+            b.read("contract/cursors", "one.json", 64)
+                .await
+                .unwrap()
+                .is_some(),
+            "the table is still there"
+        );
+        assert!(
+            a.location("honcho/cursors", "n.json")
+                .contains("remote_cursors")
+        );
+    }
+}
+
+/// The replica cache: each storage keeps the decoded facts of a scope and serves them only
+/// while the user's row is the one they were read under.
+mod replica_cache {
+    use std::sync::Arc;
+
+    use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
+    use deermem_core::{AgentName, UserId};
+    use deermem_store_postgres::{PgStorage, PgStore};
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::storage::START;
+    use serde_json::json;
+
+    async fn replica(url: &str, schema: &str) -> (PgStore, PgStorage) {
+        let store = super::migrated(url, schema, 2).await;
+        let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
+        (store, storage)
+    }
+
+    fn draft(content: &str) -> serde_json::Map<String, serde_json::Value> {
+        json!({"content": content, "category": "context", "confidence": 0.9})
+            .as_object()
+            .cloned()
+            .unwrap()
+    }
+
+    fn contents(doc: &deermem_core::MemoryDocument) -> Vec<String> {
+        let mut v: Vec<String> = doc.facts.iter().map(|f| f.content.clone()).collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_never_serves_a_scope_older_than_another_replicas_write() {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let schema = super::next_schema();
+        let (_, a) = replica(cluster.url(), &schema).await;
+        let (store_b, b) = replica(cluster.url(), &schema).await;
+        let user = UserId::new("alice").unwrap();
+        let agent = AgentName::default_bucket();
+
+        b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+            .await
+            .unwrap();
+        // A reads twice: the second read is served from A's cache.
+        let first = a.load(Some(&user), Some(&agent)).await.unwrap();
+        let again = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(contents(&first), ["one"]);
+        assert_eq!(again, first);
+
+        // B writes; A's next read sees it, at B's revision.
+        let written = b
+            .upsert_fact(Some(&user), &agent, draft("two"), None, None)
+            .await
+            .unwrap();
+        let seen = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(contents(&seen), ["one", "two"]);
+        assert_eq!(seen.revision, written.revision);
+
+        // A bucket replaced wholesale at the same revision (what `deermem migrate` does) is
+        // a different row too: A does not serve the facts it cached.
+        let now = deermem_core::Timestamp::parse_iso(START).unwrap();
+        let mut snap = store_b
+            .read_snapshot(user.bucket(), now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(snap.revision, seen.revision);
+        snap.agents[0].facts.retain(|f| f.content == "two");
+        store_b.write_snapshot(&snap).await.unwrap();
+        let replaced = a.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(replaced.revision, seen.revision, "the same revision");
+        assert_eq!(contents(&replaced), ["two"], "and the replaced facts");
+
+        // A delete through B is seen too; A's own writes as well.
+        let id = replaced.facts[0].id.clone();
+        b.delete_fact(Some(&user), &agent, &id, None, None)
+            .await
+            .unwrap();
+        assert!(
+            a.load(Some(&user), Some(&agent))
+                .await
+                .unwrap()
+                .facts
+                .is_empty()
+        );
+        a.upsert_fact(Some(&user), &agent, draft("three"), None, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            contents(&b.load(Some(&user), Some(&agent)).await.unwrap()),
+            ["three"]
+        );
+        assert_eq!(
+            contents(&a.load(Some(&user), Some(&agent)).await.unwrap()),
+            ["three"]
+        );
+    }
 }

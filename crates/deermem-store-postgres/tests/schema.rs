@@ -46,6 +46,7 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
             "fact_metadata",
             "facts",
             "refinery_schema_history",
+            "remote_cursors",
             "run_event_counters",
             "run_events",
             "search_docs",

@@ -210,7 +210,7 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
     check_storage_root(&root)?;
     let backend = match name.as_str() {
         "noop" => Backend::Noop(Arc::new(NoopManager::new(config.mode))),
-        "honcho" => build_honcho(config, &root, clock, backend_err)?,
+        "honcho" => build_honcho(config, &root, clock, opts.env, backend_err)?,
         "openviking" => build_openviking(config, &root, clock, opts.env, backend_err)?,
         "deermem" => build_deermem(config, &root, clock, &opts)?,
         _ => {
@@ -253,6 +253,48 @@ fn naming_backend(e: ConfigError, backend: &str) -> BuildError {
     ))
 }
 
+/// Where a remote backend keeps its capture cursors: the PostgreSQL database when
+/// `backend_config` selects `storage_class: postgres` (so replicas share them), else `None`
+/// (files under the storage root).
+#[cfg(any(feature = "honcho", feature = "openviking"))]
+fn remote_cursors(
+    config: &MemoryConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    backend: &str,
+) -> Result<Option<Arc<dyn deermem_remote::CursorStorage>>, BuildError> {
+    let postgres = config
+        .backend_config
+        .get("storage_class")
+        .and_then(serde_json::Value::as_str)
+        == Some("postgres");
+    if !postgres {
+        return Ok(None);
+    }
+    #[cfg(feature = "store-postgres")]
+    {
+        crate::embedded::remote_cursors(&config.backend_config, env)
+            .map(Some)
+            .map_err(|e| match e {
+                crate::embedded::EmbeddedError::Config(c) => naming_backend(c, backend),
+                other => BuildError::Backend {
+                    name: backend.to_owned(),
+                    source: ManagerError::Unavailable {
+                        message: other.to_string(),
+                        source: None,
+                    },
+                },
+            })
+    }
+    #[cfg(not(feature = "store-postgres"))]
+    {
+        let _ = env;
+        Err(BuildError::NotCompiled {
+            name: format!("{backend} cursors in PostgreSQL (storage_class: postgres)"),
+            feature: "store-postgres",
+        })
+    }
+}
+
 /// Honcho. Its configuration is parsed and validated here first, so a mistake in it is a
 /// [`BuildError::Config`] naming the key, like the embedded engine's; only a client that
 /// cannot start is a [`BuildError::Backend`].
@@ -261,17 +303,20 @@ fn build_honcho(
     config: &MemoryConfig,
     root: &std::path::Path,
     clock: Arc<dyn Clock>,
+    env: &dyn Fn(&str) -> Option<String>,
     backend_err: impl Fn(ManagerError) -> BuildError,
 ) -> Result<Backend, BuildError> {
     let (parsed, _warnings) =
         deermem_backend_honcho::HonchoConfig::from_backend_config(&config.backend_config)
             .map_err(|e| naming_backend(e, "honcho"))?;
     parsed.validate().map_err(|e| naming_backend(e, "honcho"))?;
-    let m = deermem_backend_honcho::from_backend_config(
+    let cursors = remote_cursors(config, env, "honcho")?;
+    let m = deermem_backend_honcho::from_backend_config_with_cursors(
         &config.backend_config,
         config.mode,
         root.to_path_buf(),
         clock,
+        cursors,
     )
     .map_err(backend_err)?;
     Ok(Backend::Honcho(Arc::new(m)))
@@ -282,6 +327,7 @@ fn build_honcho(
     _: &MemoryConfig,
     _: &std::path::Path,
     _: Arc<dyn Clock>,
+    _: &dyn Fn(&str) -> Option<String>,
     _: impl Fn(ManagerError) -> BuildError,
 ) -> Result<Backend, BuildError> {
     Err(BuildError::NotCompiled {
@@ -314,12 +360,14 @@ fn build_openviking(
     parsed
         .validate()
         .map_err(|e| naming_backend(e, "openviking"))?;
-    let m = deermem_backend_openviking::OpenVikingManager::from_backend_config(
+    let cursors = remote_cursors(config, env, "openviking")?;
+    let m = deermem_backend_openviking::OpenVikingManager::from_backend_config_with_cursors(
         &config.backend_config,
         config.mode,
         root.to_path_buf(),
         clock,
         env,
+        cursors,
     )
     .map_err(backend_err)?;
     Ok(Backend::OpenViking(Arc::new(m)))

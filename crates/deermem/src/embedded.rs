@@ -19,7 +19,7 @@ use deermem_storage_file::{
 };
 
 #[cfg(feature = "store-postgres")]
-pub use postgres::{PostgresStorage, postgres_config};
+pub use postgres::{PostgresStorage, postgres_config, remote_cursors};
 #[cfg(feature = "retrieval-fts5")]
 pub use recovering::RecoveringFts5;
 

@@ -21,11 +21,15 @@ pub(crate) fn manager(storage: Arc<dyn MemoryStorage>) -> Result<DeerMemManager>
 }
 
 pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
+    run_on(env, Arc::new(open(&env.root, true)?)).await
+}
+
+/// `get_context` over `storage` (the file store, or PostgreSQL for `--store postgres`).
+pub(crate) async fn run_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Result<WorkloadResult> {
     let user = UserId::new("context@bench.example")?;
     let agent = AgentName::default_bucket();
-    let storage = open(&env.root, true)?;
-    seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
-    let mgr = manager(Arc::new(storage))?;
+    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    let mgr = manager(storage)?;
     anyhow::ensure!(mgr.warm().await == Some(true), "tiktoken table unavailable");
     let request = ContextRequest {
         scope: MemoryScope::new(Some(user), Some(agent)),

@@ -1,6 +1,6 @@
 //! `gateway_get` and `gateway_post`: `GET /api/memory` of a 100-fact user and `POST
 //! /api/memory/facts` (one durable fact create each), served by the gateway's router over the
-//! DeerMem manager and file storage on 127.0.0.1 (an ephemeral port, in this process), driven
+//! DeerMem manager and file storage (or PostgreSQL, `--store postgres`) on 127.0.0.1 (an ephemeral port, in this process), driven
 //! by concurrent HTTP/1.1 keep-alive clients; latency is measured on the client side.
 
 use deermem_core::ports::MemoryManagerExt as _;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::ports::MemoryManager;
+use deermem_core::ports::{MemoryManager, MemoryStorage};
 use deermem_core::{AgentName, MemoryConfig, UserId};
 use deermem_gateway::{GatewayConfig, GatewayState, serve};
 
@@ -49,12 +49,16 @@ impl Server {
 }
 
 pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
+    get_on(env, Arc::new(open(&env.root, true)?)).await
+}
+
+/// `gateway_get` over `storage` (the file store, or PostgreSQL for `--store postgres`).
+pub(crate) async fn get_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Result<WorkloadResult> {
     // Authentication mode `none` serves the user `default` to loopback callers.
     let user = UserId::default_user();
     let agent = AgentName::default_bucket();
-    let storage = open(&env.root, true)?;
-    seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
-    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
+    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(storage)?);
     let server = Server::start(mgr.clone()).await?;
     let addr = server.addr;
 
@@ -136,8 +140,12 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
 /// hidden: 409 for a conflict, and (past the default capacity of 100 facts) 409 for a create
 /// the capacity policy evicts at once, as the reference answers.
 pub(crate) async fn post(env: &Env) -> Result<WorkloadResult> {
-    let storage = open(&env.root, true)?;
-    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(Arc::new(storage))?);
+    post_on(env, Arc::new(open(&env.root, true)?)).await
+}
+
+/// `gateway_post` over `storage` (the file store, or PostgreSQL for `--store postgres`).
+pub(crate) async fn post_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Result<WorkloadResult> {
+    let mgr: Arc<dyn MemoryManager> = Arc::new(manager(storage)?);
     let server = Server::start(mgr.clone()).await?;
     let addr = server.addr;
 

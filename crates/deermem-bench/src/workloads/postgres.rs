@@ -1,10 +1,12 @@
 //! The PostgreSQL workloads (`--store postgres`): `write_fact`, `load_scope_cold`,
 //! `load_scope_warm` and `search` through `PgStorage`, plus `revision_check` (one
 //! `SELECT revision` round trip, what a revision-checked replica cache would add to every
-//! read). Each runs against its own throwaway cluster started with the machine's PostgreSQL
+//! read), and `get_context`, `gateway_get`, `gateway_post` as the file store runs them (the
+//! DeerMem manager, and the gateway's router on loopback, over `PgStorage`). Each runs against its own throwaway cluster started with the machine's PostgreSQL
 //! binaries with durable settings (`fsync`, full-page writes and `synchronous_commit` on), over
 //! loopback TCP, and removed afterwards.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -19,12 +21,15 @@ use crate::corpus;
 use crate::stats::{Recorder, WorkloadResult};
 
 /// Every PostgreSQL workload, in the order the report lists them.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 8] = [
     "write_fact",
     "load_scope_cold",
     "load_scope_warm",
     "search",
     "revision_check",
+    "get_context",
+    "gateway_get",
+    "gateway_post",
 ];
 
 /// A durable throwaway cluster with DeerMem's schema migrated.
@@ -86,6 +91,10 @@ pub async fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
         "load_scope_warm" => load_warm(&db, env).await,
         "search" => search(&db, env).await,
         "revision_check" => revision_check(&db, env).await,
+        // The file store's workloads, over this storage.
+        "get_context" => super::context::run_on(env, Arc::new(db.storage())).await,
+        "gateway_get" => super::gateway::get_on(env, Arc::new(db.storage())).await,
+        "gateway_post" => super::gateway::post_on(env, Arc::new(db.storage())).await,
         other => anyhow::bail!(
             "unknown postgres workload {other:?} (known: {})",
             NAMES.join(", ")
@@ -155,8 +164,9 @@ async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
         .with("facts_per_scope", env.sizes.scope_facts.into()))
 }
 
-/// One storage, loads one after another: every load reads the database (the adapter has no
-/// cache), so this is the coherent read a replica serves today.
+/// One storage, loads one after another: every load reads the user's row (the coherence
+/// check) and serves the cached facts while it is unchanged, the coherent read a replica
+/// serves.
 async fn load_warm(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let (user, agent) = seeded(db, env).await?;
     let storage = db.storage();

@@ -1,14 +1,15 @@
 //! `storage_class: postgres`: the `backend_config.postgres` block made into the adapter's
 //! connection settings (the URL's `$VAR` / `${VAR}` read from the environment), the pool opened
-//! and the schema migrated at start (a newer schema refused), and the run journal in the same
-//! database.
+//! and the schema migrated at start (a newer schema refused), the run journal in the same
+//! database, and the remote backends' cursors there when they run with `storage_class:
+//! postgres`.
 
 use std::sync::Arc;
 
 use deermem_core::ports::{Clock, RunEventStore};
 use deermem_core::{ConfigError, DeerMemConfig};
 use deermem_store_postgres::{
-    MigrationOutcome, PgError, PgRunJournal, PgStorage, PgStore, PostgresConfig,
+    MigrationOutcome, PgCursors, PgError, PgRunJournal, PgStorage, PgStore, PostgresConfig,
 };
 use serde_json::json;
 
@@ -120,8 +121,26 @@ pub(super) fn open(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<PostgresStorage, EmbeddedError> {
     let config = postgres_config(cfg, env)?;
+    let (store, migration) = connect_and_migrate(&config)?;
+    let storage = PgStorage::new(
+        store.clone(),
+        clock,
+        cfg.eviction_access_half_life_days as f64,
+        cfg.eviction_audit_max_entries,
+    );
+    Ok(PostgresStorage {
+        storage: Arc::new(storage),
+        store,
+        config,
+        migration,
+    })
+}
+
+/// Connects and applies the pending migrations, on the caller's multi-threaded runtime when
+/// there is one (see [`open`]), else on a short-lived runtime of its own.
+fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOutcome), PgError> {
     let work = async {
-        let store = PgStore::connect(&config).await?;
+        let store = PgStore::connect(config).await?;
         let migration = store.migrate().await?;
         Ok::<_, PgError>((store, migration))
     };
@@ -158,16 +177,22 @@ pub(super) fn open(
             "applied PostgreSQL schema migrations"
         );
     }
-    let storage = PgStorage::new(
-        store.clone(),
-        clock,
-        cfg.eviction_access_half_life_days as f64,
-        cfg.eviction_audit_max_entries,
-    );
-    Ok(PostgresStorage {
-        storage: Arc::new(storage),
-        store,
-        config,
-        migration,
-    })
+    Ok((store, migration))
+}
+
+/// The Honcho and OpenViking cursor store in the database `backend_config` names
+/// (`storage_class: postgres` with its `postgres` block), migrated like the storage at start.
+/// The remote backends' own keys are not DeerMem's: the warnings about them are dropped here
+/// (the backend reports its own).
+///
+/// # Errors
+/// As [`open`].
+pub fn remote_cursors(
+    backend_config: &serde_json::Map<String, serde_json::Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn deermem_remote::CursorStorage>, EmbeddedError> {
+    let (cfg, _not_deermem_keys) = DeerMemConfig::from_backend_config(backend_config)?;
+    let config = postgres_config(&cfg, env)?;
+    let (store, _) = connect_and_migrate(&config)?;
+    Ok(Arc::new(PgCursors::new(store)))
 }
