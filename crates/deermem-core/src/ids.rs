@@ -143,15 +143,6 @@ impl UserId {
     pub fn bucket(&self) -> &str {
         &self.bucket
     }
-
-    /// The id made safe the way the gateway makes owner headers safe (`make_safe_user_id`):
-    /// a new `UserId` whose raw id is the bucket.
-    pub fn to_safe(&self) -> Self {
-        Self {
-            raw: self.bucket.clone(),
-            bucket: self.bucket.clone(),
-        }
-    }
 }
 
 impl fmt::Debug for UserId {

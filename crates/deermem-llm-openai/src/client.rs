@@ -2,16 +2,14 @@
 //! typed errors and secret-free logging.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, ChatResponse, LanguageModel};
 use deermem_core::{ConfigError, LlmError, ModelConfig};
-use deermem_remote::retry::{RetryPolicy, Sleeper};
 
-use crate::endpoint::{Endpoint, EndpointConfig, Failure};
+use crate::endpoint::{Endpoint, EndpointConfig, shared};
 use crate::wire::{parse_response, request_body};
 
 /// The largest successful response body we read (a chat completion is far smaller).
@@ -75,24 +73,7 @@ impl OpenAiChatModel {
         })
     }
 
-    /// Replaces the backoff timing.
-    #[must_use]
-    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.endpoint.policy = policy;
-        self
-    }
-
-    /// Replaces how the client waits between attempts (tests record the delays instead).
-    #[must_use]
-    pub fn with_sleeper(mut self, sleeper: Arc<dyn Sleeper>) -> Self {
-        self.endpoint.sleeper = sleeper;
-        self
-    }
-
-    /// The endpoint requests go to, without user info or query string.
-    pub fn endpoint(&self) -> &str {
-        self.endpoint.display()
-    }
+    shared!(setters);
 
     /// The configured number of retries after the first attempt.
     pub fn max_retries(&self) -> u32 {
@@ -117,7 +98,7 @@ impl OpenAiChatModel {
             response_bytes,
             "chat completion response"
         );
-        let (_, bytes) = reply.map_err(llm_error)?;
+        let (_, bytes) = reply.map_err(port_error)?;
         parse_response(&bytes).map_err(|e| match e {
             LlmError::InvalidResponse(m) => LlmError::InvalidResponse(self.endpoint.scrub(&m)),
             other => other,
@@ -125,26 +106,7 @@ impl OpenAiChatModel {
     }
 }
 
-/// The chat port's name for a failed attempt.
-fn llm_error(f: Failure) -> LlmError {
-    match f {
-        Failure::Timeout(d) => LlmError::Timeout(d),
-        Failure::Transport(m) => LlmError::Transport(m),
-        Failure::TooLarge(n) => {
-            LlmError::InvalidResponse(format!("response body exceeds {n} bytes"))
-        }
-        Failure::Status {
-            status,
-            retry_after,
-            message,
-        } => match status {
-            429 => LlmError::RateLimited { retry_after },
-            401 | 403 => LlmError::Auth { status },
-            500..=599 => LlmError::Server { status, message },
-            _ => LlmError::InvalidRequest { status, message },
-        },
-    }
-}
+shared!(port_error LlmError);
 
 #[async_trait]
 impl LanguageModel for OpenAiChatModel {
@@ -182,13 +144,7 @@ impl LanguageModel for OpenAiChatModel {
                     );
                     self.attempt(&body, attempt)
                 },
-                |e: &LlmError| {
-                    let hint = match e {
-                        LlmError::RateLimited { retry_after } => *retry_after,
-                        _ => None,
-                    };
-                    e.is_retryable().then_some(hint)
-                },
+                retry_hint,
             )
             .await;
         let attempts = attempts.load(Ordering::SeqCst);

@@ -2,18 +2,16 @@
 //! (OpenAI, Ollama, vLLM, text-embeddings-inference), batched, retried, and checked.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
 use async_trait::async_trait;
 use deermem_core::config::{EmbeddingConfig, MAX_EMBEDDING_BATCH};
 use deermem_core::ports::{Embedder, check_vectors};
 use deermem_core::{ConfigError, EmbedError};
-use deermem_remote::retry::{RetryPolicy, Sleeper};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::endpoint::{Endpoint, EndpointConfig, Failure};
+use crate::endpoint::{Endpoint, EndpointConfig, shared};
 
 /// The most texts one request carries (OpenAI accepts 2,048; smaller servers far fewer).
 pub const MAX_BATCH: usize = MAX_EMBEDDING_BATCH;
@@ -113,24 +111,7 @@ impl OpenAiEmbedder {
         })
     }
 
-    /// Replaces the backoff timing.
-    #[must_use]
-    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.endpoint.policy = policy;
-        self
-    }
-
-    /// Replaces how the client waits between attempts (tests record the delays instead).
-    #[must_use]
-    pub fn with_sleeper(mut self, sleeper: Arc<dyn Sleeper>) -> Self {
-        self.endpoint.sleeper = sleeper;
-        self
-    }
-
-    /// The endpoint requests go to, without user info or query string.
-    pub fn endpoint(&self) -> &str {
-        self.endpoint.display()
-    }
+    shared!(setters);
 
     /// One request for one batch.
     async fn batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
@@ -151,13 +132,7 @@ impl OpenAiEmbedder {
                 "embedding request",
                 &attempts,
                 |_| self.attempt(&body, texts.len()),
-                |e: &EmbedError| {
-                    let hint = match e {
-                        EmbedError::RateLimited { retry_after } => *retry_after,
-                        _ => None,
-                    };
-                    e.is_retryable().then_some(hint)
-                },
+                retry_hint,
             )
             .await
     }
@@ -167,7 +142,7 @@ impl OpenAiEmbedder {
             .endpoint
             .post(body, MAX_RESPONSE_BYTES)
             .await
-            .map_err(embed_error)?;
+            .map_err(port_error)?;
         let response: Response = serde_json::from_slice(&bytes).map_err(|e| {
             EmbedError::InvalidResponse(
                 self.endpoint
@@ -204,26 +179,7 @@ impl OpenAiEmbedder {
     }
 }
 
-/// The embedding port's name for a failed attempt.
-fn embed_error(f: Failure) -> EmbedError {
-    match f {
-        Failure::Timeout(d) => EmbedError::Timeout(d),
-        Failure::Transport(m) => EmbedError::Transport(m),
-        Failure::TooLarge(n) => {
-            EmbedError::InvalidResponse(format!("response body exceeds {n} bytes"))
-        }
-        Failure::Status {
-            status,
-            retry_after,
-            message,
-        } => match status {
-            429 => EmbedError::RateLimited { retry_after },
-            401 | 403 => EmbedError::Auth { status },
-            500..=599 => EmbedError::Server { status, message },
-            _ => EmbedError::InvalidRequest { status, message },
-        },
-    }
-}
+shared!(port_error EmbedError);
 
 #[async_trait]
 impl Embedder for OpenAiEmbedder {

@@ -24,6 +24,69 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// How many characters of an error body end up in an error message.
 const ERROR_EXCERPT_CHARS: usize = 300;
 
+/// The parts the chat and embedding clients share word for word: for a client struct with an
+/// `endpoint` field, the retry setters and the endpoint getter (`setters`); for a port error with
+/// the same variants as the other (`port_error`), the mapping from a [`Failure`] and the retry
+/// hint (`Some(server hint)` for an error worth another attempt).
+macro_rules! shared {
+    (setters) => {
+        /// Replaces the backoff timing.
+        #[must_use]
+        pub fn with_retry_policy(mut self, policy: deermem_remote::retry::RetryPolicy) -> Self {
+            self.endpoint.policy = policy;
+            self
+        }
+
+        /// Replaces how the client waits between attempts (tests record the delays instead).
+        #[must_use]
+        pub fn with_sleeper(
+            mut self,
+            sleeper: std::sync::Arc<dyn deermem_remote::retry::Sleeper>,
+        ) -> Self {
+            self.endpoint.sleeper = sleeper;
+            self
+        }
+
+        /// The endpoint requests go to, without user info or query string.
+        pub fn endpoint(&self) -> &str {
+            self.endpoint.display()
+        }
+    };
+    (port_error $error:ident) => {
+        /// The port's name for a failed attempt.
+        fn port_error(f: $crate::endpoint::Failure) -> $error {
+            use $crate::endpoint::Failure;
+            match f {
+                Failure::Timeout(d) => $error::Timeout(d),
+                Failure::Transport(m) => $error::Transport(m),
+                Failure::TooLarge(n) => {
+                    $error::InvalidResponse(format!("response body exceeds {n} bytes"))
+                }
+                Failure::Status {
+                    status,
+                    retry_after,
+                    message,
+                } => match status {
+                    429 => $error::RateLimited { retry_after },
+                    401 | 403 => $error::Auth { status },
+                    500..=599 => $error::Server { status, message },
+                    _ => $error::InvalidRequest { status, message },
+                },
+            }
+        }
+
+        /// `Some(the server's hint)` when `e` is worth another attempt.
+        fn retry_hint(e: &$error) -> Option<Option<std::time::Duration>> {
+            let hint = match e {
+                $error::RateLimited { retry_after } => *retry_after,
+                _ => None,
+            };
+            e.is_retryable().then_some(hint)
+        }
+    };
+}
+pub(crate) use shared;
+
 /// Why one attempt failed, before a port gives it its own name.
 #[derive(Debug)]
 pub(crate) enum Failure {

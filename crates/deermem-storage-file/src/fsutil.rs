@@ -206,12 +206,17 @@ fn write_new_durable(tmp: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = fault::io(IoOp::Create, tmp)
         .and_then(|()| OpenOptions::new().write(true).create_new(true).open(tmp))
         .map_err(|e| Error::io("Failed to create temporary file", tmp, e))?;
-    fault::io(IoOp::Write, tmp)
+    write_and_sync(&mut f, tmp, bytes)
+}
+
+/// Writes `bytes` to the open file `f` (at `path`) and fsyncs it.
+fn write_and_sync(f: &mut File, path: &Path, bytes: &[u8]) -> Result<()> {
+    fault::io(IoOp::Write, path)
         .and_then(|()| f.write_all(bytes))
-        .map_err(|e| Error::io("Failed to write", tmp, e))?;
-    fault::io(IoOp::Fsync, tmp)
+        .map_err(|e| Error::io("Failed to write", path, e))?;
+    fault::io(IoOp::Fsync, path)
         .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io("Failed to fsync", tmp, e))
+        .map_err(|e| Error::io("Failed to fsync", path, e))
 }
 
 /// fsyncs an open directory.
@@ -356,12 +361,7 @@ pub(crate) fn durable_copy(src: &Path, dst: &Path) -> Result<()> {
                 .open(dst)
         })
         .map_err(|e| Error::io("Failed to create", dst, e))?;
-    fault::io(IoOp::Write, dst)
-        .and_then(|()| f.write_all(&bytes))
-        .map_err(|e| Error::io("Failed to write", dst, e))?;
-    fault::io(IoOp::Fsync, dst)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io("Failed to fsync", dst, e))
+    write_and_sync(&mut f, dst, &bytes)
 }
 
 /// Keeps the current bytes of `src` at `dst` as a commit pre-image.
@@ -468,7 +468,8 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn of(ft: fs::FileType) -> Kind {
+    /// The kind of a file type read without following a symlink.
+    pub(crate) fn of(ft: fs::FileType) -> Kind {
         if ft.is_dir() {
             Kind::Dir
         } else if ft.is_file() {

@@ -504,79 +504,69 @@ impl Planned {
     }
 
     fn run(self, user: &UserId, dry_run: bool) -> IsolationItem {
+        let mut notes = Vec::new();
+        let (destination, action) = match self.act(user, dry_run, &mut notes) {
+            Ok(done) => done,
+            Err((destination, reason)) => {
+                return failed(self.kind, self.source, destination, reason);
+            }
+        };
+        IsolationItem {
+            kind: self.kind,
+            source: self.source,
+            destination,
+            action,
+            notes,
+        }
+    }
+
+    /// Moves the entry (or, on a dry run, says where it would go): its destination and
+    /// action, or the destination and why the move failed.
+    fn act(
+        &self,
+        user: &UserId,
+        dry_run: bool,
+        notes: &mut Vec<String>,
+    ) -> Result<(PathBuf, IsolationAction), (PathBuf, String)> {
         let is_link = fs::symlink_metadata(&self.source).is_ok_and(|m| m.file_type().is_symlink());
         // A symlinked agent directory moves as a link; its facts live outside the root and are
         // not rewritten.
         let is_agent = matches!(self.kind, IsolationItemKind::Agent(_)) && !is_link;
-        let target_taken = match exists(&self.target) {
-            Ok(t) => t,
-            Err(e) => return failed(self.kind, self.source, self.target, e.to_string()),
-        };
-        let mut notes = Vec::new();
+        let target_taken =
+            exists(&self.target).map_err(|e| (self.target.clone(), e.to_string()))?;
         if is_link {
             notes.push("a symlink: the link moves, what it points to is not touched".to_owned());
         }
         if !target_taken {
             if dry_run {
                 if is_agent {
-                    scan_scopes(&self.source, user).describe(user, true, &mut notes);
+                    scan_scopes(&self.source, user).describe(user, true, notes);
                 }
-                return IsolationItem {
-                    kind: self.kind,
-                    source: self.source,
-                    destination: self.target,
-                    action: IsolationAction::WouldMove,
-                    notes,
-                };
+                return Ok((self.target.clone(), IsolationAction::WouldMove));
             }
-            if let Err(e) = move_entry(&self.source, &self.target, false) {
-                return failed(self.kind, self.source, self.target, e.to_string());
-            }
+            move_entry(&self.source, &self.target, false)
+                .map_err(|e| (self.target.clone(), e.to_string()))?;
             if is_agent {
-                rescope_facts(&self.target, user).describe(user, false, &mut notes);
+                rescope_facts(&self.target, user).describe(user, false, notes);
             }
-            return IsolationItem {
-                kind: self.kind,
-                source: self.source,
-                destination: self.target,
-                action: IsolationAction::Moved,
-                notes,
-            };
+            return Ok((self.target.clone(), IsolationAction::Moved));
         }
-        let Some(conflict) = free_conflict_path(&self.conflict) else {
-            return failed(
-                self.kind,
-                self.source,
-                self.conflict,
+        let conflict = free_conflict_path(&self.conflict).ok_or_else(|| {
+            (
+                self.conflict.clone(),
                 format!(
                     "{} exists and no free name is left in the conflicts folder",
                     self.target.display()
                 ),
-            );
-        };
+            )
+        })?;
+        let existing = self.target.clone();
         if dry_run {
-            return IsolationItem {
-                kind: self.kind,
-                source: self.source,
-                destination: conflict,
-                action: IsolationAction::WouldConflict {
-                    existing: self.target,
-                },
-                notes,
-            };
+            return Ok((conflict, IsolationAction::WouldConflict { existing }));
         }
-        if let Err(e) = move_entry(&self.source, &conflict, false) {
-            return failed(self.kind, self.source, conflict, e.to_string());
-        }
-        IsolationItem {
-            kind: self.kind,
-            source: self.source,
-            destination: conflict,
-            action: IsolationAction::Conflict {
-                existing: self.target,
-            },
-            notes,
-        }
+        move_entry(&self.source, &conflict, false)
+            .map_err(|e| (conflict.clone(), e.to_string()))?;
+        Ok((conflict, IsolationAction::Conflict { existing }))
     }
 }
 

@@ -224,13 +224,6 @@ impl RunJournal {
         })
     }
 
-    /// Uses another clock for `created_at` (tests).
-    #[must_use]
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// The journal directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -40,16 +40,11 @@ fn kind_of(t: rustix::fs::FileType, path: impl FnOnce() -> PathBuf) -> Result<Ki
         FileType::RegularFile => Kind::File,
         FileType::Unknown => {
             let path = path();
-            let ft = std::fs::symlink_metadata(&path)
-                .map_err(|e| Error::io("Failed to stat", &path, e))?
-                .file_type();
-            if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_file() {
-                Kind::File
-            } else {
-                Kind::Other
-            }
+            Kind::of(
+                std::fs::symlink_metadata(&path)
+                    .map_err(|e| Error::io("Failed to stat", &path, e))?
+                    .file_type(),
+            )
         }
         _ => Kind::Other,
     })

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use deermem_core::{AgentName, UserId};
+
 /// `testdata/python-deermem/` at the workspace root: `v2-root`, `v1-root`, `v1-migrated` and
 /// `expected.json`, all written by the Python reference (see its README).
 ///
@@ -72,4 +74,14 @@ pub fn copy_tree(src: &Path, dst: &Path) {
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", to.display()));
         }
     }
+}
+
+/// A user id the suites know to be valid.
+pub(crate) fn user(s: &str) -> UserId {
+    UserId::new(s).unwrap_or_else(|e| panic!("test user id {s:?}: {e}"))
+}
+
+/// An agent name the suites know to be valid.
+pub(crate) fn agent(s: &str) -> AgentName {
+    AgentName::parse(s).unwrap_or_else(|e| panic!("test agent {s:?}: {e}"))
 }

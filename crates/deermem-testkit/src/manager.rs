@@ -5,6 +5,7 @@
 //! A fixture is an async function returning a [`ManagerFixture`]: the manager under test and
 //! whatever must stay alive with it (temp dirs, fake servers).
 
+use crate::fixtures::{agent, user};
 use deermem_core::ports::MemoryManagerExt as _;
 use std::any::Any;
 use std::sync::Arc;
@@ -13,9 +14,7 @@ use std::time::Duration;
 use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
-use deermem_core::{
-    AgentName, InvalidInputCode, ManagerError, Message, PublicMemoryDocument, UserId,
-};
+use deermem_core::{InvalidInputCode, ManagerError, Message, PublicMemoryDocument};
 
 /// The manager under test and the resources that must outlive it.
 pub struct ManagerFixture {
@@ -31,14 +30,6 @@ impl std::fmt::Debug for ManagerFixture {
             .field("manager", &self.manager.name())
             .finish_non_exhaustive()
     }
-}
-
-fn user(s: &str) -> UserId {
-    UserId::new(s).unwrap_or_else(|e| panic!("test user id {s:?}: {e}"))
-}
-
-fn agent(s: &str) -> AgentName {
-    AgentName::parse(s).unwrap_or_else(|e| panic!("test agent {s:?}: {e}"))
 }
 
 fn scope(u: &str, a: Option<&str>) -> MemoryScope {

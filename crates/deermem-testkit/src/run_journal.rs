@@ -2,6 +2,7 @@
 //! (the file journal, a database table) must do, as `pub fn`s plus a macro that expands one
 //! named `#[test]` per behaviour.
 
+use crate::fixtures::user;
 use std::sync::Arc;
 
 use deermem_core::ports::RunEventStore;
@@ -24,10 +25,6 @@ impl std::fmt::Debug for RunJournalFixture {
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
-}
-
-fn user(name: &str) -> UserId {
-    UserId::new(name).unwrap_or_else(|e| panic!("user id {name}: {e}"))
 }
 
 fn hash(c: char) -> String {

@@ -112,20 +112,17 @@ pub(crate) fn filter_messages_for_memory(
                 }
                 skip_next_ai = false;
             }
-            MessageKind::Ai => {
-                if !msg.tool_calls.is_empty() {
-                    continue;
-                }
-                if skip_next_ai {
-                    skip_next_ai = false;
-                    continue;
-                }
-                out.push(msg.clone());
-            }
+            MessageKind::Ai if keep_ai(msg, &mut skip_next_ai) => out.push(msg.clone()),
             _ => {}
         }
     }
     out
+}
+
+/// Whether an assistant turn is kept: never one that calls tools, nor the reply to a dropped
+/// user turn (which `skip_next_ai` marks, and this call clears).
+fn keep_ai(msg: &Message, skip_next_ai: &mut bool) -> bool {
+    msg.tool_calls.is_empty() && !std::mem::take(skip_next_ai)
 }
 
 /// Characters trimmed from the end of a user turn before the trivial patterns are tried.
@@ -154,16 +151,7 @@ pub(crate) fn filter_trivial(messages: &[Message], patterns: &PatternSet) -> Vec
                     skip_next_ai = false;
                 }
             }
-            MessageKind::Ai => {
-                if !msg.tool_calls.is_empty() {
-                    continue;
-                }
-                if skip_next_ai {
-                    skip_next_ai = false;
-                    continue;
-                }
-                out.push(msg.clone());
-            }
+            MessageKind::Ai if keep_ai(msg, &mut skip_next_ai) => out.push(msg.clone()),
             _ => {}
         }
     }

@@ -303,13 +303,38 @@ pub struct TemplateStore {
     per_agent: Mutex<LruCache<AgentName, Arc<PromptTemplates>>>,
 }
 
-async fn read_optional(path: &Path) -> Result<Option<String>, PromptError> {
-    match tokio::fs::read_to_string(path).await {
-        Ok(t) => Ok(Some(t)),
+/// Reads the three template files, each from `{dir}/{agent}/` when an agent is given and that
+/// directory holds it, else from `dir` (where all three are required), and checks that they
+/// render.
+fn read_set(dir: &Path, agent: Option<&AgentName>) -> Result<PromptTemplates, PromptError> {
+    let read = |path: PathBuf| match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some((path, text))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(PromptError::Io {
-            path: path.to_owned(),
-            source,
+        Err(source) => Err(PromptError::Io { path, source }),
+    };
+    let mut texts = Vec::with_capacity(3);
+    for name in [
+        CHAT_TEMPLATE_FILE,
+        STALENESS_TEMPLATE_FILE,
+        CONSOLIDATION_TEMPLATE_FILE,
+    ] {
+        let own = match agent {
+            Some(a) => read(dir.join(a.as_str()).join(name))?,
+            None => None,
+        };
+        let found = match own {
+            Some(found) => found,
+            None => {
+                let path = dir.join(name);
+                read(path.clone())?.ok_or(PromptError::Missing { path })?
+            }
+        };
+        texts.push(found);
+    }
+    match texts.as_slice() {
+        [(cp, ct), (sp, st), (op, ot)] => PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot)),
+        _ => Err(PromptError::Missing {
+            path: dir.to_owned(),
         }),
     }
 }
@@ -331,13 +356,7 @@ impl TemplateStore {
     /// A missing or unreadable file, or an invalid template.
     pub async fn load(dir: &Path) -> Result<Self, PromptError> {
         let global = Self::load_set(dir, None).await?;
-        Ok(Self {
-            dir: Some(dir.to_owned()),
-            global: Arc::new(global),
-            per_agent: Mutex::new(LruCache::new(
-                NonZeroUsize::new(PER_AGENT_CACHE).unwrap_or(NonZeroUsize::MIN),
-            )),
-        })
+        Ok(Self::over(dir, global))
     }
 
     /// [`TemplateStore::load`] with blocking reads, for synchronous constructors at start-up
@@ -347,76 +366,31 @@ impl TemplateStore {
     /// # Errors
     /// As [`TemplateStore::load`].
     pub fn load_blocking(dir: &Path) -> Result<Self, PromptError> {
-        let mut texts = Vec::with_capacity(3);
-        for name in [
-            CHAT_TEMPLATE_FILE,
-            STALENESS_TEMPLATE_FILE,
-            CONSOLIDATION_TEMPLATE_FILE,
-        ] {
-            let path = dir.join(name);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => texts.push((path, text)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(PromptError::Missing { path });
-                }
-                Err(source) => return Err(PromptError::Io { path, source }),
-            }
-        }
-        let global = match texts.as_slice() {
-            [(cp, ct), (sp, st), (op, ot)] => {
-                PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot))?
-            }
-            _ => {
-                return Err(PromptError::Missing {
-                    path: dir.to_owned(),
-                });
-            }
-        };
-        Ok(Self {
+        Ok(Self::over(dir, read_set(dir, None)?))
+    }
+
+    fn over(dir: &Path, global: PromptTemplates) -> Self {
+        Self {
             dir: Some(dir.to_owned()),
             global: Arc::new(global),
             per_agent: Mutex::new(LruCache::new(
                 NonZeroUsize::new(PER_AGENT_CACHE).unwrap_or(NonZeroUsize::MIN),
             )),
-        })
+        }
     }
 
+    /// [`read_set`] on a blocking thread.
     async fn load_set(
         dir: &Path,
         agent: Option<&AgentName>,
     ) -> Result<PromptTemplates, PromptError> {
-        let mut texts = Vec::new();
-        for name in [
-            CHAT_TEMPLATE_FILE,
-            STALENESS_TEMPLATE_FILE,
-            CONSOLIDATION_TEMPLATE_FILE,
-        ] {
-            let mut found = None;
-            if let Some(a) = agent {
-                let p = dir.join(a.as_str()).join(name);
-                if let Some(t) = read_optional(&p).await? {
-                    found = Some((p, t));
-                }
-            }
-            if found.is_none() {
-                let p = dir.join(name);
-                match read_optional(&p).await? {
-                    Some(t) => found = Some((p, t)),
-                    None => return Err(PromptError::Missing { path: p }),
-                }
-            }
-            if let Some(f) = found {
-                texts.push(f);
-            }
-        }
-        match texts.as_slice() {
-            [(cp, ct), (sp, st), (op, ot)] => {
-                PromptTemplates::from_texts((cp, ct), (sp, st), (op, ot))
-            }
-            _ => Err(PromptError::Missing {
+        let (owned_dir, agent) = (dir.to_owned(), agent.cloned());
+        tokio::task::spawn_blocking(move || read_set(&owned_dir, agent.as_ref()))
+            .await
+            .map_err(|e| PromptError::Io {
                 path: dir.to_owned(),
-            }),
-        }
+                source: std::io::Error::other(e),
+            })?
     }
 
     /// The templates for one agent (cached; edits need a restart, as in the reference).

@@ -58,16 +58,6 @@ impl PyJson {
         }
     }
 
-    /// The numeric value of an int or float (never of a bool), as Python's `float()` would
-    /// give it (a huge int becomes infinity).
-    pub fn as_number(&self) -> Option<f64> {
-        match self {
-            Self::Int(i) => Some(*i as f64),
-            Self::Float(f) => Some(*f),
-            _ => None,
-        }
-    }
-
     /// Python truthiness.
     pub fn truthy(&self) -> bool {
         match self {

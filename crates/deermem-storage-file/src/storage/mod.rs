@@ -123,11 +123,6 @@ impl FileMemoryStorage {
         self.inner.locks.live_entries()
     }
 
-    /// Cached documents (for diagnostics and tests).
-    pub fn cached_documents(&self) -> usize {
-        self.inner.cache.lock().len()
-    }
-
     /// Runs blocking filesystem work off the async runtime's worker threads.
     async fn run<T, F>(&self, f: F) -> std::result::Result<T, StorageError>
     where

@@ -7,6 +7,7 @@
 
 mod memory;
 
+use crate::fixtures::{agent, user};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -43,14 +44,6 @@ impl std::fmt::Debug for StorageFixture {
 
 /// The time every fixture's clock should start at.
 pub const START: &str = "2026-01-01T00:00:00Z";
-
-fn user(s: &str) -> UserId {
-    UserId::new(s).unwrap_or_else(|e| panic!("test user id {s:?}: {e}"))
-}
-
-fn agent(s: &str) -> AgentName {
-    AgentName::parse(s).unwrap_or_else(|e| panic!("test agent {s:?}: {e}"))
-}
 
 fn fid(s: &str) -> FactId {
     FactId::new(s).unwrap_or_else(|e| panic!("test fact id {s:?}: {e}"))
