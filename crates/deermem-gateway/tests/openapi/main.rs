@@ -607,7 +607,9 @@ async fn request_and_response_contracts_differ_where_the_types_do() {
             &json!("fts5"),
             &json!("cjk"),
             &json!("substring"),
-            &json!("remote")
+            &json!("remote"),
+            &json!("vector"),
+            &json!("hybrid")
         ]
     );
     // Defaults and bounds of the create body.
