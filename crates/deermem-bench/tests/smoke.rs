@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 14] = [
+const WORKLOADS: [&str; 16] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -17,6 +17,8 @@ const WORKLOADS: [&str; 14] = [
     "load_scope_warm",
     "search",
     "rebuild_index",
+    "embed_local",
+    "search_hybrid",
     "get_context",
     "count_long_fact",
     "apply_update",
@@ -102,6 +104,18 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
     assert_eq!(w["apply_update"]["created_per_cycle"], 5);
     assert_eq!(w["apply_update"]["removed_per_cycle"], 1);
     assert_eq!(w["rebuild_index"]["n"], 40, "the smoke corpus has 40 facts");
+    assert_eq!(w["embed_local"]["n"], 40, "every corpus fact is embedded");
+    assert_eq!(
+        w["search_hybrid"]["embedded"], 40,
+        "every fact has its vector"
+    );
+    assert!(
+        w["search_hybrid"]["model"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("local:")),
+        "{}",
+        w["search_hybrid"]
+    );
     assert_eq!(w["migrate_v1"]["facts_migrated"], 15);
     assert_eq!(w["count_long_fact"]["fact_chars"], 20_000);
     let m = &report["machine"];

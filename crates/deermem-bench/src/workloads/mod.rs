@@ -2,6 +2,7 @@
 //! configuration, through the real crates in-process, and returns what it measured.
 
 mod context;
+mod embed;
 mod floor;
 mod gateway;
 mod load;
@@ -26,7 +27,7 @@ use crate::sizes::Sizes;
 use crate::stats::WorkloadResult;
 
 /// Every workload, in the order the report lists them.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 16] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -35,6 +36,8 @@ pub const NAMES: [&str; 14] = [
     "load_scope_warm",
     "search",
     "rebuild_index",
+    "embed_local",
+    "search_hybrid",
     "get_context",
     "count_long_fact",
     "apply_update",
@@ -166,6 +169,8 @@ pub fn run(name: &str, env: &Env, store: Store) -> Result<WorkloadResult> {
             "load_scope_warm" => load::warm(env).await,
             "search" => search::search(env).await,
             "rebuild_index" => search::rebuild(env).await,
+            "embed_local" => embed::embed_local(env).await,
+            "search_hybrid" => embed::search_hybrid(env).await,
             "get_context" => context::run(env).await,
             "count_long_fact" => context::long_fact(env),
             "apply_update" => update::run(env).await,
