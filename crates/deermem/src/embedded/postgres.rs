@@ -186,7 +186,7 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
 /// (the backend reports its own).
 ///
 /// # Errors
-/// As [`open`].
+/// As opening the PostgreSQL storage: configuration, connection and migration errors.
 pub fn remote_cursors(
     backend_config: &serde_json::Map<String, serde_json::Value>,
     env: &dyn Fn(&str) -> Option<String>,
