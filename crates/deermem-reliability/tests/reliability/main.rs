@@ -11,6 +11,7 @@ mod concurrency;
 mod crash;
 mod faults;
 mod floods;
+mod frontend_parity;
 mod fuzz_corpus;
 mod gateway_load;
 mod hostile_clients;

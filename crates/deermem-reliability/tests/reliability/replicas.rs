@@ -24,7 +24,7 @@ const SHARED_USERS: usize = 4;
 const CLIENTS: usize = 8;
 
 /// The `deermem` binary next to this test's executable (`cargo test --workspace` builds it).
-fn deermem_bin() -> PathBuf {
+pub(crate) fn deermem_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let bin = exe
         .parent()
@@ -39,7 +39,7 @@ fn deermem_bin() -> PathBuf {
     bin
 }
 
-fn token(user: &str) -> String {
+pub(crate) fn token(user: &str) -> String {
     format!("tok-{user}-0123456789abcdef")
 }
 
@@ -75,14 +75,14 @@ fn write_config(dir: &Path, schema: &str) -> PathBuf {
 }
 
 /// A running replica and the address it printed.
-struct Replica {
+pub(crate) struct Replica {
     child: Child,
     addr: String,
     stderr: Option<std::thread::JoinHandle<Vec<String>>>,
 }
 
 impl Replica {
-    fn start(root: &Path, config: &Path, url: &str) -> Self {
+    pub(crate) fn start(root: &Path, config: &Path, url: &str) -> Self {
         let mut child = Command::new(deermem_bin())
             .env_remove("DEERMEM_CONFIG")
             .env_remove("DEERMEM_DATA_DIR")
@@ -123,7 +123,7 @@ impl Replica {
         }
     }
 
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://{}", self.addr)
     }
 
@@ -174,14 +174,14 @@ fn deploy(name: &str) -> Deployment {
     }
 }
 
-fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client")
 }
 
-async fn send(
+pub(crate) async fn send(
     http: &reqwest::Client,
     method: reqwest::Method,
     url: String,
