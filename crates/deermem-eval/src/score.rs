@@ -118,6 +118,7 @@ pub async fn evaluate(dataset: &Dataset, ranker: &Ranker) -> Result<Report, Rank
             }
         }
     }
+    ranker.check_embedder().await?;
     let rows = sums
         .into_iter()
         .map(|((mode, kind, lang), s)| Row {
