@@ -597,7 +597,11 @@ mod tests {
         assert_eq!(fused[2].bm25, Some(2.0));
         assert!(fused[2].score.abs() < 1e-12);
         // A decisive word match (the only BM25 hit) is first with the highest fused score.
-        let decisive = fuse(vec![hit("a", MatchType::Fts5)], semantic_of(&["c", "d"]), 10);
+        let decisive = fuse(
+            vec![hit("a", MatchType::Fts5)],
+            semantic_of(&["c", "d"]),
+            10,
+        );
         assert_eq!(decisive[0].fact.id.as_str(), "a");
         assert!((decisive[0].score - 2.0 / 61.0).abs() < 1e-12);
         assert_eq!(

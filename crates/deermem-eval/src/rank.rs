@@ -128,7 +128,9 @@ async fn backfilled(hybrid: &HybridRetrieval) -> Result<(), RankError> {
     loop {
         let stats = hybrid.stats().await?;
         let Some(c) = stats.vectors else {
-            return Err(RankError::Embed("the index reports no vector coverage".into()));
+            return Err(RankError::Embed(
+                "the index reports no vector coverage".into(),
+            ));
         };
         if let Some(e) = c.last_error {
             return Err(RankError::Embed(e));
@@ -226,7 +228,13 @@ impl Ranker {
     /// # Errors
     /// The embedder's last error, or an index failure.
     pub async fn check_embedder(&self) -> Result<(), RankError> {
-        match self.search.stats().await?.vectors.and_then(|c| c.last_error) {
+        match self
+            .search
+            .stats()
+            .await?
+            .vectors
+            .and_then(|c| c.last_error)
+        {
             Some(e) => Err(RankError::Embed(e)),
             None => Ok(()),
         }

@@ -200,7 +200,12 @@ mod tests {
             lang: None,
         };
         let d = Dataset {
-            facts: vec![fact("b", "b1"), fact("a", "a1"), fact("b", "b2"), fact("c", "c1")],
+            facts: vec![
+                fact("b", "b1"),
+                fact("a", "a1"),
+                fact("b", "b2"),
+                fact("c", "c1"),
+            ],
             queries: Vec::new(),
         };
         let h = halves(&d);

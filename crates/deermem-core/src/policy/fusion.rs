@@ -123,9 +123,7 @@ where
     // Non-voting hits keep their place in BM25's list as a gap, so voters keep their ranks.
     let voting: Vec<Option<K>> = lexical
         .iter()
-        .map(|(id, r)| {
-            (*r >= LEXICAL_FLOOR * best && shortlist.contains(id)).then(|| id.clone())
-        })
+        .map(|(id, r)| (*r >= LEXICAL_FLOOR * best && shortlist.contains(id)).then(|| id.clone()))
         .collect();
     let mut fused = rank_fusion_with_gaps(&voting, semantic);
     if let Some(id) = decisive {
@@ -233,8 +231,10 @@ mod tests {
         assert_eq!(ids(&close)[..2], ["b", "a"]);
         // A word match found by neither the shortlist nor meaning's list is kept at the end.
         let lost = hybrid_fusion(&[("y", 4.0), ("z", 3.9)], &["a", "b"]);
-        assert_eq!(lost.iter().map(|(k, s)| (*k, *s)).collect::<Vec<_>>(),
-            vec![("a", 1.0 / 61.0), ("b", 1.0 / 62.0), ("y", 0.0), ("z", 0.0)]);
+        assert_eq!(
+            lost.iter().map(|(k, s)| (*k, *s)).collect::<Vec<_>>(),
+            vec![("a", 1.0 / 61.0), ("b", 1.0 / 62.0), ("y", 0.0), ("z", 0.0)]
+        );
     }
 
     #[test]
