@@ -125,7 +125,7 @@ pub fn halves(dataset: &Dataset) -> HashMap<&str, &'static str> {
     for u in users {
         let n = out.len();
         out.entry(u)
-            .or_insert(if n % 2 == 0 { TUNED } else { HELD_OUT });
+            .or_insert(if n.is_multiple_of(2) { TUNED } else { HELD_OUT });
     }
     out
 }
