@@ -18,8 +18,11 @@
 //!   documents (so a fact written a moment ago is found), embed the query and rank the scopes'
 //!   vectors exactly (`policy::fusion::nearest`, after the category filter); `vector` answers
 //!   that list cut to `top_k` (score = cosine similarity), `hybrid` fuses it with the BM25
-//!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by reciprocal rank fusion (k = 60),
-//!   `matchType` `hybrid` for a fact both lists found and the list's own type otherwise.
+//!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by the core's hybrid policy
+//!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a decisive word
+//!   match stays first and a BM25 hit votes only when it is a strong match among meaning's
+//!   first five), `matchType` `hybrid` for a fact both lists found and the list's own type
+//!   otherwise.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{nearest, reciprocal_rank_fusion};
+use deermem_core::policy::fusion::{hybrid_fusion, nearest};
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
@@ -288,20 +291,27 @@ impl Shared {
     }
 }
 
-/// Fuses the BM25 hits and the vector list by reciprocal rank fusion, cut to `top_k`.
+/// Fuses the BM25 hits (with their raw BM25 relevance) and the vector list by the core's
+/// hybrid policy, cut to `top_k`.
 fn fuse(lexical: Vec<SearchHit>, semantic: Vec<(Fact, f32)>, top_k: usize) -> Vec<SearchHit> {
     type Key = (FactScope, String);
     let key = |f: &Fact| -> Key { (f.scope.clone(), f.id.as_str().to_owned()) };
-    let lexical_keys: Vec<Key> = lexical.iter().map(|h| key(&h.fact)).collect();
+    let lexical_keys: Vec<(Key, f64)> = lexical
+        .iter()
+        .map(|h| (key(&h.fact), h.bm25.unwrap_or(0.0)))
+        .collect();
     let semantic_keys: Vec<Key> = semantic.iter().map(|(f, _)| key(f)).collect();
-    let mut by_lexical: HashMap<Key, SearchHit> =
-        lexical_keys.iter().cloned().zip(lexical).collect();
+    let mut by_lexical: HashMap<Key, SearchHit> = lexical_keys
+        .iter()
+        .map(|(k, _)| k.clone())
+        .zip(lexical)
+        .collect();
     let mut by_semantic: HashMap<Key, Fact> = semantic_keys
         .iter()
         .cloned()
         .zip(semantic.into_iter().map(|(f, _)| f))
         .collect();
-    reciprocal_rank_fusion(&[&lexical_keys, &semantic_keys])
+    hybrid_fusion(&lexical_keys, &semantic_keys)
         .into_iter()
         .take(top_k)
         .filter_map(|(k, score)| {
@@ -549,6 +559,10 @@ mod tests {
         deermem_testkit::retrieval::fact(&s, id, &format!("fact {id}"), "context", 0.5)
     }
 
+    fn semantic_of(ids: &[&str]) -> Vec<(Fact, f32)> {
+        ids.iter().map(|id| (fact(id), 0.5)).collect()
+    }
+
     fn hit(id: &str, match_type: MatchType) -> SearchHit {
         SearchHit {
             fact: fact(id),
@@ -559,7 +573,8 @@ mod tests {
     }
 
     /// A fact both lists found is `hybrid`, one only BM25 found keeps `fts5`/`cjk` and its
-    /// BM25, one only the vectors found is `vector`; the order is the fusion's.
+    /// BM25, one only the vectors found is `vector`; the order and scores are the core's
+    /// hybrid policy (`a` is not among meaning's shortlist, so it does not vote and follows).
     #[test]
     fn fusion_sets_the_match_type_by_the_lists_that_found_a_fact() {
         let lexical = vec![hit("a", MatchType::Fts5), hit("b", MatchType::Cjk)];
@@ -573,13 +588,22 @@ mod tests {
             got,
             vec![
                 ("b", MatchType::Hybrid),
-                ("a", MatchType::Fts5),
-                ("c", MatchType::Vector)
+                ("c", MatchType::Vector),
+                ("a", MatchType::Fts5)
             ]
         );
         assert!((fused[0].score - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-12);
-        assert_eq!(fused[1].bm25, Some(2.0));
-        assert_eq!(fused[2].bm25, None);
+        assert_eq!(fused[1].bm25, None);
+        assert_eq!(fused[2].bm25, Some(2.0));
+        assert!(fused[2].score.abs() < 1e-12);
+        // A decisive word match (the only BM25 hit) is first with the highest fused score.
+        let decisive = fuse(
+            vec![hit("a", MatchType::Fts5)],
+            semantic_of(&["c", "d"]),
+            10,
+        );
+        assert_eq!(decisive[0].fact.id.as_str(), "a");
+        assert!((decisive[0].score - 2.0 / 61.0).abs() < 1e-12);
         assert_eq!(
             fuse(vec![hit("a", MatchType::Fts5)], vec![(fact("c"), 0.1)], 1).len(),
             1

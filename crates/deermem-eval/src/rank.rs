@@ -1,21 +1,25 @@
-//! The search modes over one dataset: every user's facts indexed once in a throwaway FTS5 index
-//! (BM25, CJK bigrams: the engine's lexical search) and, when an embedder is given, embedded
-//! once; each query ranked within its user's scope by BM25, by exact vector similarity, or by
-//! reciprocal rank fusion of the two (the core's `policy::fusion`).
+//! The search modes over one dataset, ranked by the engine's own search path: every user's
+//! facts indexed once in a throwaway FTS5 index (BM25, CJK bigrams), and, when an embedder is
+//! given, wrapped in the engine's [`HybridRetrieval`] whose worker embeds them once (its
+//! backfill) into the index's vector table; each query is then a [`SearchQuery`] within its
+//! user's scope with `mode` set to `bm25`, `vector` or `hybrid`, so the figures are what a user
+//! of the engine gets.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use deermem_core::fact::{NormalizeContext, normalize_fact};
-use deermem_core::policy::fusion::{nearest, reciprocal_rank_fusion};
-use deermem_core::ports::{Clock, Embedder, Retrieval};
-use deermem_core::{AgentName, FactId, Scope, SearchQuery, Timestamp, UserId};
+use deermem_core::ports::{Clock, Embedder, Retrieval, VectorIndex};
+use deermem_core::{
+    AgentName, Fact, FactId, Scope, SearchHit, SearchMode, SearchQuery, Timestamp, UserId,
+};
+use deermem_engine::hybrid::HybridRetrieval;
 use deermem_retrieval_fts5::{Fts5Options, Fts5Retrieval};
 use serde_json::{Map, json};
 
-use crate::dataset::{Dataset, EvalQuery};
+use crate::dataset::{Dataset, EvalFact, EvalQuery};
 
-/// How many candidates each ranked list holds before fusion and scoring.
+/// How many hits each query asks for (the ranking that is scored).
 pub const CANDIDATES: usize = 50;
 
 /// A search mode.
@@ -25,17 +29,22 @@ pub enum Mode {
     Bm25,
     /// Exact nearest neighbours by cosine similarity.
     Vector,
-    /// Reciprocal rank fusion (k = 60) of the two.
+    /// The engine's fusion of the two (`policy::fusion`).
     Hybrid,
 }
 
 impl Mode {
     /// The mode's name in reports and flags.
     pub fn as_str(self) -> &'static str {
+        self.search_mode().as_str()
+    }
+
+    /// The engine's search mode.
+    pub fn search_mode(self) -> SearchMode {
         match self {
-            Self::Bm25 => "bm25",
-            Self::Vector => "vector",
-            Self::Hybrid => "hybrid",
+            Self::Bm25 => SearchMode::Bm25,
+            Self::Vector => SearchMode::Vector,
+            Self::Hybrid => SearchMode::Hybrid,
         }
     }
 }
@@ -49,9 +58,9 @@ pub enum RankError {
     /// The index failed.
     #[error("index: {0}")]
     Index(#[from] deermem_core::RetrievalError),
-    /// The embedder failed.
+    /// The embedder failed while the facts were embedded.
     #[error("embedder: {0}")]
-    Embed(#[from] deermem_core::EmbedError),
+    Embed(String),
     /// The temporary index directory could not be made.
     #[error("temporary directory: {0}")]
     Io(#[from] std::io::Error),
@@ -66,20 +75,17 @@ impl Clock for FixedClock {
     }
 }
 
-/// The indexed dataset.
+/// The indexed (and embedded) dataset.
 pub struct Ranker {
-    index: Fts5Retrieval,
-    embedder: Option<Arc<dyn Embedder>>,
-    /// Per user: (fact id, unit vector), in dataset order.
-    vectors: HashMap<String, Vec<(String, Vec<f32>)>>,
+    search: Arc<dyn Retrieval>,
+    embedded: bool,
     _dir: tempfile::TempDir,
 }
 
 impl std::fmt::Debug for Ranker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ranker")
-            .field("embedder", &self.embedder)
-            .field("users", &self.vectors.len())
+            .field("embedded", &self.embedded)
             .finish_non_exhaustive()
     }
 }
@@ -89,8 +95,56 @@ fn scope(user: &str) -> Result<Scope, RankError> {
     Ok(Scope::new(Some(id), Some(AgentName::default_bucket())))
 }
 
+/// The fact as the engine would store it.
+fn fact(f: &EvalFact, scope: &Scope, now: Timestamp) -> Result<Fact, RankError> {
+    let id = FactId::new(&f.id).map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))?;
+    let mut draft = Map::new();
+    draft.insert("id".into(), json!(f.id));
+    draft.insert("content".into(), json!(f.content));
+    draft.insert("source".into(), json!("eval"));
+    if let Some(c) = &f.category {
+        draft.insert("category".into(), json!(c));
+    }
+    let fs = scope.to_fact_scope();
+    let new_id = move || id.clone();
+    normalize_fact(
+        &draft,
+        &NormalizeContext {
+            scope: &fs,
+            existing: None,
+            now,
+            new_id: &new_id,
+        },
+    )
+    .map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))
+}
+
+/// How long the harness waits between looks at the embedding worker's progress.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Waits until the worker of `hybrid` has embedded every document, or fails with the
+/// embedder's error.
+async fn backfilled(hybrid: &HybridRetrieval) -> Result<(), RankError> {
+    loop {
+        let stats = hybrid.stats().await?;
+        let Some(c) = stats.vectors else {
+            return Err(RankError::Embed(
+                "the index reports no vector coverage".into(),
+            ));
+        };
+        if let Some(e) = c.last_error {
+            return Err(RankError::Embed(e));
+        }
+        if c.embedded >= c.total {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 impl Ranker {
-    /// Indexes every fact, and embeds them all when `embedder` is given.
+    /// Indexes every fact; with `embedder`, wraps the index in the engine's
+    /// [`HybridRetrieval`] and waits for its worker to embed every fact (once).
     ///
     /// # Errors
     /// An id the engine refuses, an index or embedder failure.
@@ -99,107 +153,90 @@ impl Ranker {
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Result<Self, RankError> {
         let dir = tempfile::tempdir()?;
-        let index = Fts5Retrieval::open_file(
+        let index = Arc::new(Fts5Retrieval::open_file(
             &dir.path().join("eval.sqlite"),
             Arc::new(FixedClock),
             Fts5Options::default(),
-        )?;
+        )?);
         let now = FixedClock.now();
+        let mut facts = Vec::with_capacity(dataset.facts.len());
         for f in &dataset.facts {
             let s = scope(&f.user)?;
-            let id =
-                FactId::new(&f.id).map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))?;
-            let mut draft = Map::new();
-            draft.insert("id".into(), json!(f.id));
-            draft.insert("content".into(), json!(f.content));
-            draft.insert("source".into(), json!("eval"));
-            if let Some(c) = &f.category {
-                draft.insert("category".into(), json!(c));
-            }
-            let fs = s.to_fact_scope();
-            let new_id = move || id.clone();
-            let fact = normalize_fact(
-                &draft,
-                &NormalizeContext {
-                    scope: &fs,
-                    existing: None,
-                    now,
-                    new_id: &new_id,
-                },
-            )
-            .map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))?;
-            index.upsert(&s, &fact).await?;
+            let fact = fact(f, &s, now)?;
+            facts.push((s, fact));
         }
-        let mut vectors: HashMap<String, Vec<(String, Vec<f32>)>> = HashMap::new();
-        if let Some(e) = &embedder {
-            let texts: Vec<String> = dataset.facts.iter().map(|f| f.content.clone()).collect();
-            let embedded = e.embed(&texts).await?;
-            for (f, v) in dataset.facts.iter().zip(embedded) {
-                vectors
-                    .entry(f.user.clone())
-                    .or_default()
-                    .push((f.id.clone(), v));
-            }
+        index.rebuild(None, &facts).await?;
+        let Some(embedder) = embedder else {
+            return Ok(Self {
+                search: index,
+                embedded: false,
+                _dir: dir,
+            });
+        };
+        let vectors: Arc<dyn VectorIndex> = index.clone();
+        let hybrid = HybridRetrieval::new(index, vectors, embedder, SearchMode::Hybrid);
+        if hybrid.has_worker() {
+            backfilled(&hybrid).await?;
+        } else {
+            hybrid
+                .embed_pending()
+                .await
+                .map_err(|e| RankError::Embed(e.to_string()))?;
         }
         Ok(Self {
-            index,
-            embedder,
-            vectors,
+            search: Arc::new(hybrid),
+            embedded: true,
             _dir: dir,
         })
     }
 
     /// The modes this ranker can run: BM25 always, vector and hybrid with an embedder.
     pub fn modes(&self) -> Vec<Mode> {
-        if self.embedder.is_some() {
+        if self.embedded {
             vec![Mode::Bm25, Mode::Vector, Mode::Hybrid]
         } else {
             vec![Mode::Bm25]
         }
     }
 
+    /// The engine's hits for `query` in `mode`, best first, at most [`CANDIDATES`].
+    ///
+    /// # Errors
+    /// An index failure (an embedder failure answers BM25, as the engine does).
+    pub async fn hits(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<SearchHit>, RankError> {
+        let mut q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
+        q.mode = Some(mode.search_mode());
+        Ok(self.search.search(&q).await?)
+    }
+
     /// Fact ids for `query` in `mode`, best first, at most [`CANDIDATES`].
     ///
     /// # Errors
-    /// An index or embedder failure.
+    /// As [`Ranker::hits`].
     pub async fn rank(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<String>, RankError> {
-        match mode {
-            Mode::Bm25 => self.lexical(query).await,
-            Mode::Vector => self.semantic(query).await,
-            Mode::Hybrid => {
-                let lexical = self.lexical(query).await?;
-                let semantic = self.semantic(query).await?;
-                Ok(reciprocal_rank_fusion(&[&lexical, &semantic])
-                    .into_iter()
-                    .take(CANDIDATES)
-                    .map(|(id, _)| id)
-                    .collect())
-            }
-        }
-    }
-
-    async fn lexical(&self, query: &EvalQuery) -> Result<Vec<String>, RankError> {
-        let q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
-        let hits = self.index.search(&q).await?;
-        Ok(hits
+        Ok(self
+            .hits(mode, query)
+            .await?
             .into_iter()
             .map(|h| h.fact.id.as_str().to_owned())
             .collect())
     }
 
-    async fn semantic(&self, query: &EvalQuery) -> Result<Vec<String>, RankError> {
-        let Some(e) = &self.embedder else {
-            return Ok(Vec::new());
-        };
-        let q = e.embed(std::slice::from_ref(&query.query)).await?;
-        let Some(qv) = q.first() else {
-            return Ok(Vec::new());
-        };
-        let empty = Vec::new();
-        let candidates = self.vectors.get(&query.user).unwrap_or(&empty);
-        Ok(nearest(qv, candidates, CANDIDATES)
-            .into_iter()
-            .map(|(id, _)| id.clone())
-            .collect())
+    /// Fails when the embedder failed during the searches (the engine then answered BM25 for
+    /// those queries, so the vector and hybrid figures would not be the model's).
+    ///
+    /// # Errors
+    /// The embedder's last error, or an index failure.
+    pub async fn check_embedder(&self) -> Result<(), RankError> {
+        match self
+            .search
+            .stats()
+            .await?
+            .vectors
+            .and_then(|c| c.last_error)
+        {
+            Some(e) => Err(RankError::Embed(e)),
+            None => Ok(()),
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The scores: recall@1, recall@5 and mean reciprocal rank, per mode and query kind (and per
-//! language), printed as a table and written as JSON.
+//! language), over all users and over each half of them (the half the hybrid policy was tuned
+//! on and the held-out half), printed as a table and written as JSON.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -26,6 +27,8 @@ pub struct Scores {
 pub struct Row {
     /// The search mode.
     pub mode: &'static str,
+    /// The users: `all`, `tuned` (the even-numbered half) or `held-out` (the odd-numbered).
+    pub users: &'static str,
     /// The query kind, or `all`.
     pub kind: String,
     /// The language, or `all`.
@@ -43,24 +46,32 @@ pub struct Report {
 }
 
 impl Report {
-    /// The row of `mode`, `kind` and `lang` (`all` for every kind or language).
+    /// The row of `mode`, `kind` and `lang` (`all` for every kind or language) over all users.
     pub fn get(&self, mode: Mode, kind: &str, lang: &str) -> Option<&Scores> {
+        self.get_in(mode, ALL, kind, lang)
+    }
+
+    /// The row of `mode`, `users` ([`ALL`], [`TUNED`] or [`HELD_OUT`]), `kind` and `lang`.
+    pub fn get_in(&self, mode: Mode, users: &str, kind: &str, lang: &str) -> Option<&Scores> {
         self.rows
             .iter()
-            .find(|r| r.mode == mode.as_str() && r.kind == kind && r.lang == lang)
+            .find(|r| {
+                r.mode == mode.as_str() && r.users == users && r.kind == kind && r.lang == lang
+            })
             .map(|r| &r.scores)
     }
 
     /// A plain-text table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<7} {:<12} {:<5} {:>7} {:>8} {:>8} {:>7}\n",
-            "mode", "kind", "lang", "queries", "recall@1", "recall@5", "MRR"
+            "{:<7} {:<8} {:<12} {:<5} {:>7} {:>8} {:>8} {:>7}\n",
+            "mode", "users", "kind", "lang", "queries", "recall@1", "recall@5", "MRR"
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "{:<7} {:<12} {:<5} {:>7} {:>8.3} {:>8.3} {:>7.3}\n",
+                "{:<7} {:<8} {:<12} {:<5} {:>7} {:>8.3} {:>8.3} {:>7.3}\n",
                 r.mode,
+                r.users,
                 r.kind,
                 r.lang,
                 r.scores.queries,
@@ -94,22 +105,56 @@ struct Sum {
     rr: f64,
 }
 
+/// Every user.
+pub const ALL: &str = "all";
+/// The even-numbered users (0, 2, …, in order of first appearance in the dataset): the half
+/// the hybrid policy's constants were chosen on.
+pub const TUNED: &str = "tuned";
+/// The odd-numbered users: the half held out of that choice.
+pub const HELD_OUT: &str = "held-out";
+
+/// The half of the users each user belongs to, numbering users by first appearance in the
+/// facts, then the queries.
+pub fn halves(dataset: &Dataset) -> HashMap<&str, &'static str> {
+    let mut out: HashMap<&str, &'static str> = HashMap::new();
+    let users = dataset
+        .facts
+        .iter()
+        .map(|f| f.user.as_str())
+        .chain(dataset.queries.iter().map(|q| q.user.as_str()));
+    for u in users {
+        let n = out.len();
+        out.entry(u)
+            .or_insert(if n.is_multiple_of(2) { TUNED } else { HELD_OUT });
+    }
+    out
+}
+
 /// Ranks every query in every mode the ranker offers and scores them.
 ///
 /// # Errors
 /// An index or embedder failure.
 pub async fn evaluate(dataset: &Dataset, ranker: &Ranker) -> Result<Report, RankError> {
-    let mut sums: BTreeMap<(Mode, String, String), Sum> = BTreeMap::new();
+    let half = halves(dataset);
+    let mut sums: BTreeMap<(Mode, usize, String, String), Sum> = BTreeMap::new();
+    let group = |users: &str| match users {
+        ALL => 0,
+        TUNED => 1,
+        _ => 2,
+    };
     for mode in ranker.modes() {
         for q in &dataset.queries {
             let ranked = ranker.rank(mode, q).await?;
             let (r1, r5, rr) = one(&ranked, &q.relevant);
             let lang = q.lang.clone().unwrap_or_else(|| "-".into());
-            for key in [
-                (mode, "all".to_owned(), "all".to_owned()),
-                (mode, q.kind.clone(), "all".to_owned()),
-                (mode, q.kind.clone(), lang.clone()),
-            ] {
+            let mine = group(half.get(q.user.as_str()).copied().unwrap_or(HELD_OUT));
+            let mut keys = Vec::with_capacity(6);
+            for users in [0, mine] {
+                keys.push((mode, users, "all".to_owned(), "all".to_owned()));
+                keys.push((mode, users, q.kind.clone(), "all".to_owned()));
+                keys.push((mode, users, q.kind.clone(), lang.clone()));
+            }
+            for key in keys {
                 let s = sums.entry(key).or_default();
                 s.n += 1;
                 s.r1 += r1;
@@ -118,10 +163,12 @@ pub async fn evaluate(dataset: &Dataset, ranker: &Ranker) -> Result<Report, Rank
             }
         }
     }
+    ranker.check_embedder().await?;
     let rows = sums
         .into_iter()
-        .map(|((mode, kind, lang), s)| Row {
+        .map(|((mode, users, kind, lang), s)| Row {
             mode: mode.as_str(),
+            users: [ALL, TUNED, HELD_OUT][users.min(2)],
             kind,
             lang,
             scores: Scores {
@@ -141,6 +188,28 @@ mod tests {
 
     fn ids(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn users_alternate_between_the_halves_in_order_of_appearance() {
+        let fact = |user: &str, id: &str| crate::EvalFact {
+            user: user.into(),
+            id: id.into(),
+            content: "x".into(),
+            category: None,
+            lang: None,
+        };
+        let d = Dataset {
+            facts: vec![
+                fact("b", "b1"),
+                fact("a", "a1"),
+                fact("b", "b2"),
+                fact("c", "c1"),
+            ],
+            queries: Vec::new(),
+        };
+        let h = halves(&d);
+        assert_eq!((h["b"], h["a"], h["c"]), (TUNED, HELD_OUT, TUNED));
     }
 
     #[test]
