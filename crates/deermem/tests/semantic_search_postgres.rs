@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use deermem::Backend;
 use deermem_core::ports::MemoryManagerExt as _;
-use deermem_core::ports::{MemoryManager as _, MemoryScope, NewFact, SearchRequest};
-use deermem_core::{MatchType, MemoryConfig, SearchHit, SearchMode, UserId};
+use deermem_core::ports::{MemoryManager as _, MemoryScope, NewFact, ScoredFact, SearchRequest};
+use deermem_core::{MatchType, MemoryConfig, SearchMode, UserId};
 use deermem_engine::DeerMemManager;
 use deermem_llm_openai::fake::{FakeOpenAi, Reply};
 use deermem_testkit::pgcluster::PgCluster;
@@ -78,7 +78,7 @@ async fn create(m: &DeerMemManager, content: &str, category: &str) -> String {
     .expect("the fact is kept")
 }
 
-async fn search(m: &DeerMemManager, query: &str, mode: Option<SearchMode>) -> Vec<SearchHit> {
+async fn search(m: &DeerMemManager, query: &str, mode: Option<SearchMode>) -> Vec<ScoredFact> {
     m.search_scored(SearchRequest {
         query: query.into(),
         top_k: 3,
@@ -90,7 +90,7 @@ async fn search(m: &DeerMemManager, query: &str, mode: Option<SearchMode>) -> Ve
     .expect("search")
 }
 
-fn contents(hits: &[SearchHit]) -> Vec<&str> {
+fn contents(hits: &[ScoredFact]) -> Vec<&str> {
     hits.iter().map(|h| h.fact.content.as_str()).collect()
 }
 
@@ -168,7 +168,7 @@ async fn replicas_share_the_vectors_and_search_falls_back_to_bm25_when_the_embed
     assert_eq!(embedded_texts(&fake), ["oolong morning".to_owned()]);
     // Hybrid: BM25 and the vectors agree on the fact.
     let hits = search(&b, "oolong tea", Some(SearchMode::Hybrid)).await;
-    assert_eq!(hits[0].fact.id.as_str(), tea);
+    assert_eq!(hits[0].fact.id, tea);
     assert_eq!(hits[0].match_type, MatchType::Hybrid);
 
     // The embedder fails: a hybrid search answers BM25, the status names the error.

@@ -236,8 +236,9 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
 
 /// The Honcho and OpenViking cursor store in the database `backend_config` names
 /// (`storage_class: postgres` with its `postgres` block), migrated like the storage at start.
-/// The remote backends' own keys are not DeerMem's: the warnings about them are dropped here
-/// (the backend reports its own).
+/// Only those two keys are read with DeerMem's parser: every other key is the remote
+/// backend's, even one whose name DeerMem also uses with another type (the backend reports its
+/// own warnings).
 ///
 /// # Errors
 /// As opening the PostgreSQL storage: configuration, connection and migration errors.
@@ -245,7 +246,12 @@ pub fn remote_cursors(
     backend_config: &serde_json::Map<String, serde_json::Value>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn deermem_remote::CursorStorage>, EmbeddedError> {
-    let (cfg, _not_deermem_keys) = DeerMemConfig::from_backend_config(backend_config)?;
+    let selection: serde_json::Map<String, serde_json::Value> = backend_config
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "storage_class" | "postgres"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (cfg, _) = DeerMemConfig::from_backend_config(&selection)?;
     let config = postgres_config(&cfg, env)?;
     let (store, _) = connect_and_migrate(&config)?;
     Ok(Arc::new(PgCursors::new(store)))
