@@ -100,22 +100,20 @@ impl Source {
         (a, b, id, text): (&str, &str, &str, &str),
         requested: Option<&Scope>,
         now: Timestamp,
-    ) -> Result<(Scope, Fact), String> {
+    ) -> Result<(Scope, Fact), Unreadable> {
         match self {
             Self::Facts => {
-                let mut fact = crate::stored::decode_fact(text, now).map_err(|e| e.to_string())?;
-                let agent = AgentName::parse(b).map_err(|e| e.to_string())?;
+                let mut fact = crate::stored::decode_fact(text, now)?;
+                let agent = AgentName::parse(b)?;
                 let user = match requested {
                     Some(s) => s.user.clone(),
                     None => match fact.scope.user_id.as_deref() {
-                        Some(raw) => Some(UserId::new(raw).map_err(|e| e.to_string())?),
+                        Some(raw) => Some(UserId::new(raw)?),
                         None => None,
                     },
                 };
                 if user.as_ref().map_or("", UserId::bucket) != a {
-                    return Err(format!(
-                        "the fact records a user of another bucket than {a:?}"
-                    ));
+                    return Err(Unreadable::OtherBucket(a.to_owned()));
                 }
                 fact.scope.user_id = user.as_ref().map(|u| u.as_str().to_owned());
                 Ok((Scope::new(user, Some(agent)), fact))
@@ -123,14 +121,30 @@ impl Source {
             Self::Docs => {
                 let scope = match requested {
                     Some(s) => s.clone(),
-                    None => crate::retrieval::scope_of(a, b).map_err(|e| e.to_string())?,
+                    None => crate::retrieval::scope_of(a, b)?,
                 };
-                let fact =
-                    crate::retrieval::decode(text, id, &scope, now).map_err(|e| e.to_string())?;
+                let fact = crate::retrieval::decode(text, id, &scope, now)?;
                 Ok((scope, fact))
             }
         }
     }
+}
+
+/// A stored document that cannot be read back (it is skipped, never embedded).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unreadable {
+    /// A fact row that does not decode.
+    #[error("{0}")]
+    Fact(#[from] crate::stored::Unreadable),
+    /// A search document that does not decode.
+    #[error("{0}")]
+    Doc(#[from] crate::retrieval::DocError),
+    /// A stored id the core refuses.
+    #[error("{0}")]
+    Id(#[from] deermem_core::IdError),
+    /// A fact recording a user whose bucket is not the row's.
+    #[error("the fact records a user of another bucket than {0:?}")]
+    OtherBucket(String),
 }
 
 fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {
