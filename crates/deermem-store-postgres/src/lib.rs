@@ -17,8 +17,11 @@
 //!   served only while the user's row (its revision and `xmin`, read on every load) is still
 //!   the one they were read under, so a replica never serves a scope older than the latest
 //!   commit;
-//! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way.
-//!
+//! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way,
+//!   and a `VectorIndex` with its vectors in `doc_vectors`;
+//! - [`PgFactIndex`]: the storage's facts as a retrieval index with vectors (`fact_vectors`),
+//!   for search by meaning, and [`PgIndexedStorage`], the storage with its search answered by
+//!   a retrieval over it (the engine's hybrid retrieval over a [`PgFactIndex`]);
 //! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the
 //!   `remote_cursors` table, so Honcho and OpenViking cursors are shared by the replicas;
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
@@ -32,6 +35,7 @@ mod admin;
 mod config;
 mod cursors;
 mod error;
+mod indexed;
 mod repository;
 mod retrieval;
 mod run_journal;
@@ -40,14 +44,17 @@ mod snapshot;
 mod store;
 mod stored;
 mod tls;
+mod vectors;
 
 pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
 pub use cursors::PgCursors;
 pub use error::PgError;
+pub use indexed::PgIndexedStorage;
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
+pub use vectors::PgFactIndex;
 
 /// The adapter kind.
 pub const KIND: &str = "postgres";

@@ -2,14 +2,16 @@
 //! (one fact per scope and id, indexed and searched exactly like the storage's `facts`, see
 //! [`crate::search`]), so a derived index in the database can serve any storage. Writes are
 //! applied before they are acknowledged; a query without an indexable term finds nothing, as
-//! in the FTS5 adapter.
+//! in the FTS5 adapter. It is also a `VectorIndex`: vectors in `doc_vectors`, see
+//! [`crate::vectors`]; a rebuild rewrites the documents it keeps in place, so their vectors
+//! stay current when their text is unchanged.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use deermem_core::fact::{NormalizeContext, normalize_fact};
-use deermem_core::ports::{Clock, Retrieval};
+use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     AgentName, Fact, FactId, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit,
     SearchQuery, Timestamp, UserId,
@@ -19,6 +21,7 @@ use tokio_postgres::GenericClient;
 
 use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
+use crate::vectors::{Source, Vectors};
 
 /// The retrieval port over the `search_docs` table of one schema.
 pub struct PgRetrieval {
@@ -37,7 +40,7 @@ impl std::fmt::Debug for PgRetrieval {
 }
 
 /// A scope as stored: the JSON texts of its raw user id and agent name (`null` when absent).
-fn scope_key(scope: &Scope) -> (String, String) {
+pub(crate) fn scope_key(scope: &Scope) -> (String, String) {
     let text = |v: Option<&str>| {
         v.map_or(Value::Null, |s| Value::String(s.to_owned()))
             .to_string()
@@ -50,7 +53,7 @@ fn scope_key(scope: &Scope) -> (String, String) {
 
 /// A stored index document that cannot be read back.
 #[derive(Debug, thiserror::Error)]
-enum DocError {
+pub(crate) enum DocError {
     /// Not JSON.
     #[error("{0}")]
     Json(#[from] serde_json::Error),
@@ -66,7 +69,7 @@ enum DocError {
 }
 
 /// The scope of a stored key (the inverse of [`scope_key`]).
-fn scope_of(user: &str, agent: &str) -> Result<Scope, DocError> {
+pub(crate) fn scope_of(user: &str, agent: &str) -> Result<Scope, DocError> {
     let text = |s: &str| -> Result<Option<String>, DocError> {
         match serde_json::from_str::<Value>(s)? {
             Value::Null => Ok(None),
@@ -87,6 +90,7 @@ struct Row {
     revision: i64,
     fact: String,
     ix: search::Indexed,
+    digest: Vec<u8>,
 }
 
 fn encode(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
@@ -99,10 +103,16 @@ fn encode(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalError> {
         revision: i64::try_from(fact.revision).unwrap_or(i64::MAX),
         fact: Value::Object(map).to_string(),
         ix: search::indexed(fact),
+        digest: crate::vectors::content_digest(&fact.content),
     })
 }
 
-fn decode(json: &str, id: &str, scope: &Scope, now: Timestamp) -> Result<Fact, DocError> {
+pub(crate) fn decode(
+    json: &str,
+    id: &str,
+    scope: &Scope,
+    now: Timestamp,
+) -> Result<Fact, DocError> {
     let map: Map<String, Value> = serde_json::from_str(json)?;
     let fallback = FactId::new(id)?;
     let new_id = move || fallback.clone();
@@ -124,10 +134,12 @@ async fn write_row(client: &impl GenericClient, r: &Row) -> Result<(), Retrieval
     client
         .execute(
             "INSERT INTO search_docs (scope_user, scope_agent, fact_id, revision, fact, category, \
-             search_text, search_tokens) VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
+             search_text, search_tokens, content_digest) \
+             VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8, $9) \
              ON CONFLICT (scope_user, scope_agent, fact_id) DO UPDATE SET \
              revision = EXCLUDED.revision, fact = EXCLUDED.fact, category = EXCLUDED.category, \
-             search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
+             search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens, \
+             content_digest = EXCLUDED.content_digest",
             &[
                 &r.user,
                 &r.agent,
@@ -137,6 +149,7 @@ async fn write_row(client: &impl GenericClient, r: &Row) -> Result<(), Retrieval
                 &r.ix.category,
                 &r.ix.text,
                 &r.ix.tokens,
+                &r.digest,
             ],
         )
         .await
@@ -162,6 +175,49 @@ async fn delete_scopes(
                     .execute(
                         "DELETE FROM search_docs WHERE scope_user = $1 AND scope_agent = $2",
                         &[&u, &a],
+                    )
+                    .await
+                    .map_err(backend("clear a scope"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the documents of `scopes` (every document when `None`) that `keep` does not hold
+/// again. A kept document is rewritten in place, so its vector stays current when its text is
+/// the same (a vector is a function of the text); the deleted ones take their vectors with them.
+async fn delete_all_but(
+    client: &impl GenericClient,
+    scopes: Option<&[Scope]>,
+    keep: &[Row],
+) -> Result<(), RetrievalError> {
+    let users: Vec<&str> = keep.iter().map(|r| r.user.as_str()).collect();
+    let agents: Vec<&str> = keep.iter().map(|r| r.agent.as_str()).collect();
+    let ids: Vec<&str> = keep.iter().map(|r| r.id.as_str()).collect();
+    const NOT_KEPT: &str = "NOT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], \
+         $3::text[]) AS k(u, a, i) WHERE k.u = d.scope_user AND k.a = d.scope_agent \
+         AND k.i = d.fact_id)";
+    match scopes {
+        None => {
+            client
+                .execute(
+                    &format!("DELETE FROM search_docs d WHERE {NOT_KEPT}"),
+                    &[&users, &agents, &ids],
+                )
+                .await
+                .map_err(backend("clear the index"))?;
+        }
+        Some(list) => {
+            for s in list {
+                let (u, a) = scope_key(s);
+                client
+                    .execute(
+                        &format!(
+                            "DELETE FROM search_docs d WHERE d.scope_user = $4 \
+                             AND d.scope_agent = $5 AND {NOT_KEPT}"
+                        ),
+                        &[&users, &agents, &ids, &u, &a],
                     )
                     .await
                     .map_err(backend("clear a scope"))?;
@@ -292,7 +348,7 @@ impl Retrieval for PgRetrieval {
         let mut client = self.client().await?;
         let raw: &mut tokio_postgres::Client = &mut client;
         let tx = raw.transaction().await.map_err(backend("begin"))?;
-        delete_scopes(&tx, scopes).await?;
+        delete_all_but(&tx, scopes, &rows).await?;
         for r in &rows {
             write_row(&tx, r).await?;
         }
@@ -348,5 +404,56 @@ impl Retrieval for PgRetrieval {
 
     async fn close(&self) {
         self.closed.store(true, Ordering::Release);
+    }
+}
+
+impl PgRetrieval {
+    /// The vectors beside the documents (`doc_vectors`), while the index is open.
+    fn vectors(&self) -> Result<Vectors, RetrievalError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(RetrievalError::Unavailable(
+                "the PostgreSQL index is closed".into(),
+            ));
+        }
+        Ok(Vectors {
+            source: Source::Docs,
+            store: self.store.clone(),
+            clock: Arc::clone(&self.clock),
+        })
+    }
+}
+
+/// Vectors kept in `doc_vectors` beside the documents, with the semantics described in
+/// [`crate::vectors`].
+#[async_trait]
+impl VectorIndex for PgRetrieval {
+    async fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[Scope]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError> {
+        self.vectors()?.missing(model_id, scopes, limit).await
+    }
+
+    async fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[EmbedTask],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError> {
+        self.vectors()?.put(model_id, tasks, vectors).await
+    }
+
+    async fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        self.vectors()?.of_scopes(scopes, model_id).await
+    }
+
+    async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
+        self.vectors()?.coverage(model_id).await
     }
 }

@@ -99,8 +99,9 @@ pub(crate) async fn write_user(
     .await
 }
 
-/// Writes (or replaces) a fact of `(bucket, agent)` at `revision`, its search columns computed
-/// in the same statement's parameters.
+/// Writes (or replaces) a fact of `(bucket, agent)` at `revision`, its search columns and
+/// content digest (what its vector is checked against) computed in the same statement's
+/// parameters.
 pub(crate) async fn write_fact(
     tx: &impl GenericClient,
     (bucket, agent): (&str, &str),
@@ -110,11 +111,12 @@ pub(crate) async fn write_fact(
     let ix = search::indexed(fact);
     tx.execute(
         "INSERT INTO facts (bucket, agent, id, revision, fact, category, \
-         search_text, search_tokens) \
-         VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8) \
+         search_text, search_tokens, content_digest) \
+         VALUES ($1, $2, $3, $4, $5::text::json, $6, $7, $8, $9) \
          ON CONFLICT (bucket, agent, id) DO UPDATE SET revision = EXCLUDED.revision, \
          fact = EXCLUDED.fact, category = EXCLUDED.category, \
-         search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens",
+         search_text = EXCLUDED.search_text, search_tokens = EXCLUDED.search_tokens, \
+         content_digest = EXCLUDED.content_digest",
         &[
             &bucket,
             &agent,
@@ -124,6 +126,7 @@ pub(crate) async fn write_fact(
             &ix.category,
             &ix.text,
             &ix.tokens,
+            &crate::vectors::content_digest(&fact.content),
         ],
     )
     .await

@@ -1,4 +1,4 @@
-//! The storage, retrieval and run journal contract suites against PostgreSQL (a throwaway
+//! The storage, retrieval, vector-index and run journal contract suites against PostgreSQL (a throwaway
 //! cluster per test, or `DEERMEM_TEST_POSTGRES_URL` with a schema per test), and what only a
 //! shared database must add: two replicas recording the same runs at once.
 
@@ -107,6 +107,30 @@ mod retrieval {
     }
 
     deermem_testkit::retrieval_contract!(fixture());
+}
+
+/// The vector-index contract, on `search_docs` with its `doc_vectors`.
+mod vectors {
+    use std::sync::Arc;
+
+    use deermem_store_postgres::PgRetrieval;
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::vector_index::VectorIndexFixture;
+
+    async fn fixture() -> VectorIndexFixture {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let store = super::migrated(cluster.url(), &super::next_schema(), 4).await;
+        let index = PgRetrieval::new(
+            store,
+            Arc::new(deermem_testkit::clock::ManualClock::at(
+                deermem_testkit::storage::START,
+            )),
+        );
+        // The index is dropped before the cluster.
+        VectorIndexFixture::with_guard(index, cluster)
+    }
+
+    deermem_testkit::vector_index_contract!(fixture());
 }
 
 /// Two replicas (two journals on one database) record the same 20 runs at the same time: each

@@ -43,7 +43,9 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
     assert_eq!(
         tables(&store).await,
         [
+            "doc_vectors",
             "fact_metadata",
+            "fact_vectors",
             "facts",
             "refinery_schema_history",
             "remote_cursors",

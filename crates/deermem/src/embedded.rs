@@ -194,7 +194,8 @@ pub enum EmbeddedStorage {
 
 /// Opens the storage `cfg.storage_class` selects: the file store at `root` (with its index when
 /// `with_retrieval`), or PostgreSQL with its schema migrated (its search is the database's own,
-/// so `with_retrieval` does not apply). `env` resolves the PostgreSQL URL's `$VAR`.
+/// so `with_retrieval` does not apply; with an embedder, search by meaning runs over the facts
+/// with their vectors in the same database). `env` resolves the PostgreSQL URL's `$VAR`.
 ///
 /// # Errors
 /// Invalid settings, a storage that refuses to start, an unreachable database or one whose
@@ -215,7 +216,6 @@ pub fn open_embedded(
         #[cfg(feature = "store-postgres")]
         StorageClass::Postgres => {
             let _ = (root, with_retrieval);
-            refuse_vectors_in_postgres(cfg)?;
             postgres::open(cfg, clock, env).map(|s| EmbeddedStorage::Postgres(Arc::new(s)))
         }
         #[cfg(not(feature = "store-postgres"))]
@@ -226,29 +226,13 @@ pub fn open_embedded(
     }
 }
 
-/// An embedder with `storage_class: postgres` is refused at start: the vectors live beside the
-/// FTS5 index, which PostgreSQL storage does not use.
-///
-/// # Errors
-/// `embedding.provider` is not `none`.
-#[cfg(feature = "store-postgres")]
-fn refuse_vectors_in_postgres(cfg: &DeerMemConfig) -> Result<(), ConfigError> {
-    if cfg.embedding.provider == deermem_core::config::EmbeddingProvider::None {
-        return Ok(());
-    }
-    Err(ConfigError::new(
-        "memory.backend_config.embedding.provider",
-        "vectors in PostgreSQL are not supported yet; set embedding.provider: none with storage_class: postgres, or use storage_class: file",
-    ))
-}
-
 impl EmbeddedStorage {
     /// The storage ports, for the engine.
     pub fn storage(&self) -> Arc<dyn MemoryStorage> {
         match self {
             Self::File(s) => Arc::clone(s) as Arc<dyn MemoryStorage>,
             #[cfg(feature = "store-postgres")]
-            Self::Postgres(s) => Arc::clone(s.storage()) as Arc<dyn MemoryStorage>,
+            Self::Postgres(s) => s.memory(),
         }
     }
 

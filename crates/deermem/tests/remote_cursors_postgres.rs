@@ -157,3 +157,27 @@ async fn two_openviking_replicas_share_their_cursors_in_the_database() {
     );
     fake.assert_clean();
 }
+
+/// The cursors' database is read from `storage_class` and `postgres` alone: the rest of a
+/// remote backend's `backend_config` is the backend's, so a key DeerMem also knows, holding a
+/// value of another type (a leftover of an earlier DeerMem configuration, ignored by the
+/// backend with a warning), does not refuse the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_key_that_deermem_types_otherwise_does_not_refuse_the_cursors() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let fake = FakeHoncho::start().await;
+    let yaml = format!(
+        "memory:\n  manager_class: honcho\n  backend_config:\n    base_url: {}\n    debounce_seconds: soon\n    search: fast\n    embedding: none\n{}",
+        fake.url,
+        postgres_keys(cluster.url(), &schema())
+    );
+    let config = load(&yaml);
+    let root = tempfile::tempdir().unwrap();
+    let m = build_manager(&config, options(root.path()))
+        .unwrap_or_else(|e| panic!("the Honcho backend with PostgreSQL cursors starts: {e}"));
+    m.add(add("t1", 1)).await.unwrap();
+    assert!(m.shutdown_flush(FLUSH).await);
+    assert_eq!(fake.messages().len(), 2);
+    assert_eq!(files_under(root.path()), 0, "the cursor is in the database");
+    drop(m);
+}

@@ -147,17 +147,3 @@ async fn a_provider_left_out_of_the_build_names_its_feature() {
     let err = build(&cfg, dir.path()).unwrap_err().to_string();
     assert!(err.contains("embed-local"), "{err}");
 }
-
-#[cfg(feature = "store-postgres")]
-#[tokio::test]
-async fn an_embedder_with_postgres_storage_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        "memory:\n  backend_config:\n    storage_class: postgres\n    postgres:\n      url: postgresql://127.0.0.1:1/none\n    embedding:\n      provider: openai\n      base_url: http://127.0.0.1:1/v1\n      dimensions: 8\n",
-    );
-    let err = build(&cfg, dir.path()).unwrap_err().to_string();
-    assert!(
-        err.contains("vectors in PostgreSQL are not supported yet"),
-        "{err}"
-    );
-}

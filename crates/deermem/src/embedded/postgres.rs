@@ -1,15 +1,17 @@
 //! `storage_class: postgres`: the `backend_config.postgres` block made into the adapter's
 //! connection settings (the URL's `$VAR` / `${VAR}` read from the environment), the pool opened
-//! and the schema migrated at start (a newer schema refused), the run journal in the same
+//! and the schema migrated at start (a newer schema refused), search by meaning when an
+//! embedder is configured (the hybrid retrieval over the facts, vectors in the database), the run journal in the same
 //! database, and the remote backends' cursors there when they run with `storage_class:
 //! postgres`.
 
 use std::sync::Arc;
 
-use deermem_core::ports::{Clock, RunEventStore};
+use deermem_core::ports::{Clock, MemoryStorage, RunEventStore};
 use deermem_core::{ConfigError, DeerMemConfig};
 use deermem_store_postgres::{
-    MigrationOutcome, PgCursors, PgError, PgRunJournal, PgStorage, PgStore, PostgresConfig,
+    MigrationOutcome, PgCursors, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal, PgStorage,
+    PgStore, PostgresConfig,
 };
 use serde_json::json;
 
@@ -18,6 +20,9 @@ use super::EmbeddedError;
 /// The storage ports on PostgreSQL, with the pool they use and the settings they came from.
 pub struct PostgresStorage {
     storage: Arc<PgStorage>,
+    /// What the engine uses: the storage itself, or (with an embedder) the storage with its
+    /// search answered by the hybrid retrieval over its facts and their vectors.
+    memory: Arc<dyn MemoryStorage>,
     store: PgStore,
     config: PostgresConfig,
     /// What the start-up migration did.
@@ -38,6 +43,13 @@ impl PostgresStorage {
     /// The storage ports.
     pub fn storage(&self) -> &Arc<PgStorage> {
         &self.storage
+    }
+
+    /// The storage ports as the engine uses them: [`PostgresStorage::storage`], or with an
+    /// embedder configured the same storage whose search is the hybrid retrieval over
+    /// [`PgFactIndex`] (vectors in the `fact_vectors` table, shared by every replica).
+    pub fn memory(&self) -> Arc<dyn MemoryStorage> {
+        Arc::clone(&self.memory)
     }
 
     /// The connection pool (administrative reads).
@@ -122,18 +134,60 @@ pub(super) fn open(
 ) -> Result<PostgresStorage, EmbeddedError> {
     let config = postgres_config(cfg, env)?;
     let (store, migration) = connect_and_migrate(&config)?;
-    let storage = PgStorage::new(
+    let storage = Arc::new(PgStorage::new(
         store.clone(),
-        clock,
+        Arc::clone(&clock),
         cfg.eviction_access_half_life_days as f64,
         cfg.eviction_audit_max_entries,
-    );
+    ));
+    let memory = with_search_by_meaning(cfg, &storage, &store, clock)?;
     Ok(PostgresStorage {
-        storage: Arc::new(storage),
+        storage,
+        memory,
         store,
         config,
         migration,
     })
+}
+
+/// The storage as the engine uses it: `storage` itself without an embedder; with one, the
+/// storage whose search goes through the engine's hybrid retrieval over the facts
+/// ([`PgFactIndex`]: BM25 from the storage's own search, vectors in `fact_vectors`).
+///
+/// # Errors
+/// The embedder cannot be opened (see [`super::open_embedder`]), or the engine is not compiled
+/// in.
+fn with_search_by_meaning(
+    cfg: &DeerMemConfig,
+    storage: &Arc<PgStorage>,
+    store: &PgStore,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn MemoryStorage>, ConfigError> {
+    let Some(embedder) = super::open_embedder(cfg)? else {
+        return Ok(Arc::clone(storage) as Arc<dyn MemoryStorage>);
+    };
+    #[cfg(feature = "engine")]
+    {
+        let index = Arc::new(PgFactIndex::new(Arc::clone(storage), store.clone(), clock));
+        let hybrid = deermem_engine::hybrid::HybridRetrieval::new(
+            Arc::clone(&index) as Arc<dyn deermem_core::ports::Retrieval>,
+            index as Arc<dyn deermem_core::ports::VectorIndex>,
+            embedder,
+            cfg.default_search_mode(),
+        );
+        Ok(Arc::new(PgIndexedStorage::new(
+            Arc::clone(storage),
+            Arc::new(hybrid),
+        )))
+    }
+    #[cfg(not(feature = "engine"))]
+    {
+        let _ = (embedder, store, clock);
+        Err(ConfigError::new(
+            "memory.backend_config.embedding.provider",
+            "search by meaning needs the engine; rebuild with the Cargo feature `engine` of the `deermem` crate",
+        ))
+    }
 }
 
 /// Connects and applies the pending migrations, on the caller's multi-threaded runtime when
@@ -182,8 +236,9 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
 
 /// The Honcho and OpenViking cursor store in the database `backend_config` names
 /// (`storage_class: postgres` with its `postgres` block), migrated like the storage at start.
-/// The remote backends' own keys are not DeerMem's: the warnings about them are dropped here
-/// (the backend reports its own).
+/// Only those two keys are read with DeerMem's parser: every other key is the remote
+/// backend's, even one whose name DeerMem also uses with another type (the backend reports its
+/// own warnings).
 ///
 /// # Errors
 /// As opening the PostgreSQL storage: configuration, connection and migration errors.
@@ -191,7 +246,12 @@ pub fn remote_cursors(
     backend_config: &serde_json::Map<String, serde_json::Value>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn deermem_remote::CursorStorage>, EmbeddedError> {
-    let (cfg, _not_deermem_keys) = DeerMemConfig::from_backend_config(backend_config)?;
+    let selection: serde_json::Map<String, serde_json::Value> = backend_config
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "storage_class" | "postgres"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (cfg, _) = DeerMemConfig::from_backend_config(&selection)?;
     let config = postgres_config(&cfg, env)?;
     let (store, _) = connect_and_migrate(&config)?;
     Ok(Arc::new(PgCursors::new(store)))
