@@ -14,8 +14,8 @@ use deermem_core::document::{PublicMemoryDocument, SummaryEntry};
 use deermem_core::error::{InvalidInputCode, ManagerError};
 use deermem_core::fact::PublicFact;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, FactAdmin, MemoryAdmin, MemoryManager, MemoryReader,
-    MemoryReload, MemoryScope, MemorySearch, ScoredFact, SearchRequest,
+    AddRequest, Clock, ContextRequest, MemoryManager, MemoryReader, MemoryScope, MemorySearch,
+    ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{ConfigError, Timestamp};
@@ -552,18 +552,6 @@ impl MemoryManager for HonchoManager {
 
     fn reader(&self) -> Option<&dyn MemoryReader> {
         Some(self)
-    }
-
-    fn admin(&self) -> Option<&dyn MemoryAdmin> {
-        None
-    }
-
-    fn reloader(&self) -> Option<&dyn MemoryReload> {
-        None
-    }
-
-    fn facts(&self) -> Option<&dyn FactAdmin> {
-        None
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {

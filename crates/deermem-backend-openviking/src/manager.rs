@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, FactAdmin,
-    MemoryAdmin, MemoryManager, MemoryReader, MemoryReload, MemoryScope, MemorySearch, ScoredFact,
-    SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, MemoryManager,
+    MemoryScope, MemorySearch, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{
@@ -1035,22 +1034,6 @@ impl MemoryManager for OpenVikingManager {
 
     fn searcher(&self) -> Option<&dyn MemorySearch> {
         Some(self)
-    }
-
-    fn reader(&self) -> Option<&dyn MemoryReader> {
-        None
-    }
-
-    fn admin(&self) -> Option<&dyn MemoryAdmin> {
-        None
-    }
-
-    fn reloader(&self) -> Option<&dyn MemoryReload> {
-        None
-    }
-
-    fn facts(&self) -> Option<&dyn FactAdmin> {
-        None
     }
 
     /// Closes the backend to new work, then waits up to `timeout` for queued and running
