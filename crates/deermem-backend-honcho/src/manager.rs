@@ -594,19 +594,7 @@ impl MemorySearch for HonchoManager {
     }
 
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        // Honcho ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request
-            .mode
-            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
-        {
-            return Err(ManagerError::invalid(
-                InvalidInputCode::Other,
-                format!(
-                    "search mode {} is not available with the honcho backend: the remote server ranks results itself (use hybrid or leave mode unset)",
-                    mode.as_str()
-                ),
-            ));
-        }
+        deermem_remote::own_ranking_only(&request, "honcho")?;
         let Some(id) = self.identity(&request.scope) else {
             return Ok(Vec::new());
         };

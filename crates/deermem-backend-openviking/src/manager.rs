@@ -432,19 +432,7 @@ impl OpenVikingManager {
         &self,
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
-        // OpenViking ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request
-            .mode
-            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
-        {
-            return Err(ManagerError::invalid(
-                InvalidInputCode::Other,
-                format!(
-                    "search mode {} is not available with the openviking backend: the remote server ranks results itself (use hybrid or leave mode unset)",
-                    mode.as_str()
-                ),
-            ));
-        }
+        deermem_remote::own_ranking_only(&request, "openviking")?;
         let query = deermem_pycompat::py::strip(&request.query);
         if query.is_empty() || request.top_k == 0 || self.inner.closed.load(Ordering::SeqCst) {
             return Ok(Vec::new());
