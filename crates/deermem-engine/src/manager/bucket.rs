@@ -104,10 +104,7 @@ impl DeerMemManager {
                 delete_revisions: Some(revisions),
                 ..ChangeSet::default()
             };
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user, Some(agent), changes, options)
@@ -184,10 +181,7 @@ impl DeerMemManager {
             if !delete_revisions.is_empty() {
                 changes.delete_revisions = Some(delete_revisions);
             }
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user, Some(&agent), changes, options)

@@ -207,10 +207,7 @@ impl DeerMemManager {
                 return Ok((snapshot.to_public(), None));
             }
             let changes = creation_changes(&snapshot, decision.as_ref(), Some((&id, draft)));
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user.as_ref(), Some(&agent), changes, options)
