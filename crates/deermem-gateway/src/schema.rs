@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{GatewayError, ValidationItem};
-use crate::extract::QueryParams;
+use crate::extract::{QueryParams, shortened};
 
 /// The longest accepted `thread_id`, in characters.
 pub(crate) const MAX_THREAD_ID_CHARS: usize = 512;
@@ -268,6 +268,23 @@ impl Checker {
                 let msg = "Input should be greater than or equal to 0";
                 self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 0 }))
             }
+        }
+    }
+
+    /// An integer from 1 to `max` (when given).
+    fn positive_int(&mut self, v: &Value, loc: Vec<Value>, max: Option<u64>) -> Option<u64> {
+        let i = self.int(v, loc.clone())?;
+        if i < 1 {
+            let msg = "Input should be greater than or equal to 1";
+            return self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 1 }));
+        }
+        let n = i.unsigned_abs();
+        match max {
+            Some(max) if n > max => {
+                let msg = format!("Input should be less than or equal to {max}");
+                self.fail_ctx("less_than_equal", loc, msg, v, json!({ "le": max }))
+            }
+            _ => Some(n),
         }
     }
 
@@ -536,22 +553,12 @@ fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
             return Err(GatewayError::BadRequest(format!(
                 "Invalid memory data: facts[{i}] ('{}') has status '{}'; only active facts can \
                  be imported (leave status out or set it to \"active\").",
-                shortened(id),
-                shortened(status)
+                shortened(id, 64),
+                shortened(status, 64)
             )));
         }
     }
     Ok(())
-}
-
-/// The start of a long value, for messages.
-fn shortened(s: &str) -> String {
-    const KEEP: usize = 64;
-    if s.chars().count() <= KEEP {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(KEEP).collect::<String>())
-    }
 }
 
 /// `POST /api/memory/import`: the `MemoryResponse` shape. Unknown keys are dropped, `null`
@@ -1000,16 +1007,8 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
     if let Some(raw) = q.get("top_k") {
         let loc = vec![json!("query"), json!("top_k")];
         let v = Value::String(raw.to_owned());
-        if let Some(i) = c.int(&v, loc.clone()) {
-            if i < 1 {
-                let msg = "Input should be greater than or equal to 1";
-                c.fail_ctx::<()>("greater_than_equal", loc, msg, &v, json!({ "ge": 1 }));
-            } else if i > MAX_TOP_K {
-                let msg = format!("Input should be less than or equal to {MAX_TOP_K}");
-                c.fail_ctx::<()>("less_than_equal", loc, msg, &v, json!({ "le": MAX_TOP_K }));
-            } else {
-                top_k = usize::try_from(i).unwrap_or(5);
-            }
+        if let Some(n) = c.positive_int(&v, loc, Some(MAX_TOP_K.unsigned_abs())) {
+            top_k = usize::try_from(n).unwrap_or(5);
         }
     }
     let category = q
@@ -1036,6 +1035,21 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
         }),
         _ => Err(GatewayError::Validation(c.errors)),
     }
+}
+
+/// An optional integer query parameter from 1 to `max`; empty means absent.
+pub(crate) fn positive_int_param(
+    q: &QueryParams,
+    key: &'static str,
+    max: Option<u64>,
+) -> Result<Option<u64>, GatewayError> {
+    let Some(raw) = q.get(key).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let mut c = Checker::default();
+    let v = Value::String(raw.to_owned());
+    let n = c.positive_int(&v, vec![json!("query"), json!(key)], max);
+    c.finish(n)
 }
 
 /// Validates an optional identifier query parameter (`thread_id`, `run_id`): at most `max`
