@@ -14,8 +14,8 @@ use deermem_core::document::{PublicMemoryDocument, SummaryEntry};
 use deermem_core::error::{InvalidInputCode, ManagerError};
 use deermem_core::fact::PublicFact;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, FactAdmin, MemoryAdmin, MemoryManager, MemoryReader,
-    MemoryReload, MemoryScope, MemorySearch, ScoredFact, SearchRequest,
+    AddRequest, Clock, ContextRequest, MemoryManager, MemoryReader, MemoryScope, MemorySearch,
+    ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{ConfigError, Timestamp};
@@ -554,18 +554,6 @@ impl MemoryManager for HonchoManager {
         Some(self)
     }
 
-    fn admin(&self) -> Option<&dyn MemoryAdmin> {
-        None
-    }
-
-    fn reloader(&self) -> Option<&dyn MemoryReload> {
-        None
-    }
-
-    fn facts(&self) -> Option<&dyn FactAdmin> {
-        None
-    }
-
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
         if self.inner.pending.wait_idle(timeout).await {
             return true;
@@ -606,19 +594,7 @@ impl MemorySearch for HonchoManager {
     }
 
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        // Honcho ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request
-            .mode
-            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
-        {
-            return Err(ManagerError::invalid(
-                InvalidInputCode::Other,
-                format!(
-                    "search mode {} is not available with the honcho backend: the remote server ranks results itself (use hybrid or leave mode unset)",
-                    mode.as_str()
-                ),
-            ));
-        }
+        deermem_remote::own_ranking_only(&request, "honcho")?;
         let Some(id) = self.identity(&request.scope) else {
             return Ok(Vec::new());
         };

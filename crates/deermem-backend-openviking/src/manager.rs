@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, FactAdmin,
-    MemoryAdmin, MemoryManager, MemoryReader, MemoryReload, MemoryScope, MemorySearch, ScoredFact,
-    SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, FAIL_OPEN_LOG_TARGET, MemoryManager,
+    MemoryScope, MemorySearch, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{
@@ -433,19 +432,7 @@ impl OpenVikingManager {
         &self,
         request: SearchRequest,
     ) -> Result<Vec<RecalledMemory>, ManagerError> {
-        // OpenViking ranks on its own server: only its own ranking (`hybrid` or unset) is offered.
-        if let Some(mode) = request
-            .mode
-            .filter(|m| *m != deermem_core::SearchMode::Hybrid)
-        {
-            return Err(ManagerError::invalid(
-                InvalidInputCode::Other,
-                format!(
-                    "search mode {} is not available with the openviking backend: the remote server ranks results itself (use hybrid or leave mode unset)",
-                    mode.as_str()
-                ),
-            ));
-        }
+        deermem_remote::own_ranking_only(&request, "openviking")?;
         let query = deermem_pycompat::py::strip(&request.query);
         if query.is_empty() || request.top_k == 0 || self.inner.closed.load(Ordering::SeqCst) {
             return Ok(Vec::new());
@@ -1035,22 +1022,6 @@ impl MemoryManager for OpenVikingManager {
 
     fn searcher(&self) -> Option<&dyn MemorySearch> {
         Some(self)
-    }
-
-    fn reader(&self) -> Option<&dyn MemoryReader> {
-        None
-    }
-
-    fn admin(&self) -> Option<&dyn MemoryAdmin> {
-        None
-    }
-
-    fn reloader(&self) -> Option<&dyn MemoryReload> {
-        None
-    }
-
-    fn facts(&self) -> Option<&dyn FactAdmin> {
-        None
     }
 
     /// Closes the backend to new work, then waits up to `timeout` for queued and running

@@ -436,6 +436,17 @@ pub struct ApplyOptions {
     pub allow_manifest_rebase: bool,
 }
 
+impl ApplyOptions {
+    /// A whole-set change computed from the snapshot at `revision`: it commits only if the
+    /// shared revision is still that one (no rebase).
+    pub fn at_revision(revision: u64) -> Self {
+        Self {
+            expected_manifest_revision: Some(revision),
+            allow_manifest_rebase: false,
+        }
+    }
+}
+
 /// What `apply_changes` applied: only the delta, never a complete document
 /// (`complete: false` in the reference).
 #[derive(Clone, Debug, PartialEq)]

@@ -94,7 +94,8 @@ pub fn is_derived_bucket_shape(raw: &str) -> bool {
 ///
 /// The raw id is what scopes, caches, front matter and the search index record; only the
 /// directory name uses the bucket.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
 pub struct UserId {
     raw: String,
     bucket: String,
@@ -177,16 +178,9 @@ impl Serialize for UserId {
     }
 }
 
-impl<'de> Deserialize<'de> for UserId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(d)?;
-        Self::new(raw).map_err(serde::de::Error::custom)
-    }
-}
-
 /// An agent bucket name: a custom agent (`^[A-Za-z0-9-]+$`, case-insensitive, stored lowercase)
 /// or the reserved [`DEFAULT_AGENT_BUCKET`].
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct AgentName(String);
 
@@ -260,12 +254,6 @@ impl AgentName {
     }
 }
 
-impl fmt::Debug for AgentName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AgentName({:?})", self.0)
-    }
-}
-
 impl fmt::Display for AgentName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -280,7 +268,7 @@ impl<'de> Deserialize<'de> for AgentName {
 }
 
 /// A fact id: `[A-Za-z0-9_-]+`, ASCII, at most [`MAX_FACT_ID_BYTES`] bytes.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct FactId(String);
 
@@ -365,12 +353,6 @@ impl FactId {
     pub fn shard(&self) -> String {
         let digest = Sha256::digest(self.0.as_bytes());
         hex::encode(&digest[..1])
-    }
-}
-
-impl fmt::Debug for FactId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FactId({:?})", self.0)
     }
 }
 

@@ -29,9 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, FactAdmin, FactPatch, LanguageModel, MemoryAdmin,
-    MemoryManager, MemoryReader, MemoryReload, MemoryScope, MemorySearch, MemoryStorage, NewFact,
-    ScoredFact, SearchRequest,
+    AddRequest, Clock, ContextRequest, FactAdmin, LanguageModel, MemoryAdmin, MemoryManager,
+    MemoryReader, MemoryReload, MemoryScope, MemorySearch, MemoryStorage,
 };
 use deermem_core::{
     AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, OverloadScope,
@@ -446,13 +445,6 @@ impl MemoryManager for DeerMemManager {
 }
 
 #[async_trait]
-impl MemorySearch for DeerMemManager {
-    async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
-        self.search_scored_impl(request).await
-    }
-}
-
-#[async_trait]
 impl MemoryReader for DeerMemManager {
     async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
@@ -483,50 +475,5 @@ impl MemoryReload for DeerMemManager {
         // The storage re-reads from disk and re-indexes this scope (the port's contract).
         let doc = self.storage.reload(user.as_ref(), Some(&agent)).await?;
         Ok(doc.to_public())
-    }
-}
-
-#[async_trait]
-impl MemoryAdmin for DeerMemManager {
-    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        self.clear_impl(scope).await
-    }
-
-    async fn import_memory(
-        &self,
-        document: PublicMemoryDocument,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.import_impl(document, scope).await
-    }
-}
-
-#[async_trait]
-impl FactAdmin for DeerMemManager {
-    async fn create_fact(
-        &self,
-        fact: NewFact,
-        scope: MemoryScope,
-    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
-        self.create_fact_impl(fact, scope).await
-    }
-
-    async fn update_fact(
-        &self,
-        fact_id: &str,
-        patch: FactPatch,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.update_fact_impl(fact_id, patch, scope).await
-    }
-
-    async fn delete_fact(
-        &self,
-        fact_id: &str,
-        expected_revision: Option<u64>,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.delete_fact_impl(fact_id, expected_revision, scope)
-            .await
     }
 }

@@ -268,7 +268,7 @@ pub(crate) fn parse_agent(raw: Option<&str>) -> Result<Option<AgentName>, Gatewa
             GatewayError::BadRequest(match e {
                 IdError::AgentNameTooLong { len, max } => format!(
                     "Invalid agent name '{}': names must be at most {max} bytes (got {len})",
-                    shortened(name)
+                    shortened(name, 32)
                 ),
                 other => other.to_string(),
             })
@@ -276,13 +276,12 @@ pub(crate) fn parse_agent(raw: Option<&str>) -> Result<Option<AgentName>, Gatewa
     }
 }
 
-/// The start of a long value, for messages.
-fn shortened(s: &str) -> String {
-    const KEEP: usize = 32;
-    if s.chars().count() <= KEEP {
+/// The first `keep` characters of a long value, for messages.
+pub(crate) fn shortened(s: &str, keep: usize) -> String {
+    if s.chars().count() <= keep {
         s.to_owned()
     } else {
-        format!("{}…", s.chars().take(KEEP).collect::<String>())
+        format!("{}…", s.chars().take(keep).collect::<String>())
     }
 }
 

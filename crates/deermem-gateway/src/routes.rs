@@ -18,12 +18,11 @@ use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
 use deermem_core::{AgentName, InvalidInputCode, ManagerError, PublicMemoryDocument};
-use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
 use crate::body::JsonDocument;
-use crate::error::{GatewayError, Operation, ValidationItem};
+use crate::error::{GatewayError, Operation};
 use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::limits::BulkPermit;
 use crate::schema::{
@@ -496,50 +495,6 @@ const MAX_EVENTS_LIMIT: u64 = 2000;
 /// The most event types one filter may name.
 const MAX_EVENT_TYPES: usize = 32;
 
-fn positive_int_param(q: &QueryParams, key: &'static str, max: Option<u64>) -> Result<Option<u64>> {
-    let Some(raw) = q.get(key).filter(|s| !s.is_empty()) else {
-        return Ok(None);
-    };
-    let loc = vec![json!("query"), json!(key)];
-    let input = Value::String(raw.to_owned());
-    let Ok(n) = raw.trim().parse::<i64>() else {
-        return Err(GatewayError::validation(
-            ValidationItem::new(
-                "int_parsing",
-                loc,
-                "Input should be a valid integer, unable to parse string as an integer",
-            )
-            .with_input(&input),
-        ));
-    };
-    if n < 1 {
-        return Err(GatewayError::validation(
-            ValidationItem::new(
-                "greater_than_equal",
-                loc,
-                "Input should be greater than or equal to 1",
-            )
-            .with_input(&input)
-            .with_ctx(json!({"ge": 1})),
-        ));
-    }
-    let n = n.unsigned_abs();
-    if let Some(max) = max
-        && n > max
-    {
-        return Err(GatewayError::validation(
-            ValidationItem::new(
-                "less_than_equal",
-                loc,
-                format!("Input should be less than or equal to {max}"),
-            )
-            .with_input(&input)
-            .with_ctx(json!({"le": max})),
-        ));
-    }
-    Ok(Some(n))
-}
-
 fn event_query(q: &QueryParams) -> Result<EventQuery> {
     let event_types = match q.get("event_types").filter(|s| !s.is_empty()) {
         None => None,
@@ -561,10 +516,10 @@ fn event_query(q: &QueryParams) -> Result<EventQuery> {
             Some(types)
         }
     };
-    let limit = positive_int_param(q, "limit", Some(MAX_EVENTS_LIMIT))?.unwrap_or(500);
+    let limit = schema::positive_int_param(q, "limit", Some(MAX_EVENTS_LIMIT))?.unwrap_or(500);
     Ok(EventQuery {
         event_types,
-        after_seq: positive_int_param(q, "after_seq", None)?,
+        after_seq: schema::positive_int_param(q, "after_seq", None)?,
         limit: usize::try_from(limit).unwrap_or(usize::MAX),
     })
 }

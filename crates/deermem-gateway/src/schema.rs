@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{GatewayError, ValidationItem};
-use crate::extract::QueryParams;
+use crate::extract::{QueryParams, shortened};
 
 /// The longest accepted `thread_id`, in characters.
 pub(crate) const MAX_THREAD_ID_CHARS: usize = 512;
@@ -48,21 +48,51 @@ impl Checker {
         }
     }
 
+    /// Records a problem with `input` at `loc`; `None`, for the caller to return.
+    fn fail<T>(
+        &mut self,
+        kind: &'static str,
+        loc: Vec<Value>,
+        msg: impl Into<String>,
+        input: &Value,
+    ) -> Option<T> {
+        self.push(ValidationItem::new(kind, loc, msg).with_input(input));
+        None
+    }
+
+    /// As [`Self::fail`], with the constraint's context.
+    fn fail_ctx<T>(
+        &mut self,
+        kind: &'static str,
+        loc: Vec<Value>,
+        msg: impl Into<String>,
+        input: &Value,
+        ctx: Value,
+    ) -> Option<T> {
+        self.push(
+            ValidationItem::new(kind, loc, msg)
+                .with_input(input)
+                .with_ctx(ctx),
+        );
+        None
+    }
+
+    /// A pydantic `value_error` (the message gets its `Value error, ` prefix).
+    fn value_error(&mut self, loc: Vec<Value>, msg: impl std::fmt::Display, input: &Value) {
+        let msg = format!("Value error, {msg}");
+        self.push(ValidationItem::new("value_error", loc, msg).with_input(input));
+    }
+
     /// The body (or a nested model) as an object.
     fn model<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
         match v {
             Value::Object(m) => Some(m),
-            other => {
-                self.push(
-                    ValidationItem::new(
-                        "model_attributes_type",
-                        loc,
-                        "Input should be a valid dictionary or object to extract fields from",
-                    )
-                    .with_input(other),
-                );
-                None
-            }
+            other => self.fail(
+                "model_attributes_type",
+                loc,
+                "Input should be a valid dictionary or object to extract fields from",
+                other,
+            ),
         }
     }
 
@@ -76,13 +106,7 @@ impl Checker {
     fn string(&mut self, v: &Value, loc: Vec<Value>) -> Option<String> {
         match v {
             Value::String(s) => Some(s.clone()),
-            other => {
-                self.push(
-                    ValidationItem::new("string_type", loc, "Input should be a valid string")
-                        .with_input(other),
-                );
-                None
-            }
+            other => self.fail("string_type", loc, "Input should be a valid string", other),
         }
     }
 
@@ -132,38 +156,28 @@ impl Checker {
     }
 
     fn min_len(&mut self, s: &str, min: usize, loc: Vec<Value>) -> bool {
-        if s.chars().count() < min {
-            self.push(
-                ValidationItem::new(
-                    "string_too_short",
-                    loc,
-                    format!(
-                        "String should have at least {min} character{}",
-                        if min == 1 { "" } else { "s" }
-                    ),
-                )
-                .with_input(&Value::String(s.to_owned()))
-                .with_ctx(json!({ "min_length": min })),
-            );
-            return false;
+        if s.chars().count() >= min {
+            return true;
         }
-        true
+        let msg = format!(
+            "String should have at least {min} character{}",
+            if min == 1 { "" } else { "s" }
+        );
+        let input = Value::String(s.to_owned());
+        let ctx = json!({ "min_length": min });
+        self.fail_ctx::<()>("string_too_short", loc, msg, &input, ctx);
+        false
     }
 
     fn max_len(&mut self, s: &str, max: usize, loc: Vec<Value>) -> bool {
-        if s.chars().count() > max {
-            self.push(
-                ValidationItem::new(
-                    "string_too_long",
-                    loc,
-                    format!("String should have at most {max} characters"),
-                )
-                .with_input(&Value::String(s.to_owned()))
-                .with_ctx(json!({ "max_length": max })),
-            );
-            return false;
+        if s.chars().count() <= max {
+            return true;
         }
-        true
+        let msg = format!("String should have at most {max} characters");
+        let input = Value::String(s.to_owned());
+        let ctx = json!({ "max_length": max });
+        self.fail_ctx::<()>("string_too_long", loc, msg, &input, ctx);
+        false
     }
 
     /// A float (lax: numbers and numeric strings), finite.
@@ -172,11 +186,7 @@ impl Checker {
         if f.is_finite() {
             Some(f)
         } else {
-            self.push(
-                ValidationItem::new("finite_number", loc, "Input should be a finite number")
-                    .with_input(v),
-            );
-            None
+            self.fail("finite_number", loc, "Input should be a finite number", v)
         }
     }
 
@@ -188,28 +198,19 @@ impl Checker {
             Value::String(s) => match deermem_pycompat::py::parse_float(s) {
                 Some(f) => Some(f),
                 None => {
-                    self.push(
-                        ValidationItem::new(
-                            "float_parsing",
-                            loc,
-                            "Input should be a valid number, unable to parse string as a number",
-                        )
-                        .with_input(v),
+                    return self.fail(
+                        "float_parsing",
+                        loc,
+                        "Input should be a valid number, unable to parse string as a number",
+                        v,
                     );
-                    return None;
                 }
             },
             _ => None,
         };
         match f {
             Some(f) => Some(f),
-            None => {
-                self.push(
-                    ValidationItem::new("float_type", loc, "Input should be a valid number")
-                        .with_input(v),
-                );
-                None
-            }
+            None => self.fail("float_type", loc, "Input should be a valid number", v),
         }
     }
 
@@ -221,28 +222,12 @@ impl Checker {
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let above = !(f <= 1.0);
         if above {
-            self.push(
-                ValidationItem::new(
-                    "less_than_equal",
-                    loc,
-                    "Input should be less than or equal to 1",
-                )
-                .with_input(v)
-                .with_ctx(json!({ "le": 1.0 })),
-            );
-            return None;
+            let msg = "Input should be less than or equal to 1";
+            return self.fail_ctx("less_than_equal", loc, msg, v, json!({ "le": 1.0 }));
         }
         if f < 0.0 {
-            self.push(
-                ValidationItem::new(
-                    "greater_than_equal",
-                    loc,
-                    "Input should be greater than or equal to 0",
-                )
-                .with_input(v)
-                .with_ctx(json!({ "ge": 0.0 })),
-            );
-            return None;
+            let msg = "Input should be greater than or equal to 0";
+            return self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 0.0 }));
         }
         Some(f)
     }
@@ -250,51 +235,27 @@ impl Checker {
     /// An integer (lax: integral floats and digit strings).
     fn int(&mut self, v: &Value, loc: Vec<Value>) -> Option<i64> {
         match v {
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    return Some(i);
-                }
-                if let Some(f) = n.as_f64() {
-                    if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                        return Some(f as i64);
-                    }
-                    self.push(
-                        ValidationItem::new(
-                            "int_from_float",
-                            loc,
-                            "Input should be a valid integer, got a number with a fractional part",
-                        )
-                        .with_input(v),
-                    );
-                    return None;
-                }
-                self.push(
-                    ValidationItem::new("int_type", loc, "Input should be a valid integer")
-                        .with_input(v),
-                );
-                None
-            }
+            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => Some(i),
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Some(f as i64),
+                (None, Some(_)) => self.fail(
+                    "int_from_float",
+                    loc,
+                    "Input should be a valid integer, got a number with a fractional part",
+                    v,
+                ),
+                (None, None) => self.fail("int_type", loc, "Input should be a valid integer", v),
+            },
             Value::String(s) => match s.trim().parse::<i64>() {
                 Ok(i) => Some(i),
-                Err(_) => {
-                    self.push(
-                        ValidationItem::new(
-                            "int_parsing",
-                            loc,
-                            "Input should be a valid integer, unable to parse string as an integer",
-                        )
-                        .with_input(v),
-                    );
-                    None
-                }
+                Err(_) => self.fail(
+                    "int_parsing",
+                    loc,
+                    "Input should be a valid integer, unable to parse string as an integer",
+                    v,
+                ),
             },
-            other => {
-                self.push(
-                    ValidationItem::new("int_type", loc, "Input should be a valid integer")
-                        .with_input(other),
-                );
-                None
-            }
+            other => self.fail("int_type", loc, "Input should be a valid integer", other),
         }
     }
 
@@ -304,30 +265,33 @@ impl Checker {
         match u64::try_from(i) {
             Ok(u) => Some(u),
             Err(_) => {
-                self.push(
-                    ValidationItem::new(
-                        "greater_than_equal",
-                        loc,
-                        "Input should be greater than or equal to 0",
-                    )
-                    .with_input(v)
-                    .with_ctx(json!({ "ge": 0 })),
-                );
-                None
+                let msg = "Input should be greater than or equal to 0";
+                self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 0 }))
             }
+        }
+    }
+
+    /// An integer from 1 to `max` (when given).
+    fn positive_int(&mut self, v: &Value, loc: Vec<Value>, max: Option<u64>) -> Option<u64> {
+        let i = self.int(v, loc.clone())?;
+        if i < 1 {
+            let msg = "Input should be greater than or equal to 1";
+            return self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 1 }));
+        }
+        let n = i.unsigned_abs();
+        match max {
+            Some(max) if n > max => {
+                let msg = format!("Input should be less than or equal to {max}");
+                self.fail_ctx("less_than_equal", loc, msg, v, json!({ "le": max }))
+            }
+            _ => Some(n),
         }
     }
 
     fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Vec<Value>> {
         match v {
             Value::Array(a) => Some(a),
-            other => {
-                self.push(
-                    ValidationItem::new("list_type", loc, "Input should be a valid list")
-                        .with_input(other),
-                );
-                None
-            }
+            other => self.fail("list_type", loc, "Input should be a valid list", other),
         }
     }
 
@@ -347,13 +311,12 @@ impl Checker {
     fn dict<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
         match v {
             Value::Object(m) => Some(m),
-            other => {
-                self.push(
-                    ValidationItem::new("dict_type", loc, "Input should be a valid dictionary")
-                        .with_input(other),
-                );
-                None
-            }
+            other => self.fail(
+                "dict_type",
+                loc,
+                "Input should be a valid dictionary",
+                other,
+            ),
         }
     }
 }
@@ -549,14 +512,7 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
             Ok(src) => {
                 out.insert("source".into(), Value::String(src.to_public_string()));
             }
-            Err(e) => c.push(
-                ValidationItem::new(
-                    "value_error",
-                    at(loc, "source"),
-                    format!("Value error, {e}"),
-                )
-                .with_input(v),
-            ),
+            Err(e) => c.value_error(at(loc, "source"), e, v),
         },
         Some(_) => {
             out.insert("source".into(), Value::String(UNKNOWN_SOURCE.into()));
@@ -597,22 +553,12 @@ fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
             return Err(GatewayError::BadRequest(format!(
                 "Invalid memory data: facts[{i}] ('{}') has status '{}'; only active facts can \
                  be imported (leave status out or set it to \"active\").",
-                shortened(id),
-                shortened(status)
+                shortened(id, 64),
+                shortened(status, 64)
             )));
         }
     }
     Ok(())
-}
-
-/// The start of a long value, for messages.
-fn shortened(s: &str) -> String {
-    const KEEP: usize = 64;
-    if s.chars().count() <= KEEP {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(KEEP).collect::<String>())
-    }
 }
 
 /// `POST /api/memory/import`: the `MemoryResponse` shape. Unknown keys are dropped, `null`
@@ -987,13 +933,10 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
             && c.max_len(t, MAX_THREAD_ID_CHARS, loc.clone())
             && has_control(t)
         {
-            c.push(
-                ValidationItem::new(
-                    "value_error",
-                    loc,
-                    "Value error, thread_id must not contain control characters",
-                )
-                .with_input(&Value::String(t.clone())),
+            c.value_error(
+                loc,
+                "thread_id must not contain control characters",
+                &Value::String(t.clone()),
             );
         }
     }
@@ -1004,13 +947,10 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
         if c.max_len(t, MAX_TRACE_ID_CHARS, loc.clone())
             && !t.chars().all(|ch| ch.is_ascii_graphic() || ch == ' ')
         {
-            c.push(
-                ValidationItem::new(
-                    "value_error",
-                    loc,
-                    "Value error, trace_id must be printable ASCII",
-                )
-                .with_input(&Value::String(t.clone())),
+            c.value_error(
+                loc,
+                "trace_id must be printable ASCII",
+                &Value::String(t.clone()),
             );
         }
     }
@@ -1023,14 +963,7 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
                 for (i, item) in items.iter().enumerate() {
                     match serde_json::from_value::<Message>(item.clone()) {
                         Ok(msg) => messages.push(msg),
-                        Err(e) => c.push(
-                            ValidationItem::new(
-                                "value_error",
-                                at(&mloc, i),
-                                format!("Value error, {e}"),
-                            )
-                            .with_input(item),
-                        ),
+                        Err(e) => c.value_error(at(&mloc, i), e, item),
                     }
                 }
             }
@@ -1074,30 +1007,8 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
     if let Some(raw) = q.get("top_k") {
         let loc = vec![json!("query"), json!("top_k")];
         let v = Value::String(raw.to_owned());
-        if let Some(i) = c.int(&v, loc.clone()) {
-            if i < 1 {
-                c.push(
-                    ValidationItem::new(
-                        "greater_than_equal",
-                        loc,
-                        "Input should be greater than or equal to 1",
-                    )
-                    .with_input(&v)
-                    .with_ctx(json!({ "ge": 1 })),
-                );
-            } else if i > MAX_TOP_K {
-                c.push(
-                    ValidationItem::new(
-                        "less_than_equal",
-                        loc,
-                        format!("Input should be less than or equal to {MAX_TOP_K}"),
-                    )
-                    .with_input(&v)
-                    .with_ctx(json!({ "le": MAX_TOP_K })),
-                );
-            } else {
-                top_k = usize::try_from(i).unwrap_or(5);
-            }
+        if let Some(n) = c.positive_int(&v, loc, Some(MAX_TOP_K.unsigned_abs())) {
+            top_k = usize::try_from(n).unwrap_or(5);
         }
     }
     let category = q
@@ -1108,13 +1019,10 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
     if let Some(raw) = q.get("mode").filter(|s| !s.is_empty()) {
         match raw.parse::<deermem_core::SearchMode>() {
             Ok(m) => mode = Some(m),
-            Err(e) => c.push(
-                ValidationItem::new(
-                    "value_error",
-                    vec![json!("query"), json!("mode")],
-                    format!("Value error, {e}"),
-                )
-                .with_input(&Value::String(raw.to_owned())),
+            Err(e) => c.value_error(
+                vec![json!("query"), json!("mode")],
+                e,
+                &Value::String(raw.to_owned()),
             ),
         }
     }
@@ -1127,6 +1035,21 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
         }),
         _ => Err(GatewayError::Validation(c.errors)),
     }
+}
+
+/// An optional integer query parameter from 1 to `max`; empty means absent.
+pub(crate) fn positive_int_param(
+    q: &QueryParams,
+    key: &'static str,
+    max: Option<u64>,
+) -> Result<Option<u64>, GatewayError> {
+    let Some(raw) = q.get(key).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let mut c = Checker::default();
+    let v = Value::String(raw.to_owned());
+    let n = c.positive_int(&v, vec![json!("query"), json!(key)], max);
+    c.finish(n)
 }
 
 /// Validates an optional identifier query parameter (`thread_id`, `run_id`): at most `max`
@@ -1142,13 +1065,10 @@ pub(crate) fn id_param(
     let mut c = Checker::default();
     let loc = vec![json!("query"), json!(key)];
     if c.max_len(v, max, loc.clone()) && has_control(v) {
-        c.push(
-            ValidationItem::new(
-                "value_error",
-                loc,
-                format!("Value error, {key} must not contain control characters"),
-            )
-            .with_input(&Value::String(v.to_owned())),
+        c.value_error(
+            loc,
+            format_args!("{key} must not contain control characters"),
+            &Value::String(v.to_owned()),
         );
     }
     c.finish(Some(v.to_owned()))

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use common::{FakeManager, INTERNAL_TOKEN, empty, ready_state, send, with_bearer};
-use deermem_core::ports::run_journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
+use deermem_core::ports::run_journal::{
+    EventQuery, EventsLookup, JournalError, RecordOutcome, RunEventStore,
+};
 use deermem_core::{MemoryConfig, UserId};
 use deermem_gateway::{GatewayConfig, router};
 use deermem_storage_file::{RunJournal, RunJournalOptions};

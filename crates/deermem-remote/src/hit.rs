@@ -1,6 +1,9 @@
-//! [`remote_fact`]: a memory found by a remote service's search as the port's `PublicFact`.
+//! [`remote_fact`]: a memory found by a remote service's search as the port's `PublicFact`;
+//! [`own_ranking_only`]: the search modes a remote service offers.
 
 use deermem_core::fact::PublicFact;
+use deermem_core::ports::SearchRequest;
+use deermem_core::{InvalidInputCode, ManagerError, SearchMode};
 
 /// What a remote search hit says about a memory.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -42,5 +45,23 @@ pub fn remote_fact(hit: RemoteHit) -> PublicFact {
         expected_valid_days: None,
         last_confirmed_at: None,
         confirmation_count: None,
+    }
+}
+
+/// A remote service ranks on its own server: only its own ranking (`hybrid` or unset) is
+/// offered, any other requested mode is an invalid input naming the backend.
+///
+/// # Errors
+/// `InvalidInput` for a mode other than `hybrid`.
+pub fn own_ranking_only(request: &SearchRequest, backend: &str) -> Result<(), ManagerError> {
+    match request.mode.filter(|m| *m != SearchMode::Hybrid) {
+        None => Ok(()),
+        Some(mode) => Err(ManagerError::invalid(
+            InvalidInputCode::Other,
+            format!(
+                "search mode {} is not available with the {backend} backend: the remote server ranks results itself (use hybrid or leave mode unset)",
+                mode.as_str()
+            ),
+        )),
     }
 }

@@ -37,7 +37,7 @@ mod secret;
 
 pub use cursors::CursorStorage;
 pub use hidden::is_clarification_response;
-pub use hit::{RemoteHit, remote_fact};
+pub use hit::{RemoteHit, own_ranking_only, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;
 pub use policy::FailurePolicy;

@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::UserId;
-use deermem_core::ports::run_journal::EventQuery;
+use deermem_core::ports::run_journal::{EventQuery, RunEventStore};
 use deermem_storage_file::{RunJournal, RunJournalOptions};
 
 fn bench(c: &mut Criterion) {

@@ -239,82 +239,6 @@ impl RunJournal {
         self.dir.join(user.bucket()).join(EVENTS_FILE)
     }
 
-    /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
-    /// `content_sha256`: appends one `context:memory` event, or nothing when the run already
-    /// recorded this block.
-    ///
-    /// # Errors
-    /// `InvalidId` for a bad thread or run id or a hash that is not 64 lowercase hex digits;
-    /// `Conflict` when the run already recorded a different block (nothing is written); `Io`
-    /// when the event could not be made durable (nothing is recorded).
-    pub fn record_context(
-        &self,
-        user: &UserId,
-        agent: Option<&AgentName>,
-        thread_id: &str,
-        run_id: &str,
-        content_sha256: &str,
-    ) -> Result<RecordOutcome, JournalError> {
-        check_record_args(thread_id, run_id, content_sha256)?;
-        self.with_log(user, |log, opts, clock| {
-            let key = (thread_id.to_owned(), run_id.to_owned());
-            if let Some(seq) = log.context.get(&key).copied() {
-                let existing = log.event(seq).cloned().ok_or_else(|| JournalError::Io {
-                    context: "run journal index out of step".into(),
-                    source: io::Error::other("indexed event missing"),
-                })?;
-                return settle_recorded(existing, content_sha256);
-            }
-            let event = RunEvent::context_memory(
-                log.next_seq,
-                thread_id,
-                run_id,
-                agent,
-                content_sha256,
-                clock.now().to_iso_z(),
-            );
-            log.append(&event, opts)?;
-            Ok(RecordOutcome::Recorded(event))
-        })
-    }
-
-    /// The events `user` recorded for `run_id` of `thread_id`, filtered by `query`.
-    ///
-    /// # Errors
-    /// `InvalidId` for a bad thread or run id; `Io` when the user's file cannot be read.
-    pub fn events(
-        &self,
-        user: &UserId,
-        thread_id: &str,
-        run_id: &str,
-        query: &EventQuery,
-    ) -> Result<EventsLookup, JournalError> {
-        validate_run_key("thread_id", thread_id)?;
-        validate_run_key("run_id", run_id)?;
-        self.with_log(user, |log, _, _| {
-            if !log.threads.contains_key(thread_id) {
-                return Ok(EventsLookup::UnknownThread);
-            }
-            let Some(seqs) = log.runs.get(&(thread_id.to_owned(), run_id.to_owned())) else {
-                return Ok(EventsLookup::UnknownRun);
-            };
-            let events = seqs
-                .iter()
-                .filter_map(|seq| log.event(*seq))
-                .filter(|e| query.after_seq.is_none_or(|after| e.seq > after))
-                .filter(|e| {
-                    query
-                        .event_types
-                        .as_ref()
-                        .is_none_or(|types| types.contains(&e.event_type))
-                })
-                .take(query.limit)
-                .cloned()
-                .collect();
-            Ok(EventsLookup::Events(events))
-        })
-    }
-
     /// How many events of `user` are retained.
     ///
     /// # Errors
@@ -384,6 +308,14 @@ impl RunJournal {
 }
 
 impl RunEventStore for RunJournal {
+    /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
+    /// `content_sha256`: appends one `context:memory` event, or nothing when the run already
+    /// recorded this block.
+    ///
+    /// # Errors
+    /// `InvalidId` for a bad thread or run id or a hash that is not 64 lowercase hex digits;
+    /// `Conflict` when the run already recorded a different block (nothing is written); `Io`
+    /// when the event could not be made durable (nothing is recorded).
     fn record_context(
         &self,
         user: &UserId,
@@ -392,9 +324,33 @@ impl RunEventStore for RunJournal {
         run_id: &str,
         content_sha256: &str,
     ) -> Result<RecordOutcome, JournalError> {
-        RunJournal::record_context(self, user, agent, thread_id, run_id, content_sha256)
+        check_record_args(thread_id, run_id, content_sha256)?;
+        self.with_log(user, |log, opts, clock| {
+            let key = (thread_id.to_owned(), run_id.to_owned());
+            if let Some(seq) = log.context.get(&key).copied() {
+                let existing = log.event(seq).cloned().ok_or_else(|| JournalError::Io {
+                    context: "run journal index out of step".into(),
+                    source: io::Error::other("indexed event missing"),
+                })?;
+                return settle_recorded(existing, content_sha256);
+            }
+            let event = RunEvent::context_memory(
+                log.next_seq,
+                thread_id,
+                run_id,
+                agent,
+                content_sha256,
+                clock.now().to_iso_z(),
+            );
+            log.append(&event, opts)?;
+            Ok(RecordOutcome::Recorded(event))
+        })
     }
 
+    /// The events `user` recorded for `run_id` of `thread_id`, filtered by `query`.
+    ///
+    /// # Errors
+    /// `InvalidId` for a bad thread or run id; `Io` when the user's file cannot be read.
     fn events(
         &self,
         user: &UserId,
@@ -402,7 +358,30 @@ impl RunEventStore for RunJournal {
         run_id: &str,
         query: &EventQuery,
     ) -> Result<EventsLookup, JournalError> {
-        RunJournal::events(self, user, thread_id, run_id, query)
+        validate_run_key("thread_id", thread_id)?;
+        validate_run_key("run_id", run_id)?;
+        self.with_log(user, |log, _, _| {
+            if !log.threads.contains_key(thread_id) {
+                return Ok(EventsLookup::UnknownThread);
+            }
+            let Some(seqs) = log.runs.get(&(thread_id.to_owned(), run_id.to_owned())) else {
+                return Ok(EventsLookup::UnknownRun);
+            };
+            let events = seqs
+                .iter()
+                .filter_map(|seq| log.event(*seq))
+                .filter(|e| query.after_seq.is_none_or(|after| e.seq > after))
+                .filter(|e| {
+                    query
+                        .event_types
+                        .as_ref()
+                        .is_none_or(|types| types.contains(&e.event_type))
+                })
+                .take(query.limit)
+                .cloned()
+                .collect();
+            Ok(EventsLookup::Events(events))
+        })
     }
 }
 

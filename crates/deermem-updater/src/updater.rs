@@ -509,10 +509,7 @@ impl MemoryUpdater {
                     attempts: attempt,
                 });
             }
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user, Some(agent), changes, options)

@@ -262,19 +262,29 @@ pub trait MemoryManager: Send + Sync + Debug {
     }
 
     /// Search, when the backend has it.
-    fn searcher(&self) -> Option<&dyn MemorySearch>;
+    fn searcher(&self) -> Option<&dyn MemorySearch> {
+        None
+    }
 
     /// Reading the memory document, when the backend has it.
-    fn reader(&self) -> Option<&dyn MemoryReader>;
+    fn reader(&self) -> Option<&dyn MemoryReader> {
+        None
+    }
 
     /// Clearing and importing, when the backend has them.
-    fn admin(&self) -> Option<&dyn MemoryAdmin>;
+    fn admin(&self) -> Option<&dyn MemoryAdmin> {
+        None
+    }
 
     /// Re-reading storage, when the backend has it.
-    fn reloader(&self) -> Option<&dyn MemoryReload>;
+    fn reloader(&self) -> Option<&dyn MemoryReload> {
+        None
+    }
 
     /// Creating, updating and deleting single facts, when the backend has them.
-    fn facts(&self) -> Option<&dyn FactAdmin>;
+    fn facts(&self) -> Option<&dyn FactAdmin> {
+        None
+    }
 
     /// Drains pending work within `timeout`; true only if everything finished in time.
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
@@ -423,6 +433,15 @@ pub trait FactAdmin: MemoryManager {
     ) -> Result<PublicMemoryDocument, ManagerError>;
 }
 
+/// The ability an accessor returned, or `Unsupported` naming the operation and the backend.
+fn required<'a, T: ?Sized>(
+    ability: Option<&'a T>,
+    operation: &'static str,
+    backend: &str,
+) -> Result<&'a T, ManagerError> {
+    ability.ok_or_else(|| ManagerError::unsupported(operation, backend))
+}
+
 /// The flat calling surface over any [`MemoryManager`]: each optional operation goes through
 /// its ability's accessor and is [`ManagerError::Unsupported`] (with the reference's operation
 /// name) when the backend lacks the ability.
@@ -438,10 +457,8 @@ pub trait MemoryManagerExt: MemoryManager {
     /// # Errors
     /// `Unsupported` without [`MemorySearch`]; the backend's errors.
     async fn search(&self, request: SearchRequest) -> Result<Vec<PublicFact>, ManagerError> {
-        match self.searcher() {
-            Some(s) => MemorySearch::search(s, request).await,
-            None => Err(ManagerError::unsupported("search", self.name())),
-        }
+        let ability = required(self.searcher(), "search", self.name())?;
+        MemorySearch::search(ability, request).await
     }
 
     /// Ranked facts with scores and match types.
@@ -449,10 +466,8 @@ pub trait MemoryManagerExt: MemoryManager {
     /// # Errors
     /// As `search`.
     async fn search_scored(&self, request: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
-        match self.searcher() {
-            Some(s) => MemorySearch::search_scored(s, request).await,
-            None => Err(ManagerError::unsupported("search", self.name())),
-        }
+        let ability = required(self.searcher(), "search", self.name())?;
+        MemorySearch::search_scored(ability, request).await
     }
 
     /// The memory document of a scope.
@@ -460,10 +475,8 @@ pub trait MemoryManagerExt: MemoryManager {
     /// # Errors
     /// `Unsupported` without [`MemoryReader`]; the backend's errors.
     async fn get_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.reader() {
-            Some(r) => MemoryReader::get_memory(r, scope).await,
-            None => Err(ManagerError::unsupported("get memory", self.name())),
-        }
+        let ability = required(self.reader(), "get memory", self.name())?;
+        MemoryReader::get_memory(ability, scope).await
     }
 
     /// The export document.
@@ -474,10 +487,8 @@ pub trait MemoryManagerExt: MemoryManager {
         &self,
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.reader() {
-            Some(r) => MemoryReader::export_memory(r, scope).await,
-            None => Err(ManagerError::unsupported("export memory", self.name())),
-        }
+        let ability = required(self.reader(), "export memory", self.name())?;
+        MemoryReader::export_memory(ability, scope).await
     }
 
     /// Re-reads storage and returns the document.
@@ -488,10 +499,8 @@ pub trait MemoryManagerExt: MemoryManager {
         &self,
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.reloader() {
-            Some(r) => MemoryReload::reload_memory(r, scope).await,
-            None => Err(ManagerError::unsupported("reload memory", self.name())),
-        }
+        let ability = required(self.reloader(), "reload memory", self.name())?;
+        MemoryReload::reload_memory(ability, scope).await
     }
 
     /// Deletes memory. The reference declares it and nothing calls it; no backend implements
@@ -509,10 +518,8 @@ pub trait MemoryManagerExt: MemoryManager {
     /// # Errors
     /// `Unsupported` without [`MemoryAdmin`]; the backend's errors.
     async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.admin() {
-            Some(a) => MemoryAdmin::clear_memory(a, scope).await,
-            None => Err(ManagerError::unsupported("clear memory", self.name())),
-        }
+        let ability = required(self.admin(), "clear memory", self.name())?;
+        MemoryAdmin::clear_memory(ability, scope).await
     }
 
     /// Replaces the bucket (see [`MemoryAdmin::import_memory`]).
@@ -524,10 +531,8 @@ pub trait MemoryManagerExt: MemoryManager {
         document: PublicMemoryDocument,
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.admin() {
-            Some(a) => MemoryAdmin::import_memory(a, document, scope).await,
-            None => Err(ManagerError::unsupported("import memory", self.name())),
-        }
+        let ability = required(self.admin(), "import memory", self.name())?;
+        MemoryAdmin::import_memory(ability, document, scope).await
     }
 
     /// Creates a fact (see [`FactAdmin::create_fact`]).
@@ -539,10 +544,8 @@ pub trait MemoryManagerExt: MemoryManager {
         fact: NewFact,
         scope: MemoryScope,
     ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
-        match self.facts() {
-            Some(f) => FactAdmin::create_fact(f, fact, scope).await,
-            None => Err(ManagerError::unsupported("create fact", self.name())),
-        }
+        let ability = required(self.facts(), "create fact", self.name())?;
+        FactAdmin::create_fact(ability, fact, scope).await
     }
 
     /// Updates a fact (see [`FactAdmin::update_fact`]).
@@ -555,10 +558,8 @@ pub trait MemoryManagerExt: MemoryManager {
         patch: FactPatch,
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.facts() {
-            Some(f) => FactAdmin::update_fact(f, fact_id, patch, scope).await,
-            None => Err(ManagerError::unsupported("update fact", self.name())),
-        }
+        let ability = required(self.facts(), "update fact", self.name())?;
+        FactAdmin::update_fact(ability, fact_id, patch, scope).await
     }
 
     /// Deletes a fact (see [`FactAdmin::delete_fact`]).
@@ -571,10 +572,8 @@ pub trait MemoryManagerExt: MemoryManager {
         expected_revision: Option<u64>,
         scope: MemoryScope,
     ) -> Result<PublicMemoryDocument, ManagerError> {
-        match self.facts() {
-            Some(f) => FactAdmin::delete_fact(f, fact_id, expected_revision, scope).await,
-            None => Err(ManagerError::unsupported("delete fact", self.name())),
-        }
+        let ability = required(self.facts(), "delete fact", self.name())?;
+        FactAdmin::delete_fact(ability, fact_id, expected_revision, scope).await
     }
 }
 

@@ -410,10 +410,7 @@ pub trait MemoryStorageExt: FactRepository {
                 }),
                 ..ChangeSet::default()
             };
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(expected_revision.unwrap_or(current.revision)),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(expected_revision.unwrap_or(current.revision));
             match self.apply_changes(user, agent, changes, options).await {
                 Ok(_) => return Ok(()),
                 Err(StorageError::ManifestConflict { .. })

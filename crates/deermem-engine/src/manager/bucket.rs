@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use deermem_core::ports::MemoryScope;
+use async_trait::async_trait;
+use deermem_core::ports::{MemoryAdmin, MemoryScope};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode,
     MAX_IMPORT_FACTS, ManagerError, PublicMemoryDocument, Scope, StorageError, SummaryPatch,
@@ -67,19 +68,6 @@ fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, Mana
 }
 
 impl DeerMemManager {
-    pub(super) async fn clear_impl(
-        &self,
-        scope: MemoryScope,
-    ) -> Result<PublicMemoryDocument, ManagerError> {
-        self.check_user(scope.user.as_ref())?;
-        let user = scope.user.as_ref();
-        let _turn = self.write_turns.take(user).await;
-        match &scope.agent {
-            None => Ok(self.storage.clear_all(user).await?.to_public()),
-            Some(agent) => self.clear_agent(user, agent).await,
-        }
-    }
-
     /// Deletes every fact of one bucket (summaries are shared and kept), recomputing from a
     /// fresh snapshot when a concurrent writer wins.
     async fn clear_agent(
@@ -104,10 +92,7 @@ impl DeerMemManager {
                 delete_revisions: Some(revisions),
                 ..ChangeSet::default()
             };
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user, Some(agent), changes, options)
@@ -127,8 +112,21 @@ impl DeerMemManager {
             }
         }
     }
+}
 
-    pub(super) async fn import_impl(
+#[async_trait]
+impl MemoryAdmin for DeerMemManager {
+    async fn clear_memory(&self, scope: MemoryScope) -> Result<PublicMemoryDocument, ManagerError> {
+        self.check_user(scope.user.as_ref())?;
+        let user = scope.user.as_ref();
+        let _turn = self.write_turns.take(user).await;
+        match &scope.agent {
+            None => Ok(self.storage.clear_all(user).await?.to_public()),
+            Some(agent) => self.clear_agent(user, agent).await,
+        }
+    }
+
+    async fn import_memory(
         &self,
         document: PublicMemoryDocument,
         scope: MemoryScope,
@@ -184,10 +182,7 @@ impl DeerMemManager {
             if !delete_revisions.is_empty() {
                 changes.delete_revisions = Some(delete_revisions);
             }
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user, Some(&agent), changes, options)

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use deermem_core::fact::{NormalizeContext, fact_title, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
-use deermem_core::ports::{FactPatch, MemoryScope, NewFact};
+use deermem_core::ports::{FactAdmin, FactPatch, MemoryScope, NewFact};
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactScope, InvalidInputCode,
     ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId,
@@ -149,7 +150,24 @@ impl DeerMemManager {
         Err(ManagerError::conflict("could not draw an unused fact id"))
     }
 
-    pub(super) async fn create_fact_impl(
+    /// Loads the bucket (running pending migrations) and finds a fact.
+    async fn stored_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Fact, ManagerError> {
+        let doc = self.storage.load(user, Some(agent)).await?;
+        doc.facts
+            .into_iter()
+            .find(|f| f.id == *id)
+            .ok_or_else(|| not_found(id.as_str()))
+    }
+}
+
+#[async_trait]
+impl FactAdmin for DeerMemManager {
+    async fn create_fact(
         &self,
         fact: NewFact,
         scope: MemoryScope,
@@ -207,10 +225,7 @@ impl DeerMemManager {
                 return Ok((snapshot.to_public(), None));
             }
             let changes = creation_changes(&snapshot, decision.as_ref(), Some((&id, draft)));
-            let options = ApplyOptions {
-                expected_manifest_revision: Some(snapshot.revision),
-                allow_manifest_rebase: false,
-            };
+            let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
                 .apply_changes(user.as_ref(), Some(&agent), changes, options)
@@ -231,21 +246,7 @@ impl DeerMemManager {
         }
     }
 
-    /// Loads the bucket (running pending migrations) and finds a fact.
-    async fn stored_fact(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        id: &FactId,
-    ) -> Result<Fact, ManagerError> {
-        let doc = self.storage.load(user, Some(agent)).await?;
-        doc.facts
-            .into_iter()
-            .find(|f| f.id == *id)
-            .ok_or_else(|| not_found(id.as_str()))
-    }
-
-    pub(super) async fn update_fact_impl(
+    async fn update_fact(
         &self,
         fact_id: &str,
         patch: FactPatch,
@@ -297,7 +298,7 @@ impl DeerMemManager {
         }
     }
 
-    pub(super) async fn delete_fact_impl(
+    async fn delete_fact(
         &self,
         fact_id: &str,
         expected_revision: Option<u64>,

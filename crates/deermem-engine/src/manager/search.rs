@@ -6,9 +6,10 @@
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
 
+use async_trait::async_trait;
 use deermem_core::config::EmbeddingProvider;
 use deermem_core::policy::substring::{SubstringRules, substring_search};
-use deermem_core::ports::{ScoredFact, SearchRequest};
+use deermem_core::ports::{MemorySearch, ScoredFact, SearchRequest};
 use deermem_core::{
     AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
     SearchMode, SearchQuery, UserId,
@@ -179,11 +180,11 @@ impl DeerMemManager {
         }
         Ok(mode)
     }
+}
 
-    pub(super) async fn search_scored_impl(
-        &self,
-        req: SearchRequest,
-    ) -> Result<Vec<ScoredFact>, ManagerError> {
+#[async_trait]
+impl MemorySearch for DeerMemManager {
+    async fn search_scored(&self, req: SearchRequest) -> Result<Vec<ScoredFact>, ManagerError> {
         let (user, agent) = self.bucket(&req.scope)?;
         let mode = self.search_mode(req.mode)?;
         if py::strip(&req.query).is_empty() || req.top_k == 0 {
