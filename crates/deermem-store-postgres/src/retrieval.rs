@@ -423,8 +423,8 @@ impl PgRetrieval {
     }
 }
 
-/// Vectors kept in `doc_vectors` beside the documents, with the semantics described in
-/// [`crate::vectors`].
+/// Vectors kept in `doc_vectors` beside the documents: current while their model id and the
+/// document's content digest match, deleted with their document.
 #[async_trait]
 impl VectorIndex for PgRetrieval {
     async fn missing_vectors(
