@@ -56,7 +56,7 @@ pub(crate) enum ModeArg {
     Bm25,
     /// Meaning only: nearest by embedding.
     Vector,
-    /// Both rankings fused (reciprocal rank fusion).
+    /// Both rankings fused (reciprocal rank fusion; a decisive word match stays first).
     Hybrid,
 }
 

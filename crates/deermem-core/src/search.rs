@@ -22,7 +22,8 @@ pub enum MatchType {
     Remote,
     /// Nearest by embedding similarity only (`search.mode: vector`).
     Vector,
-    /// Found by both rankings fused with reciprocal rank fusion (`search.mode: hybrid`).
+    /// Found by both rankings fused (`search.mode: hybrid`: reciprocal rank fusion where a
+    /// decisive word match stays first).
     Hybrid,
 }
 
@@ -49,7 +50,8 @@ pub enum SearchMode {
     Bm25,
     /// Meaning only: exact nearest neighbours of the query's embedding within the scope.
     Vector,
-    /// Both rankings fused with reciprocal rank fusion (k = 60).
+    /// Both rankings fused: reciprocal rank fusion (k = 60) where a decisive word match stays
+    /// first and words only re-rank meaning's shortlist ([`crate::policy::fusion::hybrid_fusion`]).
     Hybrid,
 }
 

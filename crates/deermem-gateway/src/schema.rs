@@ -882,8 +882,8 @@ pub(crate) struct SearchQuery {
     top_k: Option<i64>,
     /// Only this category (applied before the cap).
     category: Option<String>,
-    /// How to rank: `bm25` (words), `vector` (meaning) or `hybrid` (both, fused by reciprocal
-    /// rank fusion). Unset or empty takes the configured `search.mode`. The vector modes need
+    /// How to rank: `bm25` (words), `vector` (meaning) or `hybrid` (both: reciprocal rank
+    /// fusion where a decisive word match stays first and words re-rank meaning's shortlist). Unset or empty takes the configured `search.mode`. The vector modes need
     /// an embedder (`backend_config.embedding`, 400 otherwise); the remote backends rank on
     /// their own server and accept only `hybrid`.
     #[schemars(extend("enum" = ["bm25", "vector", "hybrid"]))]

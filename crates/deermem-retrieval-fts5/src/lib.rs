@@ -1125,21 +1125,7 @@ impl VectorIndex for Fts5Retrieval {
         tasks: &[EmbedTask],
         vectors: &[Vec<f32>],
     ) -> Result<usize, RetrievalError> {
-        if tasks.len() != vectors.len() {
-            return Err(RetrievalError::InvalidInput(format!(
-                "{} vectors for {} documents",
-                vectors.len(),
-                tasks.len()
-            )));
-        }
-        if let Some(i) = vectors
-            .iter()
-            .position(|v| v.is_empty() || v.iter().any(|x| !x.is_finite()))
-        {
-            return Err(RetrievalError::InvalidInput(format!(
-                "vector {i} is empty or has a component that is not a finite number"
-            )));
-        }
+        deermem_core::ports::check_put_vectors(tasks, vectors)?;
         if tasks.is_empty() {
             self.inner.ensure_open()?;
             return Ok(0);

@@ -126,8 +126,29 @@ pub(crate) fn decode(
     Ok(normalize_fact(&map, &ctx)?)
 }
 
-fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {
+pub(crate) fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {
     move |e| RetrievalError::Backend(format!("PostgreSQL: {context}: {e}"))
+}
+
+/// The index statistics of a retrieval whose documents are the rows of `table`.
+pub(crate) async fn doc_stats(
+    client: &tokio_postgres::Client,
+    table: &'static str,
+) -> Result<RetrievalStats, RetrievalError> {
+    let n: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .map_err(backend("count the documents"))?
+        .get(0);
+    Ok(RetrievalStats {
+        adapter: crate::KIND.to_owned(),
+        total_docs: u64::try_from(n).unwrap_or(0),
+        db_path: None,
+        db_bytes: None,
+        jieba: false,
+        last_error: None,
+        vectors: None,
+    })
 }
 
 async fn write_row(client: &impl GenericClient, r: &Row) -> Result<(), RetrievalError> {
@@ -357,21 +378,7 @@ impl Retrieval for PgRetrieval {
     }
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
-        let client = self.client().await?;
-        let n: i64 = client
-            .query_one("SELECT count(*) FROM search_docs", &[])
-            .await
-            .map_err(backend("count the documents"))?
-            .get(0);
-        Ok(RetrievalStats {
-            adapter: crate::KIND.to_owned(),
-            total_docs: u64::try_from(n).unwrap_or(0),
-            db_path: None,
-            db_bytes: None,
-            jieba: false,
-            last_error: None,
-            vectors: None,
-        })
+        doc_stats(&**self.client().await?, "search_docs").await
     }
 
     async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {

@@ -27,6 +27,7 @@ use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
 
 use crate::repository::PgStorage;
+use crate::retrieval::backend;
 use crate::store::PgStore;
 
 /// The SHA-256 of a document's content: the text its vector is made from.
@@ -145,10 +146,6 @@ pub(crate) enum Unreadable {
     /// A fact recording a user whose bucket is not the row's.
     #[error("the fact records a user of another bucket than {0:?}")]
     OtherBucket(String),
-}
-
-fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {
-    move |e| RetrievalError::Backend(format!("PostgreSQL: {context}: {e}"))
 }
 
 /// The vector side of one source, over a pool.
@@ -306,21 +303,7 @@ impl Vectors {
         tasks: &[EmbedTask],
         vectors: &[Vec<f32>],
     ) -> Result<usize, RetrievalError> {
-        if tasks.len() != vectors.len() {
-            return Err(RetrievalError::InvalidInput(format!(
-                "{} vectors for {} documents",
-                vectors.len(),
-                tasks.len()
-            )));
-        }
-        if let Some(bad) = vectors
-            .iter()
-            .position(|v| v.is_empty() || v.iter().any(|x| !x.is_finite()))
-        {
-            return Err(RetrievalError::InvalidInput(format!(
-                "vector {bad} is empty or has a component that is not a finite number"
-            )));
-        }
+        deermem_core::ports::check_put_vectors(tasks, vectors)?;
         if tasks.is_empty() {
             return Ok(0);
         }
@@ -560,21 +543,7 @@ impl Retrieval for PgFactIndex {
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
         self.open()?;
-        let client = self.vectors.client().await?;
-        let n: i64 = client
-            .query_one("SELECT count(*) FROM facts", &[])
-            .await
-            .map_err(backend("count the facts"))?
-            .get(0);
-        Ok(RetrievalStats {
-            adapter: crate::KIND.to_owned(),
-            total_docs: u64::try_from(n).unwrap_or(0),
-            db_path: None,
-            db_bytes: None,
-            jieba: false,
-            last_error: None,
-            vectors: None,
-        })
+        crate::retrieval::doc_stats(&**self.vectors.client().await?, "facts").await
     }
 
     async fn close(&self) {

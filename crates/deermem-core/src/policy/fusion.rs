@@ -42,35 +42,7 @@ pub fn reciprocal_rank_fusion<K>(lists: &[&[K]]) -> Vec<(K, f64)>
 where
     K: Clone + Eq + std::hash::Hash,
 {
-    let mut fused: Vec<(K, f64, usize)> = Vec::new();
-    let mut at: HashMap<K, usize> = HashMap::new();
-    for list in lists {
-        for (rank0, id) in list.iter().enumerate() {
-            let score = 1.0 / (RRF_K + rank0 as f64 + 1.0);
-            match at.get(id) {
-                Some(&i) => {
-                    fused[i].1 += score;
-                    fused[i].2 = fused[i].2.min(rank0);
-                }
-                None => {
-                    at.insert(id.clone(), fused.len());
-                    fused.push((id.clone(), score, rank0));
-                }
-            }
-        }
-    }
-    let mut order: Vec<usize> = (0..fused.len()).collect();
-    order.sort_by(|&a, &b| {
-        fused[b]
-            .1
-            .total_cmp(&fused[a].1)
-            .then(fused[a].2.cmp(&fused[b].2))
-            .then(a.cmp(&b))
-    });
-    order
-        .into_iter()
-        .map(|i| (fused[i].0.clone(), fused[i].1))
-        .collect()
+    fuse_ranks(lists.iter().flat_map(|list| list.iter().enumerate()))
 }
 
 /// A BM25 hit votes in a hybrid fusion only when its BM25 relevance is at least this share of
@@ -125,7 +97,13 @@ where
         .iter()
         .map(|(id, r)| (*r >= LEXICAL_FLOOR * best && shortlist.contains(id)).then(|| id.clone()))
         .collect();
-    let mut fused = rank_fusion_with_gaps(&voting, semantic);
+    let mut fused = fuse_ranks(
+        voting
+            .iter()
+            .enumerate()
+            .filter_map(|(r, id)| id.as_ref().map(|id| (r, id)))
+            .chain(semantic.iter().enumerate()),
+    );
     if let Some(id) = decisive {
         fused.retain(|(k, _)| k != id);
         fused.insert(0, (id.clone(), 2.0 / (RRF_K + 1.0)));
@@ -138,19 +116,14 @@ where
     fused
 }
 
-/// Reciprocal rank fusion of a list with gaps (`None` keeps a rank without an id) and a plain
-/// list, with the tie-breaking of [`reciprocal_rank_fusion`].
-fn rank_fusion_with_gaps<K>(gapped: &[Option<K>], plain: &[K]) -> Vec<(K, f64)>
+/// Reciprocal rank fusion of `(rank, id)` entries (0-based ranks, several lists chained), with
+/// the tie-breaking of [`reciprocal_rank_fusion`].
+fn fuse_ranks<'a, K>(entries: impl Iterator<Item = (usize, &'a K)>) -> Vec<(K, f64)>
 where
-    K: Clone + Eq + std::hash::Hash,
+    K: Clone + Eq + std::hash::Hash + 'a,
 {
     let mut fused: Vec<(K, f64, usize)> = Vec::new();
     let mut at: HashMap<K, usize> = HashMap::new();
-    let entries = gapped
-        .iter()
-        .enumerate()
-        .filter_map(|(r, id)| id.as_ref().map(|id| (r, id)))
-        .chain(plain.iter().enumerate());
     for (rank0, id) in entries {
         let score = 1.0 / (RRF_K + rank0 as f64 + 1.0);
         match at.get(id) {

@@ -24,4 +24,4 @@ pub use storage::{
     FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
     ScopedSearch, StorageCapabilities,
 };
-pub use vector_index::{EmbedTask, VectorIndex};
+pub use vector_index::{EmbedTask, VectorIndex, check_put_vectors};

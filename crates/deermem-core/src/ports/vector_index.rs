@@ -79,3 +79,27 @@ pub trait VectorIndex: Send + Sync + Debug {
     /// `Unavailable`/`Backend` on index failure.
     async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError>;
 }
+
+/// The input check every [`VectorIndex::put_vectors`] makes before storing anything: one vector
+/// per task, each non-empty with finite components.
+///
+/// # Errors
+/// `InvalidInput` naming the first problem.
+pub fn check_put_vectors(tasks: &[EmbedTask], vectors: &[Vec<f32>]) -> Result<(), RetrievalError> {
+    if tasks.len() != vectors.len() {
+        return Err(RetrievalError::InvalidInput(format!(
+            "{} vectors for {} documents",
+            vectors.len(),
+            tasks.len()
+        )));
+    }
+    match vectors
+        .iter()
+        .position(|v| v.is_empty() || v.iter().any(|x| !x.is_finite()))
+    {
+        Some(i) => Err(RetrievalError::InvalidInput(format!(
+            "vector {i} is empty or has a component that is not a finite number"
+        ))),
+        None => Ok(()),
+    }
+}
