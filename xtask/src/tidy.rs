@@ -88,10 +88,38 @@ pub(crate) fn run(root: &Path) -> Result<(), Vec<String>> {
     check_adapters(root, &mut problems);
     check_string_errors(root, &mut problems);
     check_outside_references(root, &mut problems);
+    check_fuzz_lock(root, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+/// The fuzz crate is outside the workspace, so no workspace build notices when a dependency
+/// change leaves its `Cargo.lock` behind: ask cargo whether the lock still resolves as it is.
+fn check_fuzz_lock(root: &Path, problems: &mut Vec<String>) {
+    let manifest = root.join("fuzz/Cargo.toml");
+    if !manifest.is_file() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "metadata",
+            "--locked",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => problems.push(format!(
+            "fuzz/Cargo.lock is stale (run `cargo metadata --format-version 1 --manifest-path fuzz/Cargo.toml` and commit the lock): {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => problems.push(format!("cannot run cargo to check fuzz/Cargo.lock: {e}")),
     }
 }
 
