@@ -14,8 +14,8 @@ use deermem_core::document::{PublicMemoryDocument, SummaryEntry};
 use deermem_core::error::{InvalidInputCode, ManagerError};
 use deermem_core::fact::PublicFact;
 use deermem_core::ports::{
-    AddRequest, Clock, ContextRequest, MemoryManager, MemoryReader, MemoryScope, MemorySearch,
-    ScoredFact, SearchRequest,
+    AddRequest, BackendFailure, Clock, ContextRequest, MemoryManager, MemoryReader, MemoryScope,
+    MemorySearch, ScoredFact, SearchRequest,
 };
 use deermem_core::search::MatchType;
 use deermem_core::{ConfigError, Timestamp};
@@ -71,6 +71,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// Captures queued or being processed.
     pending: Arc<InFlight>,
+    /// The last failure reaching the server (`last_backend_failure`).
+    failures: deermem_remote::FailureLog,
 }
 
 /// The Honcho memory backend (`manager_class: honcho`).
@@ -188,6 +190,7 @@ impl HonchoManager {
                 client,
                 clock,
                 pending: Arc::default(),
+                failures: deermem_remote::FailureLog::default(),
             }),
             mode,
             storage_root,
@@ -238,6 +241,12 @@ impl HonchoManager {
         e: &HonchoError,
         fallback: T,
     ) -> Result<T, ManagerError> {
+        let kind = if operation == "search" {
+            "search"
+        } else {
+            "recall"
+        };
+        self.inner.note_failure(kind, e);
         self.inner.config.read_policy.apply(
             fallback,
             || tracing::warn!(operation, error = %e, "honcho memory recall failed; returning empty (fail_open)"),
@@ -254,6 +263,12 @@ impl HonchoManager {
 }
 
 impl Inner {
+    /// Keeps a failure reaching the server as the last backend failure.
+    fn note_failure(&self, operation: &str, e: &HonchoError) {
+        self.failures
+            .note(operation, e.to_string(), self.clock.now());
+    }
+
     /// A write with bounded retries for retryable failures.
     async fn write(&self, segments: &[&str], body: &Value) -> Result<Option<Value>, HonchoError> {
         let mut attempt = 0;
@@ -349,6 +364,7 @@ impl Inner {
         };
         if state.session_peers.as_ref() != Some(&peers) {
             if let Err(e) = self.setup(&identity, &session).await {
+                self.note_failure("capture", &e);
                 tracing::warn!(workspace = %identity.workspace, session = %session, trace_id = trace, error = %e, pending = plan.pending.len(), "honcho capture dropped; the messages are resent on the next turn");
                 return;
             }
@@ -396,9 +412,11 @@ impl Inner {
             match result {
                 Ok(_) => {}
                 Err(e) if matches!(e.status(), Some(413 | 422)) => {
+                    self.note_failure("capture", &e);
                     tracing::error!(workspace = %identity.workspace, session = %session, trace_id = trace, error = %e, skipped = batch.len(), "honcho rejected a message batch as invalid; skipping it so later messages are not blocked");
                 }
                 Err(e) => {
+                    self.note_failure("capture", &e);
                     tracing::warn!(workspace = %identity.workspace, session = %session, trace_id = trace, error = %e, sent, unsent = total - sent, "honcho capture failed; unsent messages are resent on the next turn");
                     if let Err(e) = self.save_cursor(&state).await {
                         tracing::error!(error = %e, "honcho capture cursor could not be saved");
@@ -544,6 +562,10 @@ impl MemoryManager for HonchoManager {
             Ok(text) => Ok(text),
             Err(e) => self.read_failed("get_context", &e, String::new()),
         }
+    }
+
+    fn last_backend_failure(&self) -> Option<BackendFailure> {
+        self.inner.failures.last()
     }
 
     fn searcher(&self) -> Option<&dyn MemorySearch> {

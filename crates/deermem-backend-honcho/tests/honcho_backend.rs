@@ -313,6 +313,10 @@ async fn write_failures_do_not_advance_the_cursor() {
     let m = manager(&fake, json!({}), root.path());
     fake.fail(500, usize::MAX);
     add_and_flush(&m, "t", transcript(1)).await;
+    let failure = m
+        .last_backend_failure()
+        .expect("a failed capture is kept for the status");
+    assert_eq!((failure.operation.as_str(), failure.count), ("capture", 1));
     let reqs = fake.requests();
     assert_eq!(
         reqs.len(),
@@ -364,6 +368,11 @@ async fn an_invalid_batch_is_skipped_so_memory_keeps_growing() {
     fake.reject_next_messages(422);
     add_and_flush(&m, "t", transcript(1)).await;
     assert_eq!(fake.messages().len(), 0);
+    assert_eq!(
+        m.last_backend_failure().map(|f| f.operation),
+        Some("capture".to_owned()),
+        "a rejected batch is a failure the status shows"
+    );
     fake.clear_requests();
     add_and_flush(&m, "t", transcript(2)).await;
     assert_eq!(fake.requests().len(), 1);
@@ -606,9 +615,17 @@ async fn reads_fail_open_by_default_on_server_errors() {
     let fake = FakeHoncho::start().await;
     let root = tempfile::tempdir().unwrap();
     let m = manager(&fake, json!({}), root.path());
+    assert_eq!(m.last_backend_failure(), None);
     fake.fail(500, usize::MAX);
     assert_eq!(m.get_context(ctx(Some(USER))).await.unwrap(), "");
+    let recall = m
+        .last_backend_failure()
+        .expect("a failed read is kept for the status");
+    assert_eq!((recall.operation.as_str(), recall.count), ("recall", 1));
+    assert!(recall.message.contains("500"), "{}", recall.message);
     assert!(m.search(search_req("x", 5, None)).await.unwrap().is_empty());
+    let search = m.last_backend_failure().unwrap();
+    assert_eq!((search.operation.as_str(), search.count), ("search", 2));
     let doc = m.get_memory(scope(USER)).await.unwrap();
     assert_eq!(doc.user.work_context.summary, "");
     assert_eq!(doc.user.work_context.updated_at, "");

@@ -144,7 +144,7 @@ struct Inner {
     queue: parking_lot::Mutex<QueueState>,
     deferred_error: parking_lot::Mutex<Option<ManagerError>>,
     stats: parking_lot::Mutex<CaptureStats>,
-    last_failure: parking_lot::Mutex<Option<BackendFailure>>,
+    last_failure: deermem_remote::FailureLog,
 }
 
 impl std::fmt::Debug for Inner {
@@ -276,7 +276,7 @@ impl OpenVikingManager {
                 }),
                 deferred_error: parking_lot::Mutex::new(None),
                 stats: parking_lot::Mutex::new(CaptureStats::default()),
-                last_failure: parking_lot::Mutex::new(None),
+                last_failure: deermem_remote::FailureLog::default(),
             }),
         })
     }
@@ -559,14 +559,7 @@ impl Inner {
 
     /// Keeps a failure as the last backend failure.
     fn note_failure(&self, operation: &str, message: String) {
-        let mut last = self.last_failure.lock();
-        let count = last.as_ref().map_or(0, |f| f.count) + 1;
-        *last = Some(BackendFailure {
-            operation: operation.to_owned(),
-            message,
-            at: self.clock.now(),
-            count,
-        });
+        self.last_failure.note(operation, message, self.clock.now());
     }
 
     /// Records a capture result in the stats and, for a failure, as the last backend failure.
@@ -1042,7 +1035,7 @@ impl MemoryManager for OpenVikingManager {
     }
 
     fn last_backend_failure(&self) -> Option<BackendFailure> {
-        self.inner.last_failure.lock().clone()
+        self.inner.last_failure.last()
     }
 
     /// `Some(true)` when `/health` is healthy, `Some(false)` otherwise (and after close). Under

@@ -13,7 +13,8 @@
 //!   sequence digest the capture cursors share.
 //! - [`KeyedLocks`]: async locks by key, held weakly.
 //! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
-//! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error).
+//! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error);
+//!   [`FailureLog`]: the last failure reaching the server, for the status.
 //! - [`remote_fact`]: a remote search hit as the port's `PublicFact`.
 //! - [`is_clarification_response`]: DeerFlow's rule for the hidden messages still captured.
 //!
@@ -25,6 +26,7 @@
 
 pub mod base_url;
 pub mod cursors;
+mod failures;
 pub mod files;
 mod hidden;
 mod hit;
@@ -36,6 +38,7 @@ pub mod retry;
 mod secret;
 
 pub use cursors::CursorStorage;
+pub use failures::FailureLog;
 pub use hidden::is_clarification_response;
 pub use hit::{RemoteHit, own_ranking_only, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};
