@@ -12,8 +12,12 @@
 //!   lexemes hold only letters, digits and CJK characters, and are quoted with `'` doubled and
 //!   `\` escaped all the same. The query text never becomes SQL.
 //! - **Ranking.** FTS5's BM25 (the core's `rank::bm25_term`), computed here over the scope: its
-//!   document count and token total and each term's document frequency come from one query,
-//!   each candidate's term frequencies from its `search_text`; then the reference's decay and
+//!   document count and token total come from a query pipelined with the candidates', each
+//!   candidate's term frequencies from its `search_text`, and each term's document frequency
+//!   is counted from the candidates, which are every match of the scope (unless a category
+//!   filter or the candidate cap cut them: then the scope is asked, one more round trip;
+//!   counting matches scope by scope is what made a query on a word common to the whole
+//!   table slow, since the GIN index is over every scope); then the reference's decay and
 //!   confidence, `4 * top_k` per scope, the category filter before the cut. The candidates
 //!   are the scope's matches pre-ordered by `ts_rank_cd` and capped at [`MAX_CANDIDATES`], so
 //!   the BM25 order is exact whenever a scope has at most that many matches.
@@ -180,23 +184,34 @@ impl Table {
         }
     }
 
-    /// The scope's document count, token total, and each term's document frequency (`$3` the
-    /// terms' tsquery texts, answered in order).
-    fn stats(self) -> &'static str {
+    /// The scope's document count and token total.
+    fn totals(self) -> &'static str {
         match self {
             Self::Facts => {
-                "SELECT count(*), coalesce(sum(search_tokens), 0)::bigint, \
-                 ARRAY(SELECT (SELECT count(*) FROM facts WHERE bucket = $1 AND agent = $2 \
-                 AND tsv @@ to_tsquery('simple', q.text)) \
-                 FROM unnest($3::text[]) WITH ORDINALITY AS q(text, n) ORDER BY q.n) \
+                "SELECT count(*), coalesce(sum(search_tokens), 0)::bigint \
                  FROM facts WHERE bucket = $1 AND agent = $2"
             }
             Self::Docs => {
-                "SELECT count(*), coalesce(sum(search_tokens), 0)::bigint, \
-                 ARRAY(SELECT (SELECT count(*) FROM search_docs WHERE scope_user = $1 \
-                 AND scope_agent = $2 AND tsv @@ to_tsquery('simple', q.text)) \
-                 FROM unnest($3::text[]) WITH ORDINALITY AS q(text, n) ORDER BY q.n) \
+                "SELECT count(*), coalesce(sum(search_tokens), 0)::bigint \
                  FROM search_docs WHERE scope_user = $1 AND scope_agent = $2"
+            }
+        }
+    }
+
+    /// Each term's document frequency in the scope (`$3` the terms' tsquery texts, answered in
+    /// order): asked only when the candidates were cut at the limit, since otherwise they are
+    /// every match and the frequencies are counted from them.
+    fn term_docs(self) -> &'static str {
+        match self {
+            Self::Facts => {
+                "SELECT ARRAY(SELECT (SELECT count(*) FROM facts WHERE bucket = $1 AND agent = $2 \
+                 AND tsv @@ to_tsquery('simple', q.text)) \
+                 FROM unnest($3::text[]) WITH ORDINALITY AS q(text, n) ORDER BY q.n)"
+            }
+            Self::Docs => {
+                "SELECT ARRAY(SELECT (SELECT count(*) FROM search_docs WHERE scope_user = $1 \
+                 AND scope_agent = $2 AND tsv @@ to_tsquery('simple', q.text)) \
+                 FROM unnest($3::text[]) WITH ORDINALITY AS q(text, n) ORDER BY q.n)"
             }
         }
     }
@@ -228,10 +243,9 @@ pub(crate) async fn scope_candidates(
     let window = per_scope.saturating_mul(2);
     let limit = i64::try_from(window.max(MAX_CANDIDATES)).unwrap_or(i64::MAX);
     let (user, agent) = scope;
-    // Statements prepared once per pooled connection; the candidates and the scope's
-    // statistics are asked for together (the driver pipelines them on the connection), so a
-    // search costs one round trip.
-    let operands: Vec<&str> = plan.terms.iter().map(|t| t.operand.as_str()).collect();
+    // Statements prepared once per pooled connection; the candidates and the scope's totals
+    // are asked for together (the driver pipelines them on the connection), so a search costs
+    // one round trip.
     let candidates = async {
         match category {
             Some(c) => {
@@ -248,46 +262,67 @@ pub(crate) async fn scope_candidates(
             }
         }
     };
-    let stats = async {
-        let stmt = client.prepare_cached(table.stats()).await?;
-        client.query_one(&stmt, &[&user, &agent, &operands]).await
+    let totals = async {
+        let stmt = client.prepare_cached(table.totals()).await?;
+        client.query_one(&stmt, &[&user, &agent]).await
     };
-    let (rows, stats) = tokio::join!(candidates, stats);
+    let (rows, totals) = tokio::join!(candidates, totals);
     let rows = rows?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let stats = stats?;
-    let docs = u64::try_from(stats.get::<_, i64>(0)).unwrap_or(0);
-    let total_tokens: i64 = stats.get(1);
-    let hits: Vec<i64> = stats.get(2);
+    let totals = totals?;
+    let docs = u64::try_from(totals.get::<_, i64>(0)).unwrap_or(0);
+    let total_tokens: i64 = totals.get(1);
     let avg_len = if docs == 0 {
         0.0
     } else {
         total_tokens as f64 / docs as f64
     };
-    let idf: Vec<f64> = plan
-        .terms
-        .iter()
-        .enumerate()
-        .map(|(i, _)| {
-            let h = hits.get(i).copied().unwrap_or(0);
-            rank::bm25_idf(docs, u64::try_from(h).unwrap_or(0))
-        })
-        .collect();
-    let mut out: Vec<Candidate> = rows
+    // Each candidate's tokens and each term's frequency in it.
+    let counted: Vec<(usize, Vec<usize>)> = rows
         .iter()
         .map(|r| {
             let text: &str = r.get(2);
             let toks: Vec<&str> = text.split(' ').filter(|t| !t.is_empty()).collect();
+            let freqs = plan
+                .terms
+                .iter()
+                .map(|t| count_matches(&toks, &t.matcher))
+                .collect();
+            (toks.len(), freqs)
+        })
+        .collect();
+    // Document frequencies: the candidates are every match of the scope unless the limit cut
+    // them (filtered by category they are not, so the scope is asked then too).
+    let complete = category.is_none() && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit;
+    let hits: Vec<u64> = if complete {
+        (0..plan.terms.len())
+            .map(|i| counted.iter().filter(|(_, f)| f[i] > 0).count() as u64)
+            .collect()
+    } else {
+        let operands: Vec<&str> = plan.terms.iter().map(|t| t.operand.as_str()).collect();
+        let stmt = client.prepare_cached(table.term_docs()).await?;
+        let row = client.query_one(&stmt, &[&user, &agent, &operands]).await?;
+        row.get::<_, Vec<i64>>(0)
+            .into_iter()
+            .map(|h| u64::try_from(h).unwrap_or(0))
+            .collect()
+    };
+    let idf: Vec<f64> = (0..plan.terms.len())
+        .map(|i| rank::bm25_idf(docs, hits.get(i).copied().unwrap_or(0)))
+        .collect();
+    let mut out: Vec<Candidate> = rows
+        .iter()
+        .zip(&counted)
+        .map(|(r, (len, freqs))| {
             let mut rel = 0.0;
             let mut word_hit = false;
-            for (term, idf) in plan.terms.iter().zip(&idf) {
-                let f = count_matches(&toks, &term.matcher);
+            for ((term, idf), &f) in plan.terms.iter().zip(&idf).zip(freqs) {
                 if f > 0 && !term.cjk {
                     word_hit = true;
                 }
-                rel += rank::bm25_term(*idf, f, toks.len(), avg_len);
+                rel += rank::bm25_term(*idf, f, *len, avg_len);
             }
             Candidate {
                 id: r.get(0),

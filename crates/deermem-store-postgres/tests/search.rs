@@ -254,6 +254,101 @@ async fn put(storage: &PgStorage, user: &UserId, agent: &AgentName, draft: Value
     r.upserted_facts.into_iter().next().unwrap()
 }
 
+/// Commits `drafts` to one scope in one change set.
+async fn put_all(storage: &PgStorage, user: &UserId, agent: &AgentName, drafts: Vec<Value>) {
+    storage
+        .apply_changes(
+            Some(user),
+            Some(agent),
+            ChangeSet {
+                upserts: drafts
+                    .into_iter()
+                    .map(|d| d.as_object().unwrap().clone())
+                    .collect(),
+                ..ChangeSet::default()
+            },
+            ApplyOptions::default(),
+        )
+        .await
+        .unwrap();
+}
+
+/// BM25's document frequencies count every match of the scope: from the candidates when they
+/// are all the matches, from the scope when a category filter or the candidate cap (1,000)
+/// leaves some out. Each hit's `bm25` is compared with FTS5's formula over the scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn document_frequencies_count_every_match_of_the_scope() {
+    use deermem_core::policy::text::rank::{bm25_idf, bm25_term};
+    let cluster = PgCluster::start().unwrap();
+    let schema = next_schema();
+    let storage = PgStorage::new(store(&cluster, &schema).await, clock(), 30.0, 200);
+    let user = UserId::new("frequencies").unwrap();
+    let agent = AgentName::parse("coder").unwrap();
+    // 12 facts of three words each; "alpha" in 4 of them, 3 of those in `goal`.
+    let mut drafts = Vec::new();
+    for i in 0..4 {
+        let category = if i < 3 { "goal" } else { "context" };
+        drafts.push(json!({"content": format!("alpha beta g{i}"), "category": category}));
+    }
+    for i in 0..8 {
+        drafts.push(json!({"content": format!("delta epsilon d{i}"), "category": "goal"}));
+    }
+    put_all(&storage, &user, &agent, drafts).await;
+    let scope = Scope::new(Some(user.clone()), Some(agent.clone()));
+    let want = bm25_term(bm25_idf(12, 4), 1, 3, 3.0);
+    let hits = storage
+        .search_facts(&query("alpha", std::slice::from_ref(&scope), 10))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 4);
+    for h in &hits {
+        assert!(
+            (h.bm25.unwrap() - want).abs() < 1e-12,
+            "{:?} vs {want}",
+            h.bm25
+        );
+    }
+    let mut goal = query("alpha", std::slice::from_ref(&scope), 10);
+    goal.category = Some("goal".into());
+    let hits = storage.search_facts(&goal).await.unwrap();
+    assert_eq!(hits.len(), 3, "the filter applies before the cut");
+    for h in &hits {
+        // Frequencies of the whole scope (4 of 12), not of the 3 filtered candidates.
+        assert!(
+            (h.bm25.unwrap() - want).abs() < 1e-12,
+            "{:?} vs {want}",
+            h.bm25
+        );
+    }
+
+    // 1,001 matches of "omega" among 2,100 facts: the candidates stop at 1,000.
+    let bulk = AgentName::parse("bulk").unwrap();
+    let drafts = (0..2100)
+        .map(|i| {
+            let word = if i < 1001 { "omega" } else { "filler" };
+            json!({"content": format!("{word} n{i}")})
+        })
+        .collect();
+    put_all(&storage, &user, &bulk, drafts).await;
+    let bulk_scope = Scope::new(Some(user.clone()), Some(bulk));
+    let hits = storage
+        .search_facts(&query("omega", std::slice::from_ref(&bulk_scope), 1))
+        .await
+        .unwrap();
+    let want = bm25_term(bm25_idf(2100, 1001), 1, 2, 2.0);
+    let cut = bm25_term(bm25_idf(2100, 1000), 1, 2, 2.0);
+    assert!((want - cut).abs() > 1e-6, "the test tells 1,001 from 1,000");
+    assert_eq!(hits.len(), 1);
+    assert!(
+        (hits[0].bm25.unwrap() - want).abs() < 1e-12,
+        "{:?} vs {want} (cut: {cut})",
+        hits[0].bm25
+    );
+    storage.close().await;
+    drop(storage);
+    drop(cluster);
+}
+
 /// The storage's search: a commit is searchable from another replica at once and a delete
 /// disappears; English hits are `fts5`, CJK-only hits `cjk`, a query without an indexable term
 /// falls back to the substring scan; the category filters before the cut; the status names
