@@ -13,14 +13,15 @@
 //!   `\` escaped all the same. The query text never becomes SQL.
 //! - **Ranking.** FTS5's BM25 (the core's `rank::bm25_term`), computed here over the scope: its
 //!   document count and token total come from a query pipelined with the candidates', each
-//!   candidate's term frequencies from its `search_text`, and each term's document frequency
-//!   is counted from the candidates, which are every match of the scope (unless a category
-//!   filter or the candidate cap cut them: then the scope is asked, one more round trip;
-//!   counting matches scope by scope is what made a query on a word common to the whole
-//!   table slow, since the GIN index is over every scope); then the reference's decay and
-//!   confidence, `4 * top_k` per scope, the category filter before the cut. The candidates
-//!   are the scope's matches pre-ordered by `ts_rank_cd` and capped at [`MAX_CANDIDATES`], so
-//!   the BM25 order is exact whenever a scope has at most that many matches.
+//!   candidate's term frequencies from its `search_text`; then the reference's decay and
+//!   confidence, `4 * top_k` per scope, the category filter before the cut, equal relevance
+//!   ordered by id. The candidates are every match of the scope up to [`MAX_CANDIDATES`] (a
+//!   scope with more is asked again for that many pre-ordered by `ts_rank_cd`, so the BM25
+//!   order is exact whenever a scope has at most that many matches). Each term's document
+//!   frequency is counted from the candidates when they are every match of the scope; when a
+//!   category filter or the cap left some out the scope is asked (one more round trip).
+//!   Counting per term in SQL went through the GIN index, which spans every scope: 1–1.4 ms
+//!   for a word common to the table however small the scope.
 
 use deermem_core::Fact;
 use deermem_core::policy::text::rank;
@@ -150,38 +151,35 @@ pub(crate) enum Table {
 }
 
 impl Table {
-    /// Candidates: key, fact JSON, search text; `$3` the tsquery text, `$4` the limit, `$5`
-    /// the category when filtered.
-    fn candidates(self, by_category: bool) -> &'static str {
-        match (self, by_category) {
-            (Self::Facts, false) => {
-                "SELECT id, fact::text, search_text FROM facts \
-                 WHERE bucket = $1 AND agent = $2 AND tsv @@ to_tsquery('simple', $3) \
-                 ORDER BY ts_rank_cd(tsv, to_tsquery('simple', $3)) DESC, id COLLATE \"C\" \
-                 LIMIT $4"
-            }
-            (Self::Facts, true) => {
-                "SELECT id, fact::text, search_text FROM facts \
-                 WHERE bucket = $1 AND agent = $2 AND tsv @@ to_tsquery('simple', $3) \
-                 AND category = $5 \
-                 ORDER BY ts_rank_cd(tsv, to_tsquery('simple', $3)) DESC, id COLLATE \"C\" \
-                 LIMIT $4"
-            }
-            (Self::Docs, false) => {
-                "SELECT fact_id, fact::text, search_text FROM search_docs \
-                 WHERE scope_user = $1 AND scope_agent = $2 \
-                 AND tsv @@ to_tsquery('simple', $3) \
-                 ORDER BY ts_rank_cd(tsv, to_tsquery('simple', $3)) DESC, \
-                 fact_id COLLATE \"C\" LIMIT $4"
-            }
-            (Self::Docs, true) => {
-                "SELECT fact_id, fact::text, search_text FROM search_docs \
-                 WHERE scope_user = $1 AND scope_agent = $2 \
-                 AND tsv @@ to_tsquery('simple', $3) AND category = $5 \
-                 ORDER BY ts_rank_cd(tsv, to_tsquery('simple', $3)) DESC, \
-                 fact_id COLLATE \"C\" LIMIT $4"
-            }
+    /// The table, its scope columns and its id column.
+    fn columns(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Self::Facts => ("facts", "bucket", "agent", "id"),
+            Self::Docs => ("search_docs", "scope_user", "scope_agent", "fact_id"),
         }
+    }
+
+    /// Candidates: key, fact JSON, search text; `$3` the tsquery text, `$4` the limit, `$5`
+    /// the category when filtered. `ranked` pre-orders them by `ts_rank_cd` (only needed when
+    /// there are more matches than the limit, to keep the likeliest); otherwise they come in
+    /// no particular order and are ranked here.
+    fn candidates(self, by_category: bool, ranked: bool) -> String {
+        let (table, su, sa, id) = self.columns();
+        let category = if by_category {
+            " AND category = $5"
+        } else {
+            ""
+        };
+        let order = if ranked {
+            format!(" ORDER BY ts_rank_cd(tsv, to_tsquery('simple', $3)) DESC, {id} COLLATE \"C\"")
+        } else {
+            String::new()
+        };
+        format!(
+            "SELECT {id}, fact::text, search_text FROM {table} \
+             WHERE {su} = $1 AND {sa} = $2 AND tsv @@ to_tsquery('simple', $3){category}\
+             {order} LIMIT $4"
+        )
     }
 
     /// The scope's document count and token total.
@@ -230,6 +228,33 @@ pub(crate) struct Candidate {
     pub(crate) cjk_only: bool,
 }
 
+/// One scope's candidates (see [`Table::candidates`]).
+async fn fetch(
+    client: &deadpool_postgres::ClientWrapper,
+    table: Table,
+    plan: &Plan,
+    (user, agent): (&str, &str),
+    category: Option<&str>,
+    ranked: bool,
+    limit: i64,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let stmt = client
+        .prepare_cached(&table.candidates(category.is_some(), ranked))
+        .await?;
+    match category {
+        Some(c) => {
+            client
+                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit, &c])
+                .await
+        }
+        None => {
+            client
+                .query(&stmt, &[&user, &agent, &plan.tsquery, &limit])
+                .await
+        }
+    }
+}
+
 /// The best `2 * per_scope` matches of one scope by BM25 (FTS5's candidate window), best
 /// first.
 pub(crate) async fn scope_candidates(
@@ -243,33 +268,32 @@ pub(crate) async fn scope_candidates(
     let window = per_scope.saturating_mul(2);
     let limit = i64::try_from(window.max(MAX_CANDIDATES)).unwrap_or(i64::MAX);
     let (user, agent) = scope;
-    // Statements prepared once per pooled connection; the candidates and the scope's totals
-    // are asked for together (the driver pipelines them on the connection), so a search costs
-    // one round trip.
-    let candidates = async {
-        match category {
-            Some(c) => {
-                let stmt = client.prepare_cached(table.candidates(true)).await?;
-                client
-                    .query(&stmt, &[&user, &agent, &plan.tsquery, &limit, &c])
-                    .await
-            }
-            None => {
-                let stmt = client.prepare_cached(table.candidates(false)).await?;
-                client
-                    .query(&stmt, &[&user, &agent, &plan.tsquery, &limit])
-                    .await
-            }
-        }
-    };
+    // Statements prepared once per pooled connection; the candidates (one more than the
+    // limit, which tells whether the matches were cut) and the scope's totals are asked for
+    // together (the driver pipelines them on the connection), so a search costs one round
+    // trip unless the scope has more matches than the limit.
+    let candidates = fetch(
+        client,
+        table,
+        plan,
+        scope,
+        category,
+        false,
+        limit.saturating_add(1),
+    );
     let totals = async {
         let stmt = client.prepare_cached(table.totals()).await?;
         client.query_one(&stmt, &[&user, &agent]).await
     };
     let (rows, totals) = tokio::join!(candidates, totals);
-    let rows = rows?;
+    let mut rows = rows?;
     if rows.is_empty() {
         return Ok(Vec::new());
+    }
+    // More matches than the limit: keep the likeliest by PostgreSQL's own ranking.
+    let cut = i64::try_from(rows.len()).unwrap_or(i64::MAX) > limit;
+    if cut {
+        rows = fetch(client, table, plan, scope, category, true, limit).await?;
     }
     let totals = totals?;
     let docs = u64::try_from(totals.get::<_, i64>(0)).unwrap_or(0);
@@ -295,8 +319,7 @@ pub(crate) async fn scope_candidates(
         .collect();
     // Document frequencies: the candidates are every match of the scope unless the limit cut
     // them (filtered by category they are not, so the scope is asked then too).
-    let complete = category.is_none() && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit;
-    let hits: Vec<u64> = if complete {
+    let hits: Vec<u64> = if category.is_none() && !cut {
         (0..plan.terms.len())
             .map(|i| counted.iter().filter(|(_, f)| f[i] > 0).count() as u64)
             .collect()
@@ -332,8 +355,8 @@ pub(crate) async fn scope_candidates(
             }
         })
         .collect();
-    // Stable: equal relevance keeps the pre-order.
-    out.sort_by(|a, b| b.rel.total_cmp(&a.rel));
+    // Equal relevance: by id, so the order does not depend on how the rows came.
+    out.sort_by(|a, b| b.rel.total_cmp(&a.rel).then_with(|| a.id.cmp(&b.id)));
     out.truncate(window);
     Ok(out)
 }
