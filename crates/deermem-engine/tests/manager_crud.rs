@@ -319,7 +319,7 @@ fn competing_edit(id: &str, revision: u64, content: &str, confidence: f64) -> Co
         user: Some(user("alice")),
         agent: agent("__default__"),
         changes: deermem_core::ChangeSet {
-            upserts: vec![draft.as_object().cloned().unwrap()],
+            upserts: vec![deermem_core::FactDraft::try_from(draft).unwrap()],
             upsert_revisions: Some([(id, Some(revision))].into_iter().collect()),
             ..deermem_core::ChangeSet::default()
         },

@@ -300,11 +300,11 @@ pub trait MemoryStorageExt: FactRepository {
         expected_fact_revision: Option<u64>,
     ) -> Result<ChangeResult, StorageError> {
         let mut fact = fact;
-        let id = match fact.get("id").and_then(Value::as_str) {
-            Some(id) => FactId::new(id)?,
+        let id = match fact.id() {
+            Some(id) => id.clone(),
             None => {
                 let id = self.new_fact_id();
-                fact.insert("id".into(), Value::String(id.as_str().to_owned()));
+                fact.set_id(id.clone());
                 id
             }
         };
