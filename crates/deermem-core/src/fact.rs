@@ -1263,8 +1263,8 @@ mod tests {
         let d = stored.to_draft().with_confidence(0.5).unwrap();
         assert_eq!(normalize_draft(&d, Some(&stored)).unwrap().revision, 1);
         // Content change: bump, createdAt kept.
-        let mut d = stored.to_draft().with_content("v2").unwrap();
-        d.set("title", json!("")).unwrap();
+        let d = stored.to_draft().with_content("v2").unwrap();
+        let d = d.with("title", json!("")).unwrap();
         let changed = normalize_draft(&d, Some(&stored)).unwrap();
         assert_eq!(changed.revision, 2);
         assert_eq!(changed.created_at, "2026-01-01T00:00:00Z");

@@ -258,26 +258,15 @@ impl FactDraft {
         }
     }
 
-    /// Sets any key from JSON: a typed key is checked as [`FactDraft::from_json`] checks it
-    /// (the draft is unchanged when it is invalid), any other key is kept as it is. A key the
-    /// draft already has keeps its place; a new one goes last.
+    /// The draft with any key set from JSON: a typed key is checked as
+    /// [`FactDraft::from_json`] checks it, any other key is kept as it is. A key the draft
+    /// already has keeps its place; a new one goes last.
     ///
     /// # Errors
     /// The [`FactError`] of an invalid value of a typed key.
-    pub fn set(&mut self, key: &str, value: Value) -> Result<(), FactError> {
-        let mut next = self.clone();
-        next.put(key, value)?;
-        next.touch(key);
-        *self = next;
-        Ok(())
-    }
-
-    /// [`FactDraft::set`] in builder form.
-    ///
-    /// # Errors
-    /// As [`FactDraft::set`].
     pub fn with(mut self, key: &str, value: Value) -> Result<Self, FactError> {
-        self.set(key, value)?;
+        self.put(key, value)?;
+        self.touch(key);
         Ok(self)
     }
 

@@ -45,11 +45,12 @@ impl CommitRequest {
 
     /// Validates a change set into a commit request, before any lock is taken: ids assigned
     /// (`fresh_id()` for a draft without one, written into the draft), each upsert's expected
-    /// revision (from `upsertRevisions`, else the draft's own `revision`), and the id rules.
+    /// revision (from `upsertRevisions`, else the draft's own typed `revision`), and the id
+    /// rules (a draft's id and revision were checked when the draft was built).
     ///
     /// # Errors
-    /// `InvalidInput`: fact changes without an agent, a malformed or duplicate id, an id both
-    /// upserted and deleted, an expected revision that is not null or an integer >= 1.
+    /// `InvalidInput`: fact changes without an agent, a duplicate id, an id both upserted and
+    /// deleted, an `upsertRevisions` value of 0.
     pub fn prepare(
         changes: ChangeSet,
         agent: Option<&AgentName>,

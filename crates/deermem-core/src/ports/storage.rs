@@ -176,7 +176,7 @@ pub trait FactRepository: Send + Sync + Debug {
     /// Applies a change set atomically (see the contract above).
     ///
     /// # Errors
-    /// `ManifestConflict`, `FactConflict`, `InvalidInput` (bad drafts, duplicate ids, a fact
+    /// `ManifestConflict`, `FactConflict`, `InvalidInput` (duplicate ids, a fact
     /// both upserted and deleted, fact changes without an agent), `Corrupt`, `LockTimeout`, `Io`.
     async fn apply_changes(
         &self,

@@ -209,8 +209,8 @@ async fn a_fact_in_the_wrong_shard_is_listed_but_not_addressable() {
     );
     // An update then writes the canonical copy; the listing shows the id once, the canonical.
     let mut d = doc.facts[0].to_draft();
-    d.set("content", serde_json::json!("rewritten")).unwrap();
-    d.set("title", serde_json::json!("")).unwrap();
+    d = d.with("content", serde_json::json!("rewritten")).unwrap();
+    d = d.with("title", serde_json::json!("")).unwrap();
     s.upsert_fact(Some(&u), &a, d, None, None).await.unwrap();
     let doc = s.reload(Some(&u), Some(&a)).await.unwrap();
     assert_eq!(doc.facts.len(), 1);
