@@ -457,3 +457,100 @@ impl TryFrom<Value> for FactDraft {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn draft(v: Value) -> Result<FactDraft, FactError> {
+        FactDraft::try_from(v)
+    }
+
+    #[test]
+    fn the_first_invalid_key_in_the_reference_order_is_the_error_whatever_the_key_order() {
+        let err = draft(json!({"confidence": 5, "topics": 1, "content": 3})).unwrap_err();
+        assert_eq!(err, FactError::ContentNotString);
+        let err = draft(json!({"revision": 0, "status": "gone", "content": "x"})).unwrap_err();
+        assert_eq!(err, FactError::Status);
+        assert_eq!(
+            draft(json!({"id": "x"})).unwrap_err(),
+            FactError::ContentNotString
+        );
+        assert_eq!(draft(json!([1])).unwrap_err(), FactError::NotAnObject);
+    }
+
+    #[test]
+    fn every_key_keeps_its_place_and_new_keys_go_last() {
+        let d = draft(
+            json!({"scope": {}, "sourceError": "s", "id": "", "content": " x ",
+                             "user_id": "u", "revision": 2}),
+        )
+        .unwrap();
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            [
+                "scope",
+                "sourceError",
+                "id",
+                "content",
+                "user_id",
+                "revision"
+            ]
+        );
+        // A falsy id is no id; the content is stripped; ignored keys keep only their place.
+        assert_eq!((d.id(), d.content(), d.revision()), (None, "x", Some(2)));
+        assert_eq!(d.extra("sourceError"), Some(&json!("s")));
+        assert_eq!(d.extra("scope"), None);
+        let mut d = d
+            .with_id(FactId::new("f1").unwrap())
+            .with_category("goal")
+            .with("sourceError", json!("t"))
+            .unwrap();
+        d.remove("revision");
+        d.remove("content");
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            [
+                "scope",
+                "sourceError",
+                "id",
+                "content",
+                "user_id",
+                "category"
+            ]
+        );
+        assert_eq!(d.id().map(FactId::as_str), Some("f1"));
+        assert_eq!((d.revision(), d.content()), (None, "x"));
+    }
+
+    #[test]
+    fn typed_setters_refuse_what_json_would_refuse() {
+        let d = FactDraft::new("x").unwrap();
+        assert_eq!(FactDraft::new(" \n").unwrap_err(), FactError::ContentEmpty);
+        assert_eq!(
+            d.clone().with_confidence(1.5).unwrap_err(),
+            FactError::Confidence
+        );
+        assert_eq!(
+            d.clone().with_confidence(f64::NAN).unwrap_err(),
+            FactError::Confidence
+        );
+        assert_eq!(d.clone().with_revision(0).unwrap_err(), FactError::Revision);
+        assert_eq!(
+            d.clone().with_content("").unwrap_err(),
+            FactError::ContentEmpty
+        );
+        assert_eq!(
+            d.clone().with("topics", json!([1])).unwrap_err(),
+            FactError::Topics
+        );
+        // A key without a typed rule is kept as JSON, last.
+        let d = d.with("expected_valid_days", json!(3)).unwrap();
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            ["content", "expected_valid_days"]
+        );
+    }
+}
