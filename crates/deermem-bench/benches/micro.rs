@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Timestamp, TokenCounting};
 use deermem_retrieval_fts5::query::{NoSegmenter, plan};
@@ -46,9 +46,8 @@ fn memory(scope: &FactScope, n: usize) -> MemoryDocument {
             now: now(),
             new_id: &unused,
         };
-        let obj = draft.as_object().cloned().unwrap_or_default();
-        doc.facts
-            .push(normalize_fact(&obj, &ctx).unwrap_or_else(|e| panic!("{e}")));
+        let fact = FactDraft::try_from(draft).and_then(|d| normalize_fact(&d, &ctx));
+        doc.facts.push(fact.unwrap_or_else(|e| panic!("{e}")));
     }
     doc
 }

@@ -8,9 +8,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use deermem_core::{FactDraft, FactSource};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The seed of the generated data.
 pub const SEED: u64 = 0x00de_e7be;
@@ -43,13 +44,14 @@ impl CorpusFact {
     }
 
     /// A storage draft of the fact (no id: storage assigns one).
-    pub fn draft(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("content".into(), Value::String(self.content.clone()));
-        m.insert("category".into(), Value::String(self.category.clone()));
-        m.insert("confidence".into(), json!(self.confidence));
-        m.insert("source".into(), Value::String("import".into()));
-        m
+    ///
+    /// # Errors
+    /// Blank content or a confidence outside `[0, 1]`.
+    pub fn draft(&self) -> Result<FactDraft> {
+        Ok(FactDraft::new(&self.content)?
+            .with_category(self.category.clone())
+            .with_confidence(self.confidence)?
+            .with_source(FactSource::import()))
     }
 
     /// The scope key `(user, agent)`.

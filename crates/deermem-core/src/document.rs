@@ -506,7 +506,7 @@ mod tests {
             new_id: &new_id,
         };
         let draft = serde_json::json!({"content": content});
-        normalize_fact(draft.as_object().unwrap(), &ctx).unwrap()
+        normalize_fact(&draft.try_into().unwrap(), &ctx).unwrap()
     }
 
     #[test]

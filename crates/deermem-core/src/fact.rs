@@ -58,9 +58,8 @@ pub fn is_core_category(c: &str) -> bool {
 /// Source types that a plain string maps to directly; any other string is a thread id.
 pub const SOURCE_LITERALS: [&str; 4] = ["manual", "consolidation", "import", "unknown"];
 
-/// A raw fact object before normalisation: a JSON-shaped mapping in key order, as the reference
-/// passes dicts around (LLM output, imports, updates of a loaded fact).
-pub type FactDraft = Map<String, Value>;
+mod draft;
+pub use draft::FactDraft;
 
 /// The scope recorded inside a fact: the raw user id and the agent name as written.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -334,36 +333,11 @@ impl fmt::Debug for NormalizeContext<'_> {
     }
 }
 
-fn as_int(v: &Value) -> Option<i128> {
-    match v {
-        Value::Number(n) => n
-            .as_i64()
-            .map(i128::from)
-            .or_else(|| n.as_u64().map(i128::from)),
-        _ => None,
-    }
-}
-
-fn string_list(v: Option<&Value>, err: FactError) -> Result<Vec<String>, FactError> {
-    match v {
-        None => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| err.clone()))
-            .collect(),
-        Some(_) => Err(err),
-    }
-}
-
-/// The title the reference derives: an explicit non-blank title (newlines replaced by spaces),
-/// else the first line of the content, else [`DEFAULT_TITLE`]; at most 160 code points.
-pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
-    let explicit = explicit.filter(|v| py::truthy(v)).map(|v| match v {
-        Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
-        other => std::borrow::Cow::Owned(py::py_str(other).unwrap_or_else(|| other.to_string())),
-    });
+/// The title the reference derives: an explicit non-blank title (newlines replaced by spaces;
+/// a draft holds a non-string title as its Python `str()`), else the first line of the content, else [`DEFAULT_TITLE`]; at most 160 code points.
+pub fn fact_title(explicit: Option<&str>, content: &str) -> String {
     if let Some(t) = explicit {
-        let t = py::strip(&t);
+        let t = py::strip(t);
         if !t.is_empty() {
             return if t.contains('\n') {
                 py::prefix_chars(&t.replace('\n', " "), TITLE_MAX_CHARS).to_owned()
@@ -393,142 +367,58 @@ pub fn fact_title(explicit: Option<&Value>, content: &str) -> String {
 pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<Fact, FactError> {
     // Borrowed while normalising; interned into a shared `Arc` at the end (facts read from one
     // writer nearly all have the same order, so no string is copied for them).
-    let mut key_order: Vec<&str> = Vec::with_capacity(draft.len() + 4);
-    key_order.extend(draft.keys().map(String::as_str));
+    let mut key_order: Vec<&str> = Vec::with_capacity(draft.keys().count() + 4);
+    key_order.extend(draft.keys());
     let push_key = |k: &'static str, order: &mut Vec<&str>| {
         if !order.contains(&k) {
             order.push(k);
         }
     };
 
-    // 2. id
-    let id = match draft.get("id") {
-        Some(v) if py::truthy(v) => {
-            let s = py::py_str(v).ok_or(FactError::InvalidId)?;
-            FactId::new(s).map_err(|_| FactError::InvalidId)?
-        }
-        _ => (ctx.new_id)(),
-    };
+    // The draft's keys were checked when it was built; what is left is defaults and the rules
+    // that depend on the scope, the time and the stored fact.
+    let id = draft.id.clone().unwrap_or_else(ctx.new_id);
     push_key("id", &mut key_order);
     push_key("schemaVersion", &mut key_order);
+    let content = draft.content.clone();
+    let mut extra = draft.extra.clone();
 
-    // 4. content
-    let content = match draft.get("content") {
-        Some(Value::String(s)) => py::strip(s).to_owned(),
-        _ => return Err(FactError::ContentNotString),
-    };
-    if content.is_empty() {
-        return Err(FactError::ContentEmpty);
-    }
-
-    let mut extra: Map<String, Value> = draft
-        .iter()
-        .filter(|(k, _)| !is_typed_key(k) && k.as_str() != "revision")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-
-    // 5. category
-    let category = match draft.get("category") {
-        None => None,
-        Some(Value::String(s)) => {
-            let c = if s.is_empty() {
-                DEFAULT_CATEGORY
-            } else {
-                s.as_str()
-            };
-            if is_core_category(c) {
-                Some(s.clone())
-            } else {
-                if !extra.contains_key("categoryExtension")
-                    && !draft.contains_key("categoryExtension")
-                {
-                    extra.insert("categoryExtension".into(), Value::String(s.clone()));
-                    push_key("categoryExtension", &mut key_order);
-                }
-                Some("other".to_owned())
+    // A non-core category is stored as `other` plus `categoryExtension`.
+    let category = draft.category.as_ref().map(|s| {
+        let c = if s.is_empty() {
+            DEFAULT_CATEGORY
+        } else {
+            s.as_str()
+        };
+        if is_core_category(c) {
+            s.clone()
+        } else {
+            if !extra.contains_key("categoryExtension") {
+                extra.insert("categoryExtension".into(), Value::String(s.clone()));
+                push_key("categoryExtension", &mut key_order);
             }
+            "other".to_owned()
         }
-        Some(_) => return Err(FactError::CategoryNotString),
-    };
-
-    // 6. confidence
-    let confidence = match draft.get("confidence") {
-        None => 0.5,
-        Some(Value::Number(n)) => n.as_f64().ok_or(FactError::Confidence)?,
-        Some(_) => return Err(FactError::Confidence),
-    };
-    if !(0.0..=1.0).contains(&confidence) {
-        return Err(FactError::Confidence);
+    });
+    let confidence = draft.confidence.unwrap_or(0.5);
+    for k in [
+        "confidence",
+        "status",
+        "scope",
+        "topics",
+        "consolidatedFrom",
+    ] {
+        push_key(k, &mut key_order);
     }
-    push_key("confidence", &mut key_order);
-
-    // 7. status
-    match draft.get("status") {
-        None => {}
-        Some(Value::String(s)) if s == ACTIVE_STATUS => {}
-        Some(_) => return Err(FactError::Status),
-    }
-    push_key("status", &mut key_order);
-    push_key("scope", &mut key_order);
-
-    // 9. topics, consolidatedFrom
-    let topics = string_list(draft.get("topics"), FactError::Topics)?;
-    push_key("topics", &mut key_order);
-    let consolidated_from =
-        string_list(draft.get("consolidatedFrom"), FactError::ConsolidatedFrom)?;
-    push_key("consolidatedFrom", &mut key_order);
-
-    // 10. lastConfirmedAt
-    let last_confirmed_at = match draft.get("lastConfirmedAt") {
-        None => None,
-        Some(Value::Null) => Some(None),
-        Some(Value::String(s)) => Some(Some(s.clone())),
-        Some(_) => return Err(FactError::LastConfirmedAt),
-    };
-
-    // 11. confirmationCount
-    let confirmation_count = match draft.get("confirmationCount") {
-        None => None,
-        Some(Value::Null) => Some(None),
-        Some(v) => match as_int(v) {
-            Some(n) if n >= 1 => Some(Some(
-                u64::try_from(n).map_err(|_| FactError::ConfirmationCount)?,
-            )),
-            _ => return Err(FactError::ConfirmationCount),
-        },
-    };
-
-    // 12. revision
-    let incoming_revision = match draft.get("revision") {
-        None => 1,
-        Some(v) => match as_int(v) {
-            Some(n) if n >= 1 => u64::try_from(n).map_err(|_| FactError::Revision)?,
-            _ => return Err(FactError::Revision),
-        },
-    };
-
-    // 13. source
-    let source = match draft.get("source") {
-        None => FactSource::unknown(),
-        Some(v) => FactSource::from_value(v)?,
-    };
+    let topics = draft.topics.clone().unwrap_or_default();
+    let consolidated_from = draft.consolidated_from.clone().unwrap_or_default();
+    let incoming_revision = draft.revision.unwrap_or(1);
+    let source = draft.source.clone().unwrap_or_else(FactSource::unknown);
     push_key("source", &mut key_order);
-
-    // 14. title
-    let title = fact_title(draft.get("title"), &content);
+    let title = fact_title(draft.title.as_deref(), &content);
     push_key("title", &mut key_order);
-
-    // Timestamps must be strings when present.
-    let created_in = match draft.get("createdAt") {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(FactError::Timestamps),
-    };
-    let updated_in = match draft.get("updatedAt") {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(FactError::Timestamps),
-    };
+    let created_in = draft.created_at.clone();
+    let updated_in = draft.updated_at.clone();
 
     // Formatted only when a default or a bump needs it.
     let now = || ctx.now.to_iso_z();
@@ -543,8 +433,8 @@ pub fn normalize_fact(draft: &FactDraft, ctx: &NormalizeContext<'_>) -> Result<F
         source,
         topics,
         consolidated_from,
-        last_confirmed_at,
-        confirmation_count,
+        last_confirmed_at: draft.last_confirmed_at.clone(),
+        confirmation_count: draft.confirmation_count,
         revision: incoming_revision,
         scope: ctx.scope.clone(),
         extra,
@@ -834,12 +724,6 @@ impl Fact {
         out
     }
 
-    /// A draft to send back for an update: the internal map, with `revision` intact so the
-    /// storage's revision check passes.
-    pub fn to_draft(&self) -> FactDraft {
-        self.to_internal_map()
-    }
-
     /// The public fact shape the reference's Gateway exposes, with `source` as a string. The
     /// category is the stored one, even when empty (`category: ''` on disk is `""`, as the
     /// reference reports it); `context` only when none is stored.
@@ -980,7 +864,11 @@ impl PublicFact {
 
     /// A draft for import: `source` goes back to its structured form, every present field is
     /// kept, and absent optional fields stay absent.
-    pub fn to_draft(&self) -> FactDraft {
+    ///
+    /// # Errors
+    /// The [`FactError`] of the first field the reference's rules refuse (blank content, a
+    /// confidence outside `[0, 1]`, a revision or confirmation count of 0).
+    pub fn to_draft(&self) -> Result<FactDraft, FactError> {
         let mut m = Map::new();
         m.insert("id".into(), Value::String(self.id.clone()));
         m.insert("content".into(), Value::String(self.content.clone()));
@@ -1026,7 +914,7 @@ impl PublicFact {
         if let Some(c) = self.confirmation_count {
             m.insert("confirmationCount".into(), Value::from(c));
         }
-        m
+        FactDraft::from_json(m)
     }
 }
 
@@ -1052,6 +940,10 @@ mod tests {
     }
 
     fn norm(draft: Value, existing: Option<&Fact>) -> Result<Fact, FactError> {
+        normalize_draft(&FactDraft::try_from(draft)?, existing)
+    }
+
+    fn normalize_draft(draft: &FactDraft, existing: Option<&Fact>) -> Result<Fact, FactError> {
         let s = scope();
         let ctx = NormalizeContext {
             scope: &s,
@@ -1059,7 +951,7 @@ mod tests {
             now: now(),
             new_id: &new_fact_id,
         };
-        normalize_fact(draft.as_object().unwrap(), &ctx)
+        normalize_fact(draft, &ctx)
     }
 
     fn keys(m: &Map<String, Value>) -> Vec<&str> {
@@ -1349,10 +1241,11 @@ mod tests {
     #[test]
     fn titles_follow_the_reference() {
         assert_eq!(fact_title(None, "first\nsecond"), "first");
-        assert_eq!(fact_title(Some(&json!("  a\nb ")), "x"), "a b");
-        assert_eq!(fact_title(Some(&json!("")), "x"), "x");
+        assert_eq!(fact_title(Some("  a\nb "), "x"), "a b");
+        assert_eq!(fact_title(Some(""), "x"), "x");
         assert_eq!(fact_title(None, &"é".repeat(200)).chars().count(), 160);
-        assert_eq!(fact_title(Some(&json!(5)), "x"), "5");
+        let five = FactDraft::try_from(json!({"content": "x", "title": 5})).unwrap();
+        assert_eq!(five.title.as_deref(), Some("5"));
     }
 
     #[test]
@@ -1363,30 +1256,27 @@ mod tests {
         )
         .unwrap();
         // Same content: no bump.
-        let same = norm(Value::Object(stored.to_draft()), Some(&stored)).unwrap();
+        let same = normalize_draft(&stored.to_draft(), Some(&stored)).unwrap();
         assert_eq!(same.revision, 1);
         assert_eq!(same.updated_at, stored.updated_at);
         // Numeric equality: 1 == 1.0.
-        let mut d = stored.to_draft();
-        d.insert("confidence".into(), json!(0.5));
-        assert_eq!(norm(Value::Object(d), Some(&stored)).unwrap().revision, 1);
+        let d = stored.to_draft().with_confidence(0.5).unwrap();
+        assert_eq!(normalize_draft(&d, Some(&stored)).unwrap().revision, 1);
         // Content change: bump, createdAt kept.
-        let mut d = stored.to_draft();
-        d.insert("content".into(), json!("v2"));
-        d.insert("title".into(), json!(""));
-        let changed = norm(Value::Object(d), Some(&stored)).unwrap();
+        let d = stored.to_draft().with_content("v2").unwrap();
+        let d = d.with("title", json!("")).unwrap();
+        let changed = normalize_draft(&d, Some(&stored)).unwrap();
         assert_eq!(changed.revision, 2);
         assert_eq!(changed.created_at, "2026-01-01T00:00:00Z");
         assert_eq!(changed.updated_at, now().to_iso_z());
         // A stale incoming revision conflicts, and a missing one defaults to 1.
-        let mut d = changed.to_draft();
-        d.insert("revision".into(), json!(1));
-        let err = norm(Value::Object(d), Some(&changed)).unwrap_err();
+        let d = changed.to_draft().with_revision(1).unwrap();
+        let err = normalize_draft(&d, Some(&changed)).unwrap_err();
         assert_eq!(err.to_string(), "Expected fact 'a' revision 1, found 2");
         let mut d = changed.to_draft();
-        d.shift_remove("revision");
+        d.remove("revision");
         assert!(matches!(
-            norm(Value::Object(d), Some(&changed)),
+            normalize_draft(&d, Some(&changed)),
             Err(FactError::RevisionConflict { .. })
         ));
     }
@@ -1423,11 +1313,8 @@ mod tests {
         assert!(json.get("title").is_none());
         assert_eq!(json["sourceError"], "old");
         let back: PublicFact = serde_json::from_value(json).unwrap();
-        let draft = back.to_draft();
-        assert_eq!(
-            draft["source"],
-            json!({"type": "conversation", "threadId": "t-1"})
-        );
+        let draft = back.to_draft().unwrap();
+        assert_eq!(draft.source(), Some(&FactSource::conversation("t-1")));
     }
 
     #[test]

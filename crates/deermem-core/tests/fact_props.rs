@@ -84,7 +84,7 @@ const KEYS: [&str; 16] = [
     "expected_valid_days",
 ];
 
-fn draft() -> impl Strategy<Value = FactDraft> {
+fn draft() -> impl Strategy<Value = Map<String, Value>> {
     prop::collection::vec((prop::sample::select(KEYS.to_vec()), json_value()), 0..10).prop_map(
         |pairs| {
             let mut m = Map::new();
@@ -128,7 +128,7 @@ fn valid_draft() -> impl Strategy<Value = FactDraft> {
             if let Some(s) = source {
                 m.insert("source".into(), s);
             }
-            m
+            FactDraft::from_json(m).expect("a valid draft")
         })
 }
 
@@ -138,7 +138,7 @@ proptest! {
     /// Any mapping is either a valid fact or a typed error naming a field; never a panic.
     #[test]
     fn normalisation_never_panics(d in draft()) {
-        match normalize(&d, None) {
+        match FactDraft::from_json(d).and_then(|d| normalize(&d, None)) {
             Ok(f) => {
                 prop_assert!(!f.content.is_empty());
                 prop_assert_eq!(deermem_pycompat::py::strip(&f.content), f.content.as_str());
@@ -157,6 +157,11 @@ proptest! {
     fn renormalising_a_stored_fact_is_a_no_op(d in valid_draft()) {
         let stored = normalize(&d, None).expect("valid draft");
         let again = normalize(&stored.to_draft(), Some(&stored)).expect("re-normalise");
+        // The typed draft of a fact is the draft of its JSON form.
+        prop_assert_eq!(
+            stored.to_draft(),
+            FactDraft::from_json(stored.to_internal_map()).expect("stored fact as JSON")
+        );
         prop_assert_eq!(again.revision, stored.revision);
         prop_assert_eq!(&again.updated_at, &stored.updated_at);
         prop_assert!(again.material_eq(&stored));
@@ -170,9 +175,7 @@ proptest! {
     /// Non-core categories are kept as `other` plus the original name.
     #[test]
     fn non_core_categories_keep_their_name(name in "[a-z]{3,12}") {
-        let mut d = Map::new();
-        d.insert("content".into(), json!("x"));
-        d.insert("category".into(), json!(name.clone()));
+        let d = FactDraft::new("x").expect("content").with_category(name.clone());
         let f = normalize(&d, None).expect("valid");
         if deermem_core::fact::is_core_category(&name) {
             prop_assert_eq!(f.category.as_deref(), Some(name.as_str()));
@@ -186,8 +189,7 @@ proptest! {
     #[test]
     fn material_changes_bump_once(d in valid_draft(), extra in "[a-z]{1,10}") {
         let stored = normalize(&d, None).expect("valid draft");
-        let mut changed = stored.to_draft();
-        changed.insert("content".into(), Value::String(format!("{} {extra}", stored.content)));
+        let changed = stored.to_draft().with_content(&format!("{} {extra}", stored.content)).expect("content");
         let updated = normalize(&changed, Some(&stored)).expect("update");
         prop_assert_eq!(updated.revision, stored.revision + 1);
         prop_assert_eq!(&updated.created_at, &stored.created_at);

@@ -221,7 +221,7 @@ mod tests {
                 Some(&user),
                 Some(&agent),
                 ChangeSet {
-                    upserts: vec![draft.as_object().unwrap().clone()],
+                    upserts: vec![deermem_core::FactDraft::try_from(draft).unwrap()],
                     ..ChangeSet::default()
                 },
                 ApplyOptions::default(),

@@ -319,7 +319,7 @@ fn competing_edit(id: &str, revision: u64, content: &str, confidence: f64) -> Co
         user: Some(user("alice")),
         agent: agent("__default__"),
         changes: deermem_core::ChangeSet {
-            upserts: vec![draft.as_object().cloned().unwrap()],
+            upserts: vec![deermem_core::FactDraft::try_from(draft).unwrap()],
             upsert_revisions: Some([(id, Some(revision))].into_iter().collect()),
             ..deermem_core::ChangeSet::default()
         },
@@ -893,14 +893,43 @@ async fn import_applies_capacity_and_rejects_bad_documents() {
             .is_file()
     );
     let before = m.get_memory(s.clone()).await.unwrap();
-    for bad in [
-        json!({"facts": [{"id": "../x", "content": "escape"}]}),
-        json!({"facts": [{"id": "fact_a", "content": "one"}, {"id": "fact_a", "content": "two"}]}),
-        json!({"facts": [{"id": "fact_b", "content": "conf", "confidence": 1.5}]}),
-        json!({"facts": [{"id": "fact_c", "content": "   "}]}),
+    for (bad, want) in [
+        (
+            json!({"facts": [{"id": "../x", "content": "escape"}]}),
+            "memory_data.facts[0].id: Fact id may contain only letters, numbers, '_' and '-'.",
+        ),
+        (
+            json!({"facts": [{"id": "fact_a", "content": "one"}, {"id": "fact_a", "content": "two"}]}),
+            "memory_data.facts: duplicate fact id 'fact_a'",
+        ),
+        (
+            json!({"facts": [{"id": "fact_ok", "content": "fine"},
+                             {"id": "fact_b", "content": "conf", "confidence": 1.5}]}),
+            "memory_data.facts[1]: fact.confidence must be a number between 0 and 1",
+        ),
+        (
+            json!({"facts": [{"id": "fact_c", "content": "   "}]}),
+            "memory_data.facts[0]: fact.content must not be empty",
+        ),
+        (
+            json!({"facts": [{"id": "fact_ok", "content": "fine"},
+                             {"id": "fact_d", "content": "x", "revision": 0}]}),
+            "memory_data.facts[1]: fact.revision must be an integer >= 1",
+        ),
+        // Every id is checked before any fact's fields: a later duplicate wins over an
+        // earlier blank content.
+        (
+            json!({"facts": [{"id": "fact_e", "content": " "}, {"id": "fact_e", "content": "x"}]}),
+            "memory_data.facts: duplicate fact id 'fact_e'",
+        ),
     ] {
-        let r = m.import_memory(doc_from(bad.clone()), s.clone()).await;
-        assert_eq!(code_of(r), InvalidInputCode::MemoryData, "{bad}");
+        match m.import_memory(doc_from(bad.clone()), s.clone()).await {
+            Err(ManagerError::InvalidInput {
+                code: InvalidInputCode::MemoryData,
+                message,
+            }) => assert_eq!(message, want, "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
     }
     // More facts than an import document may hold: refused before any is normalised.
     let many: Vec<Value> = (0..=deermem_core::MAX_IMPORT_FACTS)

@@ -33,7 +33,7 @@ async fn seed(storage: &dyn MemoryStorage, u: &str, a: &str, facts: Vec<Value>) 
     let changes = ChangeSet {
         upserts: facts
             .into_iter()
-            .map(|f| f.as_object().cloned().unwrap_or_default())
+            .map(|f| deermem_core::FactDraft::try_from(f).expect("a valid draft"))
             .collect(),
         ..ChangeSet::default()
     };

@@ -8,14 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, FactSource, NormalizeContext, normalize_fact};
 use deermem_core::ports::{Clock, Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     AgentName, Fact, FactId, Scope, SearchHit, SearchMode, SearchQuery, Timestamp, UserId,
 };
 use deermem_engine::hybrid::HybridRetrieval;
 use deermem_retrieval_fts5::{Fts5Options, Fts5Retrieval};
-use serde_json::{Map, json};
 
 use crate::dataset::{Dataset, EvalFact, EvalQuery};
 
@@ -98,25 +97,23 @@ fn scope(user: &str) -> Result<Scope, RankError> {
 /// The fact as the engine would store it.
 fn fact(f: &EvalFact, scope: &Scope, now: Timestamp) -> Result<Fact, RankError> {
     let id = FactId::new(&f.id).map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))?;
-    let mut draft = Map::new();
-    draft.insert("id".into(), json!(f.id));
-    draft.insert("content".into(), json!(f.content));
-    draft.insert("source".into(), json!("eval"));
-    if let Some(c) = &f.category {
-        draft.insert("category".into(), json!(c));
-    }
     let fs = scope.to_fact_scope();
-    let new_id = move || id.clone();
-    normalize_fact(
-        &draft,
-        &NormalizeContext {
-            scope: &fs,
-            existing: None,
-            now,
-            new_id: &new_id,
-        },
-    )
-    .map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))
+    let ctx = NormalizeContext {
+        scope: &fs,
+        existing: None,
+        now,
+        new_id: &|| id.clone(),
+    };
+    FactDraft::identified(id.clone(), &f.content)
+        .map(|d| {
+            let d = d.with_source(FactSource::from_public_string("eval"));
+            match &f.category {
+                Some(c) => d.with_category(c.clone()),
+                None => d,
+            }
+        })
+        .and_then(|d| normalize_fact(&d, &ctx))
+        .map_err(|e| RankError::BadId(f.id.clone(), e.to_string()))
 }
 
 /// How long the harness waits between looks at the embedding worker's progress.

@@ -6,7 +6,7 @@
 
 mod yaml_common;
 
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, FactScope, NormalizeContext, normalize_fact};
 use deermem_core::{FactId, Timestamp};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -87,7 +87,7 @@ fn fact_front_matter() -> impl Strategy<Value = Map<String, Value>> {
                     now: Timestamp::parse_iso("2026-04-02T10:00:00Z").expect("timestamp"),
                     new_id: &new_id,
                 };
-                match normalize_fact(&draft, &ctx) {
+                match FactDraft::from_json(draft.clone()).and_then(|d| normalize_fact(&d, &ctx)) {
                     Ok(fact) => fact.front_matter(),
                     // Drafts core refuses are not written; keep the raw mapping instead.
                     Err(_) => draft,

@@ -190,12 +190,9 @@ fn scratch(slot: &'static OnceLock<Mutex<Scratch>>) -> std::sync::MutexGuard<'st
 
 fn seed_fact(s: &Scratch) {
     let (u, a) = (alice(), agent_a());
-    let mut d = serde_json::Map::new();
-    d.insert("id".into(), serde_json::json!("keep"));
-    d.insert(
-        "content".into(),
-        serde_json::json!("a fact that must survive"),
-    );
+    let id = deermem_core::FactId::new("keep").unwrap_or_else(|e| panic!("seed id: {e}"));
+    let d = deermem_core::FactDraft::identified(id, "a fact that must survive")
+        .unwrap_or_else(|e| panic!("seed draft: {e}"));
     if let Err(e) = runtime().block_on(s.storage.upsert_fact(Some(&u), &a, d, None, None)) {
         // Already there from an earlier input.
         assert!(e.is_conflict(), "seeding the scratch root failed: {e}");
@@ -394,9 +391,12 @@ fn fts() -> &'static Fts5Retrieval {
         .iter()
         .enumerate()
         {
-            let mut d = serde_json::Map::new();
-            d.insert("id".into(), serde_json::json!(format!("q{i}")));
-            d.insert("content".into(), serde_json::json!(text));
+            let d = deermem_core::FactId::new(format!("q{i}"))
+                .map_err(|e| e.to_string())
+                .and_then(|id| {
+                    deermem_core::FactDraft::identified(id, text).map_err(|e| e.to_string())
+                })
+                .unwrap_or_else(|e| panic!("seed draft: {e}"));
             let ctx = deermem_core::fact::NormalizeContext {
                 scope: &scope.to_fact_scope(),
                 existing: None,

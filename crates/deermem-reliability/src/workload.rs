@@ -247,16 +247,14 @@ fn agent() -> AgentName {
 }
 
 /// A fact draft; an update carries the stored revision, as the port requires.
-fn draft(id: &str, content: &str, revision: Option<u64>) -> FactDraft {
-    let mut m = Map::new();
-    if let Some(r) = revision {
-        m.insert("revision".into(), json!(r));
-    }
-    m.insert("id".into(), json!(id));
-    m.insert("content".into(), json!(content));
-    m.insert("category".into(), json!("context"));
-    m.insert("confidence".into(), json!(0.5));
-    m
+fn draft(id: &str, content: &str, revision: Option<u64>) -> Result<FactDraft, StorageError> {
+    let d = FactDraft::identified(fact_id(id)?, content)?
+        .with_category("context")
+        .with_confidence(0.5)?;
+    Ok(match revision {
+        Some(r) => d.with_revision(r)?,
+        None => d,
+    })
 }
 
 fn fact_id(id: &str) -> Result<FactId, StorageError> {
@@ -370,7 +368,7 @@ pub async fn execute(
     let (u, a) = (user(), agent());
     match op {
         Op::Create { id, content } => Ok(storage
-            .upsert_fact(Some(&u), &a, draft(id, content, None), None, None)
+            .upsert_fact(Some(&u), &a, draft(id, content, None)?, None, None)
             .await?
             .revision),
         Op::Update {
@@ -381,7 +379,7 @@ pub async fn execute(
             .upsert_fact(
                 Some(&u),
                 &a,
-                draft(id, content, Some(*revision)),
+                draft(id, content, Some(*revision))?,
                 None,
                 Some(*revision),
             )
@@ -405,11 +403,11 @@ pub async fn execute(
             let mut changes = ChangeSet::default();
             let mut upsert_revisions = BTreeMap::new();
             for (id, content) in creates {
-                changes.upserts.push(draft(id, content, None));
+                changes.upserts.push(draft(id, content, None)?);
                 upsert_revisions.insert(fact_id(id)?, None);
             }
             for (id, content, rev) in updates {
-                changes.upserts.push(draft(id, content, Some(*rev)));
+                changes.upserts.push(draft(id, content, Some(*rev))?);
                 upsert_revisions.insert(fact_id(id)?, Some(*rev));
             }
             let mut delete_revisions = BTreeMap::new();

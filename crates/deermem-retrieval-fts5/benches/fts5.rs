@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion};
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::ports::{Clock, Retrieval};
 use deermem_core::{AgentName, Fact, FactId, Scope, SearchQuery, Timestamp, UserId};
 use deermem_retrieval_fts5::Fts5Retrieval;
@@ -116,6 +116,7 @@ fn corpus() -> (Vec<(Scope, Fact)>, Vec<String>, Vec<Scope>) {
             now,
             new_id: &new_id,
         };
+        let draft = FactDraft::from_json(draft).expect("draft");
         facts.push((s.clone(), normalize_fact(&draft, &ctx).expect("fact")));
     }
     (facts, vocab, scopes)

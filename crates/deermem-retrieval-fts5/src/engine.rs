@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::{AgentName, Fact, FactId, FactScope, RetrievalError, Scope, Timestamp, UserId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
@@ -379,7 +379,7 @@ pub(crate) fn decode_fact(
         now,
         new_id: &new_id,
     };
-    Ok(normalize_fact(&map, &ctx)?)
+    Ok(normalize_fact(&FactDraft::from_json(map)?, &ctx)?)
 }
 
 /// The rowid range `[lo, hi]` of a scope key.

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::ports::Retrieval;
 use deermem_core::{
     AgentName, Fact, FactId, FactScope, MatchType, RetrievalError, Scope, SearchQuery, Timestamp,
@@ -58,6 +58,7 @@ mod reference_parity {
             now: Timestamp::parse_iso("2026-12-02T10:00:00Z").expect("time"),
             new_id: &new_id,
         };
+        let draft = FactDraft::from_json(draft).expect("reference fact is a valid draft");
         normalize_fact(&draft, &ctx).expect("reference fact normalises")
     }
 

@@ -49,9 +49,8 @@ fn bench_storage(c: &mut Criterion) {
                 "topics": ["rust", "style"],
                 "source": "thread-bench",
             })
-            .as_object()
-            .cloned()
-            .unwrap_or_default()
+            .try_into()
+            .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();
     rt.block_on(seed.apply_changes(
@@ -98,8 +97,10 @@ fn bench_storage(c: &mut Criterion) {
                 .unwrap_or_else(|e| panic!("{e}"))
                 .unwrap_or_else(|| panic!("seeded fact"));
             let mut d = current.to_draft();
-            d.insert("content".into(), json!(format!("Rewritten {n}")));
-            d.insert("title".into(), json!(""));
+            d.remove("title");
+            let d = d
+                .with_content(&format!("Rewritten {n}"))
+                .unwrap_or_else(|e| panic!("{e}"));
             let r = rt
                 .block_on(writer.upsert_fact(Some(&user), &agent, d, None, Some(current.revision)))
                 .unwrap_or_else(|e| panic!("{e}"));

@@ -8,7 +8,7 @@ use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
 use deermem_core::ids::safe_user_id;
 use deermem_core::{AgentName, Fact, FactDraft, Timestamp, UserId};
 use deermem_pycompat::py;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use deermem_pycompat::yaml;
@@ -61,8 +61,9 @@ pub(crate) fn render(fact: &Fact) -> Result<String> {
 /// A fact file split into its parts, before validation.
 #[derive(Debug)]
 pub(crate) struct ParsedFile {
-    /// Front-matter keys (without `user_id`/`agent_name`), then `title` and `content`.
-    pub(crate) draft: FactDraft,
+    /// Front-matter keys (without `user_id`/`agent_name`), then `title` and `content`: the
+    /// JSON a [`FactDraft`] is made of when the file is validated.
+    pub(crate) map: Map<String, Value>,
     /// The front matter's `user_id` (`Null` when absent).
     pub(crate) user_id: Value,
     /// The front matter's `agent_name` (`Null` when absent).
@@ -110,16 +111,16 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ParsedFile> {
             });
         }
     }
-    let mut draft = parsed.map;
-    let user_id = draft.shift_remove("user_id").unwrap_or(Value::Null);
-    let agent_name = draft.shift_remove("agent_name").unwrap_or(Value::Null);
+    let mut map = parsed.map;
+    let user_id = map.shift_remove("user_id").unwrap_or(Value::Null);
+    let agent_name = map.shift_remove("agent_name").unwrap_or(Value::Null);
 
     let body = body.trim_start_matches('\n');
     let (title, content) = split_body(body);
-    draft.insert("title".into(), Value::String(title.to_owned()));
-    draft.insert("content".into(), Value::String(content.into_owned()));
+    map.insert("title".into(), Value::String(title.to_owned()));
+    map.insert("content".into(), Value::String(content.into_owned()));
     Ok(ParsedFile {
-        draft,
+        map,
         user_id,
         agent_name,
     })
@@ -231,7 +232,7 @@ pub(crate) fn validate(
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or_default();
-    let id_text = parsed.draft.get("id").and_then(py::py_str);
+    let id_text = parsed.map.get("id").and_then(py::py_str);
     if id_text.as_deref() != Some(stem) {
         return Err(Error::FactIdMismatch {
             path: path.to_path_buf(),
@@ -262,10 +263,14 @@ pub(crate) fn validate(
         now,
         new_id: &new_id,
     };
-    let mut fact = normalize_fact(&parsed.draft, &ctx).map_err(|e| Error::InvalidFact {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let draft = FactDraft::from_json(parsed.map);
+    let mut fact =
+        draft
+            .and_then(|d| normalize_fact(&d, &ctx))
+            .map_err(|e| Error::InvalidFact {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
     let requested_raw = expected.user.map(UserId::as_str);
     let foreign_owner = fact.scope.user_id.as_deref() != requested_raw;
     if foreign_owner {

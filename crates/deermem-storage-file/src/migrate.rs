@@ -83,7 +83,7 @@ fn migration_equivalent(a: &Fact, b: &Fact) -> bool {
     py::py_eq(&strip(a), &strip(b))
 }
 
-fn legacy_facts(source: &Source, udir: &UserDir) -> Result<Vec<FactDraft>> {
+fn legacy_facts(source: &Source, udir: &UserDir) -> Result<Vec<Map<String, Value>>> {
     let path = &source.path;
     match source.doc.get("facts") {
         None | Some(Value::Null) => Ok(Vec::new()),
@@ -114,7 +114,7 @@ fn legacy_facts(source: &Source, udir: &UserDir) -> Result<Vec<FactDraft>> {
                     reason: e.to_string(),
                 })?;
                 let parsed = markdown::parse(&file, &bytes)?;
-                if parsed.draft.get("id").and_then(py::py_str).as_deref() != Some(id.as_str()) {
+                if parsed.map.get("id").and_then(py::py_str).as_deref() != Some(id.as_str()) {
                     return Err(Error::Corrupt(format!(
                         "Legacy manifest id mismatch for '{id}' in {}",
                         file.display()
@@ -130,7 +130,7 @@ fn legacy_facts(source: &Source, udir: &UserDir) -> Result<Vec<FactDraft>> {
                         )));
                     }
                 }
-                out.push(parsed.draft);
+                out.push(parsed.map);
             }
             Ok(out)
         }
@@ -272,7 +272,7 @@ pub(crate) fn migrate_locked(
                 now,
                 new_id: &crate::fresh_fact_id,
             };
-            let fact = normalize_fact(&raw, &ctx)?;
+            let fact = normalize_fact(&FactDraft::from_json(raw)?, &ctx)?;
             let other = match known.get(&fact.id) {
                 Some(f) => Some(f.clone()),
                 None => markdown::load_optional(&udir.fact(agent, &fact.id), expected, now)?
@@ -311,7 +311,7 @@ pub(crate) fn migrate_locked(
         agent: Some(agent.clone()),
         upserts: collected
             .iter()
-            .map(|f| (f.id.clone(), f.to_internal_map()))
+            .map(|f| (f.id.clone(), f.to_draft()))
             .collect(),
         summaries: Some(SummaryPatch {
             user: Some(user_sec),
@@ -423,7 +423,7 @@ pub(crate) fn migrate_legacy_default_bucket(
             now,
             new_id: &crate::fresh_fact_id,
         };
-        let fact = normalize_fact(&loaded.fact.to_internal_map(), &ctx)?;
+        let fact = normalize_fact(&loaded.fact.to_draft(), &ctx)?;
         moved_ids.push(fact.id.to_string());
         if let Some(existing) =
             markdown::load_optional(&udir.fact(&default, &fact.id), default_expected, now)?
@@ -436,7 +436,7 @@ pub(crate) fn migrate_legacy_default_bucket(
             }
             continue;
         }
-        upserts.push((fact.id.clone(), fact.to_internal_map()));
+        upserts.push((fact.id.clone(), fact.to_draft()));
     }
     let current_rev = manifest::read_manifest(&udir.manifest())?.map_or(0, |m| m.revision);
     let req = CommitRequest {

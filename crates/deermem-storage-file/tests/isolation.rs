@@ -130,7 +130,7 @@ async fn userless_facts(root: &Path) {
         s.upsert_fact(
             None,
             &agent("coder"),
-            draft.as_object().unwrap().clone(),
+            deermem_core::FactDraft::try_from(draft).unwrap(),
             None,
             None,
         )

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     AgentName, Fact, FactId, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit,
@@ -123,7 +123,7 @@ pub(crate) fn decode(
         now,
         new_id: &new_id,
     };
-    Ok(normalize_fact(&map, &ctx)?)
+    Ok(normalize_fact(&FactDraft::from_json(map)?, &ctx)?)
 }
 
 pub(crate) fn backend(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RetrievalError {

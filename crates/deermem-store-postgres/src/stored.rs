@@ -3,7 +3,7 @@
 //! `agent_name`), then `title` and `content`, as `json` so that key order survives, with its
 //! search columns beside it; a user's summaries are one `{"user", "history"}` object.
 
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, FactScope, NormalizeContext, normalize_fact};
 use deermem_core::snapshot::stored_fact;
 use deermem_core::{Fact, FactId, SummarySection, Timestamp};
 use serde_json::{Map, Value};
@@ -52,7 +52,9 @@ pub(crate) fn decode_fact(text: &str, now: Timestamp) -> Result<Fact, Unreadable
         now,
         new_id: &fresh_id,
     };
-    normalize_fact(&draft, &ctx).map_err(|e| unreadable("fact")(&e))
+    FactDraft::from_json(draft)
+        .and_then(|d| normalize_fact(&d, &ctx))
+        .map_err(|e| unreadable("fact")(&e))
 }
 
 /// A user's stored summaries read back (a missing section is the default one).

@@ -269,7 +269,7 @@ fn replicas_commit_to_one_user_without_losing_updates() {
                         Some(&user),
                         Some(&agent),
                         ChangeSet {
-                            upserts: vec![draft.as_object().unwrap().clone()],
+                            upserts: vec![deermem_core::FactDraft::try_from(draft.clone()).unwrap()],
                             ..ChangeSet::default()
                         },
                         ApplyOptions::default(),
@@ -363,7 +363,6 @@ mod replica_cache {
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::START;
-    use serde_json::json;
 
     async fn replica(url: &str, schema: &str) -> (PgStore, PgStorage) {
         let store = super::migrated(url, schema, 2).await;
@@ -371,10 +370,9 @@ mod replica_cache {
         (store, storage)
     }
 
-    fn draft(content: &str) -> serde_json::Map<String, serde_json::Value> {
-        json!({"content": content, "category": "context", "confidence": 0.9})
-            .as_object()
-            .cloned()
+    fn draft(content: &str) -> deermem_core::FactDraft {
+        deermem_core::FactDraft::new(content)
+            .and_then(|d| d.with_category("context").with_confidence(0.9))
             .unwrap()
     }
 

@@ -151,8 +151,8 @@ async fn postgres_recall_equals_fts5_on_the_reference_fixtures() {
         fts5.upsert(scope, fact).await.unwrap();
         pg.upsert(scope, fact).await.unwrap();
         // A create: the draft carries no expected revision.
-        let mut draft = fact.to_internal_map();
-        draft.shift_remove("revision");
+        let mut draft = fact.to_draft();
+        draft.remove("revision");
         storage
             .apply_changes(
                 scope.user.as_ref(),
@@ -244,7 +244,7 @@ async fn put(storage: &PgStorage, user: &UserId, agent: &AgentName, draft: Value
             Some(user),
             Some(agent),
             ChangeSet {
-                upserts: vec![draft.as_object().unwrap().clone()],
+                upserts: vec![deermem_core::FactDraft::try_from(draft.clone()).unwrap()],
                 ..ChangeSet::default()
             },
             ApplyOptions::default(),

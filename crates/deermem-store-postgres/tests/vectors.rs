@@ -55,7 +55,7 @@ async fn put(storage: &PgStorage, user: &UserId, agent: &AgentName, draft: Value
             Some(user),
             Some(agent),
             ChangeSet {
-                upserts: vec![draft.as_object().unwrap().clone()],
+                upserts: vec![deermem_core::FactDraft::try_from(draft).unwrap()],
                 ..ChangeSet::default()
             },
             ApplyOptions::default(),
@@ -89,7 +89,7 @@ async fn update(
             Some(user),
             Some(agent),
             ChangeSet {
-                upserts: vec![draft],
+                upserts: vec![deermem_core::FactDraft::from_json(draft).unwrap()],
                 upsert_revisions: Some(
                     [(fact.id.clone(), Some(fact.revision))]
                         .into_iter()

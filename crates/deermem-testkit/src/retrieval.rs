@@ -18,7 +18,7 @@ use std::ops::Deref;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::substring::{SubstringRules, substring_hits};
 use deermem_core::ports::Retrieval;
 use deermem_core::{
@@ -143,7 +143,9 @@ pub fn fact_with(scope: &Scope, id: &str, content: &str, extra: Value) -> Fact {
         now,
         new_id: &new_id,
     };
-    normalize_fact(&draft, &ctx).unwrap_or_else(|e| panic!("fact {id:?}: {e}"))
+    FactDraft::from_json(draft)
+        .and_then(|d| normalize_fact(&d, &ctx))
+        .unwrap_or_else(|e| panic!("fact {id:?}: {e}"))
 }
 
 /// A normalised fact with a category and confidence.

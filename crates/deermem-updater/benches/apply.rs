@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Message, Timestamp};
 use deermem_updater::FactIdSource;
@@ -45,9 +45,9 @@ fn memory(scope: &FactScope) -> MemoryDocument {
             now: now(),
             new_id: &gen_id,
         };
-        let obj = draft.as_object().expect("a JSON object literal");
+        let draft = FactDraft::try_from(draft).expect("a valid draft");
         doc.facts
-            .push(normalize_fact(obj, &ctx).expect("a valid fact"));
+            .push(normalize_fact(&draft, &ctx).expect("a valid fact"));
     }
     doc.user.0.insert(
         "workContext".into(),

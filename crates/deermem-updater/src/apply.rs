@@ -8,11 +8,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use deermem_core::fact::{NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactSource, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{
     EvictionDecision, EvictionPolicy, FactUsageMap, select_facts_for_capacity,
 };
-use deermem_core::{DeerMemConfig, Fact, FactDraft, FactId, FactScope, MemoryDocument, Timestamp};
+use deermem_core::{
+    DeerMemConfig, Fact, FactDraft, FactError, FactId, FactScope, MemoryDocument, Timestamp,
+};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -583,8 +585,9 @@ impl<'a> Builder<'a> {
         cap.trunc() as i128
     }
 
-    /// Normalises a draft into a fact of this scope and records the draft.
-    fn push_new(&mut self, draft: FactDraft) -> Option<String> {
+    /// Normalises a draft into a fact of this scope and records the draft; a draft the fact
+    /// rules refused is skipped.
+    fn push_new(&mut self, draft: Result<FactDraft, FactError>) -> Option<String> {
         // Drafts always carry an id; the generator is never called.
         let ids = self.ctx.ids;
         let fallback = || ids.next_id();
@@ -594,8 +597,8 @@ impl<'a> Builder<'a> {
             now: self.ctx.now,
             new_id: &fallback,
         };
-        match normalize_fact(&draft, &ctx) {
-            Ok(fact) => {
+        match draft.and_then(|draft| Ok((normalize_fact(&draft, &ctx)?, draft))) {
+            Ok((fact, draft)) => {
                 let id = fact.id.as_str().to_owned();
                 self.doc.facts.push(fact);
                 self.drafts.insert(id.clone(), draft);
@@ -608,18 +611,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn source_value(&self) -> Value {
+    fn source(&self) -> FactSource {
         if self.ctx.thread_id.is_empty() {
-            Value::String("unknown".into())
+            FactSource::unknown()
         } else {
             // Structured, so a thread literally named "manual" stays a conversation source.
-            let mut m = Map::new();
-            m.insert("type".into(), Value::String("conversation".into()));
-            m.insert(
-                "threadId".into(),
-                Value::String(self.ctx.thread_id.to_owned()),
-            );
-            Value::Object(m)
+            FactSource::conversation(self.ctx.thread_id)
         }
     }
 
@@ -670,18 +667,19 @@ impl<'a> Builder<'a> {
             let Some(id) = self.fresh_id() else {
                 continue;
             };
-            let mut d = Map::new();
-            d.insert("id".into(), Value::String(id.as_str().to_owned()));
-            d.insert("content".into(), Value::String(nf.content.clone()));
-            d.insert("category".into(), Value::String(nf.category.clone()));
-            d.insert("confidence".into(), json_f64(nf.confidence));
-            d.insert("createdAt".into(), Value::String(self.now_iso.clone()));
-            d.insert("source".into(), self.source_value());
+            let mut d = FactDraft::identified(id, &nf.content).and_then(|d| {
+                d.with_category(nf.category.clone())
+                    .with_confidence(nf.confidence)
+            });
+            d = d.map(|d| {
+                d.with_created_at(self.now_iso.clone())
+                    .with_source(self.source())
+            });
             if let Some(se) = &nf.source_error {
-                d.insert("sourceError".into(), Value::String(se.clone()));
+                d = d.and_then(|d| d.with("sourceError", Value::String(se.clone())));
             }
             if let Some(evd) = nf.expected_valid_days {
-                d.insert("expected_valid_days".into(), json_i128(evd.min(cap)));
+                d = d.and_then(|d| d.with("expected_valid_days", json_i128(evd.min(cap))));
             }
             if let Some(id) = self.push_new(d) {
                 existing.insert(key);
@@ -703,12 +701,7 @@ impl<'a> Builder<'a> {
         {
             let evicted = d.decision.evicted_ids();
             for id in &evicted {
-                let content = self
-                    .drafts
-                    .get(id)
-                    .and_then(|draft| draft.get("content"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                let content = self.drafts.get(id).map(|draft| draft.content().to_owned());
                 if let Some(content) = content {
                     self.reject(ProposalKind::NewFact, &content, RejectReason::Evicted);
                 }
@@ -814,7 +807,7 @@ impl<'a> Builder<'a> {
         let cap = self.creation_cap();
         let now = self.ctx.now;
         let mut consumed: HashSet<String> = HashSet::new();
-        let mut merged: Vec<FactDraft> = Vec::new();
+        let mut merged: Vec<Result<FactDraft, FactError>> = Vec::new();
         let mut merges = 0usize;
         for p in &update.facts_to_consolidate {
             if merges >= cfg.consolidation_max_groups_per_cycle {
@@ -901,24 +894,21 @@ impl<'a> Builder<'a> {
             let Some(id) = self.fresh_id() else {
                 continue;
             };
-            let mut d = Map::new();
-            d.insert("id".into(), Value::String(id.as_str().to_owned()));
-            d.insert("content".into(), Value::String(p.content.clone()));
-            d.insert("category".into(), Value::String(p.category.clone()));
-            d.insert("confidence".into(), json_f64(conf));
-            // Always UTC ISO-Z, whatever the sources' offsets (the reference appended `Z` to a
-            // non-UTC offset, giving an invalid timestamp).
-            d.insert("createdAt".into(), Value::String(newest.to_iso_z()));
-            d.insert("source".into(), Value::String("consolidation".into()));
-            d.insert("consolidatedFrom".into(), Value::from(p.source_ids.clone()));
-            d.insert("consolidatedAt".into(), Value::String(self.now_iso.clone()));
+            let mut d = FactDraft::identified(id.clone(), &p.content).and_then(|d| {
+                d.with_category(p.category.clone())
+                    .with_confidence(conf)?
+                    // Always UTC ISO-Z, whatever the sources' offsets (the reference appended
+                    // `Z` to a non-UTC offset, giving an invalid timestamp).
+                    .with_created_at(newest.to_iso_z())
+                    .with_source(FactSource::consolidation())
+                    .with_consolidated_from(p.source_ids.clone())
+                    .with("consolidatedAt", Value::String(self.now_iso.clone()))
+            });
             if !source_errors.is_empty() {
-                d.insert(
-                    "sourceError".into(),
-                    Value::String(source_errors.join("\n")),
-                );
+                let joined = Value::String(source_errors.join("\n"));
+                d = d.and_then(|d| d.with("sourceError", joined));
             }
-            d.insert("expected_valid_days".into(), json_i128(evd));
+            d = d.and_then(|d| d.with("expected_valid_days", json_i128(evd)));
             for id in &p.source_ids {
                 consumed.insert(id.clone());
             }
@@ -1010,10 +1000,6 @@ fn bounded(c: f64) -> f64 {
     } else {
         0.5
     }
-}
-
-fn json_f64(x: f64) -> Value {
-    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
 fn json_i128(x: i128) -> Value {

@@ -180,7 +180,7 @@ fn source_error_is_kept_only_when_non_blank() {
     assert!(
         !out.new_drafts
             .values()
-            .any(|d| d.get("sourceError") == Some(&json!("   ")))
+            .any(|d| d.extra("sourceError") == Some(&json!("   ")))
     );
 }
 
@@ -240,7 +240,7 @@ fn fact_gate_accepts_only_durable_descriptive_user_facts() {
     assert_eq!(contents(&out.document), vec!["Durable fact"]);
     let draft = out.new_drafts.values().next().unwrap();
     assert_eq!(
-        draft.keys().map(String::as_str).collect::<Vec<_>>(),
+        draft.keys().collect::<Vec<_>>(),
         vec![
             "id",
             "content",
@@ -1152,7 +1152,7 @@ fn changed_facts_carry_their_stored_revision() {
     let out = Fx::new().run(&d, &extend(json!([{"id": "a", "extend_by_days": 10}])));
     let cs = change_set(&d, &out);
     assert_eq!(cs.upserts.len(), 1);
-    assert_eq!(cs.upserts[0]["revision"], json!(4));
+    assert_eq!(cs.upserts[0].revision(), Some(4));
     assert_eq!(
         cs.upsert_revisions.unwrap()[&FactId::new("a").unwrap()],
         Some(4)

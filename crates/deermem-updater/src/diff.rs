@@ -139,11 +139,7 @@ mod tests {
         let ids: Vec<&str> = cs
             .upserts
             .iter()
-            .map(|d| {
-                d.get("id")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("")
-            })
+            .map(|d| d.id().map_or("", FactId::as_str))
             .collect();
         assert_eq!(ids, vec!["fact_a", "fact_n"]);
         let revs = cs.upsert_revisions.unwrap();

@@ -27,5 +27,5 @@ pub(crate) fn fact(v: Value) -> Fact {
         now: ts("2026-06-01T00:00:00Z"),
         new_id: &gen_id,
     };
-    normalize_fact(v.as_object().unwrap(), &ctx).unwrap()
+    normalize_fact(&v.try_into().unwrap(), &ctx).unwrap()
 }

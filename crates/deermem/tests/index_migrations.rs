@@ -194,7 +194,7 @@ async fn moving_the_old_lead_agent_bucket_reindexes_its_facts_under_the_default_
     s.upsert_fact(
         Some(&carol),
         &lead,
-        draft.as_object().expect("object").clone(),
+        deermem_core::FactDraft::try_from(draft).expect("draft"),
         None,
         None,
     )

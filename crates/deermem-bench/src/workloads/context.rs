@@ -28,7 +28,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
 pub(crate) async fn run_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Result<WorkloadResult> {
     let user = UserId::new("context@bench.example")?;
     let agent = AgentName::default_bucket();
-    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)?).await?;
     let mgr = manager(storage)?;
     anyhow::ensure!(mgr.warm().await == Some(true), "tiktoken table unavailable");
     let request = ContextRequest {

@@ -57,7 +57,7 @@ pub(crate) async fn get_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Result
     // Authentication mode `none` serves the user `default` to loopback callers.
     let user = UserId::default_user();
     let agent = AgentName::default_bucket();
-    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    seed_scope(&*storage, &user, &agent, env.drafts(env.sizes.scope_facts)?).await?;
     let mgr: Arc<dyn MemoryManager> = Arc::new(manager(storage)?);
     let server = Server::start(mgr.clone()).await?;
     let addr = server.addr;
@@ -152,19 +152,15 @@ pub(crate) async fn post_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Resul
     let clients = env.sizes.gateway_clients.clamp(1, 4);
     let total = (env.sizes.gateway_requests / 40).max(4);
     let per = total.div_ceil(clients);
-    let drafts = env.drafts(total);
+    let drafts = env.drafts(total)?;
     let mut bodies: Vec<Vec<u8>> = drafts
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let content = d
-                .get("content")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("bench fact");
             serde_json::to_vec(&serde_json::json!({
-                "content": format!("{content} (post {i})"),
-                "category": d.get("category").cloned().unwrap_or(serde_json::json!("context")),
-                "confidence": d.get("confidence").cloned().unwrap_or(serde_json::json!(0.9)),
+                "content": format!("{} (post {i})", d.content()),
+                "category": d.category().unwrap_or("context"),
+                "confidence": d.confidence().unwrap_or(0.9),
             }))
         })
         .collect::<Result<_, _>>()?;

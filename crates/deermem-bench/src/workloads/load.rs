@@ -14,7 +14,7 @@ async fn seeded(env: &Env) -> Result<(UserId, AgentName)> {
     let user = UserId::new("reader@bench.example")?;
     let agent = AgentName::default_bucket();
     let storage = open(&env.root, false)?;
-    seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    seed_scope(&storage, &user, &agent, env.drafts(env.sizes.scope_facts)?).await?;
     quiesce();
     Ok((user, agent))
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use deermem::SystemClock;
 use deermem_core::ports::{Clock, MemoryStorage};
-use deermem_core::{AgentName, ApplyOptions, ChangeSet, DeerMemConfig, UserId};
+use deermem_core::{AgentName, ApplyOptions, ChangeSet, DeerMemConfig, FactDraft, UserId};
 use deermem_storage_file::FileMemoryStorage;
 
 use crate::corpus::{self, CorpusFact};
@@ -128,19 +128,19 @@ impl Env {
     }
 
     /// `n` corpus facts (cycled) as drafts for a single scope.
-    pub fn drafts(&self, n: usize) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    ///
+    /// # Errors
+    /// A corpus fact no draft can be made of.
+    pub fn drafts(&self, n: usize) -> Result<Vec<FactDraft>> {
         (0..n)
             .map(|i| {
                 let f = &self.corpus[i % self.corpus.len()];
-                let mut d = f.draft();
+                let d = f.draft()?;
                 if i >= self.corpus.len() {
                     // Cycled facts get a distinct text so none is a duplicate.
-                    d.insert(
-                        "content".into(),
-                        serde_json::Value::String(format!("{} (copy {})", f.content, i)),
-                    );
+                    return Ok(d.with_content(&format!("{} (copy {})", f.content, i))?);
                 }
-                d
+                Ok(d)
             })
             .collect()
     }
@@ -210,7 +210,7 @@ pub(crate) async fn seed_scope(
     storage: &dyn MemoryStorage,
     user: &UserId,
     agent: &AgentName,
-    drafts: Vec<serde_json::Map<String, serde_json::Value>>,
+    drafts: Vec<FactDraft>,
 ) -> Result<()> {
     let mut drafts = drafts;
     while !drafts.is_empty() {
@@ -265,7 +265,7 @@ pub(crate) async fn seed_corpus(storage: &FileMemoryStorage, env: &Env) -> Resul
     let mut jobs = Vec::new();
     for ((user, agent), facts) in groups {
         let (u, a) = scope_ids(&user, agent.as_deref())?;
-        let drafts: Vec<_> = facts.iter().map(|f| f.draft()).collect();
+        let drafts: Vec<_> = facts.iter().map(|f| f.draft()).collect::<Result<_>>()?;
         jobs.push((u, a, drafts));
     }
     let scopes = jobs.len();

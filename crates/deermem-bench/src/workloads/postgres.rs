@@ -111,7 +111,7 @@ async fn write_fact(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let agent = AgentName::default_bucket();
     let n = env.sizes.write_fact;
     let mut rec = Recorder::start(n);
-    for d in env.drafts(n) {
+    for d in env.drafts(n)? {
         let t = Instant::now();
         storage
             .upsert_fact(Some(&user), &agent, d, None, None)
@@ -137,7 +137,7 @@ async fn seeded(db: &Db, env: &Env) -> Result<(UserId, AgentName)> {
         &db.storage(),
         &user,
         &agent,
-        env.drafts(env.sizes.scope_facts),
+        env.drafts(env.sizes.scope_facts)?,
     )
     .await?;
     Ok((user, agent))
@@ -191,7 +191,7 @@ async fn search(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let mut scopes = Vec::new();
     for ((u, a), facts) in &groups {
         let (u, a) = scope_ids(u, a.as_deref())?;
-        let drafts = facts.iter().map(|f| f.draft()).collect();
+        let drafts = facts.iter().map(|f| f.draft()).collect::<Result<_>>()?;
         seed_scope(&storage, &u, &a, drafts).await?;
         scopes.push(Scope::new(Some(u), Some(a)));
     }

@@ -68,7 +68,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
     let user = UserId::new("update@bench.example")?;
     let agent = AgentName::default_bucket();
     let file = open(&env.root, true)?;
-    seed_scope(&file, &user, &agent, env.drafts(env.sizes.scope_facts)).await?;
+    seed_scope(&file, &user, &agent, env.drafts(env.sizes.scope_facts)?).await?;
     quiesce();
     let original = file.load(Some(&user), Some(&agent)).await?;
     // The removal names the most confident fact: capacity eviction (which runs before the

@@ -28,7 +28,7 @@ pub(crate) async fn sequential(env: &Env) -> Result<WorkloadResult> {
     let agent = AgentName::default_bucket();
     let n = env.sizes.write_fact;
     let block = (n / 10).max(1);
-    let drafts = env.drafts(n);
+    let drafts = env.drafts(n)?;
     let mut floor_time = Duration::ZERO;
     let mut floor_ops = 0usize;
     let mut untimed = Duration::ZERO;
@@ -72,9 +72,9 @@ pub(crate) async fn parallel(env: &Env) -> Result<WorkloadResult> {
     let writers = env.sizes.writers.max(1);
     let n = env.sizes.write_parallel;
     let rounds = 10.min(n.max(1));
-    let mut drafts = env.drafts(n);
+    let mut drafts = env.drafts(n)?;
     let seq_n = env.sizes.write_fact;
-    let mut seq_drafts = env.drafts(seq_n);
+    let mut seq_drafts = env.drafts(seq_n)?;
     let seq_user = UserId::new("sequential@bench.example")?;
     let agent = AgentName::default_bucket();
     let mut samples = Vec::with_capacity(n);
@@ -154,7 +154,7 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
     let n = env.sizes.write_parallel;
     let user = UserId::new("shared@bench.example")?;
     let agent = AgentName::default_bucket();
-    let tasks = spread(env.drafts(n), writers)
+    let tasks = spread(env.drafts(n)?, writers)
         .into_iter()
         .map(|mine| (user.clone(), mine))
         .collect();

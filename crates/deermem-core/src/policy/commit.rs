@@ -45,11 +45,12 @@ impl CommitRequest {
 
     /// Validates a change set into a commit request, before any lock is taken: ids assigned
     /// (`fresh_id()` for a draft without one, written into the draft), each upsert's expected
-    /// revision (from `upsertRevisions`, else the draft's own `revision`), and the id rules.
+    /// revision (from `upsertRevisions`, else the draft's own typed `revision`), and the id
+    /// rules (a draft's id and revision were checked when the draft was built).
     ///
     /// # Errors
-    /// `InvalidInput`: fact changes without an agent, a malformed or duplicate id, an id both
-    /// upserted and deleted, an expected revision that is not null or an integer >= 1.
+    /// `InvalidInput`: fact changes without an agent, a duplicate id, an id both upserted and
+    /// deleted, an `upsertRevisions` value of 0.
     pub fn prepare(
         changes: ChangeSet,
         agent: Option<&AgentName>,
@@ -72,17 +73,11 @@ impl CommitRequest {
         };
         let mut seen: HashSet<FactId> = HashSet::new();
         for mut draft in changes.upserts {
-            let id = match draft.get("id") {
-                Some(v) if py::truthy(v) => {
-                    let text = py::py_str(v).unwrap_or_default();
-                    FactId::new(text).map_err(|_| StorageError::InvalidInput {
-                        field: "fact.id".into(),
-                        message: "fact.id may contain only letters, numbers, '_' and '-'".into(),
-                    })?
-                }
-                _ => {
+            let id = match draft.id() {
+                Some(id) => id.clone(),
+                None => {
                     let id = fresh_id();
-                    draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+                    draft.set_id(id.clone());
                     id
                 }
             };
@@ -92,14 +87,7 @@ impl CommitRequest {
             let expected = match changes.upsert_revisions.as_ref().and_then(|m| m.get(&id)) {
                 Some(Some(0)) => return Err(bad_revision()),
                 Some(e) => *e,
-                None => match draft.get("revision") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::Number(n)) => match n.as_u64() {
-                        Some(r) if r >= 1 => Some(r),
-                        _ => return Err(bad_revision()),
-                    },
-                    Some(_) => return Err(bad_revision()),
-                },
+                None => draft.revision(),
             };
             req.upsert_revisions.insert(id.clone(), expected);
             req.upserts.push((id, draft));
@@ -315,8 +303,13 @@ pub fn decide<E: From<StorageError>>(
                 }
                 _ => {}
             }
-            let mut draft = draft.clone();
-            draft.insert("id".into(), Value::String(id.as_str().to_owned()));
+            let owned;
+            let draft = if draft.id() == Some(id) {
+                draft
+            } else {
+                owned = draft.clone().with_id(id.clone());
+                &owned
+            };
             let ctx = NormalizeContext {
                 scope: &fact_scope,
                 existing: existing.as_ref().map(|e| &e.fact),
@@ -324,7 +317,7 @@ pub fn decide<E: From<StorageError>>(
                 // The draft carries its id, so no id is ever made here.
                 new_id: &|| id.clone(),
             };
-            let fact = normalize_fact(&draft, &ctx).map_err(StorageError::from)?;
+            let fact = normalize_fact(draft, &ctx).map_err(StorageError::from)?;
             let changed = existing
                 .as_ref()
                 .is_none_or(|e| e.foreign_owner || e.fact != fact);
@@ -392,10 +385,11 @@ mod tests {
     }
 
     fn draft(content: &str) -> FactDraft {
-        json!({"content": content, "category": "preference", "confidence": 0.9})
-            .as_object()
+        FactDraft::new(content)
             .unwrap()
-            .clone()
+            .with_category("preference")
+            .with_confidence(0.9)
+            .unwrap()
     }
 
     fn defaults() -> Result<(SummarySection, SummarySection), StorageError> {

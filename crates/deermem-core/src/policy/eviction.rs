@@ -315,7 +315,7 @@ mod tests {
             now,
             new_id: &new_fact_id,
         };
-        normalize_fact(v.as_object().unwrap(), &ctx).unwrap()
+        normalize_fact(&v.try_into().unwrap(), &ctx).unwrap()
     }
 
     fn worked_example() -> (Vec<Fact>, FactUsageMap, Timestamp) {

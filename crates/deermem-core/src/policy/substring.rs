@@ -138,7 +138,7 @@ mod tests {
             now: Timestamp::parse_iso("2026-01-01T00:00:00Z").expect("time"),
             new_id: &new_id,
         };
-        normalize_fact(draft.as_object().expect("object"), &ctx).expect("fact")
+        normalize_fact(&draft.try_into().expect("draft"), &ctx).expect("fact")
     }
 
     fn ids(hits: &[(f64, &Fact)]) -> Vec<String> {

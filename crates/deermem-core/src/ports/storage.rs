@@ -176,7 +176,7 @@ pub trait FactRepository: Send + Sync + Debug {
     /// Applies a change set atomically (see the contract above).
     ///
     /// # Errors
-    /// `ManifestConflict`, `FactConflict`, `InvalidInput` (bad drafts, duplicate ids, a fact
+    /// `ManifestConflict`, `FactConflict`, `InvalidInput` (duplicate ids, a fact
     /// both upserted and deleted, fact changes without an agent), `Corrupt`, `LockTimeout`, `Io`.
     async fn apply_changes(
         &self,
@@ -300,11 +300,11 @@ pub trait MemoryStorageExt: FactRepository {
         expected_fact_revision: Option<u64>,
     ) -> Result<ChangeResult, StorageError> {
         let mut fact = fact;
-        let id = match fact.get("id").and_then(Value::as_str) {
-            Some(id) => FactId::new(id)?,
+        let id = match fact.id() {
+            Some(id) => id.clone(),
             None => {
                 let id = self.new_fact_id();
-                fact.insert("id".into(), Value::String(id.as_str().to_owned()));
+                fact.set_id(id.clone());
                 id
             }
         };

@@ -35,7 +35,7 @@ struct Incoming {
 }
 
 /// Validates the facts of an import document: at most [`MAX_IMPORT_FACTS`] of them, valid,
-/// unique ids and bounded content.
+/// unique ids and bounded content, then each fact's fields (the draft's rules).
 fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, ManagerError> {
     if document.facts.len() > MAX_IMPORT_FACTS {
         return Err(too_many_facts(document.facts.len()));
@@ -59,12 +59,20 @@ fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, Mana
                 "memory_data.facts[{i}].content is too long (at most {MAX_MANUAL_CONTENT_CHARS} characters)"
             )));
         }
-        out.push(Incoming {
-            id,
-            draft: f.to_draft(),
-        });
+        out.push(id);
     }
-    Ok(out)
+    // The fields are checked once every id and length is (the order the checks had when the
+    // fields were only checked while scoring the facts for capacity).
+    out.into_iter()
+        .zip(&document.facts)
+        .enumerate()
+        .map(|(i, (id, f))| {
+            let draft = f
+                .to_draft()
+                .map_err(|e| memory_data(format!("memory_data.facts[{i}]: {e}")))?;
+            Ok(Incoming { id, draft })
+        })
+        .collect()
 }
 
 impl DeerMemManager {

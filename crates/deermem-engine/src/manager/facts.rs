@@ -5,15 +5,14 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use deermem_core::fact::{NormalizeContext, fact_title, normalize_fact};
+use deermem_core::fact::{FactSource, NormalizeContext, fact_title, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::ports::{FactAdmin, FactPatch, MemoryScope, NewFact};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactScope, InvalidInputCode,
-    ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactError, FactId, FactScope,
+    InvalidInputCode, ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId,
 };
 use deermem_pycompat::py;
-use serde_json::{Map, Value};
 
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
 use deermem_core::ports::MemoryStorageExt;
@@ -65,10 +64,6 @@ pub(super) fn validate_confidence(confidence: f64) -> Result<f64, ManagerError> 
             "confidence must be a finite number between 0 and 1",
         ))
     }
-}
-
-fn json_f64(x: f64) -> Value {
-    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
 fn duplicate() -> ManagerError {
@@ -193,13 +188,14 @@ impl FactAdmin for DeerMemManager {
             }
             id = self.unused_id(&snapshot, id)?;
             let now = self.clock.now();
-            let mut draft = Map::new();
-            draft.insert("id".into(), Value::String(id.as_str().to_owned()));
-            draft.insert("content".into(), Value::String(content.clone()));
-            draft.insert("category".into(), Value::String(category.clone()));
-            draft.insert("confidence".into(), json_f64(confidence));
-            draft.insert("createdAt".into(), Value::String(now.to_iso_z()));
-            draft.insert("source".into(), Value::String("manual".into()));
+            let draft = FactDraft::identified(id.clone(), &content)
+                .and_then(|d| {
+                    d.with_category(category.clone())
+                        .with_confidence(confidence)
+                })
+                .map_err(invalid_fact)?
+                .with_created_at(now.to_iso_z())
+                .with_source(FactSource::manual());
             let candidate = normalize_candidate(&draft, &fact_scope, now, &id)?;
             let mut all = snapshot.facts.clone();
             all.push(candidate);
@@ -276,7 +272,7 @@ impl FactAdmin for DeerMemManager {
             if content.is_none() && category.is_none() && confidence.is_none() {
                 return self.fresh_document(user.as_ref(), &agent).await;
             }
-            let draft = patched_draft(&stored, content.clone(), category.clone(), confidence);
+            let draft = patched_draft(&stored, content.as_deref(), category.clone(), confidence)?;
             match self
                 .storage
                 .upsert_fact(user.as_ref(), &agent, draft, None, Some(expected))
@@ -354,14 +350,17 @@ pub(super) fn normalize_candidate(
         now,
         new_id: &fallback,
     };
-    normalize_fact(draft, &ctx).map_err(|e| {
-        let code = match e.field() {
-            "content" => InvalidInputCode::Content,
-            "confidence" => InvalidInputCode::Confidence,
-            _ => InvalidInputCode::Other,
-        };
-        ManagerError::invalid(code, e.to_string())
-    })
+    normalize_fact(draft, &ctx).map_err(invalid_fact)
+}
+
+/// A fact the manager built or was sent that the fact rules refuse, with its stable code.
+pub(super) fn invalid_fact(e: FactError) -> ManagerError {
+    let code = match e.field() {
+        "content" => InvalidInputCode::Content,
+        "confidence" => InvalidInputCode::Confidence,
+        _ => InvalidInputCode::Other,
+    };
+    ManagerError::invalid(code, e.to_string())
 }
 
 /// The change set of a create: the new fact when it survived capacity (create-only), and the
@@ -398,27 +397,27 @@ fn creation_changes(
 /// (storage recomputes it for a non-core category), the same category keeps it.
 fn patched_draft(
     stored: &Fact,
-    content: Option<String>,
+    content: Option<&str>,
     category: Option<String>,
     confidence: Option<f64>,
-) -> FactDraft {
+) -> Result<FactDraft, ManagerError> {
     let mut draft = stored.to_draft();
     if let Some(c) = content {
         if stored.title == fact_title(None, &stored.content) {
-            draft.shift_remove("title");
+            draft.remove("title");
         }
-        draft.insert("content".into(), Value::String(c));
+        draft = draft.with_content(c).map_err(invalid_fact)?;
     }
     if let Some(c) = category {
         // Resending the stored category (an edit form always sends it) keeps the extension;
         // only a real change drops it, and storage derives a new one for a non-core category.
         if stored.category.as_deref() != Some(c.as_str()) {
-            draft.shift_remove("categoryExtension");
+            draft.remove("categoryExtension");
         }
-        draft.insert("category".into(), Value::String(c));
+        draft = draft.with_category(c);
     }
     if let Some(c) = confidence {
-        draft.insert("confidence".into(), json_f64(c));
+        draft = draft.with_confidence(c).map_err(invalid_fact)?;
     }
-    draft
+    Ok(draft)
 }

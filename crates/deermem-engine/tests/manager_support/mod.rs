@@ -446,7 +446,7 @@ pub fn competing_create(u: &str, a: &str, id: &str, content: &str, confidence: f
         user: Some(user(u)),
         agent: agent(a),
         changes: ChangeSet {
-            upserts: vec![draft.as_object().cloned().unwrap_or_default()],
+            upserts: vec![deermem_core::FactDraft::try_from(draft).expect("a valid draft")],
             ..ChangeSet::default()
         },
     }

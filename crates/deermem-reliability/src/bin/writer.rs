@@ -20,7 +20,7 @@ use std::sync::Arc;
 use deermem::SystemClock;
 use deermem_core::ports::Clock;
 use deermem_core::prelude::*;
-use deermem_core::{AgentName, DeerMemConfig, StorageError, UserId};
+use deermem_core::{AgentName, DeerMemConfig, FactDraft, FactId, StorageError, UserId};
 use deermem_reliability::workload::{self, LogLine, State};
 use deermem_storage_file::FileMemoryStorage;
 use rand::SeedableRng;
@@ -121,11 +121,9 @@ async fn concurrent_task(
                 }
                 None => (1, None),
             };
-            let mut d = serde_json::Map::new();
-            d.insert("id".into(), json!(counter));
-            d.insert("content".into(), json!(format!("count {count}")));
+            let mut d = FactDraft::identified(FactId::new(&counter)?, &format!("count {count}"))?;
             if let Some(r) = expected {
-                d.insert("revision".into(), json!(r));
+                d = d.with_revision(r)?;
             }
             let r = storage
                 .upsert_fact(Some(&user), &agent, d, Some(doc.revision), expected)
@@ -143,13 +141,16 @@ async fn concurrent_task(
         });
         // A create-only fact of this task: rebases over everyone else's commits.
         let own = format!("w{worker}_t{task}_i{i}");
-        let mut d = serde_json::Map::new();
-        d.insert("id".into(), json!(own));
-        d.insert("content".into(), json!(format!("own fact {own}")));
+        let d = FactId::new(&own)
+            .map_err(StorageError::from)
+            .and_then(|id| Ok(FactDraft::identified(id, &format!("own fact {own}"))?));
         out.push(
-            match storage
-                .upsert_fact(Some(&user), &agent, d, None, None)
-                .await
+            match async {
+                storage
+                    .upsert_fact(Some(&user), &agent, d?, None, None)
+                    .await
+            }
+            .await
             {
                 Ok(r) => json!({"user": uname, "id": own, "kind": "own", "revision": r.revision}),
                 Err(e) if e.is_conflict() => json!({"user": uname, "id": own, "kind": "conflict"}),

@@ -38,12 +38,7 @@ async fn a_python_writer_and_a_rust_writer_share_one_root() {
         .expect("python writer");
     let storage = support::storage(&root);
     for i in 0..n {
-        let mut d = serde_json::Map::new();
-        d.insert("id".into(), json!(format!("rs_{i}")));
-        d.insert(
-            "content".into(),
-            json!(format!("Written by Rust {i}: yes: no, 1:30")),
-        );
+        let d = deermem_core::FactDraft::try_from(json!({"id": format!("rs_{i}"), "content": format!("Written by Rust {i}: yes: no, 1:30")})).unwrap();
         storage
             .upsert_fact(Some(&uid), &agent, d, None, None)
             .await

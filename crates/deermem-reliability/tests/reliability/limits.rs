@@ -92,9 +92,8 @@ async fn a_large_fact_scope_stays_bounded() {
     let (u, a) = (UserId::new("alice").unwrap(), AgentName::default_bucket());
     // One commit through storage for the manifest, then facts written the way an operator's
     // bulk import or the reference would leave them (rendered by our writer).
-    let mut d = serde_json::Map::new();
-    d.insert("id".into(), json!("seed"));
-    d.insert("content".into(), json!("seed fact"));
+    let d =
+        deermem_core::FactDraft::try_from(json!({"id": "seed", "content": "seed fact"})).unwrap();
     storage
         .upsert_fact(Some(&u), &a, d, None, None)
         .await
@@ -102,12 +101,7 @@ async fn a_large_fact_scope_stays_bounded() {
     let scope = deermem_core::Scope::agent(&u, &a).to_fact_scope();
     let written = Instant::now();
     for i in 0..n {
-        let mut d = serde_json::Map::new();
-        d.insert("id".into(), json!(format!("bulk_{i}")));
-        d.insert(
-            "content".into(),
-            json!(format!("bulk fact {i} about topic{} and tea", i % 97)),
-        );
+        let d = deermem_core::FactDraft::try_from(json!({"id": format!("bulk_{i}"), "content": format!("bulk fact {i} about topic{} and tea", i % 97)})).unwrap();
         let ctx = deermem_core::fact::NormalizeContext {
             scope: &scope,
             existing: None,
@@ -186,9 +180,10 @@ async fn many_users_stay_isolated_and_listable() {
     let t = Instant::now();
     for i in 0..n {
         let u = UserId::new(format!("user{i}@example.com")).unwrap();
-        let mut d = serde_json::Map::new();
-        d.insert("id".into(), json!("only"));
-        d.insert("content".into(), json!(format!("the fact of user {i}")));
+        let d = deermem_core::FactDraft::try_from(
+            json!({"id": "only", "content": format!("the fact of user {i}")}),
+        )
+        .unwrap();
         storage
             .upsert_fact(Some(&u), &a, d, None, None)
             .await

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use deermem_core::ports::Clock;
 use deermem_core::prelude::*;
-use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, Timestamp, UserId};
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeSet, FactDraft, FactId, SummaryPatch, Timestamp, UserId,
+};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use serde_json::json;
 
@@ -31,15 +33,13 @@ async fn run(root: &str, create_only: bool) -> Result<u64, String> {
     let agent = AgentName::parse("agent-a").map_err(|e| e.to_string())?;
     if create_only {
         let draft = |id: &str, text: &str| {
-            json!({"id": id, "content": text})
-                .as_object()
-                .cloned()
-                .unwrap_or_default()
+            let id = FactId::new(id).map_err(|e| e.to_string())?;
+            FactDraft::identified(id, text).map_err(|e| e.to_string())
         };
         let changes = ChangeSet {
             upserts: vec![
-                draft("f4", "created by the crashing commit"),
-                draft("f5", "also created by the crashing commit"),
+                draft("f4", "created by the crashing commit")?,
+                draft("f5", "also created by the crashing commit")?,
             ],
             ..ChangeSet::default()
         };
@@ -59,19 +59,22 @@ async fn run(root: &str, create_only: bool) -> Result<u64, String> {
         .map_err(|e| e.to_string())?
         .ok_or("f1 missing")?;
     let mut d1 = f1.to_draft();
-    d1.insert(
-        "content".into(),
-        json!("f1 rewritten by the crashing commit"),
-    );
-    d1.insert("title".into(), json!(""));
-    let d4 = json!({"id": "f4", "content": "created by the crashing commit"});
+    d1.remove("title");
+    let d1 = d1
+        .with_content("f1 rewritten by the crashing commit")
+        .map_err(|e| e.to_string())?;
+    let d4 = FactDraft::identified(
+        FactId::new("f4").map_err(|e| e.to_string())?,
+        "created by the crashing commit",
+    )
+    .map_err(|e| e.to_string())?;
     let mut user_patch = serde_json::Map::new();
     user_patch.insert(
         "workContext".into(),
         json!({"summary": "crashing commit", "updatedAt": "now"}),
     );
     let changes = ChangeSet {
-        upserts: vec![d1, d4.as_object().cloned().unwrap_or_default()],
+        upserts: vec![d1, d4],
         deletes: vec![FactId::new("f2").map_err(|e| e.to_string())?],
         summaries: Some(SummaryPatch {
             user: Some(user_patch),

@@ -43,8 +43,10 @@ fn two_instances_on_threads_never_lose_a_write() {
                                     .parse::<u64>()
                                     .unwrap();
                                 let mut d = f.to_draft();
-                                d.insert("content".into(), json!(format!("count {}", n + 1)));
-                                d.insert("title".into(), json!(""));
+                                d = d
+                                    .with("content", json!(format!("count {}", n + 1)))
+                                    .unwrap();
+                                d = d.with("title", json!("")).unwrap();
                                 (d, Some(f.revision))
                             }
                             None => (fact("counter", "count 1"), None),

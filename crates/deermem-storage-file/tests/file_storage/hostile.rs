@@ -1,7 +1,7 @@
 //! Hostile input: traversal ids and names, NUL, huge content, malformed files. Every case is a
 //! typed error or works; nothing outside the root is touched and no data is lost.
 
-use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, StorageError, UserId};
+use deermem_core::{AgentName, FactDraft, FactId, StorageError, UserId};
 use serde_json::json;
 
 use crate::support::*;
@@ -32,20 +32,10 @@ async fn traversal_ids_never_leave_the_root() {
             raw
         );
     }
-    // Hostile draft ids are typed errors.
+    // Hostile draft ids are typed errors, with the storage error's field, before any write.
     for bad in ["../../sentinel", "a/b", "x\u{0}y", "é"] {
-        let err = s
-            .apply_changes(
-                Some(&user("u")),
-                Some(&agent("a")),
-                ChangeSet {
-                    upserts: vec![draft(json!({"id": bad, "content": "x"}))],
-                    ..ChangeSet::default()
-                },
-                ApplyOptions::default(),
-            )
-            .await
-            .unwrap_err();
+        let err = FactDraft::try_from(json!({"id": bad, "content": "x"})).unwrap_err();
+        let err = StorageError::from(err);
         assert!(
             matches!(&err, StorageError::InvalidInput { field, .. } if field == "fact.id"),
             "{bad:?}: {err:?}"
@@ -219,8 +209,8 @@ async fn a_fact_in_the_wrong_shard_is_listed_but_not_addressable() {
     );
     // An update then writes the canonical copy; the listing shows the id once, the canonical.
     let mut d = doc.facts[0].to_draft();
-    d.insert("content".into(), serde_json::json!("rewritten"));
-    d.insert("title".into(), serde_json::json!(""));
+    d = d.with("content", serde_json::json!("rewritten")).unwrap();
+    d = d.with("title", serde_json::json!("")).unwrap();
     s.upsert_fact(Some(&u), &a, d, None, None).await.unwrap();
     let doc = s.reload(Some(&u), Some(&a)).await.unwrap();
     assert_eq!(doc.facts.len(), 1);

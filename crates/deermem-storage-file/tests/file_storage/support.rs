@@ -25,7 +25,7 @@ pub(crate) fn agent(s: &str) -> AgentName {
 }
 
 pub(crate) fn draft(v: Value) -> FactDraft {
-    v.as_object().unwrap().clone()
+    FactDraft::try_from(v).unwrap()
 }
 
 pub(crate) fn fact(id: &str, content: &str) -> FactDraft {

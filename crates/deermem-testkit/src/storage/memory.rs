@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use deermem_core::fact::{FactScope, NormalizeContext, normalize_fact};
+use deermem_core::fact::{FactDraft, FactScope, NormalizeContext, normalize_fact};
 use deermem_core::policy::commit::{self, CommitRequest, CurrentRecord, Decision, StoredFact};
 use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::policy::metadata;
@@ -77,7 +77,8 @@ impl InMemoryStorage {
             now: self.clock.now(),
             new_id: &fresh_id,
         };
-        let again = normalize_fact(&fact.to_internal_map(), &ctx).map_err(|e| {
+        let draft = FactDraft::from_json(fact.to_internal_map());
+        let again = draft.and_then(|d| normalize_fact(&d, &ctx)).map_err(|e| {
             StorageError::corrupt(format!(
                 "stored fact '{}' no longer validates: {e}",
                 fact.id

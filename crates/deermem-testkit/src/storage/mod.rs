@@ -14,10 +14,10 @@ use std::sync::Arc;
 use deermem_core::policy::eviction::{EvictedFact, EvictionDecision, EvictionPolicy};
 use deermem_core::ports::{ListQuery, MemoryStorage};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, MatchType, Scope, SearchQuery,
-    StorageError, SummaryPatch, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactSource, MatchType, Scope,
+    SearchQuery, StorageError, SummaryPatch, Timestamp, UserId,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::clock::ManualClock;
 
@@ -49,17 +49,19 @@ fn fid(s: &str) -> FactId {
     FactId::new(s).unwrap_or_else(|e| panic!("test fact id {s:?}: {e}"))
 }
 
-fn draft(v: Value) -> FactDraft {
-    match v {
-        Value::Object(m) => m,
-        other => panic!("draft must be an object, got {other}"),
-    }
+fn new_fact(id: &str, content: &str) -> FactDraft {
+    FactDraft::identified(fid(id), content)
+        .and_then(|d| d.with_category("preference").with_confidence(0.8))
+        .unwrap_or_else(|e| panic!("test draft: {e}"))
+        .with_source(FactSource::manual())
 }
 
-fn new_fact(id: &str, content: &str) -> FactDraft {
-    draft(
-        json!({"id": id, "content": content, "category": "preference", "confidence": 0.8, "source": "manual"}),
-    )
+/// A stored fact's draft with new content and the title derived from it again.
+fn edited(fact: &Fact, content: &str) -> FactDraft {
+    let mut d = fact.to_draft();
+    d.remove("title");
+    d.with_content(content)
+        .unwrap_or_else(|e| panic!("test content: {e}"))
 }
 
 fn ts(s: &str) -> Timestamp {
@@ -162,9 +164,7 @@ pub async fn create_update_delete_round_trip(f: StorageFixture) {
     assert_eq!(got.as_ref(), Some(&fact));
 
     f.clock.advance_secs(60);
-    let mut d = fact.to_draft();
-    d.insert("content".into(), json!("Likes green tea"));
-    d.insert("title".into(), json!(""));
+    let d = edited(&fact, "Likes green tea");
     let updated = f
         .storage
         .upsert_fact(Some(&u), &a, d, Some(1), Some(1))
@@ -224,9 +224,7 @@ pub async fn identical_upsert_is_a_noop(f: StorageFixture) {
 pub async fn stale_fact_revision_is_a_fact_conflict(f: StorageFixture) {
     let (u, a) = (user("alice"), agent("agent-a"));
     let fact = create(&f, &u, &a, "f1", "Likes tea").await;
-    let mut d = fact.to_draft();
-    d.insert("content".into(), json!("changed"));
-    d.insert("title".into(), json!(""));
+    let d = edited(&fact, "changed");
     let r = f
         .storage
         .upsert_fact(Some(&u), &a, d.clone(), None, Some(1))
@@ -234,8 +232,7 @@ pub async fn stale_fact_revision_is_a_fact_conflict(f: StorageFixture) {
         .unwrap();
     assert_eq!(r.upserted_facts[0].revision, 2);
     // Stale expected revision.
-    let mut stale = d.clone();
-    stale.insert("content".into(), json!("again"));
+    let stale = d.clone().with_content("again").unwrap();
     let err = f
         .storage
         .upsert_fact(Some(&u), &a, stale.clone(), None, Some(1))
@@ -258,8 +255,7 @@ pub async fn stale_fact_revision_is_a_fact_conflict(f: StorageFixture) {
         .unwrap_err();
     assert!(err.to_string().contains("must not already exist"), "{err}");
     // A draft carrying revision 1 for an absent fact is a conflict too.
-    let mut ghost = new_fact("ghost", "x");
-    ghost.insert("revision".into(), json!(1));
+    let ghost = new_fact("ghost", "x").with_revision(1).unwrap();
     let err = f
         .storage
         .apply_changes(
@@ -353,17 +349,13 @@ pub async fn disjoint_point_operation_rebases(f: StorageFixture) {
     let f2 = create(&f, &u, &a, "f2", "two").await;
     let snapshot_rev = 2;
     // Someone else changes f1.
-    let mut d1 = f1.to_draft();
-    d1.insert("content".into(), json!("one changed"));
-    d1.insert("title".into(), json!(""));
+    let d1 = edited(&f1, "one changed");
     f.storage
         .upsert_fact(Some(&u), &a, d1, Some(2), Some(1))
         .await
         .unwrap();
     // Our stale-snapshot change to f2 rebases.
-    let mut d2 = f2.to_draft();
-    d2.insert("content".into(), json!("two changed"));
-    d2.insert("title".into(), json!(""));
+    let d2 = edited(&f2, "two changed");
     let r = f
         .storage
         .upsert_fact(Some(&u), &a, d2, Some(snapshot_rev), Some(1))
@@ -371,9 +363,7 @@ pub async fn disjoint_point_operation_rebases(f: StorageFixture) {
         .unwrap();
     assert_eq!(r.revision, 4);
     // Our stale-snapshot change to f1 does not.
-    let mut stale = f1.to_draft();
-    stale.insert("content".into(), json!("lost update"));
-    stale.insert("title".into(), json!(""));
+    let stale = edited(&f1, "lost update");
     let err = f
         .storage
         .upsert_fact(Some(&u), &a, stale, Some(snapshot_rev), Some(1))
@@ -421,9 +411,7 @@ pub async fn results_hold_only_the_delta(f: StorageFixture) {
     let f1 = create(&f, &u, &a, "f1", "one").await;
     let f2 = create(&f, &u, &a, "f2", "two").await;
     create(&f, &u, &a, "f3", "three").await;
-    let mut d1 = f1.to_draft();
-    d1.insert("content".into(), json!("one changed"));
-    d1.insert("title".into(), json!(""));
+    let d1 = edited(&f1, "one changed");
     let r = f
         .storage
         .apply_changes(
@@ -690,15 +678,9 @@ pub async fn invalid_inputs_are_rejected(f: StorageFixture) {
             "fact.status",
         ),
     ] {
-        let err = apply(
-            ChangeSet {
-                upserts: vec![draft(bad.clone())],
-                ..ChangeSet::default()
-            },
-            Some(a.clone()),
-        )
-        .await
-        .unwrap_err();
+        // An invalid fact never reaches storage: its draft is refused, with the error storage
+        // reports for it.
+        let err = StorageError::from(FactDraft::try_from(bad.clone()).unwrap_err());
         assert!(
             matches!(&err, StorageError::InvalidInput { field: got, .. } if got == field),
             "{bad}: {err:?}"
@@ -715,11 +697,12 @@ pub async fn list_facts_pages_without_hidden_cap(f: StorageFixture) {
     let (u, a) = (user("alice"), agent("agent-a"));
     let drafts: Vec<FactDraft> = (0..150)
         .map(|i| {
-            let mut d = new_fact(&format!("f{i:03}"), &format!("fact number {i}"));
+            let d = new_fact(&format!("f{i:03}"), &format!("fact number {i}"));
             if i % 2 == 0 {
-                d.insert("category".into(), json!("goal"));
+                d.with_category("goal")
+            } else {
+                d
             }
-            d
         })
         .collect();
     f.storage
@@ -926,8 +909,7 @@ pub async fn save_replaces_the_agent_fact_set(f: StorageFixture) {
 /// A created fact keeps the revision it was created with.
 pub async fn created_fact_keeps_given_revision(f: StorageFixture) {
     let (u, a) = (user("alice"), agent("agent-a"));
-    let mut d = new_fact("f1", "one");
-    d.insert("revision".into(), json!(3));
+    let d = new_fact("f1", "one").with_revision(3).unwrap();
     let r = f
         .storage
         .upsert_fact(Some(&u), &a, d, None, None)
@@ -952,7 +934,7 @@ pub async fn missing_ids_are_generated(f: StorageFixture) {
             Some(&u),
             Some(&a),
             ChangeSet {
-                upserts: vec![draft(json!({"content": "no id"}))],
+                upserts: vec![FactDraft::new("no id").unwrap()],
                 ..ChangeSet::default()
             },
             ApplyOptions::default(),
@@ -972,11 +954,13 @@ pub async fn search_falls_back_to_substring(f: StorageFixture) {
     if f.storage.capabilities().retrieval {
         return;
     }
-    let mut hi = new_fact("hi", "Uses PYTHON daily");
-    hi.insert("confidence".into(), json!(0.9));
-    let mut lo = new_fact("lo", "python scripts");
-    lo.insert("confidence".into(), json!(0.3));
-    lo.insert("category".into(), json!("goal"));
+    let hi = new_fact("hi", "Uses PYTHON daily")
+        .with_confidence(0.9)
+        .unwrap();
+    let lo = new_fact("lo", "python scripts")
+        .with_confidence(0.3)
+        .unwrap()
+        .with_category("goal");
     f.storage
         .apply_changes(
             Some(&u),

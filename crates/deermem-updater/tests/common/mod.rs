@@ -100,7 +100,7 @@ impl SpyStorage {
         let changes = ChangeSet {
             upserts: facts
                 .into_iter()
-                .map(|f| f.as_object().unwrap().clone())
+                .map(|f| FactDraft::try_from(f).unwrap())
                 .collect(),
             ..ChangeSet::default()
         };
@@ -311,9 +311,4 @@ impl Write for Writer {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// Unused drafts helper to keep the `FactDraft` import meaningful in every test crate.
-pub fn draft(v: serde_json::Value) -> FactDraft {
-    v.as_object().unwrap().clone()
 }

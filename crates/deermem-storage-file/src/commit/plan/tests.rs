@@ -255,7 +255,7 @@ impl Case {
             user_id: Some(owner.to_owned()),
             agent_name: Some(agent().as_str().to_owned()),
         };
-        let draft: FactDraft = serde_json::from_value(json!({
+        let draft = FactDraft::try_from(json!({
             "id": IDS[i],
             "content": CONTENTS[s.content],
             "revision": s.revision,
@@ -303,10 +303,9 @@ impl Case {
             ..CommitRequest::default()
         };
         for u in &self.upserts {
-            let mut draft = Map::new();
-            draft.insert("content".into(), json!(CONTENTS[u.content]));
+            let mut draft = FactDraft::new(CONTENTS[u.content]).unwrap();
             if let Some(r) = self.resolve(u.draft_revision, u.id) {
-                draft.insert("revision".into(), json!(r));
+                draft = draft.with_revision(r).unwrap();
             }
             match u.precondition {
                 Precondition::Unchecked => {}
