@@ -263,7 +263,7 @@ async fn put_all(storage: &PgStorage, user: &UserId, agent: &AgentName, drafts: 
             ChangeSet {
                 upserts: drafts
                     .into_iter()
-                    .map(|d| d.as_object().unwrap().clone())
+                    .map(|d| deermem_core::FactDraft::try_from(d).unwrap())
                     .collect(),
                 ..ChangeSet::default()
             },
