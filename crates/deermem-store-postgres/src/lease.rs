@@ -170,7 +170,7 @@ impl LeaseHub {
         // Operators (and tests) find a replica's listener by its application name.
         connector
             .pg
-            .application_name(&format!("deermem-lease-{holder}"));
+            .application_name(format!("deermem-lease-{holder}"));
         Arc::new(Self {
             holder,
             lease,
