@@ -228,9 +228,11 @@ fn postgres_workloads_run_at_smoke_size() {
             "write_fact",
             "load_scope_cold",
             "load_scope_warm",
+            "load_scope_warm_revision_check",
             "search",
             "revision_check",
             "get_context",
+            "get_context_revision_check",
             "gateway_get",
             "gateway_post"
         ]

@@ -20,7 +20,8 @@ mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, MAX_EMBEDDING_BATCH};
 pub use postgres::{
-    MAX_POSTGRES_POOL_SIZE, PostgresSettings, PostgresTls, PostgresTlsMode, env_reference,
+    MAX_POSTGRES_POOL_SIZE, PostgresCoherence, PostgresSettings, PostgresTls, PostgresTlsMode,
+    env_reference,
 };
 
 pub use shown::{shown_backend_config, url_without_credentials};
@@ -1162,6 +1163,18 @@ mod tests {
         assert_eq!((p.pool_size, p.schema.as_str()), (4, "deermem"));
         assert_eq!(p.connect_timeout_seconds, 2.0);
         assert_eq!(p.tls.mode, PostgresTlsMode::Disable);
+        assert_eq!(
+            (p.coherence, p.lease_seconds),
+            (PostgresCoherence::Lease, 2.0)
+        );
+        let c = parse(json!({"storage_class": "postgres", "postgres": {"url": "x",
+            "coherence": "revision_check", "lease_seconds": "0.5"}}))
+        .unwrap();
+        let p = c.postgres.as_ref().unwrap();
+        assert_eq!(
+            (p.coherence, p.lease_seconds),
+            (PostgresCoherence::RevisionCheck, 0.5)
+        );
         // The substring scan may still be chosen explicitly.
         let c = parse(
             json!({"storage_class": "postgres", "retrieval_adapter": "", "postgres": {"url": "x"}}),
@@ -1188,6 +1201,14 @@ mod tests {
             (
                 json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 0}}),
                 "postgres.pool_size",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "lease_seconds": 0}}),
+                "postgres.lease_seconds",
+            ),
+            (
+                json!({"storage_class": "postgres", "postgres": {"url": "x", "coherence": "x"}}),
+                "postgres.coherence",
             ),
             (
                 json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 257}}),

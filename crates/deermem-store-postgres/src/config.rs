@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::PgError;
+use crate::lease::Coherence;
 
 /// How the connection is protected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -57,6 +58,16 @@ pub struct PostgresConfig {
     /// Transport security.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// How a replica's cache stays coherent with the other replicas' writes: `lease`
+    /// (default; a warm read runs no statement) or `revision_check` (the user's row read on
+    /// every load).
+    #[serde(default)]
+    pub coherence: Coherence,
+    /// Seconds a read lease runs in the database (0.1 to 60, default 2): how long a dead
+    /// replica can delay a write to a user it read, and how often a replica renews the lease
+    /// of a user it keeps reading.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: f64,
 }
 
 fn default_pool_size() -> usize {
@@ -71,6 +82,14 @@ fn default_connect_timeout() -> f64 {
 fn default_statement_timeout() -> f64 {
     30.0
 }
+fn default_lease_seconds() -> f64 {
+    2.0
+}
+
+/// The shortest lease `lease_seconds` accepts.
+pub const MIN_LEASE_SECONDS: f64 = 0.1;
+/// The longest lease `lease_seconds` accepts.
+pub const MAX_LEASE_SECONDS: f64 = 60.0;
 
 /// The most connections one process may ask for.
 pub const MAX_POOL_SIZE: usize = 256;
@@ -86,6 +105,8 @@ impl fmt::Debug for PostgresConfig {
             .field("connect_timeout_seconds", &self.connect_timeout_seconds)
             .field("statement_timeout_seconds", &self.statement_timeout_seconds)
             .field("tls", &self.tls)
+            .field("coherence", &self.coherence)
+            .field("lease_seconds", &self.lease_seconds)
             .finish()
     }
 }
@@ -100,6 +121,8 @@ impl PostgresConfig {
             connect_timeout_seconds: default_connect_timeout(),
             statement_timeout_seconds: default_statement_timeout(),
             tls: TlsConfig::default(),
+            coherence: Coherence::default(),
+            lease_seconds: default_lease_seconds(),
         }
     }
 
@@ -219,6 +242,16 @@ impl PostgresConfig {
                 return Err(bad(key, "must be a number of seconds in (0, 86400]".into()));
             }
         }
+        if !(self.lease_seconds.is_finite()
+            && (MIN_LEASE_SECONDS..=MAX_LEASE_SECONDS).contains(&self.lease_seconds))
+        {
+            return Err(bad(
+                "lease_seconds",
+                format!(
+                    "must be a number of seconds in [{MIN_LEASE_SECONDS}, {MAX_LEASE_SECONDS}]"
+                ),
+            ));
+        }
         if self.tls.mode != TlsMode::VerifyFull && self.tls.ca_file.is_some() {
             // A CA file that would silently not be checked is a trap: say so.
             return Err(bad(
@@ -239,6 +272,11 @@ impl PostgresConfig {
     /// The statement timeout.
     pub fn statement_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.statement_timeout_seconds)
+    }
+
+    /// The read lease's length.
+    pub fn lease_duration(&self) -> Duration {
+        Duration::from_secs_f64(self.lease_seconds)
     }
 }
 
@@ -288,6 +326,19 @@ mod tests {
         assert_eq!(c.pool_size, 8);
         assert_eq!(c.schema, "deermem");
         assert_eq!(c.tls.mode, TlsMode::Disable);
+        assert_eq!(c.coherence, Coherence::Lease);
+        assert_eq!(c.lease_seconds, 2.0);
+        let c = PostgresConfig::from_value(&json!({"url": "postgres://h/db",
+            "coherence": "revision_check", "lease_seconds": 0.5}))
+        .unwrap();
+        assert_eq!(
+            (c.coherence, c.lease_duration()),
+            (Coherence::RevisionCheck, Duration::from_millis(500))
+        );
+        assert!(matches!(
+            PostgresConfig::from_value(&json!({"url": "x", "coherence": "sometimes"})),
+            Err(PgError::Config { .. })
+        ));
         for (patch, key) in [
             (json!({"pool_size": 0}), "postgres.pool_size"),
             (json!({"pool_size": 10_000}), "postgres.pool_size"),
@@ -310,6 +361,8 @@ mod tests {
                 "postgres.tls.ca_file",
             ),
             (json!({"url": "  "}), "postgres.url"),
+            (json!({"lease_seconds": 0}), "postgres.lease_seconds"),
+            (json!({"lease_seconds": 61}), "postgres.lease_seconds"),
         ] {
             let mut v = json!({"url": "postgres://u:pw@h/db"});
             for (k, x) in patch.as_object().unwrap() {

@@ -14,9 +14,11 @@
 //!   policy; each fact's search columns are written in the same transaction, and search runs
 //!   in the database (`tsvector` with the `simple` configuration, a GIN index, CJK bigrams,
 //!   FTS5's BM25; see `search`); each storage keeps the decoded facts of the scopes it read,
-//!   served only while the user's row (its revision and `xmin`, read on every load) is still
-//!   the one they were read under, so a replica never serves a scope older than the latest
-//!   commit;
+//!   labelled with the user's row (its revision and `xmin`) they were read under, and serves
+//!   them under a read lease without a statement ([`Coherence::Lease`]: every write revokes
+//!   the other replicas' leases and waits for them before it returns) or after reading the
+//!   row on every load ([`Coherence::RevisionCheck`]), so a replica never serves a scope
+//!   older than a write another replica acknowledged;
 //! - [`PgRetrieval`]: the retrieval port on its own `search_docs` table, searched the same way,
 //!   and a `VectorIndex` with its vectors in `doc_vectors`;
 //! - [`PgFactIndex`]: the storage's facts as a retrieval index with vectors (`fact_vectors`),
@@ -36,6 +38,7 @@ mod config;
 mod cursors;
 mod error;
 mod indexed;
+mod lease;
 mod repository;
 mod retrieval;
 mod run_journal;
@@ -46,10 +49,13 @@ mod stored;
 mod tls;
 mod vectors;
 
-pub use config::{MAX_POOL_SIZE, PostgresConfig, TlsConfig, TlsMode};
+pub use config::{
+    MAX_LEASE_SECONDS, MAX_POOL_SIZE, MIN_LEASE_SECONDS, PostgresConfig, TlsConfig, TlsMode,
+};
 pub use cursors::PgCursors;
 pub use error::PgError;
 pub use indexed::PgIndexedStorage;
+pub use lease::{Coherence, LeaseStats};
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;

@@ -6,6 +6,10 @@
 //! when a query holds no indexable term). Every fact write stores its search columns in the
 //! same transaction, so search always sees the committed facts.
 //!
+//! Loads serve a per-scope cache of decoded facts under a read lease on the user's bucket or
+//! after reading the user's row (see [`crate::lease`]); every commit revokes the other
+//! replicas' leases on the bucket before it returns.
+//!
 //! Facts are stored in the shape the Markdown files hold them (front matter with `user_id` and
 //! `agent_name` in place, then `title` and `content`), as `json` so that key order survives:
 //! what is read back normalises to the very fact that was written.
@@ -31,6 +35,7 @@ use deermem_core::{
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
+use crate::lease::{Coherence, FENCE_SQL, GRANT_SQL, LeasedUser};
 use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
 use crate::stored::{
@@ -58,6 +63,13 @@ pub struct PgStorage {
 /// A scope as the cache knows it: the requesting raw user id (facts are normalised for it) and
 /// the agent.
 type ScopeKey = (Option<String>, String);
+
+fn scope_key(user: Option<&UserId>, agent: &AgentName) -> ScopeKey {
+    (
+        user.map(|u| u.as_str().to_owned()),
+        agent.as_str().to_owned(),
+    )
+}
 
 /// The decoded facts of a scope and the version of the user's row they were read under.
 #[derive(Clone)]
@@ -145,6 +157,9 @@ const USER_SQL: &str = "SELECT revision, version, summaries::text, coalesce(last
 /// The user's row, locked for the commit.
 const USER_SQL_LOCKED: &str = "SELECT revision, version, summaries::text, \
      coalesce(last_updated, ''), xmin::text FROM users WHERE bucket = $1 FOR UPDATE";
+/// A user's row created, empty, when missing (a commit then locks it).
+const CREATE_USER_SQL: &str =
+    "INSERT INTO users (bucket) VALUES ($1) ON CONFLICT (bucket) DO NOTHING";
 /// A scope's facts in id order.
 const FACTS_SQL: &str = "SELECT fact::text FROM facts WHERE bucket = $1 AND agent = $2 \
      ORDER BY id COLLATE \"C\"";
@@ -206,34 +221,26 @@ impl PgStorage {
         }
     }
 
-    /// The facts of a scope for a load that read the user's row as `row` (`None`: never
-    /// written): the cached ones when they were read under the same row version, else read
-    /// from the database and cached under that version. The row is read first, on every load,
-    /// so a scope older than the latest committed revision is never served; facts read after
-    /// it may be newer than it, and are then re-read on the next load (the version differs).
+    /// The facts of a scope for a load under the user's row version `version` (`None`: the
+    /// user was never written): the cached ones when they were read under the same version,
+    /// else read from the database and cached under it. The version is read first (on every
+    /// load, or when the lease was granted), so a scope older than the latest committed
+    /// revision is never served; facts read after it may be newer than it, and are then
+    /// re-read on a later load (the version differs).
     async fn scope_facts(
         &self,
         client: &deadpool_postgres::ClientWrapper,
         user: Option<&UserId>,
         agent: &AgentName,
-        row: Option<&UserRow>,
+        version: Option<RowVersion>,
     ) -> Result<Facts, StorageError> {
-        let Some(row) = row else {
+        let Some(version) = version else {
             // Nothing committed: no facts to keep (a row may exist with revision 0).
             return Ok(self.facts_of(client, user, agent).await?.into());
         };
-        let version = RowVersion {
-            revision: row.revision,
-            xmin: row.xmin.clone(),
-        };
-        let key: ScopeKey = (
-            user.map(|u| u.as_str().to_owned()),
-            agent.as_str().to_owned(),
-        );
-        if let Some(hit) = self.cache.lock().get(&key)
-            && hit.version == version
-        {
-            return Ok(hit.facts.clone());
+        let key = scope_key(user, agent);
+        if let Some(facts) = self.cached(&key, &version) {
+            return Ok(facts);
         }
         let facts: Facts = self.facts_of(client, user, agent).await?.into();
         let mut cache = self.cache.lock();
@@ -248,6 +255,74 @@ impl PgStorage {
             },
         );
         Ok(facts)
+    }
+
+    /// The cached facts of `key` when they were read under `version`.
+    fn cached(&self, key: &ScopeKey, version: &RowVersion) -> Option<Facts> {
+        self.cache
+            .lock()
+            .get(key)
+            .filter(|hit| &hit.version == version)
+            .map(|hit| hit.facts.clone())
+    }
+
+    /// A load under a valid lease on the user's bucket: no statement when the scope's facts
+    /// are cached under the leased row, else only the facts are read.
+    async fn load_leased(
+        &self,
+        user: Option<&UserId>,
+        agent: Option<&AgentName>,
+        leased: &LeasedUser,
+    ) -> Result<MemoryDocument, StorageError> {
+        let mut doc = MemoryDocument::empty(self.clock.now());
+        if let Some(agent) = agent {
+            let version = RowVersion {
+                revision: leased.revision,
+                xmin: leased.xmin.clone(),
+            };
+            doc.facts = match self.cached(&scope_key(user, agent), &version) {
+                Some(facts) => facts,
+                None => {
+                    let client = self.store.client().await.map_err(pool)?;
+                    self.scope_facts(&client, user, agent, Some(version))
+                        .await?
+                }
+            };
+        }
+        doc.version.clone_from(&leased.version);
+        doc.revision = leased.revision;
+        doc.last_updated.clone_from(&leased.last_updated);
+        doc.user = leased.user.clone();
+        doc.history = leased.history.clone();
+        Ok(doc)
+    }
+
+    /// The user's row read for a cold load in lease mode, taking a lease on the bucket when
+    /// the user has a committed revision (see [`GRANT_SQL`]).
+    async fn grant(
+        &self,
+        client: &deadpool_postgres::ClientWrapper,
+        b: &str,
+    ) -> Result<(Option<UserRow>, bool), StorageError> {
+        let stmt = prepared(client, GRANT_SQL).await?;
+        let hub = self.store.leases();
+        let row = client
+            .query_opt(&stmt, &[&b, &hub.holder(), &hub.lease().as_secs_f64()])
+            .await
+            .map_err(db("read the user and take a lease"))?;
+        let Some(r) = row else {
+            return Ok((None, false));
+        };
+        let revision: i64 = r.get(0);
+        let granted: i64 = r.get(5);
+        let row = UserRow {
+            revision: u64::try_from(revision).map_err(|e| corrupt("revision", e))?,
+            version: r.get(1),
+            summaries: r.get(2),
+            last_updated: r.get(3),
+            xmin: r.get(4),
+        };
+        Ok((Some(row).filter(|r| r.revision > 0), granted > 0))
     }
 
     async fn facts_of(
@@ -274,16 +349,29 @@ impl PgStorage {
     ) -> Result<ChangeResult, StorageError> {
         let now = self.clock.now();
         let b = bucket(user);
+        let fence = self.store.leases().fence(b);
         let mut client = self.store.client().await.map_err(pool)?;
+        let create = prepared(&client, CREATE_USER_SQL).await?;
+        let locked = prepared(&client, USER_SQL_LOCKED).await?;
+        let fenced = prepared(&client, FENCE_SQL).await?;
         let raw: &mut tokio_postgres::Client = &mut client;
         let tx = raw.transaction().await.map_err(db("begin"))?;
-        tx.execute(
-            "INSERT INTO users (bucket) VALUES ($1) ON CONFLICT (bucket) DO NOTHING",
-            &[&b],
-        )
-        .await
-        .map_err(db("create the user"))?;
-        let row = user_row(&tx, USER_SQL_LOCKED, b).await?;
+        // One pipelined round trip: the row created when missing, locked and read, and the
+        // other replicas' read leases on the bucket revoked under the lock.
+        let (_, row, revoked) = tokio::try_join!(
+            async {
+                tx.execute(&create, &[&b])
+                    .await
+                    .map_err(db("create the user"))
+            },
+            user_row(&tx, &locked, b),
+            async {
+                fence
+                    .revoke(&tx, &fenced)
+                    .await
+                    .map_err(db("revoke the read leases"))
+            },
+        )?;
         let record = row.as_ref().map(|r| CurrentRecord {
             revision: r.revision,
             needs_rewrite: false,
@@ -375,6 +463,8 @@ impl PgStorage {
         .await
         .map_err(db("write the user"))?;
         tx.commit().await.map_err(db("commit"))?;
+        // Acknowledged only once no other replica can serve the bucket as it was.
+        fence.settle(revoked).await;
         Ok(ChangeResult {
             version: DOCUMENT_VERSION.into(),
             revision: w.next_revision,
@@ -497,15 +587,50 @@ impl FactRepository for PgStorage {
         user: Option<&UserId>,
         agent: Option<&AgentName>,
     ) -> Result<MemoryDocument, StorageError> {
+        let b = bucket(user);
+        let leases = self.store.leases();
+        let lease_mode = self.store.coherence() == Coherence::Lease;
+        if lease_mode && let Some(leased) = leases.leased(b) {
+            return self.load_leased(user, agent, &leased).await;
+        }
         let client = self.store.client().await.map_err(pool)?;
         let mut doc = MemoryDocument::empty(self.clock.now());
-        let stmt = prepared(&client, USER_SQL).await?;
-        let row = user_row(&**client, &stmt, bucket(user)).await?;
+        // A lease is only taken while this replica listens for revocations.
+        let ticket = if lease_mode {
+            leases.begin_grant()
+        } else {
+            None
+        };
+        let (row, granted) = match &ticket {
+            Some(_) => self.grant(&client, b).await?,
+            None => {
+                let stmt = prepared(&client, USER_SQL).await?;
+                (user_row(&**client, &stmt, b).await?, false)
+            }
+        };
+        let version = row.as_ref().map(|r| RowVersion {
+            revision: r.revision,
+            xmin: r.xmin.clone(),
+        });
         if let Some(agent) = agent {
-            doc.facts = self.scope_facts(&client, user, agent, row.as_ref()).await?;
+            doc.facts = self.scope_facts(&client, user, agent, version).await?;
         }
         if let Some(r) = row {
             let (u, h) = sections_from(&r.summaries)?;
+            if let Some(ticket) = ticket.as_ref().filter(|_| granted) {
+                leases.install(
+                    b,
+                    ticket,
+                    LeasedUser {
+                        revision: r.revision,
+                        version: r.version.clone(),
+                        last_updated: r.last_updated.clone(),
+                        xmin: r.xmin.clone(),
+                        user: u.clone(),
+                        history: h.clone(),
+                    },
+                );
+            }
             doc.version = r.version;
             doc.revision = r.revision;
             doc.last_updated = r.last_updated;

@@ -2,8 +2,9 @@
 //! storage (`deermem migrate --from/--to`): [`PgStore::list_buckets`],
 //! [`PgStore::read_snapshot`] and [`PgStore::write_snapshot`] read and write one user bucket
 //! with every stored value kept (revisions, timestamps, the raw user id each fact records, the
-//! sidecars' key order). A write is one transaction with the user's row locked: a bucket is
-//! either wholly copied or untouched.
+//! sidecars' key order). A write is one transaction with the user's row locked and the
+//! replicas' read leases on the bucket revoked: a bucket is either wholly copied or untouched,
+//! and no replica serves it as it was once the write returns.
 
 use deermem_core::snapshot::{AgentSnapshot, UserSnapshot};
 use deermem_core::{AgentName, Timestamp};
@@ -11,6 +12,7 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 
 use crate::error::PgError;
+use crate::lease::FENCE_SQL;
 use crate::store::PgStore;
 use crate::stored::{decode_fact, decode_sections, encode_sections, write_fact, write_user};
 
@@ -85,7 +87,12 @@ impl PgStore {
             message: format!("its {what} does not fit a PostgreSQL bigint"),
         };
         let revision = i64::try_from(snapshot.revision).map_err(|_| too_big("revision"))?;
+        let fence = self.leases().fence(b);
         let mut client = self.client().await?;
+        let fenced = client
+            .prepare_cached(FENCE_SQL)
+            .await
+            .map_err(statement("prepare a statement"))?;
         let raw: &mut tokio_postgres::Client = &mut client;
         let tx = raw.transaction().await.map_err(statement("begin"))?;
         tx.execute(
@@ -94,9 +101,11 @@ impl PgStore {
         )
         .await
         .map_err(statement("create the user"))?;
-        tx.execute("SELECT 1 FROM users WHERE bucket = $1 FOR UPDATE", &[&b])
+        // The user's row locked and the replicas' read leases on the bucket revoked.
+        let revoked = fence
+            .revoke(&tx, &fenced)
             .await
-            .map_err(statement("lock the user"))?;
+            .map_err(statement("lock the user and revoke the read leases"))?;
         tx.execute("DELETE FROM facts WHERE bucket = $1", &[&b])
             .await
             .map_err(statement("replace the facts"))?;
@@ -134,7 +143,10 @@ impl PgStore {
                 .map_err(statement("write the metadata"))?;
             }
         }
-        tx.commit().await.map_err(statement("commit"))
+        tx.commit().await.map_err(statement("commit"))?;
+        // Replaced only once no replica can serve the bucket as it was.
+        fence.settle(revoked).await;
+        Ok(())
     }
 }
 

@@ -4,6 +4,7 @@
 //! this build.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
@@ -11,6 +12,7 @@ use tokio_postgres::config::SslMode;
 
 use crate::config::PostgresConfig;
 use crate::error::PgError;
+use crate::lease::{Coherence, Connector, LeaseHub, LeaseStats};
 use crate::tls;
 
 mod embedded {
@@ -29,11 +31,14 @@ pub struct MigrationOutcome {
     pub version: i64,
 }
 
-/// A pool of connections to DeerMem's schema.
+/// A pool of connections to DeerMem's schema, and this replica's read leases (see
+/// [`crate::PgStorage`] and `docs/postgres.md`): one holder per store and its clones.
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
     schema: String,
+    coherence: Coherence,
+    leases: Arc<LeaseHub>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -41,6 +46,7 @@ impl std::fmt::Debug for PgStore {
         let status = self.pool.status();
         f.debug_struct("PgStore")
             .field("schema", &self.schema)
+            .field("coherence", &self.coherence)
             .field("pool_size", &status.max_size)
             .field("pool_available", &status.available)
             .finish()
@@ -95,6 +101,11 @@ impl PgStore {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
+        // The lease listener's dedicated connection is made with the same settings.
+        let dedicated = Connector {
+            pg: pg.clone(),
+            tls: connector.clone(),
+        };
         let manager = match connector {
             None => Manager::from_config(pg, NoTls, manager_config),
             Some(tls) => Manager::from_config(pg, tls, manager_config),
@@ -112,6 +123,12 @@ impl PgStore {
         let store = Self {
             pool,
             schema: config.schema.clone(),
+            coherence: config.coherence,
+            leases: LeaseHub::new(
+                config.lease_duration(),
+                config.coherence == Coherence::Lease,
+                dedicated,
+            ),
         };
         drop(store.client().await?);
         Ok(store)
@@ -120,6 +137,32 @@ impl PgStore {
     /// The configured schema.
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// How this replica's storage keeps its cache coherent (`postgres.coherence`).
+    pub fn coherence(&self) -> Coherence {
+        self.coherence
+    }
+
+    /// This replica's lease holder id (its channel is `deermem_<id>`).
+    pub fn lease_holder(&self) -> &str {
+        self.leases.holder()
+    }
+
+    /// The lease counters of this replica (every clone of this store shares them).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.leases.stats()
+    }
+
+    /// A test hook: the listener waits `delay` before handling each revocation, as a slow
+    /// holder would (zero, the default, for none).
+    #[doc(hidden)]
+    pub fn delay_revocations_for_tests(&self, delay: std::time::Duration) {
+        self.leases.set_revocation_delay(delay);
+    }
+
+    pub(crate) fn leases(&self) -> &Arc<LeaseHub> {
+        &self.leases
     }
 
     /// A connection from the pool.

@@ -85,6 +85,35 @@ mod storage {
     deermem_testkit::storage_contract!(fixture());
 }
 
+/// The storage port's contract with `coherence: revision_check` (the user's row read on every
+/// load; the suite above runs with the default, read leases).
+mod storage_revision_check {
+    use std::sync::Arc;
+
+    use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::pgcluster::PgCluster;
+    use deermem_testkit::storage::{START, StorageFixture};
+
+    async fn fixture() -> StorageFixture {
+        let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = PostgresConfig::new(cluster.url());
+        c.schema = super::next_schema();
+        c.pool_size = 4;
+        c.coherence = Coherence::RevisionCheck;
+        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+        let clock = Arc::new(ManualClock::at(START));
+        StorageFixture {
+            storage: Arc::new(PgStorage::new(store, clock.clone(), 30.0, 200)),
+            clock,
+            guard: Box::new(cluster),
+        }
+    }
+
+    deermem_testkit::storage_contract!(fixture());
+}
+
 /// The retrieval port's contract, on the `search_docs` table.
 mod retrieval {
     use std::sync::Arc;

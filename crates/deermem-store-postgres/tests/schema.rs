@@ -51,6 +51,7 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
             "remote_cursors",
             "run_event_counters",
             "run_events",
+            "scope_leases",
             "search_docs",
             "users"
         ]

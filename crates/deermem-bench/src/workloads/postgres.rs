@@ -1,8 +1,10 @@
 //! The PostgreSQL workloads (`--store postgres`): `write_fact`, `load_scope_cold`,
 //! `load_scope_warm` and `search` through `PgStorage`, plus `revision_check` (one
-//! `SELECT revision` round trip, what a revision-checked replica cache would add to every
-//! read), and `get_context`, `gateway_get`, `gateway_post` as the file store runs them (the
-//! DeerMem manager, and the gateway's router on loopback, over `PgStorage`). Each runs against its own throwaway cluster started with the machine's PostgreSQL
+//! `SELECT revision` round trip, what a revision-checked replica cache adds to every read),
+//! and `get_context`, `gateway_get`, `gateway_post` as the file store runs them (the DeerMem
+//! manager, and the gateway's router on loopback, over `PgStorage`). The storage keeps its
+//! cache coherent with read leases (the default); `load_scope_warm_revision_check` and
+//! `get_context_revision_check` run the same with `coherence: revision_check`. Each runs against its own throwaway cluster started with the machine's PostgreSQL
 //! binaries with durable settings (`fsync`, full-page writes and `synchronous_commit` on), over
 //! loopback TCP, and removed afterwards.
 
@@ -13,7 +15,7 @@ use anyhow::{Context, Result, ensure};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, Scope, SearchQuery, UserId};
-use deermem_store_postgres::{PgStorage, PgStore, PostgresConfig};
+use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
 use deermem_testkit::pgcluster::PgCluster;
 
 use super::{Env, clock, config, scope_ids, seed_scope};
@@ -21,13 +23,15 @@ use crate::corpus;
 use crate::stats::{Recorder, WorkloadResult};
 
 /// Every PostgreSQL workload, in the order the report lists them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 10] = [
     "write_fact",
     "load_scope_cold",
     "load_scope_warm",
+    "load_scope_warm_revision_check",
     "search",
     "revision_check",
     "get_context",
+    "get_context_revision_check",
     "gateway_get",
     "gateway_post",
 ];
@@ -61,11 +65,41 @@ impl Db {
     fn storage(&self) -> PgStorage {
         storage(self.store.clone())
     }
+
+    /// A storage on a store of its own with `coherence`, its lease listener already
+    /// listening in lease mode (so the first loads take leases, as in a running replica).
+    async fn storage_with(&self, coherence: Coherence) -> Result<PgStorage> {
+        listening(&self.cluster, coherence).await
+    }
+}
+
+/// A storage on a store of its own with `coherence`; in lease mode its lease listener is
+/// started and listening before it is returned.
+async fn listening(cluster: &PgCluster, coherence: Coherence) -> Result<PgStorage> {
+    let store = connect_with(cluster, coherence).await?;
+    let s = storage(store.clone());
+    if coherence == Coherence::Lease {
+        let nobody = UserId::new("nobody@bench.example")?;
+        for _ in 0..1_000 {
+            s.load(Some(&nobody), None).await?;
+            if store.lease_stats().listens > 0 {
+                return Ok(s);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        anyhow::bail!("the lease listener did not start");
+    }
+    Ok(s)
 }
 
 async fn connect(cluster: &PgCluster) -> Result<PgStore> {
+    connect_with(cluster, Coherence::Lease).await
+}
+
+async fn connect_with(cluster: &PgCluster, coherence: Coherence) -> Result<PgStore> {
     let mut c = PostgresConfig::new(cluster.url());
     c.pool_size = 4;
+    c.coherence = coherence;
     PgStore::connect(&c).await.context("connecting")
 }
 
@@ -88,11 +122,19 @@ pub async fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
     let r = match name {
         "write_fact" => write_fact(&db, env).await,
         "load_scope_cold" => load_cold(&db, env).await,
-        "load_scope_warm" => load_warm(&db, env).await,
+        "load_scope_warm" => load_warm(&db, env, Coherence::Lease).await,
+        "load_scope_warm_revision_check" => load_warm(&db, env, Coherence::RevisionCheck).await,
         "search" => search(&db, env).await,
         "revision_check" => revision_check(&db, env).await,
         // The file store's workloads, over this storage.
-        "get_context" => super::context::run_on(env, Arc::new(db.storage())).await,
+        "get_context" => {
+            let s = db.storage_with(Coherence::Lease).await?;
+            super::context::run_on(env, Arc::new(s)).await
+        }
+        "get_context_revision_check" => {
+            let s = db.storage_with(Coherence::RevisionCheck).await?;
+            super::context::run_on(env, Arc::new(s)).await
+        }
         "gateway_get" => super::gateway::get_on(env, Arc::new(db.storage())).await,
         "gateway_post" => super::gateway::post_on(env, Arc::new(db.storage())).await,
         other => anyhow::bail!(
@@ -143,8 +185,8 @@ async fn seeded(db: &Db, env: &Env) -> Result<(UserId, AgentName)> {
     Ok((user, agent))
 }
 
-/// A new pool per load (connecting is untimed): the load's statements run on a connection that
-/// has never run them.
+/// A new pool per load (connecting, and starting the lease listener, is untimed): the load's
+/// statements run on a connection that has never run them, and it takes a read lease.
 async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let (user, agent) = seeded(db, env).await?;
     let n = env.sizes.load_cold;
@@ -152,7 +194,7 @@ async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
     let mut rec = Recorder::start(n);
     for _ in 0..n {
         let setup = Instant::now();
-        let storage = storage(connect(&db.cluster).await?);
+        let storage = listening(&db.cluster, Coherence::Lease).await?;
         untimed += setup.elapsed();
         let t = Instant::now();
         let doc = storage.load(Some(&user), Some(&agent)).await?;
@@ -164,12 +206,12 @@ async fn load_cold(db: &Db, env: &Env) -> Result<WorkloadResult> {
         .with("facts_per_scope", env.sizes.scope_facts.into()))
 }
 
-/// One storage, loads one after another: every load reads the user's row (the coherence
-/// check) and serves the cached facts while it is unchanged, the coherent read a replica
-/// serves.
-async fn load_warm(db: &Db, env: &Env) -> Result<WorkloadResult> {
+/// One storage, loads one after another, the coherent read a replica serves: under a read
+/// lease (`coherence: lease`) no statement runs; with `revision_check` every load reads the
+/// user's row and serves the cached facts while it is unchanged.
+async fn load_warm(db: &Db, env: &Env, coherence: Coherence) -> Result<WorkloadResult> {
     let (user, agent) = seeded(db, env).await?;
-    let storage = db.storage();
+    let storage = db.storage_with(coherence).await?;
     storage.load(Some(&user), Some(&agent)).await?;
     let n = env.sizes.load_warm;
     let mut rec = Recorder::start(n);

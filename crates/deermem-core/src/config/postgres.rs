@@ -34,6 +34,33 @@ pub struct PostgresSettings {
     pub statement_timeout_seconds: f64,
     /// Transport security.
     pub tls: PostgresTls,
+    /// How a replica's cache stays coherent with the other replicas' writes: `lease`
+    /// (default) or `revision_check`.
+    pub coherence: PostgresCoherence,
+    /// Seconds a replica's read lease on a user runs, [0.1, 60] (default 2).
+    #[serde(deserialize_with = "lease_seconds")]
+    pub lease_seconds: f64,
+}
+
+/// `backend_config.postgres.coherence`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PostgresCoherence {
+    /// Read leases revoked by every write: a warm read runs no statement.
+    #[default]
+    Lease,
+    /// The user's row read on every load.
+    RevisionCheck,
+}
+
+impl PostgresCoherence {
+    /// The config value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lease => "lease",
+            Self::RevisionCheck => "revision_check",
+        }
+    }
 }
 
 /// `backend_config.postgres.tls`.
@@ -80,6 +107,8 @@ impl Default for PostgresSettings {
             connect_timeout_seconds: 10.0,
             statement_timeout_seconds: 30.0,
             tls: PostgresTls::default(),
+            coherence: PostgresCoherence::default(),
+            lease_seconds: 2.0,
         }
     }
 }
@@ -93,6 +122,8 @@ impl std::fmt::Debug for PostgresSettings {
             .field("connect_timeout_seconds", &self.connect_timeout_seconds)
             .field("statement_timeout_seconds", &self.statement_timeout_seconds)
             .field("tls", &self.tls)
+            .field("coherence", &self.coherence)
+            .field("lease_seconds", &self.lease_seconds)
             .finish()
     }
 }
@@ -104,6 +135,17 @@ fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     } else {
         Err(serde::de::Error::custom(format!(
             "must be a number of seconds in (0, 86400] (got {f})"
+        )))
+    }
+}
+
+fn lease_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let f = lax::float(d)?;
+    if f.is_finite() && (0.1..=60.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "must be a number of seconds in [0.1, 60] (got {f})"
         )))
     }
 }

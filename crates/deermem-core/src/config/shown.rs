@@ -59,6 +59,8 @@ const POSTGRES: &[(&str, Shown)] = &[
     ("connect_timeout_seconds", Leaf),
     ("statement_timeout_seconds", Leaf),
     ("tls", Guarded(POSTGRES_TLS)),
+    ("coherence", Leaf),
+    ("lease_seconds", Leaf),
 ];
 
 /// DeerMem's `postgres.tls` section.

@@ -108,6 +108,8 @@ pub fn postgres_config(
         "connect_timeout_seconds": settings.connect_timeout_seconds,
         "statement_timeout_seconds": settings.statement_timeout_seconds,
         "tls": {"mode": settings.tls.mode.as_str(), "ca_file": settings.tls.ca_file},
+        "coherence": settings.coherence.as_str(),
+        "lease_seconds": settings.lease_seconds,
     });
     PostgresConfig::from_value(&value).map_err(|e| match e {
         PgError::Config { key, message } => {

@@ -1,0 +1,383 @@
+//! Read leases between replicas (`coherence: lease`): a replica serves a user from its cache
+//! without a statement while it holds a lease, and every write path revokes the other
+//! replicas' leases and waits for them before it returns, so a write acknowledged on one
+//! replica is seen at once on every other. A replica that dies delays writes by at most its
+//! lease; one whose listener connection fails drops its leases and renews them later. A write
+//! that skips the revocation is refused by the database.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use deermem_core::document::{ApplyOptions, ChangeSet, SummaryPatch};
+use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
+use deermem_core::{AgentName, MemoryDocument, Timestamp, UserId};
+use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+use deermem_testkit::clock::ManualClock;
+use deermem_testkit::pgcluster::PgCluster;
+use deermem_testkit::storage::START;
+use serde_json::json;
+
+/// How long a slow holder takes to answer a revocation in these tests: a writer that did not
+/// wait for the answer would return well before the holder drops its lease.
+const SLOW_HOLDER: Duration = Duration::from_millis(400);
+
+fn next_schema() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "lease_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+async fn replica(url: &str, schema: &str, lease_seconds: f64) -> (PgStore, Arc<PgStorage>) {
+    let mut c = PostgresConfig::new(url);
+    c.schema = schema.into();
+    c.pool_size = 3;
+    c.connect_timeout_seconds = 1.0;
+    c.coherence = Coherence::Lease;
+    c.lease_seconds = lease_seconds;
+    let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+    store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
+    (store, Arc::new(storage))
+}
+
+fn draft(content: &str) -> serde_json::Map<String, serde_json::Value> {
+    json!({"content": content, "category": "context", "confidence": 0.9})
+        .as_object()
+        .cloned()
+        .unwrap()
+}
+
+fn contents(doc: &MemoryDocument) -> Vec<String> {
+    let mut v: Vec<String> = doc.facts.iter().map(|f| f.content.clone()).collect();
+    v.sort();
+    v
+}
+
+/// Loads until `store`'s replica holds a lease on the user and serves a load without a
+/// statement (the listener connects in the background after the first load).
+async fn until_warm(store: &PgStore, s: &PgStorage, user: &UserId, agent: &AgentName) {
+    for _ in 0..500 {
+        let before = store.lease_stats().warm_reads;
+        s.load(Some(user), Some(agent)).await.unwrap();
+        if store.lease_stats().warm_reads > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no lease after 500 loads: {:?}", store.lease_stats());
+}
+
+/// One write path of B's, and what A must see right after it.
+type Check = fn(&MemoryDocument) -> bool;
+
+/// For every write path: A holds a lease and answers revocations slowly; B writes; A's very
+/// next load shows B's write. Fails when a writer returns before the holders have dropped
+/// their leases (A would serve its cached scope for another `SLOW_HOLDER`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_path_revokes_the_other_replicas_leases_before_it_returns() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, 30.0).await;
+    let (store_b, b) = replica(cluster.url(), &schema, 30.0).await;
+    let user = UserId::new("alice").unwrap();
+    let agent = AgentName::default_bucket();
+    b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    store_a.delay_revocations_for_tests(SLOW_HOLDER);
+
+    let now = Timestamp::parse_iso(START).unwrap();
+    let mut step = 0;
+    loop {
+        until_warm(&store_a, &a, &user, &agent).await;
+        let cached = a.load(Some(&user), Some(&agent)).await.unwrap();
+        let revocations = store_a.lease_stats().revocations;
+        let (name, check): (&str, Check) = match step {
+            0 => {
+                b.upsert_fact(Some(&user), &agent, draft("two"), None, None)
+                    .await
+                    .unwrap();
+                ("commit (create)", |d| contents(d) == ["one", "two"])
+            }
+            1 => {
+                let id = cached
+                    .facts
+                    .iter()
+                    .find(|f| f.content == "one")
+                    .unwrap()
+                    .id
+                    .clone();
+                b.delete_fact(Some(&user), &agent, &id, None, None)
+                    .await
+                    .unwrap();
+                ("commit (delete)", |d| contents(d) == ["two"])
+            }
+            2 => {
+                b.apply_changes(
+                    Some(&user),
+                    None,
+                    ChangeSet {
+                        summaries: Some(SummaryPatch {
+                            user: Some(
+                                json!({"workContext": {"summary": "writes Rust", "updatedAt": ""}})
+                                    .as_object()
+                                    .cloned()
+                                    .unwrap(),
+                            ),
+                            history: None,
+                        }),
+                        ..ChangeSet::default()
+                    },
+                    ApplyOptions::default(),
+                )
+                .await
+                .unwrap();
+                ("summaries", |d| {
+                    d.user.0.get("workContext").and_then(|w| w.get("summary"))
+                        == Some(&json!("writes Rust"))
+                })
+            }
+            3 => {
+                // An import saves a whole document: here one fact in place of the scope's.
+                let mut doc = b.load(Some(&user), Some(&agent)).await.unwrap();
+                let mut f = doc.facts[0].clone();
+                f.id = b.new_fact_id();
+                f.content = "imported".into();
+                doc.facts = vec![f].into();
+                b.save(Some(&user), Some(&agent), &doc, None).await.unwrap();
+                ("import (whole document)", |d| contents(d) == ["imported"])
+            }
+            4 => {
+                let mut snap = store_b
+                    .read_snapshot(user.bucket(), now)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                // The same revision, other facts: what `deermem migrate` may write.
+                for f in &mut snap.agents[0].facts {
+                    f.content = "migrated".into();
+                }
+                store_b.write_snapshot(&snap).await.unwrap();
+                ("snapshot replace", |d| contents(d) == ["migrated"])
+            }
+            5 => {
+                b.clear_all(Some(&user)).await.unwrap();
+                ("clear", |d| d.facts.is_empty())
+            }
+            _ => break,
+        };
+        let seen = a.load(Some(&user), Some(&agent)).await.unwrap();
+        let fresh = b.load(Some(&user), Some(&agent)).await.unwrap();
+        assert!(
+            check(&seen),
+            "{name}: A serves a scope older than B's acknowledged write: {:?} (B: {:?})",
+            contents(&seen),
+            contents(&fresh)
+        );
+        assert_eq!(seen.revision, fresh.revision, "{name}: the revision");
+        assert_eq!(seen.user, fresh.user, "{name}: the summaries");
+        assert!(
+            store_a.lease_stats().revocations > revocations,
+            "{name}: A's lease was revoked: {:?}",
+            store_a.lease_stats()
+        );
+        step += 1;
+    }
+    assert!(store_b.lease_stats().fenced_writes >= 6);
+    drop((a, b, store_a, store_b));
+    drop(cluster);
+}
+
+/// A warm load runs no statement: with every pooled connection taken, a replica holding a
+/// lease still serves the user (a load of a user it holds no lease on needs a connection and
+/// fails when none comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_load_under_a_lease_needs_no_connection() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store, s) = replica(cluster.url(), &schema, 60.0).await;
+    let user = UserId::new("bob").unwrap();
+    let agent = AgentName::parse("coder").unwrap();
+    s.upsert_fact(Some(&user), &agent, draft("kept"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store, &s, &user, &agent).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(store.client().await.unwrap());
+    }
+    let doc = s.load(Some(&user), Some(&agent)).await.unwrap();
+    assert_eq!(contents(&doc), ["kept"]);
+    let other = UserId::new("carol").unwrap();
+    assert!(s.load(Some(&other), Some(&agent)).await.is_err());
+    drop(held);
+}
+
+/// A holder that dies holding a lease (its listener gone, its lease row left behind) delays a
+/// write to that user until the lease runs out, and no longer: the write completes, and a new
+/// replica reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holder_delays_a_write_by_its_lease_at_most() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, 1.0).await;
+    let (store_b, b) = replica(cluster.url(), &schema, 1.0).await;
+    let user = UserId::new("dana").unwrap();
+    let agent = AgentName::default_bucket();
+    b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store_a, &a, &user, &agent).await;
+    let holder = store_a.lease_holder().to_owned();
+    // A dies: its storage and store go, the lease row stays.
+    drop((a, store_a));
+    let client = store_b.client().await.unwrap();
+    let left: i64 = client
+        .query_one(
+            "SELECT count(*) FROM scope_leases WHERE holder = $1 AND expires_at > now()",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let before = store_b.lease_stats();
+    let write = b.upsert_fact(Some(&user), &agent, draft("two"), None, None);
+    // Generous: the lease is 1 s; a write that waited for an answer forever would hang here.
+    tokio::time::timeout(Duration::from_secs(30), write)
+        .await
+        .expect("the write completes once the dead holder's lease has run out")
+        .unwrap();
+    if left == 1 {
+        assert_eq!(
+            store_b.lease_stats().expired_waits,
+            before.expired_waits + 1,
+            "B waited out the unanswered lease"
+        );
+    }
+    let (_, successor) = replica(cluster.url(), &schema, 1.0).await;
+    assert_eq!(
+        contents(&successor.load(Some(&user), Some(&agent)).await.unwrap()),
+        ["one", "two"]
+    );
+    let gone: i64 = client
+        .query_one(
+            "SELECT count(*) FROM scope_leases WHERE holder = $1",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(gone, 0, "the write deleted the dead holder's lease");
+}
+
+/// A holder whose listener connection fails drops every lease at once (its loads read the
+/// user's row again), listens again, answers writes, and renews its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_listener_drops_the_leases_and_they_are_renewed() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, 2.0).await;
+    let (store_b, b) = replica(cluster.url(), &schema, 2.0).await;
+    let user = UserId::new("erin").unwrap();
+    let agent = AgentName::default_bucket();
+    b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store_a, &a, &user, &agent).await;
+    let listens = store_a.lease_stats().listens;
+    let client = store_b.client().await.unwrap();
+    let killed: i64 = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = $1",
+            &[&format!("deermem-lease-{}", store_a.lease_holder())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "A's listener connection");
+    // B writes while A's listener is down or reconnecting (A's lease row is still there):
+    // the write returns once A answered or its lease ran out; either way A then serves it.
+    b.upsert_fact(Some(&user), &agent, draft("two"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        contents(&a.load(Some(&user), Some(&agent)).await.unwrap()),
+        ["one", "two"]
+    );
+    // A listens again and renews its lease: loads are served warm again.
+    until_warm(&store_a, &a, &user, &agent).await;
+    assert!(
+        store_a.lease_stats().listens > listens,
+        "{:?}",
+        store_a.lease_stats()
+    );
+    // And the renewed lease is revoked by the next write like the first.
+    let revocations = store_a.lease_stats().revocations;
+    b.upsert_fact(Some(&user), &agent, draft("three"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        contents(&a.load(Some(&user), Some(&agent)).await.unwrap()),
+        ["one", "three", "two"]
+    );
+    assert!(store_a.lease_stats().revocations > revocations);
+}
+
+/// A write to what a leased read serves (the user's row, the facts) that does not revoke the
+/// leases first is refused by the database, so no write path can forget it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_the_fence_is_refused() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store, s) = replica(cluster.url(), &schema, 30.0).await;
+    let user = UserId::new("frank").unwrap();
+    let agent = AgentName::default_bucket();
+    s.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    let client = store.client().await.unwrap();
+    for sql in [
+        "UPDATE users SET revision = revision + 1 WHERE bucket = 'frank'",
+        "UPDATE users SET summaries = '{}' WHERE bucket = 'frank'",
+        "UPDATE facts SET fact = fact WHERE bucket = 'frank'",
+        "DELETE FROM facts WHERE bucket = 'frank'",
+        "DELETE FROM users WHERE bucket = 'frank'",
+        "INSERT INTO users (bucket, revision) VALUES ('gina', 3)",
+    ] {
+        let err = client.batch_execute(sql).await.unwrap_err();
+        assert!(
+            err.as_db_error()
+                .is_some_and(|e| e.message().contains("deermem_fence")),
+            "{sql}: {err:?}"
+        );
+    }
+    // Derived columns and empty user rows need no fence.
+    client
+        .batch_execute(
+            "UPDATE facts SET search_text = search_text WHERE bucket = 'frank'; \
+             INSERT INTO users (bucket) VALUES ('gina')",
+        )
+        .await
+        .unwrap();
+    // A fence for another bucket does not cover this one.
+    let err = client
+        .batch_execute(
+            "BEGIN; SELECT * FROM deermem_fence('gina', 'x', 'r x 1 gina'); \
+             UPDATE users SET revision = 9 WHERE bucket = 'frank'",
+        )
+        .await
+        .unwrap_err();
+    assert!(format!("{err:?}").contains("deermem_fence"), "{err:?}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        contents(&s.load(Some(&user), Some(&agent)).await.unwrap()),
+        ["one"]
+    );
+}
