@@ -46,11 +46,11 @@ async fn replica(url: &str, schema: &str, lease_seconds: f64) -> (PgStore, Arc<P
     (store, Arc::new(storage))
 }
 
-fn draft(content: &str) -> serde_json::Map<String, serde_json::Value> {
-    json!({"content": content, "category": "context", "confidence": 0.9})
-        .as_object()
-        .cloned()
-        .unwrap()
+fn draft(content: &str) -> deermem_core::FactDraft {
+    deermem_core::FactDraft::try_from(
+        json!({"content": content, "category": "context", "confidence": 0.9}),
+    )
+    .unwrap()
 }
 
 fn contents(doc: &MemoryDocument) -> Vec<String> {
