@@ -16,6 +16,7 @@ use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 mod embedding;
 pub mod lax;
 mod postgres;
+mod postgres_checks;
 mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, MAX_EMBEDDING_BATCH};
@@ -23,6 +24,7 @@ pub use postgres::{
     MAX_POSTGRES_POOL_SIZE, PostgresCoherence, PostgresSettings, PostgresTls, PostgresTlsMode,
     env_reference,
 };
+pub use postgres_checks::{MAX_LEASE_SECONDS, MIN_LEASE_SECONDS};
 
 pub use shown::{shown_backend_config, url_without_credentials};
 

@@ -75,19 +75,20 @@ pub enum PgError {
     },
 }
 
+impl From<deermem_core::ConfigError> for PgError {
+    fn from(e: deermem_core::ConfigError) -> Self {
+        Self::Config {
+            key: e.key,
+            message: e.message,
+        }
+    }
+}
+
 /// The server's message for a database error (the driver's `Display` says only "db error"),
 /// else the driver's text.
 fn db_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),
-    }
-}
-
-/// `s` cut to 80 characters, for echoing a bad value.
-pub(crate) fn shorten(s: &str) -> String {
-    match s.char_indices().nth(80) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
     }
 }

@@ -44,27 +44,6 @@ const MAX_LEASES: usize = 8192;
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// How a replica keeps its cache coherent with the other replicas' writes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Coherence {
-    /// Read leases revoked by writers (no round trip on a warm read).
-    #[default]
-    Lease,
-    /// The user's row read on every load (one round trip per read).
-    RevisionCheck,
-}
-
-impl Coherence {
-    /// The config value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Lease => "lease",
-            Self::RevisionCheck => "revision_check",
-        }
-    }
-}
-
 /// Counters of the lease machinery, for tests and operators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeaseStats {

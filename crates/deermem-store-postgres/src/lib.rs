@@ -50,12 +50,13 @@ mod tls;
 mod vectors;
 
 pub use config::{
-    MAX_LEASE_SECONDS, MAX_POOL_SIZE, MIN_LEASE_SECONDS, PostgresConfig, TlsConfig, TlsMode,
+    Coherence, MAX_LEASE_SECONDS, MAX_POOL_SIZE, MIN_LEASE_SECONDS, PostgresConfig, TlsConfig,
+    TlsMode,
 };
 pub use cursors::PgCursors;
 pub use error::PgError;
 pub use indexed::PgIndexedStorage;
-pub use lease::{Coherence, LeaseStats};
+pub use lease::LeaseStats;
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;

@@ -35,7 +35,8 @@ use deermem_core::{
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
-use crate::lease::{Coherence, FENCE_SQL, GRANT_SQL, LeasedUser};
+use crate::config::Coherence;
+use crate::lease::{FENCE_SQL, GRANT_SQL, LeasedUser};
 use crate::search::{self, Scored, Table};
 use crate::store::PgStore;
 use crate::stored::{

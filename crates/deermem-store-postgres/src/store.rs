@@ -10,9 +10,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::SslMode;
 
+use crate::config::Coherence;
 use crate::config::PostgresConfig;
 use crate::error::PgError;
-use crate::lease::{Coherence, Connector, LeaseHub, LeaseStats};
+use crate::lease::{Connector, LeaseHub, LeaseStats};
 use crate::tls;
 
 mod embedded {

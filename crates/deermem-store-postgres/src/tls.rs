@@ -36,7 +36,7 @@ pub(crate) fn connector(tls: &TlsConfig) -> Result<Option<MakeRustlsConnect>, Pg
             .with_no_client_auth(),
         TlsMode::VerifyFull => {
             let roots = match &tls.ca_file {
-                Some(path) => roots_from_file(path)?,
+                Some(path) => roots_from_file(std::path::Path::new(path))?,
                 None => RootCertStore {
                     roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
                 },

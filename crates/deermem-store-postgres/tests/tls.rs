@@ -51,7 +51,7 @@ fn config(url: &str, mode: TlsMode, ca_file: Option<&Path>) -> PostgresConfig {
     c.pool_size = 1;
     c.connect_timeout_seconds = 20.0;
     c.tls.mode = mode;
-    c.tls.ca_file = ca_file.map(Path::to_owned);
+    c.tls.ca_file = ca_file.map(|p| p.display().to_string());
     c
 }
 

@@ -67,11 +67,14 @@ impl Endpoint {
             return Ok(Self::File(PathBuf::from(root)));
         }
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            let mut config = PostgresConfig::from_url(text).map_err(|e| bad(e.to_string()))?;
+            let mut config =
+                PostgresConfig::from_url(text).map_err(|e| bad(PgError::from(e).to_string()))?;
             if let Some(schema) = schema {
                 config.schema = schema.to_owned();
             }
-            config.validate().map_err(|e| bad(e.to_string()))?;
+            config
+                .validate()
+                .map_err(|e| bad(PgError::from(e).to_string()))?;
             return Ok(Self::Postgres(config));
         }
         Err(bad(

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::lax;
+use crate::error::ConfigError;
 
 /// The most connections one process may ask for.
 pub const MAX_POSTGRES_POOL_SIZE: usize = 256;
@@ -157,18 +158,27 @@ fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 /// `[a-z_][a-z0-9_]*` within PostgreSQL's identifier length.
 fn schema_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
+    check_schema_name(&s).map_err(|e| serde::de::Error::custom(e.message))?;
+    Ok(s)
+}
+
+/// Whether `s` is `[a-z_][a-z0-9_]*` within PostgreSQL's identifier length, safe to splice into
+/// DDL (it is also quoted there).
+pub(super) fn check_schema_name(s: &str) -> Result<(), ConfigError> {
     let mut bytes = s.bytes();
     let plain = matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
         && s.len() <= MAX_IDENTIFIER_BYTES;
     if plain {
-        Ok(s)
-    } else {
-        let shown: String = s.chars().take(80).collect();
-        Err(serde::de::Error::custom(format!(
-            "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most {MAX_IDENTIFIER_BYTES} bytes), got {shown:?}"
-        )))
+        return Ok(());
     }
+    let shown: String = s.chars().take(80).collect();
+    Err(ConfigError::new(
+        "postgres.schema",
+        format!(
+            "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most {MAX_IDENTIFIER_BYTES} bytes), got {shown:?}"
+        ),
+    ))
 }
 
 /// The variable a whole-string environment reference names: `$NAME` or `${NAME}`, where NAME

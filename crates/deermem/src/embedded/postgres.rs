@@ -13,7 +13,6 @@ use deermem_store_postgres::{
     MigrationOutcome, PgCursors, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal, PgStorage,
     PgStore, PostgresConfig,
 };
-use serde_json::json;
 
 use super::EmbeddedError;
 
@@ -101,22 +100,14 @@ pub fn postgres_config(
         })?,
         None => settings.url.clone(),
     };
-    let value = json!({
-        "url": url,
-        "pool_size": settings.pool_size,
-        "schema": settings.schema,
-        "connect_timeout_seconds": settings.connect_timeout_seconds,
-        "statement_timeout_seconds": settings.statement_timeout_seconds,
-        "tls": {"mode": settings.tls.mode.as_str(), "ca_file": settings.tls.ca_file},
-        "coherence": settings.coherence.as_str(),
-        "lease_seconds": settings.lease_seconds,
-    });
-    PostgresConfig::from_value(&value).map_err(|e| match e {
-        PgError::Config { key, message } => {
-            ConfigError::new(format!("memory.backend_config.{key}"), message)
-        }
-        other => ConfigError::new("memory.backend_config.postgres", other.to_string()),
-    })
+    let config = PostgresConfig {
+        url,
+        ..settings.clone()
+    };
+    config
+        .validate()
+        .map_err(|e| ConfigError::new(format!("memory.backend_config.{}", e.key), e.message))?;
+    Ok(config)
 }
 
 /// Connects, applies the pending schema migrations (refusing a schema newer than this build)
