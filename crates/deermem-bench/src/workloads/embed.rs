@@ -6,13 +6,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use deermem_core::SearchMode;
 use deermem_core::config::EmbeddingProvider;
 use deermem_core::ports::Embedder;
-use deermem_core::{Scope, SearchMode, SearchQuery};
 use deermem_embed_local::LocalEmbedder;
 
-use super::{Env, clock, config, open, scope_ids, seed_corpus};
-use crate::corpus;
+use super::{Env, clock, config, open, seed_corpus};
 use crate::stats::{Recorder, WorkloadResult};
 use deermem_core::prelude::*;
 
@@ -104,42 +103,15 @@ pub(crate) async fn search_hybrid(env: &Env) -> Result<WorkloadResult> {
         coverage.embedded == coverage.total,
         "vectors missing after the rebuild: {coverage:?}"
     );
-    let groups = corpus::by_scope(&env.corpus);
-    let scopes: Vec<Scope> = groups
-        .iter()
-        .map(|((u, a), _)| {
-            let (u, a) = scope_ids(u, a.as_deref())?;
-            Ok(Scope::new(Some(u), Some(a)))
-        })
-        .collect::<Result<_>>()?;
-    let queries = env.queries();
-    let queries: Vec<String> = if env.queries.is_some() {
-        queries
-    } else {
-        queries.into_iter().take(env.sizes.queries).collect()
-    };
-    let n = queries.len();
-    let (mut hits, mut fused) = (0usize, 0usize);
-    let mut rec = Recorder::start(n);
-    for (i, q) in queries.iter().enumerate() {
-        let mut query = SearchQuery::new(q.clone(), scopes[i % scopes.len()].clone(), 10);
-        query.mode = Some(SearchMode::Hybrid);
-        let t = Instant::now();
-        let found = storage.search_facts(&query).await.context("search")?;
-        rec.push(t.elapsed());
-        hits += found.len();
-        fused += found
-            .iter()
-            .filter(|h| h.match_type == deermem_core::MatchType::Hybrid)
-            .count();
-    }
+    let scopes = super::search::corpus_scopes(env)?;
+    let run = super::search::run_queries(&storage, env, &scopes, Some(SearchMode::Hybrid)).await?;
     storage.close().await;
-    Ok(rec
-        .finish(n, Duration::ZERO)
+    let fused = run.fused;
+    Ok(run
+        .finish()
         .with("indexed", report.indexed.into())
         .with("embedded", coverage.embedded.into())
         .with("embed_all_s", embed_all.as_secs_f64().into())
-        .with("hits", hits.into())
         .with("hits_found_by_both", fused.into())
         .with("model", coverage.model_id.into()))
 }

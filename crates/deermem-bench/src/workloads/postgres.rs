@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::prelude::*;
-use deermem_core::{AgentName, Scope, SearchQuery, UserId};
+use deermem_core::{AgentName, Scope, UserId};
 use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
 use deermem_testkit::pgcluster::PgCluster;
 
@@ -237,23 +237,8 @@ async fn search(db: &Db, env: &Env) -> Result<WorkloadResult> {
         seed_scope(&storage, &u, &a, drafts).await?;
         scopes.push(Scope::new(Some(u), Some(a)));
     }
-    let queries: Vec<String> = env.queries().into_iter().take(env.sizes.queries).collect();
-    let n = queries.len();
-    let (mut hits, mut answered) = (0usize, 0usize);
-    let mut rec = Recorder::start(n);
-    for (i, q) in queries.iter().enumerate() {
-        let query = SearchQuery::new(q.clone(), scopes[i % scopes.len()].clone(), 10);
-        let t = Instant::now();
-        let found = storage.search_facts(&query).await.context("search")?;
-        rec.push(t.elapsed());
-        hits += found.len();
-        answered += usize::from(!found.is_empty());
-    }
-    Ok(rec
-        .finish(n, Duration::ZERO)
-        .with("indexed", env.corpus.len().into())
-        .with("hits", hits.into())
-        .with("queries_with_hits", answered.into()))
+    let run = super::search::run_queries(&storage, env, &scopes, None).await?;
+    Ok(run.finish().with("indexed", env.corpus.len().into()))
 }
 
 /// The check a revision-validated cache would run before serving a scope: a pooled connection

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deermem_core::{Scope, SearchQuery};
+use deermem_core::ports::ScopedSearch;
+use deermem_core::{MatchType, Scope, SearchMode, SearchQuery};
 
 use super::{Env, open, scope_ids, seed_corpus};
 use crate::corpus;
@@ -42,14 +43,52 @@ pub(crate) async fn search(env: &Env) -> Result<WorkloadResult> {
         report.failed == 0 && !report.fatal,
         "rebuild failed: {report:?}"
     );
-    let groups = corpus::by_scope(&env.corpus);
-    let scopes: Vec<Scope> = groups
+    let run = run_queries(&storage, env, &corpus_scopes(env)?, None).await?;
+    storage.close().await;
+    Ok(run.finish().with("indexed", report.indexed.into()))
+}
+
+/// The corpus's scopes as search scopes, in corpus order.
+pub(crate) fn corpus_scopes(env: &Env) -> Result<Vec<Scope>> {
+    corpus::by_scope(&env.corpus)
         .iter()
         .map(|((u, a), _)| {
             let (u, a) = scope_ids(u, a.as_deref())?;
             Ok(Scope::new(Some(u), Some(a)))
         })
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// What a run of queries found, with their latencies.
+pub(crate) struct QueryRun {
+    rec: Recorder,
+    n: usize,
+    /// Hits returned in all.
+    pub(crate) hits: usize,
+    /// Queries with at least one hit.
+    answered: usize,
+    /// Hits both retrievals of a hybrid search found.
+    pub(crate) fused: usize,
+}
+
+impl QueryRun {
+    /// The latencies with the hit counts beside them.
+    pub(crate) fn finish(self) -> WorkloadResult {
+        self.rec
+            .finish(self.n, Duration::ZERO)
+            .with("hits", self.hits.into())
+            .with("queries_with_hits", self.answered.into())
+    }
+}
+
+/// Top-10 queries in `mode` (the configured default when `None`), each within the next of
+/// `scopes` in turn: every query of a queries file, else the first `sizes.queries` generated.
+pub(crate) async fn run_queries(
+    storage: &dyn ScopedSearch,
+    env: &Env,
+    scopes: &[Scope],
+    mode: Option<SearchMode>,
+) -> Result<QueryRun> {
     let queries = env.queries();
     let queries: Vec<String> = if env.queries.is_some() {
         queries
@@ -57,20 +96,25 @@ pub(crate) async fn search(env: &Env) -> Result<WorkloadResult> {
         queries.into_iter().take(env.sizes.queries).collect()
     };
     let n = queries.len();
-    let (mut hits, mut answered) = (0usize, 0usize);
-    let mut rec = Recorder::start(n);
+    let mut run = QueryRun {
+        rec: Recorder::start(n),
+        n,
+        hits: 0,
+        answered: 0,
+        fused: 0,
+    };
     for (i, q) in queries.iter().enumerate() {
-        let query = SearchQuery::new(q.clone(), scopes[i % scopes.len()].clone(), 10);
+        let mut query = SearchQuery::new(q.clone(), scopes[i % scopes.len()].clone(), 10);
+        query.mode = mode;
         let t = Instant::now();
         let found = storage.search_facts(&query).await.context("search")?;
-        rec.push(t.elapsed());
-        hits += found.len();
-        answered += usize::from(!found.is_empty());
+        run.rec.push(t.elapsed());
+        run.hits += found.len();
+        run.answered += usize::from(!found.is_empty());
+        run.fused += found
+            .iter()
+            .filter(|h| h.match_type == MatchType::Hybrid)
+            .count();
     }
-    storage.close().await;
-    Ok(rec
-        .finish(n, Duration::ZERO)
-        .with("indexed", report.indexed.into())
-        .with("hits", hits.into())
-        .with("queries_with_hits", answered.into()))
+    Ok(run)
 }
