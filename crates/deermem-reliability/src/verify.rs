@@ -97,15 +97,6 @@ pub fn peak_rss_kib() -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// The current resident set size in KiB (`VmRSS`), when the platform reports it.
-pub fn rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// Whether `python3` with PyYAML is available; prints the reason when it is not.
 pub fn python_with_yaml(test: &str) -> bool {
     let ok = std::process::Command::new("python3")
