@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use deermem::tools::json_type;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
 
@@ -60,17 +61,6 @@ pub(crate) fn request_id(value: &Value) -> Value {
     match value.get("id") {
         Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
         _ => Value::Null,
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
