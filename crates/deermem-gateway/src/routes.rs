@@ -68,9 +68,11 @@ pub(crate) async fn get_memory(
 ) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    run(&state, Operation::GetMemory, async move { m.get_memory(scope).await })
-        .await
-        .map(JsonDocument)
+    run(&state, Operation::GetMemory, async move {
+        m.get_memory(scope).await
+    })
+    .await
+    .map(JsonDocument)
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a

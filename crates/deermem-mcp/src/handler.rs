@@ -153,7 +153,9 @@ impl MemoryMcpServer {
             Ok(document) => {
                 let count = document.facts.len();
                 serde_json::to_value(&document.facts)
-                    .and_then(|facts| serde_json::to_string(&json!({ "facts": facts, "count": count })))
+                    .and_then(|facts| {
+                        serde_json::to_string(&json!({ "facts": facts, "count": count }))
+                    })
                     .map_err(|e| {
                         McpError::internal_error(format!("could not encode the facts: {e}"), None)
                     })
