@@ -101,19 +101,9 @@ pub(crate) async fn docs() -> Response {
         .into_response()
 }
 
+/// HTML text with `&`, `<`, `>`, `"` and `'` escaped.
 fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    deermem_pycompat::py::html_escape(text, true)
 }
 
 /// The short name of a schema: its component name, or its type.
