@@ -16,42 +16,35 @@ use crate::openapi::served;
 use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
 
-fn health(status: HealthStatus) -> Json<Health> {
-    Json(Health {
-        status,
-        last_backend_failure: None,
-    })
-}
-
 /// `GET /healthz`: the process is up.
 pub(crate) async fn healthz() -> Json<Health> {
-    health(HealthStatus::Ok)
+    Json(Health {
+        status: HealthStatus::Ok,
+        last_backend_failure: None,
+    })
 }
 
 /// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
 /// draining.
 /// The body names the memory backend's last failure reaching its server, when it had one.
 pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
-    match state.lifecycle() {
-        Lifecycle::Ready => (
+    let status = match state.lifecycle() {
+        Lifecycle::Ready => HealthStatus::Ready,
+        Lifecycle::Starting => HealthStatus::Starting,
+        Lifecycle::Stopping => HealthStatus::Stopping,
+    };
+    let (code, last_backend_failure) = match status {
+        HealthStatus::Ready => (
             StatusCode::OK,
-            Json(Health {
-                status: HealthStatus::Ready,
-                last_backend_failure: state.manager().last_backend_failure().map(Into::into),
-            }),
-        )
-            .into_response(),
-        Lifecycle::Starting => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            health(HealthStatus::Starting),
-        )
-            .into_response(),
-        Lifecycle::Stopping => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            health(HealthStatus::Stopping),
-        )
-            .into_response(),
-    }
+            state.manager().last_backend_failure().map(Into::into),
+        ),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, None),
+    };
+    let health = Health {
+        status,
+        last_backend_failure,
+    };
+    (code, Json(health)).into_response()
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
