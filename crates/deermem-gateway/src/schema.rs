@@ -423,14 +423,6 @@ const UNKNOWN_SOURCE: &str = "unknown";
 /// The only fact status storage keeps (a deleted fact has no file).
 const ACTIVE_STATUS: &str = "active";
 
-/// Manager-level fact fields the reference's HTTP model does not have: dropped on import.
-const MANAGER_ONLY_FACT_KEYS: [&str; 4] = [
-    "title",
-    "expected_valid_days",
-    "lastConfirmedAt",
-    "confirmationCount",
-];
-
 fn summary_section(
     c: &mut Checker,
     v: &Value,
@@ -539,9 +531,8 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
             out.insert("scope".into(), Value::Object(scope));
         }
     }
-    for key in MANAGER_ONLY_FACT_KEYS {
-        out.remove(key);
-    }
+    // Only the reference's HTTP fields were copied: the manager-level ones (`title`,
+    // `confirmationCount`...) are dropped.
     (c.errors.len() == before).then_some(Value::Object(out))
 }
 
