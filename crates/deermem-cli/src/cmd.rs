@@ -67,11 +67,7 @@ async fn facts_inner(
             let doc = manager.get_memory(ctx::scope(&scope)?).await?;
             let mut facts = doc.facts;
             facts.sort_by(|a, b| a.id.cmp(&b.id));
-            if json {
-                output::print_json(&facts)
-            } else {
-                output::print_text(&output::facts_table(&facts))
-            }
+            output::print(json, &facts, || output::facts_table(&facts))
         }
         FactsCommand::Get { id, scope } => {
             let doc = manager.get_memory(ctx::scope(&scope)?).await?;
@@ -81,11 +77,7 @@ async fn facts_inner(
                     format!("no fact {id:?} for this user and agent"),
                 )
             })?;
-            if json {
-                output::print_json(fact)
-            } else {
-                output::print_text(&output::fact_details(fact))
-            }
+            output::print(json, fact, || output::fact_details(fact))
         }
         FactsCommand::Add {
             scope,
@@ -111,11 +103,9 @@ async fn facts_inner(
                     "the new fact {id} is missing from the returned document"
                 ))
             })?;
-            if json {
-                output::print_json(fact)
-            } else {
-                output::print_text(&format!("added {id}\n{}", output::fact_details(fact)))
-            }
+            output::print(json, fact, || {
+                format!("added {id}\n{}", output::fact_details(fact))
+            })
         }
         FactsCommand::Update {
             id,
@@ -135,11 +125,9 @@ async fn facts_inner(
             let fact = find_fact(&doc, &id).ok_or_else(|| {
                 CliError::failure(format!("fact {id} is missing from the returned document"))
             })?;
-            if json {
-                output::print_json(fact)
-            } else {
-                output::print_text(&format!("updated {id}\n{}", output::fact_details(fact)))
-            }
+            output::print(json, fact, || {
+                format!("updated {id}\n{}", output::fact_details(fact))
+            })
         }
         FactsCommand::Delete {
             id,
@@ -149,11 +137,8 @@ async fn facts_inner(
             manager
                 .delete_fact(&id, expected_revision, ctx::scope(&scope)?)
                 .await?;
-            if json {
-                output::print_json(&json!({"id": id, "status": "deleted"}))
-            } else {
-                output::print_text(&format!("deleted {id}"))
-            }
+            let value = json!({"id": id, "status": "deleted"});
+            output::print(json, &value, || format!("deleted {id}"))
         }
     }
 }
@@ -164,13 +149,8 @@ pub(crate) async fn summaries(ctx: &Ctx, user: &str) -> Result<(), CliError> {
     let result = manager.get_memory(scope).await;
     finish(&manager, ctx).await;
     let doc = result?;
-    if ctx.global.json {
-        output::print_json(
-            &json!({"user": doc.user, "history": doc.history, "revision": doc.revision}),
-        )
-    } else {
-        output::print_text(&output::summaries_text(&doc))
-    }
+    let value = json!({"user": doc.user, "history": doc.history, "revision": doc.revision});
+    output::print(ctx.global.json, &value, || output::summaries_text(&doc))
 }
 
 /// The export document is the `get_memory` document, as the gateway's `/api/memory/export`.
@@ -302,12 +282,12 @@ fn open_storage(
     let cfg = deermem_config(ctx)?;
     require_file_storage(&cfg, "`deermem migrate` (legacy file layouts)")?;
     let root = ctx.storage_root();
-    deermem::embedded::open_storage(&cfg, root, Arc::new(deermem::SystemClock), with_retrieval)
-        .map_err(|e| match e {
-            deermem::embedded::EmbeddedError::Config(c) => CliError::invalid(c.to_string()),
-            deermem::embedded::EmbeddedError::Storage(s) => s.into(),
-            other => CliError::failure(other.to_string()),
-        })
+    Ok(deermem::embedded::open_storage(
+        &cfg,
+        root,
+        Arc::new(deermem::SystemClock),
+        with_retrieval,
+    )?)
 }
 
 /// Refuses an operation of the file store's layout when the configuration selects another
@@ -417,16 +397,14 @@ async fn index_inner(
                 }
             };
             bar.finish_and_clear();
-            if ctx.global.json {
-                output::print_json(&report)?;
-            } else {
-                output::print_text(&format!(
+            output::print(ctx.global.json, &report, || {
+                format!(
                     "indexed {} fact(s), {} failed{}",
                     report.indexed,
                     report.failed,
                     if report.fatal { " (FATAL)" } else { "" }
-                ))?;
-            }
+                )
+            })?;
             if report.fatal {
                 let cause = storage
                     .retrieval_status()
@@ -590,13 +568,8 @@ pub(crate) async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<u8, CliError
     if users.is_empty() {
         lines.push("No user buckets found; nothing to migrate.".to_owned());
         storage.close().await;
-        if ctx.global.json {
-            output::print_json(
-                &json!({"root": root, "users": [], "summary": {"migrated": 0, "planned": 0, "current": 0, "failed": 0}}),
-            )?;
-        } else {
-            output::print_text(&lines.join("\n"))?;
-        }
+        let value = json!({"root": root, "users": [], "summary": {"migrated": 0, "planned": 0, "current": 0, "failed": 0}});
+        output::print(ctx.global.json, &value, || lines.join("\n"))?;
         return Ok(0);
     }
     let manifest_name = deermem_config(ctx)?.manifest_filename;
@@ -648,13 +621,8 @@ pub(crate) async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<u8, CliError
     let summary =
         format!("Summary: migrated={migrated} planned={planned} current={current} failed={failed}");
     lines.push(summary);
-    if ctx.global.json {
-        output::print_json(
-            &json!({"root": root, "users": rows, "summary": {"migrated": migrated, "planned": planned, "current": current, "failed": failed}}),
-        )?;
-    } else {
-        output::print_text(&lines.join("\n"))?;
-    }
+    let value = json!({"root": root, "users": rows, "summary": {"migrated": migrated, "planned": planned, "current": current, "failed": failed}});
+    output::print(ctx.global.json, &value, || lines.join("\n"))?;
     Ok(u8::from(failed > 0))
 }
 

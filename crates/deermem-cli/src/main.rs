@@ -25,42 +25,37 @@ use crate::error::CliError;
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
     let ctx = Ctx::load(cli.global)?;
-    match cli.command {
-        Command::Facts(c) => cmd::facts(&ctx, c).await.map(|()| 0),
-        Command::Summaries(SummariesCommand::Get { user }) => {
-            cmd::summaries(&ctx, &user).await.map(|()| 0)
-        }
-        Command::Export { scope } => cmd::export(&ctx, &scope).await.map(|()| 0),
-        Command::Import { scope, file } => cmd::import(&ctx, &scope, &file).await.map(|()| 0),
+    let done = match cli.command {
+        Command::Migrate(a) => return cmd::migrate(&ctx, a).await,
+        Command::Facts(c) => cmd::facts(&ctx, c).await,
+        Command::Summaries(SummariesCommand::Get { user }) => cmd::summaries(&ctx, &user).await,
+        Command::Export { scope } => cmd::export(&ctx, &scope).await,
+        Command::Import { scope, file } => cmd::import(&ctx, &scope, &file).await,
         Command::Search {
             scope,
             query,
             top_k,
             category,
             mode,
-        } => cmd::search(&ctx, &scope, query, top_k, category, mode.map(Into::into))
-            .await
-            .map(|()| 0),
-        Command::Index(c) => cmd::index(&ctx, c).await.map(|()| 0),
-        Command::Migrate(a) => cmd::migrate(&ctx, a).await,
-        Command::Db(c) => db::run(&ctx, c).await.map(|()| 0),
+        } => cmd::search(&ctx, &scope, query, top_k, category, mode.map(Into::into)).await,
+        Command::Index(c) => cmd::index(&ctx, c).await,
+        Command::Db(c) => db::run(&ctx, c).await,
         Command::Ingest {
             scope,
             thread,
             file,
-        } => cmd::ingest(&ctx, &scope, thread, &file).await.map(|()| 0),
-        Command::Context { scope } => cmd::context(&ctx, &scope).await.map(|()| 0),
-        Command::Demo { keep } => demo::run(&ctx, keep).await.map(|()| 0),
-        Command::Serve { bind } => serve::serve(&ctx, bind).await.map(|()| 0),
+        } => cmd::ingest(&ctx, &scope, thread, &file).await,
+        Command::Context { scope } => cmd::context(&ctx, &scope).await,
+        Command::Demo { keep } => demo::run(&ctx, keep).await,
+        Command::Serve { bind } => serve::serve(&ctx, bind).await,
         Command::Mcp {
             user,
             agent,
             bind,
             allow_origin,
-        } => serve::mcp(&ctx, user, agent, bind, allow_origin)
-            .await
-            .map(|()| 0),
-    }
+        } => serve::mcp(&ctx, user, agent, bind, allow_origin).await,
+    };
+    done.map(|()| 0)
 }
 
 fn main() -> ExitCode {

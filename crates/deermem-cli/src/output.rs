@@ -15,6 +15,19 @@ pub(crate) fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), CliErro
     writeln!(out, "{text}").or_else(ignore_broken_pipe)
 }
 
+/// Prints `value` as pretty JSON with `--json`, else the text `text` makes.
+pub(crate) fn print<T: Serialize + ?Sized>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    if json {
+        print_json(value)
+    } else {
+        print_text(&text())
+    }
+}
+
 /// Prints lines on stdout.
 pub(crate) fn print_text(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use deermem_core::{AgentName, UserId};
+use deermem_gateway::auth::constant_time_eq;
 use deermem_gateway::{GatewayConfig, GatewayState, Metrics};
 use deermem_updater::{ExtractionReport, UpdateObserver};
 
@@ -40,10 +41,15 @@ async fn shutdown_signal() {
     tracing::info!("shutdown signal received: no new connections; draining");
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, CliError> {
-    tokio::net::TcpListener::bind(addr)
+/// A listener on `addr`, and the address it got.
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), CliError> {
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))
+        .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::failure(e.to_string()))?;
+    Ok((listener, local))
 }
 
 /// Feeds the embedded engine's extraction events into the gateway's Prometheus metrics.
@@ -109,10 +115,7 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
         .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?;
         state = state.with_run_journal(journal);
     }
-    let listener = bind(gateway.bind).await?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| CliError::failure(e.to_string()))?;
+    let (listener, local) = bind(gateway.bind).await?;
     eprintln!(
         "deermem: serving the memory API on http://{local}/api/memory (backend {}, auth {}); Ctrl-C to stop",
         backend.class(),
@@ -121,16 +124,6 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     deermem_gateway::serve(listener, state, shutdown_signal())
         .await
         .map_err(|e| CliError::failure(format!("gateway stopped: {e}")))
-}
-
-/// Compares two byte strings in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    let n = a.len().max(b.len());
-    for i in 0..n {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
-    }
-    diff == 0
 }
 
 pub(crate) async fn mcp(
@@ -177,16 +170,13 @@ pub(crate) async fn mcp(
             let auth: deermem_mcp::TokenAuth = Arc::new(move |given: &str| {
                 let mut found = None;
                 for (token, user) in &tokens {
-                    if constant_time_eq(token.as_bytes(), given.as_bytes()) {
+                    if constant_time_eq(token, given) {
                         found = Some(user.clone());
                     }
                 }
                 found
             });
-            let listener = bind(addr).await?;
-            let local = listener
-                .local_addr()
-                .map_err(|e| CliError::failure(e.to_string()))?;
+            let (listener, local) = bind(addr).await?;
             eprintln!(
                 "deermem: serving MCP on http://{local}{} (backend {}); Ctrl-C to stop",
                 deermem_mcp::DEFAULT_PATH,
@@ -236,9 +226,9 @@ mod tests {
 
     #[test]
     fn constant_time_eq_compares_whole_strings() {
-        assert!(constant_time_eq(b"tok-alice", b"tok-alice"));
-        assert!(!constant_time_eq(b"tok-alice", b"tok-alicf"));
-        assert!(!constant_time_eq(b"tok", b"tok-alice"));
-        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq("tok-alice", "tok-alice"));
+        assert!(!constant_time_eq("tok-alice", "tok-alicf"));
+        assert!(!constant_time_eq("tok", "tok-alice"));
+        assert!(!constant_time_eq("", "x"));
     }
 }

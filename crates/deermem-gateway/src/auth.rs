@@ -228,7 +228,8 @@ fn session_caller(
     })
 }
 
-fn bearer_token(value: &str) -> Option<&str> {
+/// The token of an `Authorization: Bearer <token>` header value (scheme case-insensitive).
+pub fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, rest) = value.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;

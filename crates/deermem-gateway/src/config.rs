@@ -521,12 +521,7 @@ impl AuthSection {
             insert_token(&mut auth, tok, user, "gateway.auth.tokens")?;
         }
         if let Some(f) = &self.tokens_file {
-            let key = "gateway.auth.tokens_file";
-            let path = config_path(f, base_dir)
-                .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
-            })?;
+            let (path, text) = read_config_file(f, base_dir, "gateway.auth.tokens_file")?;
             parse_tokens_file(&text, &path, &mut auth)?;
             auth.tokens_file = Some(path);
         }
@@ -546,11 +541,7 @@ impl AuthSection {
                     "set either jwt_secret or jwt_secret_file, not both",
                 ));
             }
-            let path = config_path(f, base_dir)
-                .ok_or_else(|| ConfigError::new(key, "must be a non-empty path"))?;
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
-            })?;
+            let (path, text) = read_config_file(f, base_dir, key)?;
             auth.jwt_secret = Some(jwt_secret(&text, Some(&path), key)?);
             auth.jwt_secret_file = Some(path);
         }
@@ -575,10 +566,15 @@ impl AuthSection {
     }
 }
 
-/// A path setting, relative to `base_dir` (the config file's folder) when relative.
-fn config_path(raw: &str, base_dir: Option<&Path>) -> Option<PathBuf> {
+/// The file a path setting `key` names (relative to `base_dir`, the config file's folder,
+/// when relative), and its text.
+fn read_config_file(
+    raw: &str,
+    base_dir: Option<&Path>,
+    key: &str,
+) -> Result<(PathBuf, String), ConfigError> {
     if raw.trim().is_empty() {
-        return None;
+        return Err(ConfigError::new(key, "must be a non-empty path"));
     }
     let mut path = PathBuf::from(raw);
     if path.is_relative()
@@ -586,7 +582,9 @@ fn config_path(raw: &str, base_dir: Option<&Path>) -> Option<PathBuf> {
     {
         path = base.join(path);
     }
-    Some(path)
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+    Ok((path, text))
 }
 
 /// DeerFlow's JWT secret: surrounding whitespace (a file's final newline) is not part of it.

@@ -15,7 +15,7 @@
 //! The document depends only on the build: the first router built stores it (with the `/docs`
 //! page and the route templates the fallback redirects to), and every later one serves it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
@@ -401,7 +401,7 @@ fn document(api: &OpenApi) -> Value {
     for op in paths.values_mut().filter_map(Value::as_object_mut) {
         for op in op.values_mut() {
             if let Some(body) = op.get_mut("requestBody") {
-                rename_refs(body, &renamed);
+                visit_refs(body, &mut |name| renamed.get(name).cloned());
             }
             // aide describes an inferred response with its type's documentation, which is
             // about the type; the response says "OK".
@@ -438,25 +438,9 @@ fn document(api: &OpenApi) -> Value {
     })
 }
 
-/// Every component name a schema refers to.
-fn refs(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                if k == "$ref"
-                    && let Some(name) = x.as_str().and_then(|r| r.strip_prefix(SCHEMAS_PATH))
-                {
-                    out.insert(name.to_owned());
-                }
-                refs(x, out);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
-        _ => {}
-    }
-}
-
-fn rename_refs(v: &mut Value, renamed: &BTreeMap<String, String>) {
+/// Calls `f` with the component name of every `$ref` in `v`, and points the reference at the
+/// component `f` answers with, if any.
+fn visit_refs(v: &mut Value, f: &mut impl FnMut(&str) -> Option<String>) {
     match v {
         Value::Object(m) => {
             for (k, x) in m.iter_mut() {
@@ -464,15 +448,14 @@ fn rename_refs(v: &mut Value, renamed: &BTreeMap<String, String>) {
                     && let Some(new) = x
                         .as_str()
                         .and_then(|r| r.strip_prefix(SCHEMAS_PATH))
-                        .and_then(|name| renamed.get(name))
+                        .and_then(&mut *f)
                 {
                     *x = Value::String(format!("{SCHEMAS_PATH}{new}"));
-                    continue;
                 }
-                rename_refs(x, renamed);
+                visit_refs(x, f);
             }
         }
-        Value::Array(a) => a.iter_mut().for_each(|x| rename_refs(x, renamed)),
+        Value::Array(a) => a.iter_mut().for_each(|x| visit_refs(x, f)),
         _ => {}
     }
 }
@@ -497,9 +480,12 @@ fn merge_components(
             if renamed.contains_key(name) || !outputs.contains_key(name) {
                 continue;
             }
-            let mut names = BTreeSet::new();
-            refs(schema, &mut names);
-            if names.iter().any(|n| renamed.contains_key(n)) {
+            let mut refers_to_renamed = false;
+            visit_refs(&mut schema.clone(), &mut |n| {
+                refers_to_renamed |= renamed.contains_key(n);
+                None
+            });
+            if refers_to_renamed {
                 more.push(name.clone());
             }
         }
@@ -511,7 +497,7 @@ fn merge_components(
         }
     }
     for (name, mut schema) in inputs {
-        rename_refs(&mut schema, &renamed);
+        visit_refs(&mut schema, &mut |n| renamed.get(n).cloned());
         let key = renamed.get(&name).cloned().unwrap_or(name);
         outputs.entry(key).or_insert(schema);
     }

@@ -16,42 +16,35 @@ use crate::openapi::served;
 use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
 
-fn health(status: HealthStatus) -> Json<Health> {
-    Json(Health {
-        status,
-        last_backend_failure: None,
-    })
-}
-
 /// `GET /healthz`: the process is up.
 pub(crate) async fn healthz() -> Json<Health> {
-    health(HealthStatus::Ok)
+    Json(Health {
+        status: HealthStatus::Ok,
+        last_backend_failure: None,
+    })
 }
 
 /// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
 /// draining.
 /// The body names the memory backend's last failure reaching its server, when it had one.
 pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
-    match state.lifecycle() {
-        Lifecycle::Ready => (
+    let status = match state.lifecycle() {
+        Lifecycle::Ready => HealthStatus::Ready,
+        Lifecycle::Starting => HealthStatus::Starting,
+        Lifecycle::Stopping => HealthStatus::Stopping,
+    };
+    let (code, last_backend_failure) = match status {
+        HealthStatus::Ready => (
             StatusCode::OK,
-            Json(Health {
-                status: HealthStatus::Ready,
-                last_backend_failure: state.manager().last_backend_failure().map(Into::into),
-            }),
-        )
-            .into_response(),
-        Lifecycle::Starting => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            health(HealthStatus::Starting),
-        )
-            .into_response(),
-        Lifecycle::Stopping => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            health(HealthStatus::Stopping),
-        )
-            .into_response(),
-    }
+            state.manager().last_backend_failure().map(Into::into),
+        ),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, None),
+    };
+    let health = Health {
+        status,
+        last_backend_failure,
+    };
+    (code, Json(health)).into_response()
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
@@ -101,19 +94,9 @@ pub(crate) async fn docs() -> Response {
         .into_response()
 }
 
+/// HTML text with `&`, `<`, `>`, `"` and `'` escaped.
 fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    deermem_pycompat::py::html_escape(text, true)
 }
 
 /// The short name of a schema: its component name, or its type.

@@ -17,7 +17,7 @@ use deermem_core::config::shown_backend_config;
 use deermem_core::ports::{
     AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
-use deermem_core::{AgentName, InvalidInputCode, ManagerError, PublicMemoryDocument};
+use deermem_core::{AgentName, InvalidInputCode, ManagerError};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
@@ -60,19 +60,19 @@ fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
     MemoryScope::new(Some(caller.user.clone()), agent)
 }
 
-/// The document in its HTTP shape (manager-level fact fields dropped), serialised once into
-/// a pre-sized buffer.
-fn document(doc: PublicMemoryDocument) -> JsonDocument {
-    JsonDocument(doc)
-}
-
 /// `GET /api/memory`.
 pub(crate) async fn get_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
 ) -> Result<JsonDocument> {
-    read_document(&state, &caller, &q, Operation::GetMemory).await
+    let scope = scope(&caller, q.agent()?);
+    let m = manager(&state);
+    run(&state, Operation::GetMemory, async move {
+        m.get_memory(scope).await
+    })
+    .await
+    .map(JsonDocument)
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
@@ -85,24 +85,12 @@ pub(crate) async fn export_memory(
 ) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    let doc = run(&state, Operation::ExportMemory, async move {
+    run(&state, Operation::ExportMemory, async move {
         let _permit = permit;
         m.get_memory(scope).await
     })
-    .await?;
-    Ok(document(doc))
-}
-
-async fn read_document(
-    state: &GatewayState,
-    caller: &Caller,
-    q: &QueryParams,
-    op: Operation,
-) -> Result<JsonDocument> {
-    let scope = scope(caller, q.agent()?);
-    let m = manager(state);
-    let doc = run(state, op, async move { m.get_memory(scope).await }).await?;
-    Ok(document(doc))
+    .await
+    .map(JsonDocument)
 }
 
 /// `POST /api/memory/reload`: re-reads storage; falls back to `get_memory` when the backend
@@ -114,14 +102,14 @@ pub(crate) async fn reload_memory(
 ) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    let doc = run(&state, Operation::ReloadMemory, async move {
+    run(&state, Operation::ReloadMemory, async move {
         match m.reload_memory(scope.clone()).await {
             Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
             other => other,
         }
     })
-    .await?;
-    Ok(document(doc))
+    .await
+    .map(JsonDocument)
 }
 
 /// `DELETE /api/memory`: without `agent`, every agent's facts and the summaries; with
@@ -133,11 +121,11 @@ pub(crate) async fn clear_memory(
 ) -> Result<JsonDocument> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    let doc = run(&state, Operation::ClearMemory, async move {
+    run(&state, Operation::ClearMemory, async move {
         m.clear_memory(scope).await
     })
-    .await?;
-    Ok(document(doc))
+    .await
+    .map(JsonDocument)
 }
 
 /// `POST /api/memory/facts`: returns the whole document; 409 when the capacity policy evicted
@@ -161,7 +149,7 @@ pub(crate) async fn create_fact(
     })
     .await?;
     match id {
-        Some(_) => Ok(document(doc)),
+        Some(_) => Ok(JsonDocument(doc)),
         None => Err(GatewayError::CapacityEvicted),
     }
 }
@@ -203,7 +191,7 @@ pub(crate) async fn update_fact(
     })
     .await;
     match updated {
-        Ok(doc) => Ok(document(doc)),
+        Ok(doc) => Ok(JsonDocument(doc)),
         Err(e) if refuses_new_values(&e) => {
             let m = manager(&state);
             let found = run(&state, Operation::UpdateFact, async move {
@@ -253,11 +241,11 @@ pub(crate) async fn delete_fact(
     let fact_id = path_fact_id(path)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    let doc = run(&state, Operation::DeleteFact, async move {
+    run(&state, Operation::DeleteFact, async move {
         m.delete_fact(fact_id.as_str(), None, scope).await
     })
-    .await?;
-    Ok(document(doc))
+    .await
+    .map(JsonDocument)
 }
 
 /// `POST /api/memory/import`: replaces the bucket with the document. A bulk request (see
@@ -273,12 +261,12 @@ pub(crate) async fn import_memory(
     drop(body);
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
-    let doc = run(&state, Operation::ImportMemory, async move {
+    run(&state, Operation::ImportMemory, async move {
         let _permit = permit;
         m.import_memory(incoming, scope).await
     })
-    .await?;
-    Ok(document(doc))
+    .await
+    .map(JsonDocument)
 }
 
 /// The `/config` body: the `memory:` section with only the allowed, non-secret keys of

@@ -40,11 +40,24 @@ impl Checker {
         self.errors.push(item);
     }
 
+    /// A checker for a request body, which must be an object, and the object.
+    fn body(body: &Value) -> Result<(Self, &Map<String, Value>), GatewayError> {
+        let mut c = Self::default();
+        match c.model(body, vec![json!("body")]) {
+            Some(m) => Ok((c, m)),
+            None => Err(GatewayError::Validation(c.errors)),
+        }
+    }
+
     fn finish<T>(self, value: T) -> Result<T, GatewayError> {
-        if self.errors.is_empty() {
-            Ok(value)
-        } else {
-            Err(GatewayError::Validation(self.errors))
+        self.finish_some(Some(value))
+    }
+
+    /// The value when every field was valid (`None` when a required one was not).
+    fn finish_some<T>(self, value: Option<T>) -> Result<T, GatewayError> {
+        match value {
+            Some(v) if self.errors.is_empty() => Ok(v),
+            _ => Err(GatewayError::Validation(self.errors)),
         }
     }
 
@@ -349,11 +362,8 @@ pub(crate) struct FactCreateBody {
 }
 
 pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> {
-    let mut c = Checker::default();
     let base = [json!("body")];
-    let Some(m) = c.model(body, base.to_vec()) else {
-        return Err(GatewayError::Validation(c.errors));
-    };
+    let (mut c, m) = Checker::body(body)?;
     let content = c.required_str(m, "content", &base);
     if let Some(s) = &content {
         c.min_len(s, 1, at(&base, "content"));
@@ -371,10 +381,7 @@ pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> 
         }),
         _ => None,
     };
-    match out {
-        Some(v) if c.errors.is_empty() => Ok(v),
-        _ => Err(GatewayError::Validation(c.errors)),
-    }
+    c.finish_some(out)
 }
 
 /// `PATCH /api/memory/facts/{id}`: every field optional; `null` or absent keeps the value.
@@ -392,11 +399,8 @@ pub(crate) struct FactPatchBody {
 }
 
 pub(crate) fn fact_patch(body: &Value) -> Result<FactPatchBody, GatewayError> {
-    let mut c = Checker::default();
     let base = [json!("body")];
-    let Some(m) = c.model(body, base.to_vec()) else {
-        return Err(GatewayError::Validation(c.errors));
-    };
+    let (mut c, m) = Checker::body(body)?;
     let content = c.opt_str(m, "content", &base).flatten();
     if let Some(s) = &content {
         c.min_len(s, 1, at(&base, "content"));
@@ -418,14 +422,6 @@ const UNKNOWN_SOURCE: &str = "unknown";
 
 /// The only fact status storage keeps (a deleted fact has no file).
 const ACTIVE_STATUS: &str = "active";
-
-/// Manager-level fact fields the reference's HTTP model does not have: dropped on import.
-const MANAGER_ONLY_FACT_KEYS: [&str; 4] = [
-    "title",
-    "expected_valid_days",
-    "lastConfirmedAt",
-    "confirmationCount",
-];
 
 fn summary_section(
     c: &mut Checker,
@@ -535,9 +531,8 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
             out.insert("scope".into(), Value::Object(scope));
         }
     }
-    for key in MANAGER_ONLY_FACT_KEYS {
-        out.remove(key);
-    }
+    // Only the reference's HTTP fields were copied: the manager-level ones (`title`,
+    // `confirmationCount`...) are dropped.
     (c.errors.len() == before).then_some(Value::Object(out))
 }
 
@@ -566,11 +561,8 @@ fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
 /// non-strings become `unknown`), a finite confidence is clamped into [0, 1], and each fact
 /// needs `id` and `content`; a fact whose `status` is not `active` is a 400.
 pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, GatewayError> {
-    let mut c = Checker::default();
     let base = [json!("body")];
-    let Some(m) = c.model(body, base.to_vec()) else {
-        return Err(GatewayError::Validation(c.errors));
-    };
+    let (mut c, m) = Checker::body(body)?;
     let mut out = Map::new();
     for (key, default) in [("version", "1.0"), ("lastUpdated", "")] {
         if let Some(s) = c.str_or(m, key, &base, default) {
@@ -921,11 +913,8 @@ fn has_control(s: &str) -> bool {
 }
 
 pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> {
-    let mut c = Checker::default();
     let base = [json!("body")];
-    let Some(m) = c.model(body, base.to_vec()) else {
-        return Err(GatewayError::Validation(c.errors));
-    };
+    let (mut c, m) = Checker::body(body)?;
     let thread_id = c.required_str(m, "thread_id", &base);
     if let Some(t) = &thread_id {
         let loc = at(&base, "thread_id");
@@ -969,15 +958,12 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
             }
         }
     }
-    match thread_id {
-        Some(thread_id) if c.errors.is_empty() => Ok(MessagesBody {
-            thread_id,
-            agent,
-            messages,
-            trace_id,
-        }),
-        _ => Err(GatewayError::Validation(c.errors)),
-    }
+    c.finish_some(thread_id.map(|thread_id| MessagesBody {
+        thread_id,
+        agent,
+        messages,
+        trace_id,
+    }))
 }
 
 /// `GET /api/memory/search`: `q` (required), `top_k` (1–100, default 5), `category`, `mode`
@@ -1026,15 +1012,12 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
             ),
         }
     }
-    match query {
-        Some(query) if c.errors.is_empty() => Ok(SearchParams {
-            query,
-            top_k,
-            category,
-            mode,
-        }),
-        _ => Err(GatewayError::Validation(c.errors)),
-    }
+    c.finish_some(query.map(|query| SearchParams {
+        query,
+        top_k,
+        category,
+        mode,
+    }))
 }
 
 /// An optional integer query parameter from 1 to `max`; empty means absent.

@@ -144,7 +144,7 @@ impl MemoryMcpServer {
                 CallToolResult::success(vec![ContentBlock::text(EMPTY_CONTEXT_BLOCK)])
             }
             Ok(ctx) => CallToolResult::success(vec![ContentBlock::text(ctx.block)]),
-            Err(e) => tool_error(&error_json(&e)),
+            Err(e) => tool_error(e.to_string()),
         }
     }
 
@@ -152,12 +152,13 @@ impl MemoryMcpServer {
         match self.manager.get_memory(scope).await {
             Ok(document) => {
                 let count = document.facts.len();
-                let facts = serde_json::to_value(&document.facts).map_err(|e| {
-                    McpError::internal_error(format!("could not encode the facts: {e}"), None)
-                })?;
-                serde_json::to_string(&json!({ "facts": facts, "count": count })).map_err(|e| {
-                    McpError::internal_error(format!("could not encode the facts: {e}"), None)
-                })
+                serde_json::to_value(&document.facts)
+                    .and_then(|facts| {
+                        serde_json::to_string(&json!({ "facts": facts, "count": count }))
+                    })
+                    .map_err(|e| {
+                        McpError::internal_error(format!("could not encode the facts: {e}"), None)
+                    })
             }
             Err(ManagerError::Unsupported { .. }) => Err(McpError::resource_not_found(
                 format!(
@@ -212,16 +213,11 @@ fn context_tool() -> Tool {
     )
 }
 
-fn tool_error(text: &str) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(text)])
-}
-
-fn error_json(e: &ManagerError) -> String {
-    tools::ToolOutput::error(e.to_string()).text
-}
-
-fn unauthenticated() -> CallToolResult {
-    tool_error(&tools::ToolOutput::error("the request carries no authenticated user").text)
+/// A tool error, `{"error": message}` as the dispatcher answers them.
+fn tool_error(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(
+        tools::ToolOutput::error(message).text,
+    )])
 }
 
 impl ServerHandler for MemoryMcpServer {
@@ -265,7 +261,7 @@ impl ServerHandler for MemoryMcpServer {
             )));
         }
         let Some(scope) = self.scope(&context) else {
-            return Ok(unauthenticated().into());
+            return Ok(tool_error("the request carries no authenticated user").into());
         };
         if name == MEMORY_CONTEXT {
             return Ok(self.context_block(scope).await.into());

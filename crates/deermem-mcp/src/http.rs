@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use deermem_core::ports::MemoryManager;
 use deermem_core::{AgentName, UserId};
 use deermem_gateway::ServerConfig;
+use deermem_gateway::auth::bearer_token;
 use deermem_gateway::listen::{ServeOptions, serve_app};
 use http::{HeaderValue, Method, StatusCode, header};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -271,13 +272,6 @@ fn normalize_path(path: &str) -> String {
     } else {
         format!("/{trimmed}")
     }
-}
-
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 async fn require_bearer(

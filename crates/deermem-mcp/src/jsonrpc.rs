@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use deermem::tools::json_type;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
 
@@ -40,11 +41,6 @@ const KNOWN_METHODS: [&str; 21] = [
     "skills/get",
 ];
 
-/// Whether `method` is a request method MCP defines.
-pub(crate) fn is_known_method(method: &str) -> bool {
-    KNOWN_METHODS.contains(&method)
-}
-
 /// A JSON-RPC error response, as one line of JSON.
 pub(crate) fn error_line(id: Value, code: i64, message: &str) -> String {
     json!({
@@ -63,21 +59,10 @@ pub(crate) fn request_id(value: &Value) -> Value {
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// What is wrong with the params of a known method, for its `-32602` answer (`None` for a
 /// method MCP does not define, which stays "Method not found").
 pub(crate) fn invalid_params_message(method: &str, params: Option<&Value>) -> Option<String> {
-    if !is_known_method(method) {
+    if !KNOWN_METHODS.contains(&method) {
         return None;
     }
     let detail = match (method, params) {

@@ -3,7 +3,7 @@
 //! dicts), and user/agent scopes.
 
 use deermem_core::ports::MemoryScope;
-use deermem_core::{AgentName, Message, UserId};
+use deermem_core::{AgentName, IdError, Message, UserId};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -231,32 +231,20 @@ pub(crate) fn messages(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     Ok(out)
 }
 
-/// A user id as the engine validates it (`ValueError` with the reference's message).
+/// The scope of a call: the user id as the engine validates it and the explicit agent name
+/// (lowercased; `None` for the default bucket).
 ///
 /// # Errors
-/// Empty, NUL-carrying or over-long ids.
-pub(crate) fn user(user_id: Option<&str>) -> PyResult<Option<UserId>> {
-    user_id
-        .map(|u| UserId::new(u).map_err(|e| PyValueError::new_err(e.to_string())))
-        .transpose()
-}
-
-/// An explicit agent name (lowercased), `None` for the default bucket.
-///
-/// # Errors
-/// Names outside the agent-name grammar.
-pub(crate) fn agent(agent_name: Option<&str>) -> PyResult<Option<AgentName>> {
-    agent_name
-        .map(|a| AgentName::parse(a).map_err(|e| PyValueError::new_err(e.to_string())))
-        .transpose()
-}
-
-/// The scope of a call.
-///
-/// # Errors
-/// As [`user`] and [`agent`].
+/// `ValueError` with the engine's message for empty, NUL-carrying or over-long user ids and
+/// for names outside the agent-name grammar.
 pub(crate) fn scope(user_id: Option<&str>, agent_name: Option<&str>) -> PyResult<MemoryScope> {
-    Ok(MemoryScope::new(user(user_id)?, agent(agent_name)?))
+    let invalid = |e: IdError| PyValueError::new_err(e.to_string());
+    let user = user_id.map(UserId::new).transpose().map_err(invalid)?;
+    let agent = agent_name
+        .map(AgentName::parse)
+        .transpose()
+        .map_err(invalid)?;
+    Ok(MemoryScope::new(user, agent))
 }
 
 /// The text of a chat model's answer: a string, or the text of its content blocks.

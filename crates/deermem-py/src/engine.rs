@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use deermem::{Backend, BuildError, BuildOptions};
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, MemoryManager, NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
 };
-use deermem_core::{MemoryConfig, MemoryMode, PublicMemoryDocument};
+use deermem_core::{ManagerError, MemoryConfig, MemoryMode, PublicMemoryDocument};
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -50,29 +50,21 @@ impl Shared {
     {
         py.detach(|| self.process.block_on(future))
     }
+
+    /// Runs one manager call with the GIL released; its error becomes the Python exception.
+    fn call<T, F>(&self, py: Python<'_>, future: F) -> PyResult<T>
+    where
+        F: Future<Output = Result<T, ManagerError>> + Send,
+        T: Send,
+    {
+        self.run(py, future).map_err(|e| errors::to_py(py, e))
+    }
 }
 
 /// Why attaching failed (built without the GIL, turned into an exception with it).
 enum AttachError {
     Runtime(std::io::Error),
     Build(BuildError),
-}
-
-/// The canonical form of a JSON value: object keys sorted at every level.
-fn canonical(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), canonical(&m[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
 }
 
 fn build(
@@ -190,6 +182,25 @@ impl Engine {
         });
         Ok(shared)
     }
+
+    /// One operation on the scope of `user_id` and `agent_name` that answers the document,
+    /// returned as Python objects.
+    fn document_call<'py, F, Fut>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+        op: F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: FnOnce(Arc<dyn MemoryManager>, MemoryScope) -> Fut,
+        Fut: Future<Output = Result<PublicMemoryDocument, ManagerError>> + Send,
+    {
+        let scope = convert::scope(user_id, agent_name)?;
+        let shared = self.shared(py)?;
+        let doc = shared.call(py, op(Arc::clone(&shared.manager), scope))?;
+        document(py, &doc)
+    }
 }
 
 #[pymethods]
@@ -234,8 +245,11 @@ impl Engine {
         };
         let host_llm = optional(host_llm);
         let llm_name = host_llm.as_ref().map(|m| model_name(m.bind(py)));
+        // The canonical form of the configuration: object keys sorted at every level.
+        let mut canonical = Value::Object(backend_config.clone());
+        canonical.sort_all_objects();
         let key = serde_json::json!({
-            "backend_config": canonical(&Value::Object(backend_config.clone())),
+            "backend_config": canonical,
             "mode": mode.as_str(),
             "host_llm": llm_name.is_some(),
         })
@@ -288,11 +302,7 @@ impl Engine {
         trace_id: Option<String>,
         nowait: bool,
     ) -> PyResult<()> {
-        let thread_id = thread_id
-            .cast::<PyString>()
-            .map_err(|_| PyTypeError::new_err("thread_id must be a string"))?
-            .to_str()?
-            .to_owned();
+        let thread_id = required_text(thread_id, "thread_id")?;
         let scope = convert::scope(user_id, agent_name)?;
         let messages = convert::messages(messages)?;
         let shared = self.shared(py)?;
@@ -328,14 +338,12 @@ impl Engine {
     ) -> PyResult<String> {
         let scope = convert::scope(user_id, agent_name)?;
         let shared = self.shared(py)?;
-        shared
-            .run(
-                py,
-                shared
-                    .manager
-                    .get_context(ContextRequest { scope, thread_id }),
-            )
-            .map_err(|e| errors::to_py(py, e))
+        shared.call(
+            py,
+            shared
+                .manager
+                .get_context(ContextRequest { scope, thread_id }),
+        )
     }
 
     /// Up to `top_k` facts ranked for `query` (`[]` for a blank query or `top_k <= 0`), by
@@ -352,11 +360,7 @@ impl Engine {
         category: Option<String>,
         mode: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let query = query
-            .cast::<PyString>()
-            .map_err(|_| PyTypeError::new_err("query must be a string"))?
-            .to_str()?
-            .to_owned();
+        let query = required_text(query, "query")?;
         let top_k: i64 = match top_k {
             None => 5,
             Some(k) if k.is_instance_of::<pyo3::types::PyBool>() => {
@@ -388,9 +392,7 @@ impl Engine {
             category,
             mode,
         };
-        let facts = shared
-            .run(py, shared.manager.search(request))
-            .map_err(|e| errors::to_py(py, e))?;
+        let facts = shared.call(py, shared.manager.search(request))?;
         convert::serialize_to_py(py, &facts)
     }
 
@@ -402,12 +404,9 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.get_memory(scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.get_memory(scope).await
+        })
     }
 
     /// The export document (the same as `get_memory`).
@@ -418,12 +417,9 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.export_memory(scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.export_memory(scope).await
+        })
     }
 
     /// Re-reads storage (and re-indexes the scope), then returns the document.
@@ -434,12 +430,9 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.reload_memory(scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.reload_memory(scope).await
+        })
     }
 
     /// Clears memory: everything of the user without an agent, one bucket's facts with one.
@@ -450,12 +443,9 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.clear_memory(scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.clear_memory(scope).await
+        })
     }
 
     /// Not supported by DeerMem (`NotImplementedError`, as the reference).
@@ -468,9 +458,7 @@ impl Engine {
     ) -> PyResult<()> {
         let scope = convert::scope(user_id, agent_name)?;
         let shared = self.shared(py)?;
-        shared
-            .run(py, shared.manager.delete_memory(scope))
-            .map_err(|e| errors::to_py(py, e))
+        shared.call(py, shared.manager.delete_memory(scope))
     }
 
     /// Replaces the bucket with a memory document (the public camelCase shape).
@@ -485,9 +473,7 @@ impl Engine {
         let scope = convert::scope(user_id, agent_name)?;
         let parsed = import_document(memory_data)?;
         let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.import_memory(parsed, scope))
-            .map_err(|e| errors::to_py(py, e))?;
+        let doc = shared.call(py, shared.manager.import_memory(parsed, scope))?;
         document(py, &doc)
     }
 
@@ -503,8 +489,7 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let content = text_arg(content, "content")?
-            .ok_or_else(|| PyTypeError::new_err("content must be a string"))?;
+        let content = required_text(content, "content")?;
         let category = match category {
             Some(c) => text_arg(c, "category")?.unwrap_or_default(),
             None => String::new(),
@@ -521,9 +506,7 @@ impl Engine {
             category,
             confidence,
         };
-        let (doc, id) = shared
-            .run(py, shared.manager.create_fact(fact, scope))
-            .map_err(|e| errors::to_py(py, e))?;
+        let (doc, id) = shared.call(py, shared.manager.create_fact(fact, scope))?;
         let doc = document(py, &doc)?;
         PyTuple::new(py, [doc, convert::to_py(py, &serde_json::json!(id))?])
     }
@@ -541,8 +524,7 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fact_id = text_arg(fact_id, "fact_id")?
-            .ok_or_else(|| PyTypeError::new_err("fact_id must be a string"))?;
+        let fact_id = required_text(fact_id, "fact_id")?;
         let patch = FactPatch {
             content: content
                 .map(|c| text_arg(c, "content"))
@@ -555,12 +537,9 @@ impl Engine {
             confidence: confidence.map(confidence_arg).transpose()?.flatten(),
             expected_revision: None,
         };
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.update_fact(&fact_id, patch, scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.update_fact(&fact_id, patch, scope).await
+        })
     }
 
     /// Deletes a fact (`KeyError` when it does not exist).
@@ -572,14 +551,10 @@ impl Engine {
         user_id: Option<&str>,
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fact_id = text_arg(fact_id, "fact_id")?
-            .ok_or_else(|| PyTypeError::new_err("fact_id must be a string"))?;
-        let scope = convert::scope(user_id, agent_name)?;
-        let shared = self.shared(py)?;
-        let doc = shared
-            .run(py, shared.manager.delete_fact(&fact_id, None, scope))
-            .map_err(|e| errors::to_py(py, e))?;
-        document(py, &doc)
+        let fact_id = required_text(fact_id, "fact_id")?;
+        self.document_call(py, user_id, agent_name, |m, scope| async move {
+            m.delete_fact(&fact_id, None, scope).await
+        })
     }
 
     /// Drains pending updates within `timeout` seconds (a hard limit); true only when the
@@ -644,6 +619,11 @@ fn text_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<String>> {
         .cast::<PyString>()
         .map_err(|_| PyTypeError::new_err(format!("{name} must be a string")))?;
     Ok(Some(s.to_str()?.to_owned()))
+}
+
+/// A string argument that must be given (`None` is a `TypeError` too).
+fn required_text(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    text_arg(obj, name)?.ok_or_else(|| PyTypeError::new_err(format!("{name} must be a string")))
 }
 
 /// A confidence argument: a real number (`ValueError("confidence")` for anything the engine

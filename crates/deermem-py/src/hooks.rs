@@ -183,6 +183,51 @@ fn call_kwargs<'py>(
     Ok(kw)
 }
 
+/// `callbacks.on_memory_llm_call(config, thread_id=, user_id=, trace_id=, model_name=)`, what it
+/// raises logged.
+fn report_llm_call(
+    py: Python<'_>,
+    cb: &Py<PyAny>,
+    cfg: PyResult<Bound<'_, PyDict>>,
+    call: &LlmCallInfo,
+    model_name: Option<&str>,
+) {
+    let r = cfg.and_then(|cfg| {
+        let kw = call_kwargs(py, call, model_name)?;
+        cb.bind(py)
+            .call_method("on_memory_llm_call", (cfg,), Some(&kw))
+    });
+    if let Err(e) = r {
+        log_hook_error(py, "callbacks.on_memory_llm_call", &e);
+    }
+}
+
+/// `callbacks.on_memory_llm_result(config, prompt=, response=, error=, duration_ms=,
+/// model_name=)` with `outcome` the prompt, the response and the error, what it raises logged.
+fn report_llm_result<'py>(
+    py: Python<'py>,
+    cb: &Py<PyAny>,
+    cfg: PyResult<Bound<'py, PyDict>>,
+    outcome: [Bound<'py, PyAny>; 3],
+    duration: std::time::Duration,
+    model_name: Option<&str>,
+) {
+    let [prompt, response, error] = outcome;
+    let r = cfg.and_then(|cfg| {
+        let kw = PyDict::new(py);
+        kw.set_item("prompt", prompt)?;
+        kw.set_item("response", response)?;
+        kw.set_item("error", error)?;
+        kw.set_item("duration_ms", duration.as_secs_f64() * 1000.0)?;
+        kw.set_item("model_name", model_name)?;
+        cb.bind(py)
+            .call_method("on_memory_llm_result", (cfg,), Some(&kw))
+    });
+    if let Err(e) = r {
+        log_hook_error(py, "callbacks.on_memory_llm_result", &e);
+    }
+}
+
 /// Receives the engine's extraction events and forwards them to the host hooks.
 #[derive(Debug)]
 pub(crate) struct PyObserver {
@@ -210,16 +255,7 @@ impl UpdateObserver for PyObserver {
         };
         Python::try_attach(|py| {
             with_trace(py, &hooks, call.trace_id.as_deref(), || {
-                let r = invoke_config(py)
-                    .and_then(|cfg| {
-                        let kw = call_kwargs(py, call, Some(&call.model_name))?;
-                        cb.bind(py)
-                            .call_method("on_memory_llm_call", (cfg,), Some(&kw))
-                    })
-                    .map(drop);
-                if let Err(e) = r {
-                    log_hook_error(py, "callbacks.on_memory_llm_call", &e);
-                }
+                report_llm_call(py, cb, invoke_config(py), call, Some(&call.model_name));
             });
         });
     }
@@ -234,30 +270,17 @@ impl UpdateObserver for PyObserver {
         };
         Python::try_attach(|py| {
             with_trace(py, &hooks, result.call.trace_id.as_deref(), || {
-                let r = (|| -> PyResult<()> {
-                    let kw = PyDict::new(py);
-                    kw.set_item("prompt", py.None())?;
-                    kw.set_item("response", py.None())?;
-                    let error = match &result.error {
-                        Some(e) => pyo3::exceptions::PyRuntimeError::new_err(e.clone())
-                            .value(py)
-                            .clone()
-                            .into_any(),
-                        None => py.None().into_bound(py),
-                    };
-                    kw.set_item("error", error)?;
-                    kw.set_item("duration_ms", result.duration.as_secs_f64() * 1000.0)?;
-                    kw.set_item("model_name", &result.call.model_name)?;
-                    cb.bind(py).call_method(
-                        "on_memory_llm_result",
-                        (invoke_config(py)?,),
-                        Some(&kw),
-                    )?;
-                    Ok(())
-                })();
-                if let Err(e) = r {
-                    log_hook_error(py, "callbacks.on_memory_llm_result", &e);
-                }
+                let error = match &result.error {
+                    Some(e) => pyo3::exceptions::PyRuntimeError::new_err(e.clone())
+                        .value(py)
+                        .clone()
+                        .into_any(),
+                    None => py.None().into_bound(py),
+                };
+                let none = py.None().into_bound(py);
+                let outcome = [none.clone(), none, error];
+                let model = Some(result.call.model_name.as_str());
+                report_llm_result(py, cb, invoke_config(py), outcome, result.duration, model);
             });
         });
     }
@@ -280,28 +303,13 @@ impl UpdateObserver for PyObserver {
         m.insert("model_name".into(), json!(model));
         m.insert("success".into(), Value::Bool(report.success));
         m.insert("token_usage".into(), usage_value(report.token_usage));
-        if let Some(metrics) = &report.metrics {
-            m.insert("facts_extracted".into(), json!(metrics.facts_extracted));
-            m.insert(
-                "facts_passed_confidence".into(),
-                json!(metrics.facts_passed_confidence),
-            );
-            m.insert(
-                "rejected_low_confidence".into(),
-                json!(metrics.rejected_low_confidence),
-            );
-            m.insert(
-                "facts_passed_scope_gate".into(),
-                json!(metrics.facts_passed_scope_gate),
-            );
-            m.insert(
-                "rejected_by_scope_gate".into(),
-                json!(metrics.rejected_by_scope_gate),
-            );
-            m.insert(
-                "scope_gate_rejections".into(),
-                serde_json::to_value(metrics.scope_gate_rejections).unwrap_or(Value::Null),
-            );
+        // The metrics' own keys, in their order, but for the parser's count the reference
+        // does not report.
+        if let Some(Value::Object(mut metrics)) =
+            report.metrics.and_then(|x| serde_json::to_value(x).ok())
+        {
+            metrics.shift_remove("dropped_malformed");
+            m.extend(metrics);
         }
         let payload = Value::Object(m);
         Python::try_attach(|py| {
@@ -395,13 +403,7 @@ fn invoke_host(
             let cfg = invoke_config(py)
                 .map_err(|e| LlmError::Transport(format!("cannot build invoke config: {e}")))?;
             if let Some(cb) = &hooks.callbacks {
-                let r = call_kwargs(py, call, None).and_then(|kw| {
-                    cb.bind(py)
-                        .call_method("on_memory_llm_call", (&cfg,), Some(&kw))
-                });
-                if let Err(e) = r {
-                    log_hook_error(py, "callbacks.on_memory_llm_call", &e);
-                }
+                report_llm_call(py, cb, Ok(cfg.clone()), call, None);
             }
             let started = Instant::now();
             let kw = PyDict::new(py);
@@ -409,28 +411,13 @@ fn invoke_host(
                 .set_item("config", &cfg)
                 .and_then(|()| model.bind(py).call_method("invoke", (&prompt,), Some(&kw)));
             if let Some(cb) = &hooks.callbacks {
-                let r = (|| -> PyResult<()> {
-                    let kw = PyDict::new(py);
-                    kw.set_item("prompt", &prompt)?;
-                    match &result {
-                        Ok(resp) => {
-                            kw.set_item("response", resp)?;
-                            kw.set_item("error", py.None())?;
-                        }
-                        Err(e) => {
-                            kw.set_item("response", py.None())?;
-                            kw.set_item("error", e.value(py))?;
-                        }
-                    }
-                    kw.set_item("duration_ms", started.elapsed().as_secs_f64() * 1000.0)?;
-                    kw.set_item("model_name", py.None())?;
-                    cb.bind(py)
-                        .call_method("on_memory_llm_result", (&cfg,), Some(&kw))?;
-                    Ok(())
-                })();
-                if let Err(e) = r {
-                    log_hook_error(py, "callbacks.on_memory_llm_result", &e);
-                }
+                let none = py.None().into_bound(py);
+                let (response, error) = match &result {
+                    Ok(resp) => (resp.clone(), none),
+                    Err(e) => (none, e.value(py).clone().into_any()),
+                };
+                let outcome = [prompt.clone().into_any(), response, error];
+                report_llm_result(py, cb, Ok(cfg.clone()), outcome, started.elapsed(), None);
             }
             let response =
                 result.map_err(|e| LlmError::Transport(format!("the host model raised: {e}")))?;

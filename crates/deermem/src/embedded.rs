@@ -236,41 +236,6 @@ impl EmbeddedStorage {
         }
     }
 
-    /// Which storage this is.
-    pub fn class(&self) -> StorageClass {
-        match self {
-            Self::File(_) => StorageClass::File,
-            #[cfg(feature = "store-postgres")]
-            Self::Postgres(_) => StorageClass::Postgres,
-        }
-    }
-
-    /// The file store, when that is the storage.
-    pub fn file(&self) -> Option<&Arc<FileMemoryStorage>> {
-        match self {
-            Self::File(s) => Some(s),
-            #[cfg(feature = "store-postgres")]
-            Self::Postgres(_) => None,
-        }
-    }
-
-    /// The file store for an operation only it has, or [`EmbeddedError::NotAvailable`]
-    /// naming the operation.
-    ///
-    /// # Errors
-    /// The storage is not the file store.
-    pub fn require_file(
-        &self,
-        operation: &'static str,
-        hint: &'static str,
-    ) -> Result<&Arc<FileMemoryStorage>, EmbeddedError> {
-        self.file().ok_or(EmbeddedError::NotAvailable {
-            operation,
-            storage: self.class().as_str(),
-            hint,
-        })
-    }
-
     /// The raw ids of the users the storage holds data for, sorted.
     ///
     /// # Errors

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactAdmin, MemoryAdmin, MemoryManager, MemoryReader, MemoryReload,
-    MemoryScope, MemorySearch, ScoredFact, SearchRequest,
+    AddRequest, ContextRequest, MemoryAdmin, MemoryManager, MemoryReader, MemoryScope,
+    MemorySearch, ScoredFact, SearchRequest,
 };
 use deermem_core::{ManagerError, MemoryMode, PublicMemoryDocument};
 
@@ -49,14 +49,6 @@ impl MemoryManager for NoopManager {
 
     fn admin(&self) -> Option<&dyn MemoryAdmin> {
         Some(self)
-    }
-
-    fn reloader(&self) -> Option<&dyn MemoryReload> {
-        None
-    }
-
-    fn facts(&self) -> Option<&dyn FactAdmin> {
-        None
     }
 }
 

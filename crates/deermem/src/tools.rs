@@ -386,13 +386,11 @@ async fn search(
         let category = optional_str(args, "category")?;
         let limit = optional_int(args, "limit")?;
         let mode = optional_mode(args)?;
+        check_length("query", query, MAX_QUERY_CHARS)?;
+        check_optional_length("category", category, MAX_CATEGORY_CHARS)?;
         Ok::<_, ArgError>((query, category, limit, mode))
     })();
-    let (query, category, limit, mode) = match parsed.and_then(|(q, c, l, m)| {
-        check_length("query", q, MAX_QUERY_CHARS)?;
-        check_optional_length("category", c, MAX_CATEGORY_CHARS)?;
-        Ok((q, c, l, m))
-    }) {
+    let (query, category, limit, mode) = match parsed {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_SEARCH, &e),
     };
@@ -434,13 +432,11 @@ async fn add(
         let content = required_str(args, "content")?;
         let category = optional_str(args, "category")?;
         let confidence = optional_number(args, "confidence")?;
+        check_length("content", content, MAX_MANUAL_CONTENT_CHARS)?;
+        check_optional_length("category", category, MAX_CATEGORY_CHARS)?;
         Ok::<_, ArgError>((content, category, confidence))
     })();
-    let (content, category, confidence) = match parsed.and_then(|(c, cat, conf)| {
-        check_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
-        check_optional_length("category", cat, MAX_CATEGORY_CHARS)?;
-        Ok((c, cat, conf))
-    }) {
+    let (content, category, confidence) = match parsed {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_ADD, &e),
     };
@@ -487,13 +483,11 @@ async fn update(
         let content = optional_str(args, "content")?;
         let category = optional_str(args, "category")?;
         let confidence = optional_number(args, "confidence")?;
+        check_optional_length("content", content, MAX_MANUAL_CONTENT_CHARS)?;
+        check_optional_length("category", category, MAX_CATEGORY_CHARS)?;
         Ok::<_, ArgError>((fact_id, content, category, confidence))
     })();
-    let (fact_id, content, category, confidence) = match parsed.and_then(|(id, c, cat, conf)| {
-        check_optional_length("content", c, MAX_MANUAL_CONTENT_CHARS)?;
-        check_optional_length("category", cat, MAX_CATEGORY_CHARS)?;
-        Ok((id, c, cat, conf))
-    }) {
+    let (fact_id, content, category, confidence) = match parsed {
         Ok(p) => p,
         Err(e) => return invalid_arguments(MEMORY_UPDATE, &e),
     };
@@ -674,7 +668,8 @@ fn optional_int(args: &Map<String, Value>, key: &str) -> Result<Option<i64>, Arg
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// A JSON value's type as error messages name it (`null`, `a string`, `an object`...).
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -48,7 +48,7 @@ impl Endpoint {
         let bad = |message: String| TransferError::Endpoint { which, message };
         let spec = spec.trim();
         let resolved;
-        let text = match var_name(spec) {
+        let text = match deermem_core::config::env_reference(spec) {
             Some(name) => {
                 resolved = env(name)
                     .filter(|v| !v.trim().is_empty())
@@ -89,17 +89,6 @@ impl Endpoint {
             Self::Postgres(c) => format!("postgres (schema {})", c.schema),
         }
     }
-}
-
-/// `NAME` of `$NAME` or `${NAME}`.
-fn var_name(spec: &str) -> Option<&str> {
-    let rest = spec.strip_prefix('$')?;
-    let name = rest
-        .strip_prefix('{')
-        .and_then(|r| r.strip_suffix('}'))
-        .unwrap_or(rest);
-    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-        .then_some(name)
 }
 
 /// How to move.

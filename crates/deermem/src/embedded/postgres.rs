@@ -18,7 +18,6 @@ use super::EmbeddedError;
 
 /// The storage ports on PostgreSQL, with the pool they use and the settings they came from.
 pub struct PostgresStorage {
-    storage: Arc<PgStorage>,
     /// What the engine uses: the storage itself, or (with an embedder) the storage with its
     /// search answered by the hybrid retrieval over its facts and their vectors.
     memory: Arc<dyn MemoryStorage>,
@@ -39,12 +38,7 @@ impl std::fmt::Debug for PostgresStorage {
 }
 
 impl PostgresStorage {
-    /// The storage ports.
-    pub fn storage(&self) -> &Arc<PgStorage> {
-        &self.storage
-    }
-
-    /// The storage ports as the engine uses them: [`PostgresStorage::storage`], or with an
+    /// The storage ports as the engine uses them: the PostgreSQL storage, or with an
     /// embedder configured the same storage whose search is the hybrid retrieval over
     /// [`PgFactIndex`] (vectors in the `fact_vectors` table, shared by every replica).
     pub fn memory(&self) -> Arc<dyn MemoryStorage> {
@@ -54,16 +48,6 @@ impl PostgresStorage {
     /// The connection pool (administrative reads).
     pub fn store(&self) -> &PgStore {
         &self.store
-    }
-
-    /// The connection settings (the URL is never shown by their `Debug`).
-    pub fn config(&self) -> &PostgresConfig {
-        &self.config
-    }
-
-    /// What the migration at start applied, and the schema version afterwards.
-    pub fn migration(&self) -> &MigrationOutcome {
-        &self.migration
     }
 
     /// Opens the run journal in the same database. Blocking: call it from a thread that is not
@@ -135,7 +119,6 @@ pub(super) fn open(
     ));
     let memory = with_search_by_meaning(cfg, &storage, &store, clock)?;
     Ok(PostgresStorage {
-        storage,
         memory,
         store,
         config,

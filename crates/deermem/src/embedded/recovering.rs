@@ -79,11 +79,6 @@ impl RecoveringFts5 {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the index is open now.
-    pub fn is_open(&self) -> bool {
-        self.lock().index.is_some()
-    }
-
     /// Why the index could not be opened, while it is not open.
     pub fn open_error(&self) -> Option<String> {
         self.lock().open_error.clone()
