@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use deermem_core::ConfigError;
 use deermem_core::config::lax;
+use deermem_pycompat::py;
 use deermem_remote::base_url::{self, BaseUrlError, TransportRule};
 pub use deermem_remote::{FailurePolicy, Secret};
 use serde::de::Error as _;
@@ -119,21 +120,16 @@ fn overrides<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>
     };
     let mut out = BTreeMap::new();
     for (user, value) in map {
-        match value {
-            Value::String(_) | Value::Number(_) | Value::Bool(_) => {
-                match deermem_pycompat::py::py_str(value) {
-                    Some(s) if !s.trim().is_empty() => {
-                        out.insert(user.clone(), s);
-                        continue;
-                    }
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-        return Err(D::Error::custom(format!(
-            "the value for user {user:?} must be a non-empty string (got {value})"
-        )));
+        let id = match value {
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => py::py_str(value),
+            _ => None,
+        };
+        let Some(id) = id.filter(|s| !s.trim().is_empty()) else {
+            return Err(D::Error::custom(format!(
+                "the value for user {user:?} must be a non-empty string (got {value})"
+            )));
+        };
+        out.insert(user.clone(), id);
     }
     Ok(out)
 }

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::capture::{Captured, MAX_BATCH, Side, capture};
 use crate::client::{HonchoClient, HonchoError, encode_segment};
 use crate::config::HonchoConfig;
-use crate::cursor::{CursorError, CursorState, CursorStore, plan};
+use crate::cursor::{CursorState, CursorStore, plan};
 use crate::identity::{Identity, session_id};
 use deermem_remote::CursorStorage;
 
@@ -302,27 +302,18 @@ impl Inner {
         }
         self.write(&["workspaces", &w, "sessions"], &json!({"id": session}))
             .await?;
-        let mut peers = Map::new();
-        peers.insert(id.user_peer.clone(), json!({}));
-        peers.insert(id.assistant_peer.clone(), json!({}));
-        self.write(
-            &["workspaces", &w, "sessions", &s, "peers"],
-            &Value::Object(peers),
-        )
-        .await?;
+        let peers = json!({ id.user_peer.as_str(): {}, id.assistant_peer.as_str(): {} });
+        self.write(&["workspaces", &w, "sessions", &s, "peers"], &peers)
+            .await?;
         Ok(())
     }
 
-    async fn load_cursor(
-        &self,
-        workspace: &str,
-        session: &str,
-    ) -> Result<CursorState, CursorError> {
-        self.cursors.load(workspace, session).await
-    }
-
-    async fn save_cursor(&self, state: &CursorState) -> Result<(), CursorError> {
-        self.cursors.save(state).await
+    /// Saves the cursor; a failure is logged (the cursor on file stays behind, so the next
+    /// capture resends what it does not cover).
+    async fn save_cursor(&self, state: &CursorState) {
+        if let Err(e) = self.cursors.save(state).await {
+            tracing::error!(error = %e, "honcho capture cursor could not be saved");
+        }
     }
 
     /// Sends what the cursor has not seen. Failures are logged; the cursor only moves past
@@ -336,7 +327,7 @@ impl Inner {
             _pending,
         } = job;
         let trace = trace_id.as_deref().unwrap_or("");
-        let mut state = match self.load_cursor(&identity.workspace, &session).await {
+        let mut state = match self.cursors.load(&identity.workspace, &session).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(workspace = %identity.workspace, session = %session, trace_id = trace, error = %e, "honcho capture skipped");
@@ -350,9 +341,7 @@ impl Inner {
                 // A rewritten transcript whose messages were all sent: remember it as the
                 // new prefix so the next turn takes the append-only path again.
                 state.accept(&[], Some(&sigs));
-                if let Err(e) = self.save_cursor(&state).await {
-                    tracing::error!(error = %e, "honcho capture cursor could not be saved");
-                }
+                self.save_cursor(&state).await;
             }
             tracing::debug!(workspace = %identity.workspace, session = %session, "honcho capture: nothing new");
             return;
@@ -369,9 +358,7 @@ impl Inner {
                 return;
             }
             state.session_peers = Some(peers.clone());
-            if let Err(e) = self.save_cursor(&state).await {
-                tracing::error!(error = %e, "honcho capture cursor could not be saved");
-            }
+            self.save_cursor(&state).await;
         }
         let Ok(w) = encode_segment(&identity.workspace, "workspace") else {
             return;
@@ -418,9 +405,7 @@ impl Inner {
                 Err(e) => {
                     self.note_failure("capture", &e);
                     tracing::warn!(workspace = %identity.workspace, session = %session, trace_id = trace, error = %e, sent, unsent = total - sent, "honcho capture failed; unsent messages are resent on the next turn");
-                    if let Err(e) = self.save_cursor(&state).await {
-                        tracing::error!(error = %e, "honcho capture cursor could not be saved");
-                    }
+                    self.save_cursor(&state).await;
                     return;
                 }
             }
@@ -433,7 +418,7 @@ impl Inner {
             };
             state.accept(&accepted, prefix_end.map(|end| &sigs[..end]));
             sent += batch.len();
-            if let Err(e) = self.save_cursor(&state).await {
+            if let Err(e) = self.cursors.save(&state).await {
                 tracing::error!(workspace = %identity.workspace, session = %session, error = %e, "honcho capture cursor could not be saved; stopping this capture");
                 return;
             }

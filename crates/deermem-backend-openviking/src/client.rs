@@ -12,7 +12,7 @@ use deermem_remote::http::{self, Profile};
 use deermem_remote::retry::{self, RetryPolicy};
 use reqwest::StatusCode;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::config::ApiKey;
 
@@ -83,16 +83,6 @@ impl OpenVikingError {
     pub fn may_have_been_applied(&self) -> bool {
         matches!(self.kind, ErrorKind::Transport | ErrorKind::Timeout)
             || self.code == "DEADLINE_EXCEEDED"
-    }
-
-    /// Whether the server refused the request itself (a bad key, a missing permission, an
-    /// invalid request): retrying the same request cannot help.
-    pub fn is_refusal(&self) -> bool {
-        self.kind == ErrorKind::Server
-            && matches!(
-                self.code.as_str(),
-                "UNAUTHENTICATED" | "PERMISSION_DENIED" | "INVALID_ARGUMENT" | "INVALID_URI"
-            )
     }
 
     /// Whether the server said the resource does not exist.
@@ -276,14 +266,12 @@ impl OpenVikingClient {
         peer: &str,
         messages: &[Value],
     ) -> Result<Option<u64>, OpenVikingError> {
-        let mut body = Map::new();
-        body.insert("messages".into(), Value::Array(messages.to_vec()));
         self.send(
             reqwest::Method::POST,
             &Self::session_path(session_id, "/messages/batch"),
             Some(peer),
             &[],
-            Some(&Value::Object(body)),
+            Some(&json!({ "messages": messages })),
         )
         .await
         .map(|r| r.as_ref().and_then(|r| count_field(r, "message_count")))
@@ -295,15 +283,12 @@ impl OpenVikingClient {
     /// # Errors
     /// Any failure.
     pub async fn commit(&self, session_id: &str, peer: &str) -> Result<(), OpenVikingError> {
-        let mut body = Map::new();
-        body.insert("keep_recent_count".into(), Value::from(0));
-        body.insert("telemetry".into(), Value::Bool(false));
         self.send(
             reqwest::Method::POST,
             &Self::session_path(session_id, "/commit"),
             Some(peer),
             &[],
-            Some(&Value::Object(body)),
+            Some(&json!({ "keep_recent_count": 0, "telemetry": false })),
         )
         .await
         .map(|_| ())
@@ -333,28 +318,11 @@ impl OpenVikingClient {
                 Ok(Some(SessionInfo {
                     pending_tokens: count_field(&r, "pending_tokens").unwrap_or(0),
                     message_count: count_field(&r, "message_count"),
-                    total_message_count: count_field(&r, "total_message_count"),
                 }))
             }
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// `GET /api/v1/sessions/{id}`: the session's uncommitted tokens; a missing session has
-    /// none.
-    ///
-    /// # Errors
-    /// Any failure but `NOT_FOUND`.
-    pub async fn pending_tokens(
-        &self,
-        session_id: &str,
-        peer: &str,
-    ) -> Result<u64, OpenVikingError> {
-        Ok(self
-            .session_info(session_id, peer)
-            .await?
-            .map_or(0, |i| i.pending_tokens))
     }
 
     /// `POST /api/v1/search/find`, or `/search/search` when the request names a session.
@@ -402,8 +370,6 @@ pub struct SessionInfo {
     pub pending_tokens: u64,
     /// Messages added since the last commit (a commit resets it), when reported.
     pub message_count: Option<u64>,
-    /// Messages ever added to the session (kept across commits), when reported.
-    pub total_message_count: Option<u64>,
 }
 
 /// A non-negative count field of a result object (a positive float is rounded up).
@@ -494,18 +460,12 @@ pub(crate) fn parse_envelope(
         ));
     };
     if v.get("status").and_then(Value::as_str) == Some("error") {
-        let err = v.get("error");
-        let err_code = err
-            .and_then(|e| e.get("code"))
-            .and_then(Value::as_str)
-            .unwrap_or("UNKNOWN");
-        let message = err
-            .and_then(|e| e.get("message"))
-            .and_then(Value::as_str)
-            .map_or_else(|| format!("HTTP {code}"), excerpt);
+        let err_code = v.pointer("/error/code").and_then(Value::as_str);
+        let message = v.pointer("/error/message").and_then(Value::as_str);
+        let message = message.map_or_else(|| format!("HTTP {code}"), excerpt);
         return Err(OpenVikingError::new(
             ErrorKind::Server,
-            &excerpt(err_code),
+            &excerpt(err_code.unwrap_or("UNKNOWN")),
             message,
             Some(code),
         ));
@@ -605,8 +565,6 @@ mod tests {
         assert!(!e(ErrorKind::Connect, "CONNECT").may_have_been_applied());
         assert!(!e(ErrorKind::Server, "UNAVAILABLE").may_have_been_applied());
         assert!(e(ErrorKind::Connect, "CONNECT").is_recoverable());
-        assert!(e(ErrorKind::Server, "UNAUTHENTICATED").is_refusal());
-        assert!(!e(ErrorKind::Server, "UNAVAILABLE").is_refusal());
         let b = e(ErrorKind::Server, "PERMISSION_DENIED").to_manager_error("find");
         assert!(matches!(b, ManagerError::Backend { .. }));
         assert!(b.to_string().contains("find: [PERMISSION_DENIED] m"));

@@ -70,18 +70,6 @@ pub enum ContentMode {
     Read,
 }
 
-impl ContentMode {
-    /// The config value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Abstract => "abstract",
-            Self::Overview => "overview",
-            Self::Read => "read",
-        }
-    }
-}
-
 /// The `retrieval` mapping.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default)]
@@ -401,7 +389,21 @@ impl OpenVikingConfig {
                 ),
             ));
         }
-        check_api_key(&self.api_key, &self.api_key_env)
+        if !self
+            .api_key
+            .expose()
+            .bytes()
+            .all(|b| (0x21..=0x7e).contains(&b))
+        {
+            return Err(key_err(
+                "api_key_env",
+                format!(
+                    "the OpenViking USER API key in {} contains characters that cannot be sent in an HTTP header",
+                    self.api_key_env
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The request timeout.
@@ -416,12 +418,13 @@ fn key_err(key: &str, message: impl Into<String>) -> ConfigError {
 
 fn truncate_for_message(s: &str) -> String {
     const MAX: usize = 80;
-    if s.chars().count() <= MAX {
-        format!("{s:?}").trim_matches('"').to_owned()
+    let head: String = s.chars().take(MAX).collect();
+    let more = if s.chars().nth(MAX).is_some() {
+        "…"
     } else {
-        let head: String = s.chars().take(MAX).collect();
-        format!("{}…", format!("{head:?}").trim_matches('"'))
-    }
+        ""
+    };
+    format!("{}{more}", format!("{head:?}").trim_matches('"'))
 }
 
 fn sub_mapping(m: &Map<String, Value>, name: &str) -> Result<Map<String, Value>, ConfigError> {
@@ -507,18 +510,6 @@ fn check_score_threshold(s: Option<f64>) -> Result<(), ConfigError> {
         )),
         _ => Ok(()),
     }
-}
-
-fn check_api_key(key: &ApiKey, env_name: &str) -> Result<(), ConfigError> {
-    if !key.expose().bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(key_err(
-            "api_key_env",
-            format!(
-                "the OpenViking USER API key in {env_name} contains characters that cannot be sent in an HTTP header"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

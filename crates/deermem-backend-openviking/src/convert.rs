@@ -235,17 +235,17 @@ pub fn message_signature(m: &Message) -> String {
     let tool_name = m.name.as_deref().or_else(|| kwarg_str(m, &["tool_name"]));
     // LangChain's `ToolMessage.status` defaults to `success`; other messages have none.
     let tool_status = tool_status(m).or((m.kind == MessageKind::Tool).then_some("success"));
-    let opt = |s: Option<&str>| s.map_or(Value::Null, |s| Value::String(s.to_owned()));
-    let mut v = Map::new();
-    v.insert("id".into(), opt(m.id.as_deref()));
-    v.insert("role".into(), Value::String(m.kind.as_str().to_owned()));
-    v.insert("content".into(), m.content.clone());
-    v.insert("tool_calls".into(), Value::Array(m.tool_calls.clone()));
-    v.insert("tool_call_id".into(), opt(tool_call_id));
-    v.insert("tool_name".into(), opt(tool_name));
-    v.insert("tool_status".into(), opt(tool_status));
+    let v = json!({
+        "id": m.id,
+        "role": m.kind.as_str(),
+        "content": m.content,
+        "tool_calls": m.tool_calls,
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "tool_status": tool_status,
+    });
     let mut out = String::new();
-    canonical_json(&Value::Object(v), &mut out);
+    canonical_json(&v, &mut out);
     hex::encode(Sha256::digest(out.as_bytes()))
 }
 

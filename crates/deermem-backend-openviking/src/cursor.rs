@@ -20,7 +20,7 @@ use std::sync::Arc;
 use deermem_remote::CursorStorage;
 use deermem_remote::files::{CursorFiles, ReadError};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Value, json};
 
 /// The cursor schema version.
 pub const CURSOR_SCHEMA_VERSION: u64 = 1;
@@ -108,37 +108,20 @@ impl CursorState {
 
     /// The JSON the file holds, keys in the reference's order.
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("schema_version".into(), Value::from(CURSOR_SCHEMA_VERSION));
-        m.insert(
-            "submitted_signatures".into(),
-            Value::from(self.submitted_signatures.clone()),
-        );
-        m.insert("commit_pending".into(), Value::Bool(self.commit_pending));
-        m.insert(
-            "submitted_prefix_count".into(),
-            self.submitted_prefix_count.map_or(Value::Null, Value::from),
-        );
-        m.insert(
-            "submitted_prefix_digest".into(),
-            self.submitted_prefix_digest
-                .clone()
-                .map_or(Value::Null, Value::String),
-        );
-        if let Some(v) = self
-            .in_doubt
-            .as_ref()
-            .and_then(|d| serde_json::to_value(d).ok())
-        {
-            m.insert("in_doubt_batch".into(), v);
+        let mut v = json!({
+            "schema_version": CURSOR_SCHEMA_VERSION,
+            "submitted_signatures": self.submitted_signatures,
+            "commit_pending": self.commit_pending,
+            "submitted_prefix_count": self.submitted_prefix_count,
+            "submitted_prefix_digest": self.submitted_prefix_digest,
+        });
+        if let Some(d) = &self.in_doubt {
+            v["in_doubt_batch"] = json!(d);
         }
         if self.uncommitted_on_server != Some(0) {
-            m.insert(
-                "uncommitted_on_server".into(),
-                self.uncommitted_on_server.map_or(Value::Null, Value::from),
-            );
+            v["uncommitted_on_server"] = json!(self.uncommitted_on_server);
         }
-        Value::Object(m)
+        v
     }
 
     /// The file text: two-space indented JSON, as the reference writes it.

@@ -132,7 +132,6 @@ struct QueueState {
 
 struct Inner {
     config: OpenVikingConfig,
-    warnings: Vec<String>,
     mode: MemoryMode,
     client: OpenVikingClient,
     cursors: CursorStore,
@@ -147,17 +146,6 @@ struct Inner {
     last_failure: deermem_remote::FailureLog,
 }
 
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenVikingManager")
-            .field("config", &self.config)
-            .field("mode", &self.mode)
-            .field("cursor_dir", &self.cursors.dir())
-            .field("closed", &self.closed.load(Ordering::SeqCst))
-            .finish_non_exhaustive()
-    }
-}
-
 /// The OpenViking memory backend (`manager_class: openviking`, middleware mode only).
 ///
 /// `Debug` shows the configuration without the API key.
@@ -168,7 +156,13 @@ pub struct OpenVikingManager {
 
 impl std::fmt::Debug for OpenVikingManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
+        let inner = &self.inner;
+        f.debug_struct("OpenVikingManager")
+            .field("config", &inner.config)
+            .field("mode", &inner.mode)
+            .field("cursor_dir", &inner.cursors.dir())
+            .field("closed", &inner.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
     }
 }
 
@@ -193,13 +187,12 @@ impl OpenVikingManager {
         storage_root: PathBuf,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ManagerError> {
-        Self::build(config, Vec::new(), mode, storage_root, clock, None)
+        Self::build(config, mode, storage_root, clock, None)
     }
 
     /// Parses `backend_config` (reading the key through `env`) and builds the manager; the
-    /// facade's entry point. Configuration warnings are logged and kept
-    /// ([`OpenVikingManager::config_warnings`]). The cursor root is `storage_root`, as for
-    /// [`OpenVikingManager::new`].
+    /// facade's entry point. Configuration warnings are logged. The cursor root is
+    /// `storage_root`, as for [`OpenVikingManager::new`].
     ///
     /// # Errors
     /// As [`OpenVikingConfig::from_backend_config`] and [`OpenVikingManager::new`].
@@ -235,12 +228,11 @@ impl OpenVikingManager {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        Self::build(config, warnings, mode, storage_root, clock, cursors)
+        Self::build(config, mode, storage_root, clock, cursors)
     }
 
     fn build(
         config: OpenVikingConfig,
-        warnings: Vec<String>,
         mode: MemoryMode,
         storage_root: PathBuf,
         clock: Arc<dyn Clock>,
@@ -260,7 +252,6 @@ impl OpenVikingManager {
                     None => CursorStore::new(&root),
                 },
                 config,
-                warnings,
                 mode,
                 client,
                 locks: KeyedLocks::default(),
@@ -299,11 +290,6 @@ impl OpenVikingManager {
     /// The parsed configuration.
     pub fn config(&self) -> &OpenVikingConfig {
         &self.inner.config
-    }
-
-    /// Non-fatal configuration notes.
-    pub fn config_warnings(&self) -> &[String] {
-        &self.inner.warnings
     }
 
     /// The directory holding the cursor files.
@@ -522,30 +508,34 @@ fn tool_mode_error() -> ManagerError {
 }
 
 async fn worker(inner: Weak<Inner>, mut rx: mpsc::Receiver<Job>) {
-    while let Some(job) = rx.recv().await {
+    while let Some(mut job) = rx.recv().await {
         let Some(inner) = inner.upgrade() else {
             break;
         };
-        let Job {
-            session_id,
-            peer,
-            messages,
-            trace_id,
-            _guard: guard,
-        } = job;
-        let mut report = CaptureReport::default();
-        let result = inner
-            .capture_session(&session_id, &peer, messages, &mut report)
-            .await;
-        if let Err(e) = inner.finish_capture(&session_id, result, trace_id.as_deref()) {
+        if let Err(e) = inner.run(&mut job).await {
             // Reported by the next add (write policy `raise`, or a cursor failure).
             *inner.deferred_error.lock() = Some(e);
         }
-        drop(guard);
+        drop(job);
     }
 }
 
 impl Inner {
+    /// Runs a queued capture (its messages taken out of `job`, whose in-flight guard the
+    /// caller still holds) and applies the write policy to its result.
+    async fn run(&self, job: &mut Job) -> Result<(), ManagerError> {
+        let messages = std::mem::take(&mut job.messages);
+        let result = self
+            .capture_session(
+                &job.session_id,
+                &job.peer,
+                messages,
+                &mut CaptureReport::default(),
+            )
+            .await;
+        self.finish_capture(&job.session_id, result, job.trace_id.as_deref())
+    }
+
     /// The actor peer and target URIs of a scope, after the owner check.
     fn resolve_scope(&self, scope: &MemoryScope) -> Result<(String, [String; 2]), ManagerError> {
         scope::check_owner(&self.config.owner_user_id, scope.user.as_ref())?;
@@ -623,21 +613,20 @@ impl Inner {
             .await
             .map_err(|e| CaptureFailure::always(cursor_error(e)))?;
         let keep = self.keep_hidden.read().clone();
-        let joined = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let messages = convert::captureable(messages, &keep);
             let sigs: Vec<String> = messages.iter().map(convert::message_signature).collect();
             (state, messages, sigs)
         })
-        .await;
-        match joined {
-            Ok(v) => Ok(v),
-            Err(e) => Err(CaptureFailure::always(
+        .await
+        .map_err(|e| {
+            CaptureFailure::always(
                 ManagerError::backend(format!(
                     "OpenViking cursor task failed (session={session_id}): {e}"
                 ))
                 .caused_by(e),
-            )),
-        }
+            )
+        })
     }
 
     async fn save_cursor(
@@ -965,20 +954,9 @@ impl MemoryManager for OpenVikingManager {
             trace_id: request.trace_id,
             _guard: self.inner.active.enter(),
         };
-        if let Err(job) = self.enqueue(job) {
+        if let Err(mut job) = self.enqueue(job) {
             // No tokio runtime to run a background task on: capture inline instead.
-            let result = self
-                .inner
-                .capture_session(
-                    &job.session_id,
-                    &job.peer,
-                    job.messages,
-                    &mut CaptureReport::default(),
-                )
-                .await;
-            return self
-                .inner
-                .finish_capture(&job.session_id, result, job.trace_id.as_deref());
+            return self.inner.run(&mut job).await;
         }
         match self.inner.deferred_error.lock().take() {
             Some(e) => Err(e),
@@ -1042,13 +1020,10 @@ impl MemoryManager for OpenVikingManager {
     /// `startup_policy: fail_fast` an unhealthy server is logged as an error; hosts that must
     /// refuse to start call [`OpenVikingManager::startup_check`].
     async fn warm(&self) -> Option<bool> {
-        match self.startup_check().await {
-            Ok(healthy) => Some(healthy),
-            Err(e) => {
-                tracing::error!(error = %e, "OpenViking startup check failed (startup_policy: fail_fast)");
-                Some(false)
-            }
-        }
+        Some(self.startup_check().await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "OpenViking startup check failed (startup_policy: fail_fast)");
+            false
+        }))
     }
 
     /// Stops accepting work. Captures already queued still drain in the background.

@@ -71,21 +71,14 @@ struct Shared {
 }
 
 /// Why an embedding pass stopped early.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum PassError {
     /// The embedder failed (recorded in the state).
+    #[error("embedder: {0}")]
     Embedder(String),
     /// The index failed.
+    #[error("index: {0}")]
     Index(RetrievalError),
-}
-
-impl std::fmt::Display for PassError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Embedder(e) => write!(f, "embedder: {e}"),
-            Self::Index(e) => write!(f, "index: {e}"),
-        }
-    }
 }
 
 /// A scope's label in status reports: `user|agent`.
@@ -138,18 +131,17 @@ impl Shared {
             }
             let texts: Vec<String> = tasks.iter().map(|t| t.text.clone()).collect();
             let vectors = match self.embedder.embed(&texts).await {
-                Ok(v) if v.len() == tasks.len() && v.iter().all(|x| x.len() == dimension) => v,
-                Ok(v) => {
-                    let e = format!(
-                        "the embedder answered {} vectors for {} texts, or a vector not of dimension {dimension}",
-                        v.len(),
-                        tasks.len()
-                    );
-                    self.record_failure(tasks.into_iter().map(|t| t.scope), e.clone());
-                    return Err(PassError::Embedder(e));
-                }
+                Ok(v) if v.len() == tasks.len() && v.iter().all(|x| x.len() == dimension) => Ok(v),
+                Ok(v) => Err(format!(
+                    "the embedder answered {} vectors for {} texts, or a vector not of dimension {dimension}",
+                    v.len(),
+                    tasks.len()
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            let vectors = match vectors {
+                Ok(v) => v,
                 Err(e) => {
-                    let e = e.to_string();
                     self.record_failure(tasks.into_iter().map(|t| t.scope), e.clone());
                     return Err(PassError::Embedder(e));
                 }
@@ -211,13 +203,12 @@ impl Shared {
         }
         let query_vector = match self.embedder.embed(std::slice::from_ref(&query.text)).await {
             Ok(mut v) if v.len() == 1 => v.swap_remove(0),
-            Ok(v) => {
-                let e = format!("the embedder answered {} vectors for 1 query", v.len());
+            answer => {
+                let e = match answer {
+                    Ok(v) => format!("the embedder answered {} vectors for 1 query", v.len()),
+                    Err(e) => e.to_string(),
+                };
                 self.record_failure(query.scopes.iter().cloned(), e);
-                return Ok(None);
-            }
-            Err(e) => {
-                self.record_failure(query.scopes.iter().cloned(), e.to_string());
                 return Ok(None);
             }
         };
@@ -405,11 +396,6 @@ impl HybridRetrieval {
             wake,
             worker: Mutex::new(worker),
         }
-    }
-
-    /// The mode a query without one is ranked by.
-    pub fn default_mode(&self) -> SearchMode {
-        self.shared.default_mode
     }
 
     /// The embedder.

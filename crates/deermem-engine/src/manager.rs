@@ -44,10 +44,10 @@ use crate::queue::{QueueConfig, QueueError};
 use deermem_updater::FactIdSource;
 use deermem_updater::HiddenMessagePolicy;
 use deermem_updater::MemoryUpdater;
+use deermem_updater::PatternSet;
 use deermem_updater::TemplateStore;
 use deermem_updater::TokenCounter;
 use deermem_updater::UpdateObserver;
-use deermem_updater::{PATTERN_FILES, PatternSet};
 
 /// The backend name used in "not supported by" messages and logs.
 pub(crate) const DEERMEM_NAME: &str = "DeerMem";
@@ -171,32 +171,6 @@ fn config_error(key: &str, e: impl fmt::Display) -> ManagerError {
     ManagerError::invalid(InvalidInputCode::Other, format!("{key}: {e}"))
 }
 
-/// Reads the seven pattern files of an operator's `patterns_dir` (blocking; start-up only).
-fn load_patterns(dir: &Path) -> Result<PatternSet, ManagerError> {
-    let mut texts: Vec<(&str, String)> = Vec::with_capacity(PATTERN_FILES.len());
-    for name in PATTERN_FILES {
-        let path = dir.join(format!("{name}.yaml"));
-        match std::fs::read_to_string(&path) {
-            Ok(t) => texts.push((name, t)),
-            // A missing file is reported by `from_sources`, naming it.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(config_error(
-                    "memory.backend_config.patterns_dir",
-                    format!("cannot read {}: {e}", path.display()),
-                ));
-            }
-        }
-    }
-    PatternSet::from_sources(&dir.display().to_string(), |name| {
-        texts
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, t)| t.clone())
-    })
-    .map_err(|e| config_error("memory.backend_config.patterns_dir", e))
-}
-
 impl DeerMemManager {
     /// Builds the manager and starts its update queue on the current tokio runtime.
     ///
@@ -214,7 +188,9 @@ impl DeerMemManager {
                 .language_model(parts.llm)
                 .id_source(ids.clone());
         if let Some(dir) = &config.patterns_dir {
-            builder = builder.patterns(Arc::new(load_patterns(Path::new(dir))?));
+            let patterns = PatternSet::load_dir_blocking(Path::new(dir))
+                .map_err(|e| config_error("memory.backend_config.patterns_dir", e))?;
+            builder = builder.patterns(Arc::new(patterns));
         }
         if let Some(dir) = &config.prompts_dir {
             let templates = TemplateStore::load_blocking(Path::new(dir))
@@ -262,11 +238,6 @@ impl DeerMemManager {
         &self.config
     }
 
-    /// Whether `injection_enabled` is on.
-    pub fn injection_enabled(&self) -> bool {
-        self.injection_enabled
-    }
-
     /// The user and agent bucket of a scope: an omitted agent is `__default__`; without a user
     /// under `strict_user_scope` the call is refused.
     fn bucket(&self, scope: &MemoryScope) -> Result<(Option<UserId>, AgentName), ManagerError> {
@@ -299,7 +270,11 @@ impl DeerMemManager {
         })
     }
 
-    fn log_submit(&self, outcome: &SubmitOutcome, thread_id: &str) {
+    /// Logs what became of a submission. The error of a submission the queue refused for its
+    /// byte limits (the caller must know the turn was not kept); every other outcome is `Ok`,
+    /// as in the reference (a turn refused for depth is picked up again with the
+    /// conversation's next turn).
+    fn settle(&self, outcome: SubmitOutcome, thread_id: &str) -> Result<(), ManagerError> {
         match outcome {
             SubmitOutcome::Queued { signals } => {
                 tracing::debug!(thread_id, ?signals, "memory update queued");
@@ -310,18 +285,6 @@ impl DeerMemManager {
                     "nothing to remember: no user turn or no assistant turn after filtering"
                 );
             }
-            // The pipeline already logged the refusal; the caller never sees it.
-            SubmitOutcome::Refused(_) => {}
-        }
-    }
-}
-
-impl DeerMemManager {
-    /// The error of a submission the queue refused for its byte limits (the caller must
-    /// know the turn was not kept); every other outcome is `Ok`, as in the reference (a turn
-    /// refused for depth is picked up again with the conversation's next turn).
-    fn refusal(&self, outcome: SubmitOutcome) -> Result<(), ManagerError> {
-        match outcome {
             SubmitOutcome::Refused(QueueError::TooManyBytes {
                 scope, item, max, ..
             }) => {
@@ -331,16 +294,18 @@ impl DeerMemManager {
                 };
                 // Pending turns are processed after the debounce: retry once it has passed.
                 let debounce = self.pipeline.queue().config().debounce;
-                Err(ManagerError::Overloaded {
+                return Err(ManagerError::Overloaded {
                     scope,
                     message: format!(
                         "the conversation turn ({item} bytes) was not queued: {whose} pending turns would exceed {max} bytes; retry later"
                     ),
                     retry_after: debounce.max(Duration::from_secs(1)),
-                })
+                });
             }
-            _ => Ok(()),
+            // The pipeline already logged the refusal; the caller never sees it.
+            SubmitOutcome::Refused(_) => {}
         }
+        Ok(())
     }
 }
 
@@ -377,8 +342,7 @@ impl MemoryManager for DeerMemManager {
     async fn add(&self, request: AddRequest) -> Result<(), ManagerError> {
         let submission = self.submission(&request)?;
         let outcome = self.pipeline.submit(submission, &request.messages);
-        self.log_submit(&outcome, &request.thread_id);
-        self.refusal(outcome)
+        self.settle(outcome, &request.thread_id)
     }
 
     async fn add_nowait(&self, request: AddRequest) -> Result<(), ManagerError> {
@@ -386,8 +350,7 @@ impl MemoryManager for DeerMemManager {
         let outcome = self
             .pipeline
             .submit_emergency(submission, &request.messages);
-        self.log_submit(&outcome, &request.thread_id);
-        self.refusal(outcome)
+        self.settle(outcome, &request.thread_id)
     }
 
     async fn get_context(&self, request: ContextRequest) -> Result<String, ManagerError> {

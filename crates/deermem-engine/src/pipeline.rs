@@ -68,53 +68,46 @@ impl UpdatePipeline {
         })
     }
 
-    fn request(&self, s: Submission, messages: Vec<Message>, signals: SignalSet) -> UpdateRequest {
-        UpdateRequest {
-            thread_id: s.thread_id,
-            messages,
-            user: s.user,
-            agent: s.agent,
-            trace_id: s.trace_id,
-            bypass_watermark: false,
-            signals,
-        }
-    }
-
     /// `add`: filters the raw conversation and queues it. Never fails; a refusal is logged
     /// and reported.
     pub fn submit(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
-        let Some(admitted) = admit(messages, &self.hidden, self.updater.patterns()) else {
-            return SubmitOutcome::NotAdmitted;
-        };
-        let signals = admitted.signals;
-        let thread = submission.thread_id.clone();
-        match self
-            .queue
-            .add(self.request(submission, admitted.messages, signals))
-        {
-            Ok(()) => SubmitOutcome::Queued { signals },
-            Err(e) => {
-                tracing::warn!(thread_id = %thread, error = %e, "memory update rejected under backpressure");
-                SubmitOutcome::Refused(e)
-            }
-        }
+        self.enqueue(submission, messages, false)
     }
 
     /// `add_nowait`: the emergency path before messages are summarised away; processed at
     /// once, ignoring the watermark.
     pub fn submit_emergency(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
+        self.enqueue(submission, messages, true)
+    }
+
+    fn enqueue(&self, s: Submission, messages: &[Message], emergency: bool) -> SubmitOutcome {
         let Some(admitted) = admit(messages, &self.hidden, self.updater.patterns()) else {
             return SubmitOutcome::NotAdmitted;
         };
         let signals = admitted.signals;
-        let thread = submission.thread_id.clone();
-        match self
-            .queue
-            .add_nowait(self.request(submission, admitted.messages, signals))
-        {
+        let thread = s.thread_id.clone();
+        let request = UpdateRequest {
+            thread_id: s.thread_id,
+            messages: admitted.messages,
+            user: s.user,
+            agent: s.agent,
+            trace_id: s.trace_id,
+            bypass_watermark: false,
+            signals,
+        };
+        let queued = if emergency {
+            self.queue.add_nowait(request)
+        } else {
+            self.queue.add(request)
+        };
+        match queued {
             Ok(()) => SubmitOutcome::Queued { signals },
-            Err(e) => {
+            Err(e) if emergency => {
                 tracing::warn!(thread_id = %thread, error = %e, "emergency memory update refused");
+                SubmitOutcome::Refused(e)
+            }
+            Err(e) => {
+                tracing::warn!(thread_id = %thread, error = %e, "memory update rejected under backpressure");
                 SubmitOutcome::Refused(e)
             }
         }

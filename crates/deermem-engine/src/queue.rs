@@ -307,21 +307,7 @@ impl UpdateQueue {
     /// # Errors
     /// [`QueueError::Full`] under backpressure (never for an item carrying a signal or an
     /// emergency item), [`QueueError::Closed`] after [`UpdateQueue::close`].
-    pub fn add(&self, request: UpdateRequest) -> Result<(), QueueError> {
-        self.enqueue(request)
-    }
-
-    /// Queues an emergency update (`bypass_watermark` is set): processed at once, beside (not
-    /// instead of) a pending normal update, and never refused for depth.
-    ///
-    /// # Errors
-    /// [`QueueError::Closed`] after [`UpdateQueue::close`].
-    pub fn add_nowait(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
-        request.bypass_watermark = true;
-        self.enqueue(request)
-    }
-
-    fn enqueue(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
+    pub fn add(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
         let now = Instant::now();
         let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
         let bytes = request_bytes(&request);
@@ -398,6 +384,16 @@ impl UpdateQueue {
         }
         self.inner.wake.notify_one();
         Ok(())
+    }
+
+    /// Queues an emergency update (`bypass_watermark` is set): processed at once, beside (not
+    /// instead of) a pending normal update, and never refused for depth.
+    ///
+    /// # Errors
+    /// [`QueueError::Closed`] after [`UpdateQueue::close`].
+    pub fn add_nowait(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
+        request.bypass_watermark = true;
+        self.add(request)
     }
 
     /// Makes every pending item due now without waiting (the reference's `flush_nowait`).

@@ -102,7 +102,7 @@ impl Dataset {
     /// The first unusable line, a duplicate fact, a query naming an unknown fact, or no query.
     pub fn parse(text: &str) -> Result<Self, DatasetError> {
         let mut out = Self::default();
-        let mut query_lines = Vec::new();
+        let (mut fact_lines, mut query_lines) = (Vec::new(), Vec::new());
         for (n, raw) in text.lines().enumerate() {
             if raw.trim().is_empty() {
                 continue;
@@ -120,6 +120,7 @@ impl Dataset {
                             message: format!("fact {:?} has no content", f.id),
                         });
                     }
+                    fact_lines.push(n + 1);
                     out.facts.push(f);
                 }
                 Record::Query(q) => {
@@ -129,10 +130,10 @@ impl Dataset {
             }
         }
         let mut ids: HashMap<&str, HashSet<&str>> = HashMap::new();
-        for (i, f) in out.facts.iter().enumerate() {
+        for (f, line) in out.facts.iter().zip(fact_lines) {
             if !ids.entry(&f.user).or_default().insert(&f.id) {
                 return Err(DatasetError::DuplicateFact {
-                    line: fact_line(text, i),
+                    line,
                     user: f.user.clone(),
                     id: f.id.clone(),
                 });
@@ -212,15 +213,6 @@ impl Dataset {
             queries,
         }
     }
-}
-
-/// The 1-based line of the `index`-th fact record.
-fn fact_line(text: &str, index: usize) -> usize {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| l.contains("\"fact\""))
-        .nth(index)
-        .map_or(0, |(n, _)| n + 1)
 }
 
 #[cfg(test)]

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use deermem_core::fact::{FactDraft, FactSource, NormalizeContext, normalize_fact};
 use deermem_core::ports::{Clock, Embedder, Retrieval, VectorIndex};
-use deermem_core::{
-    AgentName, Fact, FactId, Scope, SearchHit, SearchMode, SearchQuery, Timestamp, UserId,
-};
+use deermem_core::{AgentName, Fact, FactId, Scope, SearchMode, SearchQuery, Timestamp, UserId};
 use deermem_engine::hybrid::HybridRetrieval;
 use deermem_retrieval_fts5::{Fts5Options, Fts5Retrieval};
 
@@ -75,18 +73,11 @@ impl Clock for FixedClock {
 }
 
 /// The indexed (and embedded) dataset.
+#[derive(Debug)]
 pub struct Ranker {
     search: Arc<dyn Retrieval>,
     embedded: bool,
     _dir: tempfile::TempDir,
-}
-
-impl std::fmt::Debug for Ranker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ranker")
-            .field("embedded", &self.embedded)
-            .finish_non_exhaustive()
-    }
 }
 
 fn scope(user: &str) -> Result<Scope, RankError> {
@@ -196,24 +187,15 @@ impl Ranker {
         }
     }
 
-    /// The engine's hits for `query` in `mode`, best first, at most [`CANDIDATES`].
-    ///
-    /// # Errors
-    /// An index failure (an embedder failure answers BM25, as the engine does).
-    pub async fn hits(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<SearchHit>, RankError> {
-        let mut q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
-        q.mode = Some(mode.search_mode());
-        Ok(self.search.search(&q).await?)
-    }
-
     /// Fact ids for `query` in `mode`, best first, at most [`CANDIDATES`].
     ///
     /// # Errors
-    /// As [`Ranker::hits`].
+    /// An index failure (an embedder failure answers BM25, as the engine does).
     pub async fn rank(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<String>, RankError> {
-        Ok(self
-            .hits(mode, query)
-            .await?
+        let mut q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
+        q.mode = Some(mode.search_mode());
+        let hits = self.search.search(&q).await?;
+        Ok(hits
             .into_iter()
             .map(|h| h.fact.id.as_str().to_owned())
             .collect())
@@ -225,15 +207,12 @@ impl Ranker {
     /// # Errors
     /// The embedder's last error, or an index failure.
     pub async fn check_embedder(&self) -> Result<(), RankError> {
-        match self
+        let last_error = self
             .search
             .stats()
             .await?
             .vectors
-            .and_then(|c| c.last_error)
-        {
-            Some(e) => Err(RankError::Embed(e)),
-            None => Ok(()),
-        }
+            .and_then(|c| c.last_error);
+        last_error.map_or(Ok(()), |e| Err(RankError::Embed(e)))
     }
 }

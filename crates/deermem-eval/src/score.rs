@@ -97,14 +97,6 @@ fn one(ranked: &[String], relevant: &[String]) -> (f64, f64, f64) {
     (found(1), found(5), rr)
 }
 
-#[derive(Default)]
-struct Sum {
-    n: usize,
-    r1: f64,
-    r5: f64,
-    rr: f64,
-}
-
 /// Every user.
 pub const ALL: &str = "all";
 /// The even-numbered users (0, 2, …, in order of first appearance in the dataset): the half
@@ -136,7 +128,8 @@ pub fn halves(dataset: &Dataset) -> HashMap<&str, &'static str> {
 /// An index or embedder failure.
 pub async fn evaluate(dataset: &Dataset, ranker: &Ranker) -> Result<Report, RankError> {
     let half = halves(dataset);
-    let mut sums: BTreeMap<(Mode, usize, String, String), Sum> = BTreeMap::new();
+    // Sums of each group's figures, made means at the end.
+    let mut sums: BTreeMap<(Mode, usize, String, String), Scores> = BTreeMap::new();
     let group = |users: &str| match users {
         ALL => 0,
         TUNED => 1,
@@ -156,27 +149,30 @@ pub async fn evaluate(dataset: &Dataset, ranker: &Ranker) -> Result<Report, Rank
             }
             for key in keys {
                 let s = sums.entry(key).or_default();
-                s.n += 1;
-                s.r1 += r1;
-                s.r5 += r5;
-                s.rr += rr;
+                s.queries += 1;
+                s.recall_at_1 += r1;
+                s.recall_at_5 += r5;
+                s.mrr += rr;
             }
         }
     }
     ranker.check_embedder().await?;
     let rows = sums
         .into_iter()
-        .map(|((mode, users, kind, lang), s)| Row {
-            mode: mode.as_str(),
-            users: [ALL, TUNED, HELD_OUT][users.min(2)],
-            kind,
-            lang,
-            scores: Scores {
-                queries: s.n,
-                recall_at_1: s.r1 / s.n as f64,
-                recall_at_5: s.r5 / s.n as f64,
-                mrr: s.rr / s.n as f64,
-            },
+        .map(|((mode, users, kind, lang), s)| {
+            let n = s.queries as f64;
+            Row {
+                mode: mode.as_str(),
+                users: [ALL, TUNED, HELD_OUT][users.min(2)],
+                kind,
+                lang,
+                scores: Scores {
+                    recall_at_1: s.recall_at_1 / n,
+                    recall_at_5: s.recall_at_5 / n,
+                    mrr: s.mrr / n,
+                    ..s
+                },
+            }
         })
         .collect();
     Ok(Report { rows })

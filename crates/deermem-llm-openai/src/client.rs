@@ -75,11 +75,6 @@ impl OpenAiChatModel {
 
     shared!(setters);
 
-    /// The configured number of retries after the first attempt.
-    pub fn max_retries(&self) -> u32 {
-        self.endpoint.max_retries
-    }
-
     /// One HTTP attempt.
     async fn attempt(&self, body: &[u8], attempt: u32) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();

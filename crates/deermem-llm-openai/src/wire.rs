@@ -4,7 +4,7 @@
 use deermem_core::LlmError;
 use deermem_core::ports::{ChatRequest, ChatResponse, TokenUsage};
 use deermem_remote::http::excerpt;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Builds the JSON body for `POST /chat/completions`.
 ///
@@ -15,28 +15,26 @@ pub(crate) fn request_body(
     default_temperature: Option<f64>,
     default_max_tokens: Option<u32>,
 ) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), Value::String(model.to_owned()));
     let messages: Vec<Value> = request
         .messages
         .iter()
         .map(|m| json!({"role": m.role, "content": m.content}))
         .collect();
-    body.insert("messages".into(), Value::Array(messages));
+    let mut body = json!({"model": model, "messages": messages});
     if let Some(t) = request
         .temperature
         .or(default_temperature)
         .and_then(serde_json::Number::from_f64)
     {
-        body.insert("temperature".into(), Value::Number(t));
+        body["temperature"] = Value::Number(t);
     }
     if let Some(n) = request.max_tokens.or(default_max_tokens) {
-        body.insert("max_tokens".into(), Value::from(n));
+        body["max_tokens"] = json!(n);
     }
     if request.json_response {
-        body.insert("response_format".into(), json!({"type": "json_object"}));
+        body["response_format"] = json!({"type": "json_object"});
     }
-    Value::Object(body)
+    body
 }
 
 /// Parses a successful (2xx) response body.
@@ -112,25 +110,16 @@ pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, LlmError> {
 /// Joins the `text` of content parts (`[{"type": "text", "text": "..."}]`; bare strings are
 /// accepted too). Parts without text (images, audio) are skipped.
 fn join_parts(parts: &[Value]) -> Result<String, LlmError> {
-    let mut out = String::new();
-    let mut any = false;
-    for p in parts {
-        match p {
-            Value::String(s) => {
-                out.push_str(s);
-                any = true;
-            }
-            Value::Object(o) => {
-                if let Some(t) = o.get("text").and_then(Value::as_str) {
-                    out.push_str(t);
-                    any = true;
-                }
-            }
-            _ => {}
-        }
-    }
-    if any || parts.is_empty() {
-        Ok(out)
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Value::String(s) => Some(s.as_str()),
+            Value::Object(o) => o.get("text").and_then(Value::as_str),
+            _ => None,
+        })
+        .collect();
+    if !texts.is_empty() || parts.is_empty() {
+        Ok(texts.concat())
     } else {
         Err(LlmError::InvalidResponse(
             "choices[0].message.content holds no text parts".into(),

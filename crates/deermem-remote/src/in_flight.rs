@@ -7,17 +7,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// The number of operations in flight.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct InFlight {
     tx: watch::Sender<usize>,
-}
-
-impl Default for InFlight {
-    fn default() -> Self {
-        Self {
-            tx: watch::Sender::new(0),
-        }
-    }
 }
 
 impl InFlight {

@@ -16,7 +16,7 @@ use deermem_core::{
     DeerMemConfig, Fact, FactDraft, FactError, FactId, FactScope, MemoryDocument, Timestamp,
 };
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Value, json};
 
 use crate::consolidation::select_consolidation_candidates;
 use crate::facts::FactIdSource;
@@ -255,25 +255,6 @@ pub enum RejectReason {
     Evicted,
 }
 
-impl RejectReason {
-    /// A short human-readable reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MissingLabels => "missing scope/durability/authority labels",
-            Self::NotUserScope => "scope is not user",
-            Self::NotDurable => "durability is not durable",
-            Self::NotDescriptive => "authority is not descriptive",
-            Self::LowConfidence => "confidence below the threshold",
-            Self::Duplicate => "duplicate of a stored or earlier fact",
-            Self::Blank => "blank content",
-            Self::ReplacementNotKept => "replacement fact did not survive",
-            Self::SourcesUnavailable => "consolidation sources unavailable",
-            Self::GroupSize => "consolidation group size out of range",
-            Self::Evicted => "evicted at once by the capacity policy",
-        }
-    }
-}
-
 /// A proposed item the gates refused, with the reason.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Rejection {
@@ -458,37 +439,25 @@ impl<'a> Builder<'a> {
     /// Summaries: replacements behind the scope/authority gate.
     fn summaries(&mut self, update: &ProposedUpdate) {
         for p in &update.summaries {
-            let counts = &mut self.metrics.scope_gate_rejections.summaries;
-            let refused = match (p.scope.as_deref(), p.authority.as_deref()) {
-                (Some(s), Some(a)) => {
-                    if s != "user" {
-                        counts.scope += 1;
-                        Some(RejectReason::NotUserScope)
-                    } else if a != "descriptive" {
-                        counts.authority += 1;
-                        Some(RejectReason::NotDescriptive)
-                    } else {
-                        None
-                    }
+            // Summaries carry no durability label: the fact gate with that label passed.
+            let gate = fact_gate(p.scope.as_deref(), Some("durable"), p.authority.as_deref());
+            if gate != Gate::Pass {
+                let counts = &mut self.metrics.scope_gate_rejections.summaries;
+                match gate {
+                    Gate::Scope => counts.scope += 1,
+                    Gate::Authority => counts.authority += 1,
+                    _ => counts.missing += 1,
                 }
-                _ => {
-                    counts.missing += 1;
-                    Some(RejectReason::MissingLabels)
-                }
-            };
-            if let Some(reason) = refused {
                 let item = format!("{}.{}", p.section.as_str(), p.key);
-                self.reject(ProposalKind::Summary, &item, reason);
+                self.reject(ProposalKind::Summary, &item, gate_reason(gate));
                 continue;
             }
-            let mut child = Map::new();
-            child.insert("summary".into(), Value::String(p.summary.clone()));
-            child.insert("updatedAt".into(), Value::String(self.now_iso.clone()));
+            let child = json!({"summary": p.summary, "updatedAt": self.now_iso});
             let section = match p.section {
                 SectionKind::User => &mut self.doc.user,
                 SectionKind::History => &mut self.doc.history,
             };
-            section.0.insert(p.key.clone(), Value::Object(child));
+            section.0.insert(p.key.clone(), child);
             self.report
                 .summaries_updated
                 .push(format!("{}.{}", p.section.as_str(), p.key));
@@ -519,22 +488,23 @@ impl<'a> Builder<'a> {
             .collect();
         // Lowest confidence goes first when the model asks for more than the cap (stable).
         matching.sort_by(|a, b| a.confidence.total_cmp(&b.confidence));
-        let remove: HashSet<String> = matching
+        // Sorted, as the report lists them.
+        let remove: BTreeSet<String> = matching
             .iter()
             .take(self.cfg().staleness_max_removals_per_cycle)
             .map(|f| f.id.as_str().to_owned())
             .collect();
-        if !remove.is_empty() {
-            for e in &update.stale_facts_to_remove {
-                if remove.contains(&e.id) {
-                    tracing::info!(fact_id = %e.id, reason = %e.reason, "staleness review removed a fact");
-                }
-            }
-            self.doc.facts.retain(|f| !remove.contains(f.id.as_str()));
-            let mut removed: Vec<String> = remove.into_iter().collect();
-            removed.sort();
-            self.report.stale_removed.extend(removed);
+        for e in update
+            .stale_facts_to_remove
+            .iter()
+            .filter(|e| remove.contains(&e.id))
+        {
+            tracing::info!(fact_id = %e.id, reason = %e.reason, "staleness review removed a fact");
         }
+        if !remove.is_empty() {
+            self.doc.facts.retain(|f| !remove.contains(f.id.as_str()));
+        }
+        self.report.stale_removed.extend(remove);
 
         // Every proposed removal is excluded from extension, even one spared by the cap.
         let mut ext: HashMap<&str, i128> = HashMap::new();
@@ -668,12 +638,10 @@ impl<'a> Builder<'a> {
                 continue;
             };
             let mut d = FactDraft::identified(id, &nf.content).and_then(|d| {
-                d.with_category(nf.category.clone())
-                    .with_confidence(nf.confidence)
-            });
-            d = d.map(|d| {
-                d.with_created_at(self.now_iso.clone())
-                    .with_source(self.source())
+                Ok(d.with_category(nf.category.clone())
+                    .with_confidence(nf.confidence)?
+                    .with_created_at(self.now_iso.clone())
+                    .with_source(self.source()))
             });
             if let Some(se) = &nf.source_error {
                 d = d.and_then(|d| d.with("sourceError", Value::String(se.clone())));
@@ -822,30 +790,23 @@ impl<'a> Builder<'a> {
                 && p.source_ids
                     .iter()
                     .all(|id| !consumed.contains(id) && allowed.contains(id));
-            if !usable {
-                self.reject(
-                    ProposalKind::Consolidation,
-                    &p.content,
-                    RejectReason::SourcesUnavailable,
-                );
-                continue;
-            }
-            if !(2..=cfg.consolidation_max_sources).contains(&p.source_ids.len()) {
-                self.reject(
-                    ProposalKind::Consolidation,
-                    &p.content,
-                    RejectReason::GroupSize,
-                );
-                continue;
-            }
             let gate = fact_gate(
                 p.scope.as_deref(),
                 p.durability.as_deref(),
                 p.authority.as_deref(),
             );
-            if gate != Gate::Pass {
+            let refusal = if !usable {
+                Some(RejectReason::SourcesUnavailable)
+            } else if !(2..=cfg.consolidation_max_sources).contains(&p.source_ids.len()) {
+                Some(RejectReason::GroupSize)
+            } else if gate != Gate::Pass {
                 count(&mut self.metrics.scope_gate_rejections.consolidations, gate);
-                self.reject(ProposalKind::Consolidation, &p.content, gate_reason(gate));
+                Some(gate_reason(gate))
+            } else {
+                None
+            };
+            if let Some(reason) = refusal {
+                self.reject(ProposalKind::Consolidation, &p.content, reason);
                 continue;
             }
             let max_src = sources
@@ -953,12 +914,10 @@ impl<'a> Builder<'a> {
             }
             !mentions
         });
-        if !removed.is_empty() {
-            for id in &removed {
-                self.drafts.remove(id);
-            }
-            self.report.upload_removed.extend(removed);
+        for id in &removed {
+            self.drafts.remove(id);
         }
+        self.report.upload_removed.extend(removed);
     }
 }
 

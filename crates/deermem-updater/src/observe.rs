@@ -62,17 +62,11 @@ pub struct ExtractionReport {
 /// Receives pipeline events. Implementations must be cheap and must not panic.
 pub trait UpdateObserver: Send + Sync + Debug {
     /// Before a model call.
-    fn on_llm_call(&self, call: &LlmCallInfo) {
-        let _ = call;
-    }
+    fn on_llm_call(&self, _call: &LlmCallInfo) {}
 
     /// After a model call, success or failure.
-    fn on_llm_result(&self, result: &LlmResultInfo) {
-        let _ = result;
-    }
+    fn on_llm_result(&self, _result: &LlmResultInfo) {}
 
     /// After an extraction attempt.
-    fn on_extraction(&self, report: &ExtractionReport) {
-        let _ = report;
-    }
+    fn on_extraction(&self, _report: &ExtractionReport) {}
 }

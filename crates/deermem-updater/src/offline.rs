@@ -31,31 +31,14 @@ enum Kind {
 }
 
 impl Kind {
-    fn category(self) -> &'static str {
+    /// The category, confidence and review window (days) of the facts this kind proposes.
+    fn profile(self) -> (&'static str, f64, Option<i128>) {
         match self {
-            Self::Identity => "identity",
-            Self::Preference => "preference",
-            Self::Goal => "goal",
-            Self::Decision => "decision",
-            Self::Correction => "correction",
-        }
-    }
-
-    fn confidence(self) -> f64 {
-        match self {
-            Self::Identity => 0.85,
-            Self::Preference => 0.8,
-            Self::Goal | Self::Decision => 0.75,
-            Self::Correction => 0.9,
-        }
-    }
-
-    fn valid_days(self) -> Option<i128> {
-        match self {
-            Self::Identity => Some(3650),
-            Self::Preference => Some(365),
-            Self::Goal | Self::Decision => Some(180),
-            Self::Correction => None,
+            Self::Identity => ("identity", 0.85, Some(3650)),
+            Self::Preference => ("preference", 0.8, Some(365)),
+            Self::Goal => ("goal", 0.75, Some(180)),
+            Self::Decision => ("decision", 0.75, Some(180)),
+            Self::Correction => ("correction", 0.9, None),
         }
     }
 }
@@ -257,7 +240,7 @@ pub(crate) fn propose_offline_with_memory(
                     index,
                     content,
                     category: old.category_or_default().to_owned(),
-                    confidence: Kind::Correction.confidence(),
+                    confidence: Kind::Correction.profile().1,
                     source_error: Some(wrong.clone()),
                     expected_valid_days: old.expected_valid_days().map(i128::from),
                     scope: Some("user".into()),
@@ -275,13 +258,14 @@ pub(crate) fn propose_offline_with_memory(
             let Some((content, source_error)) = render(rule, &caps) else {
                 continue;
             };
+            let (category, confidence, expected_valid_days) = rule.kind.profile();
             update.new_facts.push(ProposedFact {
                 index,
                 content,
-                category: rule.kind.category().to_owned(),
-                confidence: rule.kind.confidence(),
+                category: category.to_owned(),
+                confidence,
                 source_error,
-                expected_valid_days: rule.kind.valid_days(),
+                expected_valid_days,
                 scope: Some("user".into()),
                 durability: Some("durable".into()),
                 authority: Some("descriptive".into()),

@@ -308,18 +308,8 @@ fn category(v: Option<&PyJson>) -> String {
 pub(crate) fn read_expected_valid_days(v: &PyJson) -> Option<i128> {
     match v {
         PyJson::Int(i) if *i > 0 => Some(*i),
-        PyJson::Float(f) if f.is_finite() => {
-            let t = f.trunc();
-            if t >= 1.0 {
-                Some(if t >= i128::MAX as f64 {
-                    i128::MAX
-                } else {
-                    t as i128
-                })
-            } else {
-                None
-            }
-        }
+        // `as` saturates at `i128::MAX`.
+        PyJson::Float(f) if f.is_finite() && f.trunc() >= 1.0 => Some(f.trunc() as i128),
         _ => None,
     }
 }
@@ -514,16 +504,8 @@ pub(crate) fn normalize_update(
             let days = match o.get("extend_by_days") {
                 Some(PyJson::Int(i)) => *i,
                 // In the reference non-finite values aborted the whole update.
-                Some(PyJson::Float(f)) if f.is_finite() => {
-                    let t = f.trunc();
-                    if t >= i128::MAX as f64 {
-                        i128::MAX
-                    } else if t <= i128::MIN as f64 {
-                        i128::MIN
-                    } else {
-                        t as i128
-                    }
-                }
+                // `as` saturates at the i128 bounds.
+                Some(PyJson::Float(f)) if f.is_finite() => f.trunc() as i128,
                 _ => continue,
             };
             if days > 0 {

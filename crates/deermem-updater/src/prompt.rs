@@ -187,18 +187,9 @@ const BUNDLED_CHAT: &str = include_str!("prompts/memory_update.chat.yaml");
 const BUNDLED_STALENESS: &str = include_str!("prompts/staleness_review.yaml");
 const BUNDLED_CONSOLIDATION: &str = include_str!("prompts/consolidation.yaml");
 
-fn expect_chat(path: &Path, t: Template) -> Result<Vec<(TemplateRole, String)>, PromptError> {
-    match t {
-        Template::Chat(m) => Ok(m),
-        Template::Text(_) => Err(PromptError::Invalid {
-            path: path.to_owned(),
-            message: "expected format: chat".into(),
-        }),
-    }
-}
-
-fn expect_text(path: &Path, t: Template) -> Result<String, PromptError> {
-    match t {
+/// The text of a `format: text` template file.
+fn text_template((path, text): (&Path, &str)) -> Result<String, PromptError> {
+    match parse_template(path, text)? {
         Template::Text(s) => Ok(s),
         Template::Chat(_) => Err(PromptError::Invalid {
             path: path.to_owned(),
@@ -218,15 +209,18 @@ impl PromptTemplates {
         staleness: (&Path, &str),
         consolidation: (&Path, &str),
     ) -> Result<Self, PromptError> {
+        let Template::Chat(chat_messages) = parse_template(chat.0, chat.1)? else {
+            return Err(PromptError::Invalid {
+                path: chat.0.to_owned(),
+                message: "expected format: chat".into(),
+            });
+        };
         let t = Self {
-            chat: expect_chat(chat.0, parse_template(chat.0, chat.1)?)?,
+            chat: chat_messages,
             chat_path: chat.0.to_owned(),
-            staleness: expect_text(staleness.0, parse_template(staleness.0, staleness.1)?)?,
+            staleness: text_template(staleness)?,
             staleness_path: staleness.0.to_owned(),
-            consolidation: expect_text(
-                consolidation.0,
-                parse_template(consolidation.0, consolidation.1)?,
-            )?,
+            consolidation: text_template(consolidation)?,
             consolidation_path: consolidation.0.to_owned(),
         };
         // Fail fast: render everything once with placeholder values.
@@ -608,37 +602,30 @@ pub fn build_update_prompt(
     let current_memory = current_memory_json(input.memory);
     let hints = signal_hints(input.signals, facts.iter().any(is_manual));
 
-    let mut stale_listed = 0;
-    let staleness_section = if cfg.staleness_review_enabled {
+    let (mut stale_listed, mut staleness_section) = (0, String::new());
+    if cfg.staleness_review_enabled {
         let candidates = select_stale_candidates(facts, cfg, input.now);
         if candidates.len() >= cfg.staleness_min_candidates {
             stale_listed = candidates
                 .len()
                 .min(crate::staleness::MAX_PROMPT_CANDIDATES);
-            templates.render_staleness(&staleness_lines(&candidates, cfg.staleness_age_days))?
-        } else {
-            String::new()
+            staleness_section = templates
+                .render_staleness(&staleness_lines(&candidates, cfg.staleness_age_days))?;
         }
-    } else {
-        String::new()
-    };
+    }
 
-    let mut consolidation_shown = None;
-    let consolidation_section = if cfg.consolidation_enabled {
+    let (mut consolidation_shown, mut consolidation_section) = (None, String::new());
+    if cfg.consolidation_enabled {
         let candidates = select_consolidation_candidates(facts, cfg);
-        if candidates.is_empty() {
-            String::new()
-        } else {
+        if !candidates.is_empty() {
             let groups = shown_groups(&candidates, cfg);
             consolidation_shown = Some(shown_ids(&groups));
-            templates.render_consolidation(
+            consolidation_section = templates.render_consolidation(
                 &consolidation_groups_text(&groups),
                 cfg.consolidation_max_groups_per_cycle,
-            )?
+            )?;
         }
-    } else {
-        String::new()
-    };
+    }
 
     let messages = templates.render_chat(&|k| match k {
         "current_memory" => Some(current_memory.clone()),

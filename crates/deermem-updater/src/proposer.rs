@@ -126,20 +126,18 @@ impl fmt::Debug for LlmProposer {
 }
 
 impl LlmProposer {
-    /// A proposer over a model and templates.
-    pub fn new(llm: Arc<dyn LanguageModel>, templates: Arc<TemplateStore>) -> Self {
+    /// A proposer over a model and templates that reports every model call and its result to
+    /// `observer`, when there is one.
+    pub fn new(
+        llm: Arc<dyn LanguageModel>,
+        templates: Arc<TemplateStore>,
+        observer: Option<Arc<dyn UpdateObserver>>,
+    ) -> Self {
         Self {
             llm,
             templates,
-            observer: None,
+            observer,
         }
-    }
-
-    /// Reports every model call and its result to `observer`.
-    #[must_use]
-    pub fn with_observer(mut self, observer: Arc<dyn UpdateObserver>) -> Self {
-        self.observer = Some(observer);
-        self
     }
 }
 

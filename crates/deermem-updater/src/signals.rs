@@ -223,20 +223,18 @@ impl PatternSet {
 
     /// The bundled default patterns.
     pub fn bundled() -> Self {
-        match Self::from_sources("bundled", |name| {
+        Self::from_sources("bundled", |name| {
             BUNDLED
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, t)| (*t).to_owned())
-        }) {
-            Ok(p) => p,
-            // The bundled files are checked by the tests; fall back to no patterns rather
-            // than failing at run time.
-            Err(e) => {
-                tracing::error!(error = %e, "bundled memory patterns failed to compile");
-                Self::empty()
-            }
-        }
+        })
+        // The bundled files are checked by the tests; fall back to no patterns rather than
+        // failing at run time.
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "bundled memory patterns failed to compile");
+            Self::empty()
+        })
     }
 
     /// Builds a set from file texts: `source(name)` returns the text of `<name>.yaml`, or
@@ -248,20 +246,19 @@ impl PatternSet {
         origin: &str,
         source: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, PatternError> {
-        let path_of = |name: &str| PathBuf::from(origin).join(format!("{name}.yaml"));
         let load = |name: &str| -> Result<Vec<Regex>, PatternError> {
-            let path = path_of(name);
+            let path = PathBuf::from(origin).join(format!("{name}.yaml"));
             let text =
                 source(name).ok_or_else(|| PatternError::MissingFile { path: path.clone() })?;
             parse_pattern_file(&path, &text)
         };
-        let trivial_raw = load(TRIVIAL_FILE)?;
+        let trivial = load(TRIVIAL_FILE)?;
         let mut signals: [Vec<Regex>; 6] = Default::default();
         for (slot, sig) in signals.iter_mut().zip(Signal::ALL) {
             *slot = load(sig.as_str())?;
         }
         Ok(Self {
-            trivial: trivial_raw,
+            trivial,
             signals,
             origin: origin.to_owned(),
         })
@@ -272,10 +269,25 @@ impl PatternSet {
     /// # Errors
     /// A missing or unreadable file, invalid YAML, or a bad regex.
     pub async fn load_dir(dir: &Path) -> Result<Self, PatternError> {
+        let owned = dir.to_owned();
+        tokio::task::spawn_blocking(move || Self::load_dir_blocking(&owned))
+            .await
+            .map_err(|e| PatternError::Io {
+                path: dir.to_owned(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
+    /// [`PatternSet::load_dir`] with blocking reads, for synchronous constructors at start-up
+    /// (seven small files).
+    ///
+    /// # Errors
+    /// As [`PatternSet::load_dir`].
+    pub fn load_dir_blocking(dir: &Path) -> Result<Self, PatternError> {
         let mut texts = Vec::new();
         for name in PATTERN_FILES {
             let path = dir.join(format!("{name}.yaml"));
-            match tokio::fs::read_to_string(&path).await {
+            match std::fs::read_to_string(&path) {
                 Ok(t) => texts.push((name, t)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(PatternError::MissingFile { path });
@@ -305,16 +317,15 @@ impl PatternSet {
     /// The signals found in one text (unanchored search on the stripped text).
     pub fn detect_text(&self, text: &str) -> SignalSet {
         let t = py::strip(text);
-        let mut out = SignalSet::new();
         if t.is_empty() {
-            return out;
+            return SignalSet::new();
         }
-        for (sig, pats) in Signal::ALL.into_iter().zip(&self.signals) {
-            if pats.iter().any(|r| r.is_match(t)) {
-                out.insert(sig);
-            }
-        }
-        out
+        Signal::ALL
+            .into_iter()
+            .zip(&self.signals)
+            .filter(|(_, pats)| pats.iter().any(|r| r.is_match(t)))
+            .map(|(sig, _)| sig)
+            .collect()
     }
 
     /// The reference's rule: the user turns among the last six messages (any role).

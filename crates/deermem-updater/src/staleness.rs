@@ -34,15 +34,9 @@ pub(crate) fn read_expected_valid_days(v: Option<&Value>) -> Option<i128> {
             } else if let Some(u) = n.as_u64() {
                 Some(i128::from(u))
             } else {
-                let f = n.as_f64()?;
-                let t = f.trunc();
-                if !f.is_finite() || t < 1.0 {
-                    None
-                } else if t >= i128::MAX as f64 {
-                    Some(i128::MAX)
-                } else {
-                    Some(t as i128)
-                }
+                // `as` saturates at `i128::MAX`.
+                let t = n.as_f64()?.trunc();
+                (t.is_finite() && t >= 1.0).then_some(t as i128)
             }
         }
         _ => None,
@@ -101,10 +95,7 @@ pub(crate) fn select_stale_candidates<'a>(
                 return false;
             };
             let age = effective_age_days(f, config.staleness_age_days);
-            match safe_add_days(now, -age) {
-                Some(cutoff) => reference < cutoff,
-                None => false,
-            }
+            safe_add_days(now, -age).is_some_and(|cutoff| reference < cutoff)
         })
         .collect()
 }

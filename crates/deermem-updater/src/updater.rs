@@ -130,7 +130,6 @@ pub struct MemoryUpdaterBuilder {
     storage: Arc<dyn MemoryStorage>,
     clock: Arc<dyn Clock>,
     llm: Option<Arc<dyn LanguageModel>>,
-    proposer: Option<Arc<dyn Proposer>>,
     templates: Option<Arc<TemplateStore>>,
     patterns: Option<Arc<PatternSet>>,
     observer: Option<Arc<dyn UpdateObserver>>,
@@ -149,13 +148,6 @@ impl MemoryUpdaterBuilder {
     #[must_use]
     pub fn language_model(mut self, llm: Option<Arc<dyn LanguageModel>>) -> Self {
         self.llm = llm;
-        self
-    }
-
-    /// Uses a custom proposer (wins over the language model).
-    #[must_use]
-    pub fn proposer(mut self, proposer: Arc<dyn Proposer>) -> Self {
-        self.proposer = Some(proposer);
         self
     }
 
@@ -211,16 +203,9 @@ impl MemoryUpdaterBuilder {
         let templates = self
             .templates
             .unwrap_or_else(|| Arc::new(TemplateStore::bundled()));
-        let proposer: Arc<dyn Proposer> = match (self.proposer, self.llm) {
-            (Some(p), _) => p,
-            (None, Some(llm)) => {
-                let mut p = LlmProposer::new(llm, templates);
-                if let Some(o) = &self.observer {
-                    p = p.with_observer(o.clone());
-                }
-                Arc::new(p)
-            }
-            (None, None) => {
+        let proposer: Arc<dyn Proposer> = match self.llm {
+            Some(llm) => Arc::new(LlmProposer::new(llm, templates, self.observer.clone())),
+            None => {
                 tracing::info!(
                     "no memory model is configured; using the offline rule-based extractor (explicit identity, preference, goal, decision and correction statements only)"
                 );
@@ -275,7 +260,6 @@ impl MemoryUpdater {
             storage,
             clock,
             llm: None,
-            proposer: None,
             templates: None,
             patterns: None,
             observer: None,
@@ -458,13 +442,10 @@ impl MemoryUpdater {
         if let Some(u) = cache {
             return u.clone();
         }
-        let usage = match self.storage.get_fact_usage(user, agent).await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(error = %e, "fact usage unavailable; capacity scoring without access heat");
-                FactUsageMap::new()
-            }
-        };
+        let usage = self.storage.get_fact_usage(user, agent).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "fact usage unavailable; capacity scoring without access heat");
+            FactUsageMap::new()
+        });
         *cache = Some(usage.clone());
         usage
     }
@@ -500,73 +481,70 @@ impl MemoryUpdater {
             let outcome = apply_update(&snapshot, &proposal.update, &ctx);
             let last_metrics = Some(outcome.metrics);
             let changes = change_set(&snapshot, &outcome);
-            if is_noop(&changes) {
-                return Ok(UpdateOutcome {
-                    status: UpdateStatus::NoChange,
-                    origin: None,
-                    metrics: Some(outcome.metrics),
-                    report: Some(outcome.report),
-                    attempts: attempt,
-                });
-            }
-            let options = ApplyOptions::at_revision(snapshot.revision);
-            match self
-                .storage
-                .apply_changes(user, Some(agent), changes, options)
-                .await
-            {
-                Ok(result) => {
-                    for d in &outcome.capacity {
-                        if let Err(e) = self
-                            .storage
-                            .record_capacity_eviction(
-                                user,
-                                agent,
-                                &d.decision,
-                                self.config.max_facts,
-                                d.shadow.as_ref(),
-                                Some(now),
-                            )
-                            .await
-                        {
-                            tracing::warn!(error = %e, "capacity eviction audit failed");
+            let status = if is_noop(&changes) {
+                UpdateStatus::NoChange
+            } else {
+                let options = ApplyOptions::at_revision(snapshot.revision);
+                match self
+                    .storage
+                    .apply_changes(user, Some(agent), changes, options)
+                    .await
+                {
+                    Ok(result) => {
+                        for d in &outcome.capacity {
+                            if let Err(e) = self
+                                .storage
+                                .record_capacity_eviction(
+                                    user,
+                                    agent,
+                                    &d.decision,
+                                    self.config.max_facts,
+                                    d.shadow.as_ref(),
+                                    Some(now),
+                                )
+                                .await
+                            {
+                                tracing::warn!(error = %e, "capacity eviction audit failed");
+                            }
+                        }
+                        tracing::info!(
+                            revision = result.revision,
+                            upserted = result.upserted_facts.len(),
+                            deleted = result.deleted_fact_ids.len(),
+                            "memory update committed"
+                        );
+                        UpdateStatus::Committed {
+                            revision: result.revision,
                         }
                     }
-                    tracing::info!(
-                        revision = result.revision,
-                        upserted = result.upserted_facts.len(),
-                        deleted = result.deleted_fact_ids.len(),
-                        "memory update committed"
-                    );
-                    return Ok(UpdateOutcome {
-                        status: UpdateStatus::Committed {
-                            revision: result.revision,
-                        },
-                        origin: None,
-                        metrics: Some(outcome.metrics),
-                        report: Some(outcome.report),
-                        attempts: attempt,
-                    });
+                    Err(e) if e.is_conflict() && attempt < MAX_COMMIT_ATTEMPTS => {
+                        tracing::info!(attempt, error = %e, "memory changed concurrently; recomputing the update on a fresh snapshot");
+                        snapshot = self
+                            .storage
+                            .load(user, Some(agent))
+                            .await
+                            .map_err(|e| (UpdaterError::Storage(e), last_metrics))?;
+                        continue;
+                    }
+                    Err(e) if e.is_conflict() => {
+                        return Err((
+                            UpdaterError::ConflictRetriesExhausted {
+                                attempts: attempt,
+                                last: e,
+                            },
+                            last_metrics,
+                        ));
+                    }
+                    Err(e) => return Err((UpdaterError::Storage(e), last_metrics)),
                 }
-                Err(e) if e.is_conflict() && attempt < MAX_COMMIT_ATTEMPTS => {
-                    tracing::info!(attempt, error = %e, "memory changed concurrently; recomputing the update on a fresh snapshot");
-                    snapshot = self
-                        .storage
-                        .load(user, Some(agent))
-                        .await
-                        .map_err(|e| (UpdaterError::Storage(e), last_metrics))?;
-                }
-                Err(e) if e.is_conflict() => {
-                    return Err((
-                        UpdaterError::ConflictRetriesExhausted {
-                            attempts: attempt,
-                            last: e,
-                        },
-                        last_metrics,
-                    ));
-                }
-                Err(e) => return Err((UpdaterError::Storage(e), last_metrics)),
-            }
+            };
+            return Ok(UpdateOutcome {
+                status,
+                origin: None,
+                metrics: Some(outcome.metrics),
+                report: Some(outcome.report),
+                attempts: attempt,
+            });
         }
     }
 }

@@ -179,17 +179,13 @@ impl MemoryAdmin for DeerMemManager {
                     snapshot.fact(f.id.as_str()).map(|s| s.revision),
                 );
             }
-            if !upsert_revisions.is_empty() {
-                changes.upsert_revisions = Some(upsert_revisions);
-            }
+            changes.upsert_revisions = (!upsert_revisions.is_empty()).then_some(upsert_revisions);
             let mut delete_revisions = BTreeMap::new();
             for f in snapshot.facts.iter().filter(|f| !kept.contains(&f.id)) {
                 changes.deletes.push(f.id.clone());
                 delete_revisions.insert(f.id.clone(), f.revision);
             }
-            if !delete_revisions.is_empty() {
-                changes.delete_revisions = Some(delete_revisions);
-            }
+            changes.delete_revisions = (!delete_revisions.is_empty()).then_some(delete_revisions);
             let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage

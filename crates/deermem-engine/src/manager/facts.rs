@@ -88,13 +88,10 @@ impl DeerMemManager {
         if !(self.config.tracks_usage() && count > self.config.max_facts) {
             return FactUsageMap::new();
         }
-        match self.storage.get_fact_usage(user, agent).await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(error = %e, "fact usage unavailable; capacity scoring without access heat");
-                FactUsageMap::new()
-            }
-        }
+        self.storage.get_fact_usage(user, agent).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "fact usage unavailable; capacity scoring without access heat");
+            FactUsageMap::new()
+        })
     }
 
     /// Writes the capacity audit after a successful commit; failures are logged.
@@ -220,7 +217,7 @@ impl FactAdmin for DeerMemManager {
                 }
                 return Ok((snapshot.to_public(), None));
             }
-            let changes = creation_changes(&snapshot, decision.as_ref(), Some((&id, draft)));
+            let changes = creation_changes(&snapshot, decision.as_ref(), &id, draft);
             let options = ApplyOptions::at_revision(snapshot.revision);
             match self
                 .storage
@@ -363,18 +360,19 @@ pub(super) fn invalid_fact(e: FactError) -> ManagerError {
     ManagerError::invalid(code, e.to_string())
 }
 
-/// The change set of a create: the new fact when it survived capacity (create-only), and the
+/// The change set of a create: the new fact, which survived capacity (create-only), and the
 /// deletion of every stored fact the policy evicted (with its revision as a precondition).
 fn creation_changes(
     snapshot: &MemoryDocument,
     decision: Option<&CapacityDecision>,
-    new_fact: Option<(&FactId, FactDraft)>,
+    id: &FactId,
+    draft: FactDraft,
 ) -> ChangeSet {
-    let mut changes = ChangeSet::default();
-    if let Some((id, draft)) = new_fact {
-        changes.upserts.push(draft);
-        changes.upsert_revisions = Some([(id.clone(), None)].into_iter().collect());
-    }
+    let mut changes = ChangeSet {
+        upserts: vec![draft],
+        upsert_revisions: Some([(id.clone(), None)].into_iter().collect()),
+        ..ChangeSet::default()
+    };
     if let Some(d) = decision {
         let mut revisions = BTreeMap::new();
         for evicted in &d.decision.evicted {
@@ -383,9 +381,7 @@ fn creation_changes(
                 revisions.insert(f.id.clone(), f.revision);
             }
         }
-        if !revisions.is_empty() {
-            changes.delete_revisions = Some(revisions);
-        }
+        changes.delete_revisions = (!revisions.is_empty()).then_some(revisions);
     }
     changes
 }

@@ -15,10 +15,11 @@ use deermem_updater::{ProposalOrigin, ProposeError};
 use deermem_updater::{UpdateRequest, UpdateStatus, UpdaterError};
 
 /// What an ingest did overall.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum IngestStatus {
     /// No user turn or no assistant turn survived filtering; nothing was asked.
+    #[default]
     NotAdmitted,
     /// Nothing new to extract (cannot happen on this path, which ignores the watermark; kept
     /// for completeness).
@@ -73,7 +74,7 @@ pub struct RemovedFact {
 }
 
 /// The outcome of [`DeerMemManager::ingest_now`].
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct IngestReport {
     /// What happened overall.
     #[serde(flatten)]
@@ -96,23 +97,6 @@ pub struct IngestReport {
     pub metrics: Option<UpdateMetrics>,
     /// Commit attempts (conflicts are retried on a fresh snapshot).
     pub attempts: u32,
-}
-
-impl IngestReport {
-    fn empty(status: IngestStatus) -> Self {
-        Self {
-            status,
-            origin: None,
-            signals: Vec::new(),
-            added: Vec::new(),
-            removed: Vec::new(),
-            rejected: Vec::new(),
-            summaries_updated: Vec::new(),
-            reinforced: Vec::new(),
-            metrics: None,
-            attempts: 0,
-        }
-    }
 }
 
 fn updater_error(e: UpdaterError) -> ManagerError {
@@ -193,7 +177,7 @@ impl DeerMemManager {
         let submission = self.submission(&request)?;
         let updater = self.pipeline.updater();
         let Some(admitted) = admit(&request.messages, &self.hidden, updater.patterns()) else {
-            return Ok(IngestReport::empty(IngestStatus::NotAdmitted));
+            return Ok(IngestReport::default());
         };
         let signals = admitted.signals;
         let user = submission.user.clone();
@@ -216,7 +200,10 @@ impl DeerMemManager {
             UpdateStatus::NoChange => IngestStatus::NoChange,
             UpdateStatus::Committed { revision } => IngestStatus::Committed { revision },
         };
-        let mut out = IngestReport::empty(status);
+        let mut out = IngestReport {
+            status,
+            ..IngestReport::default()
+        };
         out.origin = outcome.origin.map(|o| match o {
             ProposalOrigin::Model(m) => m,
             ProposalOrigin::Offline => "offline".to_owned(),

@@ -206,13 +206,10 @@ impl MemorySearch for DeerMemManager {
             category: category.map(str::to_owned),
             mode: Some(mode),
         };
-        let hits = match self.storage.search_facts(&query).await {
-            Ok(hits) => hits,
-            Err(e) => {
-                tracing::warn!(error = %e, "memory index search failed; using the substring scan");
-                Vec::new()
-            }
-        };
+        let hits = self.storage.search_facts(&query).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "memory index search failed; using the substring scan");
+            Vec::new()
+        });
         let mut results: Vec<ScoredFact> = hits
             .into_iter()
             .take(top_k)
