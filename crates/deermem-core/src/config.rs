@@ -209,11 +209,6 @@ impl MemoryConfig {
             warnings,
         })
     }
-
-    /// Whether the tool-mode tools are registered (`enabled` and `mode: tool`).
-    pub fn use_memory_tools(&self) -> bool {
-        self.enabled && self.mode == MemoryMode::Tool
-    }
 }
 
 fn looks_like_full_config(m: &Map<String, Value>) -> bool {
