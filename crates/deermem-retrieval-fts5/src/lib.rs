@@ -444,10 +444,7 @@ impl Inner {
         let mut state = self.state.lock();
         self.apply_pending(&mut state);
         let conn = state.writer.as_mut().ok_or_else(closed_error)?;
-        f(conn).map_err(|e| match e {
-            WriteError::Sqlite(e) => self.record_sqlite(&e),
-            WriteError::Limit(m) => self.record(RetrievalError::Backend(m)),
-        })
+        f(conn).map_err(|e| self.write_error(e))
     }
 
     fn checkout(&self, path: &Path) -> Result<ReaderGuard<'_>, RetrievalError> {
@@ -473,11 +470,13 @@ impl Inner {
         })
     }
 
+    /// Runs `f` on a reader connection, after the writes accepted so far are applied.
     fn with_reader<T>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, RetrievalError> {
         self.ensure_open()?;
+        self.settle();
         match &self.location {
             Location::Memory => {
                 let state = self.state.lock();
@@ -636,14 +635,7 @@ impl Inner {
         }
         self.with_writer(|conn| {
             let mut w = Writer::begin(conn)?;
-            match scopes {
-                None => w.clear_all(false)?,
-                Some(list) => {
-                    for s in list {
-                        w.clear_scope(s, false)?;
-                    }
-                }
-            }
+            w.clear(scopes, false)?;
             w.finish()
         })
     }
@@ -660,14 +652,7 @@ impl Inner {
             let mut w = Writer::begin(conn)?;
             // Vectors are kept while the scope is refilled: those whose document comes back
             // with the same text stay current, the others are dropped below.
-            match scopes {
-                None => w.clear_all(true)?,
-                Some(list) => {
-                    for s in list {
-                        w.clear_scope(s, true)?;
-                    }
-                }
-            }
+            w.clear(scopes, true)?;
             // Scope by scope: each shard then receives ascending rowids, which FTS5 appends
             // to its pending segment; interleaved scopes would force a flush per insert.
             let mut first_seen: std::collections::HashMap<&ScopeKeyText, usize> =
@@ -699,17 +684,10 @@ impl Inner {
             return Ok(Vec::new());
         }
         self.ensure_open()?;
-        self.settle();
         let Some(plan) = query::plan(&query.text, self.segmenter.as_ref()) else {
             return Ok(Vec::new());
         };
-        // Each scope once, in order, and only scopes that can hold facts.
-        let mut scopes: Vec<&Scope> = Vec::with_capacity(query.scopes.len());
-        for s in &query.scopes {
-            if s.agent.is_some() && !scopes.contains(&s) {
-                scopes.push(s);
-            }
-        }
+        let scopes = fact_scopes(&query.scopes);
         let keys: Vec<ScopeKeyText> = scopes.iter().map(|s| ScopeKeyText::of(s)).collect();
         let fact_scopes: Vec<_> = scopes.iter().map(|s| s.to_fact_scope()).collect();
         let top_k = query.top_k;
@@ -813,8 +791,6 @@ impl Inner {
     }
 
     fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let rows = self.with_reader(engine::inventory)?;
         let mut out = Vec::with_capacity(rows.len());
         for (user, agent, fact_id, revision) in rows {
@@ -838,8 +814,6 @@ impl Inner {
         scopes: Option<&[ScopeKeyText]>,
         limit: usize,
     ) -> Result<Vec<EmbedTask>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let rows = self.with_reader(|conn| {
             let _snapshot = ReadTx::begin(conn)?;
             match scopes {
@@ -901,14 +875,7 @@ impl Inner {
         scopes: &[Scope],
         model_id: &str,
     ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
-        let mut unique: Vec<&Scope> = Vec::with_capacity(scopes.len());
-        for s in scopes {
-            if s.agent.is_some() && !unique.contains(&s) {
-                unique.push(s);
-            }
-        }
+        let unique = fact_scopes(scopes);
         let now = self.clock.now();
         let per_scope = self.with_reader(|conn| {
             let _snapshot = ReadTx::begin(conn)?;
@@ -956,14 +923,10 @@ impl Inner {
     }
 
     fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         self.with_reader(|conn| engine::vector_coverage(conn, model_id))
     }
 
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let total_docs = self.with_reader(engine::count_docs)?;
         let (db_path, db_bytes) = match &self.location {
             Location::Memory => (None, None),
@@ -1010,6 +973,17 @@ impl Inner {
             tracing::warn!(error = %e, "closing the FTS5 index failed");
         }
     }
+}
+
+/// Each scope once, in order, and only scopes that can hold facts (those with an agent).
+fn fact_scopes(scopes: &[Scope]) -> Vec<&Scope> {
+    let mut unique: Vec<&Scope> = Vec::with_capacity(scopes.len());
+    for s in scopes {
+        if s.agent.is_some() && !unique.contains(&s) {
+            unique.push(s);
+        }
+    }
+    unique
 }
 
 fn encode_all(facts: &[(Scope, Fact)]) -> Result<Vec<Row>, RetrievalError> {
