@@ -139,30 +139,20 @@ fn analyze(text: &[char]) -> Analysis {
         preceded_by_ws = is_blank_or_end(Some(ch));
         followed_by_ws = index + 1 >= last || is_blank_or_end(text.get(index + 2).copied());
     }
-    let mut a = Analysis {
+    Analysis {
         empty: false,
         multiline: line_breaks,
-        allow_block_plain: true,
-        allow_single_quoted: true,
-    };
-    if leading_space || leading_break || trailing_space || trailing_break {
-        a.allow_block_plain = false;
+        allow_block_plain: !(leading_space
+            || leading_break
+            || trailing_space
+            || trailing_break
+            || break_space
+            || space_break
+            || special
+            || line_breaks
+            || block_indicators),
+        allow_single_quoted: !(break_space || space_break || special),
     }
-    if break_space {
-        a.allow_block_plain = false;
-        a.allow_single_quoted = false;
-    }
-    if space_break || special {
-        a.allow_block_plain = false;
-        a.allow_single_quoted = false;
-    }
-    if line_breaks {
-        a.allow_block_plain = false;
-    }
-    if block_indicators {
-        a.allow_block_plain = false;
-    }
-    a
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
