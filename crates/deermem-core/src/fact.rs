@@ -84,7 +84,7 @@ impl FactScope {
             }
     }
 
-    fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         serde_json::json!({"userId": self.user_id, "agentName": self.agent_name})
     }
 }
