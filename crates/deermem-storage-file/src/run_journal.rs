@@ -255,17 +255,14 @@ impl RunJournal {
     ) -> Result<T, JournalError> {
         let shared = self.slot(user.bucket());
         let mut guard = shared.lock();
-        if guard.is_none() {
-            let dir = self.dir.join(user.bucket());
-            *guard = Some(UserLog::load(dir, user.bucket(), &self.options)?);
-        }
-        match guard.as_mut() {
-            Some(log) => f(log, &self.options, self.clock.as_ref()),
-            None => Err(JournalError::Io {
-                context: "run journal index not loaded".into(),
-                source: io::Error::other("not loaded"),
-            }),
-        }
+        let log = match &mut *guard {
+            Some(log) => log,
+            None => {
+                let dir = self.dir.join(user.bucket());
+                guard.insert(UserLog::load(dir, user.bucket(), &self.options)?)
+            }
+        };
+        f(log, &self.options, self.clock.as_ref())
     }
 
     /// The user's shared log (loaded or not), evicting idle users past the cache limit.
