@@ -986,13 +986,6 @@ fn fact_scopes(scopes: &[Scope]) -> Vec<&Scope> {
     unique
 }
 
-fn encode_all(facts: &[(Scope, Fact)]) -> Result<Vec<Row>, RetrievalError> {
-    facts
-        .iter()
-        .map(|(scope, fact)| engine::encode_row(scope, fact))
-        .collect()
-}
-
 #[async_trait]
 impl Retrieval for Fts5Retrieval {
     fn kind(&self) -> &'static str {
@@ -1034,7 +1027,10 @@ impl Retrieval for Fts5Retrieval {
         scopes: Option<&[Scope]>,
         facts: &[(Scope, Fact)],
     ) -> Result<usize, RetrievalError> {
-        let rows = encode_all(facts)?;
+        let rows: Vec<Row> = facts
+            .iter()
+            .map(|(scope, fact)| engine::encode_row(scope, fact))
+            .collect::<Result<_, _>>()?;
         let keys: Option<Vec<ScopeKeyText>> =
             scopes.map(|s| s.iter().map(ScopeKeyText::of).collect());
         self.blocking(move |inner| inner.rebuild(keys.as_deref(), &rows))
