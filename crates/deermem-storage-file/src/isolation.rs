@@ -324,7 +324,12 @@ pub fn migrate_user_isolation(
                 target,
                 "expected a file, found a directory".into(),
             )),
-            Ok(_) => plan.push(Planned::new(kind, source, target, conflicts.join(name))),
+            Ok(_) => plan.push(Planned {
+                kind,
+                source,
+                target,
+                conflict: conflicts.join(name),
+            }),
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 if kind == IsolationItemKind::Manifest && exists(&target)? {
                     report.items.push(IsolationItem {
@@ -356,14 +361,12 @@ pub fn migrate_user_isolation(
             ));
             continue;
         };
-        let target = bucket_dir.join("agents").join(name.to_lowercase());
-        let conflict = conflicts.join("agents").join(&name);
-        plan.push(Planned::new(
-            IsolationItemKind::Agent(name),
+        plan.push(Planned {
+            target: bucket_dir.join("agents").join(name.to_lowercase()),
+            conflict: conflicts.join("agents").join(&name),
+            kind: IsolationItemKind::Agent(name),
             source,
-            target,
-            conflict,
-        ));
+        });
     }
     if plan.is_empty() {
         return Ok(report);
@@ -494,15 +497,6 @@ struct Planned {
 }
 
 impl Planned {
-    fn new(kind: IsolationItemKind, source: PathBuf, target: PathBuf, conflict: PathBuf) -> Self {
-        Self {
-            kind,
-            source,
-            target,
-            conflict,
-        }
-    }
-
     fn run(self, user: &UserId, dry_run: bool) -> IsolationItem {
         let mut notes = Vec::new();
         let (destination, action) = match self.act(user, dry_run, &mut notes) {
