@@ -534,14 +534,14 @@ impl Planned {
         if !target_taken {
             if dry_run {
                 if is_agent {
-                    scan_scopes(&self.source, user).describe(user, true, notes);
+                    scan_scopes(&self.source, user, false).describe(user, true, notes);
                 }
                 return Ok((self.target.clone(), IsolationAction::WouldMove));
             }
             move_entry(&self.source, &self.target, false)
                 .map_err(|e| (self.target.clone(), e.to_string()))?;
             if is_agent {
-                rescope_facts(&self.target, user).describe(user, false, notes);
+                scan_scopes(&self.target, user, true).describe(user, false, notes);
             }
             return Ok((self.target.clone(), IsolationAction::Moved));
         }
@@ -817,24 +817,12 @@ fn with_user(text: &str, scope: &FrontMatterScope, user: &UserId) -> Option<Stri
     Some(out)
 }
 
-fn fact_files(agent_dir: &Path) -> Vec<PathBuf> {
-    fsutil::markdown_files(&agent_dir.join("facts")).unwrap_or_default()
-}
-
-/// Counts the agent's unscoped and foreign fact files (dry run and planning).
-fn scan_scopes(agent_dir: &Path, user: &UserId) -> ScopeScan {
+/// Checks the scope of every fact file of an agent directory, rescoping the files written
+/// without a user to `user` when `rewrite`.
+fn scan_scopes(agent_dir: &Path, user: &UserId, rewrite: bool) -> ScopeScan {
     let mut scan = ScopeScan::default();
-    for path in fact_files(agent_dir) {
-        classify(&path, user, &mut scan, false);
-    }
-    scan
-}
-
-/// Rewrites the agent's unscoped fact files with `user` (atomically, one by one).
-fn rescope_facts(agent_dir: &Path, user: &UserId) -> ScopeScan {
-    let mut scan = ScopeScan::default();
-    for path in fact_files(agent_dir) {
-        classify(&path, user, &mut scan, true);
+    for path in fsutil::markdown_files(&agent_dir.join("facts")).unwrap_or_default() {
+        classify(&path, user, &mut scan, rewrite);
     }
     scan
 }
