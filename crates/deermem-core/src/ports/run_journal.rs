@@ -68,20 +68,9 @@ impl RunEvent {
         content_sha256: &str,
         created_at: String,
     ) -> Self {
-        let mut content = Map::new();
-        content.insert(
-            "content_sha256".into(),
-            Value::String(content_sha256.into()),
-        );
-        let mut metadata = Map::new();
-        metadata.insert(
-            "agent_name".into(),
-            Value::String(
-                agent
-                    .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
-                    .to_owned(),
-            ),
-        );
+        let agent = agent.map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str);
+        let content = Map::from_iter([("content_sha256".to_owned(), Value::from(content_sha256))]);
+        let metadata = Map::from_iter([("agent_name".to_owned(), Value::from(agent))]);
         Self {
             thread_id: thread_id.to_owned(),
             run_id: run_id.to_owned(),
