@@ -699,14 +699,14 @@ impl Inner {
             // seen entirely or not at all).
             let _snapshot = ReadTx::begin(conn)?;
             let mut expr = plan.first.as_str();
-            let mut retried = false;
+            let mut retry = plan.retry.as_deref();
             let mut all: Vec<engine::Candidate> = Vec::new();
             for (i, key_text) in keys.iter().enumerate() {
                 let Some(key) = engine::scope_key(conn, key_text)? else {
                     continue;
                 };
-                let found = loop {
-                    match engine::search_scope(
+                loop {
+                    let found = engine::search_scope(
                         conn,
                         key,
                         expr,
@@ -715,25 +715,22 @@ impl Inner {
                         plan.has_cjk,
                         now,
                         i,
-                    ) {
-                        Ok(c) => break Some(c),
+                    );
+                    match found {
+                        Ok(c) => {
+                            all.extend(c);
+                            break;
+                        }
                         Err(e) if engine::classify(&e) == FailureKind::Syntax => {
                             tracing::debug!(error = %e, expression = expr, "FTS5 query rejected");
-                            match (&plan.retry, retried) {
-                                (Some(r), false) => {
-                                    expr = r.as_str();
-                                    retried = true;
-                                }
-                                _ => break None,
+                            match retry.take() {
+                                Some(r) => expr = r,
+                                // Neither expression is valid: no results, as the reference.
+                                None => return Ok(Vec::new()),
                             }
                         }
                         Err(e) => return Err(e),
                     }
-                };
-                match found {
-                    Some(c) => all.extend(c),
-                    // Neither expression is valid: no results, as the reference.
-                    None => return Ok(Vec::new()),
                 }
             }
             all.sort_by(|a, b| b.score.total_cmp(&a.score));
