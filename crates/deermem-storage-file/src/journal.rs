@@ -143,12 +143,11 @@ pub(crate) fn recover(udir: &UserDir) -> Result<(Recovery, Option<AgentName>)> {
             Recovery::RolledBack
         }
         COMMITTED => Recovery::CleanedUp,
-        other => {
+        _ => {
             let shown = j.get("state").map_or_else(
                 || "None".to_owned(),
                 |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
             );
-            let _ = other;
             return Err(Error::Corrupt(format!(
                 "Unknown journal state {shown:?} in {}",
                 path.display()

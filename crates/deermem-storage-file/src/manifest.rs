@@ -55,14 +55,9 @@ fn lenient_revision(v: Option<&Value>) -> std::result::Result<u64, BadRevision> 
 }
 
 /// A revision value that `int()` refuses (or a negative one).
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("has an invalid revision {0}")]
 struct BadRevision(Value);
-
-impl std::fmt::Display for BadRevision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "has an invalid revision {}", self.0)
-    }
-}
 
 /// Parses manifest bytes.
 ///
