@@ -408,18 +408,14 @@ pub(crate) struct Writer<'c> {
 }
 
 /// A write error: a database failure, or a limit of the rowid layout.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum WriteError {
     /// SQLite failed.
-    Sqlite(rusqlite::Error),
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
     /// A limit was reached (too many scopes, sequence exhausted).
+    #[error("{0}")]
     Limit(String),
-}
-
-impl From<rusqlite::Error> for WriteError {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::Sqlite(e)
-    }
 }
 
 impl<'c> Writer<'c> {
