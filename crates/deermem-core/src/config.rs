@@ -211,11 +211,6 @@ impl MemoryConfig {
             warnings,
         })
     }
-
-    /// Whether the tool-mode tools are registered (`enabled` and `mode: tool`).
-    pub fn use_memory_tools(&self) -> bool {
-        self.enabled && self.mode == MemoryMode::Tool
-    }
 }
 
 fn looks_like_full_config(m: &Map<String, Value>) -> bool {
@@ -245,13 +240,8 @@ pub fn parse_config_text(text: &str) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Null);
     }
-    yaml_to_value(text)
-}
-
-/// YAML text to a JSON value, read by the YAML 1.1 codec the fact files use, so that
-/// `yes`/`on`/`0o17` in a config mean what DeerFlow's PyYAML makes of them (see
-/// `docs/compat.md`). JSON text is YAML too.
-fn yaml_to_value(text: &str) -> Result<Value, ConfigError> {
+    // The YAML 1.1 codec the fact files use, so that `yes`/`on`/`0o17` in a config mean what
+    // DeerFlow's PyYAML makes of them (see `docs/compat.md`). JSON text is YAML too.
     deermem_pycompat::yaml::parse_document(text)
         .map_err(|e| ConfigError::new("config", format!("invalid YAML/JSON: {e}")))
 }

@@ -45,10 +45,7 @@ impl SummaryEntry {
     }
 
     fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("summary".into(), Value::String(self.summary.clone()));
-        m.insert("updatedAt".into(), Value::String(self.updated_at.clone()));
-        Value::Object(m)
+        serde_json::json!({"summary": self.summary, "updatedAt": self.updated_at})
     }
 }
 

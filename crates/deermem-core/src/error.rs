@@ -540,6 +540,20 @@ pub enum ManagerError {
     },
 }
 
+/// One constructor per `ManagerError` variant that carries a message and an optional source:
+/// the message, and no source.
+macro_rules! sourceless_constructors {
+    ($($(#[$doc:meta])* $name:ident => $variant:ident,)*) => {$(
+        $(#[$doc])*
+        pub fn $name(message: impl Into<String>) -> Self {
+            Self::$variant {
+                message: message.into(),
+                source: None,
+            }
+        }
+    )*};
+}
+
 impl ManagerError {
     /// An unsupported-operation error.
     pub fn unsupported(operation: &'static str, backend: impl Into<String>) -> Self {
@@ -557,52 +571,19 @@ impl ManagerError {
         }
     }
 
-    /// A lost optimistic-concurrency race, without a lower-level cause.
-    pub fn conflict(message: impl Into<String>) -> Self {
-        Self::Conflict {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// Stored memory that cannot be read safely, without a lower-level cause.
-    pub fn corruption(message: impl Into<String>) -> Self {
-        Self::Corruption {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// A failed persistence write, without a lower-level cause.
-    pub fn storage(message: impl Into<String>) -> Self {
-        Self::Storage {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An unavailable backend or model, without a lower-level cause.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::Unavailable {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An operation that did not finish in time, without a lower-level cause.
-    pub fn timeout(message: impl Into<String>) -> Self {
-        Self::Timeout {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// Any other backend failure, without a lower-level cause.
-    pub fn backend(message: impl Into<String>) -> Self {
-        Self::Backend {
-            message: message.into(),
-            source: None,
-        }
+    sourceless_constructors! {
+        /// A lost optimistic-concurrency race, without a lower-level cause.
+        conflict => Conflict,
+        /// Stored memory that cannot be read safely, without a lower-level cause.
+        corruption => Corruption,
+        /// A failed persistence write, without a lower-level cause.
+        storage => Storage,
+        /// An unavailable backend or model, without a lower-level cause.
+        unavailable => Unavailable,
+        /// An operation that did not finish in time, without a lower-level cause.
+        timeout => Timeout,
+        /// Any other backend failure, without a lower-level cause.
+        backend => Backend,
     }
 
     /// This error with `cause` as its `Error::source` (variants without a source field are

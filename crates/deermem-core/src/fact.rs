@@ -84,17 +84,8 @@ impl FactScope {
             }
     }
 
-    fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert(
-            "userId".into(),
-            self.user_id.clone().map_or(Value::Null, Value::String),
-        );
-        m.insert(
-            "agentName".into(),
-            self.agent_name.clone().map_or(Value::Null, Value::String),
-        );
-        Value::Object(m)
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::json!({"userId": self.user_id, "agentName": self.agent_name})
     }
 }
 
@@ -869,51 +860,21 @@ impl PublicFact {
     /// The [`FactError`] of the first field the reference's rules refuse (blank content, a
     /// confidence outside `[0, 1]`, a revision or confirmation count of 0).
     pub fn to_draft(&self) -> Result<FactDraft, FactError> {
-        let mut m = Map::new();
-        m.insert("id".into(), Value::String(self.id.clone()));
-        m.insert("content".into(), Value::String(self.content.clone()));
-        m.insert("category".into(), Value::String(self.category.clone()));
-        if let Some(ext) = &self.category_extension {
-            m.insert("categoryExtension".into(), Value::String(ext.clone()));
+        // The serialised public shape has the draft's keys in the draft's order; only the
+        // stored-only keys go, and `source` takes its structured form in place.
+        let Ok(Value::Object(mut m)) = serde_json::to_value(self) else {
+            return Err(FactError::NotAnObject);
+        };
+        for key in ["schemaVersion", "status", "scope"] {
+            m.shift_remove(key);
         }
-        if let Some(t) = &self.topics {
-            m.insert("topics".into(), Value::from(t.clone()));
+        if !self.confidence.is_finite() {
+            m.shift_remove("confidence");
         }
-        if let Some(n) = serde_json::Number::from_f64(self.confidence) {
-            m.insert("confidence".into(), Value::Number(n));
-        }
-        m.insert("createdAt".into(), Value::String(self.created_at.clone()));
         m.insert(
             "source".into(),
             Value::Object(FactSource::from_public_string(&self.source).0),
         );
-        if let Some(e) = &self.source_error {
-            m.insert("sourceError".into(), Value::String(e.clone()));
-        }
-        if let Some(r) = self.revision {
-            m.insert("revision".into(), Value::from(r));
-        }
-        if let Some(u) = &self.updated_at {
-            m.insert("updatedAt".into(), Value::String(u.clone()));
-        }
-        if let Some(c) = &self.consolidated_at {
-            m.insert("consolidatedAt".into(), Value::String(c.clone()));
-        }
-        if let Some(c) = &self.consolidated_from {
-            m.insert("consolidatedFrom".into(), Value::from(c.clone()));
-        }
-        if let Some(t) = &self.title {
-            m.insert("title".into(), Value::String(t.clone()));
-        }
-        if let Some(e) = &self.expected_valid_days {
-            m.insert("expected_valid_days".into(), e.clone());
-        }
-        if let Some(l) = &self.last_confirmed_at {
-            m.insert("lastConfirmedAt".into(), Value::String(l.clone()));
-        }
-        if let Some(c) = self.confirmation_count {
-            m.insert("confirmationCount".into(), Value::from(c));
-        }
         FactDraft::from_json(m)
     }
 }

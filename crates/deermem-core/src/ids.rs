@@ -301,17 +301,7 @@ impl FactId {
     /// # Errors
     /// When `random_hex` holds fewer than 8 hex characters.
     pub fn short_from_hex(random_hex: &str) -> Result<Self, IdError> {
-        let hex: String = random_hex
-            .chars()
-            .filter(char::is_ascii_hexdigit)
-            .take(8)
-            .collect();
-        if hex.len() < 8 {
-            return Err(IdError::InvalidFactId {
-                id: format!("fact_{hex}"),
-            });
-        }
-        Self::new(format!("fact_{}", hex.to_ascii_lowercase()))
+        Self::from_hex(random_hex, 8)
     }
 
     /// A storage-style id: `fact_` followed by 32 hex characters.
@@ -319,12 +309,17 @@ impl FactId {
     /// # Errors
     /// When `random_hex` holds fewer than 32 hex characters.
     pub fn long_from_hex(random_hex: &str) -> Result<Self, IdError> {
+        Self::from_hex(random_hex, 32)
+    }
+
+    /// `fact_` and the first `len` hex characters of `random_hex`, lowercased.
+    fn from_hex(random_hex: &str, len: usize) -> Result<Self, IdError> {
         let hex: String = random_hex
             .chars()
             .filter(char::is_ascii_hexdigit)
-            .take(32)
+            .take(len)
             .collect();
-        if hex.len() < 32 {
+        if hex.len() < len {
             return Err(IdError::InvalidFactId {
                 id: format!("fact_{hex}"),
             });

@@ -213,31 +213,28 @@ impl<'de> Deserialize<'de> for Message {
 
 impl Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = Map::new();
-        m.insert("type".into(), Value::String(self.kind.as_str().to_owned()));
-        m.insert("content".into(), self.content.clone());
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", self.kind.as_str())?;
+        m.serialize_entry("content", &self.content)?;
         if !self.additional_kwargs.is_empty() {
-            m.insert(
-                "additional_kwargs".into(),
-                Value::Object(self.additional_kwargs.clone()),
-            );
+            m.serialize_entry("additional_kwargs", &self.additional_kwargs)?;
         }
         if !self.tool_calls.is_empty() {
-            m.insert("tool_calls".into(), Value::Array(self.tool_calls.clone()));
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
         }
-        if let Some(id) = &self.id {
-            m.insert("id".into(), Value::String(id.clone()));
+        let optional = [
+            ("id", &self.id),
+            ("name", &self.name),
+            ("tool_call_id", &self.tool_call_id),
+            ("status", &self.status),
+        ];
+        for (key, value) in optional {
+            if let Some(v) = value {
+                m.serialize_entry(key, v)?;
+            }
         }
-        if let Some(n) = &self.name {
-            m.insert("name".into(), Value::String(n.clone()));
-        }
-        if let Some(t) = &self.tool_call_id {
-            m.insert("tool_call_id".into(), Value::String(t.clone()));
-        }
-        if let Some(st) = &self.status {
-            m.insert("status".into(), Value::String(st.clone()));
-        }
-        Value::Object(m).serialize(s)
+        m.end()
     }
 }
 

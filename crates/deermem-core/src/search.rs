@@ -244,23 +244,12 @@ pub fn index_document(
     scope: &Scope,
     fact: &Fact,
 ) -> Result<serde_json::Map<String, serde_json::Value>, RetrievalError> {
-    use serde_json::Value;
     if scope.agent.is_none() {
         return Err(RetrievalError::InvalidInput(
             "retrieval scope agentName must be set to index a fact".into(),
         ));
     }
-    let fs = scope.to_fact_scope();
     let mut map = fact.to_internal_map();
-    let mut scope_map = serde_json::Map::new();
-    scope_map.insert(
-        "userId".into(),
-        fs.user_id.map_or(Value::Null, Value::String),
-    );
-    scope_map.insert(
-        "agentName".into(),
-        fs.agent_name.map_or(Value::Null, Value::String),
-    );
-    map.insert("scope".into(), Value::Object(scope_map));
+    map.insert("scope".into(), scope.to_fact_scope().to_value());
     Ok(map)
 }

@@ -4,7 +4,7 @@
 //! and write it as administrative operations that keep every stored value (revisions and
 //! timestamps included), so a copy is the same memory, not a re-commit of it.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::document::SummarySection;
 use crate::fact::Fact;
@@ -123,39 +123,19 @@ impl UserSnapshot {
             .map(|a| {
                 let mut facts: Vec<&Fact> = a.facts.iter().collect();
                 facts.sort_by(|x, y| x.id.as_str().cmp(y.id.as_str()));
-                let mut m = Map::new();
-                m.insert("agent".into(), Value::String(a.agent.as_str().to_owned()));
-                m.insert(
-                    "facts".into(),
-                    Value::Array(
-                        facts
-                            .into_iter()
-                            .map(|f| Value::Object(stored_fact(f)))
-                            .collect(),
-                    ),
-                );
-                m.insert(
-                    "usage".into(),
-                    a.usage.clone().map_or(Value::Null, Value::Object),
-                );
-                m.insert(
-                    "audit".into(),
-                    a.audit.clone().map_or(Value::Null, Value::Array),
-                );
-                Value::Object(m)
+                let facts: Vec<Map<String, Value>> = facts.into_iter().map(stored_fact).collect();
+                json!({"agent": a.agent, "facts": facts, "usage": a.usage, "audit": a.audit})
             })
             .collect();
-        let mut m = Map::new();
-        m.insert("bucket".into(), Value::String(self.bucket.clone()));
-        m.insert("revision".into(), Value::from(self.revision));
-        m.insert(
-            "lastUpdated".into(),
-            Value::String(self.last_updated.clone()),
-        );
-        m.insert("user".into(), Value::Object(self.user.0.clone()));
-        m.insert("history".into(), Value::Object(self.history.0.clone()));
-        m.insert("agents".into(), Value::Array(agents));
-        Value::Object(m).to_string()
+        json!({
+            "bucket": self.bucket,
+            "revision": self.revision,
+            "lastUpdated": self.last_updated,
+            "user": self.user,
+            "history": self.history,
+            "agents": agents,
+        })
+        .to_string()
     }
 }
 

@@ -408,18 +408,14 @@ pub(crate) struct Writer<'c> {
 }
 
 /// A write error: a database failure, or a limit of the rowid layout.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum WriteError {
     /// SQLite failed.
-    Sqlite(rusqlite::Error),
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
     /// A limit was reached (too many scopes, sequence exhausted).
+    #[error("{0}")]
     Limit(String),
-}
-
-impl From<rusqlite::Error> for WriteError {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::Sqlite(e)
-    }
 }
 
 impl<'c> Writer<'c> {
@@ -562,12 +558,7 @@ impl<'c> Writer<'c> {
         if let Some(old) = old {
             self.delete_doc(old)?;
         }
-        self.tx
-            .prepare_cached(
-                "DELETE FROM vectors WHERE scope_user=?1 AND scope_agent=?2 AND fact_id=?3",
-            )?
-            .execute(params![scope.user, scope.agent, fact_id])?;
-        Ok(())
+        self.drop_vector(scope, fact_id)
     }
 
     /// Deletes every document of one scope and forgets the scope; its vectors too unless
@@ -602,6 +593,20 @@ impl<'c> Writer<'c> {
         self.scopes.remove(scope);
         self.fresh.insert(scope.clone());
         Ok(())
+    }
+
+    /// [`Writer::clear_all`] for `None`, else [`Writer::clear_scope`] of each scope.
+    pub(crate) fn clear(
+        &mut self,
+        scopes: Option<&[ScopeKeyText]>,
+        keep_vectors: bool,
+    ) -> Result<(), WriteError> {
+        match scopes {
+            None => self.clear_all(keep_vectors),
+            Some(list) => list
+                .iter()
+                .try_for_each(|s| self.clear_scope(s, keep_vectors)),
+        }
     }
 
     /// Deletes every document of every scope; every vector too unless `keep_vectors` (see

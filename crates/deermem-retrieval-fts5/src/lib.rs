@@ -444,10 +444,7 @@ impl Inner {
         let mut state = self.state.lock();
         self.apply_pending(&mut state);
         let conn = state.writer.as_mut().ok_or_else(closed_error)?;
-        f(conn).map_err(|e| match e {
-            WriteError::Sqlite(e) => self.record_sqlite(&e),
-            WriteError::Limit(m) => self.record(RetrievalError::Backend(m)),
-        })
+        f(conn).map_err(|e| self.write_error(e))
     }
 
     fn checkout(&self, path: &Path) -> Result<ReaderGuard<'_>, RetrievalError> {
@@ -473,11 +470,13 @@ impl Inner {
         })
     }
 
+    /// Runs `f` on a reader connection, after the writes accepted so far are applied.
     fn with_reader<T>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, RetrievalError> {
         self.ensure_open()?;
+        self.settle();
         match &self.location {
             Location::Memory => {
                 let state = self.state.lock();
@@ -636,14 +635,7 @@ impl Inner {
         }
         self.with_writer(|conn| {
             let mut w = Writer::begin(conn)?;
-            match scopes {
-                None => w.clear_all(false)?,
-                Some(list) => {
-                    for s in list {
-                        w.clear_scope(s, false)?;
-                    }
-                }
-            }
+            w.clear(scopes, false)?;
             w.finish()
         })
     }
@@ -660,14 +652,7 @@ impl Inner {
             let mut w = Writer::begin(conn)?;
             // Vectors are kept while the scope is refilled: those whose document comes back
             // with the same text stay current, the others are dropped below.
-            match scopes {
-                None => w.clear_all(true)?,
-                Some(list) => {
-                    for s in list {
-                        w.clear_scope(s, true)?;
-                    }
-                }
-            }
+            w.clear(scopes, true)?;
             // Scope by scope: each shard then receives ascending rowids, which FTS5 appends
             // to its pending segment; interleaved scopes would force a flush per insert.
             let mut first_seen: std::collections::HashMap<&ScopeKeyText, usize> =
@@ -699,17 +684,10 @@ impl Inner {
             return Ok(Vec::new());
         }
         self.ensure_open()?;
-        self.settle();
         let Some(plan) = query::plan(&query.text, self.segmenter.as_ref()) else {
             return Ok(Vec::new());
         };
-        // Each scope once, in order, and only scopes that can hold facts.
-        let mut scopes: Vec<&Scope> = Vec::with_capacity(query.scopes.len());
-        for s in &query.scopes {
-            if s.agent.is_some() && !scopes.contains(&s) {
-                scopes.push(s);
-            }
-        }
+        let scopes = fact_scopes(&query.scopes);
         let keys: Vec<ScopeKeyText> = scopes.iter().map(|s| ScopeKeyText::of(s)).collect();
         let fact_scopes: Vec<_> = scopes.iter().map(|s| s.to_fact_scope()).collect();
         let top_k = query.top_k;
@@ -721,14 +699,14 @@ impl Inner {
             // seen entirely or not at all).
             let _snapshot = ReadTx::begin(conn)?;
             let mut expr = plan.first.as_str();
-            let mut retried = false;
+            let mut retry = plan.retry.as_deref();
             let mut all: Vec<engine::Candidate> = Vec::new();
             for (i, key_text) in keys.iter().enumerate() {
                 let Some(key) = engine::scope_key(conn, key_text)? else {
                     continue;
                 };
-                let found = loop {
-                    match engine::search_scope(
+                loop {
+                    let found = engine::search_scope(
                         conn,
                         key,
                         expr,
@@ -737,25 +715,22 @@ impl Inner {
                         plan.has_cjk,
                         now,
                         i,
-                    ) {
-                        Ok(c) => break Some(c),
+                    );
+                    match found {
+                        Ok(c) => {
+                            all.extend(c);
+                            break;
+                        }
                         Err(e) if engine::classify(&e) == FailureKind::Syntax => {
                             tracing::debug!(error = %e, expression = expr, "FTS5 query rejected");
-                            match (&plan.retry, retried) {
-                                (Some(r), false) => {
-                                    expr = r.as_str();
-                                    retried = true;
-                                }
-                                _ => break None,
+                            match retry.take() {
+                                Some(r) => expr = r,
+                                // Neither expression is valid: no results, as the reference.
+                                None => return Ok(Vec::new()),
                             }
                         }
                         Err(e) => return Err(e),
                     }
-                };
-                match found {
-                    Some(c) => all.extend(c),
-                    // Neither expression is valid: no results, as the reference.
-                    None => return Ok(Vec::new()),
                 }
             }
             all.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -813,8 +788,6 @@ impl Inner {
     }
 
     fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let rows = self.with_reader(engine::inventory)?;
         let mut out = Vec::with_capacity(rows.len());
         for (user, agent, fact_id, revision) in rows {
@@ -838,8 +811,6 @@ impl Inner {
         scopes: Option<&[ScopeKeyText]>,
         limit: usize,
     ) -> Result<Vec<EmbedTask>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let rows = self.with_reader(|conn| {
             let _snapshot = ReadTx::begin(conn)?;
             match scopes {
@@ -901,14 +872,7 @@ impl Inner {
         scopes: &[Scope],
         model_id: &str,
     ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
-        let mut unique: Vec<&Scope> = Vec::with_capacity(scopes.len());
-        for s in scopes {
-            if s.agent.is_some() && !unique.contains(&s) {
-                unique.push(s);
-            }
-        }
+        let unique = fact_scopes(scopes);
         let now = self.clock.now();
         let per_scope = self.with_reader(|conn| {
             let _snapshot = ReadTx::begin(conn)?;
@@ -956,14 +920,10 @@ impl Inner {
     }
 
     fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         self.with_reader(|conn| engine::vector_coverage(conn, model_id))
     }
 
     fn stats(&self) -> Result<RetrievalStats, RetrievalError> {
-        self.ensure_open()?;
-        self.settle();
         let total_docs = self.with_reader(engine::count_docs)?;
         let (db_path, db_bytes) = match &self.location {
             Location::Memory => (None, None),
@@ -1012,11 +972,15 @@ impl Inner {
     }
 }
 
-fn encode_all(facts: &[(Scope, Fact)]) -> Result<Vec<Row>, RetrievalError> {
-    facts
-        .iter()
-        .map(|(scope, fact)| engine::encode_row(scope, fact))
-        .collect()
+/// Each scope once, in order, and only scopes that can hold facts (those with an agent).
+fn fact_scopes(scopes: &[Scope]) -> Vec<&Scope> {
+    let mut unique: Vec<&Scope> = Vec::with_capacity(scopes.len());
+    for s in scopes {
+        if s.agent.is_some() && !unique.contains(&s) {
+            unique.push(s);
+        }
+    }
+    unique
 }
 
 #[async_trait]
@@ -1060,7 +1024,10 @@ impl Retrieval for Fts5Retrieval {
         scopes: Option<&[Scope]>,
         facts: &[(Scope, Fact)],
     ) -> Result<usize, RetrievalError> {
-        let rows = encode_all(facts)?;
+        let rows: Vec<Row> = facts
+            .iter()
+            .map(|(scope, fact)| engine::encode_row(scope, fact))
+            .collect::<Result<_, _>>()?;
         let keys: Option<Vec<ScopeKeyText>> =
             scopes.map(|s| s.iter().map(ScopeKeyText::of).collect());
         self.blocking(move |inner| inner.rebuild(keys.as_deref(), &rows))

@@ -109,10 +109,6 @@ pub fn plain_expression(q: &str, seg: &dyn Segmenter) -> String {
         .join(" OR ")
 }
 
-fn phrase_of_bigrams(run: &str) -> String {
-    fts5_term(&terms::run_phrase(run))
-}
-
 /// Rewrites the CJK runs inside an FTS5 expression into bigram terms, leaving everything else
 /// as written. Outside a string a run becomes a quoted phrase (a single character a prefix
 /// term); inside a string it becomes its space-separated bigrams.
@@ -152,7 +148,7 @@ pub fn rewrite_cjk_in_expression(q: &str) -> String {
                 if chars.get(i) == Some(&'*') {
                     i += 1;
                 }
-                out.push_str(&phrase_of_bigrams(&run));
+                out.push_str(&fts5_term(&terms::run_phrase(&run)));
             }
             out.push(' ');
             continue;

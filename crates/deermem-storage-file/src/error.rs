@@ -80,10 +80,7 @@ impl Error {
 
 impl From<IdError> for Error {
     fn from(e: IdError) -> Self {
-        Self::Invalid {
-            field: e.field().to_owned(),
-            message: e.to_string(),
-        }
+        StorageError::from(e).into()
     }
 }
 

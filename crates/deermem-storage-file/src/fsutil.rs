@@ -141,9 +141,7 @@ pub(crate) fn write_temps(items: &[(&Path, &[u8])]) -> Result<Vec<(PathBuf, Path
             })?;
             create_dir_all(dir)?;
             let tmp = temp_path(path);
-            let f = fault::io(IoOp::Create, &tmp)
-                .and_then(|()| OpenOptions::new().write(true).create_new(true).open(&tmp))
-                .map_err(|e| Error::io("Failed to create temporary file", &tmp, e))?;
+            let f = create_temp(&tmp)?;
             // Recorded before the write, so a failed write removes it too.
             made.push((tmp, path.to_path_buf(), f));
             if let Some((tmp, _, f)) = made.last_mut() {
@@ -172,11 +170,6 @@ pub(crate) fn write_temps(items: &[(&Path, &[u8])]) -> Result<Vec<(PathBuf, Path
     }
 }
 
-/// fsyncs directories together ([`each_in_parallel`]).
-pub(crate) fn fsync_dirs(dirs: &[PathBuf]) -> Result<()> {
-    each_in_parallel(dirs, |d| fsync_dir(d))
-}
-
 /// Atomically replaces `path` (a file directly in `dir`, which exists and is open as `dir_file`)
 /// like [`atomic_write`], without the `stat` of the directory and with the caller's handle for
 /// the directory fsync.
@@ -188,7 +181,7 @@ pub(crate) fn atomic_write_in(
 ) -> Result<()> {
     let tmp = temp_path(path);
     let result = (|| {
-        write_new_durable(&tmp, bytes)?;
+        write_and_sync(&mut create_temp(&tmp)?, &tmp, bytes)?;
         fault::point("atomic-before-rename");
         fault::io(IoOp::Rename, path)
             .and_then(|()| fs::rename(&tmp, path))
@@ -201,12 +194,11 @@ pub(crate) fn atomic_write_in(
     result
 }
 
-/// Creates `tmp` (which must not exist) with `bytes` and fsyncs it.
-fn write_new_durable(tmp: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = fault::io(IoOp::Create, tmp)
+/// Creates the temporary file `tmp`, which must not exist.
+fn create_temp(tmp: &Path) -> Result<File> {
+    fault::io(IoOp::Create, tmp)
         .and_then(|()| OpenOptions::new().write(true).create_new(true).open(tmp))
-        .map_err(|e| Error::io("Failed to create temporary file", tmp, e))?;
-    write_and_sync(&mut f, tmp, bytes)
+        .map_err(|e| Error::io("Failed to create temporary file", tmp, e))
 }
 
 /// Writes `bytes` to the open file `f` (at `path`) and fsyncs it.

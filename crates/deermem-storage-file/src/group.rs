@@ -22,13 +22,8 @@ enum Reply<W, R> {
     Lead(W),
 }
 
-struct Waiting<W, R> {
-    work: W,
-    reply: SyncSender<Reply<W, R>>,
-}
-
 struct Group<W, R> {
-    waiting: VecDeque<Waiting<W, R>>,
+    waiting: VecDeque<Member<W, R>>,
 }
 
 /// The write groups of a storage, one per key (user).
@@ -102,7 +97,7 @@ impl<K: Hash + Eq + Clone, W, R> Groups<K, W, R> {
                 }
                 Some(group) => {
                     let (reply, rx) = sync_channel(1);
-                    group.waiting.push_back(Waiting { work, reply });
+                    group.waiting.push_back(Member { work, reply });
                     rx
                 }
             }
@@ -127,10 +122,7 @@ impl<K: Hash + Eq + Clone, W, R> Leader<'_, K, W, R> {
         let mut kept = VecDeque::with_capacity(group.waiting.len());
         while let Some(w) = group.waiting.pop_front() {
             if taken.len() < max && fits(&w.work) {
-                taken.push(Member {
-                    work: w.work,
-                    reply: w.reply,
-                });
+                taken.push(w);
             } else {
                 kept.push_back(w);
             }

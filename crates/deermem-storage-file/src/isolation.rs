@@ -324,7 +324,12 @@ pub fn migrate_user_isolation(
                 target,
                 "expected a file, found a directory".into(),
             )),
-            Ok(_) => plan.push(Planned::new(kind, source, target, conflicts.join(name))),
+            Ok(_) => plan.push(Planned {
+                kind,
+                source,
+                target,
+                conflict: conflicts.join(name),
+            }),
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 if kind == IsolationItemKind::Manifest && exists(&target)? {
                     report.items.push(IsolationItem {
@@ -356,14 +361,12 @@ pub fn migrate_user_isolation(
             ));
             continue;
         };
-        let target = bucket_dir.join("agents").join(name.to_lowercase());
-        let conflict = conflicts.join("agents").join(&name);
-        plan.push(Planned::new(
-            IsolationItemKind::Agent(name),
+        plan.push(Planned {
+            target: bucket_dir.join("agents").join(name.to_lowercase()),
+            conflict: conflicts.join("agents").join(&name),
+            kind: IsolationItemKind::Agent(name),
             source,
-            target,
-            conflict,
-        ));
+        });
     }
     if plan.is_empty() {
         return Ok(report);
@@ -494,15 +497,6 @@ struct Planned {
 }
 
 impl Planned {
-    fn new(kind: IsolationItemKind, source: PathBuf, target: PathBuf, conflict: PathBuf) -> Self {
-        Self {
-            kind,
-            source,
-            target,
-            conflict,
-        }
-    }
-
     fn run(self, user: &UserId, dry_run: bool) -> IsolationItem {
         let mut notes = Vec::new();
         let (destination, action) = match self.act(user, dry_run, &mut notes) {
@@ -540,14 +534,14 @@ impl Planned {
         if !target_taken {
             if dry_run {
                 if is_agent {
-                    scan_scopes(&self.source, user).describe(user, true, notes);
+                    scan_scopes(&self.source, user, false).describe(user, true, notes);
                 }
                 return Ok((self.target.clone(), IsolationAction::WouldMove));
             }
             move_entry(&self.source, &self.target, false)
                 .map_err(|e| (self.target.clone(), e.to_string()))?;
             if is_agent {
-                rescope_facts(&self.target, user).describe(user, false, notes);
+                scan_scopes(&self.target, user, true).describe(user, false, notes);
             }
             return Ok((self.target.clone(), IsolationAction::Moved));
         }
@@ -823,24 +817,12 @@ fn with_user(text: &str, scope: &FrontMatterScope, user: &UserId) -> Option<Stri
     Some(out)
 }
 
-fn fact_files(agent_dir: &Path) -> Vec<PathBuf> {
-    fsutil::markdown_files(&agent_dir.join("facts")).unwrap_or_default()
-}
-
-/// Counts the agent's unscoped and foreign fact files (dry run and planning).
-fn scan_scopes(agent_dir: &Path, user: &UserId) -> ScopeScan {
+/// Checks the scope of every fact file of an agent directory, rescoping the files written
+/// without a user to `user` when `rewrite`.
+fn scan_scopes(agent_dir: &Path, user: &UserId, rewrite: bool) -> ScopeScan {
     let mut scan = ScopeScan::default();
-    for path in fact_files(agent_dir) {
-        classify(&path, user, &mut scan, false);
-    }
-    scan
-}
-
-/// Rewrites the agent's unscoped fact files with `user` (atomically, one by one).
-fn rescope_facts(agent_dir: &Path, user: &UserId) -> ScopeScan {
-    let mut scan = ScopeScan::default();
-    for path in fact_files(agent_dir) {
-        classify(&path, user, &mut scan, true);
+    for path in fsutil::markdown_files(&agent_dir.join("facts")).unwrap_or_default() {
+        classify(&path, user, &mut scan, rewrite);
     }
     scan
 }

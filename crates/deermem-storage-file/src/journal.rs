@@ -36,41 +36,20 @@ pub(crate) struct Journal {
 impl Journal {
     /// The reference's JSON text, keys in its order.
     pub(crate) fn render(&self) -> String {
-        let mut m = Map::new();
-        m.insert(
-            "operationId".into(),
-            Value::String(self.operation_id.clone()),
-        );
-        m.insert("state".into(), Value::String(self.state.into()));
-        m.insert(
-            "agentName".into(),
-            self.agent_name.clone().map_or(Value::Null, Value::String),
-        );
-        m.insert(
-            "expectedRevision".into(),
-            Value::from(self.expected_revision),
-        );
-        m.insert("nextRevision".into(), Value::from(self.next_revision));
-        m.insert(
-            "factIds".into(),
-            Value::Array(
-                self.fact_ids
-                    .iter()
-                    .map(|i| Value::String(i.clone()))
-                    .collect(),
-            ),
-        );
         let old: Map<String, Value> = self
             .old_entries
             .iter()
-            .map(|(id, path)| {
-                let mut e = Map::new();
-                e.insert("path".into(), Value::String(path.clone()));
-                (id.clone(), Value::Object(e))
-            })
+            .map(|(id, path)| (id.clone(), serde_json::json!({ "path": path })))
             .collect();
-        m.insert("oldEntries".into(), Value::Object(old));
-        json::to_python_json(&Value::Object(m))
+        json::to_python_json(&serde_json::json!({
+            "operationId": self.operation_id,
+            "state": self.state,
+            "agentName": self.agent_name,
+            "expectedRevision": self.expected_revision,
+            "nextRevision": self.next_revision,
+            "factIds": self.fact_ids,
+            "oldEntries": old,
+        }))
     }
 
     /// Writes the journal atomically and durably into the user directory (open as `dir`),
@@ -164,12 +143,11 @@ pub(crate) fn recover(udir: &UserDir) -> Result<(Recovery, Option<AgentName>)> {
             Recovery::RolledBack
         }
         COMMITTED => Recovery::CleanedUp,
-        other => {
+        _ => {
             let shown = j.get("state").map_or_else(
                 || "None".to_owned(),
                 |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
             );
-            let _ = other;
             return Err(Error::Corrupt(format!(
                 "Unknown journal state {shown:?} in {}",
                 path.display()

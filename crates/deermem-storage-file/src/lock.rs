@@ -90,21 +90,11 @@ impl LockRegistry {
         let mut queued = false;
         loop {
             match file.try_lock() {
-                Ok(()) => {
-                    return Ok(UserLock {
-                        file,
-                        _guard: guard,
-                    });
-                }
+                Ok(()) => break,
                 Err(TryLockError::WouldBlock) if !queued => {
                     queued = true;
                     match wait_in_kernel(&file, timeout.saturating_sub(start.elapsed())) {
-                        Wait::Locked => {
-                            return Ok(UserLock {
-                                file,
-                                _guard: guard,
-                            });
-                        }
+                        Wait::Locked => break,
                         Wait::TimedOut => return Err(timed_out()),
                         // No helper thread or a failed blocking call: poll instead.
                         Wait::Unavailable => {}
@@ -121,6 +111,10 @@ impl LockRegistry {
             }
             std::thread::sleep(POLL_INTERVAL.min(timeout - elapsed));
         }
+        Ok(UserLock {
+            file,
+            _guard: guard,
+        })
     }
 }
 

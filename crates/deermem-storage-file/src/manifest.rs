@@ -55,14 +55,9 @@ fn lenient_revision(v: Option<&Value>) -> std::result::Result<u64, BadRevision> 
 }
 
 /// A revision value that `int()` refuses (or a negative one).
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("has an invalid revision {0}")]
 struct BadRevision(Value);
-
-impl std::fmt::Display for BadRevision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "has an invalid revision {}", self.0)
-    }
-}
 
 /// Parses manifest bytes.
 ///
@@ -305,13 +300,13 @@ pub(crate) fn render(
     user: &Map<String, Value>,
     history: &Map<String, Value>,
 ) -> String {
-    let mut m = Map::new();
-    m.insert("version".into(), Value::String(DOCUMENT_VERSION.into()));
-    m.insert("revision".into(), Value::from(revision));
-    m.insert("lastUpdated".into(), Value::String(last_updated.to_owned()));
-    m.insert("user".into(), Value::Object(user.clone()));
-    m.insert("history".into(), Value::Object(history.clone()));
-    json::to_python_json(&Value::Object(m))
+    json::to_python_json(&serde_json::json!({
+        "version": DOCUMENT_VERSION,
+        "revision": revision,
+        "lastUpdated": last_updated,
+        "user": user,
+        "history": history,
+    }))
 }
 
 #[cfg(test)]

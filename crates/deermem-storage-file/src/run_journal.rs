@@ -255,17 +255,14 @@ impl RunJournal {
     ) -> Result<T, JournalError> {
         let shared = self.slot(user.bucket());
         let mut guard = shared.lock();
-        if guard.is_none() {
-            let dir = self.dir.join(user.bucket());
-            *guard = Some(UserLog::load(dir, user.bucket(), &self.options)?);
-        }
-        match guard.as_mut() {
-            Some(log) => f(log, &self.options, self.clock.as_ref()),
-            None => Err(JournalError::Io {
-                context: "run journal index not loaded".into(),
-                source: io::Error::other("not loaded"),
-            }),
-        }
+        let log = match &mut *guard {
+            Some(log) => log,
+            None => {
+                let dir = self.dir.join(user.bucket());
+                guard.insert(UserLog::load(dir, user.bucket(), &self.options)?)
+            }
+        };
+        f(log, &self.options, self.clock.as_ref())
     }
 
     /// The user's shared log (loaded or not), evicting idle users past the cache limit.
@@ -593,42 +590,31 @@ impl UserLog {
     }
 
     fn try_compact(&mut self) -> Result<(), JournalError> {
-        let tmp = self.dir.join(format!(
-            ".{EVENTS_FILE}.{}.tmp",
-            uuid::Uuid::new_v4().simple()
-        ));
-        let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| io_err("Failed to create", &tmp, e))?;
-            let mut buf = String::new();
-            for e in &self.events {
-                buf.push_str(&line::to_line(e, &self.bucket));
-            }
-            f.write_all(buf.as_bytes())
-                .map_err(|e| io_err("Failed to write", &tmp, e))?;
-            f.sync_all()
-                .map_err(|e| io_err("Failed to fsync", &tmp, e))?;
-            if self.has_invalid {
-                let micros = SystemClock.now().unix_micros();
-                let keep = self.dir.join(format!("{EVENTS_FILE}.invalid-{micros}"));
-                fs::hard_link(&self.path, &keep)
-                    .map_err(|e| io_err("Failed to keep a copy of", &self.path, e))?;
-                tracing::warn!(kept = %keep.display(), "run journal held invalid lines; kept a copy before compacting");
-            }
-            fs::rename(&tmp, &self.path).map_err(|e| io_err("Failed to replace", &self.path, e))?;
-            fsync_dir(&self.dir)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-            return result;
+        if self.has_invalid {
+            let micros = SystemClock.now().unix_micros();
+            let keep = self.dir.join(format!("{EVENTS_FILE}.invalid-{micros}"));
+            fs::hard_link(&self.path, &keep)
+                .map_err(|e| io_err("Failed to keep a copy of", &self.path, e))?;
+            tracing::warn!(kept = %keep.display(), "run journal held invalid lines; kept a copy before compacting");
+            // The copy holds them: a retried compaction needs no second one.
+            self.has_invalid = false;
         }
+        let text: String = self
+            .events
+            .iter()
+            .map(|e| line::to_line(e, &self.bucket))
+            .collect();
+        crate::fsutil::atomic_write(&self.path, text.as_bytes()).map_err(|e| match e {
+            crate::error::Error::Io { context, source } => JournalError::Io { context, source },
+            other => io_err(
+                "Failed to replace",
+                &self.path,
+                io::Error::other(other.to_string()),
+            ),
+        })?;
         self.file = None;
         self.file_lines = self.events.len();
         self.needs_newline = false;
-        self.has_invalid = false;
         Ok(())
     }
 }

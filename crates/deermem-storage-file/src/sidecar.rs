@@ -13,8 +13,9 @@ use crate::error::Result;
 use crate::fsutil;
 use deermem_pycompat::json;
 
-/// Reads a sidecar as JSON, or `None` (with a warning) when it is missing or unreadable.
-fn read_tolerant(path: &Path) -> Option<Value> {
+/// A sidecar's JSON as stored (key order kept), or `None` (with a warning) when it is missing
+/// or unreadable.
+pub(crate) fn read_raw(path: &Path) -> Option<Value> {
     let bytes = match fsutil::read_optional(path) {
         Ok(Some(b)) => b,
         Ok(None) => return None,
@@ -35,14 +36,9 @@ fn read_tolerant(path: &Path) -> Option<Value> {
     }
 }
 
-/// A sidecar's JSON as stored (key order kept), `None` when missing or unreadable.
-pub(crate) fn read_raw(path: &Path) -> Option<Value> {
-    read_tolerant(path)
-}
-
 /// The usage sidecar: entries with string keys and object values (others are dropped).
 pub(crate) fn read_usage(path: &Path) -> FactUsageMap {
-    let v = read_tolerant(path);
+    let v = read_raw(path);
     if v.as_ref().is_some_and(|v| !v.is_object()) {
         tracing::warn!(path = %path.display(), "ignoring memory usage sidecar that is not an object");
     }
@@ -61,7 +57,7 @@ pub(crate) fn record_accesses(
     now: Timestamp,
     half_life_days: f64,
 ) -> Result<()> {
-    let mut usage = match read_tolerant(path) {
+    let mut usage = match read_raw(path) {
         Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
@@ -81,7 +77,7 @@ pub(crate) fn record_eviction(
     if decision.evicted.is_empty() || max_entries == 0 {
         return Ok(());
     }
-    let mut events = match read_tolerant(path) {
+    let mut events = match read_raw(path) {
         Some(Value::Array(a)) => a,
         _ => Vec::new(),
     };
@@ -91,7 +87,7 @@ pub(crate) fn record_eviction(
 
 /// Removes the given ids from both sidecars, sanitising the audit; empty files are unlinked.
 pub(crate) fn clear_ids(usage_path: &Path, audit_path: &Path, ids: &[String]) -> Result<()> {
-    if let Some(Value::Object(mut usage)) = read_tolerant(usage_path) {
+    if let Some(Value::Object(mut usage)) = read_raw(usage_path) {
         let changed = metadata::forget_usage(&mut usage, ids);
         if usage.is_empty() {
             fsutil::remove_file_if_exists(usage_path)?;
@@ -99,7 +95,7 @@ pub(crate) fn clear_ids(usage_path: &Path, audit_path: &Path, ids: &[String]) ->
             write_json(usage_path, &Value::Object(usage))?;
         }
     }
-    if let Some(v) = read_tolerant(audit_path) {
+    if let Some(v) = read_raw(audit_path) {
         let kept = metadata::forget_audit(v, ids);
         if kept.is_empty() {
             fsutil::remove_file_if_exists(audit_path)?;

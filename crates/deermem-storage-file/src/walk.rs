@@ -142,16 +142,9 @@ impl FactsDir {
             let ft = e
                 .file_type()
                 .map_err(|err| Error::io("Failed to stat", &e.path(), err))?;
-            let kind = if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_file() {
-                Kind::File
-            } else {
-                Kind::Other
-            };
             entries.push(TopEntry {
                 name: e.file_name(),
-                kind,
+                kind: Kind::of(ft),
             });
         }
         Ok(Some(FactsDir {

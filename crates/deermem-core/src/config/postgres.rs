@@ -71,7 +71,7 @@ pub struct PostgresTls {
     /// `disable` (default), `require` or `verify-full`.
     pub mode: PostgresTlsMode,
     /// PEM file of the certificate authority, required for `verify-full`.
-    #[serde(deserialize_with = "non_empty")]
+    #[serde(deserialize_with = "super::non_empty")]
     pub ca_file: Option<String>,
 }
 
@@ -149,10 +149,6 @@ fn lease_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
             "must be a number of seconds in [0.1, 60] (got {f})"
         )))
     }
-}
-
-fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(Some(String::deserialize(d)?).filter(|s| !s.is_empty()))
 }
 
 /// `[a-z_][a-z0-9_]*` within PostgreSQL's identifier length.

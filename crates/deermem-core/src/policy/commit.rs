@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use crate::document::{ChangeSet, SummaryPatch, SummarySection};
-use crate::error::StorageError;
+use crate::error::{FactError, StorageError};
 use crate::fact::{Fact, FactDraft, FactScope, NormalizeContext, normalize_fact};
 use crate::ids::{AgentName, FactId};
 use crate::time::Timestamp;
@@ -214,13 +214,12 @@ pub fn check_delete<'a>(
 }
 
 fn revision_conflict(id: &FactId, expected: u64, found: Option<u64>) -> StorageError {
-    StorageError::FactConflict {
+    FactError::RevisionConflict {
         id: id.to_string(),
-        message: format!(
-            "Expected fact '{id}' revision {expected}, found {}",
-            found.map_or("None".to_owned(), |a| a.to_string())
-        ),
+        expected,
+        found,
     }
+    .into()
 }
 
 /// The children of `base` with `patch`'s replaced (shallow merge); `None` without a patch.

@@ -128,22 +128,22 @@ pub fn bounded_confidence(v: f64) -> f64 {
     }
 }
 
+/// A timestamp, unless the text is blank.
+fn parse_nonblank(s: &str) -> Option<Timestamp> {
+    (!s.trim().is_empty())
+        .then(|| Timestamp::parse_iso(s))
+        .flatten()
+}
+
 /// Freshness of explicit confirmation: `decay(lastConfirmedAt)`, else half of
 /// `decay(createdAt)`, else 0.
 fn confirmation_freshness(fact: &Fact, now: Timestamp, half_life: f64) -> f64 {
-    let parse = |s: &str| {
-        if s.trim().is_empty() {
-            None
-        } else {
-            Timestamp::parse_iso(s)
-        }
-    };
     if let Some(Some(last)) = &fact.last_confirmed_at
-        && let Some(t) = parse(last)
+        && let Some(t) = parse_nonblank(last)
     {
         return decay(now.days_since(t), half_life);
     }
-    match parse(&fact.created_at) {
+    match parse_nonblank(&fact.created_at) {
         Some(t) => 0.5 * decay(now.days_since(t), half_life),
         None => 0.0,
     }
@@ -159,13 +159,7 @@ pub fn access_heat(entry: Option<&Value>, now: Timestamp, half_life: f64) -> f64
     let Some(last) = e
         .get("lastAccessedAt")
         .and_then(Value::as_str)
-        .and_then(|s| {
-            if s.trim().is_empty() {
-                None
-            } else {
-                Timestamp::parse_iso(s)
-            }
-        })
+        .and_then(parse_nonblank)
     else {
         return 0.0;
     };

@@ -137,17 +137,11 @@ where
             }
         }
     }
-    let mut order: Vec<usize> = (0..fused.len()).collect();
-    order.sort_by(|&a, &b| {
-        fused[b]
-            .1
-            .total_cmp(&fused[a].1)
-            .then(fused[a].2.cmp(&fused[b].2))
-            .then(a.cmp(&b))
-    });
-    order
+    // Stable: equal scores and best ranks keep their first appearance's order.
+    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
+    fused
         .into_iter()
-        .map(|i| (fused[i].0.clone(), fused[i].1))
+        .map(|(id, score, _)| (id, score))
         .collect()
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::policy::eviction::{EvictionDecision, FactUsageMap};
 use crate::time::Timestamp;
@@ -57,11 +57,14 @@ pub fn record_accesses(
                 _ => None,
             })
             .unwrap_or(0);
-        let mut entry = Map::new();
-        entry.insert("accessHeat".into(), num(heat + 1.0));
-        entry.insert("accessCount".into(), Value::from(count.saturating_add(1)));
-        entry.insert("lastAccessedAt".into(), Value::String(now.to_iso_z()));
-        usage.insert(id.clone(), Value::Object(entry));
+        usage.insert(
+            id.clone(),
+            json!({
+                "accessHeat": num(heat + 1.0),
+                "accessCount": count.saturating_add(1),
+                "lastAccessedAt": now.to_iso_z(),
+            }),
+        );
     }
 }
 
@@ -87,46 +90,35 @@ pub fn append_eviction(
         .evicted
         .iter()
         .map(|e| {
-            let mut m = Map::new();
-            m.insert("factId".into(), Value::String(e.fact_id.clone()));
-            m.insert("category".into(), Value::String(e.category.clone()));
-            m.insert("score".into(), num(e.score));
-            m.insert("components".into(), Value::Object(e.components.clone()));
-            Value::Object(m)
+            json!({
+                "factId": e.fact_id,
+                "category": e.category,
+                "score": num(e.score),
+                "components": e.components,
+            })
         })
         .collect();
-    let mut event = Map::new();
-    event.insert("occurredAt".into(), Value::String(at.to_iso_z()));
-    event.insert("reason".into(), Value::String("capacity".into()));
-    event.insert(
-        "policyVersion".into(),
-        Value::String(decision.policy.as_str().into()),
-    );
-    event.insert("maxFacts".into(), Value::from(max_facts));
-    event.insert(
-        "reservedCorrectionSlots".into(),
-        Value::from(decision.reserved_correction_slots),
-    );
-    event.insert("evicted".into(), Value::Array(evicted));
+    let mut event = json!({
+        "occurredAt": at.to_iso_z(),
+        "reason": "capacity",
+        "policyVersion": decision.policy.as_str(),
+        "maxFacts": max_facts,
+        "reservedCorrectionSlots": decision.reserved_correction_slots,
+        "evicted": evicted,
+    });
     if let Some(shadow) = shadow {
         let mut would: Vec<String> = shadow.evicted_ids();
         would.sort();
         would.dedup();
         let actual: BTreeSet<String> = decision.evicted_ids().into_iter().collect();
         let shadow_set: BTreeSet<String> = would.iter().cloned().collect();
-        let mut s = Map::new();
-        s.insert(
-            "policyVersion".into(),
-            Value::String(shadow.policy.as_str().into()),
-        );
-        s.insert(
-            "wouldEvict".into(),
-            Value::Array(would.into_iter().map(Value::String).collect()),
-        );
-        s.insert("disagrees".into(), Value::Bool(actual != shadow_set));
-        event.insert("shadow".into(), Value::Object(s));
+        event["shadow"] = json!({
+            "policyVersion": shadow.policy.as_str(),
+            "wouldEvict": would,
+            "disagrees": actual != shadow_set,
+        });
     }
-    events.push(Value::Object(event));
+    events.push(event);
     if events.len() > max_entries {
         events.drain(..events.len() - max_entries);
     }

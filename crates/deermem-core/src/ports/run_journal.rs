@@ -68,20 +68,9 @@ impl RunEvent {
         content_sha256: &str,
         created_at: String,
     ) -> Self {
-        let mut content = Map::new();
-        content.insert(
-            "content_sha256".into(),
-            Value::String(content_sha256.into()),
-        );
-        let mut metadata = Map::new();
-        metadata.insert(
-            "agent_name".into(),
-            Value::String(
-                agent
-                    .map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str)
-                    .to_owned(),
-            ),
-        );
+        let agent = agent.map_or(DEFAULT_AGENT_BUCKET, AgentName::as_str);
+        let content = Map::from_iter([("content_sha256".to_owned(), Value::from(content_sha256))]);
+        let metadata = Map::from_iter([("agent_name".to_owned(), Value::from(agent))]);
         Self {
             thread_id: thread_id.to_owned(),
             run_id: run_id.to_owned(),
@@ -185,10 +174,11 @@ impl Default for EventQuery {
 }
 
 /// Run journal failures.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
     /// A thread or run id, or a block hash, is not acceptable.
+    #[error("Invalid {field}: {reason}")]
     InvalidId {
         /// `thread_id`, `run_id` or `content_sha256`.
         field: &'static str,
@@ -196,6 +186,10 @@ pub enum JournalError {
         reason: String,
     },
     /// The run already recorded a different memory block.
+    #[error(
+        "Run '{run_id}' of thread '{thread_id}' already recorded a different memory block \
+         (content_sha256 {recorded}); a run sees one memory block."
+    )]
     Conflict {
         /// The thread.
         thread_id: String,
@@ -207,50 +201,19 @@ pub enum JournalError {
         offered: String,
     },
     /// Another journal (this or another process) holds the store.
+    #[error("run journal {} is in use by another process or journal", lock.display())]
     Busy {
         /// What is held (the lock file of a file journal).
         lock: PathBuf,
     },
     /// A filesystem operation failed.
+    #[error("{context}: {source}")]
     Io {
         /// What was being done, with the path.
         context: String,
         /// The OS error.
         source: io::Error,
     },
-}
-
-impl fmt::Display for JournalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidId { field, reason } => write!(f, "Invalid {field}: {reason}"),
-            Self::Conflict {
-                thread_id,
-                run_id,
-                recorded,
-                ..
-            } => write!(
-                f,
-                "Run '{run_id}' of thread '{thread_id}' already recorded a different memory block \
-                 (content_sha256 {recorded}); a run sees one memory block."
-            ),
-            Self::Busy { lock } => write!(
-                f,
-                "run journal {} is in use by another process or journal",
-                lock.display()
-            ),
-            Self::Io { context, source } => write!(f, "{context}: {source}"),
-        }
-    }
-}
-
-impl std::error::Error for JournalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Checks a thread or run id for the journal: 1 to [`MAX_RUN_KEY_CHARS`] characters of

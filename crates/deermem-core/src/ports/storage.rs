@@ -72,11 +72,10 @@ impl ListQuery {
                 .iter()
                 .all(|(k, v)| m.get(k).is_some_and(|x| deermem_pycompat::py::py_eq(x, v)))
         });
-        let paged = matched.skip(self.cursor);
-        Ok(match self.limit {
-            Some(n) => paged.take(n).collect(),
-            None => paged.collect(),
-        })
+        Ok(matched
+            .skip(self.cursor)
+            .take(self.limit.unwrap_or(usize::MAX))
+            .collect())
     }
 }
 

@@ -1,8 +1,8 @@
 //! The one lenient JSON reader: CPython's `json` scanner grammar (`NaN`, `Infinity`,
 //! `-Infinity`, duplicate keys with the last value at the first key's position), its error
-//! messages and positions, over one generic parser that builds `serde_json` values (files),
-//! [`PyJson`] values (model output, where ints and floats stay distinct) or nothing (error
-//! reports). Nesting depth is bounded and every byte examined is charged to a work budget.
+//! messages and positions, over one generic parser that builds `serde_json` values (files) or
+//! [`PyJson`] values (model output, where ints and floats stay distinct, and error reports).
+//! Nesting depth is bounded and every byte examined is charged to a work budget.
 
 use indexmap::IndexMap;
 use serde_json::{Map, Number, Value};
@@ -240,9 +240,10 @@ pub fn decode_prefix(
 /// literals and lone surrogate escapes included) or it nests deeper than [`MAX_DEPTH`].
 pub fn python_decode_error(text: &str) -> Option<JsonError> {
     let mut budget = Budget::new(u64::MAX);
-    let mut p = Parser::<Discard>::new(text, 0, &mut budget, MAX_DEPTH, Surrogates::Replace);
+    // The value is built and dropped: an error report is no hot path.
+    let mut p = Parser::<PyJsonBuilder>::new(text, 0, &mut budget, MAX_DEPTH, Surrogates::Replace);
     match p.document() {
-        Ok(()) => None,
+        Ok(_) => None,
         Err(e) if e.kind == ErrorKind::Syntax => Some(e.locate(text)),
         Err(_) => None,
     }
@@ -362,24 +363,6 @@ impl Build for PyJsonBuilder {
     fn map(map: IndexMap<String, PyJson>) -> PyJson {
         PyJson::Object(map)
     }
-}
-
-/// Nothing: the text is only checked.
-struct Discard;
-
-impl Build for Discard {
-    type Value = ();
-    type Map = ();
-    fn null() {}
-    fn bool(_: bool) {}
-    fn int(_: &str) {}
-    fn float(_: &str) {}
-    fn non_finite(_: f64) {}
-    fn string(_: String) {}
-    fn array(_: Vec<()>) {}
-    fn new_map() {}
-    fn insert(_: &mut (), _: String, _: ()) {}
-    fn map(_: ()) {}
 }
 
 /// Parses an optionally signed run of ASCII digits, saturating at the `i128` range.

@@ -105,10 +105,7 @@ pub struct FrontMatter {
 /// Front matter in the plain block layout the writers produce is read by a fast path (see
 /// [`parse_front_matter_fast`]); anything else goes through the full reader.
 pub fn parse_front_matter(text: &str) -> Result<FrontMatter, YamlError> {
-    match fast::parse(text) {
-        Some(fm) => Ok(fm),
-        None => read::parse(text),
-    }
+    fast::parse(text).map_or_else(|| read::parse(text), Ok)
 }
 
 /// The fast path alone: `Some` only for the plain block layout PyYAML's `safe_dump` and

@@ -115,10 +115,8 @@ pub(crate) fn parse_document(text: &str) -> Result<Value, YamlError> {
 
 /// Parses front-matter text into a [`FrontMatter`].
 pub(crate) fn parse(text: &str) -> Result<FrontMatter, YamlError> {
-    let root = compose_document(text)?;
-    let root = match root {
-        None => return Ok(FrontMatter::default()),
-        Some(root) => root,
+    let Some(root) = compose_document(text)? else {
+        return Ok(FrontMatter::default());
     };
     let mut fm = FrontMatter::default();
     match root {

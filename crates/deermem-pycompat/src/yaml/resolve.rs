@@ -73,33 +73,13 @@ pub(crate) fn resolve_plain(value: &str) -> Implicit {
     };
     match first {
         'y' | 'Y' | 'n' | 'N' | 't' | 'T' | 'f' | 'F' | 'o' | 'O' => {
-            if matches!(
-                value,
-                "yes"
-                    | "Yes"
-                    | "YES"
-                    | "no"
-                    | "No"
-                    | "NO"
-                    | "true"
-                    | "True"
-                    | "TRUE"
-                    | "false"
-                    | "False"
-                    | "FALSE"
-                    | "on"
-                    | "On"
-                    | "ON"
-                    | "off"
-                    | "Off"
-                    | "OFF"
-            ) {
-                return Implicit::Bool;
+            if pyyaml_spelling(value, &["yes", "no", "true", "false", "on", "off"]) {
+                Implicit::Bool
+            } else if pyyaml_spelling(value, &["null"]) {
+                Implicit::Null
+            } else {
+                Implicit::Str
             }
-            if matches!(value, "null" | "Null" | "NULL") {
-                return Implicit::Null;
-            }
-            Implicit::Str
         }
         '~' if value == "~" => Implicit::Null,
         '-' | '+' | '.' | '0'..='9' => {
@@ -121,6 +101,16 @@ pub(crate) fn resolve_plain(value: &str) -> Implicit {
 }
 
 /// An integer as PyYAML constructs it, before the range check.
+/// Whether `value` is one of `words` spelled as PyYAML's resolver accepts it: lowercase,
+/// Capitalised or UPPERCASE.
+fn pyyaml_spelling(value: &str, words: &[&str]) -> bool {
+    let lower = |s: &str| s.bytes().all(|b| b.is_ascii_lowercase());
+    let upper = |s: &str| s.bytes().all(|b| b.is_ascii_uppercase());
+    let (head, tail) = value.split_at(value.len().min(1));
+    words.iter().any(|w| value.eq_ignore_ascii_case(w))
+        && (lower(value) || upper(value) || (upper(head) && lower(tail)))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IntValue {
     /// Fits in `i64`.

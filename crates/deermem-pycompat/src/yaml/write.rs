@@ -108,61 +108,34 @@ fn analyze(text: &[char]) -> Analysis {
         if !is_printable_unicode(ch) {
             special = true;
         }
-        if ch == ' ' {
-            if index == 0 {
-                leading_space = true;
-            }
-            if index == last {
-                trailing_space = true;
-            }
-            if previous_break {
-                break_space = true;
-            }
-            previous_space = true;
-            previous_break = false;
-        } else if is_break(ch) {
-            if index == 0 {
-                leading_break = true;
-            }
-            if index == last {
-                trailing_break = true;
-            }
-            if previous_space {
-                space_break = true;
-            }
-            previous_space = false;
-            previous_break = true;
-        } else {
-            previous_space = false;
-            previous_break = false;
+        let (space, brk) = (ch == ' ', is_break(ch));
+        if space {
+            leading_space |= index == 0;
+            trailing_space |= index == last;
+            break_space |= previous_break;
+        } else if brk {
+            leading_break |= index == 0;
+            trailing_break |= index == last;
+            space_break |= previous_space;
         }
+        (previous_space, previous_break) = (space, brk);
         preceded_by_ws = is_blank_or_end(Some(ch));
         followed_by_ws = index + 1 >= last || is_blank_or_end(text.get(index + 2).copied());
     }
-    let mut a = Analysis {
+    Analysis {
         empty: false,
         multiline: line_breaks,
-        allow_block_plain: true,
-        allow_single_quoted: true,
-    };
-    if leading_space || leading_break || trailing_space || trailing_break {
-        a.allow_block_plain = false;
+        allow_block_plain: !(leading_space
+            || leading_break
+            || trailing_space
+            || trailing_break
+            || break_space
+            || space_break
+            || special
+            || line_breaks
+            || block_indicators),
+        allow_single_quoted: !(break_space || space_break || special),
     }
-    if break_space {
-        a.allow_block_plain = false;
-        a.allow_single_quoted = false;
-    }
-    if space_break || special {
-        a.allow_block_plain = false;
-        a.allow_single_quoted = false;
-    }
-    if line_breaks {
-        a.allow_block_plain = false;
-    }
-    if block_indicators {
-        a.allow_block_plain = false;
-    }
-    a
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -76,7 +76,7 @@ pub(super) fn execute(udir: &UserDir, plan: WritePlan) -> Result<Committed> {
         fault::point(&format!("after-delete-{}", i + 1));
     }
     let touched_dirs: Vec<PathBuf> = touched_dirs.into_iter().collect();
-    fsutil::fsync_dirs(&touched_dirs)?;
+    fsutil::each_in_parallel(&touched_dirs, |d| fsutil::fsync_dir(d))?;
     fsutil::atomic_write_in(
         &udir_file,
         &udir.dir,

@@ -12,7 +12,8 @@ use deermem_core::{
 };
 
 use super::FileMemoryStorage;
-use super::write::{ClearProgress, prepare_changes};
+use super::write::ClearProgress;
+use crate::commit::CommitRequest;
 use crate::markdown;
 
 #[async_trait]
@@ -101,7 +102,8 @@ impl FactRepository for FileMemoryStorage {
         changes: ChangeSet,
         options: ApplyOptions,
     ) -> std::result::Result<ChangeResult, StorageError> {
-        let req = prepare_changes(changes, agent)?;
+        // The core's rules; fresh ids are storage-style.
+        let req = CommitRequest::prepare(changes, agent, crate::fresh_fact_id)?;
         let u = user.cloned();
         let done = self
             .run_write(user, agent, move |inner| {

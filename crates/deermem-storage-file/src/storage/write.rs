@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, FactId, SummaryPatch, SummarySection, Timestamp, UserId,
+    AgentName, ApplyOptions, FactId, SummaryPatch, SummarySection, Timestamp, UserId,
 };
 
 use super::Inner;
@@ -27,19 +27,6 @@ pub(super) type Applied = Result<Committed>;
 
 /// Writers taken into one group commit at most (the leader included).
 const GROUP_MAX: usize = 64;
-
-/// Validates a change set into a commit request (the core's rules; fresh ids are
-/// storage-style).
-pub(super) fn prepare_changes(
-    changes: ChangeSet,
-    agent: Option<&AgentName>,
-) -> Result<CommitRequest> {
-    Ok(CommitRequest::prepare(
-        changes,
-        agent,
-        crate::fresh_fact_id,
-    )?)
-}
 
 /// One writer's part of a group's commit: the shared revision and time stamps, and its own
 /// facts.
