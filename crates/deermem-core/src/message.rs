@@ -254,6 +254,35 @@ impl schemars::JsonSchema for Message {
     }
 }
 
+/// Whether a hidden (`hide_from_ui`) message is a human-input clarification answer, which
+/// DeerFlow keeps: `additional_kwargs.human_input_response` with version 1 (as Python's `==`
+/// sees it), kind `human_input_response`, non-blank `source`, `request_id` and `value` (blank as
+/// Python's `str.strip` sees it), and either `response_kind == "text"` or
+/// `response_kind == "option"` with a non-blank `option_id`. The updater's default filter and
+/// the remote backends' capture share it.
+pub fn is_human_input_response(kwargs: &Map<String, Value>) -> bool {
+    let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
+        return false;
+    };
+    let non_blank = |k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !deermem_pycompat::py::strip(s).is_empty())
+    };
+    let response_ok = match r.get("response_kind").and_then(Value::as_str) {
+        Some("text") => true,
+        Some("option") => non_blank("option_id"),
+        _ => false,
+    };
+    r.get("version")
+        .is_some_and(|v| deermem_pycompat::py::py_eq(v, &Value::from(1)))
+        && r.get("kind").and_then(Value::as_str) == Some("human_input_response")
+        && non_blank("source")
+        && non_blank("request_id")
+        && non_blank("value")
+        && response_ok
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

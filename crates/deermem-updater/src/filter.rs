@@ -51,36 +51,9 @@ impl HiddenMessagePolicy {
     }
 }
 
-fn non_blank_str(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_str)
-        .is_some_and(|s| !py::strip(s).is_empty())
-}
-
-/// The default keep rule for hidden messages: `additional_kwargs["human_input_response"]` is a
-/// version-1 structured answer to a clarification request (a text answer, or an option with an
-/// id).
-pub fn is_human_input_response(kwargs: &Map<String, Value>) -> bool {
-    let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
-        return false;
-    };
-    let version_ok = r
-        .get("version")
-        .is_some_and(|v| py::py_eq(v, &Value::from(1)));
-    let kind_ok = r.get("kind").and_then(Value::as_str) == Some("human_input_response");
-    if !(version_ok
-        && kind_ok
-        && non_blank_str(r.get("source"))
-        && non_blank_str(r.get("request_id"))
-        && non_blank_str(r.get("value")))
-    {
-        return false;
-    }
-    match r.get("response_kind").and_then(Value::as_str) {
-        Some("text") => true,
-        Some("option") => non_blank_str(r.get("option_id")),
-        _ => false,
-    }
-}
+/// The default keep rule for hidden messages (a version-1 structured answer to a clarification
+/// request: a text answer, or an option with an id).
+pub use deermem_core::message::is_human_input_response;
 
 /// Keeps user turns and final assistant answers: hidden user messages go unless the policy keeps
 /// them, upload blocks are stripped (an upload-only turn and the assistant reply to it are
