@@ -30,4 +30,4 @@ async fn fixture() -> ManagerFixture {
     }
 }
 
-deermem_testkit::manager_contract!(fixture());
+deermem_testkit::manager_contract!(fixture(), [searcher, reader]);

@@ -3,8 +3,9 @@
 //!
 //! The suite's behaviours use a different user each; because one OpenViking USER key serves
 //! exactly one owner, each behaviour gets a fixture whose `owner_user_id` is that user (the
-//! `manager_contract!` macro would give every behaviour the same owner). Behaviours gated on
-//! capabilities this backend does not declare (fact CRUD, clear, import/export) return at once.
+//! `manager_contract!` macro would give every behaviour the same owner). Only the behaviours
+//! this backend's abilities allow are registered (it searches; it has no reader, admin,
+//! reloader or fact CRUD), as `manager_contract!` would register them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,11 +53,12 @@ behaviour!(capabilities_match_behaviour, "cap-user");
 behaviour!(add_is_accepted_and_flush_succeeds, "add-user");
 behaviour!(context_for_unknown_user_is_ok, "nobody-here");
 behaviour!(blank_search_is_empty, "blank-user");
-behaviour!(fact_crud_round_trip, "crud-user");
-behaviour!(invalid_fact_input_is_rejected, "invalid-user");
-behaviour!(stale_revision_is_a_conflict, "stale-user");
-behaviour!(scopes_are_isolated, "alice-iso");
-behaviour!(search_finds_created_facts, "search-user");
-behaviour!(clear_empties_memory, "clear-user");
-behaviour!(export_import_round_trip, "export-user");
 behaviour!(warm_reports, "default");
+
+#[test]
+fn declared_abilities_are_the_backends() {
+    deermem_testkit::block_on(async {
+        manager::declared_abilities_are_the_backends(fixture("cap-user").await, &["searcher"])
+            .await;
+    });
+}

@@ -139,7 +139,13 @@ pub(crate) async fn mcp(
     let result = match bind_addr {
         None => {
             let user = match user {
-                Some(raw) => ctx::user(&raw)?,
+                Some(raw) => {
+                    // The server acts for this user on a host's behalf: the rule on
+                    // caller-chosen ids applies.
+                    deermem_core::ids::refuse_derived_bucket(&raw)
+                        .map_err(|e| CliError::invalid(format!("--user: {e}")))?;
+                    ctx::user(&raw)?
+                }
                 None => UserId::default_user(),
             };
             let identity = deermem_mcp::McpIdentity { user, agent };

@@ -314,3 +314,26 @@ fn allow_origin_answers_cors_preflights() {
         "{headers}"
     );
 }
+
+#[test]
+fn mcp_refuses_a_user_named_like_another_users_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let out = bin()
+        .args([
+            "--storage-path",
+            root,
+            "mcp",
+            "--user",
+            "victim-corp-com-7b46e3848256709a",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--user") && stderr.contains("storage bucket derived from another user id"),
+        "{stderr}"
+    );
+}

@@ -74,8 +74,7 @@ pub fn safe_user_id(raw: &str) -> Result<String, IdError> {
 /// Such an id maps to itself, so a caller naming it would share the directory of the user whose
 /// id was sanitised into it (`victim@corp.com` is stored in `victim-corp-com-7b46e3848256709a`).
 /// An id with unsafe characters is never bucket-shaped here: its bucket carries its own hash.
-/// Where raw ids come from callers (a gateway's token table or owner header), such ids are
-/// refused.
+/// Where raw ids come from callers, [`refuse_derived_bucket`] refuses such ids.
 pub fn is_derived_bucket_shape(raw: &str) -> bool {
     const HASH_HEX: usize = 16;
     if !raw.chars().all(is_safe_id_char) || raw.len() < HASH_HEX + 2 {
@@ -89,6 +88,31 @@ pub fn is_derived_bucket_shape(raw: &str) -> bool {
         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         && prefix.contains('-')
 }
+
+/// The one rule for identities taken from outside (a session cookie's `sub`, a bearer token's
+/// user, an owner header, an MCP server's user, the Python package's `user_id`): a raw id with
+/// the shape of a bucket derived from *another* id (see [`is_derived_bucket_shape`]) is refused,
+/// since naming that bucket would act as its owner. Surrounding whitespace is ignored.
+///
+/// # Errors
+/// [`DerivedBucketId`], whose message says why and what to use instead.
+pub fn refuse_derived_bucket(raw: &str) -> Result<(), DerivedBucketId> {
+    let raw = raw.trim();
+    if is_derived_bucket_shape(raw) {
+        return Err(DerivedBucketId(raw.to_owned()));
+    }
+    Ok(())
+}
+
+/// A raw user id shaped like another id's storage bucket, refused by [`refuse_derived_bucket`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "user id {0:?} has the shape of a storage bucket derived from another user id \
+     (`<sanitised id>-<16 hex>`, e.g. `victim@corp.com` is stored as \
+     `victim-corp-com-7b46e3848256709a`) and would act as that user; name the user by their own \
+     id instead"
+)]
+pub struct DerivedBucketId(pub String);
 
 /// A raw user id as the host gave it (for example `bob@example.com`), with its storage bucket.
 ///

@@ -38,10 +38,13 @@ async fn memory_fixture() -> ManagerFixture {
 
 mod file_fts5 {
     use super::file_fixture;
-    deermem_testkit::manager_contract!(file_fixture());
+    deermem_testkit::manager_contract!(file_fixture(), [searcher, reader, admin, reloader, facts]);
 }
 
 mod in_memory_substring {
     use super::memory_fixture;
-    deermem_testkit::manager_contract!(memory_fixture());
+    deermem_testkit::manager_contract!(
+        memory_fixture(),
+        [searcher, reader, admin, reloader, facts]
+    );
 }

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use deermem_core::UserId;
 use sha2::{Digest, Sha256};
 
-use crate::config::{AuthMode, GatewayConfig, refuse_derived_bucket, safe_user};
+use deermem_core::ids::refuse_derived_bucket;
+
+use crate::config::{AuthMode, GatewayConfig, safe_user};
 use crate::error::GatewayError;
 use crate::session::{
     SESSION_COOKIE, SessionRejection, SessionVerifier, check_csrf, cookie, is_write,
@@ -122,7 +124,7 @@ impl TokenTable {
 /// 401 without a valid bearer token (token mode), without a valid session cookie (session
 /// mode) or with a wrong internal token; 403 for a cookie-authenticated write that fails the
 /// CSRF rule, for a `Host`/`Origin` the unauthenticated loopback-only mode does not serve, or
-/// for an owner header naming the bucket another id is stored in; 400 for an owner header
+/// for an owner header or session cookie naming the bucket another id is stored in; 400 for an owner header
 /// that cannot be a user id.
 pub(crate) fn authenticate(
     cfg: &GatewayConfig,
@@ -221,7 +223,7 @@ fn session_caller(
     let token = cookie(headers, SESSION_COOKIE)
         .filter(|t| !t.is_empty())
         .ok_or(GatewayError::Session(SessionRejection::Missing))?;
-    let user = verifier.verify(&token).map_err(GatewayError::Session)?;
+    let user = verifier.verify(&token)?;
     Ok(Caller {
         user,
         kind: CallerKind::Session,
@@ -261,7 +263,7 @@ fn host_name(authority: &str) -> &str {
 }
 
 /// A header value as it may be quoted in a message: visible ASCII, at most 100 characters.
-fn shown(value: &HeaderValue) -> String {
+pub(crate) fn shown(value: &HeaderValue) -> String {
     match value.to_str() {
         Ok(text) if text.chars().count() <= 100 => text.to_owned(),
         Ok(text) => format!("{}…", text.chars().take(100).collect::<String>()),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use deermem_core::config::lax;
-use deermem_core::ids::{is_derived_bucket_shape, safe_user_id};
+use deermem_core::ids::{refuse_derived_bucket, safe_user_id};
 use deermem_core::{ConfigError, IdError, UserId};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -154,10 +154,16 @@ impl CorsConfig {
     /// Whether `origin` (an `Origin` header value) is one of the allowed origins (`*` allows
     /// every origin).
     pub fn allows(&self, origin: &str) -> bool {
+        self.matching(origin).is_some()
+    }
+
+    /// The configured entry that allows `origin` (the normalised origin, or `*`), if any.
+    pub fn matching(&self, origin: &str) -> Option<&str> {
         let given = normalize_origin(origin).ok();
         self.allowed_origins
             .iter()
-            .any(|o| o == "*" || given.as_deref() == Some(o.as_str()))
+            .find(|o| *o == "*" || given.as_deref() == Some(o.as_str()))
+            .map(String::as_str)
     }
 }
 
@@ -770,28 +776,6 @@ fn insert_token(
         }
     }
 }
-
-/// Refuses a raw user id that has the shape of the bucket another id is stored in
-/// (`victim@corp.com` is stored in `victim-corp-com-7b46e3848256709a`): a caller naming that
-/// bucket would act as its owner. Ids with characters outside `[A-Za-z0-9_-]` are never refused
-/// here, since their bucket carries their own hash.
-pub(crate) fn refuse_derived_bucket(raw: &str) -> Result<(), DerivedBucketId> {
-    let raw = raw.trim();
-    if is_derived_bucket_shape(raw) {
-        return Err(DerivedBucketId(raw.to_owned()));
-    }
-    Ok(())
-}
-
-/// A raw user id shaped like another id's storage bucket, refused by [`refuse_derived_bucket`].
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "user id {0:?} has the shape of a storage bucket derived from another user id \
-     (`<sanitised id>-<16 hex>`, e.g. `victim@corp.com` is stored as \
-     `victim-corp-com-7b46e3848256709a`) and would act as that user; name the user by their own \
-     id instead"
-)]
-pub(crate) struct DerivedBucketId(String);
 
 /// A user id made safe exactly like the owner header: `safe_user_id`, then validated.
 pub(crate) fn safe_user(raw: &str) -> Result<UserId, IdError> {

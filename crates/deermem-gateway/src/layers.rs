@@ -1,18 +1,22 @@
-//! Cross-cutting middleware: CORS (tower-http's layer, from `gateway.cors`), the request id
-//! and log span with metrics, the JSON error-body normaliser (so 404, 405, 413 and timeouts
+//! Cross-cutting middleware: CORS (tower-http's layer, from `gateway.cors`, with the preflight
+//! log, count and 403 in front of it), the request id rule and log span for tower-http's
+//! request-id and trace layers, request metrics, the JSON error-body normaliser (so 404, 405, 413 and timeouts
 //! answer `{"detail": ...}` like every other error), and the `memory.enabled` gate.
 
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_REQUEST_METHOD,
+    CONTENT_LENGTH, CONTENT_TYPE, ORIGIN,
+};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
-use tracing::Instrument as _;
+use tracing::Span;
 
 use crate::config::CorsConfig;
 use crate::error::GatewayError;
@@ -22,15 +26,10 @@ use crate::state::GatewayState;
 /// echoed back).
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The id of the current request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequestId(pub String);
-
-/// A client-sent request id is kept only if it is 1–128 visible ASCII characters.
-fn usable_request_id(v: &HeaderValue) -> Option<String> {
-    let s = v.to_str().ok()?;
-    let ok = !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic());
-    ok.then(|| s.to_owned())
+/// Whether a client-sent request id is 1–128 visible ASCII characters.
+fn usable_request_id(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    !b.is_empty() && b.len() <= 128 && b.iter().all(u8::is_ascii_graphic)
 }
 
 fn method_label(m: &Method) -> &'static str {
@@ -57,11 +56,11 @@ pub(crate) fn cors(cfg: &CorsConfig) -> CorsLayer {
     let origin = if cfg.allowed_origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
     } else {
-        AllowOrigin::list(
-            cfg.allowed_origins
-                .iter()
-                .filter_map(|o| HeaderValue::from_str(o).ok()),
-        )
+        // The same rule as `cors_guard`'s verdict.
+        let rule = cfg.clone();
+        AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+            origin.to_str().is_ok_and(|o| rule.allows(o))
+        })
     };
     CorsLayer::new()
         .allow_origin(origin)
@@ -72,48 +71,100 @@ pub(crate) fn cors(cfg: &CorsConfig) -> CorsLayer {
         .max_age(PREFLIGHT_MAX_AGE)
 }
 
-/// Outermost layer: request id, the `request` span (with the route template, never the raw
-/// path or headers), metrics and the completion log line.
-pub(crate) async fn observe(
+/// Outside the CORS layer (only when `gateway.cors` is set): logs and counts every preflight
+/// with its origin and verdict, answers a refused one with 403 and a detail saying why, and
+/// drops `Access-Control-Allow-Credentials` from any answer that grants no origin.
+pub(crate) async fn cors_guard(
     State(state): State<GatewayState>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Response {
+    let Some(cors) = state.gateway_config().cors.as_ref() else {
+        return next.run(req).await;
+    };
+    let origin = req.headers().get(ORIGIN);
+    let preflight = req.method() == Method::OPTIONS
+        && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+    if let (true, Some(origin)) = (preflight, origin) {
+        let allowed_by = origin.to_str().ok().and_then(|o| cors.matching(o));
+        state.metrics().record_preflight(allowed_by);
+        let shown = crate::auth::shown(origin);
+        if allowed_by.is_none() {
+            tracing::info!(origin = %shown, verdict = "refused", "CORS preflight refused");
+            return GatewayError::Forbidden(format!(
+                "CORS preflight refused: origin {shown:?} is not in gateway.cors.allowed_origins. \
+                 To let pages from this origin call the gateway, add it there."
+            ))
+            .into_response();
+        }
+        tracing::info!(origin = %shown, verdict = "allowed", "CORS preflight");
+    }
+    let mut resp = next.run(req).await;
+    if !resp.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN) {
+        resp.headers_mut().remove(ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    }
+    resp
+}
+
+/// Before tower-http's `SetRequestId`: a client-sent `X-Request-Id` is kept only if it is
+/// 1–128 visible ASCII characters; otherwise it is dropped, so a fresh one is generated.
+pub(crate) async fn drop_unusable_request_id(mut req: Request) -> Request {
+    if req
+        .headers()
+        .get(&REQUEST_ID_HEADER)
+        .is_some_and(|v| !usable_request_id(v))
+    {
+        req.headers_mut().remove(&REQUEST_ID_HEADER);
+    }
+    req
+}
+
+/// The `request` span tower-http's `TraceLayer` opens for each request: the request id, the
+/// method and the route template (never the raw path or headers); `user` is recorded by the
+/// authentication layer.
+pub(crate) fn request_span(req: &Request) -> Span {
     let id = req
         .headers()
         .get(&REQUEST_ID_HEADER)
-        .and_then(usable_request_id)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    req.extensions_mut().insert(RequestId(id.clone()));
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
-    let method = method_label(req.method());
-    let span = tracing::info_span!(
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
         "request",
         request_id = %id,
-        method,
-        route = %route,
+        method = method_label(req.method()),
+        route = %route_of(req),
         user = tracing::field::Empty,
+    )
+}
+
+/// The completion log line, inside the request span.
+pub(crate) fn log_response(resp: &Response, latency: Duration, _span: &Span) {
+    tracing::info!(
+        status = resp.status().as_u16(),
+        latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+        "request finished"
     );
+}
+
+fn route_of(req: &Request) -> String {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned())
+}
+
+/// Request counts by route template, method and status, latency, and requests in flight.
+pub(crate) async fn record_metrics(
+    State(state): State<GatewayState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = route_of(&req);
+    let method = method_label(req.method());
     let metrics = state.metrics().clone();
     let _in_flight = metrics.start_request();
     let start = Instant::now();
-    let mut resp = next.run(req).instrument(span.clone()).await;
-    let elapsed = start.elapsed();
-    let status = resp.status().as_u16();
-    metrics.record_request(&route, method, status, elapsed);
-    span.in_scope(|| {
-        tracing::info!(
-            status,
-            latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            "request finished"
-        );
-    });
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
-    }
+    let resp = next.run(req).await;
+    metrics.record_request(&route, method, resp.status().as_u16(), start.elapsed());
     resp
 }
 
@@ -178,12 +229,11 @@ mod tests {
 
     #[test]
     fn request_ids_are_sanitised() {
-        let ok = HeaderValue::from_static("abc-123");
-        assert_eq!(usable_request_id(&ok).as_deref(), Some("abc-123"));
-        let spaced = HeaderValue::from_static("a b");
-        assert_eq!(usable_request_id(&spaced), None);
+        assert!(usable_request_id(&HeaderValue::from_static("abc-123")));
+        assert!(!usable_request_id(&HeaderValue::from_static("a b")));
+        assert!(!usable_request_id(&HeaderValue::from_static("")));
         let long = HeaderValue::from_str(&"x".repeat(129)).unwrap();
-        assert_eq!(usable_request_id(&long), None);
+        assert!(!usable_request_id(&long));
         assert_eq!(method_label(&Method::CONNECT), "OTHER");
     }
 }

@@ -20,8 +20,8 @@
 //! - CORS, when `gateway.cors` is set: the outermost layer, so preflights are answered without
 //!   authentication and error responses carry the CORS headers too.
 //! - Errors: one mapping to HTTP in [`error::GatewayError`].
-//! - Connections: [`listen`] (header-read and keep-alive timeouts, the connection cap, JSON
-//!   bodies for malformed heads, the drain deadline), shared with `deermem mcp --bind`.
+//! - Connections: [`listen`] (hyper's HTTP/1 connections with its head-read timeout, the
+//!   connection cap, the drain deadline), shared with `deermem mcp --bind`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
@@ -45,12 +45,14 @@ pub mod state;
 
 use aide::axum::ApiRouter;
 use aide::axum::routing::{get_with, patch_with, post_with};
-use axum::Router;
 use axum::http::StatusCode;
-use axum::middleware::from_fn_with_state;
+use axum::middleware::{from_fn_with_state, map_request};
+use axum::{Extension, Router};
 use deermem_core::PublicMemoryDocument;
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
 use openapi::{Body, Describe as _, InPath, InQuery};
 use schema::{
@@ -70,9 +72,10 @@ pub use state::{
 /// Builds the gateway's router over a state, and with it the OpenAPI document served at
 /// `/openapi.json` (generated with `aide`): each route is documented where it is routed.
 ///
-/// Layers, outermost first: CORS (only when `gateway.cors` is set; it answers preflights
-/// itself); request id, log span and metrics; JSON error bodies; the request timeout (504); the
-/// body size limit (413); then, on `/api` routes, caller authentication (401/403) and, on the
+/// Layers, outermost first: CORS (only when `gateway.cors` is set: the preflight log, count
+/// and 403 for refused origins, then tower-http's layer, which answers allowed preflights);
+/// tower-http's request id (a client's kept when sane) and trace span with the completion log
+/// line; metrics; JSON error bodies; the request timeout (504); the body size limit (413); then, on `/api` routes, caller authentication (401/403) and, on the
 /// data routes, the `memory.enabled` gate (503). The operational routes (`/healthz`,
 /// `/readyz`, `/metrics`, `/openapi.json`, `/docs`) need no authentication. Unknown paths go
 /// to the fallback: a 307 redirect when only a trailing slash is in the way, else 404.
@@ -245,17 +248,31 @@ pub fn router(state: GatewayState) -> Router {
         )
         .with_path_items(openapi::open);
     let cfg = state.gateway_config().clone();
-    let app = openapi::finish(ApiRouter::new().merge(api).merge(ops))
+    let (app, document) = openapi::finish(ApiRouter::new().merge(api).merge(ops));
+    let app = app
         .fallback(ops::fallback)
+        .layer(Extension(document))
         .layer(RequestBodyLimitLayer::new(cfg.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
             cfg.request_timeout,
         ))
         .layer(from_fn_with_state(state.clone(), layers::json_errors))
-        .layer(from_fn_with_state(state.clone(), layers::observe));
+        .layer(from_fn_with_state(state.clone(), layers::record_metrics))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(layers::request_span)
+                .on_request(())
+                .on_response(layers::log_response)
+                .on_failure(()),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(map_request(layers::drop_unusable_request_id));
     let app = match &cfg.cors {
-        Some(cors) => app.layer(layers::cors(cors)),
+        Some(cors) => app
+            .layer(layers::cors(cors))
+            .layer(from_fn_with_state(state.clone(), layers::cors_guard)),
         None => app,
     };
     app.with_state(state)

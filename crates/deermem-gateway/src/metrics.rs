@@ -50,6 +50,12 @@ struct GateLabel {
     gate: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreflightLabels {
+    origin: String,
+    verdict: &'static str,
+}
+
 type Gauge64 = Gauge<i64, AtomicI64>;
 
 struct Inner {
@@ -60,6 +66,7 @@ struct Inner {
     queue_depth: Gauge64,
     extraction: Family<OutcomeLabel, Counter>,
     gate_rejections: Family<GateLabel, Counter>,
+    preflights: Family<PreflightLabels, Counter>,
     ready: Gauge64,
     /// How many values the host-fed labels (outcome, gate) took; held while one is admitted,
     /// so the cap is exact.
@@ -80,6 +87,7 @@ impl Default for Inner {
             queue_depth: Gauge::default(),
             extraction: Family::default(),
             gate_rejections: Family::default(),
+            preflights: Family::default(),
             ready: Gauge::default(),
             host_labels: Mutex::new((0, 0)),
         };
@@ -114,6 +122,11 @@ impl Default for Inner {
             "deermem_gate_rejections",
             "Proposed memory updates rejected, by gate",
             inner.gate_rejections.clone(),
+        );
+        registry.register(
+            "deermem_cors_preflights",
+            "CORS preflight requests, by origin (refused origins count as other) and verdict",
+            inner.preflights.clone(),
         );
         registry.register(
             "deermem_gateway_ready",
@@ -196,6 +209,36 @@ impl Metrics {
     pub(crate) fn start_request(&self) -> InFlight {
         self.inner.in_flight.inc();
         InFlight(self.clone())
+    }
+
+    /// The number of CORS preflights counted under `origin` (the allowing entry, or `other`)
+    /// with `verdict` (`allowed`, or anything else for `refused`).
+    pub fn preflight_count(&self, origin: &str, verdict: &str) -> u64 {
+        let verdict = if verdict == "allowed" {
+            "allowed"
+        } else {
+            "refused"
+        };
+        let labels = PreflightLabels {
+            origin: origin.to_owned(),
+            verdict,
+        };
+        self.inner.preflights.get(&labels).map_or(0, |c| c.get())
+    }
+
+    /// Counts a CORS preflight under the configured entry that allowed its origin (the origin,
+    /// or `*`), or under `other` when refused, so that clients cannot grow the exposition
+    /// without bound (the log line names a refused origin).
+    pub(crate) fn record_preflight(&self, allowed_by: Option<&str>) {
+        let labels = PreflightLabels {
+            origin: allowed_by.unwrap_or("other").to_owned(),
+            verdict: if allowed_by.is_some() {
+                "allowed"
+            } else {
+                "refused"
+            },
+        };
+        self.inner.preflights.get_or_create(&labels).inc();
     }
 
     pub(crate) fn record_request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {

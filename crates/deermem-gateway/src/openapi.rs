@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use aide::axum::ApiRouter;
 use aide::generate::{GenContext, in_context};
@@ -52,13 +52,6 @@ pub(crate) struct Document {
     pub(crate) html: String,
     /// Every documented path template, for the trailing-slash redirect.
     pub(crate) paths: Vec<String>,
-}
-
-static DOCUMENT: OnceLock<Document> = OnceLock::new();
-
-/// The document of the first router built (`None` before any).
-pub(crate) fn served() -> Option<&'static Document> {
-    DOCUMENT.get()
 }
 
 // Handler inputs and outputs: what they add to the document.
@@ -340,23 +333,21 @@ pub(crate) fn start() {
     in_context(|ctx| ctx.schema = generator(true));
 }
 
-/// Turns the documented router into the served one, storing the document the first time.
-pub(crate) fn finish(app: ApiRouter<GatewayState>) -> Router<GatewayState> {
+/// Turns the documented router into the served one, with its document (the router serves
+/// it from an `Extension`).
+pub(crate) fn finish(app: ApiRouter<GatewayState>) -> (Router<GatewayState>, Arc<Document>) {
     let mut api = OpenApi::default();
     let router = app.finish_api(&mut api);
-    if DOCUMENT.get().is_none() {
-        let doc = document(&api);
-        let paths = doc["paths"]
-            .as_object()
-            .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default();
-        let json = serde_json::to_vec(&doc)
-            .map(Bytes::from)
-            .unwrap_or_default();
-        let html = crate::ops::docs_html(&doc);
-        let _ = DOCUMENT.set(Document { json, html, paths });
-    }
-    router
+    let doc = document(&api);
+    let paths = doc["paths"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    let json = serde_json::to_vec(&doc)
+        .map(Bytes::from)
+        .unwrap_or_default();
+    let html = crate::ops::docs_html(&doc);
+    (router, Arc::new(Document { json, html, paths }))
 }
 
 /// The served JSON: aide's paths and components, the request-side components merged in, the

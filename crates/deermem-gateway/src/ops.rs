@@ -3,15 +3,16 @@
 //! redirect, else 404).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::Value;
 
 use crate::error::GatewayError;
-use crate::openapi::served;
+use crate::openapi::Document;
 
 use crate::schema::{Health, HealthStatus};
 use crate::state::{GatewayState, Lifecycle};
@@ -61,8 +62,8 @@ pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
 }
 
 /// `GET /openapi.json`: the document the router was built with.
-pub(crate) async fn openapi() -> Response {
-    let body = served().map(|d| d.json.clone()).unwrap_or_default();
+pub(crate) async fn openapi(Extension(doc): Extension<Arc<Document>>) -> Response {
+    let body = doc.json.clone();
     (
         [(
             header::CONTENT_TYPE,
@@ -76,8 +77,8 @@ pub(crate) async fn openapi() -> Response {
 /// `GET /docs`: the API reference as one self-contained HTML page (no script, no external
 /// asset), generated once from the OpenAPI document: every operation with its summary,
 /// parameters, request body and responses, and a link to `/openapi.json`.
-pub(crate) async fn docs() -> Response {
-    let page = served().map(|d| d.html.clone()).unwrap_or_default();
+pub(crate) async fn docs(Extension(doc): Extension<Arc<Document>>) -> Response {
+    let page = doc.html.clone();
     (
         [
             (
@@ -218,12 +219,12 @@ fn matches_template(template: &str, path: &str) -> bool {
 /// Unknown paths. Like FastAPI, a path that matches a route once its trailing slashes are
 /// removed is redirected there (307, so the method and body are kept; the query string is
 /// kept too; `Location` is the path, a relative reference). Anything else is 404.
-pub(crate) async fn fallback(uri: Uri) -> Response {
+pub(crate) async fn fallback(Extension(doc): Extension<Arc<Document>>, uri: Uri) -> Response {
     let path = uri.path();
     let trimmed = path.trim_end_matches('/');
     if trimmed.len() < path.len()
         && !trimmed.is_empty()
-        && served().is_some_and(|d| d.paths.iter().any(|p| matches_template(p, trimmed)))
+        && doc.paths.iter().any(|p| matches_template(p, trimmed))
     {
         let location = match uri.query() {
             Some(q) => format!("{trimmed}?{q}"),

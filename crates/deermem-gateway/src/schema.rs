@@ -1,7 +1,7 @@
 //! The wire types of the gateway and the validation of its requests.
 //!
-//! Requests are validated by hand, reproducing pydantic's lax rules and error items (`type`,
-//! `loc`, `msg`): fact create and patch bodies, the import document (the `MemoryResponse`
+//! Requests are validated by hand with pydantic's lax rules ([`deermem_pycompat::lax`]) and
+//! error items (`type`, `loc`, `msg`): fact create and patch bodies, the import document (the `MemoryResponse`
 //! shape), the conversation-turn body, and the search query. The validated bodies and every
 //! response body are typed here (or in `deermem_core`), and their `JsonSchema` derivations are
 //! the component schemas of `/openapi.json` (see [`crate::openapi`]).
@@ -9,6 +9,7 @@
 use deermem_core::fact::{DEFAULT_CATEGORY, FactSource, PublicFact};
 use deermem_core::search::MatchType;
 use deermem_core::{MemoryMode, Message, PublicMemoryDocument};
+use deermem_pycompat::lax::{self, LaxError};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -73,23 +74,6 @@ impl Checker {
         None
     }
 
-    /// As [`Self::fail`], with the constraint's context.
-    fn fail_ctx<T>(
-        &mut self,
-        kind: &'static str,
-        loc: Vec<Value>,
-        msg: impl Into<String>,
-        input: &Value,
-        ctx: Value,
-    ) -> Option<T> {
-        self.push(
-            ValidationItem::new(kind, loc, msg)
-                .with_input(input)
-                .with_ctx(ctx),
-        );
-        None
-    }
-
     /// A pydantic `value_error` (the message gets its `Value error, ` prefix).
     fn value_error(&mut self, loc: Vec<Value>, msg: impl std::fmt::Display, input: &Value) {
         let msg = format!("Value error, {msg}");
@@ -116,11 +100,29 @@ impl Checker {
         );
     }
 
-    fn string(&mut self, v: &Value, loc: Vec<Value>) -> Option<String> {
-        match v {
-            Value::String(s) => Some(s.clone()),
-            other => self.fail("string_type", loc, "Input should be a valid string", other),
+    /// A coercion's result: the value, or its error recorded (with the constraint's `ctx`).
+    fn lax<T>(
+        &mut self,
+        r: Result<T, LaxError>,
+        loc: Vec<Value>,
+        input: &Value,
+        ctx: Option<Value>,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let item = ValidationItem::new(e.kind, loc, e.message).with_input(input);
+                self.push(match ctx {
+                    Some(ctx) => item.with_ctx(ctx),
+                    None => item,
+                });
+                None
+            }
         }
+    }
+
+    fn string(&mut self, v: &Value, loc: Vec<Value>) -> Option<String> {
+        self.lax(lax::string(v).map(str::to_owned), loc, v, None)
     }
 
     /// A required string field.
@@ -169,28 +171,23 @@ impl Checker {
     }
 
     fn min_len(&mut self, s: &str, min: usize, loc: Vec<Value>) -> bool {
-        if s.chars().count() >= min {
-            return true;
+        let r = lax::min_chars(s, min);
+        let ok = r.is_ok();
+        if !ok {
+            let input = Value::String(s.to_owned());
+            self.lax(r, loc, &input, Some(json!({ "min_length": min })));
         }
-        let msg = format!(
-            "String should have at least {min} character{}",
-            if min == 1 { "" } else { "s" }
-        );
-        let input = Value::String(s.to_owned());
-        let ctx = json!({ "min_length": min });
-        self.fail_ctx::<()>("string_too_short", loc, msg, &input, ctx);
-        false
+        ok
     }
 
     fn max_len(&mut self, s: &str, max: usize, loc: Vec<Value>) -> bool {
-        if s.chars().count() <= max {
-            return true;
+        let r = lax::max_chars(s, max);
+        let ok = r.is_ok();
+        if !ok {
+            let input = Value::String(s.to_owned());
+            self.lax(r, loc, &input, Some(json!({ "max_length": max })));
         }
-        let msg = format!("String should have at most {max} characters");
-        let input = Value::String(s.to_owned());
-        let ctx = json!({ "max_length": max });
-        self.fail_ctx::<()>("string_too_long", loc, msg, &input, ctx);
-        false
+        ok
     }
 
     /// A float (lax: numbers and numeric strings), finite.
@@ -203,109 +200,54 @@ impl Checker {
         }
     }
 
-    /// A float (lax: numbers and numeric strings, `"inf"` and `"nan"` included, as pydantic's
-    /// float fields allow them).
+    /// A float (lax: numbers, booleans and numeric strings, `"inf"` and `"nan"` included, as
+    /// pydantic's float fields allow them).
     fn any_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
-        let f = match v {
-            Value::Number(n) => n.as_f64(),
-            Value::String(s) => match deermem_pycompat::py::parse_float(s) {
-                Some(f) => Some(f),
-                None => {
-                    return self.fail(
-                        "float_parsing",
-                        loc,
-                        "Input should be a valid number, unable to parse string as a number",
-                        v,
-                    );
-                }
-            },
-            _ => None,
-        };
-        match f {
-            Some(f) => Some(f),
-            None => self.fail("float_type", loc, "Input should be a valid number", v),
-        }
+        self.lax(lax::float(v), loc, v, None)
     }
 
-    /// A float constrained to `[0, 1]`, checked as pydantic does: the upper bound first, and
-    /// as "not <= 1" so that `nan` fails it (`"nan"` and `"inf"` are `less_than_equal`,
-    /// `"-inf"` is `greater_than_equal`).
+    /// A float constrained to `[0, 1]`, checked as pydantic does (`nan` fails the upper bound).
     fn unit_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
         let f = self.any_float(v, loc.clone())?;
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        let above = !(f <= 1.0);
-        if above {
-            let msg = "Input should be less than or equal to 1";
-            return self.fail_ctx("less_than_equal", loc, msg, v, json!({ "le": 1.0 }));
-        }
-        if f < 0.0 {
-            let msg = "Input should be greater than or equal to 0";
-            return self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 0.0 }));
-        }
-        Some(f)
+        let r = lax::bounded(f, Some(0.0), Some(1.0));
+        let ctx = match &r {
+            Err(e) if e.kind == "less_than_equal" => json!({ "le": 1.0 }),
+            _ => json!({ "ge": 0.0 }),
+        };
+        self.lax(r, loc, v, Some(ctx))
     }
 
-    /// An integer (lax: integral floats and digit strings).
+    /// An integer (lax: booleans, integral floats and integer strings).
     fn int(&mut self, v: &Value, loc: Vec<Value>) -> Option<i64> {
-        match v {
-            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) => Some(i),
-                (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Some(f as i64),
-                (None, Some(_)) => self.fail(
-                    "int_from_float",
-                    loc,
-                    "Input should be a valid integer, got a number with a fractional part",
-                    v,
-                ),
-                (None, None) => self.fail("int_type", loc, "Input should be a valid integer", v),
-            },
-            Value::String(s) => match s.trim().parse::<i64>() {
-                Ok(i) => Some(i),
-                Err(_) => self.fail(
-                    "int_parsing",
-                    loc,
-                    "Input should be a valid integer, unable to parse string as an integer",
-                    v,
-                ),
-            },
-            other => self.fail("int_type", loc, "Input should be a valid integer", other),
-        }
+        self.lax(lax::int(v), loc, v, None)
     }
 
     /// A non-negative integer (revisions, schema versions).
     fn uint(&mut self, v: &Value, loc: Vec<Value>) -> Option<u64> {
         let i = self.int(v, loc.clone())?;
-        match u64::try_from(i) {
-            Ok(u) => Some(u),
-            Err(_) => {
-                let msg = "Input should be greater than or equal to 0";
-                self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 0 }))
-            }
-        }
+        let i = self.lax(
+            lax::bounded(i, Some(0), None),
+            loc,
+            v,
+            Some(json!({ "ge": 0 })),
+        )?;
+        Some(i.unsigned_abs())
     }
 
     /// An integer from 1 to `max` (when given).
     fn positive_int(&mut self, v: &Value, loc: Vec<Value>, max: Option<u64>) -> Option<u64> {
         let i = self.int(v, loc.clone())?;
-        if i < 1 {
-            let msg = "Input should be greater than or equal to 1";
-            return self.fail_ctx("greater_than_equal", loc, msg, v, json!({ "ge": 1 }));
-        }
-        let n = i.unsigned_abs();
-        match max {
-            Some(max) if n > max => {
-                let msg = format!("Input should be less than or equal to {max}");
-                self.fail_ctx("less_than_equal", loc, msg, v, json!({ "le": max }))
-            }
-            _ => Some(n),
-        }
+        let le = max.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+        let r = lax::bounded(i, Some(1), le);
+        let ctx = match &r {
+            Err(e) if e.kind == "less_than_equal" => json!({ "le": max }),
+            _ => json!({ "ge": 1 }),
+        };
+        Some(self.lax(r, loc, v, Some(ctx))?.unsigned_abs())
     }
 
-    fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Vec<Value>> {
-        match v {
-            Value::Array(a) => Some(a),
-            other => self.fail("list_type", loc, "Input should be a valid list", other),
-        }
+    fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a [Value]> {
+        self.lax(lax::list(v), loc, v, None)
     }
 
     fn string_list(&mut self, v: &Value, loc: Vec<Value>) -> Option<Vec<String>> {
@@ -1104,8 +1046,11 @@ mod tests {
             items(fact_create(&json!({"content": "x", "confidence": -0.1})))[0].0,
             "greater_than_equal"
         );
+        // pydantic's float takes a boolean (`true` is 1.0).
+        let from_bool = fact_create(&json!({"content": "x", "confidence": true})).unwrap();
+        assert_eq!(from_bool.confidence, 1.0);
         assert_eq!(
-            items(fact_create(&json!({"content": "x", "confidence": true})))[0].0,
+            items(fact_create(&json!({"content": "x", "confidence": [1]})))[0].0,
             "float_type"
         );
         assert_eq!(

@@ -9,6 +9,7 @@
 
 use axum::http::{HeaderMap, Method, header};
 use deermem_core::UserId;
+use deermem_core::ids::refuse_derived_bucket;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
@@ -96,18 +97,27 @@ impl SessionVerifier {
     }
 
     /// The user a cookie value stands for.
-    pub(crate) fn verify(&self, token: &str) -> Result<UserId, SessionRejection> {
+    ///
+    /// # Errors
+    /// The [`SessionRejection`] (401) of a token that does not verify, and 403 for a `sub`
+    /// shaped like the storage bucket of another user id (see
+    /// [`deermem_core::ids::refuse_derived_bucket`]).
+    pub(crate) fn verify(&self, token: &str) -> Result<UserId, GatewayError> {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &self.key, &self.validation)
             .map_err(|e| match e.kind() {
-            ErrorKind::ExpiredSignature => SessionRejection::Expired,
-            ErrorKind::InvalidSignature => SessionRejection::BadSignature,
-            _ => SessionRejection::Malformed,
-        })?;
+                ErrorKind::ExpiredSignature => SessionRejection::Expired,
+                ErrorKind::InvalidSignature => SessionRejection::BadSignature,
+                _ => SessionRejection::Malformed,
+            })
+            .map_err(GatewayError::Session)?;
         match data.claims.get("sub") {
             Some(Value::String(sub)) if !sub.trim().is_empty() => {
-                safe_user(sub).map_err(|_| SessionRejection::Malformed)
+                refuse_derived_bucket(sub).map_err(|e| {
+                    GatewayError::Forbidden(format!("Refused session cookie: {e}."))
+                })?;
+                safe_user(sub).map_err(|_| GatewayError::Session(SessionRejection::Malformed))
             }
-            _ => Err(SessionRejection::Malformed),
+            _ => Err(GatewayError::Session(SessionRejection::Malformed)),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The connection layer on a real loopback listener, over raw TCP: JSON bodies for heads hyper
-//! would refuse with empty ones (400, 414, 431), the header-read and keep-alive timeouts, the
+//! The connection layer on a real loopback listener, over raw TCP: hyper's statuses for heads
+//! it refuses (400, 431), the header-read and keep-alive timeouts, the
 //! connection cap, request framing across keep-alive requests, and a shutdown that starts the
 //! flush at the signal and ends by the drain deadline whatever the clients do.
 
@@ -105,13 +105,14 @@ fn json_response(resp: &str) -> (u16, Value) {
     (status_of(resp), v)
 }
 
+/// Heads hyper refuses get its own bare status and the connection is closed (see
+/// docs/compat.md: these answers had JSON bodies while the gateway parsed heads itself).
 #[tokio::test]
-async fn malformed_heads_get_json_error_bodies() {
+async fn malformed_heads_get_hyper_statuses() {
     let m = FakeManager::new();
     let srv = Server::start(m, quick()).await;
     let many: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
     let cases: Vec<(Vec<u8>, u16)> = vec![
-        // hyper's own limits (its 431 and 414 had empty bodies)
         (
             format!(
                 "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -122,9 +123,8 @@ async fn malformed_heads_get_json_error_bodies() {
         ),
         (
             format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000)).into_bytes(),
-            414,
+            431,
         ),
-        // ours
         (
             format!(
                 "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -136,10 +136,6 @@ async fn malformed_heads_get_json_error_bodies() {
         (
             format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many}\r\n").into_bytes(),
             431,
-        ),
-        (
-            format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(20_000)).into_bytes(),
-            414,
         ),
         (b"GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n".to_vec(), 400),
         (b"GE(T /healthz HTTP/1.1\r\n\r\n".to_vec(), 400),
@@ -156,11 +152,16 @@ async fn malformed_heads_get_json_error_bodies() {
     for (bytes, want) in cases {
         let resp = exchange(srv.addr, &bytes).await;
         let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
-        let (status, body) = json_response(&resp);
-        assert_eq!(status, want, "{shown:?}: {resp:.300}");
-        let detail = body["detail"].as_str().unwrap_or("");
-        assert!(!detail.is_empty(), "{shown:?}: {body}");
+        assert_eq!(status_of(&resp), want, "{shown:?}: {resp:.300}");
     }
+    // A long URI within the head limit is an ordinary request (the router's JSON 404).
+    let long = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let (status, body) = json_response(&exchange(srv.addr, long.as_bytes()).await);
+    assert_eq!(status, 404);
+    assert_eq!(body["detail"], "Not Found");
     srv.stop().await;
 }
 
@@ -191,8 +192,10 @@ GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     srv.stop().await;
 }
 
+/// A head that does not arrive in time closes the connection, partial or not (hyper answers
+/// no 408; see docs/compat.md).
 #[tokio::test]
-async fn a_partial_head_gets_408_and_a_silent_connection_is_closed() {
+async fn a_partial_head_and_a_silent_connection_are_closed() {
     let m = FakeManager::new();
     let srv = Server::start(
         m,
@@ -203,14 +206,7 @@ async fn a_partial_head_gets_408_and_a_silent_connection_is_closed() {
     )
     .await;
     let resp = exchange(srv.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
-    let (status, body) = json_response(&resp);
-    assert_eq!(status, 408, "{resp}");
-    assert!(
-        body["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("request head")),
-        "{body}"
-    );
+    assert_eq!(resp, "", "closed without an answer");
     let mut silent = TcpStream::connect(srv.addr).await.expect("connect");
     assert_eq!(read_all(&mut silent).await, "", "closed without an answer");
     srv.stop().await;

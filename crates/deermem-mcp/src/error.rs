@@ -13,6 +13,10 @@ pub enum McpServeError {
     /// The server task ended abnormally.
     #[error("MCP server task failed: {0}")]
     Task(String),
+    /// The identity names a storage bucket derived from another user id (see
+    /// [`deermem_core::ids::refuse_derived_bucket`]).
+    #[error("refused MCP identity: {0}")]
+    Identity(#[from] deermem_core::ids::DerivedBucketId),
     /// The HTTP listener failed.
     #[error("MCP HTTP server failed: {0}")]
     Io(#[from] io::Error),

@@ -226,10 +226,11 @@ pub async fn serve_http(
 /// completes.
 ///
 /// Connections go through the gateway's connection layer
-/// ([`deermem_gateway::listen::serve_app`]) with `options.server`: request heads that are
-/// malformed, too large or too slow are answered with a JSON-RPC error body (`-32600`), idle
-/// connections are closed, connections beyond the cap get 503, and after `shutdown` whatever
-/// is still open at the drain deadline is closed, so the server always stops.
+/// ([`deermem_gateway::listen::serve_app`]) with `options.server`: hyper refuses malformed or
+/// oversized heads with its bare 400/431, connections that send no head in time are closed,
+/// connections beyond the cap get 503 with a JSON-RPC error body (`-32600`), and after
+/// `shutdown` whatever is still open at the drain deadline is closed, so the server always
+/// stops.
 ///
 /// # Errors
 /// When the listener fails.
@@ -287,6 +288,17 @@ async fn require_bearer(
         .and_then(|token| auth(token));
     match user {
         Some(user) => {
+            // The token map is the host's; its users obey the one rule on caller-chosen ids.
+            if let Err(e) = deermem_core::ids::refuse_derived_bucket(user.as_str()) {
+                tracing::warn!(error = %e, "refused a bearer token's user");
+                return (
+                    StatusCode::FORBIDDEN,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    json!({ "error": format!("refused the user of this bearer token: {e}") })
+                        .to_string(),
+                )
+                    .into_response();
+            }
             request.extensions_mut().insert(AuthenticatedUser(user));
             next.run(request).await
         }

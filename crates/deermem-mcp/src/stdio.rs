@@ -49,7 +49,8 @@ pub async fn serve_stdio(
 /// identity, until the reader reaches end of input.
 ///
 /// # Errors
-/// As [`serve_stdio`].
+/// As [`serve_stdio`], and [`McpServeError::Identity`] (before anything is read) for a user id
+/// shaped like the storage bucket of another id.
 pub async fn serve_io<R, W>(
     manager: Arc<dyn MemoryManager>,
     identity: McpIdentity,
@@ -60,6 +61,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    deermem_core::ids::refuse_derived_bucket(identity.user.as_str())?;
     let (out_tx, out_rx) = mpsc::channel::<String>(OUTGOING_QUEUE);
     let writer_task = tokio::spawn(write_lines(writer, out_rx));
 

@@ -773,3 +773,24 @@ async fn lone_surrogates_and_bad_params_are_answered_over_http() {
         .await;
     assert_eq!(body["error"]["code"], -32602, "{body}");
 }
+
+#[tokio::test]
+async fn a_token_whose_user_names_another_users_bucket_is_refused() {
+    let table: HashMap<&'static str, UserId> = HashMap::from([(
+        "tok-m",
+        UserId::new("victim-corp-com-7b46e3848256709a").expect("user"),
+    )]);
+    let auth: TokenAuth = Arc::new(move |token: &str| table.get(token).cloned());
+    let s = start_with(|m| http_router(m, auth, None)).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    let (status, body, _) = s.post_raw(Some("tok-m"), init.to_string()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("storage bucket derived from another user id")),
+        "{body}"
+    );
+}

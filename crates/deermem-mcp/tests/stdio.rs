@@ -609,3 +609,24 @@ async fn instructions_describe_only_the_listed_tools() {
     }
     c.close().await.expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn an_identity_naming_another_users_bucket_is_refused_before_serving() {
+    let manager: Arc<dyn MemoryManager> = Arc::new(MapManager::new());
+    // `victim@corp.com` is stored in this bucket; as a user id it would act as the victim.
+    let identity = McpIdentity {
+        user: UserId::new("victim-corp-com-7b46e3848256709a").unwrap(),
+        agent: None,
+    };
+    let (_client_io, server_io) = tokio::io::duplex(1 << 10);
+    let (sr, sw) = tokio::io::split(server_io);
+    let outcome = serve_io(manager, identity, sr, sw).await;
+    match outcome {
+        Err(e @ McpServeError::Identity(_)) => assert!(
+            e.to_string()
+                .contains("storage bucket derived from another user id"),
+            "{e}"
+        ),
+        other => panic!("expected a refused identity: {other:?}"),
+    }
+}

@@ -235,10 +235,16 @@ pub(crate) fn messages(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
 /// (lowercased; `None` for the default bucket).
 ///
 /// # Errors
-/// `ValueError` with the engine's message for empty, NUL-carrying or over-long user ids and
-/// for names outside the agent-name grammar.
+/// `ValueError` with the engine's message for empty, NUL-carrying or over-long user ids, for
+/// user ids shaped like the storage bucket of another id, and for names outside the agent-name
+/// grammar.
 pub(crate) fn scope(user_id: Option<&str>, agent_name: Option<&str>) -> PyResult<MemoryScope> {
     let invalid = |e: IdError| PyValueError::new_err(e.to_string());
+    if let Some(raw) = user_id {
+        // The host names the user: the rule on caller-chosen ids applies.
+        deermem_core::ids::refuse_derived_bucket(raw)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    }
     let user = user_id.map(UserId::new).transpose().map_err(invalid)?;
     let agent = agent_name
         .map(AgentName::parse)

@@ -1,6 +1,7 @@
-//! The `MemoryManager` contract suite: behaviours every backend must show, gated by the
-//! capabilities it declares, plus the `manager_contract!` macro that expands one named test
-//! per behaviour.
+//! The `MemoryManager` contract suite: behaviours every backend must show, plus the
+//! `manager_contract!` macro that registers one named test per behaviour the backend's
+//! abilities allow (an ability-bound behaviour is not registered, rather than passing, for a
+//! backend without the ability).
 //!
 //! A fixture is an async function returning a [`ManagerFixture`]: the manager under test and
 //! whatever must stay alive with it (temp dirs, fake servers).
@@ -76,6 +77,51 @@ fn abilities(m: &dyn MemoryManager) -> Abilities {
         reload_memory: m.reloader().is_some(),
         fact_crud: m.facts().is_some(),
     }
+}
+
+/// The ability accessors a backend answers `Some` for, by name (`searcher`, `reader`,
+/// `admin`, `reloader`, `facts`).
+fn declared_by(m: &dyn MemoryManager) -> Vec<&'static str> {
+    let mut have = Vec::new();
+    for (name, present) in [
+        ("searcher", m.searcher().is_some()),
+        ("reader", m.reader().is_some()),
+        ("admin", m.admin().is_some()),
+        ("reloader", m.reloader().is_some()),
+        ("facts", m.facts().is_some()),
+    ] {
+        if present {
+            have.push(name);
+        }
+    }
+    have
+}
+
+/// A behaviour registered for a backend must find the abilities it was registered for
+/// (`manager_contract!` registers it only then).
+fn require(m: &dyn MemoryManager, needed: &[&str]) {
+    let have = declared_by(m);
+    let missing: Vec<_> = needed.iter().filter(|n| !have.contains(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} lacks {missing:?}: this behaviour is registered only for backends with it",
+        m.name()
+    );
+}
+
+/// The abilities given to `manager_contract!` are exactly the backend's, so the behaviours
+/// registered (and those left out) follow what the backend really offers.
+pub async fn declared_abilities_are_the_backends(f: ManagerFixture, declared: &[&str]) {
+    let mut declared = declared.to_vec();
+    declared.sort_unstable();
+    let mut have = declared_by(f.manager.as_ref());
+    have.sort_unstable();
+    assert_eq!(
+        declared,
+        have,
+        "manager_contract! was given other abilities than {} has",
+        f.manager.name()
+    );
 }
 
 /// Every optional operation either works or answers `Unsupported`, exactly as the backend's
@@ -194,9 +240,7 @@ pub async fn context_for_unknown_user_is_ok(f: ManagerFixture) {
 /// A blank query or `top_k == 0` returns no results.
 pub async fn blank_search_is_empty(f: ManagerFixture) {
     let m = &f.manager;
-    if !abilities(m.as_ref()).search {
-        return;
-    }
+    require(m.as_ref(), &["searcher"]);
     for (q, k) in [("", 5), ("   \n", 5), ("tea", 0)] {
         let r = m
             .search(SearchRequest {
@@ -215,9 +259,7 @@ pub async fn blank_search_is_empty(f: ManagerFixture) {
 /// Create, read, update and delete a fact; the document reflects each step.
 pub async fn fact_crud_round_trip(f: ManagerFixture) {
     let m = &f.manager;
-    if !abilities(m.as_ref()).fact_crud {
-        return;
-    }
+    require(m.as_ref(), &["facts"]);
     let s = scope("crud-user", None);
     let (doc, id) = m
         .create_fact(
@@ -286,9 +328,7 @@ pub async fn fact_crud_round_trip(f: ManagerFixture) {
 /// Invalid fact input is rejected with a stable code and stores nothing.
 pub async fn invalid_fact_input_is_rejected(f: ManagerFixture) {
     let m = &f.manager;
-    if !abilities(m.as_ref()).fact_crud {
-        return;
-    }
+    require(m.as_ref(), &["facts"]);
     let s = scope("invalid-user", None);
     let bad_conf = m
         .create_fact(
@@ -364,9 +404,7 @@ pub async fn invalid_fact_input_is_rejected(f: ManagerFixture) {
 /// An update with a stale expected revision is a conflict and changes nothing.
 pub async fn stale_revision_is_a_conflict(f: ManagerFixture) {
     let m = &f.manager;
-    if !abilities(m.as_ref()).fact_crud {
-        return;
-    }
+    require(m.as_ref(), &["facts"]);
     let s = scope("conflict-user", None);
     let (_, id) = m
         .create_fact(NewFact::new("Works in Berlin"), s.clone())
@@ -413,9 +451,7 @@ pub async fn stale_revision_is_a_conflict(f: ManagerFixture) {
 /// case-insensitive.
 pub async fn scopes_are_isolated(f: ManagerFixture) {
     let m = &f.manager;
-    if !abilities(m.as_ref()).fact_crud {
-        return;
-    }
+    require(m.as_ref(), &["facts"]);
     let (_, a) = m
         .create_fact(NewFact::new("Alice fact"), scope("alice-iso", None))
         .await
@@ -477,10 +513,7 @@ pub async fn scopes_are_isolated(f: ManagerFixture) {
 /// A created fact is found by search in its scope, and the category filter applies.
 pub async fn search_finds_created_facts(f: ManagerFixture) {
     let m = &f.manager;
-    let caps = abilities(m.as_ref());
-    if !(caps.search && caps.fact_crud) {
-        return;
-    }
+    require(m.as_ref(), &["searcher", "facts"]);
     let s = scope("search-user", None);
     let (_, tea) = m
         .create_fact(
@@ -533,10 +566,8 @@ pub async fn search_finds_created_facts(f: ManagerFixture) {
 /// Clearing a scope leaves an empty document.
 pub async fn clear_empties_memory(f: ManagerFixture) {
     let m = &f.manager;
+    require(m.as_ref(), &["admin"]);
     let caps = abilities(m.as_ref());
-    if !caps.clear_memory {
-        return;
-    }
     let s = scope("clear-user", None);
     if caps.fact_crud {
         m.create_fact(NewFact::new("Temporary fact"), s.clone())
@@ -553,10 +584,7 @@ pub async fn clear_empties_memory(f: ManagerFixture) {
 /// Export then import into a cleared scope gives back the same facts.
 pub async fn export_import_round_trip(f: ManagerFixture) {
     let m = &f.manager;
-    let caps = abilities(m.as_ref());
-    if !(caps.import_memory && caps.read_memory && caps.fact_crud && caps.clear_memory) {
-        return;
-    }
+    require(m.as_ref(), &["admin", "reader", "facts"]);
     let s = scope("roundtrip-user", None);
     m.create_fact(
         NewFact {
@@ -606,26 +634,76 @@ pub async fn warm_reports(f: ManagerFixture) {
     );
 }
 
-/// Expands one `#[tokio::test]` per manager behaviour. `$fixture` is an expression evaluating
-/// to a future of [`ManagerFixture`].
+/// Expands one test per manager behaviour the backend can show: the behaviours every
+/// backend has, and each ability-bound behaviour only when the backend has its abilities, as
+/// listed after the fixture by accessor name (`searcher`, `reader`, `admin`, `reloader`,
+/// `facts`). A run therefore lists exactly what it tested. `declared_abilities_are_the_backends`
+/// checks the list against the backend, so it cannot claim or hide an ability.
+///
+/// ```text
+/// deermem_testkit::manager_contract!(fixture(), [searcher, reader, admin, facts]);
+/// ```
 #[macro_export]
 macro_rules! manager_contract {
-    ($fixture:expr) => {
+    ($fixture:expr, [$($have:ident),* $(,)?]) => {
+        #[test]
+        fn declared_abilities_are_the_backends() {
+            $crate::block_on(async {
+                let fixture = $fixture.await;
+                $crate::manager::declared_abilities_are_the_backends(
+                    fixture,
+                    &[$(stringify!($have)),*],
+                )
+                .await;
+            });
+        }
         $crate::manager_contract!(@tests $fixture;
             capabilities_match_behaviour,
             add_is_accepted_and_flush_succeeds,
             context_for_unknown_user_is_ok,
-            blank_search_is_empty,
+            warm_reports,
+        );
+        $crate::manager_contract!(@need [searcher] [$($have)*] $fixture; blank_search_is_empty);
+        $crate::manager_contract!(@need [facts] [$($have)*] $fixture;
             fact_crud_round_trip,
             invalid_fact_input_is_rejected,
             stale_revision_is_a_conflict,
             scopes_are_isolated,
-            search_finds_created_facts,
-            clear_empties_memory,
-            export_import_round_trip,
-            warm_reports,
         );
+        $crate::manager_contract!(@need [searcher facts] [$($have)*] $fixture;
+            search_finds_created_facts);
+        $crate::manager_contract!(@need [admin] [$($have)*] $fixture; clear_empties_memory);
+        $crate::manager_contract!(@need [admin reader facts] [$($have)*] $fixture;
+            export_import_round_trip);
     };
+    // Every needed ability found: the tests.
+    (@need [] $have:tt $fixture:expr; $($name:ident),* $(,)?) => {
+        $crate::manager_contract!(@tests $fixture; $($name),*);
+    };
+    (@need [$need:ident $($more:ident)*] [$($have:ident)*] $fixture:expr; $($name:ident),* $(,)?) => {
+        $crate::manager_contract!(@find $need [$($have)*] [$($more)*] [$($have)*] $fixture; $($name),*);
+    };
+    // Looking for one ability in the declared list (idents compare only as literals).
+    (@find searcher [searcher $($_r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@need $more $have $($rest)*);
+    };
+    (@find reader [reader $($_r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@need $more $have $($rest)*);
+    };
+    (@find admin [admin $($_r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@need $more $have $($rest)*);
+    };
+    (@find reloader [reloader $($_r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@need $more $have $($rest)*);
+    };
+    (@find facts [facts $($_r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@need $more $have $($rest)*);
+    };
+    (@find $need:ident [$_other:ident $($r:ident)*] $more:tt $have:tt $($rest:tt)*) => {
+        $crate::manager_contract!(@find $need [$($r)*] $more $have $($rest)*);
+    };
+    // Not declared: nothing registered.
+    (@find $need:ident [] $more:tt $have:tt $($rest:tt)*) => {};
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {
         $(
             #[test]

@@ -9,16 +9,12 @@
 //! `deny_unknown_fields` refuses them itself, reported at its section).
 //!
 //! The coercions ([`bool()`], [`int_in`], [`float`], [`float_in`], [`scalar_str`]) are used through
-//! `#[serde(deserialize_with = "...")]`:
-//! - bool: `true`/`false`; the numbers 0 and 1 (also 0.0 and 1.0); the strings `0 off f false n
-//!   no` and `1 on t true y yes`, in any letter case and without surrounding whitespace;
-//! - int: integers, `true`/`false` (1/0), floats with no fractional part, and strings of an
-//!   optionally signed decimal integer (surrounding whitespace, `_` between digits and a
-//!   fraction of zeros such as `20.0` allowed);
-//! - float: numbers, `true`/`false`, and what Python's `float()` reads from a string;
-//! - str: strict (a plain `String` field), except [`scalar_str`] where the existing keys
-//!   already took numbers: a number or boolean becomes Python's `str()` of it.
+//! `#[serde(deserialize_with = "...")]`. Their rules are pydantic's, implemented once in
+//! [`deermem_pycompat::lax`] (and checked there against pydantic's own answers); str is strict
+//! (a plain `String` field), except [`scalar_str`] where the existing keys already took
+//! numbers: a number or boolean becomes Python's `str()` of it.
 
+use deermem_pycompat::lax;
 use serde::de::value::{MapDeserializer, SeqDeserializer};
 use serde::de::{self, DeserializeOwned, Deserializer, Error as _, IntoDeserializer, Visitor};
 use serde::{Deserialize, forward_to_deserialize_any};
@@ -190,72 +186,20 @@ impl<'de> Deserializer<'de> for ValueDe<'de> {
     }
 }
 
-/// pydantic's lax bool: see the module documentation.
+/// pydantic's lax bool ([`deermem_pycompat::lax::bool`]).
 pub fn to_bool(v: &Value) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(*b),
-        Value::Number(n) => match n.as_f64() {
-            Some(0.0) => Some(false),
-            Some(1.0) => Some(true),
-            _ => None,
-        },
-        Value::String(s) => match s.to_ascii_lowercase().as_str() {
-            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
-            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
-            _ => None,
-        },
-        _ => None,
-    }
+    lax::bool(v).ok()
 }
 
-/// pydantic's lax int: see the module documentation.
+/// pydantic's lax int ([`deermem_pycompat::lax::int`]).
 pub fn to_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Bool(b) => Some(i64::from(*b)),
-        Value::Number(n) => n.as_i64().or_else(|| {
-            let f = n.as_f64()?;
-            // Integral and inside i64: [-2^63, 2^63), both bounds exact as f64.
-            let bound = -(i64::MIN as f64);
-            (f.fract() == 0.0 && (-bound..bound).contains(&f)).then_some(f as i64)
-        }),
-        Value::String(s) => int_from_str(s.trim()),
-        _ => None,
-    }
+    lax::int(v).ok()
 }
 
-/// An optionally signed decimal integer with `_` between digits and an optional fraction of
-/// zeros (`+1_000`, `20.00`).
-fn int_from_str(s: &str) -> Option<i64> {
-    let int_part = match s.split_once('.') {
-        Some((i, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => i,
-        Some(_) => return None,
-        None => s,
-    };
-    let (neg, digits) = match int_part.as_bytes().first() {
-        Some(b'-') => (true, &int_part[1..]),
-        Some(b'+') => (false, &int_part[1..]),
-        _ => (false, int_part),
-    };
-    let groups_ok = !digits.is_empty()
-        && digits
-            .split('_')
-            .all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()));
-    if !groups_ok {
-        return None;
-    }
-    let plain: String = digits.chars().filter(|c| *c != '_').collect();
-    let magnitude: i128 = plain.parse().ok()?;
-    i64::try_from(if neg { -magnitude } else { magnitude }).ok()
-}
-
-/// pydantic's lax float (`nan` and `inf` included; range checks refuse them).
+/// pydantic's lax float, `nan` and `inf` included ([`deermem_pycompat::lax::float`]; range
+/// checks refuse them).
 pub fn to_float(v: &Value) -> Option<f64> {
-    match v {
-        Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => deermem_pycompat::py::parse_float(s),
-        _ => None,
-    }
+    lax::float(v).ok()
 }
 
 /// A lax bool.
@@ -351,74 +295,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    /// pydantic v2's bool table (checked against pydantic 2.13 in lax mode).
-    #[test]
-    fn bool_follows_pydantic() {
-        for (v, want) in [
-            (json!(true), Some(true)),
-            (json!(0), Some(false)),
-            (json!(1), Some(true)),
-            (json!(1.0), Some(true)),
-            (json!(-0.0), Some(false)),
-            (json!(2), None),
-            (json!(0.5), None),
-            (json!("YES"), Some(true)),
-            (json!("oN"), Some(true)),
-            (json!("t"), Some(true)),
-            (json!("Y"), Some(true)),
-            (json!("f"), Some(false)),
-            (json!("n"), Some(false)),
-            (json!("off"), Some(false)),
-            (json!("0"), Some(false)),
-            (json!(""), None),
-            (json!(" yes"), None),
-            (json!("1.0"), None),
-            (json!("maybe"), None),
-            (json!(null), None),
-            (json!([true]), None),
-        ] {
-            assert_eq!(to_bool(&v), want, "{v}");
-        }
-    }
-
-    /// pydantic v2's int table (checked against pydantic 2.13 in lax mode).
-    #[test]
-    fn int_follows_pydantic() {
-        for (v, want) in [
-            (json!(true), Some(1)),
-            (json!(3.0), Some(3)),
-            (json!(3.5), None),
-            (json!(1e16), Some(10_000_000_000_000_000)),
-            (json!(9.3e18), None),
-            (json!(" 20 "), Some(20)),
-            (json!("20.00"), Some(20)),
-            (json!("20."), None),
-            (json!("20.5"), None),
-            (json!("+5"), Some(5)),
-            (json!("-5"), Some(-5)),
-            (json!("1_000"), Some(1000)),
-            (json!("1__0"), None),
-            (json!("_1"), None),
-            (json!("0x10"), None),
-            (json!("1e3"), None),
-            (json!(""), None),
-            (json!("\u{3000}5"), Some(5)),
-            (json!("\u{0663}"), None),
-        ] {
-            assert_eq!(to_int(&v), want, "{v}");
-        }
-    }
-
-    #[test]
-    fn float_follows_pydantic() {
-        assert_eq!(to_float(&json!(true)), Some(1.0));
-        assert_eq!(to_float(&json!(" 2.5 ")), Some(2.5));
-        assert_eq!(to_float(&json!("1e3")), Some(1000.0));
-        assert!(to_float(&json!("nan")).is_some_and(f64::is_nan));
-        assert_eq!(to_float(&json!("")), None);
-        assert_eq!(to_float(&json!([1])), None);
-    }
 
     #[derive(Deserialize, Debug, PartialEq)]
     #[serde(default)]

@@ -363,7 +363,7 @@ async fn mcp_bind_stops_on_sigterm_with_stalled_connections() {
         .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok-alice-0123456789\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: 500\r\n\r\n{\"jsonrpc\"")
         .await
         .expect("write");
-    // A malformed head is answered with a JSON-RPC error body.
+    // A head over the limit is refused.
     let mut bad = TcpStream::connect(&addr).await.expect("connect");
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\n\r\n",
@@ -376,10 +376,8 @@ async fn mcp_bind_stops_on_sigterm_with_stalled_connections() {
         .expect("answered")
         .ok();
     let resp = String::from_utf8_lossy(&resp);
+    // hyper's own bare 431 (docs/compat.md: the connection layer no longer parses heads).
     assert!(resp.starts_with("HTTP/1.1 431"), "{resp:.300}");
-    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("");
-    let v: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
-    assert_eq!(v["error"]["code"], -32600, "{v}");
     let limit = Duration::from_secs(DRAIN_SECONDS) + EXIT_MARGIN;
     let (took, status, log) = tokio::task::spawn_blocking(move || server.terminate(limit))
         .await

@@ -1,20 +1,18 @@
-//! The connection layer both HTTP servers use (`deermem serve` and `deermem mcp --bind`): our
-//! own accept loop over hyper's HTTP/1 connections, with a header-read timeout, a keep-alive
-//! idle timeout, a process-wide connection cap kept below the descriptor limit, JSON bodies
-//! on the errors hyper would otherwise answer with empty bodies (400, 414, 431), and a drain
-//! with a hard deadline at shutdown.
+//! The connection layer both HTTP servers use (`deermem serve` and `deermem mcp --bind`):
+//! hyper's HTTP/1 connections (its parser, its head-size, header-count and head-read limits,
+//! keep-alive), a process-wide connection cap kept below the descriptor limit, and
+//! hyper-util's graceful shutdown bounded by a drain deadline.
 //!
 //! Accepting never stalls on the cap: a connection beyond it is answered 503 (a JSON body,
 //! `Retry-After: 1`) and closed at once. An accept error such as `EMFILE` is logged (at most
 //! once a second) and retried after a short back-off (10 ms doubling to 1 s) rather than in a
-//! tight loop. When the shutdown future completes the listener is closed, idle connections and
-//! those that have not completed a request head are closed, in-flight requests finish on
-//! theirs, and whatever is still open after `drain_timeout` is closed.
+//! tight loop. When the shutdown future completes the listener is closed, idle connections are
+//! closed, in-flight requests finish on theirs, and whatever is still open after
+//! `drain_timeout` (a stalled head or body included) is closed.
+//!
+//! A head that hyper refuses is answered with hyper's own bare status (400, or 431 for a head
+//! over [`MAX_HEAD_BYTES`] or with more than [`MAX_HEADERS`] headers) and the connection closed.
 
-mod guard;
-pub mod head;
-
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
@@ -22,17 +20,24 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use axum::http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::config::ServerConfig;
-use guard::{ConnShared, GuardedIo, Timeouts};
+
+/// The largest request head hyper reads (request line and headers), in bytes; a larger one
+/// gets 431.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most header fields a request may carry; more get 431.
+pub const MAX_HEADERS: usize = 100;
 
 /// Renders the JSON body of an error answered by the connection layer, from its message.
 pub type ErrorBody = Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>;
@@ -49,7 +54,7 @@ pub fn detail_body() -> ErrorBody {
 pub struct ServeOptions {
     /// Timeouts, the connection cap and the drain deadline.
     pub server: ServerConfig,
-    /// The body of the errors the connection layer answers itself.
+    /// The body of the 503 the connection layer answers beyond the cap.
     pub error_body: ErrorBody,
 }
 
@@ -105,6 +110,13 @@ fn cap_below(configured: usize, limit: Option<u64>) -> usize {
     configured.min(usize::try_from(room).unwrap_or(usize::MAX))
 }
 
+/// How long hyper waits for a request head: it times the wait from the moment it starts
+/// reading one, which on a kept-alive connection includes the idle time before it, so the
+/// shorter of the two settings applies.
+fn head_wait(server: &ServerConfig) -> Duration {
+    server.header_read_timeout.min(server.keep_alive_timeout)
+}
+
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const WARN_EVERY: Duration = Duration::from_secs(1);
@@ -142,11 +154,15 @@ where
         );
     }
     let permits = Arc::new(Semaphore::new(cap));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let timeouts = Timeouts {
-        header_read: options.server.header_read_timeout,
-        keep_alive: options.server.keep_alive_timeout,
-    };
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(head_wait(&options.server))
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
+        .keep_alive(true);
+    let service =
+        TowerToHyperService::new(app.map_request(|req: Request<Incoming>| req.map(Body::new)));
+    let graceful = GracefulShutdown::new();
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut backoff = MIN_BACKOFF;
     let mut last_warn: Option<Instant> = None;
@@ -160,32 +176,32 @@ where
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _peer)) => {
                     backoff = MIN_BACKOFF;
-                    match Arc::clone(&permits).try_acquire_owned() {
-                        Ok(permit) => {
-                            tasks.spawn(serve_connection(
-                                tcp,
-                                app.clone(),
-                                timeouts,
-                                Arc::clone(&options.error_body),
-                                stop_rx.clone(),
-                                permit,
-                            ));
+                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                        refuse_over_cap(&tcp, cap, &options.error_body);
+                        refused_since_warn += 1;
+                        if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                            tracing::warn!(
+                                cap,
+                                refused = refused_since_warn,
+                                "connection cap reached: refusing connections"
+                            );
+                            last_warn = Some(Instant::now());
+                            refused_since_warn = 0;
                         }
-                        Err(_) => {
-                            refuse_over_cap(&tcp, cap, &options.error_body);
-                            drop(tcp);
-                            refused_since_warn += 1;
-                            if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-                                tracing::warn!(
-                                    cap,
-                                    refused = refused_since_warn,
-                                    "connection cap reached: refusing connections"
-                                );
-                                last_warn = Some(Instant::now());
-                                refused_since_warn = 0;
-                            }
-                        }
+                        continue;
+                    };
+                    // Responses go out as soon as they are written: with Nagle's algorithm a
+                    // response split over segments can wait for the client's delayed ACK.
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
                     }
+                    let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), service.clone()));
+                    tasks.spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        drop(permit);
+                    });
                 }
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) => {
@@ -210,28 +226,25 @@ where
         deadline_seconds = options.server.drain_timeout.as_secs_f64(),
         "stopped accepting; draining connections"
     );
-    // Receivers may all be gone already; nothing to tell then.
-    let _ = stop_tx.send(true);
     let mut report = DrainReport {
         open_at_shutdown: open,
         closed_at_deadline: 0,
     };
-    let deadline = tokio::time::sleep(options.server.drain_timeout);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            joined = tasks.join_next() => if joined.is_none() { break },
-            () = &mut deadline => {
-                report.closed_at_deadline = tasks.len();
-                tracing::warn!(
-                    connections = tasks.len(),
-                    "drain deadline reached: closing the connections still open"
-                );
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                break;
-            }
-        }
+    let drained = async {
+        graceful.shutdown().await;
+        while tasks.join_next().await.is_some() {}
+    };
+    if tokio::time::timeout(options.server.drain_timeout, drained)
+        .await
+        .is_err()
+    {
+        report.closed_at_deadline = tasks.len();
+        tracing::warn!(
+            connections = tasks.len(),
+            "drain deadline reached: closing the connections still open"
+        );
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
     Ok(report)
 }
@@ -249,75 +262,6 @@ fn refuse_over_cap(tcp: &TcpStream, cap: usize, error_body: &ErrorBody) {
     bytes.extend_from_slice(&body);
     // A fresh socket's send buffer takes this whole; if not, the client just sees the close.
     let _ = tcp.try_write(&bytes);
-}
-
-/// A JSON error response the connection layer builds itself.
-fn error_response(status: StatusCode, message: &str, error_body: &ErrorBody) -> Response<Body> {
-    let mut resp = Response::new(Body::from(error_body(message)));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    resp
-}
-
-async fn serve_connection(
-    tcp: TcpStream,
-    app: Router,
-    timeouts: Timeouts,
-    error_body: ErrorBody,
-    mut stop: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
-) {
-    // Responses go out as soon as they are written: with Nagle's algorithm a response split
-    // over several segments can wait for the client's delayed ACK.
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-    }
-    let shared = ConnShared::new(format!(
-        "/.deermem-refused/{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let io = TokioIo::new(GuardedIo::new(tcp, Arc::clone(&shared), timeouts));
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let app = app.clone();
-        let shared = Arc::clone(&shared);
-        let error_body = Arc::clone(&error_body);
-        async move {
-            if req.uri().path() == shared.reject_path
-                && let Some((status, message)) = shared.take_rejection()
-            {
-                return Ok::<_, Infallible>(error_response(status, &message, &error_body));
-            }
-            let _in_flight = shared.begin_request();
-            app.oneshot(req.map(Body::new)).await
-        }
-    });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    // The heads are timed by `GuardedIo`; hyper's own timer would also count idle time.
-    builder.timer(TokioTimer::new()).header_read_timeout(None);
-    let conn = builder.serve_connection(io, service);
-    tokio::pin!(conn);
-    let stopping = async move {
-        // An error means the server is gone: stop as well.
-        let _ = stop.wait_for(|stopping| *stopping).await.map(|_| ());
-    };
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        }
-        () = stopping => {
-            conn.as_mut().graceful_shutdown();
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error while draining");
-            }
-        }
-    }
 }
 
 #[cfg(test)]
