@@ -158,6 +158,7 @@ where
     http.timer(TokioTimer::new())
         .header_read_timeout(head_wait(&options.server))
         .max_buf_size(MAX_HEAD_BYTES)
+        .max_header_size(MAX_HEAD_BYTES)
         .max_headers(MAX_HEADERS)
         .keep_alive(true);
     let service =

@@ -150,8 +150,8 @@ async fn malformed_heads_get_hyper_statuses() {
         ),
     ];
     for (bytes, want) in cases {
-        let resp = exchange(srv.addr, &bytes).await;
         let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+        let resp = exchange(srv.addr, &bytes).await;
         assert_eq!(status_of(&resp), want, "{shown:?}: {resp:.300}");
     }
     // A long URI within the head limit is an ordinary request (the router's JSON 404).
