@@ -51,8 +51,8 @@ pub fn bool(v: &Value) -> Result<bool, LaxError> {
     match v {
         Value::Bool(b) => Ok(*b),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f == 0.0 => Ok(false),
-            Some(f) if f == 1.0 => Ok(true),
+            Some(0.0) => Ok(false),
+            Some(1.0) => Ok(true),
             Some(f) if n.is_f64() && f.fract() != 0.0 => {
                 Err(error("bool_type", "Input should be a valid boolean"))
             }
