@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{hybrid_fusion, nearest};
+use deermem_core::policy::fusion::{hybrid_fusion, nearest_calibrated};
+use deermem_core::policy::language::script_group;
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
@@ -46,6 +47,9 @@ pub const INLINE_EMBED: usize = 64;
 /// The BM25 candidates a hybrid search fuses: `max(top_k, HYBRID_CANDIDATES)`, and as many
 /// nearest vectors.
 pub const HYBRID_CANDIDATES: usize = 50;
+/// Query embeddings kept in the process (least recently used evicted first), keyed by the
+/// model identity and the query text: a repeated query costs no embedding request.
+pub const QUERY_CACHE_ENTRIES: usize = 1024;
 /// The worker's first retry after an embedder failure; doubled per failure up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -68,7 +72,11 @@ struct Shared {
     default_mode: SearchMode,
     state: Mutex<EmbedState>,
     closed: AtomicBool,
+    query_cache: Mutex<QueryCache>,
 }
+
+/// The query-embedding cache: `(model identity, query text)` to its vector.
+type QueryCache = lru::LruCache<(String, String), Arc<Vec<f32>>>;
 
 /// Why an embedding pass stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -201,16 +209,8 @@ impl Shared {
             Err(PassError::Embedder(_)) => return Ok(None),
             Err(PassError::Index(e)) => return Err(e),
         }
-        let query_vector = match self.embedder.embed(std::slice::from_ref(&query.text)).await {
-            Ok(mut v) if v.len() == 1 => v.swap_remove(0),
-            answer => {
-                let e = match answer {
-                    Ok(v) => format!("the embedder answered {} vectors for 1 query", v.len()),
-                    Err(e) => e.to_string(),
-                };
-                self.record_failure(query.scopes.iter().cloned(), e);
-                return Ok(None);
-            }
+        let Some(query_vector) = self.query_vector(query).await else {
+            return Ok(None);
         };
         let stored = self
             .vectors
@@ -226,12 +226,55 @@ impl Shared {
                         .is_none_or(|c| fact.category_or_default() == c)
             })
             .collect();
+        // Each fact's script group is derived from its text here, at ranking time.
         Ok(Some(
-            nearest(&query_vector, &candidates, limit)
-                .into_iter()
-                .map(|(fact, score)| (fact.clone(), score))
-                .collect(),
+            nearest_calibrated(
+                &query_vector,
+                script_group(&query.text),
+                &candidates,
+                |fact| script_group(&fact.content),
+                limit,
+            )
+            .into_iter()
+            .map(|(fact, score)| (fact.clone(), score))
+            .collect(),
         ))
+    }
+
+    /// The query's embedding, from the cache or the embedder (then cached); `None` when the
+    /// embedder failed (recorded).
+    async fn query_vector(&self, query: &SearchQuery) -> Option<Arc<Vec<f32>>> {
+        let key = (self.embedder.model_id().to_owned(), query.text.clone());
+        if let Some(v) = self
+            .query_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Some(Arc::clone(v));
+        }
+        match self
+            .embedder
+            .embed_queries(std::slice::from_ref(&query.text))
+            .await
+        {
+            Ok(mut v) if v.len() == 1 => {
+                let vector = Arc::new(v.swap_remove(0));
+                self.query_cache
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .put(key, Arc::clone(&vector));
+                Some(vector)
+            }
+            answer => {
+                let e = match answer {
+                    Ok(v) => format!("the embedder answered {} vectors for 1 query", v.len()),
+                    Err(e) => e.to_string(),
+                };
+                self.record_failure(query.scopes.iter().cloned(), e);
+                None
+            }
+        }
     }
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
@@ -386,6 +429,9 @@ impl HybridRetrieval {
             default_mode,
             state: Mutex::new(EmbedState::default()),
             closed: AtomicBool::new(false),
+            query_cache: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::MIN.saturating_add(QUERY_CACHE_ENTRIES - 1),
+            )),
         });
         let wake = Arc::new(Notify::new());
         let worker = tokio::runtime::Handle::try_current()
