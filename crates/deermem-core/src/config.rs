@@ -1145,8 +1145,10 @@ mod tests {
         assert_eq!(err.key, "memory.backend_config.search.mode");
         let err = parse(json!({"embedding": {"provider": "local"}})).unwrap_err();
         assert_eq!(err.key, "memory.backend_config.embedding.model_path");
-        let err = parse(json!({"embedding": {"provider": "local", "model_path": "/m",
-            "prefix": {"query": "query: "}}}))
+        let err = parse(
+            json!({"embedding": {"provider": "local", "model_path": "/m",
+            "prefix": {"query": "query: "}}}),
+        )
         .unwrap_err();
         assert_eq!(err.key, "memory.backend_config.embedding.prefix");
         let err = parse(json!({"embedding": {"provider": "openai"}, "retrieval_adapter": ""}))

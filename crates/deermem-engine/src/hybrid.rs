@@ -15,9 +15,12 @@
 //!   the BM25 result.
 //! - **Search**: the mode is the query's or the configured default. `bm25` is the index as it
 //!   is. `vector` and `hybrid` first embed up to [`INLINE_EMBED`] of the scopes' missing
-//!   documents (so a fact written a moment ago is found), embed the query and rank the scopes'
-//!   vectors exactly (`policy::fusion::nearest`, after the category filter); `vector` answers
-//!   that list cut to `top_k` (score = cosine similarity), `hybrid` fuses it with the BM25
+//!   documents (so a fact written a moment ago is found), embed the query as a query (an
+//!   in-process LRU cache keyed by model id and text answers a repeated one) and rank the
+//!   scopes' vectors exactly, calibrated by script group so that a query's language does not
+//!   outrank its meaning (`policy::fusion::nearest_calibrated`, after the category filter);
+//!   `vector` answers
+//!   that list cut to `top_k` (score = the calibrated cosine similarity), `hybrid` fuses it with the BM25
 //!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by the core's hybrid policy
 //!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a decisive word
 //!   match stays first and a BM25 hit votes only when it is a strong match among meaning's

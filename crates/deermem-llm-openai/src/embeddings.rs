@@ -136,11 +136,7 @@ impl OpenAiEmbedder {
     shared!(setters);
 
     /// Embeds `texts` with one side's settings, batch by batch.
-    async fn embed_side(
-        &self,
-        side: &Side,
-        texts: &[String],
-    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn embed_side(&self, side: &Side, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(self.batch_size) {
             out.extend(self.batch(side, chunk).await?);

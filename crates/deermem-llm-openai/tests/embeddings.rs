@@ -121,7 +121,10 @@ async fn queries_and_documents_carry_their_own_input_type_and_prefix() {
     assert_eq!(sent[0].body["input_type"], "passage");
     assert_eq!(sent[0].body["input"], json!(["Plays basketball"]));
     assert_eq!(sent[1].body["input_type"], "query");
-    assert_eq!(sent[1].body["input"], json!(["query: what sport", "query:  "]));
+    assert_eq!(
+        sent[1].body["input"],
+        json!(["query: what sport", "query:  "])
+    );
     assert_eq!(e.model_id(), "openai:embed-test@32;input_type=passage");
     // Nothing configured: neither key nor prefix, and the same request for both sides.
     let (plain, _) = embedder(&config(&url, 0));

@@ -120,7 +120,9 @@ mod tests {
     }
 
     fn scores(list: &[(f32, ScriptGroup)]) -> Vec<f32> {
-        list.iter().map(|(s, _)| (s * 1000.0).round() / 1000.0).collect()
+        list.iter()
+            .map(|(s, _)| (s * 1000.0).round() / 1000.0)
+            .collect()
     }
 
     /// A Chinese query over a mixed memory: the Chinese facts score higher across the board;
@@ -174,7 +176,13 @@ mod tests {
         calibrate_by_script(&mut list, Other);
         assert_eq!(list, one_language);
         // Two Chinese facts are too few to have a level: nothing is lifted.
-        let mut few = vec![(0.9, Cjk), (0.8, Cjk), (0.5, Other), (0.4, Other), (0.3, Other)];
+        let mut few = vec![
+            (0.9, Cjk),
+            (0.8, Cjk),
+            (0.5, Other),
+            (0.4, Other),
+            (0.3, Other),
+        ];
         let before = few.clone();
         calibrate_by_script(&mut few, Cjk);
         assert_eq!(few, before);
