@@ -19,7 +19,7 @@ mod postgres;
 mod postgres_checks;
 mod shown;
 
-pub use embedding::{EmbeddingConfig, EmbeddingProvider, MAX_EMBEDDING_BATCH};
+pub use embedding::{EmbeddingConfig, EmbeddingProvider, EmbeddingSides, MAX_EMBEDDING_BATCH};
 pub use postgres::{
     MAX_POSTGRES_POOL_SIZE, PostgresCoherence, PostgresSettings, PostgresTls, PostgresTlsMode,
     env_reference,
@@ -764,6 +764,19 @@ impl DeerMemConfig {
                 "is required with provider: local (a directory holding model.safetensors, tokenizer.json and config.json)",
             ));
         }
+        if provider == EmbeddingProvider::Local {
+            for (key, sides) in [
+                ("input_type", &self.embedding.input_type),
+                ("prefix", &self.embedding.prefix),
+            ] {
+                if !sides.is_empty() {
+                    return Err(ConfigError::new(
+                        format!("memory.backend_config.embedding.{key}"),
+                        "applies to provider: openai only; the local model embeds queries and documents alike",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1132,6 +1145,12 @@ mod tests {
         assert_eq!(err.key, "memory.backend_config.search.mode");
         let err = parse(json!({"embedding": {"provider": "local"}})).unwrap_err();
         assert_eq!(err.key, "memory.backend_config.embedding.model_path");
+        let err = parse(
+            json!({"embedding": {"provider": "local", "model_path": "/m",
+            "prefix": {"query": "query: "}}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.embedding.prefix");
         let err = parse(json!({"embedding": {"provider": "openai"}, "retrieval_adapter": ""}))
             .unwrap_err();
         assert_eq!(err.key, "memory.backend_config.embedding.provider");

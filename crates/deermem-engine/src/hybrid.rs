@@ -15,9 +15,12 @@
 //!   the BM25 result.
 //! - **Search**: the mode is the query's or the configured default. `bm25` is the index as it
 //!   is. `vector` and `hybrid` first embed up to [`INLINE_EMBED`] of the scopes' missing
-//!   documents (so a fact written a moment ago is found), embed the query and rank the scopes'
-//!   vectors exactly (`policy::fusion::nearest`, after the category filter); `vector` answers
-//!   that list cut to `top_k` (score = cosine similarity), `hybrid` fuses it with the BM25
+//!   documents (so a fact written a moment ago is found), embed the query as a query (an
+//!   in-process LRU cache keyed by model id and text answers a repeated one) and rank the
+//!   scopes' vectors exactly, calibrated by script group so that a query's language does not
+//!   outrank its meaning (`policy::fusion::nearest_calibrated`, after the category filter);
+//!   `vector` answers
+//!   that list cut to `top_k` (score = the calibrated cosine similarity), `hybrid` fuses it with the BM25
 //!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by the core's hybrid policy
 //!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a decisive word
 //!   match stays first and a BM25 hit votes only when it is a strong match among meaning's
@@ -30,7 +33,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{hybrid_fusion, nearest};
+use deermem_core::policy::fusion::{hybrid_fusion, nearest_calibrated};
+use deermem_core::policy::language::script_group;
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
@@ -46,6 +50,9 @@ pub const INLINE_EMBED: usize = 64;
 /// The BM25 candidates a hybrid search fuses: `max(top_k, HYBRID_CANDIDATES)`, and as many
 /// nearest vectors.
 pub const HYBRID_CANDIDATES: usize = 50;
+/// Query embeddings kept in the process (least recently used evicted first), keyed by the
+/// model identity and the query text: a repeated query costs no embedding request.
+pub const QUERY_CACHE_ENTRIES: usize = 1024;
 /// The worker's first retry after an embedder failure; doubled per failure up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -68,7 +75,11 @@ struct Shared {
     default_mode: SearchMode,
     state: Mutex<EmbedState>,
     closed: AtomicBool,
+    query_cache: Mutex<QueryCache>,
 }
+
+/// The query-embedding cache: `(model identity, query text)` to its vector.
+type QueryCache = lru::LruCache<(String, String), Arc<Vec<f32>>>;
 
 /// Why an embedding pass stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -201,16 +212,8 @@ impl Shared {
             Err(PassError::Embedder(_)) => return Ok(None),
             Err(PassError::Index(e)) => return Err(e),
         }
-        let query_vector = match self.embedder.embed(std::slice::from_ref(&query.text)).await {
-            Ok(mut v) if v.len() == 1 => v.swap_remove(0),
-            answer => {
-                let e = match answer {
-                    Ok(v) => format!("the embedder answered {} vectors for 1 query", v.len()),
-                    Err(e) => e.to_string(),
-                };
-                self.record_failure(query.scopes.iter().cloned(), e);
-                return Ok(None);
-            }
+        let Some(query_vector) = self.query_vector(query).await else {
+            return Ok(None);
         };
         let stored = self
             .vectors
@@ -226,12 +229,55 @@ impl Shared {
                         .is_none_or(|c| fact.category_or_default() == c)
             })
             .collect();
+        // Each fact's script group is derived from its text here, at ranking time.
         Ok(Some(
-            nearest(&query_vector, &candidates, limit)
-                .into_iter()
-                .map(|(fact, score)| (fact.clone(), score))
-                .collect(),
+            nearest_calibrated(
+                &query_vector,
+                script_group(&query.text),
+                &candidates,
+                |fact| script_group(&fact.content),
+                limit,
+            )
+            .into_iter()
+            .map(|(fact, score)| (fact.clone(), score))
+            .collect(),
         ))
+    }
+
+    /// The query's embedding, from the cache or the embedder (then cached); `None` when the
+    /// embedder failed (recorded).
+    async fn query_vector(&self, query: &SearchQuery) -> Option<Arc<Vec<f32>>> {
+        let key = (self.embedder.model_id().to_owned(), query.text.clone());
+        if let Some(v) = self
+            .query_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Some(Arc::clone(v));
+        }
+        match self
+            .embedder
+            .embed_queries(std::slice::from_ref(&query.text))
+            .await
+        {
+            Ok(mut v) if v.len() == 1 => {
+                let vector = Arc::new(v.swap_remove(0));
+                self.query_cache
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .put(key, Arc::clone(&vector));
+                Some(vector)
+            }
+            answer => {
+                let e = match answer {
+                    Ok(v) => format!("the embedder answered {} vectors for 1 query", v.len()),
+                    Err(e) => e.to_string(),
+                };
+                self.record_failure(query.scopes.iter().cloned(), e);
+                None
+            }
+        }
     }
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
@@ -386,6 +432,9 @@ impl HybridRetrieval {
             default_mode,
             state: Mutex::new(EmbedState::default()),
             closed: AtomicBool::new(false),
+            query_cache: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::MIN.saturating_add(QUERY_CACHE_ENTRIES - 1),
+            )),
         });
         let wake = Arc::new(Notify::new());
         let worker = tokio::runtime::Handle::try_current()

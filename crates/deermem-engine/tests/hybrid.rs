@@ -423,3 +423,36 @@ mod contract {
         )
     });
 }
+
+/// A repeated query costs no embedding request: its vector comes from the in-process cache
+/// (built outside a runtime, so no worker embeds behind the test's back).
+#[test]
+fn a_repeated_query_is_answered_from_the_query_embedding_cache() {
+    let idx = index();
+    let embedder = fake();
+    let r = hybrid(&idx, embedder.clone(), SearchMode::Hybrid);
+    assert!(!r.has_worker());
+    let s = alice();
+    deermem_testkit::block_on(async {
+        seed(&r, &s).await;
+        let first = r.search(&query(QUERY, &s, 2, None)).await.unwrap();
+        // The four facts, embedded inline, and the query.
+        assert_eq!(embedder.texts_embedded(), 5);
+        let calls = embedder.calls();
+        let again = r.search(&query(QUERY, &s, 2, None)).await.unwrap();
+        assert_eq!(ids(&again), ids(&first));
+        assert_eq!(embedder.calls(), calls);
+        let vector = r
+            .search(&query(QUERY, &s, 2, Some(SearchMode::Vector)))
+            .await
+            .unwrap();
+        assert_eq!(ids(&vector)[0], "tea");
+        assert_eq!(embedder.calls(), calls);
+        // Another text is embedded once.
+        r.search(&query("where does the user live", &s, 2, None))
+            .await
+            .unwrap();
+        assert_eq!(embedder.calls(), calls + 1);
+        assert_eq!(embedder.texts_embedded(), 6);
+    });
+}

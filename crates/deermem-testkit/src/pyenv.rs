@@ -98,7 +98,15 @@ fn check_host_python(python: &str) -> Result<(), String> {
 /// A message naming what is missing (Python, `venv`, the package index) with the failing
 /// command's output.
 pub fn ensure(name: &str, requirements: &[&str]) -> Result<PyEnv, String> {
-    let base = base_dir();
+    ensure_in(&base_dir(), name, requirements)
+}
+
+/// [`ensure`] with the environment under `base` instead of [`base_dir`].
+///
+/// # Errors
+/// As [`ensure`].
+pub fn ensure_in(base: &Path, name: &str, requirements: &[&str]) -> Result<PyEnv, String> {
+    let base = base.to_path_buf();
     fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
     let dir = base.join(name);
     let marker = dir.join(".deermem-ready");

