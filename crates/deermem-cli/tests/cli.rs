@@ -834,6 +834,43 @@ fn export_import_round_trip() {
     );
 }
 
+/// As the reference: an import fact whose `id` is `""` or absent is stored under a generated
+/// `fact_…` id.
+#[test]
+fn import_generates_blank_and_missing_fact_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let file = root.join("blank-ids.json");
+    std::fs::write(
+        &file,
+        r#"{"facts": [{"id": "", "content": "Blank id"}, {"content": "No id"},
+                      {"id": "fact_named", "content": "Named"}]}"#,
+    )
+    .unwrap();
+    let imported = ok_json(root, &["import", "--user", "u3", file.to_str().unwrap()]);
+    let mut ids: Vec<String> = imported["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.contains(&"fact_named".to_owned()), "{ids:?}");
+    for id in ids.iter().filter(|id| *id != "fact_named") {
+        assert!(id.starts_with("fact_") && id.len() == 13, "{id}");
+    }
+    let exported = ok_json(root, &["export", "--user", "u3"]);
+    let mut again: Vec<String> = exported["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_owned())
+        .collect();
+    again.sort();
+    assert_eq!(again, ids, "the generated ids are the stored ones");
+}
+
 #[test]
 fn ingest_reports_changes_and_context_prints_the_block() {
     let dir = tempfile::tempdir().unwrap();

@@ -85,6 +85,17 @@ pub enum FactError {
     /// Bad id characters.
     #[error("fact.id may contain only letters, numbers, '_' and '-'")]
     InvalidId,
+    /// An id longer than ids may be here (the Python reference stores ids up to its file-name
+    /// limit, about 251 bytes).
+    #[error(
+        "fact.id is {len} bytes; fact ids are at most {max} bytes here (the Python DeerMem accepts longer ones)"
+    )]
+    IdTooLong {
+        /// The id's length in bytes.
+        len: usize,
+        /// The most bytes an id may have.
+        max: usize,
+    },
     /// `content` is not a string.
     #[error("fact.content must be a string")]
     ContentNotString,
@@ -141,7 +152,7 @@ impl FactError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::NotAnObject => "fact",
-            Self::InvalidId => "id",
+            Self::InvalidId | Self::IdTooLong { .. } => "id",
             Self::ContentNotString | Self::ContentEmpty => "content",
             Self::CategoryNotString => "category",
             Self::Confidence => "confidence",

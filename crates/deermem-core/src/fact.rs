@@ -765,7 +765,9 @@ impl PartialEq for Fact {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schema", schemars(rename = "Fact"))]
 pub struct PublicFact {
-    /// Fact id.
+    /// Fact id. An import document may leave it blank (`""` or absent): the manager then
+    /// generates one, as the reference does.
+    #[serde(default)]
     pub id: String,
     /// Fact text.
     pub content: String,

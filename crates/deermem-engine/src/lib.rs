@@ -16,7 +16,8 @@ mod pipeline;
 mod queue;
 
 pub use manager::{
-    AddedFact, DeerMemManager, DeerMemParts, IngestReport, IngestStatus, RemovalReason, RemovedFact,
+    AddedFact, DeerMemManager, DeerMemParts, ImportTrim, IngestReport, IngestStatus, RemovalReason,
+    RemovedFact,
 };
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use queue::{QueueConfig, QueueError, UpdateQueue, request_bytes};

@@ -37,6 +37,7 @@ use deermem_core::{
     PublicMemoryDocument, TokenCounting, UserId,
 };
 
+pub use bucket::ImportTrim;
 pub use ingest::{AddedFact, IngestReport, IngestStatus, RemovalReason, RemovedFact};
 
 use crate::pipeline::{Submission, SubmitOutcome, UpdatePipeline};

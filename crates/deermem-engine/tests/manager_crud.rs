@@ -1543,3 +1543,150 @@ async fn ingest_now_reports_consolidation_merges_and_refusals() {
         vec!["Likes juice", "Likes tea and coffee", "Likes water"]
     );
 }
+
+/// As the reference: an import fact whose id is `""` or absent gets a generated `fact_…` id
+/// that names no stored fact and no other fact of the document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_generates_ids_for_blank_and_missing_ones() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let doc = m
+        .import_memory(
+            doc_from(json!({"facts": [
+                {"id": "", "content": "blank id"},
+                {"content": "no id"},
+                {"id": "fact_named", "content": "named"}
+            ]})),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    let got = ids(&doc);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.contains(&"fact_named".to_owned()));
+    for id in got.iter().filter(|id| *id != "fact_named") {
+        assert!(id.starts_with("fact_") && id.len() == 13, "{id}");
+    }
+    assert_eq!(contents(&doc), vec!["blank id", "named", "no id"]);
+    // The stored copies read back with their generated ids (nothing blank was written).
+    let reread = m.reload_memory(s).await.unwrap();
+    let mut again = ids(&reread);
+    again.sort();
+    let mut want = got.clone();
+    want.sort();
+    assert_eq!(again, want);
+}
+
+/// The manager stores a long manual fact, as the reference does (no 20,000-character cap):
+/// create, update and import alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_facts_are_stored() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let long = "x".repeat(20_001);
+    let (doc, id) = m
+        .create_fact(new_fact(&long, "context", 0.5), s.clone())
+        .await
+        .unwrap();
+    let id = id.unwrap();
+    assert_eq!(doc.facts[0].content, long);
+    let longer = "y".repeat(50_000);
+    let patch = FactPatch {
+        content: Some(longer.clone()),
+        ..FactPatch::default()
+    };
+    let doc = m.update_fact(&id, patch, s.clone()).await.unwrap();
+    assert_eq!(doc.facts[0].content, longer);
+    let doc = m
+        .import_memory(
+            doc_from(json!({"facts": [{"id": "fact_long", "content": "z".repeat(30_000)}]})),
+            s.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(doc.facts[0].content.chars().count(), 30_000);
+}
+
+/// Trimming an import as its facts arrive keeps exactly what one capacity decision over the
+/// whole list keeps, under both eviction policies (corrections' reserved slots included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_trimmed_as_it_arrives_keeps_what_one_decision_keeps() {
+    use deermem_core::policy::eviction::EvictionPolicy;
+    for policy in [EvictionPolicy::Confidence, EvictionPolicy::HybridV1] {
+        let cfg = DeerMemConfig {
+            max_facts: 7,
+            fact_eviction_policy: policy,
+            ..config()
+        };
+        let env = file_env(cfg, None);
+        let m = &env.manager;
+        let facts: Vec<Value> = (0..95)
+            .map(|i| {
+                let category = if i % 11 == 0 { "correction" } else { "context" };
+                // Repeating confidences, so ties are decided by document order.
+                let confidence = f64::from((i * 37) % 10) / 10.0;
+                let id = if i % 13 == 0 {
+                    String::new()
+                } else {
+                    format!("fact_{i:03}")
+                };
+                json!({"id": id, "content": format!("fact number {i}"),
+                       "category": category, "confidence": confidence})
+            })
+            .collect();
+        let whole = m
+            .import_memory(doc_from(json!({ "facts": facts })), scope("whole", None))
+            .await
+            .unwrap();
+        let streamed_scope = scope("streamed", None);
+        let mut trim = m.as_ref().import_trim(&streamed_scope).await.unwrap();
+        for f in &facts {
+            trim.push(serde_json::from_value(f.clone()).unwrap())
+                .unwrap();
+        }
+        assert_eq!(trim.received(), 95);
+        let kept = trim.finish();
+        assert_eq!(kept.len(), 7, "{policy:?}");
+        let streamed = m
+            .import_memory(
+                doc_from(json!({ "facts": serde_json::to_value(&kept).unwrap() })),
+                streamed_scope,
+            )
+            .await
+            .unwrap();
+        assert_eq!(contents(&streamed), contents(&whole), "{policy:?}");
+    }
+}
+
+/// A trim checks every fact as the import does, naming its index in the document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_trim_refuses_what_the_import_refuses() {
+    let env = file_env(config(), None);
+    let m = &env.manager;
+    let s = scope("alice", None);
+    let fact = |v: Value| -> deermem_core::PublicFact { serde_json::from_value(v).unwrap() };
+    let mut trim = m.as_ref().import_trim(&s).await.unwrap();
+    trim.push(fact(json!({"id": "fact_a", "content": "one"})))
+        .unwrap();
+    let dup = trim.push(fact(json!({"id": "fact_a", "content": "two"})));
+    assert_eq!(code_of(dup), InvalidInputCode::MemoryData);
+    let bad = trim.push(fact(json!({"id": "../x", "content": "three"})));
+    match bad {
+        Err(ManagerError::InvalidInput { message, .. }) => {
+            assert!(message.starts_with("memory_data.facts[2].id"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let blank = trim.push(fact(json!({"id": "", "content": "  "})));
+    match blank {
+        Err(ManagerError::InvalidInput { message, .. }) => {
+            assert_eq!(
+                message,
+                "memory_data.facts[3]: fact.content must not be empty"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -331,22 +331,18 @@ async fn our_own_messages_follow_the_documented_formats() {
 // Against the real DeerMem manager.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn content_errors_say_what_is_wrong() {
+async fn a_long_fact_is_stored_and_empty_content_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let a = app(deermem_at(dir.path()));
+    // No length cap beyond the body limit, as the reference.
     let long = "x".repeat(20_024);
     let r = send(
         &a,
         json_req(Method::POST, "/api/memory/facts", &json!({"content": long})),
     )
     .await;
-    assert_eq!(
-        (r.status, r.detail()),
-        (
-            StatusCode::BAD_REQUEST,
-            "Memory fact content is too long (at most 20000 characters)."
-        )
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["facts"][0]["content"], json!(long));
     let r = send(
         &a,
         json_req(
@@ -434,13 +430,8 @@ async fn patch_checks_the_body_first_and_the_fact_before_its_new_values() {
         ),
     )
     .await;
-    assert_eq!(
-        (r.status, r.detail()),
-        (
-            StatusCode::BAD_REQUEST,
-            "Memory fact content is too long (at most 20000 characters)."
-        )
-    );
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["facts"][0]["content"], json!("y".repeat(20_001)));
 }
 
 fn import_fact(id: &str, extra: Value) -> Value {
@@ -471,6 +462,33 @@ async fn import_coerces_source_and_confidence_like_the_reference() {
         assert_eq!(r.status, StatusCode::OK, "{extra}: {}", r.text);
         assert_eq!(r.body["facts"][0][field], want, "{extra}");
     }
+}
+
+/// As the reference: an import fact whose `id` is `""` or absent gets a generated `fact_…` id
+/// (a backup that leaves ids blank restores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_generates_blank_and_missing_fact_ids() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let a = app(deermem_at(dir.path()));
+    let body = json!({"facts": [
+        {"id": "", "content": "Blank id"},
+        {"content": "No id at all"},
+        {"id": "fact_kept", "content": "Named"},
+    ]});
+    let r = send(&a, json_req(Method::POST, "/api/memory/import", &body)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let ids = fact_ids(&r.body);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.contains(&"fact_kept".to_owned()), "{ids:?}");
+    let generated: Vec<&String> = ids.iter().filter(|id| *id != "fact_kept").collect();
+    assert_eq!(generated.len(), 2);
+    for id in &generated {
+        assert!(
+            id.starts_with("fact_") && id.len() == 13,
+            "a generated id: {id}"
+        );
+    }
+    assert_ne!(generated[0], generated[1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -352,14 +352,14 @@ async fn import_schema_errors_are_422_and_never_reach_the_manager() {
         json_req(
             Method::POST,
             "/api/memory/import",
-            &json!({"facts": [{"content": "no id"}]}),
+            &json!({"facts": [{"id": "fact_no_content"}]}),
         ),
     )
     .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(
         r.body["detail"][0]["loc"],
-        json!(["body", "facts", 0, "id"])
+        json!(["body", "facts", 0, "content"])
     );
     assert_eq!(r.body["detail"][0]["type"], "missing");
     assert!(m.calls().is_empty());

@@ -196,7 +196,12 @@ impl FactDraft {
             "id" => {
                 self.id = if py::truthy(&v) {
                     let s = py::py_str(&v).ok_or(FactError::InvalidId)?;
-                    Some(FactId::new(s).map_err(|_| FactError::InvalidId)?)
+                    Some(FactId::new(s).map_err(|e| match e {
+                        crate::IdError::FactIdTooLong { len, max } => {
+                            FactError::IdTooLong { len, max }
+                        }
+                        _ => FactError::InvalidId,
+                    })?)
                 } else {
                     None
                 };

@@ -6,16 +6,18 @@ use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 use deermem_core::ports::{MemoryAdmin, MemoryScope};
-use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, InvalidInputCode,
-    MAX_IMPORT_FACTS, ManagerError, PublicMemoryDocument, Scope, StorageError, SummaryPatch,
-    UserId,
-};
-use deermem_pycompat::py;
+use std::sync::Arc;
 
-use super::facts::{MAX_MANUAL_CONTENT_CHARS, normalize_candidate};
+use deermem_core::policy::eviction::FactUsageMap;
+use deermem_core::{
+    AgentName, ApplyOptions, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId, FactScope,
+    InvalidInputCode, MAX_IMPORT_FACTS, ManagerError, MemoryDocument, PublicFact,
+    PublicMemoryDocument, Scope, StorageError, SummaryPatch, Timestamp, UserId,
+};
+
+use super::facts::{ID_DRAWS, normalize_candidate};
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
-use deermem_updater::capacity_decision;
+use deermem_updater::{FactIdSource, capacity_decision};
 
 fn memory_data(message: String) -> ManagerError {
     ManagerError::invalid(InvalidInputCode::MemoryData, message)
@@ -31,51 +33,240 @@ fn too_many_facts(count: usize) -> ManagerError {
 /// A fact of an import document, checked.
 struct Incoming {
     id: FactId,
+    /// The document left the id blank (`""` or absent): the id was drawn here, and is drawn
+    /// again should it name a stored fact.
+    generated: bool,
     draft: FactDraft,
 }
 
-/// Validates the facts of an import document: at most [`MAX_IMPORT_FACTS`] of them, valid,
-/// unique ids and bounded content, then each fact's fields (the draft's rules).
-fn incoming_facts(document: &PublicMemoryDocument) -> Result<Vec<Incoming>, ManagerError> {
+/// The id an import fact names (`None` when blank: the manager generates one, as the
+/// reference does).
+fn given_id(i: usize, f: &PublicFact) -> Result<Option<FactId>, ManagerError> {
+    if f.id.is_empty() {
+        return Ok(None);
+    }
+    FactId::new(f.id.clone())
+        .map(Some)
+        .map_err(|e| memory_data(format!("memory_data.facts[{i}].id: {e}")))
+}
+
+/// The draft of an import fact (its fields checked by the draft's rules).
+fn import_draft(i: usize, f: &PublicFact) -> Result<FactDraft, ManagerError> {
+    f.to_draft()
+        .map_err(|e| memory_data(format!("memory_data.facts[{i}]: {e}")))
+}
+
+fn duplicate_id(id: &FactId) -> ManagerError {
+    memory_data(format!("memory_data.facts: duplicate fact id '{id}'"))
+}
+
+/// A fresh id that is not in `taken`.
+fn fresh_id(ids: &FactIdSource, taken: &HashSet<FactId>) -> Result<FactId, ManagerError> {
+    for _ in 0..ID_DRAWS {
+        let id = ids.next_id();
+        if !taken.contains(&id) {
+            return Ok(id);
+        }
+    }
+    Err(ManagerError::conflict("could not draw an unused fact id"))
+}
+
+/// Validates the facts of an import document: at most [`MAX_IMPORT_FACTS`] of them, valid and
+/// unique ids (a blank one is drawn), then each fact's fields (the draft's rules).
+fn incoming_facts(
+    document: &PublicMemoryDocument,
+    ids: &FactIdSource,
+) -> Result<Vec<Incoming>, ManagerError> {
     if document.facts.len() > MAX_IMPORT_FACTS {
         return Err(too_many_facts(document.facts.len()));
     }
     let mut seen: HashSet<FactId> = HashSet::new();
-    let mut out = Vec::with_capacity(document.facts.len());
+    let mut given = Vec::with_capacity(document.facts.len());
     for (i, f) in document.facts.iter().enumerate() {
-        let id = FactId::new(f.id.clone())
-            .map_err(|e| memory_data(format!("memory_data.facts[{i}].id: {e}")))?;
-        if !seen.insert(id.clone()) {
-            return Err(memory_data(format!(
-                "memory_data.facts: duplicate fact id '{id}'"
-            )));
-        }
-        if py::strip(&f.content)
-            .chars()
-            .nth(MAX_MANUAL_CONTENT_CHARS)
-            .is_some()
+        let id = given_id(i, f)?;
+        if let Some(id) = &id
+            && !seen.insert(id.clone())
         {
-            return Err(memory_data(format!(
-                "memory_data.facts[{i}].content is too long (at most {MAX_MANUAL_CONTENT_CHARS} characters)"
-            )));
+            return Err(duplicate_id(id));
         }
-        out.push(id);
+        given.push(id);
     }
-    // The fields are checked once every id and length is (the order the checks had when the
-    // fields were only checked while scoring the facts for capacity).
-    out.into_iter()
-        .zip(&document.facts)
-        .enumerate()
-        .map(|(i, (id, f))| {
-            let draft = f
-                .to_draft()
-                .map_err(|e| memory_data(format!("memory_data.facts[{i}]: {e}")))?;
-            Ok(Incoming { id, draft })
-        })
-        .collect()
+    // The fields are checked once every id is (the order the checks had when the fields were
+    // only checked while scoring the facts for capacity).
+    let mut out = Vec::with_capacity(given.len());
+    for (i, (id, f)) in given.into_iter().zip(&document.facts).enumerate() {
+        let mut draft = import_draft(i, f)?;
+        let (id, generated) = match id {
+            Some(id) => (id, false),
+            None => {
+                let id = fresh_id(ids, &seen)?;
+                seen.insert(id.clone());
+                draft.set_id(id.clone());
+                (id, true)
+            }
+        };
+        out.push(Incoming {
+            id,
+            generated,
+            draft,
+        });
+    }
+    Ok(out)
+}
+
+/// Draws again every generated id that names a fact of `snapshot` (a generated id never
+/// replaces a stored fact).
+fn redraw_taken(
+    incoming: &mut [Incoming],
+    snapshot: &MemoryDocument,
+    ids: &FactIdSource,
+) -> Result<(), ManagerError> {
+    if !incoming
+        .iter()
+        .any(|f| f.generated && snapshot.fact(f.id.as_str()).is_some())
+    {
+        return Ok(());
+    }
+    let mut taken: HashSet<FactId> = incoming.iter().map(|f| f.id.clone()).collect();
+    taken.extend(snapshot.facts.iter().map(|f| f.id.clone()));
+    for f in incoming
+        .iter_mut()
+        .filter(|f| f.generated && snapshot.fact(f.id.as_str()).is_some())
+    {
+        let id = fresh_id(ids, &taken)?;
+        taken.insert(id.clone());
+        f.draft.set_id(id.clone());
+        f.id = id;
+    }
+    Ok(())
+}
+
+/// The facts of an import document received one at a time and trimmed by the capacity policy
+/// as they arrive, so a document of any length is imported holding at most twice `max_facts`
+/// facts (plus the ids seen, for the duplicate check), never the whole list. Made by
+/// [`DeerMemManager::import_trim`]; [`ImportTrim::finish`] gives the facts to import.
+///
+/// Each fact is checked as the import checks it (id, duplicate id, fields), with its index in
+/// the document in the message. The policy is the one the import applies, with the same usage
+/// heat; it keeps the best `max_facts` by score (corrections' reserved slots included), so
+/// trimming along the way keeps what one decision over the whole list would keep.
+pub struct ImportTrim {
+    config: Arc<DeerMemConfig>,
+    usage: FactUsageMap,
+    now: Timestamp,
+    scope: FactScope,
+    ids: FactIdSource,
+    /// The ids the document named, for the duplicate check.
+    given: HashSet<FactId>,
+    /// Every id in use here: those named and the stand-ins of blank ones.
+    seen: HashSet<FactId>,
+    /// The facts kept so far, in document order, and their scored form.
+    facts: Vec<PublicFact>,
+    scored: Vec<Fact>,
+    next: usize,
+}
+
+impl std::fmt::Debug for ImportTrim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportTrim")
+            .field("received", &self.next)
+            .field("kept", &self.facts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ImportTrim {
+    /// Checks the next fact of the document and keeps it for now; when more than twice
+    /// `max_facts` are kept, the policy trims them to `max_facts`.
+    ///
+    /// # Errors
+    /// `InvalidInput{MemoryData}` naming `memory_data.facts[i]`: an invalid or duplicate id,
+    /// or a field the fact rules refuse.
+    pub fn push(&mut self, fact: PublicFact) -> Result<(), ManagerError> {
+        let i = self.next;
+        self.next += 1;
+        let (id, mut draft) = match given_id(i, &fact)? {
+            Some(id) => {
+                if !self.given.insert(id.clone()) {
+                    return Err(duplicate_id(&id));
+                }
+                self.seen.insert(id.clone());
+                (id, import_draft(i, &fact)?)
+            }
+            None => {
+                // A stand-in id for scoring only: the fact keeps its blank id, and the import
+                // draws the real one against the stored facts.
+                let id = fresh_id(&self.ids, &self.seen)?;
+                self.seen.insert(id.clone());
+                (id, import_draft(i, &fact)?)
+            }
+        };
+        draft.set_id(id.clone());
+        let scored = normalize_candidate(&draft, &self.scope, self.now, &id)
+            .map_err(|e| memory_data(format!("memory_data.facts[{i}]: {e}")))?;
+        self.facts.push(fact);
+        self.scored.push(scored);
+        if self.scored.len() > self.config.max_facts.saturating_mul(2).max(1) {
+            self.trim();
+        }
+        Ok(())
+    }
+
+    /// How many facts were received.
+    pub fn received(&self) -> usize {
+        self.next
+    }
+
+    fn trim(&mut self) {
+        let Some(decision) = capacity_decision(&self.scored, &self.config, &self.usage, self.now)
+        else {
+            return;
+        };
+        let kept: HashSet<&FactId> = decision.decision.kept.iter().map(|f| &f.id).collect();
+        let keep: Vec<bool> = self.scored.iter().map(|f| kept.contains(&f.id)).collect();
+        let mut flags = keep.iter();
+        self.facts
+            .retain(|_| flags.next().copied().unwrap_or(false));
+        let mut flags = keep.iter();
+        self.scored
+            .retain(|_| flags.next().copied().unwrap_or(false));
+    }
+
+    /// The facts to import, in document order: at most `max_facts` of them when more were
+    /// received (the import's own capacity decision then keeps the same ones).
+    pub fn finish(mut self) -> Vec<PublicFact> {
+        if self.scored.len() > self.config.max_facts {
+            self.trim();
+        }
+        self.facts
+    }
 }
 
 impl DeerMemManager {
+    /// A trim for the facts of an import into `scope` that arrive one at a time (see
+    /// [`ImportTrim`]), scoring with this manager's policy, clock and the bucket's usage heat.
+    ///
+    /// # Errors
+    /// The scope is refused (`strict_user_scope`).
+    pub async fn import_trim(&self, scope: &MemoryScope) -> Result<ImportTrim, ManagerError> {
+        let (user, agent) = self.bucket(scope)?;
+        let usage = self
+            .usage_for_capacity(user.as_ref(), &agent, usize::MAX)
+            .await;
+        Ok(ImportTrim {
+            config: Arc::clone(&self.config),
+            usage,
+            now: self.clock.now(),
+            scope: Scope::new(user, Some(agent)).to_fact_scope(),
+            ids: self.ids.clone(),
+            given: HashSet::new(),
+            seen: HashSet::new(),
+            facts: Vec::new(),
+            scored: Vec::new(),
+            next: 0,
+        })
+    }
+
     /// Deletes every fact of one bucket (summaries are shared and kept), recomputing from a
     /// fresh snapshot when a concurrent writer wins.
     async fn clear_agent(
@@ -142,7 +333,7 @@ impl MemoryAdmin for DeerMemManager {
         let (user, agent) = self.bucket(&scope)?;
         let _turn = self.write_turns.take(user.as_ref()).await;
         let user = user.as_ref();
-        let incoming = incoming_facts(&document)?;
+        let mut incoming = incoming_facts(&document, &self.ids)?;
         let fact_scope = Scope::new(user.cloned(), Some(agent.clone())).to_fact_scope();
         let summaries = SummaryPatch {
             user: Some(document.user.to_section().0),
@@ -152,6 +343,7 @@ impl MemoryAdmin for DeerMemManager {
         loop {
             attempt += 1;
             let snapshot = self.storage.load(user, Some(&agent)).await?;
+            redraw_taken(&mut incoming, &snapshot, &self.ids)?;
             let now = self.clock.now();
             let mut scored: Vec<Fact> = Vec::with_capacity(incoming.len());
             for (i, f) in incoming.iter().enumerate() {

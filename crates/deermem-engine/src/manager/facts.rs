@@ -19,12 +19,12 @@ use deermem_core::ports::MemoryStorageExt;
 use deermem_updater::content_key;
 use deermem_updater::{CapacityDecision, capacity_decision};
 
-pub(crate) use deermem_core::fact::{MAX_CATEGORY_CHARS, MAX_MANUAL_CONTENT_CHARS};
-
 /// Draws at most this many ids before giving up on finding an unused one.
-const ID_DRAWS: usize = 32;
+pub(super) const ID_DRAWS: usize = 32;
 
-/// Stripped, non-empty content of bounded length (`InvalidInput{Content}` otherwise).
+/// Stripped, non-empty content (`InvalidInput{Content}` otherwise). Its length is not bounded
+/// here, as in the reference: the host's boundary bounds it (the gateway's body size), and
+/// injection skips a fact that cannot fit its token budget.
 pub(super) fn validate_content(content: &str) -> Result<String, ManagerError> {
     let c = py::strip(content);
     if c.is_empty() {
@@ -33,25 +33,14 @@ pub(super) fn validate_content(content: &str) -> Result<String, ManagerError> {
             "content must not be empty",
         ));
     }
-    if c.chars().nth(MAX_MANUAL_CONTENT_CHARS).is_some() {
-        return Err(ManagerError::invalid(
-            InvalidInputCode::Content,
-            format!("content is too long (at most {MAX_MANUAL_CONTENT_CHARS} characters)"),
-        ));
-    }
     Ok(c.to_owned())
 }
 
-/// The stripped category, `context` when blank.
-pub(super) fn validate_category(category: &str) -> Result<String, ManagerError> {
+/// The stripped category, `context` when blank (its length is the host boundary's business,
+/// as for content).
+pub(super) fn normalized_category(category: &str) -> String {
     let c = py::strip(category);
-    if c.chars().nth(MAX_CATEGORY_CHARS).is_some() {
-        return Err(ManagerError::invalid(
-            InvalidInputCode::Other,
-            format!("category is too long (at most {MAX_CATEGORY_CHARS} characters)"),
-        ));
-    }
-    Ok(if c.is_empty() { "context" } else { c }.to_owned())
+    if c.is_empty() { "context" } else { c }.to_owned()
 }
 
 /// A finite confidence within `[0, 1]` (`InvalidInput{Confidence}` otherwise).
@@ -167,7 +156,7 @@ impl FactAdmin for DeerMemManager {
         let (user, agent) = self.bucket(&scope)?;
         let _turn = self.write_turns.take(user.as_ref()).await;
         let content = validate_content(&fact.content)?;
-        let category = validate_category(&fact.category)?;
+        let category = normalized_category(&fact.category);
         let confidence = validate_confidence(fact.confidence)?;
         let key = content_key(&content);
         let fact_scope = Scope::new(user.clone(), Some(agent.clone())).to_fact_scope();
@@ -249,11 +238,7 @@ impl FactAdmin for DeerMemManager {
         let _turn = self.write_turns.take(user.as_ref()).await;
         let id = FactId::new(fact_id)?;
         let content = patch.content.as_deref().map(validate_content).transpose()?;
-        let category = patch
-            .category
-            .as_deref()
-            .map(validate_category)
-            .transpose()?;
+        let category = patch.category.as_deref().map(normalized_category);
         let confidence = patch.confidence.map(validate_confidence).transpose()?;
         let mut attempt = 0;
         loop {

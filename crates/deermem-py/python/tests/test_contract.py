@@ -320,7 +320,6 @@ def test_import_replaces_the_bucket_and_round_trips_an_export(make):
         ({"user": "nope"}, "memory_data.user"),
         ({"history": []}, "memory_data.history"),
         ({"facts": {"a": 1}}, "memory_data.facts"),
-        ({"facts": [{"content": "no id"}]}, "memory_data.facts"),
         ({"facts": [{"id": "bad id!", "content": "x"}]}, "memory_data.facts"),
         ({"facts": [{"id": "fact_a", "content": "x", "confidence": math.nan}]}, "memory_data"),
     ],

@@ -220,3 +220,58 @@ async fn a_fact_in_the_wrong_shard_is_listed_but_not_addressable() {
         "the misplaced file is left for the operator"
     );
 }
+
+/// A root shared with the reference may hold a fact whose id is 201 to about 251 bytes: the
+/// reference stores any id its file-name limit allows, ours are at most 200 bytes. Loading
+/// that bucket is refused with a corruption error naming the file and the id rule; nothing
+/// is dropped silently and no file is changed, so the reference still reads it.
+#[tokio::test]
+async fn a_stored_fact_id_longer_than_ours_is_refused_clearly_and_kept() {
+    use sha2::{Digest, Sha256};
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let u = user("alice");
+    let s = open(tmp.path(), &c);
+    for (id, content) in [
+        ("fact_short", "short one"),
+        ("fact_temp", "from the reference"),
+    ] {
+        s.upsert_fact(Some(&u), &agent("a"), fact(id, content), None, None)
+            .await
+            .unwrap();
+    }
+    s.close().await;
+    // What the reference writes for a 220-byte id: the same file under that id.
+    let long = format!("fact_{}", "a".repeat(215));
+    let src = fact_path(tmp.path(), "alice", "a", "fact_temp");
+    let text = std::fs::read_to_string(&src)
+        .unwrap()
+        .replace("fact_temp", &long);
+    let shard = hex::encode(&Sha256::digest(long.as_bytes())[..1]);
+    let dst = tmp
+        .path()
+        .join(format!("users/alice/agents/a/facts/{shard}/{long}.md"));
+    std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+    std::fs::write(&dst, &text).unwrap();
+    std::fs::remove_file(&src).unwrap();
+    let facts_before = md_bytes(tmp.path());
+
+    let s = open(tmp.path(), &c);
+    let err = s.load(Some(&u), Some(&agent("a"))).await.unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
+    assert!(message.contains(&long[..40]), "{message}");
+    assert!(
+        message.contains("fact.id is 220 bytes; fact ids are at most 200 bytes here"),
+        "{message}"
+    );
+    assert_eq!(md_bytes(tmp.path()), facts_before, "no fact file changed");
+}
+
+/// Every Markdown file under `root` with its bytes.
+fn md_bytes(root: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| k.ends_with(".md"))
+        .collect()
+}
