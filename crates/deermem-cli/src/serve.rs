@@ -111,7 +111,12 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
         let probe = storage.clone();
         state = state.with_readiness_check(Arc::new(move || {
             let probe = probe.clone();
-            Box::pin(async move { probe.check_reachable().await.map_err(|e| e.to_string()) })
+            Box::pin(async move {
+                probe
+                    .check_reachable()
+                    .await
+                    .map_err(|e| deermem_gateway::StorageUnreachable(e.to_string()))
+            })
         }));
         // The journal that belongs with the storage: `{root}/.runs` beside the files, or the
         // database's `run_events` table, shared by every replica. Opening it blocks.

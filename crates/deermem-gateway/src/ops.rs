@@ -42,7 +42,9 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
     {
         let reached = match tokio::time::timeout(READINESS_TIMEOUT, check()).await {
             Ok(r) => r,
-            Err(_) => Err("the storage did not answer in time".to_owned()),
+            Err(_) => Err(crate::state::StorageUnreachable(
+                "the storage did not answer in time".to_owned(),
+            )),
         };
         if let Err(reason) = reached {
             tracing::warn!(reason = %reason, "not ready: the memory storage cannot be reached");

@@ -69,11 +69,17 @@ pub trait ContextObserver: Send + Sync + std::fmt::Debug {
     fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
 }
 
+/// Why the memory backend's storage cannot be reached (its reason, never a credential).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StorageUnreachable(pub String);
+
 /// Whether the memory backend's storage can be reached now (one round trip to a database,
 /// say): `/readyz` answers 503 `unavailable` while it answers `Err` with the reason.
 pub type ReadinessCheck = Arc<
-    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
-        + Send
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), StorageUnreachable>> + Send>,
+        > + Send
         + Sync,
 >;
 
