@@ -17,8 +17,9 @@ Exit codes:
   5  invalid input (empty content, confidence outside 0..1, bad user id, agent name or fact id)
   6  not supported by the configured memory backend
   7  stored memory is corrupted (manual repair needed; nothing was changed)
-  8  backend unavailable or timed out (also `context` and `search` when a remote read
-     failed and the backend's fail-open policy answered with empty memory)
+  8  backend unavailable or timed out: its server or database cannot be reached (also
+     `context` and `search` when a remote read failed and the backend's fail-open policy
+     answered with empty memory)
   9  `db migrate`: the database schema is newer than this build; nothing was changed";
 
 /// The DeerMem long-term memory engine.

@@ -58,10 +58,12 @@ impl Ctx {
         &self.loaded.memory
     }
 
-    /// Build options honouring `--storage-path`.
+    /// Build options honouring `--storage-path`, for a command that runs once and exits (it
+    /// takes no PostgreSQL read leases); `serve` and `mcp` clear `short_lived`.
     pub(crate) fn build_options(&self) -> BuildOptions<'static> {
         let mut opts = BuildOptions::new(&deermem::process_env);
         opts.storage_path = self.global.storage_path.clone();
+        opts.short_lived = true;
         opts
     }
 
@@ -91,6 +93,13 @@ pub(crate) fn build_error(e: deermem::BuildError) -> CliError {
             source: deermem_core::ManagerError::InvalidInput { .. },
             ..
         } => CliError::invalid(e.to_string()),
+        // The database (or a remote backend) cannot be reached: the "unavailable" code.
+        e @ deermem::BuildError::Backend {
+            source:
+                deermem_core::ManagerError::Unavailable { .. }
+                | deermem_core::ManagerError::Timeout { .. },
+            ..
+        } => CliError::new(Kind::Unavailable, e.to_string()),
         other => CliError::new(Kind::Failure, other.to_string()),
     }
 }

@@ -87,6 +87,8 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     }
     let metrics = Metrics::new();
     let mut opts = ctx.build_options();
+    // A server runs long: it takes read leases in `coherence: lease`.
+    opts.short_lived = false;
     opts.observer = Some(Arc::new(MetricsObserver {
         metrics: metrics.clone(),
     }));
@@ -105,6 +107,17 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone())
         .with_metrics(metrics);
     if let Some(storage) = backend.embedded_storage().cloned() {
+        // `/readyz` is not ready while the storage (a database) cannot be reached.
+        let probe = storage.clone();
+        state = state.with_readiness_check(Arc::new(move || {
+            let probe = probe.clone();
+            Box::pin(async move {
+                probe
+                    .check_reachable()
+                    .await
+                    .map_err(|e| deermem_gateway::StorageUnreachable(e.to_string()))
+            })
+        }));
         // The journal that belongs with the storage: `{root}/.runs` beside the files, or the
         // database's `run_events` table, shared by every replica. Opening it blocks.
         let journal = tokio::task::spawn_blocking(move || {
@@ -134,7 +147,9 @@ pub(crate) async fn mcp(
     allow_origin: Vec<String>,
 ) -> Result<(), CliError> {
     let agent: Option<AgentName> = ctx::agent(agent.as_deref())?;
-    let backend = ctx.backend()?;
+    let mut opts = ctx.build_options();
+    opts.short_lived = false;
+    let backend = deermem::build_backend(ctx.memory(), opts).map_err(ctx::build_error)?;
     let manager = backend.manager();
     let result = match bind_addr {
         None => {

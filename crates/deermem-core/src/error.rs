@@ -224,6 +224,15 @@ pub enum StorageError {
         /// Adapter name.
         adapter: &'static str,
     },
+    /// The storage cannot be reached now (a database that refuses or drops connections);
+    /// nothing is known to have been written, and retrying later may succeed.
+    #[error("storage unavailable ({context}): {message}")]
+    Unavailable {
+        /// What was being done.
+        context: String,
+        /// Why it cannot be reached (never a credential).
+        message: String,
+    },
     /// An I/O failure while persisting (disk full, EIO, read-only folder...).
     #[error("{context}: {source}")]
     Io {
@@ -652,6 +661,7 @@ impl From<StorageError> for ManagerError {
                 operation,
                 backend: adapter.to_owned(),
             },
+            StorageError::Unavailable { .. } => Self::unavailable(e.to_string()).caused_by(e),
             StorageError::Io { .. } => Self::storage(e.to_string()).caused_by(e),
         }
     }
@@ -691,6 +701,12 @@ mod tests {
         assert!(matches!(c, ManagerError::Conflict { .. }));
         let c: ManagerError = StorageError::corrupt("bad").into();
         assert!(matches!(c, ManagerError::Corruption { .. }));
+        let c: ManagerError = StorageError::Unavailable {
+            context: "read the user".into(),
+            message: "connection refused".into(),
+        }
+        .into();
+        assert!(matches!(c, ManagerError::Unavailable { .. }), "{c:?}");
         let c: ManagerError = StorageError::from(FactError::Confidence).into();
         assert!(matches!(
             c,

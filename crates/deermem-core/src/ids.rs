@@ -336,6 +336,18 @@ impl FactId {
         Self::from_hex(random_hex, 32)
     }
 
+    /// The id of a fact created under a client's idempotency key (an `Idempotency-Key`
+    /// header): `fact_` and the first 32 hex characters of the key's SHA-256, so every replica
+    /// and every retry of that create names the same fact.
+    pub fn for_idempotency_key(key: &str) -> Self {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::new()
+            .chain_update(b"deermem-idempotency-key\0")
+            .chain_update(key.as_bytes())
+            .finalize();
+        Self(format!("fact_{}", &hex::encode(digest)[..32]))
+    }
+
     /// `fact_` and the first `len` hex characters of `random_hex`, lowercased.
     fn from_hex(random_hex: &str, len: usize) -> Result<Self, IdError> {
         let hex: String = random_hex
@@ -605,6 +617,12 @@ mod tests {
             assert!(FactId::new(bad).is_err(), "{bad:?} must be rejected");
         }
         assert!(FactId::new("a".repeat(MAX_FACT_ID_BYTES + 1)).is_err());
+        // An idempotency key names one valid id, the same every time, another for another key.
+        let keyed = FactId::for_idempotency_key("retry-7f3a");
+        assert_eq!(FactId::new(keyed.as_str()).unwrap(), keyed);
+        assert_eq!(keyed, FactId::for_idempotency_key("retry-7f3a"));
+        assert_ne!(keyed, FactId::for_idempotency_key("retry-7f3b"));
+        assert_eq!(keyed.as_str().len(), "fact_".len() + 32);
         assert_eq!(
             FactId::new("a.b").unwrap_err().to_string(),
             "Fact id may contain only letters, numbers, '_' and '-'."

@@ -21,6 +21,10 @@ pub const NOT_AUTHENTICATED_DETAIL: &str = "Not authenticated";
 pub const INVALID_INTERNAL_TOKEN_DETAIL: &str = "Invalid internal token";
 /// The detail when a fact's content is empty (the reference's text).
 pub const EMPTY_CONTENT_DETAIL: &str = "Memory fact content cannot be empty.";
+/// The detail when the memory backend (its database, its server) cannot be reached.
+pub const UNAVAILABLE_DETAIL: &str = "Memory backend is unavailable; retry later.";
+/// The `Retry-After` seconds of an unavailable backend.
+pub const UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 2;
 /// The detail of every route when `memory.enabled` is false.
 pub const DISABLED_DETAIL: &str = "Memory is disabled (memory.enabled is false).";
 
@@ -254,6 +258,10 @@ impl GatewayError {
                 error: ManagerError::Overloaded { retry_after, .. },
                 ..
             } => Some((retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1)),
+            Self::Manager {
+                error: ManagerError::Unavailable { .. },
+                ..
+            } => Some(UNAVAILABLE_RETRY_AFTER_SECONDS),
             _ => None,
         }
     }
@@ -326,10 +334,9 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
             StatusCode::INTERNAL_SERVER_ERROR,
             op.storage_failure_detail().into(),
         ),
-        ManagerError::Unavailable { .. } => s(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Memory backend is unavailable; retry later.".into(),
-        ),
+        ManagerError::Unavailable { .. } => {
+            s(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_DETAIL.into())
+        }
         ManagerError::Timeout { .. } => s(
             StatusCode::GATEWAY_TIMEOUT,
             "Memory backend timed out; retry later.".into(),
@@ -397,7 +404,14 @@ impl IntoResponse for GatewayError {
         let retry_after = self.retry_after_seconds();
         // 501 is an expected answer (the backend does not offer the operation), not a fault;
         // neither is a refusal under load (503 with Retry-After).
-        if retry_after.is_some() {
+        if let Self::Manager {
+            op,
+            error: error @ ManagerError::Unavailable { .. },
+            ..
+        } = &self
+        {
+            tracing::warn!(operation = op.label(), error = %error, "memory backend unavailable");
+        } else if retry_after.is_some() {
             tracing::info!(status = status.as_u16(), detail = %detail, "request refused under load");
         } else if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             // The private detail goes to the log (with the request id of the current span),

@@ -66,7 +66,8 @@ pub use error::{GatewayError, Operation};
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};
 pub use state::{
-    ContextObserver, ContextServed, GatewayState, Lifecycle, ObserverError, spawn_warm,
+    ContextObserver, ContextServed, GatewayState, Lifecycle, ObserverError, ReadinessCheck,
+    StorageUnreachable, spawn_warm,
 };
 
 /// Builds the gateway's router over a state, and with it the OpenAPI document served at

@@ -25,15 +25,33 @@ pub(crate) async fn healthz() -> Json<Health> {
     })
 }
 
+/// How long `/readyz` waits for the storage check before answering not ready.
+const READINESS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `GET /readyz`: 200 once started (index warm-up does not delay it), 503 while starting or
-/// draining.
+/// draining, and 503 `unavailable` while the storage cannot be reached (when a readiness check
+/// is installed: PostgreSQL storage), ready again as soon as it can.
 /// The body names the memory backend's last failure reaching its server, when it had one.
 pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
-    let status = match state.lifecycle() {
+    let mut status = match state.lifecycle() {
         Lifecycle::Ready => HealthStatus::Ready,
         Lifecycle::Starting => HealthStatus::Starting,
         Lifecycle::Stopping => HealthStatus::Stopping,
     };
+    if status == HealthStatus::Ready
+        && let Some(check) = state.readiness_check()
+    {
+        let reached = match tokio::time::timeout(READINESS_TIMEOUT, check()).await {
+            Ok(r) => r,
+            Err(_) => Err(crate::state::StorageUnreachable(
+                "the storage did not answer in time".to_owned(),
+            )),
+        };
+        if let Err(reason) = reached {
+            tracing::warn!(reason = %reason, "not ready: the memory storage cannot be reached");
+            status = HealthStatus::Unavailable;
+        }
+    }
     let (code, last_backend_failure) = match status {
         HealthStatus::Ready => (
             StatusCode::OK,

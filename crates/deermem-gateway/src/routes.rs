@@ -128,15 +128,38 @@ pub(crate) async fn clear_memory(
     .map(JsonDocument)
 }
 
+/// The longest `Idempotency-Key` accepted, in bytes.
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// The `Idempotency-Key` header: absent, or 1 to 255 visible ASCII characters (400 otherwise).
+fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or_default();
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_BYTES
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(GatewayError::BadRequest(format!(
+            "Invalid Idempotency-Key: 1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters."
+        )));
+    }
+    Ok(Some(key.to_owned()))
+}
+
 /// `POST /api/memory/facts`: returns the whole document; 409 when the capacity policy evicted
-/// the new fact at once.
+/// the new fact at once. With an `Idempotency-Key` header, a create repeated under the same
+/// key (a retry after a lost answer) returns the stored fact instead of creating another.
 pub(crate) async fn create_fact(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
     let input = schema::fact_create(&body)?;
+    let key = idempotency_key(&headers)?;
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let fact = NewFact {
@@ -145,7 +168,7 @@ pub(crate) async fn create_fact(
         confidence: input.confidence,
     };
     let (doc, id) = run(&state, Operation::CreateFact, async move {
-        m.create_fact(fact, scope).await
+        m.create_fact_once(fact, scope, key.as_deref()).await
     })
     .await?;
     match id {

@@ -682,6 +682,8 @@ pub(crate) enum HealthStatus {
     Starting,
     /// `/readyz` (503): shutting down.
     Stopping,
+    /// `/readyz` (503): the memory storage cannot be reached (a database down).
+    Unavailable,
 }
 
 /// `GET /healthz`, `GET /readyz`.

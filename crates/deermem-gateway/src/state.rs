@@ -69,6 +69,20 @@ pub trait ContextObserver: Send + Sync + std::fmt::Debug {
     fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
 }
 
+/// Why the memory backend's storage cannot be reached (its reason, never a credential).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StorageUnreachable(pub String);
+
+/// Whether the memory backend's storage can be reached now (one round trip to a database,
+/// say): `/readyz` answers 503 `unavailable` while it answers `Err` with the reason.
+pub type ReadinessCheck = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), StorageUnreachable>> + Send>,
+        > + Send
+        + Sync,
+>;
+
 /// Records each served block in a run journal: one `context:memory` event per run.
 #[derive(Debug)]
 struct JournalObserver(Arc<dyn RunEventStore>);
@@ -107,6 +121,7 @@ pub struct GatewayState {
     observers: Vec<Arc<dyn ContextObserver>>,
     journal: Option<Arc<dyn RunEventStore>>,
     bulk: Arc<BulkLimiter>,
+    readiness: Option<ReadinessCheck>,
 }
 
 impl std::fmt::Debug for GatewayState {
@@ -152,6 +167,7 @@ impl GatewayState {
             observers: Vec::new(),
             journal: None,
             bulk: Arc::new(bulk),
+            readiness: None,
         }
     }
 
@@ -180,6 +196,19 @@ impl GatewayState {
             .push(Arc::new(JournalObserver(Arc::clone(&journal))));
         self.journal = Some(journal);
         self
+    }
+
+    /// Makes `/readyz` check that the backend's storage can be reached (see
+    /// [`ReadinessCheck`]); without one, readiness is the lifecycle alone.
+    #[must_use]
+    pub fn with_readiness_check(mut self, check: ReadinessCheck) -> Self {
+        self.readiness = Some(check);
+        self
+    }
+
+    /// The storage reachability check, if one is installed.
+    pub(crate) fn readiness_check(&self) -> Option<&ReadinessCheck> {
+        self.readiness.as_ref()
     }
 
     /// The run journal, if one is installed.

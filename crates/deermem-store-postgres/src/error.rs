@@ -1,5 +1,8 @@
 //! Errors of the PostgreSQL adapter: configuration, connection, schema version, and what a
-//! statement reported. The connection URL never appears in any of them.
+//! statement reported. The connection URL never appears in any of them. A server that cannot
+//! be reached becomes the storage port's `StorageError::Unavailable` (see [`storage_error`]).
+
+use deermem_core::StorageError;
 
 /// What went wrong talking to PostgreSQL.
 #[derive(Debug, thiserror::Error)]
@@ -84,9 +87,76 @@ impl From<deermem_core::ConfigError> for PgError {
     }
 }
 
+impl PgError {
+    /// Whether this error means the server cannot be reached now (no connection could be
+    /// made or kept, the server is shutting down or starting): retrying later may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Connect { .. } | Self::Tls { .. } => true,
+            Self::Statement { source, .. } => is_unavailable(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a driver error means the server cannot be reached now: the connection is closed or
+/// broke (an I/O error underneath), or the server says it is shutting down, starting, out of
+/// connections or that the connection failed (SQLSTATE class 08, 57P01–57P03, 53300).
+pub(crate) fn is_unavailable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
+    }
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    // Without a server message or a cause, the driver's own connection failures.
+    let text = e.to_string();
+    text.starts_with("error connecting to server") || text.starts_with("connection closed")
+}
+
+/// A driver error as the storage port's error: [`StorageError::Unavailable`] when the server
+/// cannot be reached, else an I/O error naming what was being done and the server's reason.
+pub(crate) fn storage_error(context: &'static str, e: tokio_postgres::Error) -> StorageError {
+    if is_unavailable(&e) {
+        StorageError::Unavailable {
+            context: format!("PostgreSQL: {context}"),
+            message: db_message(&e),
+        }
+    } else {
+        StorageError::Io {
+            context: format!("PostgreSQL: {context}"),
+            source: std::io::Error::other(e),
+        }
+    }
+}
+
+impl From<PgError> for StorageError {
+    fn from(e: PgError) -> Self {
+        if e.is_unavailable() {
+            StorageError::Unavailable {
+                context: "PostgreSQL: take a connection".into(),
+                message: e.to_string(),
+            }
+        } else {
+            StorageError::Io {
+                context: "PostgreSQL".into(),
+                source: std::io::Error::other(e),
+            }
+        }
+    }
+}
+
 /// The server's message for a database error (the driver's `Display` says only "db error"),
 /// else the driver's text.
-fn db_message(e: &tokio_postgres::Error) -> String {
+pub(crate) fn db_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),

@@ -17,6 +17,13 @@
 //!
 //! When the dedicated connection fails, every lease is dropped at once and reads go back to
 //! checking the user's row on every load until it is listening again.
+//!
+//! No write waits on a holder that is alive and answering: a writer that revoked leases is
+//! listening before it commits (its own listener is brought up first, see
+//! [`LeaseHub::wait_listening`]), so no answer is sent to a channel nobody hears. A holder
+//! deletes its own lease rows when its store is closed ([`LeaseHub::release`]), and the
+//! listener sweeps rows whose lease has run out, so neither an exited process nor an old
+//! row delays a write.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +46,9 @@ const MAX_REMEMBERED: usize = 8192;
 
 /// Leases held at most (past it they start over).
 const MAX_LEASES: usize = 8192;
+
+/// How often a listening holder deletes the lease rows (anyone's) that have run out.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The first wait before connecting the listener again, and the longest.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
@@ -91,6 +101,8 @@ pub(crate) struct LeaseHub {
     /// Dropped with the hub: the listener task sees it and stops.
     stop: watch::Sender<()>,
     stats: Mutex<LeaseStats>,
+    /// Woken whenever the listener starts or stops listening.
+    changed: Notify,
     /// A test hook: how long the listener waits before handling a revocation (a slow holder).
     revocation_delay_ms: AtomicU64,
 }
@@ -160,6 +172,7 @@ impl LeaseHub {
                 ..State::default()
             }),
             stop,
+            changed: Notify::new(),
             stats: Mutex::new(LeaseStats::default()),
             revocation_delay_ms: AtomicU64::new(0),
         })
@@ -287,12 +300,59 @@ impl LeaseHub {
         channel_of(&self.holder)
     }
 
+    /// Starts the listener unless it runs and waits, at most `within`, until it listens.
+    /// Returns whether it does (false: it could not connect, or is waiting to retry).
+    pub(crate) async fn wait_listening(self: &Arc<Self>, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        self.ensure_listener();
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.state.lock().listener {
+                Listener::Up => return true,
+                Listener::Starting => {}
+                Listener::Idle | Listener::Retry(_) => return false,
+            }
+            if tokio::time::timeout_at(deadline.into(), changed)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Gives up every lease of this holder: none is served here any more, and its rows are
+    /// deleted so that no writer waits for them (a process exiting, a store closed). Later
+    /// reads take leases again.
+    pub(crate) async fn release(
+        &self,
+        client: &impl GenericClient,
+    ) -> Result<u64, tokio_postgres::Error> {
+        {
+            let mut state = self.state.lock();
+            state.generation += 1;
+            state.seq += 1;
+            state.floor = state.seq;
+            state.revoked_at.clear();
+            state.leases.clear();
+        }
+        client
+            .execute(
+                "DELETE FROM scope_leases WHERE holder = $1",
+                &[&self.holder],
+            )
+            .await
+    }
+
     fn listening(&self) {
         let mut state = self.state.lock();
         state.listener = Listener::Up;
         state.generation += 1;
         state.retry_wait = RETRY_FIRST;
         drop(state);
+        self.changed.notify_waiters();
         self.stats.lock().listens += 1;
         tracing::debug!(holder = %self.holder, "PostgreSQL lease listener listening");
     }
@@ -305,6 +365,8 @@ impl LeaseHub {
         let wait = state.retry_wait;
         state.retry_wait = (wait * 2).min(RETRY_MAX);
         state.listener = Listener::Retry(Instant::now() + wait);
+        drop(state);
+        self.changed.notify_waiters();
     }
 
     /// A message on this holder's channel: a revocation (answered with the reply returned) or
@@ -336,7 +398,8 @@ impl LeaseHub {
     /// A fence for a write to `bucket`: register it before the write's transaction.
     pub(crate) fn fence(self: &Arc<Self>, bucket: &str) -> Fence {
         if self.eager {
-            // Answers to this write can only reach a listening channel.
+            // Answers to this write can only reach a listening channel (see
+            // [`Fence::listen`] for the wait before the commit).
             self.ensure_listener();
         }
         let waiter = Arc::new(Waiter::default());
@@ -374,6 +437,16 @@ pub(crate) struct Fence {
 pub(crate) struct Revoked(Vec<(String, Duration)>);
 
 impl Fence {
+    /// Before the commit of a write that revoked leases: makes sure this holder listens, so
+    /// that the holders' answers (sent once they see the commit) are heard and the write does
+    /// not wait out their leases. Bounded by the lease length (past it, waiting for the
+    /// leases to end costs no more).
+    pub(crate) async fn listen(&self, revoked: &Revoked) {
+        if !revoked.0.is_empty() {
+            self.hub.wait_listening(self.hub.lease).await;
+        }
+    }
+
     /// Locks the user's row (it must exist), revokes the other holders' leases on the bucket
     /// and notifies them (at commit), and drops this holder's own lease on it.
     pub(crate) async fn revoke(
@@ -510,11 +583,26 @@ async fn listen<T>(
         let quoted = format!("LISTEN \"{channel}\"");
         client.batch_execute(&quoted).await?;
         let answer = client.prepare("SELECT pg_notify($1, $2)").await?;
+        let sweep = client
+            .prepare("DELETE FROM scope_leases WHERE expires_at < now()")
+            .await?;
         match hub.upgrade() {
             Some(h) => h.listening(),
             None => return Ok(()),
         }
-        while let Some(payload) = rx.recv().await {
+        let mut sweeps = tokio::time::interval(SWEEP_EVERY);
+        sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let payload = tokio::select! {
+                p = rx.recv() => p,
+                _ = sweeps.tick() => {
+                    // A row whose lease has run out serves nothing: its holder stopped
+                    // trusting it before `expires_at` (the margin).
+                    client.execute(&sweep, &[]).await?;
+                    continue;
+                }
+            };
+            let Some(payload) = payload else { break };
             let Some(h) = hub.upgrade() else {
                 return Ok(());
             };

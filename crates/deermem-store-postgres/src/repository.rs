@@ -98,17 +98,11 @@ impl std::fmt::Debug for PgStorage {
 }
 
 fn db(context: &'static str) -> impl Fn(tokio_postgres::Error) -> StorageError {
-    move |e| StorageError::Io {
-        context: format!("PostgreSQL: {context}"),
-        source: std::io::Error::other(e),
-    }
+    move |e| crate::error::storage_error(context, e)
 }
 
 fn pool(e: crate::PgError) -> StorageError {
-    StorageError::Io {
-        context: "PostgreSQL: take a connection".into(),
-        source: std::io::Error::other(e),
-    }
+    e.into()
 }
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StorageError {
@@ -463,6 +457,8 @@ impl PgStorage {
         )
         .await
         .map_err(db("write the user"))?;
+        // The holders answer once they see the commit: listen before it.
+        fence.listen(&revoked).await;
         tx.commit().await.map_err(db("commit"))?;
         // Acknowledged only once no other replica can serve the bucket as it was.
         fence.settle(revoked).await;
@@ -762,7 +758,13 @@ impl FactRepository for PgStorage {
         self.load(user, Some(&AgentName::default_bucket())).await
     }
 
-    async fn close(&self) {}
+    /// Releases this replica's read leases (their rows deleted), so that a write on another
+    /// replica does not wait for a holder that stopped.
+    async fn close(&self) {
+        if let Err(e) = self.store.release_leases().await {
+            tracing::warn!(error = %e, "PostgreSQL: the read leases could not be released; they run out on their own");
+        }
+    }
 }
 
 #[async_trait]

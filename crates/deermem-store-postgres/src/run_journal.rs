@@ -23,6 +23,9 @@ use crate::config::PostgresConfig;
 use crate::error::PgError;
 use crate::store::PgStore;
 
+/// The most connections the journal's own pool opens (one small transaction per record).
+const JOURNAL_POOL_SIZE: usize = 2;
+
 /// The run journal in the database.
 pub struct PgRunJournal {
     store: PgStore,
@@ -70,9 +73,15 @@ impl PgRunJournal {
                 message: format!("cannot start the journal's runtime: {e}"),
                 source: None,
             })?;
+        // The journal's own pool: no read leases (it serves no facts, so no listener), at most
+        // two connections, and none kept open from the start-up migration.
+        let mut own = config.clone();
+        own.coherence = crate::Coherence::RevisionCheck;
+        own.pool_size = own.pool_size.min(JOURNAL_POOL_SIZE);
         let store = runtime.block_on(async {
-            let store = PgStore::connect(config).await?;
+            let store = PgStore::connect(&own).await?;
             store.migrate().await?;
+            store.close_idle();
             Ok::<_, PgError>(store)
         })?;
         Ok(Self {

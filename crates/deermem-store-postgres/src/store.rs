@@ -132,7 +132,33 @@ impl PgStore {
             ),
         };
         drop(store.client().await?);
+        if store.coherence == Coherence::Lease {
+            // Listening before the first read or write: a fresh replica's first write hears
+            // the holders' answers, and its first reads take leases.
+            store.leases.wait_listening(config.connect_timeout()).await;
+        }
         Ok(store)
+    }
+
+    /// Gives up this replica's read leases and deletes their rows, so that no write on
+    /// another replica waits for them (call it when the process stops serving; later reads
+    /// take leases again). Returns how many rows were deleted.
+    ///
+    /// # Errors
+    /// [`PgError::Connect`] or [`PgError::Statement`].
+    pub async fn release_leases(&self) -> Result<u64, PgError> {
+        if self.leases.stats().grants == 0 {
+            // Never held one (a short-lived process, `revision_check`): nothing to delete.
+            return Ok(0);
+        }
+        let client = self.client().await?;
+        self.leases
+            .release(&**client)
+            .await
+            .map_err(|source| PgError::Statement {
+                context: "release the read leases",
+                source,
+            })
     }
 
     /// The configured schema.
@@ -177,8 +203,10 @@ impl PgStore {
             match e {
                 deadpool_postgres::PoolError::Backend(e) => match tls::tls_failure(&e) {
                     Some(message) => PgError::Tls { message },
+                    // The server's own reason ("password authentication failed for user …",
+                    // "database … does not exist"), never the URL or the password.
                     None => PgError::Connect {
-                        message,
+                        message: crate::error::db_message(&e),
                         source: Some(e),
                     },
                 },
@@ -188,6 +216,28 @@ impl PgStore {
                 },
             }
         })
+    }
+
+    /// Closes the idle connections of the pool (a store opened for a migration, or one that is
+    /// used rarely, keeps none open between uses).
+    pub fn close_idle(&self) {
+        drop(self.pool.retain(|_, _| false));
+    }
+
+    /// One round trip to the server: whether it can be reached now.
+    ///
+    /// # Errors
+    /// [`PgError::Connect`] (with PostgreSQL's reason) or [`PgError::Statement`].
+    pub async fn ping(&self) -> Result<(), PgError> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(|source| PgError::Statement {
+                context: "check the connection",
+                source,
+            })?;
+        Ok(())
     }
 
     /// The newest schema version applied in the database (`None` before the first migration).

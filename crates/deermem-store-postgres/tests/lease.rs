@@ -381,3 +381,197 @@ async fn a_write_without_the_fence_is_refused() {
         ["one"]
     );
 }
+
+/// The lease of the stall tests: a write that waited out a lease would take this long, far
+/// past what the holders' answers take.
+const LONG_LEASE: f64 = 20.0;
+
+/// A process that takes no leases (the CLI: `coherence` forced to `revision_check`).
+async fn short_lived(url: &str, schema: &str) -> (PgStore, Arc<PgStorage>) {
+    let mut c = PostgresConfig::new(url);
+    c.schema = schema.into();
+    c.pool_size = 2;
+    c.connect_timeout_seconds = 1.0;
+    c.coherence = Coherence::RevisionCheck;
+    let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+    let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
+    (store, Arc::new(storage))
+}
+
+async fn lease_rows(store: &PgStore, holder: &str) -> i64 {
+    store
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM scope_leases WHERE holder = $1",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// No waiting on a lease: the write revoked holders, heard every answer, and its time is well
+/// under the lease it would otherwise have waited out.
+fn assert_no_lease_waited(
+    store: &PgStore,
+    before: deermem_store_postgres::LeaseStats,
+    took: Duration,
+    holders: u64,
+) {
+    let after = store.lease_stats();
+    assert_eq!(
+        after.expired_waits, before.expired_waits,
+        "a write waited out a lease: {after:?}"
+    );
+    assert_eq!(
+        after.fenced_writes,
+        before.fenced_writes + u64::from(holders > 0),
+        "{after:?}"
+    );
+    assert!(
+        took < Duration::from_secs_f64(LONG_LEASE / 4.0),
+        "the write took {took:?}, not well under the {LONG_LEASE} s lease"
+    );
+}
+
+/// With two replicas holding leases on a user, a short-lived process (as the CLI) writes to
+/// that user: it listens before it commits, so it hears both answers and waits out no lease;
+/// its own reads take no lease, and after it has exited a replica's write waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lived_writer_waits_out_no_lease_and_leaves_none() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let (store_b, b) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let user = UserId::new("erin").unwrap();
+    let agent = AgentName::default_bucket();
+    b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store_a, &a, &user, &agent).await;
+    until_warm(&store_b, &b, &user, &agent).await;
+
+    let (store_c, c) = short_lived(cluster.url(), &schema).await;
+    let before = store_c.lease_stats();
+    let (rev_a, rev_b) = (
+        store_a.lease_stats().revocations,
+        store_b.lease_stats().revocations,
+    );
+    let started = std::time::Instant::now();
+    c.upsert_fact(Some(&user), &agent, draft("two"), None, None)
+        .await
+        .unwrap();
+    assert_no_lease_waited(&store_c, before, started.elapsed(), 2);
+    assert_eq!(store_a.lease_stats().revocations, rev_a + 1);
+    assert_eq!(store_b.lease_stats().revocations, rev_b + 1);
+    assert_eq!(
+        contents(&a.load(Some(&user), Some(&agent)).await.unwrap()),
+        ["one", "two"]
+    );
+
+    // The short-lived process reads: no lease, no row; it exits (closes its storage).
+    c.load(Some(&user), Some(&agent)).await.unwrap();
+    assert_eq!(store_c.lease_stats().grants, 0);
+    assert_eq!(lease_rows(&store_c, store_c.lease_holder()).await, 0);
+    c.close().await;
+    drop((c, store_c));
+
+    // A replica's write after it: only the other replica's lease to revoke, answered at once.
+    until_warm(&store_b, &b, &user, &agent).await;
+    let before = store_a.lease_stats();
+    let started = std::time::Instant::now();
+    a.upsert_fact(Some(&user), &agent, draft("three"), None, None)
+        .await
+        .unwrap();
+    assert_no_lease_waited(&store_a, before, started.elapsed(), 1);
+}
+
+/// A replica listens as soon as it has connected, so its first write, to a user two other
+/// replicas hold leases on, hears their answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_replicas_first_write_waits_out_no_lease() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let (store_b, b) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let user = UserId::new("fay").unwrap();
+    let agent = AgentName::default_bucket();
+    a.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store_a, &a, &user, &agent).await;
+    until_warm(&store_b, &b, &user, &agent).await;
+
+    let (store_d, d) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    assert_eq!(store_d.lease_stats().listens, 1, "listening once connected");
+    let before = store_d.lease_stats();
+    let started = std::time::Instant::now();
+    d.upsert_fact(Some(&user), &agent, draft("two"), None, None)
+        .await
+        .unwrap();
+    assert_no_lease_waited(&store_d, before, started.elapsed(), 2);
+}
+
+/// A replica that stops (its storage closed, as `deermem serve` does on SIGTERM) deletes its
+/// lease rows: the next write to that user revokes nothing and waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_replica_releases_its_leases() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, a) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let (store_b, b) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let user = UserId::new("gus").unwrap();
+    let agent = AgentName::default_bucket();
+    b.upsert_fact(Some(&user), &agent, draft("one"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store_a, &a, &user, &agent).await;
+    let holder = store_a.lease_holder().to_owned();
+    assert_eq!(lease_rows(&store_b, &holder).await, 1);
+    a.close().await;
+    assert_eq!(
+        lease_rows(&store_b, &holder).await,
+        0,
+        "closing released the lease"
+    );
+    drop((a, store_a));
+
+    let before = store_b.lease_stats();
+    let started = std::time::Instant::now();
+    b.upsert_fact(Some(&user), &agent, draft("two"), None, None)
+        .await
+        .unwrap();
+    assert_no_lease_waited(&store_b, before, started.elapsed(), 0);
+}
+
+/// Lease rows that ran out are swept by the listeners, whoever left them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_lease_rows_are_swept() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store_a, _a) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    store_a
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO scope_leases (bucket, holder, expires_at) \
+             VALUES ('ghost-bucket', 'ghost', now() - interval '1 minute')",
+            &[],
+        )
+        .await
+        .unwrap();
+    // A listener sweeps when it starts listening, then every few seconds.
+    let (_store_b, _b) = replica(cluster.url(), &schema, LONG_LEASE).await;
+    let mut left = 1;
+    for _ in 0..300 {
+        left = lease_rows(&store_a, "ghost").await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the expired row is still there");
+}

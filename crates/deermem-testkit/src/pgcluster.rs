@@ -7,6 +7,9 @@
 //! the package to install; it never skips. PostgreSQL refuses to run as root, so as root the
 //! cluster belongs to the `postgres` user (else `nobody`) and its commands run through `runuser`.
 //! [`PgCluster::start_fresh_tls`] starts one with `ssl=on` and a certificate the test made.
+//! A cluster started here can be stopped and started again on the same port
+//! ([`PgCluster::stop`], [`PgCluster::start_again`]) for outage tests, and made to require a
+//! password of one role ([`PgCluster::require_password`]).
 
 use std::fmt;
 use std::net::{Ipv4Addr, TcpListener};
@@ -89,6 +92,8 @@ struct Owned {
     bin: PathBuf,
     run_as: Option<String>,
     port: u16,
+    /// The server options it was started with (`pg_ctl -o`).
+    options: String,
 }
 
 impl fmt::Debug for PgCluster {
@@ -228,6 +233,7 @@ impl PgCluster {
                         bin,
                         run_as,
                         port,
+                        options,
                     }),
                 });
             }
@@ -265,6 +271,113 @@ impl PgCluster {
     /// Whether this process started the server (and stops it on drop).
     pub fn started_here(&self) -> bool {
         self.owned.is_some()
+    }
+
+    fn owned(&self, what: &str) -> Result<&Owned, PgClusterError> {
+        self.owned.as_ref().ok_or_else(|| PgClusterError::Command {
+            what: what.into(),
+            output: format!("the server was not started by this process ({URL_ENV} is set)"),
+        })
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`: sessions are ended, nothing is lost), to see
+    /// how clients behave while the database is down.
+    ///
+    /// # Errors
+    /// A server not started here, or `pg_ctl` failed.
+    pub fn stop(&self) -> Result<(), PgClusterError> {
+        let o = self.owned("pg_ctl stop")?;
+        let data = o.dir.path().join("data");
+        let out = run(
+            o.run_as.as_deref(),
+            &o.bin.join("pg_ctl"),
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-m".as_ref(),
+                "fast".as_ref(),
+                "-w".as_ref(),
+                "stop".as_ref(),
+            ],
+        )?;
+        check("pg_ctl stop", &out)
+    }
+
+    /// Starts a server stopped with [`PgCluster::stop`] again, on the same port with the same
+    /// options, and waits until it accepts connections.
+    ///
+    /// # Errors
+    /// A server not started here, or `pg_ctl` failed.
+    pub fn start_again(&self) -> Result<(), PgClusterError> {
+        let o = self.owned("pg_ctl start")?;
+        let data = o.dir.path().join("data");
+        let log = o.dir.path().join("server.log");
+        let out = run(
+            o.run_as.as_deref(),
+            &o.bin.join("pg_ctl"),
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-o".as_ref(),
+                o.options.as_ref(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                "60".as_ref(),
+                "start".as_ref(),
+            ],
+        )?;
+        check("pg_ctl start", &out)
+    }
+
+    /// Creates `role` (a login role with `password`, allowed to create in database
+    /// `postgres`) and makes the server require that password from it over TCP
+    /// (`scram-sha-256`); other roles keep trust authentication.
+    ///
+    /// # Errors
+    /// A server not started here, or `psql` / `pg_ctl reload` failed.
+    pub fn require_password(&self, role: &str, password: &str) -> Result<(), PgClusterError> {
+        let o = self.owned("require a password")?;
+        let sql = format!(
+            "CREATE ROLE \"{role}\" LOGIN PASSWORD '{}'; GRANT CREATE ON DATABASE postgres TO \"{role}\"",
+            password.replace('\'', "''")
+        );
+        let socket_dir = o.dir.path().as_os_str().to_owned();
+        let port = o.port.to_string();
+        let out = run(
+            o.run_as.as_deref(),
+            &o.bin.join("psql"),
+            &[
+                "-h".as_ref(),
+                socket_dir.as_os_str(),
+                "-p".as_ref(),
+                port.as_ref(),
+                "-U".as_ref(),
+                "deermem".as_ref(),
+                "-d".as_ref(),
+                "postgres".as_ref(),
+                "-v".as_ref(),
+                "ON_ERROR_STOP=1".as_ref(),
+                "-c".as_ref(),
+                sql.as_ref(),
+            ],
+        )?;
+        check("psql (create the role)", &out)?;
+        // The first matching line wins: the role's line goes before the trust lines.
+        let hba = o.dir.path().join("data").join("pg_hba.conf");
+        let current = std::fs::read_to_string(&hba)?;
+        std::fs::write(
+            &hba,
+            format!("host all \"{role}\" 127.0.0.1/32 scram-sha-256\n{current}"),
+        )?;
+        let data = o.dir.path().join("data");
+        let out = run(
+            o.run_as.as_deref(),
+            &o.bin.join("pg_ctl"),
+            &["-D".as_ref(), data.as_os_str(), "reload".as_ref()],
+        )?;
+        check("pg_ctl reload", &out)
     }
 }
 

@@ -64,6 +64,10 @@ pub struct BuildOptions<'a> {
     pub llm: Option<Arc<dyn LanguageModel>>,
     /// Overrides `backend_config.storage_path` (the CLI's `--storage-path`).
     pub storage_path: Option<PathBuf>,
+    /// A process that runs one command and exits (the CLI's data commands): with
+    /// `storage_class: postgres` it takes no read leases (it reads with the revision check),
+    /// so no replica's write waits for a lease it left behind.
+    pub short_lived: bool,
     /// Receives the embedded engine's extraction events (metrics, tracing).
     #[cfg(feature = "engine")]
     pub observer: Option<Arc<dyn deermem_updater::UpdateObserver>>,
@@ -91,6 +95,7 @@ impl<'a> BuildOptions<'a> {
             clock: None,
             llm: None,
             storage_path: None,
+            short_lived: false,
             #[cfg(feature = "engine")]
             observer: None,
             #[cfg(feature = "engine")]
@@ -395,7 +400,12 @@ fn build_deermem(
     opts: &BuildOptions<'_>,
 ) -> Result<Backend, BuildError> {
     let name = "deermem".to_owned();
-    let cfg = crate::embedded::deermem_config(&config.backend_config)?;
+    let mut cfg = crate::embedded::deermem_config(&config.backend_config)?;
+    if opts.short_lived
+        && let Some(pg) = cfg.postgres.as_mut()
+    {
+        pg.coherence = deermem_core::config::PostgresCoherence::RevisionCheck;
+    }
     let storage = crate::embedded::open_embedded(
         &cfg,
         root.to_path_buf(),

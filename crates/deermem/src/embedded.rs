@@ -271,6 +271,19 @@ impl EmbeddedStorage {
         }
     }
 
+    /// Whether the storage can be reached now: always for the file store; one round trip for
+    /// PostgreSQL (the gateway's `/readyz` asks it).
+    ///
+    /// # Errors
+    /// The database cannot be reached, with PostgreSQL's reason.
+    pub async fn check_reachable(&self) -> Result<(), EmbeddedError> {
+        match self {
+            Self::File(_) => Ok(()),
+            #[cfg(feature = "store-postgres")]
+            Self::Postgres(s) => Ok(s.store().ping().await?),
+        }
+    }
+
     /// The derived index compared with the canonical facts (the file store's FTS5 index);
     /// `None` where there is nothing to compare: no index, or PostgreSQL, whose search vector
     /// is a generated column of the fact row and cannot drift from it.

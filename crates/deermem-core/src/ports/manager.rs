@@ -410,6 +410,24 @@ pub trait FactAdmin: MemoryManager {
         scope: MemoryScope,
     ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError>;
 
+    /// Creates a fact at most once per `idempotency_key` (a client's `Idempotency-Key`): the
+    /// key names the new fact's id, and when a fact with that id is already stored (an
+    /// earlier attempt committed, its answer lost) its document is returned, with the id,
+    /// instead of a duplicate or a conflict. Without a key this is [`Self::create_fact`]. The
+    /// default ignores the key; backends that can honour it override this.
+    ///
+    /// # Errors
+    /// As [`Self::create_fact`]; invalid input when the key was used for another content.
+    async fn create_fact_once(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+        idempotency_key: Option<&str>,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        let _ = idempotency_key;
+        self.create_fact(fact, scope).await
+    }
+
     /// Updates a fact's non-`None` fields.
     ///
     /// # Errors
@@ -546,6 +564,20 @@ pub trait MemoryManagerExt: MemoryManager {
     ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
         let ability = required(self.facts(), "create fact", self.name())?;
         FactAdmin::create_fact(ability, fact, scope).await
+    }
+
+    /// Creates a fact at most once per idempotency key (see [`FactAdmin::create_fact_once`]).
+    ///
+    /// # Errors
+    /// `Unsupported` without [`FactAdmin`]; the backend's errors.
+    async fn create_fact_once(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+        idempotency_key: Option<&str>,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        let ability = required(self.facts(), "create fact", self.name())?;
+        FactAdmin::create_fact_once(ability, fact, scope, idempotency_key).await
     }
 
     /// Updates a fact (see [`FactAdmin::update_fact`]).

@@ -9,8 +9,9 @@ use deermem_core::fact::{FactSource, NormalizeContext, fact_title, normalize_fac
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::ports::{FactAdmin, FactPatch, MemoryScope, NewFact};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactError, FactId, FactScope,
-    InvalidInputCode, ManagerError, MemoryDocument, PublicMemoryDocument, Scope, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactDraft, FactError, FactId,
+    FactScope, InvalidInputCode, ManagerError, MemoryDocument, PublicMemoryDocument, Scope,
+    Timestamp, UserId,
 };
 use deermem_pycompat::py;
 
@@ -18,6 +19,12 @@ use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_updater::content_key;
 use deermem_updater::{CapacityDecision, capacity_decision};
+
+/// Attempts of a create that lost revision races. Creates of distinct facts commute: each lost
+/// race means another write committed, so a create keeps recomputing from a fresh snapshot
+/// (with the jittered backoff) far longer than other writes before it reports a conflict, and
+/// many writers creating facts for one user through several replicas see none.
+const CREATE_ATTEMPTS: u32 = 4 * MAX_SNAPSHOT_ATTEMPTS;
 
 /// Draws at most this many ids before giving up on finding an unused one.
 pub(super) const ID_DRAWS: usize = 32;
@@ -116,42 +123,13 @@ impl DeerMemManager {
         Ok(self.storage.load(user, Some(agent)).await?.to_public())
     }
 
-    fn unused_id(
-        &self,
-        snapshot: &MemoryDocument,
-        current: FactId,
-    ) -> Result<FactId, ManagerError> {
-        let mut id = current;
-        for _ in 0..ID_DRAWS {
-            if snapshot.fact(id.as_str()).is_none() {
-                return Ok(id);
-            }
-            id = self.ids.next_id();
-        }
-        Err(ManagerError::conflict("could not draw an unused fact id"))
-    }
-
-    /// Loads the bucket (running pending migrations) and finds a fact.
-    async fn stored_fact(
-        &self,
-        user: Option<&UserId>,
-        agent: &AgentName,
-        id: &FactId,
-    ) -> Result<Fact, ManagerError> {
-        let doc = self.storage.load(user, Some(agent)).await?;
-        doc.facts
-            .into_iter()
-            .find(|f| f.id == *id)
-            .ok_or_else(|| not_found(id.as_str()))
-    }
-}
-
-#[async_trait]
-impl FactAdmin for DeerMemManager {
-    async fn create_fact(
+    /// Creates a fact (see [`FactAdmin::create_fact_once`]): under an idempotency key the
+    /// fact's id is the key's, and a fact already stored under it is the answer.
+    async fn create(
         &self,
         fact: NewFact,
         scope: MemoryScope,
+        idempotency_key: Option<&str>,
     ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
         let (user, agent) = self.bucket(&scope)?;
         let _turn = self.write_turns.take(user.as_ref()).await;
@@ -160,11 +138,22 @@ impl FactAdmin for DeerMemManager {
         let confidence = validate_confidence(fact.confidence)?;
         let key = content_key(&content);
         let fact_scope = Scope::new(user.clone(), Some(agent.clone())).to_fact_scope();
-        let mut id = self.ids.next_id();
+        let keyed = idempotency_key.map(FactId::for_idempotency_key);
+        let mut id = keyed.clone().unwrap_or_else(|| self.ids.next_id());
         let mut attempt = 0;
         loop {
             attempt += 1;
             let snapshot = self.storage.load(user.as_ref(), Some(&agent)).await?;
+            if let Some(stored) = keyed.as_ref().and_then(|k| snapshot.fact(k.as_str())) {
+                // An earlier attempt under this key committed: answer with it.
+                if content_key(&stored.content) != key {
+                    return Err(ManagerError::invalid(
+                        InvalidInputCode::Other,
+                        "the Idempotency-Key was already used to create a fact with another content",
+                    ));
+                }
+                return Ok((snapshot.to_public(), Some(id.as_str().to_owned())));
+            }
             if snapshot
                 .facts
                 .iter()
@@ -172,7 +161,9 @@ impl FactAdmin for DeerMemManager {
             {
                 return Err(duplicate());
             }
-            id = self.unused_id(&snapshot, id)?;
+            if keyed.is_none() {
+                id = self.unused_id(&snapshot, id)?;
+            }
             let now = self.clock.now();
             let draft = FactDraft::identified(id.clone(), &content)
                 .and_then(|d| {
@@ -213,19 +204,99 @@ impl FactAdmin for DeerMemManager {
                 .apply_changes(user.as_ref(), Some(&agent), changes, options)
                 .await
             {
-                Ok(_) => {
+                Ok(result) => {
                     self.audit_capacity(user.as_ref(), &agent, decision.as_ref(), now)
                         .await;
-                    let doc = self.fresh_document(user.as_ref(), &agent).await?;
+                    // The fact is stored: whatever happens now, the answer says so.
+                    let doc = self
+                        .document_after(user.as_ref(), &agent, snapshot, &result)
+                        .await;
                     return Ok((doc, kept_new.then(|| id.as_str().to_owned())));
                 }
-                Err(e) if e.is_conflict() && attempt < MAX_SNAPSHOT_ATTEMPTS => {
+                Err(e) if e.is_conflict() && attempt < CREATE_ATTEMPTS => {
                     tracing::info!(attempt, error = %e, "memory changed during create; recomputing from a fresh snapshot");
                     conflict_backoff(attempt).await;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The document to answer a committed write with: the scope read again, or when that
+    /// read fails (the database went away after the commit), `snapshot` with the commit's
+    /// result applied. A durable write is never reported as failed.
+    async fn document_after(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        snapshot: MemoryDocument,
+        result: &ChangeResult,
+    ) -> PublicMemoryDocument {
+        match self.fresh_document(user, agent).await {
+            Ok(doc) => doc,
+            Err(e) => {
+                tracing::warn!(error = %e, "the scope could not be read again after a commit; answering from the committed change");
+                let mut doc = snapshot;
+                doc.facts.retain(|f| {
+                    !result.deleted_fact_ids.contains(&f.id)
+                        && !result.upserted_facts.iter().any(|u| u.id == f.id)
+                });
+                doc.facts.extend(result.upserted_facts.iter().cloned());
+                doc.revision = result.revision;
+                doc.version.clone_from(&result.version);
+                doc.last_updated.clone_from(&result.last_updated);
+                doc.to_public()
+            }
+        }
+    }
+
+    fn unused_id(
+        &self,
+        snapshot: &MemoryDocument,
+        current: FactId,
+    ) -> Result<FactId, ManagerError> {
+        let mut id = current;
+        for _ in 0..ID_DRAWS {
+            if snapshot.fact(id.as_str()).is_none() {
+                return Ok(id);
+            }
+            id = self.ids.next_id();
+        }
+        Err(ManagerError::conflict("could not draw an unused fact id"))
+    }
+
+    /// Loads the bucket (running pending migrations) and finds a fact.
+    async fn stored_fact(
+        &self,
+        user: Option<&UserId>,
+        agent: &AgentName,
+        id: &FactId,
+    ) -> Result<Fact, ManagerError> {
+        let doc = self.storage.load(user, Some(agent)).await?;
+        doc.facts
+            .into_iter()
+            .find(|f| f.id == *id)
+            .ok_or_else(|| not_found(id.as_str()))
+    }
+}
+
+#[async_trait]
+impl FactAdmin for DeerMemManager {
+    async fn create_fact(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        self.create(fact, scope, None).await
+    }
+
+    async fn create_fact_once(
+        &self,
+        fact: NewFact,
+        scope: MemoryScope,
+        idempotency_key: Option<&str>,
+    ) -> Result<(PublicMemoryDocument, Option<String>), ManagerError> {
+        self.create(fact, scope, idempotency_key).await
     }
 
     async fn update_fact(

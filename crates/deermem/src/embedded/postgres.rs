@@ -197,6 +197,8 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
                         source: None,
                     })
                 })
+                // The connection went with that runtime: none is kept.
+                .inspect(|(store, _)| store.close_idle())
         })?,
     };
     if !migration.applied.is_empty() {
@@ -228,7 +230,9 @@ pub fn remote_cursors(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let (cfg, _) = DeerMemConfig::from_backend_config(&selection)?;
-    let config = postgres_config(&cfg, env)?;
+    let mut config = postgres_config(&cfg, env)?;
+    // Cursors are read and written in transactions of their own: no read leases, no listener.
+    config.coherence = deermem_store_postgres::Coherence::RevisionCheck;
     let (store, _) = connect_and_migrate(&config)?;
     Ok(Arc::new(PgCursors::new(store)))
 }
