@@ -448,6 +448,7 @@ impl UpdateQueue {
                     attempts,
                     retrying: attempts > 0,
                 },
+                true,
             );
         }
         self.inner.wake.notify_one();
@@ -658,18 +659,26 @@ fn take_ready(s: &mut State, now: Instant, limit: usize) -> (Vec<Pending>, Optio
 }
 
 /// Puts back an item to retry (or a replayed one), bytes counted again without a limit check:
-/// it was accepted already. A queued item of the same conversation stands for its turns instead
-/// (its messages include the failed item's), and the signals are unioned.
-fn requeue(s: &mut State, p: Pending) {
+/// it was accepted already. A queued item of the same conversation stands for both instead:
+/// the later accepted of the two keeps its messages (they include the other's), `newer` saying
+/// whether that is `p` (a replay, oldest first) or the queued one (a retry); signals are unioned.
+fn requeue(s: &mut State, p: Pending, newer: bool) {
     s.turn_ids.extend(p.turns.iter().cloned());
     if let Some(existing) = s
         .pending
         .iter_mut()
         .find(|q| q.key == p.key && q.request.bypass_watermark == p.request.bypass_watermark)
     {
-        existing.request.signals = existing.request.signals.union(p.request.signals);
+        let signals = existing.request.signals.union(p.request.signals);
         existing.turns.extend(p.turns);
         existing.attempts = existing.attempts.max(p.attempts);
+        if newer {
+            s.bytes.release(existing.request.user.as_ref(), existing.bytes);
+            existing.request = p.request;
+            existing.bytes = p.bytes;
+            s.bytes.add(existing.request.user.as_ref(), existing.bytes);
+        }
+        existing.request.signals = signals;
         return;
     }
     s.bytes.add(p.request.user.as_ref(), p.bytes);
@@ -764,7 +773,7 @@ async fn run(inner: Arc<Inner>) {
                     Some(Finished::Failed) => s.stats.failed += 1,
                     Some(Finished::Retry(p)) => {
                         s.stats.failed += 1;
-                        requeue(&mut s, *p);
+                        requeue(&mut s, *p, false);
                     }
                     None => {
                         s.stats.panicked += 1;
