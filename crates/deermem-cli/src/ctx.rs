@@ -62,6 +62,8 @@ impl Ctx {
     pub(crate) fn build_options(&self) -> BuildOptions<'static> {
         let mut opts = BuildOptions::new(&deermem::process_env);
         opts.storage_path = self.global.storage_path.clone();
+        // One-shot commands leave the turn journal to the server that replays it.
+        opts.recover_turns = false;
         opts
     }
 
