@@ -673,7 +673,8 @@ fn requeue(s: &mut State, p: Pending, newer: bool) {
         existing.turns.extend(p.turns);
         existing.attempts = existing.attempts.max(p.attempts);
         if newer {
-            s.bytes.release(existing.request.user.as_ref(), existing.bytes);
+            s.bytes
+                .release(existing.request.user.as_ref(), existing.bytes);
             existing.request = p.request;
             existing.bytes = p.bytes;
             s.bytes.add(existing.request.user.as_ref(), existing.bytes);
