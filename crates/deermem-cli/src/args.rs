@@ -130,6 +130,9 @@ pub(crate) enum Command {
     /// The PostgreSQL database of `storage_class: postgres`.
     #[command(subcommand)]
     Db(DbCommand),
+    /// The turn journal: accepted turns waiting for extraction, and dead-lettered ones.
+    #[command(subcommand)]
+    Turns(TurnsCommand),
     /// Run memory extraction on a conversation now (not after the debounce) and report what
     /// was added, removed and rejected. With a remote backend, send it now and report how many
     /// messages reached the server (a failed capture exits 8, or 1 when the server refused).
@@ -269,6 +272,39 @@ pub(crate) enum IndexCommand {
     },
     /// Index configuration and health.
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TurnsCommand {
+    /// List the turn journal's turns (pending and dead-lettered), oldest first; works beside a
+    /// running server.
+    List {
+        /// Only this user's turns.
+        #[arg(long, allow_hyphen_values = true)]
+        user: Option<String>,
+        /// Only dead-lettered turns.
+        #[arg(long)]
+        dead: bool,
+        /// One JSON array instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make dead-lettered turns pending again and run them now (stop the server first, or use
+    /// its `POST /api/memory/turns/{id}/retry`).
+    Retry {
+        /// The turn ids.
+        ids: Vec<String>,
+        /// Every dead-lettered turn.
+        #[arg(long)]
+        all_dead: bool,
+    },
+    /// Remove turns from the journal for good (stop the server first, or use its
+    /// `DELETE /api/memory/turns/{id}`).
+    Drop {
+        /// The turn ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -64,6 +64,8 @@ impl Ctx {
         let mut opts = BuildOptions::new(&deermem::process_env);
         opts.storage_path = self.global.storage_path.clone();
         opts.short_lived = true;
+        // One-shot commands leave the turn journal to the server that replays it.
+        opts.recover_turns = false;
         opts
     }
 

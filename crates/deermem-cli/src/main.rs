@@ -14,6 +14,7 @@ mod logging;
 mod output;
 mod serve;
 mod transfer;
+mod turns;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         } => cmd::search(&ctx, &scope, query, top_k, category, mode.map(Into::into)).await,
         Command::Index(c) => cmd::index(&ctx, c).await,
         Command::Db(c) => db::run(&ctx, c).await,
+        Command::Turns(c) => turns::run(&ctx, c).await,
         Command::Ingest {
             scope,
             thread,

@@ -89,10 +89,16 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     let mut opts = ctx.build_options();
     // A server runs long: it takes read leases in `coherence: lease`.
     opts.short_lived = false;
+    opts.recover_turns = true;
     opts.observer = Some(Arc::new(MetricsObserver {
         metrics: metrics.clone(),
     }));
     let backend = deermem::build_backend(ctx.memory(), opts).map_err(ctx::build_error)?;
+    if let Some(dm) = backend.deermem() {
+        // The turn journal's pending turns are queued again before the server listens (and
+        // so before /readyz can answer).
+        dm.turns_recovered().await;
+    }
     if let Some(dm) = backend.deermem() {
         // Queue depth, sampled every two seconds.
         let dm = Arc::clone(dm);

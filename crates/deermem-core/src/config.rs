@@ -506,6 +506,58 @@ pub struct DeerMemConfig {
     pub embedding: EmbeddingConfig,
     /// How search ranks by default.
     pub search: SearchSettings,
+    /// The turn journal and the retries of failed extractions (`queue:`).
+    pub queue: QueueSettings,
+}
+
+/// `backend_config.queue`: the durable turn journal and how failed extractions are retried.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueSettings {
+    /// Accepted turns are written to the turn journal before they are acknowledged, and
+    /// replayed after a restart (`false`: kept in memory only, lost by a restart).
+    #[serde(deserialize_with = "lax::bool")]
+    pub durable: bool,
+    /// Retries of a turn whose extraction failed.
+    pub retry: RetrySettings,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        Self {
+            durable: true,
+            retry: RetrySettings::default(),
+        }
+    }
+}
+
+/// `backend_config.queue.retry`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetrySettings {
+    /// Attempts of one turn (the first included) before it is dead-lettered.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 1000>")]
+    pub max_attempts: u32,
+    /// Seconds after its acceptance past which a failing turn is dead-lettered.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 31_536_000>")]
+    pub max_age: u64,
+    /// The pause before the first retry, in milliseconds; it doubles on every retry.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 3_600_000>")]
+    pub initial_backoff_ms: u64,
+    /// The longest pause between two attempts, in seconds (a longer `Retry-After` is cut to it).
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 86_400>")]
+    pub max_backoff: u64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        Self {
+            max_attempts: 10,
+            max_age: 86_400,
+            initial_backoff_ms: 2_000,
+            max_backoff: 300,
+        }
+    }
 }
 
 /// `backend_config.search`.
@@ -629,6 +681,7 @@ impl Default for DeerMemConfig {
             postgres: None,
             embedding: EmbeddingConfig::default(),
             search: SearchSettings::default(),
+            queue: QueueSettings::default(),
         }
     }
 }
@@ -1129,6 +1182,22 @@ mod tests {
         assert_eq!(red["api_key_env"], "OV_KEY");
         assert_eq!(red["tokens"], "***");
         assert_eq!(red["headers"], "***");
+    }
+
+    #[test]
+    fn queue_settings_default_to_durable_and_are_checked() {
+        let c = parse(json!({})).unwrap();
+        assert!(c.queue.durable);
+        assert_eq!(c.queue.retry.max_attempts, 10);
+        assert_eq!(c.queue.retry.max_age, 86_400);
+        let c = parse(
+            json!({"queue": {"durable": "false", "retry": {"max_attempts": "3", "max_age": 60}}}),
+        )
+        .unwrap();
+        assert!(!c.queue.durable);
+        assert_eq!((c.queue.retry.max_attempts, c.queue.retry.max_age), (3, 60));
+        let err = parse(json!({"queue": {"retry": {"max_attempts": 0}}})).unwrap_err();
+        assert_eq!(err.key, "memory.backend_config.queue.retry.max_attempts");
     }
 
     #[test]

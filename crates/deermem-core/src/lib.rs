@@ -33,8 +33,8 @@ pub mod snapshot;
 pub mod time;
 
 pub use config::{
-    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, SearchSettings,
-    TokenCounting,
+    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, QueueSettings,
+    RetrySettings, SearchSettings, TokenCounting,
 };
 pub use document::{
     ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, PublicMemoryDocument,

@@ -6,18 +6,24 @@
 //!   (admission by `deermem_updater::admit`, then the queue);
 //! - the queue's worker: `deermem_updater::MemoryUpdater`;
 //! - `get_context`: [`UpdatePipeline::context`] (the injection formatter off the async workers);
-//! - `shutdown_flush`: [`UpdateQueue::shutdown_flush`].
+//! - `shutdown_flush`: [`UpdateQueue::shutdown_flush`];
+//! - the turn journal (`queue.durable`): an accepted turn is appended to a
+//!   `deermem_core::ports::TurnJournal` before `add` returns, marked done after its commit,
+//!   retried with backoff and dead-lettered after `queue.retry` ([`turns`]), and replayed at
+//!   start ([`DeerMemManager::recover_turns`]).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod fault;
 pub mod hybrid;
 mod manager;
 mod pipeline;
 mod queue;
+pub mod turns;
 
 pub use manager::{
-    AddedFact, DeerMemManager, DeerMemParts, ImportTrim, IngestReport, IngestStatus, RemovalReason,
-    RemovedFact,
+    AddedFact, CLAIM_INTERVAL, DeerMemManager, DeerMemParts, ImportTrim, IngestReport,
+    IngestStatus, RemovalReason, RemovedFact, TURN_LEASE,
 };
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use queue::{QueueConfig, QueueError, UpdateQueue, request_bytes};

@@ -42,6 +42,8 @@ pub use ingest::{AddedFact, IngestReport, IngestStatus, RemovalReason, RemovedFa
 
 use crate::pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 use crate::queue::{QueueConfig, QueueError};
+use crate::turns::TurnLog;
+use deermem_core::ports::TurnJournal;
 use deermem_updater::FactIdSource;
 use deermem_updater::HiddenMessagePolicy;
 use deermem_updater::MemoryUpdater;
@@ -102,7 +104,20 @@ pub struct DeerMemParts {
     pub queue: Option<QueueConfig>,
     /// Fresh fact ids (`fact_` + 8 hex by default); tests inject deterministic ones.
     pub fact_ids: Option<FactIdSource>,
+    /// The turn journal; with `queue.durable` every accepted turn is kept there until its
+    /// extraction is committed. `None` keeps turns in memory only.
+    pub turns: Option<Arc<dyn TurnJournal>>,
+    /// Replay the journal's pending turns in the background from the start, and claim turns
+    /// whose owner died every [`CLAIM_INTERVAL`] (hosts that serve; one-shot commands leave it
+    /// off and call [`DeerMemManager::recover_turns`] if they want to).
+    pub recover_turns: bool,
 }
+
+/// How long this process's lease on a journal turn lasts without renewal.
+pub const TURN_LEASE: Duration = Duration::from_secs(60);
+/// How often the journal is claimed again (renewing this process's leases, taking over the
+/// turns of a replica that died).
+pub const CLAIM_INTERVAL: Duration = Duration::from_secs(20);
 
 impl DeerMemParts {
     /// Parts with the defaults: middleware mode, injection on, no model (offline proposer),
@@ -123,6 +138,8 @@ impl DeerMemParts {
             observer: None,
             queue: None,
             fact_ids: None,
+            turns: None,
+            recover_turns: false,
         }
     }
 }
@@ -155,6 +172,19 @@ pub struct DeerMemManager {
     closed: AtomicBool,
     /// Per-user turns of the manager's own write loops.
     write_turns: locks::UserWriteTurns,
+    /// The background replay and claim loop, stopped with the manager.
+    claims: Option<ClaimLoop>,
+    /// Set once the first replay of the journal has queued its pending turns.
+    recovered: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Aborts the claim loop when the manager goes.
+struct ClaimLoop(tokio::task::AbortHandle);
+
+impl Drop for ClaimLoop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl fmt::Debug for DeerMemManager {
@@ -205,8 +235,42 @@ impl DeerMemManager {
         let queue = parts
             .queue
             .unwrap_or_else(|| QueueConfig::from_config(&config));
-        let pipeline = UpdatePipeline::new(updater, parts.hidden_messages.clone(), queue)
-            .map_err(|e| ManagerError::unavailable(e.to_string()).caused_by(e))?;
+        let turns = parts
+            .turns
+            .filter(|_| config.queue.durable)
+            .map(|journal| TurnLog {
+                journal,
+                retry: config.queue.retry.clone(),
+                clock: parts.clock.clone(),
+            });
+        let durable = turns.is_some();
+        let pipeline =
+            UpdatePipeline::with_turns(updater, parts.hidden_messages.clone(), queue, turns)
+                .map_err(|e| ManagerError::unavailable(e.to_string()).caused_by(e))?;
+        let (recovered_tx, recovered) = tokio::sync::watch::channel(!durable);
+        let claims = if durable && parts.recover_turns {
+            let pipeline = pipeline.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    match pipeline.recover(TURN_LEASE).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(
+                            turns = n,
+                            "pending turns from the turn journal queued again"
+                        ),
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "could not read the turn journal's pending turns; trying again"
+                        ),
+                    }
+                    let _ = recovered_tx.send(true);
+                    tokio::time::sleep(CLAIM_INTERVAL).await;
+                }
+            });
+            Some(ClaimLoop(task.abort_handle()))
+        } else {
+            None
+        };
         let indexed = parts.storage.capabilities().retrieval;
         Ok(Self {
             config,
@@ -221,7 +285,36 @@ impl DeerMemManager {
             indexed,
             closed: AtomicBool::new(false),
             write_turns: locks::UserWriteTurns::default(),
+            claims,
+            recovered,
         })
+    }
+
+    /// Queues the turn journal's pending turns that this process does not hold yet (a replay
+    /// after a restart, or the turns of a replica that died); how many. 0 without a journal.
+    ///
+    /// # Errors
+    /// `Unavailable` when the journal cannot be read.
+    pub async fn recover_turns(&self) -> Result<usize, ManagerError> {
+        self.pipeline
+            .recover(TURN_LEASE)
+            .await
+            .map_err(|e| ManagerError::unavailable(e.to_string()).caused_by(e))
+    }
+
+    /// Resolves once the background replay (`recover_turns` in [`DeerMemParts`]) has queued
+    /// the journal's pending turns, at once without a journal or without a background replay.
+    pub async fn turns_recovered(&self) {
+        if self.claims.is_none() {
+            return;
+        }
+        let mut rx = self.recovered.clone();
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    /// The turn journal, when turns are durable.
+    pub fn turn_journal(&self) -> Option<&Arc<dyn TurnJournal>> {
+        self.pipeline.turns().map(|t| &t.journal)
     }
 
     /// The storage this manager reads and writes.
@@ -303,6 +396,20 @@ impl DeerMemManager {
                     retry_after: debounce.max(Duration::from_secs(1)),
                 });
             }
+            SubmitOutcome::NotKept { message, full } => {
+                if full {
+                    return Err(ManagerError::Overloaded {
+                        scope: OverloadScope::Global,
+                        message: format!(
+                            "the conversation turn was not accepted: {message}; retry later"
+                        ),
+                        retry_after: Duration::from_secs(5),
+                    });
+                }
+                return Err(ManagerError::unavailable(format!(
+                    "the conversation turn was not accepted: {message}"
+                )));
+            }
             // The pipeline already logged the refusal; the caller never sees it.
             SubmitOutcome::Refused(_) => {}
         }
@@ -342,7 +449,7 @@ impl MemoryManager for DeerMemManager {
 
     async fn add(&self, request: AddRequest) -> Result<(), ManagerError> {
         let submission = self.submission(&request)?;
-        let outcome = self.pipeline.submit(submission, &request.messages);
+        let outcome = self.pipeline.submit(submission, &request.messages).await;
         self.settle(outcome, &request.thread_id)
     }
 
@@ -350,7 +457,8 @@ impl MemoryManager for DeerMemManager {
         let submission = self.submission(&request)?;
         let outcome = self
             .pipeline
-            .submit_emergency(submission, &request.messages);
+            .submit_emergency(submission, &request.messages)
+            .await;
         self.settle(outcome, &request.thread_id)
     }
 
@@ -383,7 +491,21 @@ impl MemoryManager for DeerMemManager {
     }
 
     async fn shutdown_flush(&self, timeout: Duration) -> bool {
-        self.pipeline.shutdown_flush(timeout).await
+        let drained = self.pipeline.shutdown_flush(timeout).await;
+        if let Some(journal) = self.turn_journal() {
+            match journal.counts().await {
+                Ok(c) if c.pending > 0 || c.dead > 0 => tracing::warn!(
+                    pending = c.pending,
+                    dead = c.dead,
+                    "turns stay in the turn journal at shutdown: pending ones are replayed at the next start, dead ones wait for `deermem turns retry`"
+                ),
+                Ok(_) => tracing::info!("the turn journal is empty at shutdown"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not count the turn journal's items at shutdown")
+                }
+            }
+        }
+        drained
     }
 
     async fn warm(&self) -> Option<bool> {

@@ -1,14 +1,18 @@
 //! The pipeline as a manager sees it: admission (filter, trivial turns, signals) in front of
 //! the queue for `add` and `add_nowait`, the queue's worker running the updater, the drain at
 //! shutdown, and the injection text for `get_context`. A `MemoryManager` is a thin layer over
-//! this.
+//! this. With a turn journal, an admitted turn is appended to it (durably) before it is queued,
+//! and the journal's pending turns are queued again by [`UpdatePipeline::recover`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use deermem_core::ports::turn_journal::{ClaimRequest, TurnJournalError};
+
 use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, UserId};
 
 use crate::queue::{QueueConfig, QueueError, UpdateQueue};
+use crate::turns::{TurnLog, fresh_turn_id, new_turn, request_of};
 use deermem_updater::SignalSet;
 use deermem_updater::{HiddenMessagePolicy, admit};
 use deermem_updater::{InjectionOptions, format_memory_for_injection};
@@ -27,6 +31,13 @@ pub enum SubmitOutcome {
     /// Refused by the queue (backpressure or closed); the turn is picked up again with the
     /// conversation's next turn, because the watermark did not move.
     Refused(QueueError),
+    /// The turn journal could not keep the turn (full, or failing): it was not accepted.
+    NotKept {
+        /// Why.
+        message: String,
+        /// The journal is full (retry later) rather than failing.
+        full: bool,
+    },
 }
 
 /// Who and where a conversation belongs to.
@@ -48,6 +59,9 @@ pub struct UpdatePipeline {
     updater: Arc<MemoryUpdater>,
     hidden: HiddenMessagePolicy,
     queue: UpdateQueue,
+    turns: Option<TurnLog>,
+    /// This process's name as a claimer of journal turns.
+    owner: String,
 }
 
 impl UpdatePipeline {
@@ -60,27 +74,98 @@ impl UpdatePipeline {
         hidden: HiddenMessagePolicy,
         queue: QueueConfig,
     ) -> Result<Self, QueueError> {
-        let q = UpdateQueue::new(updater.clone(), queue)?;
+        Self::with_turns(updater, hidden, queue, None)
+    }
+
+    /// As [`UpdatePipeline::new`], keeping every accepted turn in a turn journal.
+    ///
+    /// # Errors
+    /// [`QueueError::NoRuntime`] outside a runtime.
+    pub fn with_turns(
+        updater: Arc<MemoryUpdater>,
+        hidden: HiddenMessagePolicy,
+        queue: QueueConfig,
+        turns: Option<TurnLog>,
+    ) -> Result<Self, QueueError> {
+        let q = UpdateQueue::with_turns(updater.clone(), queue, turns.clone())?;
         Ok(Self {
             updater,
             hidden,
             queue: q,
+            turns,
+            owner: format!(
+                "deermem-{}-{:016x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ),
         })
     }
 
-    /// `add`: filters the raw conversation and queues it. Never fails; a refusal is logged
-    /// and reported.
-    pub fn submit(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
-        self.enqueue(submission, messages, false)
+    /// The turn journal and its retry settings, when turns are durable.
+    pub fn turns(&self) -> Option<&TurnLog> {
+        self.turns.as_ref()
+    }
+
+    /// `add`: filters the raw conversation, writes it to the turn journal (when there is one)
+    /// and queues it. Never fails; a refusal is logged and reported.
+    pub async fn submit(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
+        self.enqueue(submission, messages, false).await
     }
 
     /// `add_nowait`: the emergency path before messages are summarised away; processed at
     /// once, ignoring the watermark.
-    pub fn submit_emergency(&self, submission: Submission, messages: &[Message]) -> SubmitOutcome {
-        self.enqueue(submission, messages, true)
+    pub async fn submit_emergency(
+        &self,
+        submission: Submission,
+        messages: &[Message],
+    ) -> SubmitOutcome {
+        self.enqueue(submission, messages, true).await
     }
 
-    fn enqueue(&self, s: Submission, messages: &[Message], emergency: bool) -> SubmitOutcome {
+    /// Queues the journal's pending turns that this process does not hold yet, leasing them
+    /// to it (the lease is renewed by calling this again), each due at its next attempt time.
+    /// Returns how many were queued; 0 without a journal.
+    ///
+    /// # Errors
+    /// The journal's error.
+    pub async fn recover(&self, lease: Duration) -> Result<usize, TurnJournalError> {
+        let Some(log) = &self.turns else {
+            return Ok(0);
+        };
+        let now = log.clock.now();
+        let claimed = log
+            .journal
+            .claim(&ClaimRequest {
+                owner: self.owner.clone(),
+                now,
+                lease,
+                limit: 0,
+            })
+            .await?;
+        let mut queued = 0;
+        for item in claimed {
+            if self.queue.holds_turn(item.id()) {
+                continue;
+            }
+            let wait = item.next_attempt_at.map_or(0, |t| {
+                t.unix_micros().saturating_sub(now.unix_micros()).max(0)
+            });
+            let due = tokio::time::Instant::now()
+                + Duration::from_micros(u64::try_from(wait).unwrap_or(0));
+            let request = request_of(&item);
+            tracing::info!(turn_id = %item.id(), thread_id = %item.identity.thread_id, attempts = item.attempts, "replaying a pending turn from the turn journal");
+            if self
+                .queue
+                .add_replayed(request, vec![item.id().clone()], item.attempts, due)
+                .is_ok()
+            {
+                queued += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    async fn enqueue(&self, s: Submission, messages: &[Message], emergency: bool) -> SubmitOutcome {
         let Some(admitted) = admit(messages, &self.hidden, self.updater.patterns()) else {
             return SubmitOutcome::NotAdmitted;
         };
@@ -95,10 +180,33 @@ impl UpdatePipeline {
             bypass_watermark: false,
             signals,
         };
-        let queued = if emergency {
-            self.queue.add_nowait(request)
-        } else {
-            self.queue.add(request)
+        let mut request = request;
+        request.bypass_watermark = emergency;
+        let queued = match &self.turns {
+            None => self.queue.add(request),
+            Some(log) => {
+                if let Err(e) = self.queue.check(&request) {
+                    Err(e)
+                } else {
+                    let id = fresh_turn_id();
+                    let turn = new_turn(id.clone(), &request, emergency, log.clock.now());
+                    if let Err(e) = log.journal.append(turn).await {
+                        let full = matches!(e, TurnJournalError::Full { .. });
+                        tracing::error!(thread_id = %thread, error = %e, "the turn journal could not keep a conversation turn; it was not accepted");
+                        return SubmitOutcome::NotKept {
+                            message: e.to_string(),
+                            full,
+                        };
+                    }
+                    let queued = self.queue.add_turns(request, vec![id.clone()]);
+                    if queued.is_err()
+                        && let Err(e) = log.journal.drop_turn(&id).await
+                    {
+                        tracing::warn!(turn_id = %id, error = %e, "a refused turn stays in the turn journal; it will be replayed after a restart");
+                    }
+                    queued
+                }
+            }
         };
         match queued {
             Ok(()) => SubmitOutcome::Queued { signals },

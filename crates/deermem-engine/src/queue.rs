@@ -11,12 +11,19 @@
 //! moment it is queued until its processing ends (or it is dropped or replaced), and an item that
 //! would take a user or everyone past the limit is refused ([`QueueError::TooManyBytes`]), signals
 //! and emergencies included.
+//!
+//! With a turn journal ([`UpdateQueue::with_turns`]) an item carries the journal ids of the
+//! turns it stands for (several, once coalesced): they are marked done after a successful
+//! processing; after a failure they are retried with backoff or dead-lettered (see
+//! [`crate::turns`]), and an item waiting for its retry neither blocks a flush nor counts as
+//! new work. Without a journal a failure is logged and the item is gone, as in the reference.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use deermem_core::ports::turn_journal::TurnId;
 use deermem_core::{DeerMemConfig, OverloadScope, UserId};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
@@ -25,6 +32,8 @@ use tokio::time::Instant;
 
 use deermem_updater::ConversationKey;
 use deermem_updater::{UpdateProcessor, UpdateRequest};
+
+use crate::turns::TurnLog;
 
 /// Queue settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +137,20 @@ struct Pending {
     due: Instant,
     /// What the item counts against the byte limits.
     bytes: u64,
+    /// The journal ids of the turns it stands for.
+    turns: Vec<TurnId>,
+    /// Failed attempts so far.
+    attempts: u32,
+    /// Waiting for a retry after a failure (does not hold a flush back).
+    retrying: bool,
+}
+
+/// How a processing ended.
+enum Finished {
+    Succeeded,
+    Failed,
+    /// Failed; to be tried again after the pause.
+    Retry(Box<Pending>),
 }
 
 /// Bytes of the turns the queue holds (pending or being processed), per user and in total.
@@ -168,6 +191,15 @@ struct State {
     closed: bool,
     stats: QueueStats,
     bytes: ByteCount,
+    /// Journal ids of the turns queued or being processed.
+    turn_ids: HashSet<TurnId>,
+}
+
+impl State {
+    /// Whether nothing but retries waiting for their pause is left.
+    fn idle(&self) -> bool {
+        self.in_flight.is_empty() && self.pending.iter().all(|p| p.retrying)
+    }
 }
 
 /// What an item counts against the byte limits: the text and JSON it holds, plus a small
@@ -224,6 +256,7 @@ struct Inner {
     progress: watch::Sender<u64>,
     processor: Arc<dyn UpdateProcessor>,
     config: QueueConfig,
+    turns: Option<TurnLog>,
 }
 
 impl Inner {
@@ -281,6 +314,19 @@ impl UpdateQueue {
         processor: Arc<dyn UpdateProcessor>,
         config: QueueConfig,
     ) -> Result<Self, QueueError> {
+        Self::with_turns(processor, config, None)
+    }
+
+    /// Starts a queue that records its items' outcomes in a turn journal (see the module
+    /// documentation).
+    ///
+    /// # Errors
+    /// [`QueueError::NoRuntime`] outside a runtime.
+    pub fn with_turns(
+        processor: Arc<dyn UpdateProcessor>,
+        config: QueueConfig,
+        turns: Option<TurnLog>,
+    ) -> Result<Self, QueueError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| QueueError::NoRuntime)?;
         let config = QueueConfig {
             max_concurrency: config.max_concurrency.max(1),
@@ -293,6 +339,7 @@ impl UpdateQueue {
             progress,
             processor,
             config,
+            turns,
         });
         let worker = handle.spawn(run(inner.clone()));
         Ok(Self {
@@ -307,64 +354,46 @@ impl UpdateQueue {
     /// # Errors
     /// [`QueueError::Full`] under backpressure (never for an item carrying a signal or an
     /// emergency item), [`QueueError::Closed`] after [`UpdateQueue::close`].
-    pub fn add(&self, mut request: UpdateRequest) -> Result<(), QueueError> {
+    pub fn add(&self, request: UpdateRequest) -> Result<(), QueueError> {
+        self.add_turns(request, Vec::new())
+    }
+
+    /// Refuses what [`UpdateQueue::add`] would refuse now, without queueing anything (the
+    /// check before a turn is written to the journal).
+    ///
+    /// # Errors
+    /// As [`UpdateQueue::add`].
+    pub fn check(&self, request: &UpdateRequest) -> Result<(), QueueError> {
+        let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
+        let bytes = request_bytes(request);
+        let mut s = self.inner.lock();
+        self.admit(&mut s, &key, request, bytes).map(|_| ())
+    }
+
+    /// Queues an item standing for journal turns, like [`UpdateQueue::add`].
+    ///
+    /// # Errors
+    /// As [`UpdateQueue::add`].
+    pub fn add_turns(
+        &self,
+        mut request: UpdateRequest,
+        turns: Vec<TurnId>,
+    ) -> Result<(), QueueError> {
         let now = Instant::now();
         let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
         let bytes = request_bytes(&request);
         {
             let mut s = self.inner.lock();
-            if s.closed {
-                return Err(QueueError::Closed);
-            }
-            let existing = s.pending.iter().position(|p| {
-                p.key == key && p.request.bypass_watermark == request.bypass_watermark
-            });
-            let max = self.inner.config.max_depth;
-            if existing.is_none()
-                && !request.bypass_watermark
-                && request.signals.is_empty()
-                && max > 0
-                && s.pending.len() as u64 >= max
-            {
-                s.stats.rejected += 1;
-                return Err(QueueError::Full {
-                    depth: s.pending.len(),
-                    max,
-                    thread_id: request.thread_id,
-                });
-            }
-            // The item this one replaces stops counting when it is replaced.
-            let replaced = existing.map_or(0, |i| s.pending[i].bytes);
-            let user = request.user.as_ref();
-            let limits = [
-                (
-                    OverloadScope::User,
-                    s.bytes.user(user),
-                    self.inner.config.max_user_bytes,
-                ),
-                (
-                    OverloadScope::Global,
-                    s.bytes.total,
-                    self.inner.config.max_total_bytes,
-                ),
-            ];
-            for (scope, held, max) in limits {
-                let pending = held.saturating_sub(replaced);
-                if max > 0 && pending.saturating_add(bytes) > max {
-                    s.stats.rejected += 1;
-                    return Err(QueueError::TooManyBytes {
-                        scope,
-                        pending,
-                        item: bytes,
-                        max,
-                        thread_id: request.thread_id,
-                    });
-                }
-            }
+            let existing = self.admit(&mut s, &key, &request, bytes)?;
+            let mut turns = turns;
             if let Some(i) = existing {
                 let old = s.pending.remove(i);
                 s.bytes.release(old.request.user.as_ref(), old.bytes);
                 request.signals = request.signals.union(old.request.signals);
+                // The new item's messages include the old one's: it stands for its turns too.
+                let mut merged = old.turns;
+                merged.append(&mut turns);
+                turns = merged;
                 s.stats.coalesced += 1;
             }
             let immediate = request.bypass_watermark || s.flushing > 0 || s.shutting_down;
@@ -375,15 +404,120 @@ impl UpdateQueue {
             };
             s.stats.enqueued += 1;
             s.bytes.add(request.user.as_ref(), bytes);
+            s.turn_ids.extend(turns.iter().cloned());
             s.pending.push(Pending {
                 key,
                 request,
                 due,
                 bytes,
+                turns,
+                attempts: 0,
+                retrying: false,
             });
         }
         self.inner.wake.notify_one();
         Ok(())
+    }
+
+    /// Queues a replayed journal item due at `due`.
+    ///
+    /// # Errors
+    /// [`QueueError::Closed`].
+    pub fn add_replayed(
+        &self,
+        request: UpdateRequest,
+        turns: Vec<TurnId>,
+        attempts: u32,
+        due: Instant,
+    ) -> Result<(), QueueError> {
+        let key = ConversationKey::new(&request.thread_id, request.user.as_ref(), &request.agent);
+        let bytes = request_bytes(&request);
+        {
+            let mut s = self.inner.lock();
+            if s.closed {
+                return Err(QueueError::Closed);
+            }
+            requeue(
+                &mut s,
+                Pending {
+                    key,
+                    request,
+                    due,
+                    bytes,
+                    turns,
+                    attempts,
+                    retrying: attempts > 0,
+                },
+                true,
+            );
+        }
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    /// Whether the queue holds (queued or in processing) the journal turn `id`.
+    pub fn holds_turn(&self, id: &TurnId) -> bool {
+        self.inner.lock().turn_ids.contains(id)
+    }
+
+    /// The limits' decision for a new item: the index of the item it replaces, if any.
+    fn admit(
+        &self,
+        s: &mut State,
+        key: &ConversationKey,
+        request: &UpdateRequest,
+        bytes: u64,
+    ) -> Result<Option<usize>, QueueError> {
+        if s.closed {
+            return Err(QueueError::Closed);
+        }
+        let existing = s
+            .pending
+            .iter()
+            .position(|p| p.key == *key && p.request.bypass_watermark == request.bypass_watermark);
+        let max = self.inner.config.max_depth;
+        if existing.is_none()
+            && !request.bypass_watermark
+            && request.signals.is_empty()
+            && max > 0
+            && s.pending.len() as u64 >= max
+        {
+            s.stats.rejected += 1;
+            return Err(QueueError::Full {
+                depth: s.pending.len(),
+                max,
+                thread_id: request.thread_id.clone(),
+            });
+        }
+        // The item this one replaces stops counting when it is replaced.
+        let replaced = existing.map_or(0, |i| s.pending[i].bytes);
+        let user = request.user.as_ref();
+        let limits = [
+            (
+                OverloadScope::User,
+                s.bytes.user(user),
+                self.inner.config.max_user_bytes,
+            ),
+            (
+                OverloadScope::Global,
+                s.bytes.total,
+                self.inner.config.max_total_bytes,
+            ),
+        ];
+        for (scope, held, max) in limits {
+            let pending = held.saturating_sub(replaced);
+            if max > 0 && pending.saturating_add(bytes) > max {
+                s.stats.rejected += 1;
+                return Err(QueueError::TooManyBytes {
+                    scope,
+                    pending,
+                    item: bytes,
+                    max,
+                    thread_id: request.thread_id.clone(),
+                });
+            }
+        }
+        Ok(existing)
     }
 
     /// Queues an emergency update (`bypass_watermark` is set): processed at once, beside (not
@@ -401,7 +535,7 @@ impl UpdateQueue {
         {
             let mut s = self.inner.lock();
             let now = Instant::now();
-            for p in &mut s.pending {
+            for p in s.pending.iter_mut().filter(|p| !p.retrying) {
                 p.due = now;
             }
         }
@@ -425,7 +559,7 @@ impl UpdateQueue {
                 rx.borrow_and_update();
                 {
                     let s = inner.lock();
-                    if s.pending.is_empty() && s.in_flight.is_empty() {
+                    if s.idle() {
                         return;
                     }
                 }
@@ -459,6 +593,9 @@ impl UpdateQueue {
             let dropped = std::mem::take(&mut s.pending);
             for p in &dropped {
                 s.bytes.release(p.request.user.as_ref(), p.bytes);
+                for id in &p.turns {
+                    s.turn_ids.remove(id);
+                }
             }
             dropped.len()
         };
@@ -469,6 +606,11 @@ impl UpdateQueue {
     /// Items waiting to be processed.
     pub fn pending_count(&self) -> usize {
         self.inner.lock().pending.len()
+    }
+
+    /// Journal turns queued or being processed.
+    pub fn turn_count(&self) -> usize {
+        self.inner.lock().turn_ids.len()
     }
 
     /// Whether an item is being processed.
@@ -516,32 +658,98 @@ fn take_ready(s: &mut State, now: Instant, limit: usize) -> (Vec<Pending>, Optio
     (ready, next)
 }
 
+/// Puts back an item to retry (or a replayed one), bytes counted again without a limit check:
+/// it was accepted already. A queued item of the same conversation stands for both instead:
+/// the later accepted of the two keeps its messages (they include the other's), `newer` saying
+/// whether that is `p` (a replay, oldest first) or the queued one (a retry); signals are unioned.
+fn requeue(s: &mut State, p: Pending, newer: bool) {
+    s.turn_ids.extend(p.turns.iter().cloned());
+    if let Some(existing) = s
+        .pending
+        .iter_mut()
+        .find(|q| q.key == p.key && q.request.bypass_watermark == p.request.bypass_watermark)
+    {
+        let signals = existing.request.signals.union(p.request.signals);
+        existing.turns.extend(p.turns);
+        existing.attempts = existing.attempts.max(p.attempts);
+        if newer {
+            s.bytes
+                .release(existing.request.user.as_ref(), existing.bytes);
+            existing.request = p.request;
+            existing.bytes = p.bytes;
+            s.bytes.add(existing.request.user.as_ref(), existing.bytes);
+        }
+        existing.request.signals = signals;
+        return;
+    }
+    s.bytes.add(p.request.user.as_ref(), p.bytes);
+    s.pending.push(p);
+}
+
+/// Runs one item and settles its journal turns.
+async fn process(
+    processor: Arc<dyn UpdateProcessor>,
+    turns: Option<TurnLog>,
+    p: Pending,
+) -> Finished {
+    let thread = p.request.thread_id.clone();
+    let journaled = turns.filter(|_| !p.turns.is_empty());
+    let retry_copy = journaled.as_ref().map(|_| p.request.clone());
+    match processor.process(p.request).await {
+        Ok(outcome) => {
+            tracing::debug!(thread_id = %thread, status = ?outcome.status, "memory update processed");
+            if let Some(log) = &journaled {
+                log.complete(&p.turns).await;
+            }
+            Finished::Succeeded
+        }
+        Err(e) => {
+            let (Some(log), Some(request)) = (journaled, retry_copy) else {
+                tracing::warn!(thread_id = %thread, error = %e, "memory update failed");
+                return Finished::Failed;
+            };
+            let attempts = p.attempts.saturating_add(1);
+            let decided = log.failed(&p.turns, attempts, &e).await;
+            if decided.retry.is_empty() {
+                return Finished::Failed;
+            }
+            Finished::Retry(Box::new(Pending {
+                key: p.key,
+                request,
+                due: Instant::now() + decided.delay,
+                bytes: p.bytes,
+                turns: decided.retry,
+                attempts,
+                retrying: true,
+            }))
+        }
+    }
+}
+
+/// What a running item holds until it ends.
+struct Running {
+    key: ConversationKey,
+    user: Option<UserId>,
+    bytes: u64,
+    turns: Vec<TurnId>,
+}
+
 async fn run(inner: Arc<Inner>) {
-    let mut tasks: JoinSet<bool> = JoinSet::new();
-    // The key of each running item, with the user and bytes it counts until it ends.
-    let mut running: HashMap<tokio::task::Id, (ConversationKey, Option<UserId>, u64)> =
-        HashMap::new();
+    let mut tasks: JoinSet<Finished> = JoinSet::new();
+    let mut running: HashMap<tokio::task::Id, Running> = HashMap::new();
     loop {
         let (ready, next) = {
             let mut s = inner.lock();
             take_ready(&mut s, Instant::now(), inner.config.max_concurrency)
         };
         for p in ready {
-            let processor = inner.processor.clone();
-            let held = (p.key.clone(), p.request.user.clone(), p.bytes);
-            let handle = tasks.spawn(async move {
-                let thread = p.request.thread_id.clone();
-                match processor.process(p.request).await {
-                    Ok(outcome) => {
-                        tracing::debug!(thread_id = %thread, status = ?outcome.status, "memory update processed");
-                        true
-                    }
-                    Err(e) => {
-                        tracing::warn!(thread_id = %thread, error = %e, "memory update failed");
-                        false
-                    }
-                }
-            });
+            let held = Running {
+                key: p.key.clone(),
+                user: p.request.user.clone(),
+                bytes: p.bytes,
+                turns: p.turns.clone(),
+            };
+            let handle = tasks.spawn(process(inner.processor.clone(), inner.turns.clone(), p));
             running.insert(handle.id(), held);
         }
         inner.bump();
@@ -550,20 +758,27 @@ async fn run(inner: Arc<Inner>) {
             () = sleep_until_opt(next) => {}
             Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 let (id, outcome) = match done {
-                    Ok((id, ok)) => (id, Some(ok)),
+                    Ok((id, finished)) => (id, Some(finished)),
                     Err(e) => (e.id(), None),
                 };
                 let mut s = inner.lock();
-                if let Some((key, user, bytes)) = running.remove(&id) {
-                    s.in_flight.remove(&key);
-                    s.bytes.release(user.as_ref(), bytes);
+                if let Some(r) = running.remove(&id) {
+                    s.in_flight.remove(&r.key);
+                    s.bytes.release(r.user.as_ref(), r.bytes);
+                    for t in &r.turns {
+                        s.turn_ids.remove(t);
+                    }
                 }
                 match outcome {
-                    Some(true) => s.stats.succeeded += 1,
-                    Some(false) => s.stats.failed += 1,
+                    Some(Finished::Succeeded) => s.stats.succeeded += 1,
+                    Some(Finished::Failed) => s.stats.failed += 1,
+                    Some(Finished::Retry(p)) => {
+                        s.stats.failed += 1;
+                        requeue(&mut s, *p, false);
+                    }
                     None => {
                         s.stats.panicked += 1;
-                        tracing::error!("memory update task panicked; the queue carries on");
+                        tracing::error!("memory update task panicked; the queue carries on (its journal turns stay pending)");
                     }
                 }
             }

@@ -114,7 +114,7 @@ async fn run_conversation(
             .insert("hide_from_ui".into(), json!(true));
         let mut raw = convo.clone();
         raw.insert(0, hidden);
-        let outcome = pipeline.submit(submission("thread-1"), &raw);
+        let outcome = pipeline.submit(submission("thread-1"), &raw).await;
         if i == 1 {
             assert!(
                 matches!(outcome, SubmitOutcome::Queued { signals } if signals.contains(Signal::Correction))
@@ -134,12 +134,14 @@ async fn run_conversation(
     let mut thanks = convo.clone();
     thanks.push(h("u9", "thanks!"));
     thanks.push(a("a9", "You're welcome"));
-    let _ = pipeline.submit(submission("thread-1"), &thanks);
+    let _ = pipeline.submit(submission("thread-1"), &thanks).await;
     assert!(pipeline.flush(Duration::from_secs(10)).await);
     assert_eq!(llm.calls(), 3);
     // A conversation with no assistant turn is not admitted at all.
     assert_eq!(
-        pipeline.submit(submission("thread-2"), &[h("x", "I prefer tabs")]),
+        pipeline
+            .submit(submission("thread-2"), &[h("x", "I prefer tabs")])
+            .await,
         SubmitOutcome::NotAdmitted
     );
     (pipeline, llm)

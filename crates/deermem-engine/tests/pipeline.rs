@@ -59,10 +59,10 @@ async fn backpressure_is_logged_not_raised() {
     .unwrap();
     let plain = [h("1", "what is the weather"), a("2", "sunny")];
     assert!(matches!(
-        p.submit(submission("t1"), &plain),
+        p.submit(submission("t1"), &plain).await,
         SubmitOutcome::Queued { .. }
     ));
-    let refused = p.submit(submission("t2"), &plain);
+    let refused = p.submit(submission("t2"), &plain).await;
     assert!(
         matches!(refused, SubmitOutcome::Refused(QueueError::Full { .. })),
         "{refused:?}"
@@ -74,13 +74,13 @@ async fn backpressure_is_logged_not_raised() {
     );
     // A turn with a signal is never refused.
     let signal = [h("1", "No, that's wrong"), a("2", "sorry")];
-    match p.submit(submission("t3"), &signal) {
+    match p.submit(submission("t3"), &signal).await {
         SubmitOutcome::Queued { signals } => assert!(signals.contains(Signal::Correction)),
         other => panic!("{other:?}"),
     }
     // Neither is an emergency item.
     assert!(matches!(
-        p.submit_emergency(submission("t4"), &plain),
+        p.submit_emergency(submission("t4"), &plain).await,
         SubmitOutcome::Queued { .. }
     ));
     assert!(p.shutdown_flush(Duration::from_secs(10)).await);

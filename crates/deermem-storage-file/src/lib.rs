@@ -23,6 +23,7 @@ pub mod probe;
 pub mod run_journal;
 mod sidecar;
 mod storage;
+pub mod turn_journal;
 mod walk;
 
 pub use paths::resolve_root;
@@ -30,6 +31,7 @@ pub use run_journal::{RunJournal, RunJournalOptions};
 pub use storage::{
     FileMemoryStorage, FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
 };
+pub use turn_journal::{DeferredFileTurnJournal, FileTurnJournal, FileTurnJournalOptions};
 
 /// Renders a fact as the exact bytes of its Markdown file (what the storage writes).
 ///

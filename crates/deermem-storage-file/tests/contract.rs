@@ -44,3 +44,33 @@ mod run_journal {
 
     deermem_testkit::run_journal_contract!(fixture());
 }
+
+/// The turn journal port's contract against the file journal in a temporary directory.
+mod turn_journal {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use deermem_core::ports::TurnJournal;
+    use deermem_storage_file::{FileTurnJournal, FileTurnJournalOptions};
+    use deermem_testkit::turn_journal::TurnJournalFixture;
+
+    fn open(dir: PathBuf) -> Arc<dyn TurnJournal> {
+        Arc::new(FileTurnJournal::open(dir, FileTurnJournalOptions::default()).expect("journal"))
+    }
+
+    async fn fixture() -> TurnJournalFixture {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = FileTurnJournal::dir_for_storage_root(root.path());
+        let journal = open(dir.clone());
+        TurnJournalFixture {
+            journal,
+            reopen: Box::new(move || {
+                let dir = dir.clone();
+                Box::pin(async move { open(dir) })
+            }),
+            guard: Box::new(root),
+        }
+    }
+
+    deermem_testkit::turn_journal_contract!(fixture());
+}

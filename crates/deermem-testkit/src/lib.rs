@@ -24,6 +24,7 @@ pub mod pyenv;
 pub mod retrieval;
 pub mod run_journal;
 pub mod storage;
+pub mod turn_journal;
 pub mod vector_index;
 
 /// Runs a future to completion on a fresh multi-threaded tokio runtime (two workers), so the

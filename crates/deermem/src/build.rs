@@ -75,6 +75,10 @@ pub struct BuildOptions<'a> {
     /// `None`.
     #[cfg(feature = "engine")]
     pub hidden_messages: Option<deermem_updater::HiddenMessagePolicy>,
+    /// Whether the embedded engine replays its turn journal's pending turns in the background
+    /// from the start (true by default; one-shot commands turn it off).
+    #[cfg(feature = "engine")]
+    pub recover_turns: bool,
 }
 
 impl std::fmt::Debug for BuildOptions<'_> {
@@ -100,6 +104,8 @@ impl<'a> BuildOptions<'a> {
             observer: None,
             #[cfg(feature = "engine")]
             hidden_messages: None,
+            #[cfg(feature = "engine")]
+            recover_turns: true,
         }
     }
 }
@@ -435,7 +441,25 @@ fn build_deermem(
         Some(llm) => Some(Arc::clone(llm)),
         None => build_llm(&cfg)?,
     };
+    let durable = cfg.queue.durable;
     let mut parts = deermem_engine::DeerMemParts::new(cfg, storage.storage(), clock);
+    if durable {
+        match &storage {
+            crate::embedded::EmbeddedStorage::File(_) => {
+                parts.turns = Some(Arc::new(
+                    deermem_storage_file::DeferredFileTurnJournal::in_root(
+                        root,
+                        deermem_storage_file::FileTurnJournalOptions::default(),
+                    ),
+                ));
+            }
+            #[allow(unreachable_patterns, reason = "PostgreSQL is a compile-time option")]
+            _ => tracing::warn!(
+                "queue.durable: this storage has no turn journal yet; accepted turns are kept in memory only until their extraction"
+            ),
+        }
+    }
+    parts.recover_turns = opts.recover_turns;
     parts.mode = config.mode;
     parts.injection_enabled = config.injection_enabled;
     parts.llm = llm;

@@ -66,6 +66,17 @@ const POSTGRES: &[(&str, Shown)] = &[
 /// DeerMem's `postgres.tls` section.
 const POSTGRES_TLS: &[(&str, Shown)] = &[("mode", Leaf), ("ca_file", Leaf)];
 
+/// DeerMem's `queue` section (the turn journal and its retries).
+const QUEUE: &[(&str, Shown)] = &[("durable", Leaf), ("retry", Object(QUEUE_RETRY))];
+
+/// DeerMem's `queue.retry` section.
+const QUEUE_RETRY: &[(&str, Shown)] = &[
+    ("max_attempts", Leaf),
+    ("max_age", Leaf),
+    ("initial_backoff_ms", Leaf),
+    ("max_backoff", Leaf),
+];
+
 /// Every top-level key a shipped backend reads, and how it is shown.
 const TOP: &[(&str, Shown)] = &[
     // DeerMem (the fields of `DeerMemConfig`).
@@ -111,6 +122,7 @@ const TOP: &[(&str, Shown)] = &[
     ("prompts_dir", Leaf),
     ("model", Object(MODEL)),
     ("postgres", Guarded(POSTGRES)),
+    ("queue", Object(QUEUE)),
     // Honcho and OpenViking (the keys DeerMem does not share).
     ("base_url", Url),
     ("api_key", Secret),

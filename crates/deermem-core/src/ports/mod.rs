@@ -8,6 +8,7 @@ mod manager;
 mod retrieval;
 pub mod run_journal;
 mod storage;
+pub mod turn_journal;
 mod vector_index;
 
 pub use clock::Clock;
@@ -24,4 +25,5 @@ pub use storage::{
     FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
     ScopedSearch, StorageCapabilities,
 };
+pub use turn_journal::TurnJournal;
 pub use vector_index::{EmbedTask, VectorIndex, check_put_vectors};

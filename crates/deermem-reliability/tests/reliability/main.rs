@@ -20,3 +20,4 @@ mod isolation;
 mod limits;
 mod replicas;
 mod support;
+mod turns;
