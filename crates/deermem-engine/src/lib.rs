@@ -14,9 +14,14 @@ pub mod hybrid;
 mod manager;
 mod pipeline;
 mod queue;
+mod rendered;
 
 pub use manager::{
     AddedFact, DeerMemManager, DeerMemParts, IngestReport, IngestStatus, RemovalReason, RemovedFact,
 };
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use queue::{QueueConfig, QueueError, UpdateQueue, request_bytes};
+pub use rendered::{
+    MAX_ENTRIES as RENDERED_MAX_ENTRIES, MAX_TEXT_BYTES as RENDERED_MAX_TEXT_BYTES,
+    RenderedCacheUsage,
+};

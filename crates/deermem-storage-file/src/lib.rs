@@ -28,7 +28,8 @@ mod walk;
 pub use paths::resolve_root;
 pub use run_journal::{RunJournal, RunJournalOptions};
 pub use storage::{
-    FileMemoryStorage, FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
+    CacheUsage, DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileMemoryStorage,
+    FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
 };
 
 /// Renders a fact as the exact bytes of its Markdown file (what the storage writes).
