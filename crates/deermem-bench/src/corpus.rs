@@ -213,6 +213,7 @@ pub fn generated_scope(i: usize) -> ScopeKey {
 }
 
 /// The generator's state: its random source and its vocabulary.
+#[derive(Debug)]
 pub struct Generator {
     rng: StdRng,
     vocab: Vec<String>,

@@ -166,7 +166,7 @@ fn user_snapshot(base: &Generator, i: usize, now: Timestamp) -> Result<UserSnaps
     facts.sort_by(|a, b| a.id.cmp(&b.id));
     let mut snap = UserSnapshot::empty(raw);
     snap.revision = 1;
-    snap.last_updated = now.to_iso();
+    snap.last_updated = now.to_iso_z();
     snap.agents.push(AgentSnapshot {
         agent: AgentName::default_bucket(),
         facts,
@@ -266,7 +266,7 @@ pub fn run_child(phase: &str, args: &[String]) -> Result<Value> {
 async fn seed(t: &Target) -> Result<Value> {
     let started = Instant::now();
     let base = Generator::new(corpus::SEED);
-    let now = Timestamp::parse_iso("2026-06-01T00:00:00Z")?;
+    let now = Timestamp::parse_iso("2026-06-01T00:00:00Z").context("the seed time")?;
     match t.store {
         Store::File => {
             let storage = workloads::open_root(&t.root, false)?;
