@@ -212,31 +212,75 @@ pub fn generated_scope(i: usize) -> ScopeKey {
     (user, agent)
 }
 
+/// The generator's state: its random source and its vocabulary.
+#[derive(Debug)]
+pub struct Generator {
+    rng: StdRng,
+    vocab: Vec<String>,
+}
+
+impl Generator {
+    /// A generator seeded with `seed` (its vocabulary drawn from the same source).
+    pub fn new(seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let vocab = vocabulary(&mut rng, 4_000);
+        Self { rng, vocab }
+    }
+
+    /// The same vocabulary with another random source (so the facts of one user can be made
+    /// again from its own seed, independently of every other user's).
+    pub fn reseeded(&self, seed: u64) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            vocab: self.vocab.clone(),
+        }
+    }
+
+    /// The next fact of a scope.
+    pub fn fact(&mut self, user: String, agent: Option<String>) -> CorpusFact {
+        let rng = &mut self.rng;
+        let template = TEMPLATES[rng.random_range(0..TEMPLATES.len())];
+        let mut content = String::new();
+        for (k, part) in template.split("{}").enumerate() {
+            if k > 0 {
+                content.push_str(&self.vocab[zipf(rng, self.vocab.len())]);
+            }
+            content.push_str(part);
+        }
+        CorpusFact {
+            user,
+            agent,
+            content,
+            category: CATEGORIES[rng.random_range(0..CATEGORIES.len())].to_owned(),
+            confidence: (rng.random_range(50..=100) as f64) / 100.0,
+        }
+    }
+}
+
 /// A generated corpus: `facts` facts spread evenly over `scopes` scopes.
 pub fn generate_corpus(facts: usize, scopes: usize, seed: u64) -> Vec<CorpusFact> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let vocab = vocabulary(&mut rng, 4_000);
+    let mut generator = Generator::new(seed);
     let scopes = scopes.max(1);
     (0..facts)
         .map(|i| {
             let (user, agent) = generated_scope(i % scopes);
-            let template = TEMPLATES[rng.random_range(0..TEMPLATES.len())];
-            let mut content = String::new();
-            for (k, part) in template.split("{}").enumerate() {
-                if k > 0 {
-                    content.push_str(&vocab[zipf(&mut rng, vocab.len())]);
-                }
-                content.push_str(part);
-            }
-            CorpusFact {
-                user,
-                agent,
-                content,
-                category: CATEGORIES[rng.random_range(0..CATEGORIES.len())].to_owned(),
-                confidence: (rng.random_range(50..=100) as f64) / 100.0,
-            }
+            generator.fact(user, agent)
         })
         .collect()
+}
+
+/// One to three words (longer than three letters) of `content`, or the whole text when it
+/// has none: the shape of every generated query.
+pub fn query_from(content: &str, rng: &mut StdRng) -> String {
+    let words: Vec<&str> = content.split_whitespace().filter(|w| w.len() > 3).collect();
+    if words.is_empty() {
+        return content.to_owned();
+    }
+    let k = rng.random_range(1..=3.min(words.len()));
+    (0..k)
+        .map(|_| words[rng.random_range(0..words.len())])
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A scope of the corpus: `(user, agent)`.
@@ -275,19 +319,7 @@ pub fn generate_queries(facts: &[CorpusFact], n: usize, seed: u64) -> Vec<String
         .map(|i| {
             let (_, scope_facts) = &groups[i % groups.len()];
             let fact = scope_facts[rng.random_range(0..scope_facts.len())];
-            let words: Vec<&str> = fact
-                .content
-                .split_whitespace()
-                .filter(|w| w.len() > 3)
-                .collect();
-            if words.is_empty() {
-                return fact.content.clone();
-            }
-            let k = rng.random_range(1..=3.min(words.len()));
-            (0..k)
-                .map(|_| words[rng.random_range(0..words.len())])
-                .collect::<Vec<_>>()
-                .join(" ")
+            query_from(&fact.content, &mut rng)
         })
         .collect()
 }

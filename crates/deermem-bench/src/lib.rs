@@ -8,15 +8,18 @@
 //!   peak RSS is its own), prints the table and writes the JSON report.
 //! - [`stats`], [`machine`]: latency summaries, peak RSS and the machine description.
 //! - [`http`]: a minimal HTTP/1.1 keep-alive client for the gateway workload.
+//! - [`scale`]: `deermem-bench scale`, the cost of the main operations as the store grows.
 
 // A measurement harness: a workload whose setup fails aborts the run with the reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![deny(missing_docs)]
 
+pub mod chart;
 pub mod corpus;
 pub mod http;
 pub mod machine;
 pub mod runner;
+pub mod scale;
 pub mod sizes;
 pub mod stats;
 pub mod workloads;

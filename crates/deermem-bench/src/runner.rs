@@ -23,7 +23,9 @@ pub const USAGE: &str = "usage: deermem-bench [--quick | --smoke] [--corpus FILE
        deermem-bench --list
 
 Runs the named DeerMem workloads, each in its own child process on a fresh temporary root,
-prints a table and, with --json, writes {\"workloads\": {...}, \"machine\": {...}}.
+prints a table and, with --json, writes {\"workloads\": {...}, \"skipped\": {...}, \"machine\": {...}}.
+Workloads that need the local embedding model (embed_local, search_hybrid) are skipped with a
+note unless it has been fetched (`cargo xtask model fetch`).
 --corpus: JSON lines {\"user\", \"agent\", \"content\", \"category\", \"confidence\"} (agent null = default
 bucket); --queries: one query per line. Without them the data is generated with a fixed seed;
 --write-corpus / --write-queries save the generated data for other implementations.
@@ -374,7 +376,15 @@ pub fn run_all(args: &Args) -> Result<Value> {
         .filter(|n| args.only.as_ref().is_none_or(|o| o.iter().any(|x| x == n)))
         .collect();
     let mut results = Map::new();
+    let mut skipped = Map::new();
     for name in names {
+        if workloads::embed::NEED_MODEL.contains(&name)
+            && let Err(e) = workloads::embed::model_dir()
+        {
+            eprintln!("deermem-bench: skipping {name}: {e}");
+            skipped.insert(name.to_owned(), json!(e.to_string()));
+            continue;
+        }
         eprintln!(
             "deermem-bench: running {name} ({}, {})",
             args.preset,
@@ -390,6 +400,7 @@ pub fn run_all(args: &Args) -> Result<Value> {
     let report = json!({
         "store": args.store.name(),
         "workloads": results,
+        "skipped": skipped,
         "targets": targets,
         "machine": machine::describe(&args.tmp_base()),
         "sizes": args.sizes().to_json(),

@@ -562,6 +562,10 @@ impl Retrieval for HybridRetrieval {
         self.shared.index.inventory().await
     }
 
+    async fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        self.shared.index.indexed_scopes().await
+    }
+
     async fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         let worker = self

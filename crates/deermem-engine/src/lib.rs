@@ -20,6 +20,7 @@ mod manager;
 mod pipeline;
 mod queue;
 pub mod turns;
+mod rendered;
 
 pub use manager::{
     AddedFact, CLAIM_INTERVAL, DeerMemManager, DeerMemParts, ImportTrim, IngestReport,
@@ -27,3 +28,7 @@ pub use manager::{
 };
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use queue::{QueueConfig, QueueError, UpdateQueue, request_bytes};
+pub use rendered::{
+    MAX_ENTRIES as RENDERED_MAX_ENTRIES, MAX_TEXT_BYTES as RENDERED_MAX_TEXT_BYTES,
+    RenderedCacheUsage,
+};

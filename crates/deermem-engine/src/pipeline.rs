@@ -13,6 +13,7 @@ use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, 
 
 use crate::queue::{QueueConfig, QueueError, UpdateQueue};
 use crate::turns::{TurnLog, fresh_turn_id, new_turn, request_of};
+use crate::rendered::{RenderedBlocks, RenderedCacheUsage};
 use deermem_updater::SignalSet;
 use deermem_updater::{HiddenMessagePolicy, admit};
 use deermem_updater::{InjectionOptions, format_memory_for_injection};
@@ -62,6 +63,8 @@ pub struct UpdatePipeline {
     turns: Option<TurnLog>,
     /// This process's name as a claimer of journal turns.
     owner: String,
+    /// The `get_context` blocks of recently asked scopes (see `rendered`).
+    rendered: RenderedBlocks,
 }
 
 impl UpdatePipeline {
@@ -98,6 +101,7 @@ impl UpdatePipeline {
                 std::process::id(),
                 rand::random::<u64>()
             ),
+            rendered: RenderedBlocks::default(),
         })
     }
 
@@ -237,7 +241,8 @@ impl UpdatePipeline {
     /// With BPE counting, text the memo has not counted yet is counted on the blocking pool:
     /// encoding is CPU work (a long fact takes milliseconds), and on the async workers it would
     /// stall every other request the runtime serves meanwhile. A block whose every count is
-    /// already memoised (the usual, warm case) is built here without the hand-off.
+    /// already memoised is built here without the hand-off, and a block rendered earlier from
+    /// the same facts, summaries and options is returned as it was (`rendered`: the warm case).
     ///
     /// # Errors
     /// Storage failures.
@@ -254,24 +259,39 @@ impl UpdatePipeline {
         }
         let bucket = (mode == MemoryMode::Middleware).then_some(agent);
         let doc = self.updater.storage().load(user, bucket).await?;
+        if let Some(text) = self.rendered.get(user, bucket, &doc, &opts) {
+            return Ok(text);
+        }
+        let text = Self::render(doc.clone(), &opts).await;
+        self.rendered.put(user, bucket, &doc, &opts, &text);
+        Ok(text)
+    }
+
+    /// Formats the block of `doc`: here for the character estimate or when every count is
+    /// memoised, on the blocking pool otherwise.
+    async fn render(doc: deermem_core::MemoryDocument, opts: &InjectionOptions) -> String {
         if opts.counter.mode() == TokenCounting::Char {
             // The character estimate is one linear pass: cheaper than a thread hand-off.
-            return Ok(format_memory_for_injection(&doc, &opts));
+            return format_memory_for_injection(&doc, opts);
         }
-        if let Some(text) = deermem_updater::memo_only(|| format_memory_for_injection(&doc, &opts))
-        {
-            return Ok(text);
+        if let Some(text) = deermem_updater::memo_only(|| format_memory_for_injection(&doc, opts)) {
+            return text;
         }
         let doc = Arc::new(doc);
         let (shared, options) = (Arc::clone(&doc), opts.clone());
         match tokio::task::spawn_blocking(move || format_memory_for_injection(&shared, &options))
             .await
         {
-            Ok(text) => Ok(text),
+            Ok(text) => text,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // The runtime is shutting down and dropped the task: build the text here.
-            Err(_) => Ok(format_memory_for_injection(&doc, &opts)),
+            Err(_) => format_memory_for_injection(&doc, opts),
         }
+    }
+
+    /// The `get_context` block cache: what it holds and its bounds.
+    pub fn rendered_cache_usage(&self) -> RenderedCacheUsage {
+        self.rendered.usage()
     }
 
     /// The queue.

@@ -169,13 +169,25 @@ pub(crate) fn to_retrieval_error(e: &rusqlite::Error) -> RetrievalError {
     }
 }
 
+/// SQLite's page cache of each connection, in bytes.
+pub const PAGE_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// The memory-mapped window of each connection, in bytes.
+pub const MMAP_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Applies the connection settings: busy timeout, statement cache, and for the writer WAL.
 pub(crate) fn configure(conn: &Connection, writer: bool, busy_ms: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_millis(busy_ms))?;
     conn.set_prepared_statement_cache_capacity(256);
-    // Searches touch postings all over the file: a bigger page cache and memory-mapped reads
-    // avoid a read syscall and a copy per page.
-    conn.execute_batch("PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;")?;
+    // Searches touch postings all over the file: a page cache and memory-mapped reads avoid a
+    // read syscall and a copy per page. Both are bounded per connection (and the pool keeps at
+    // most `max_idle_readers` readers besides the writer), so the memory the index takes in a
+    // serving process is bounded whatever the size of the file: mapped pages count in the
+    // process's RSS, and a window as large as a big index would grow with the store.
+    conn.execute_batch(&format!(
+        "PRAGMA cache_size=-{}; PRAGMA mmap_size={};",
+        PAGE_CACHE_BYTES / 1024,
+        MMAP_BYTES
+    ))?;
     // Keep one plan per statement: otherwise every new MATCH text re-prepares the search.
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
@@ -816,6 +828,13 @@ pub(crate) fn inventory(conn: &Connection) -> rusqlite::Result<Vec<InventoryRow>
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3).ok().flatten()))
     })?
     .collect()
+}
+
+/// The stored user and agent texts of every indexed scope.
+pub(crate) fn scope_texts(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    conn.prepare_cached("SELECT scope_user, scope_agent FROM scopes ORDER BY scope_key")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
 }
 
 /// The scope of a stored scope key text (the inverse of [`ScopeKeyText::of`]).

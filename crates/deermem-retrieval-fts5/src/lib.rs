@@ -59,6 +59,14 @@ pub use engine::SCHEMA_VERSION;
 use engine::{FailureKind, Row, ScopeKeyText, WriteError, Writer};
 use query::Segmenter;
 
+pub use engine::{MMAP_BYTES, PAGE_CACHE_BYTES};
+
+/// The most memory the index's connections take: the writer and at most `max_idle_readers`
+/// pooled readers (the defaults: 5 connections), each with its page cache and mapped window.
+pub fn memory_bound_bytes(options: &Fts5Options) -> u64 {
+    (options.max_idle_readers as u64 + 1) * (PAGE_CACHE_BYTES + MMAP_BYTES)
+}
+
 /// The adapter kind reported by [`Retrieval::kind`].
 pub const KIND: &str = "fts5";
 /// The folder under the storage root that holds derived search data.
@@ -805,6 +813,19 @@ impl Inner {
         Ok(out)
     }
 
+    fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        let rows = self.with_reader(engine::scope_texts)?;
+        rows.iter()
+            .map(|(user, agent)| {
+                engine::decode_scope(user, agent).map_err(|e| {
+                    RetrievalError::Backend(format!(
+                        "index holds an unreadable scope ({user}, {agent}): {e}"
+                    ))
+                })
+            })
+            .collect()
+    }
+
     fn missing_vectors(
         &self,
         model_id: &str,
@@ -1040,6 +1061,10 @@ impl Retrieval for Fts5Retrieval {
 
     async fn inventory(&self) -> Result<Vec<IndexedDoc>, RetrievalError> {
         self.blocking(|inner| inner.inventory()).await
+    }
+
+    async fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        self.blocking(|inner| inner.indexed_scopes()).await
     }
 
     fn take_stale_scopes(&self) -> Vec<Scope> {

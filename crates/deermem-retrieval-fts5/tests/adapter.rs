@@ -967,3 +967,31 @@ mod properties {
         }
     }
 }
+
+/// The index lists the scopes it holds documents for (what a streamed full rebuild clears
+/// the vanished ones from), writes accepted before the call included, cleared scopes not.
+#[test]
+fn indexed_scopes_lists_every_scope_with_documents() {
+    run(async {
+        let index = memory_index();
+        assert!(index.indexed_scopes().await.unwrap().is_empty());
+        let a = scope(Some("alice"), "coder");
+        let b = scope(None, "writer");
+        let c = scope(Some("carol@example.com"), "coder");
+        for (s, id) in [(&a, "fact_a"), (&b, "fact_b"), (&c, "fact_c")] {
+            index
+                .upsert(s, &fact(s, id, "some words", "context", 0.9))
+                .await
+                .unwrap();
+        }
+        let mut listed = index.indexed_scopes().await.unwrap();
+        listed.sort();
+        let mut expected = vec![a.clone(), b.clone(), c.clone()];
+        expected.sort();
+        assert_eq!(listed, expected);
+        index.clear(Some(std::slice::from_ref(&b))).await.unwrap();
+        let listed = index.indexed_scopes().await.unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(!listed.contains(&b));
+    });
+}

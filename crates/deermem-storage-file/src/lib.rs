@@ -29,7 +29,8 @@ mod walk;
 pub use paths::resolve_root;
 pub use run_journal::{RunJournal, RunJournalOptions};
 pub use storage::{
-    FileMemoryStorage, FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
+    CacheUsage, DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileMemoryStorage,
+    FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
 };
 pub use turn_journal::{DeferredFileTurnJournal, FileTurnJournal, FileTurnJournalOptions};
 

@@ -20,10 +20,17 @@ const BATCH: usize = 32;
 /// At most this many sentences are embedded by `embed_local`.
 const MAX_SENTENCES: usize = 2_048;
 
+/// The workloads that need the local model; the parent skips them with a one-line note when
+/// [`model_dir`] finds none.
+pub const NEED_MODEL: [&str; 2] = ["embed_local", "search_hybrid"];
+
 /// The model directory: `$DEERMEM_TEST_MODEL_DIR`, else `$DEERMEM_MODEL_CACHE/all-MiniLM-L6-v2`,
 /// else the workspace's `target/models/all-MiniLM-L6-v2` (where `cargo xtask model fetch` puts
 /// it). A missing directory fails naming the command that fetches it.
-fn model_dir() -> Result<PathBuf> {
+///
+/// # Errors
+/// No model in the directory.
+pub fn model_dir() -> Result<PathBuf> {
     let dir = std::env::var_os("DEERMEM_TEST_MODEL_DIR")
         .map(PathBuf::from)
         .or_else(|| {

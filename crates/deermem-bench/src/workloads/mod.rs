@@ -2,7 +2,7 @@
 //! configuration, through the real crates in-process, and returns what it measured.
 
 mod context;
-mod embed;
+pub mod embed;
 mod floor;
 mod gateway;
 mod load;
@@ -190,6 +190,22 @@ pub(crate) fn clock() -> Arc<dyn Clock> {
 /// The default DeerMem configuration (durable file storage, FTS5 index, tiktoken counting).
 pub(crate) fn config() -> DeerMemConfig {
     DeerMemConfig::default()
+}
+
+/// Opens the file storage on `root` as the embedded engine does (for the scale run).
+///
+/// # Errors
+/// The storage refuses to open.
+pub fn open_root(root: &Path, with_retrieval: bool) -> Result<FileMemoryStorage> {
+    open(root, with_retrieval)
+}
+
+/// The DeerMem manager over `storage` with the default configuration (for the scale run).
+///
+/// # Errors
+/// The manager refuses its parts.
+pub fn context_manager(storage: Arc<dyn MemoryStorage>) -> Result<deermem_engine::DeerMemManager> {
+    context::manager(storage)
 }
 
 /// Opens the file storage on `root` as the embedded engine does.

@@ -103,6 +103,33 @@ async fn connect_with(cluster: &PgCluster, coherence: Coherence) -> Result<PgSto
     PgStore::connect(&c).await.context("connecting")
 }
 
+/// A store on the server at `url` (pool of 4, read leases), for the scale run.
+///
+/// # Errors
+/// The server cannot be reached.
+pub async fn store_url(url: &str) -> Result<PgStore> {
+    let mut c = PostgresConfig::new(url);
+    c.pool_size = 4;
+    PgStore::connect(&c).await.context("connecting")
+}
+
+/// Migrates DeerMem's schema on the server at `url`.
+///
+/// # Errors
+/// The server cannot be reached or refuses the migration.
+pub async fn migrate_url(url: &str) -> Result<()> {
+    store_url(url).await?.migrate().await.context("migrating")?;
+    Ok(())
+}
+
+/// The storage over the server at `url` with the default configuration.
+///
+/// # Errors
+/// The server cannot be reached.
+pub async fn open_url(url: &str) -> Result<PgStorage> {
+    Ok(storage(store_url(url).await?))
+}
+
 fn storage(store: PgStore) -> PgStorage {
     let m = config();
     PgStorage::new(

@@ -86,6 +86,20 @@ pub trait Retrieval: Send + Sync + Debug {
         })
     }
 
+    /// The scopes the index holds documents for (after applying accepted writes), so that a
+    /// full rebuild can replace the index scope by scope, a bounded batch of facts at a time,
+    /// and then clear the scopes that no longer hold any fact.
+    ///
+    /// # Errors
+    /// `Unsupported` (the default): the caller rebuilds the whole index in one call instead;
+    /// `Unavailable`/`Backend` on index failure.
+    async fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        Err(RetrievalError::Unsupported {
+            operation: "indexed_scopes",
+            adapter: self.kind(),
+        })
+    }
+
     /// Closes the index. Idempotent; later calls fail with `Unavailable`. Writes accepted
     /// before are applied first.
     async fn close(&self);

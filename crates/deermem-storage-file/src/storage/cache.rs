@@ -3,7 +3,7 @@
 //! reference's validation token; otherwise it reads a consistent snapshot under the locks
 //! (after recovery and the read migrations) and remembers it.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -19,8 +19,53 @@ use crate::paths::UserDir;
 
 type CacheKey = (Option<UserId>, Option<AgentName>);
 
-/// The cached documents of a storage.
-pub(super) type Documents = HashMap<CacheKey, CacheEntry>;
+/// The cached documents of a storage: at most `cache_max_scopes` of them, the least recently
+/// loaded forgotten first (a forgotten scope is read from its files again on its next load).
+#[derive(Debug)]
+pub(super) struct Documents {
+    entries: lru::LruCache<CacheKey, CacheEntry>,
+    max: usize,
+}
+
+/// What the load cache holds now, and its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Scope documents cached.
+    pub scopes: usize,
+    /// The bound on them (`cache_max_scopes`).
+    pub max_scopes: usize,
+}
+
+impl Documents {
+    /// An empty cache of at most `max` scopes (at least one).
+    pub(super) fn new(max: usize) -> Self {
+        let max = max.max(1);
+        Self {
+            entries: lru::LruCache::new(NonZeroUsize::new(max).unwrap_or(NonZeroUsize::MIN)),
+            max,
+        }
+    }
+
+    pub(super) fn usage(&self) -> CacheUsage {
+        CacheUsage {
+            scopes: self.entries.len(),
+            max_scopes: self.max,
+        }
+    }
+
+    /// Forgets every scope of `user`.
+    fn forget_user(&mut self, user: &Option<UserId>) {
+        let keys: Vec<CacheKey> = self
+            .entries
+            .iter()
+            .filter(|((u, _), _)| u == user)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.entries.pop(&k);
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(super) struct CacheEntry {
@@ -57,7 +102,7 @@ impl FileMemoryStorage {
 
 impl Inner {
     pub(super) fn invalidate_user(&self, user: &Option<UserId>) {
-        self.cache.lock().retain(|(u, _), _| u != user);
+        self.cache.lock().forget_user(user);
     }
 
     /// The cached document when a few `stat` calls prove it current: no journal, no legacy
@@ -71,8 +116,8 @@ impl Inner {
         }
         let now = manifest::stat_token(&udir.manifest()).ok()?;
         let doc = {
-            let cache = self.cache.lock();
-            let entry = cache.get(&(user.cloned(), agent.cloned()))?;
+            let mut cache = self.cache.lock();
+            let entry = cache.entries.get(&(user.cloned(), agent.cloned()))?;
             let current = match (&entry.stat, &now) {
                 (None, None) => entry.sig.is_none(),
                 (Some(then), Some(now)) => then.vouches_for(now, entry.observed_at),
@@ -126,7 +171,7 @@ impl Inner {
         if !force {
             let hit = {
                 let mut cache = self.cache.lock();
-                match cache.get_mut(&key) {
+                match cache.entries.get_mut(&key) {
                     Some(entry) if entry.sig == sig => {
                         // Still current by the reference's token; when the stat taken before
                         // the read describes the same file, remember it for the stat path.
@@ -164,7 +209,7 @@ impl Inner {
             (MemoryDocument::empty(now), None, None, observed_at)
         };
         let shared = Arc::new(doc);
-        self.cache.lock().insert(
+        self.cache.lock().entries.put(
             key,
             CacheEntry {
                 doc: Arc::clone(&shared),

@@ -23,7 +23,19 @@ pub struct FileStorageConfig {
     pub audit_max_entries: usize,
     /// Half-life of the access heat in the usage sidecar, in days.
     pub access_half_life_days: f64,
+    /// Scope documents the load cache keeps (least recently used forgotten first): the bound
+    /// that keeps a serving process's memory independent of how many users it has served.
+    pub cache_max_scopes: usize,
+    /// Facts a full index rebuild reads and hands to the index at a time (whole scopes, so a
+    /// batch may exceed it by one scope): the bound on a rebuild's memory.
+    pub rebuild_batch_facts: usize,
 }
+
+/// The default [`FileStorageConfig::rebuild_batch_facts`].
+pub const DEFAULT_REBUILD_BATCH_FACTS: usize = 4096;
+
+/// The default [`FileStorageConfig::cache_max_scopes`]: about 100 MiB of 100-fact scopes.
+pub const DEFAULT_CACHE_MAX_SCOPES: usize = 1024;
 
 impl FileStorageConfig {
     /// The reference defaults for a root directory.
@@ -35,6 +47,8 @@ impl FileStorageConfig {
             lock_timeout: Duration::from_secs(10),
             audit_max_entries: 200,
             access_half_life_days: 30.0,
+            cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
+            rebuild_batch_facts: DEFAULT_REBUILD_BATCH_FACTS,
         }
     }
 
@@ -61,6 +75,8 @@ impl FileStorageConfig {
             lock_timeout: Duration::from_secs(cfg.file_lock_timeout_seconds),
             audit_max_entries: cfg.eviction_audit_max_entries,
             access_half_life_days: cfg.eviction_access_half_life_days as f64,
+            cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
+            rebuild_batch_facts: DEFAULT_REBUILD_BATCH_FACTS,
         })
     }
 }

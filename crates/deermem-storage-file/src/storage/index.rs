@@ -68,11 +68,16 @@ impl Inner {
         }
     }
 
-    /// Every fact file of the layout, for a full index rebuild (restricted to the memory
-    /// directories, where the reference globs every Markdown file under the home), and how
-    /// many could not be read.
+    /// Every fact file of the layout, for a full index rebuild or check (restricted to the
+    /// memory directories, where the reference globs every Markdown file under the home), and
+    /// how many could not be read.
     pub(super) fn collect_all_for_index(&self) -> (Vec<(Scope, Fact)>, usize) {
-        let now = self.now();
+        self.read_for_index(&self.agent_dirs())
+    }
+
+    /// Every agent directory of the layout (the legacy root's, then each user bucket's), in
+    /// order: what a full rebuild reads, a batch at a time.
+    pub(super) fn agent_dirs(&self) -> Vec<AgentDir> {
         let mut roots: Vec<(Option<String>, PathBuf)> = vec![(None, self.layout.root.clone())];
         if let Ok(users) = crate::fsutil::sorted_entries(&self.layout.root.join("users")) {
             for u in users {
@@ -81,9 +86,7 @@ impl Inner {
                 }
             }
         }
-        // Every agent directory, then each one listed and read independently (possibly on
-        // two threads), merged in order.
-        let mut agent_dirs: Vec<(Option<String>, String, PathBuf)> = Vec::new();
+        let mut agent_dirs: Vec<AgentDir> = Vec::new();
         for (bucket, dir) in roots {
             let Ok(agents) = crate::fsutil::sorted_entries(&dir.join("agents")) else {
                 continue;
@@ -93,11 +96,23 @@ impl Inner {
                     continue;
                 }
                 let name = a.file_name().to_string_lossy().into_owned();
-                agent_dirs.push((bucket.clone(), name, a.path().join("facts")));
+                agent_dirs.push(AgentDir {
+                    bucket: bucket.clone(),
+                    agent: name,
+                    facts: a.path().join("facts"),
+                });
             }
         }
-        let per_agent = crate::par::map_in_order(&agent_dirs, |(bucket, name, facts)| {
-            let Some(dir) = crate::walk::FactsDir::open(facts)? else {
+        agent_dirs
+    }
+
+    /// The index records of the fact files of `dirs` (each directory listed and read
+    /// independently, possibly on two threads, merged in order), and how many could not be
+    /// read.
+    pub(super) fn read_for_index(&self, dirs: &[AgentDir]) -> (Vec<(Scope, Fact)>, usize) {
+        let now = self.now();
+        let per_agent = crate::par::map_in_order(dirs, |d| {
+            let Some(dir) = crate::walk::FactsDir::open(&d.facts)? else {
                 return Ok(Vec::new());
             };
             let mut buf = Vec::new();
@@ -109,7 +124,9 @@ impl Inner {
                             path: file.clone(),
                             reason: e.to_string(),
                         })
-                        .and_then(|()| index_record(&file, bytes, bucket.as_deref(), name, now));
+                        .and_then(|()| {
+                            index_record(&file, bytes, d.bucket.as_deref(), &d.agent, now)
+                        });
                     (file, r)
                 })?);
             }
@@ -139,6 +156,15 @@ impl Inner {
         }
         (records, failed)
     }
+}
+
+/// One agent directory of the layout: its user bucket (`None` for the legacy root), its
+/// directory name and its `facts/` folder.
+#[derive(Clone, Debug)]
+pub(super) struct AgentDir {
+    bucket: Option<String>,
+    agent: String,
+    facts: PathBuf,
 }
 
 /// Parses and validates one file for the full index rebuild: the owner is checked through the

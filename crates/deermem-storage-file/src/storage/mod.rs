@@ -33,7 +33,8 @@ use crate::lock::LockRegistry;
 use crate::paths::{self, Layout};
 
 pub use admin::{IndexVerification, StaleScope};
-pub use config::FileStorageConfig;
+pub use cache::CacheUsage;
+pub use config::{DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileStorageConfig};
 pub use snapshot::INCOMPLETE_MARKER;
 
 /// A scope whose index may disagree with its files.
@@ -77,6 +78,7 @@ impl FileMemoryStorage {
             manifest_name: config.manifest_filename.clone(),
             strict_user_scope: config.strict_user_scope,
         };
+        let documents = cache::Documents::new(config.cache_max_scopes);
         Ok(Self {
             inner: Arc::new(Inner {
                 layout,
@@ -84,7 +86,7 @@ impl FileMemoryStorage {
                 clock,
                 retrieval,
                 locks: LockRegistry::default(),
-                cache: Mutex::default(),
+                cache: Mutex::new(documents),
                 dirty: Mutex::default(),
                 groups: Groups::default(),
                 users_dir_ready: AtomicBool::new(false),
@@ -116,6 +118,11 @@ impl FileMemoryStorage {
     /// The settings in use.
     pub fn config(&self) -> &FileStorageConfig {
         &self.inner.config
+    }
+
+    /// The load cache: scopes it holds and its bound.
+    pub fn cache_usage(&self) -> CacheUsage {
+        self.inner.cache.lock().usage()
     }
 
     /// In-process lock entries currently held or awaited (the registry keeps no unused ones).

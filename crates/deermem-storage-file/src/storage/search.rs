@@ -2,11 +2,13 @@
 //! searched scopes that are dirty, the substring fallback over the files when no index is
 //! configured or it fails, index rebuilds, and the retrieval status.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use deermem_core::policy::substring::{SubstringRules, substring_hits};
-use deermem_core::ports::ScopedSearch;
+use deermem_core::ports::{Retrieval, ScopedSearch};
 use deermem_core::{
     AgentName, Fact, RebuildReport, RetrievalError, RetrievalStatus, Scope, SearchHit, SearchQuery,
     StorageError, UserId,
@@ -25,7 +27,132 @@ fn fatal_rebuild(failed: usize) -> RebuildReport {
     }
 }
 
+/// Agent directories a streamed rebuild reads in one go (then checks its batch size).
+const DIRS_PER_READ: usize = 8;
+
+/// How replacing documents in the index ended.
+enum Replaced {
+    /// Documents written, and facts that could not be.
+    Done { indexed: usize, failed: usize },
+    /// The index failed as a whole.
+    Fatal,
+}
+
+/// Replaces the documents of `scopes` (all of them for `None`) with `records`: one atomic
+/// `rebuild`, or, for an index without one (or refusing a fact), a clear and an upsert per
+/// fact, counting the facts it refuses.
+async fn replace_in_index(
+    retrieval: &dyn Retrieval,
+    scopes: Option<&[Scope]>,
+    records: &[(Scope, Fact)],
+) -> Replaced {
+    match retrieval.rebuild(scopes, records).await {
+        Ok(_) => Replaced::Done {
+            indexed: records.len(),
+            failed: 0,
+        },
+        Err(RetrievalError::InvalidInput(_) | RetrievalError::Unsupported { .. }) => {
+            if let Err(e) = retrieval.clear(scopes).await {
+                tracing::warn!(error = %e, "retrieval clear failed");
+                return Replaced::Fatal;
+            }
+            let (mut indexed, mut failed) = (0, 0);
+            for (scope, fact) in records {
+                match retrieval.upsert(scope, fact).await {
+                    Ok(()) => indexed += 1,
+                    Err(e) => {
+                        failed += 1;
+                        tracing::warn!(error = %e, id = %fact.id, "fact not indexed");
+                    }
+                }
+            }
+            Replaced::Done { indexed, failed }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "retrieval rebuild failed");
+            Replaced::Fatal
+        }
+    }
+}
+
 impl FileMemoryStorage {
+    /// A full rebuild that streams: the agent directories are read a batch of about
+    /// `rebuild_batch_facts` facts at a time (plus at most [`DIRS_PER_READ`] directories), each batch's scopes replaced in the index by one
+    /// atomic `rebuild`, and the scopes the index held that no fact file names any more are
+    /// cleared at the end. Memory stays bounded by the batch whatever the size of the store;
+    /// each scope is replaced atomically (a search, always within scopes, sees a scope before
+    /// or after its rebuild). `None` when the index cannot list its scopes.
+    async fn rebuild_all_streamed(
+        &self,
+        retrieval: &dyn Retrieval,
+    ) -> std::result::Result<Option<(usize, usize)>, StorageError> {
+        let before = match retrieval.indexed_scopes().await {
+            Ok(list) => list,
+            Err(RetrievalError::Unsupported { .. }) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(error = %e, "the index cannot list its scopes");
+                return Ok(Some((0, 1)));
+            }
+        };
+        let dirs = Arc::new(self.run(|inner| Ok(inner.agent_dirs())).await?);
+        let per_batch = self.inner.config.rebuild_batch_facts.max(1);
+        let (mut indexed, mut failed) = (0usize, 0usize);
+        let mut seen: HashSet<Scope> = HashSet::new();
+        let mut start = 0;
+        while start < dirs.len() {
+            // Directories until about `per_batch` facts (a scope is never split).
+            let from = start;
+            let list = Arc::clone(&dirs);
+            let (records, unreadable, next) = self
+                .run(move |inner| {
+                    let mut records = Vec::new();
+                    let mut unreadable = 0;
+                    let mut i = from;
+                    while i < list.len() && records.len() < per_batch {
+                        // A few directories at a time, read on two threads.
+                        let end = (i + DIRS_PER_READ).min(list.len());
+                        let (r, u) = inner.read_for_index(&list[i..end]);
+                        records.extend(r);
+                        unreadable += u;
+                        i = end;
+                    }
+                    Ok((records, unreadable, i))
+                })
+                .await?;
+            start = next;
+            failed += unreadable;
+            let mut batch_scopes: Vec<Scope> = Vec::new();
+            let mut in_batch: HashSet<&Scope> = HashSet::new();
+            for (scope, _) in &records {
+                if in_batch.insert(scope) {
+                    batch_scopes.push(scope.clone());
+                }
+            }
+            if batch_scopes.is_empty() {
+                continue;
+            }
+            match replace_in_index(retrieval, Some(&batch_scopes), &records).await {
+                Replaced::Done {
+                    indexed: i,
+                    failed: f,
+                } => {
+                    indexed += i;
+                    failed += f;
+                }
+                Replaced::Fatal => return Ok(Some((indexed, failed + records.len()))),
+            }
+            seen.extend(batch_scopes);
+        }
+        let gone: Vec<Scope> = before.into_iter().filter(|s| !seen.contains(s)).collect();
+        if !gone.is_empty()
+            && let Err(e) = retrieval.clear(Some(&gone)).await
+        {
+            tracing::warn!(error = %e, "clearing the scopes without facts failed");
+            failed += 1;
+        }
+        Ok(Some((indexed, failed)))
+    }
+
     /// Search without the index: the storage's substring rules over the scopes' facts.
     async fn substring_search(
         &self,
@@ -107,50 +234,38 @@ impl ScopedSearch for FileMemoryStorage {
                 ..RebuildReport::default()
             });
         };
-        let (records, mut failed, scope_list): (Vec<(Scope, Fact)>, usize, Option<Vec<Scope>>) =
-            match scopes {
+        let (indexed, failed) = match scopes {
+            None => match self.rebuild_all_streamed(&*retrieval).await? {
+                Some(done) => done,
                 None => {
-                    let (r, f) = self.run(|inner| Ok(inner.collect_all_for_index())).await?;
-                    (r, f, None)
-                }
-                Some(list) => {
-                    let mut records = Vec::new();
-                    for (user, agent) in list {
-                        let doc = self.load_impl(user.as_ref(), Some(agent), false).await?;
-                        let scope = Scope::new(user.clone(), Some(agent.clone()));
-                        records.extend(doc.facts.into_iter().map(|f| (scope.clone(), f)));
-                    }
-                    let scopes = list
-                        .iter()
-                        .map(|(u, a)| Scope::new(u.clone(), Some(a.clone())))
-                        .collect();
-                    (records, 0, Some(scopes))
-                }
-            };
-        let mut indexed = 0;
-        match retrieval.rebuild(scope_list.as_deref(), &records).await {
-            Ok(_) => indexed = records.len(),
-            Err(RetrievalError::InvalidInput(_) | RetrievalError::Unsupported { .. }) => {
-                // Fall back to clear + one upsert per fact, counting failures.
-                if let Err(e) = retrieval.clear(scope_list.as_deref()).await {
-                    tracing::warn!(error = %e, "retrieval clear failed");
-                    return Ok(fatal_rebuild(failed + records.len().max(1)));
-                }
-                for (scope, fact) in &records {
-                    match retrieval.upsert(scope, fact).await {
-                        Ok(()) => indexed += 1,
-                        Err(e) => {
-                            failed += 1;
-                            tracing::warn!(error = %e, id = %fact.id, "fact not indexed");
+                    // The index cannot list its scopes: everything in one call.
+                    let (records, unreadable) =
+                        self.run(|inner| Ok(inner.collect_all_for_index())).await?;
+                    match replace_in_index(&*retrieval, None, &records).await {
+                        Replaced::Done { indexed, failed } => (indexed, failed + unreadable),
+                        Replaced::Fatal => {
+                            return Ok(fatal_rebuild(unreadable + records.len().max(1)));
                         }
                     }
                 }
+            },
+            Some(list) => {
+                let mut records = Vec::new();
+                for (user, agent) in list {
+                    let doc = self.load_impl(user.as_ref(), Some(agent), false).await?;
+                    let scope = Scope::new(user.clone(), Some(agent.clone()));
+                    records.extend(doc.facts.into_iter().map(|f| (scope.clone(), f)));
+                }
+                let scope_list: Vec<Scope> = list
+                    .iter()
+                    .map(|(u, a)| Scope::new(u.clone(), Some(a.clone())))
+                    .collect();
+                match replace_in_index(&*retrieval, Some(&scope_list), &records).await {
+                    Replaced::Done { indexed, failed } => (indexed, failed),
+                    Replaced::Fatal => return Ok(fatal_rebuild(records.len().max(1))),
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "retrieval rebuild failed");
-                return Ok(fatal_rebuild(failed + records.len().max(1)));
-            }
-        }
+        };
         if failed == 0 {
             let mut dirty = self.inner.dirty.lock();
             match scopes {

@@ -103,7 +103,46 @@ impl FileMemoryStorage {
         snapshot: &UserSnapshot,
     ) -> std::result::Result<(), StorageError> {
         let snapshot = snapshot.clone();
-        self.run(move |inner| inner.write_snapshot(&snapshot)).await
+        self.run(move |inner| inner.write_snapshot(&snapshot, Durability::Synced))
+            .await
+    }
+
+    /// [`FileMemoryStorage::write_snapshot`] without any `fsync`: the same files, bytes and
+    /// order, left for the kernel to write back. For filling a new root with many users at
+    /// once (bulk loads, benchmarks); nothing written this way is durable until the caller
+    /// syncs the filesystem (`sync(2)`), and a crash before that may leave any part of it.
+    ///
+    /// # Errors
+    /// As [`FileMemoryStorage::write_snapshot`].
+    pub async fn write_snapshot_unsynced(
+        &self,
+        snapshot: UserSnapshot,
+    ) -> std::result::Result<(), StorageError> {
+        self.run(move |inner| inner.write_snapshot(&snapshot, Durability::Unsynced))
+            .await
+    }
+}
+
+/// Whether a snapshot write makes each file durable before the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Durability {
+    /// Every file written atomically and fsynced (the normal write).
+    Synced,
+    /// Plain writes, no fsync (bulk loads; the caller syncs).
+    Unsynced,
+}
+
+impl Durability {
+    fn write(self, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+        match self {
+            Self::Synced => fsutil::atomic_write(path, bytes),
+            Self::Unsynced => {
+                if let Some(dir) = path.parent() {
+                    fsutil::create_dir_all(dir)?;
+                }
+                std::fs::write(path, bytes).map_err(|e| Error::io("Failed to write", path, e))
+            }
+        }
     }
 }
 
@@ -154,7 +193,7 @@ impl Inner {
         Ok((!snap.is_empty()).then_some(snap))
     }
 
-    fn write_snapshot(&self, snap: &UserSnapshot) -> Result<()> {
+    fn write_snapshot(&self, snap: &UserSnapshot, durability: Durability) -> Result<()> {
         let user = bucket_user(&snap.bucket)?;
         // Render everything before touching the disk: a fact that cannot be written fails
         // the bucket without a partial write.
@@ -171,7 +210,7 @@ impl Inner {
         let _lock = self.lock(&udir)?;
         self.recover_locked(&udir)?;
         let marker = udir.dir.join(INCOMPLETE_MARKER);
-        fsutil::atomic_write(&marker, b"")?;
+        durability.write(&marker, b"")?;
         // Agents on disk that the snapshot does not hold lose their facts and sidecars.
         for entry in fsutil::sorted_entries(&udir.agents())? {
             let Some(agent) = entry
@@ -195,7 +234,7 @@ impl Inner {
                 if let Some(dir) = path.parent() {
                     fsutil::create_dir_all(dir)?;
                 }
-                fsutil::atomic_write(&path, text.as_bytes())?;
+                durability.write(&path, text.as_bytes())?;
             }
             let meta = udir.metadata(agent);
             let sidecars = [
@@ -206,10 +245,7 @@ impl Inner {
                 match value {
                     Some(v) => {
                         fsutil::create_dir_all(&meta)?;
-                        fsutil::atomic_write(
-                            &meta.join(name),
-                            json::to_python_json(&v).as_bytes(),
-                        )?;
+                        durability.write(&meta.join(name), json::to_python_json(&v).as_bytes())?;
                     }
                     None => {
                         fsutil::remove_file_if_exists(&meta.join(name))?;
@@ -223,9 +259,11 @@ impl Inner {
             &snap.user.0,
             &snap.history.0,
         );
-        fsutil::atomic_write(&udir.manifest(), text.as_bytes())?;
+        durability.write(&udir.manifest(), text.as_bytes())?;
         fsutil::remove_file_if_exists(&marker)?;
-        fsutil::fsync_dir(&udir.dir)?;
+        if durability == Durability::Synced {
+            fsutil::fsync_dir(&udir.dir)?;
+        }
         self.invalidate_user(&Some(user));
         Ok(())
     }

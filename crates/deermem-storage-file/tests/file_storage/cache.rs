@@ -96,3 +96,38 @@ async fn an_out_of_band_manifest_edit_is_seen() {
     let after = s.get_summaries(Some(&u)).await.unwrap();
     assert_eq!(after.revision, before.revision + 40);
 }
+
+/// The cache keeps at most `cache_max_scopes` documents however many users are read, forgets
+/// the least recently loaded first, and a forgotten scope still loads (from its files).
+#[tokio::test]
+async fn the_cache_holds_at_most_its_configured_scopes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = clock();
+    let mut config = deermem_storage_file::FileStorageConfig::new(dir.path());
+    config.cache_max_scopes = 3;
+    let s = deermem_storage_file::FileMemoryStorage::new(config, c.clone(), None).unwrap();
+    let a = AgentName::default_bucket();
+    for i in 0..8 {
+        let u = user(&format!("u{i}@example.com"));
+        s.apply_changes(
+            Some(&u),
+            Some(&a),
+            ChangeSet {
+                upserts: vec![fact("fact_0001", &format!("fact of user {i}"))],
+                ..ChangeSet::default()
+            },
+            ApplyOptions::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.load(Some(&u), Some(&a)).await.unwrap().facts.len(), 1);
+        let usage = s.cache_usage();
+        assert!(usage.scopes <= 3, "{usage:?}");
+        assert_eq!(usage.max_scopes, 3);
+    }
+    assert_eq!(s.cache_usage().scopes, 3);
+    let first = user("u0@example.com");
+    let doc = s.load(Some(&first), Some(&a)).await.unwrap();
+    assert_eq!(doc.facts[0].content, "fact of user 0");
+    assert_eq!(s.cache_usage().scopes, 3);
+}

@@ -168,6 +168,58 @@ async fn full_rebuild_walks_only_memory_directories_and_accepts_original_ids() {
     assert_eq!(hits.len(), 120);
 }
 
+/// An index that lists its scopes is rebuilt in batches of whole scopes of about
+/// `rebuild_batch_facts` facts, never the whole store at once, and the scopes it held that no
+/// fact file names any more are cleared at the end.
+#[tokio::test]
+async fn a_full_rebuild_streams_bounded_batches_and_clears_vanished_scopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let rec = Arc::new(Recording {
+        lists_scopes: true,
+        ..Recording::default()
+    });
+    let mut config = deermem_storage_file::FileStorageConfig::new(tmp.path());
+    config.rebuild_batch_facts = 10;
+    let s =
+        deermem_storage_file::FileMemoryStorage::new(config, c.clone(), Some(rec.clone())).unwrap();
+    // 40 users × 3 facts; one more user whose files are then deleted by hand.
+    for i in 0..41 {
+        let facts = (0..3).map(|k| fact(&format!("f{k}"), "bulk")).collect();
+        s.apply_changes(
+            Some(&user(&format!("u{i:02}"))),
+            Some(&agent("a")),
+            ChangeSet {
+                upserts: facts,
+                ..ChangeSet::default()
+            },
+            ApplyOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    std::fs::remove_dir_all(tmp.path().join("users/u40")).unwrap();
+    rec.calls.lock().unwrap().clear();
+    let r = s.rebuild_index(None).await.unwrap();
+    assert_eq!((r.indexed, r.failed, r.fatal), (120, 0, false));
+    let calls = rec.calls();
+    let batches: Vec<usize> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Rebuild(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    assert!(batches.len() >= 4, "{batches:?}");
+    // At most the batch plus the directories read in one go (8 scopes of 3 facts).
+    assert!(batches.iter().all(|n| *n <= 10 + 8 * 3), "{batches:?}");
+    assert_eq!(batches.iter().sum::<usize>(), 120);
+    assert_eq!(calls.last(), Some(&Call::Clear), "{calls:?}");
+    let docs = rec.docs.lock().unwrap();
+    assert_eq!(docs.len(), 120);
+    assert!(docs.keys().all(|(u, _, _)| u.as_deref() != Some("u40")));
+}
+
 #[tokio::test]
 async fn without_an_adapter_search_scans_all_facts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -365,4 +417,42 @@ async fn clear_all_failing_midway_still_reports_what_it_deleted() {
         std::fs::read(&damaged).unwrap(),
         b"---\nid: [unclosed\n---\n"
     );
+}
+
+/// A root filled by unsynced snapshot writes (the bulk path) reads back exactly what was
+/// written, and a full rebuild makes it searchable.
+#[tokio::test]
+async fn unsynced_snapshot_writes_fill_a_root_that_reads_back_and_rebuilds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = clock();
+    let source = open(tmp.path(), &c);
+    let (u, a) = (user("bulk1"), agent("a"));
+    source
+        .apply_changes(
+            Some(&u),
+            Some(&a),
+            ChangeSet {
+                upserts: vec![fact("f1", "violin lessons"), fact("f2", "cello")],
+                ..ChangeSet::default()
+            },
+            ApplyOptions::default(),
+        )
+        .await
+        .unwrap();
+    let snap = source.read_snapshot("bulk1").await.unwrap().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let rec = Arc::new(Recording {
+        lists_scopes: true,
+        ..Recording::default()
+    });
+    let target = open_with(other.path(), &c, rec.clone());
+    target.write_snapshot_unsynced(snap.clone()).await.unwrap();
+    assert_eq!(target.read_snapshot("bulk1").await.unwrap(), Some(snap));
+    let r = target.rebuild_index(None).await.unwrap();
+    assert_eq!((r.indexed, r.failed), (2, 0));
+    let hits = target
+        .search_facts(&SearchQuery::new("violin", Scope::agent(&u, &a), 5))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
 }

@@ -113,6 +113,8 @@ pub(crate) struct Recording {
     pub(crate) docs: Mutex<BTreeMap<DocKey, Fact>>,
     pub(crate) fail_upserts: Mutex<Vec<String>>,
     pub(crate) bulk_unsupported: bool,
+    /// Answer `indexed_scopes` (so a full rebuild streams scope batches).
+    pub(crate) lists_scopes: bool,
     /// Scopes to report once through `take_stale_scopes` (an acknowledged write that failed
     /// later).
     pub(crate) stale: Mutex<Vec<Scope>>,
@@ -239,6 +241,24 @@ impl Retrieval for Recording {
             }
         }
         Ok(facts.len())
+    }
+
+    async fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        if !self.lists_scopes {
+            return Err(RetrievalError::Unsupported {
+                operation: "indexed_scopes",
+                adapter: "recording",
+            });
+        }
+        let docs = self.docs.lock().unwrap();
+        let mut scopes: Vec<Scope> = Vec::new();
+        for (u, a, _) in docs.keys() {
+            let scope = Scope::new(u.as_deref().map(user), Some(agent(a)));
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        Ok(scopes)
     }
 
     async fn stats(&self) -> Result<RetrievalStats, RetrievalError> {

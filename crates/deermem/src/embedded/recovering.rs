@@ -188,6 +188,10 @@ impl Retrieval for RecoveringFts5 {
         self.index().await?.inventory().await
     }
 
+    async fn indexed_scopes(&self) -> Result<Vec<Scope>, RetrievalError> {
+        self.index().await?.indexed_scopes().await
+    }
+
     fn take_stale_scopes(&self) -> Vec<Scope> {
         self.lock()
             .index
