@@ -19,8 +19,8 @@ pub mod hybrid;
 mod manager;
 mod pipeline;
 mod queue;
-pub mod turns;
 mod rendered;
+pub mod turns;
 
 pub use manager::{
     AddedFact, CLAIM_INTERVAL, DeerMemManager, DeerMemParts, ImportTrim, IngestReport,

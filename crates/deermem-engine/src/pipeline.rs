@@ -12,8 +12,8 @@ use deermem_core::ports::turn_journal::{ClaimRequest, TurnJournalError};
 use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, UserId};
 
 use crate::queue::{QueueConfig, QueueError, UpdateQueue};
-use crate::turns::{TurnLog, fresh_turn_id, new_turn, request_of};
 use crate::rendered::{RenderedBlocks, RenderedCacheUsage};
+use crate::turns::{TurnLog, fresh_turn_id, new_turn, request_of};
 use deermem_updater::SignalSet;
 use deermem_updater::{HiddenMessagePolicy, admit};
 use deermem_updater::{InjectionOptions, format_memory_for_injection};
