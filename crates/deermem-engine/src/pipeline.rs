@@ -189,26 +189,39 @@ impl UpdatePipeline {
         let queued = match &self.turns {
             None => self.queue.add(request),
             Some(log) => {
-                if let Err(e) = self.queue.check(&request) {
-                    Err(e)
-                } else {
-                    let id = fresh_turn_id();
-                    let turn = new_turn(id.clone(), &request, emergency, log.clock.now());
-                    if let Err(e) = log.journal.append(turn).await {
-                        let full = matches!(e, TurnJournalError::Full { .. });
-                        tracing::error!(thread_id = %thread, error = %e, "the turn journal could not keep a conversation turn; it was not accepted");
-                        return SubmitOutcome::NotKept {
-                            message: e.to_string(),
-                            full,
+                match self.queue.check(&request) {
+                    Err(e) if !deferrable(&e) => Err(e),
+                    check => {
+                        let id = fresh_turn_id();
+                        let turn = new_turn(id.clone(), &request, emergency, log.clock.now());
+                        if let Err(e) = log.journal.append(turn).await {
+                            let full = matches!(e, TurnJournalError::Full { .. });
+                            tracing::error!(thread_id = %thread, error = %e, "the turn journal could not keep a conversation turn; it was not accepted");
+                            return SubmitOutcome::NotKept {
+                                message: e.to_string(),
+                                full,
+                            };
+                        }
+                        let queued = match check {
+                            Ok(()) => self.queue.add_turns(request, vec![id.clone()]),
+                            Err(e) => Err(e),
                         };
+                        match queued {
+                            // The turn is durable: the queue takes it later (the next claim round
+                            // or the next start), so the acknowledgement stays true.
+                            Err(e) if deferrable(&e) => {
+                                tracing::warn!(turn_id = %id, thread_id = %thread, reason = %e, "the queue cannot take the turn now; it is kept in the turn journal and queued by the next claim round or start");
+                                Ok(())
+                            }
+                            Err(e) => {
+                                if let Err(drop) = log.journal.drop_turn(&id).await {
+                                    tracing::warn!(turn_id = %id, error = %drop, "a refused turn stays in the turn journal; it will be replayed after a restart");
+                                }
+                                Err(e)
+                            }
+                            Ok(()) => Ok(()),
+                        }
                     }
-                    let queued = self.queue.add_turns(request, vec![id.clone()]);
-                    if queued.is_err()
-                        && let Err(e) = log.journal.drop_turn(&id).await
-                    {
-                        tracing::warn!(turn_id = %id, error = %e, "a refused turn stays in the turn journal; it will be replayed after a restart");
-                    }
-                    queued
                 }
             }
         };
@@ -303,6 +316,12 @@ impl UpdatePipeline {
     pub fn updater(&self) -> &Arc<MemoryUpdater> {
         &self.updater
     }
+}
+
+/// A refusal that does not lose a durable turn: the queue is at its depth or closed (shutting
+/// down), and the journal keeps the turn until a claim round or the next start queues it.
+fn deferrable(e: &QueueError) -> bool {
+    matches!(e, QueueError::Full { .. } | QueueError::Closed)
 }
 
 #[cfg(test)]

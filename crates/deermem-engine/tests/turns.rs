@@ -1,7 +1,9 @@
 //! The durable turn path of the manager over the file storage and the file turn journal: a turn
 //! is in the journal when `add` returns and gone once committed; a failing model is retried and
 //! then dead-lettered, and `retry` applies the turn; a second manager over the same root replays
-//! what the first one accepted but never processed; `queue.durable: false` writes no journal.
+//! what the first one accepted but never processed; a turn the queue cannot take (at its depth)
+//! is kept in the journal and applied later, never acknowledged and lost; `queue.durable: false`
+//! writes no journal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -71,6 +73,17 @@ impl Env {
         cfg: DeerMemConfig,
         recover: bool,
     ) -> DeerMemManager {
+        self.manager_with_depth(llm, journal, cfg, recover, 100)
+    }
+
+    fn manager_with_depth(
+        &self,
+        llm: Arc<ScriptedLlm>,
+        journal: Option<Arc<dyn TurnJournal>>,
+        cfg: DeerMemConfig,
+        recover: bool,
+        max_depth: u64,
+    ) -> DeerMemManager {
         let clock = clock();
         let storage =
             FileMemoryStorage::new(FileStorageConfig::new(self.dir.path()), clock.clone(), None)
@@ -81,7 +94,7 @@ impl Env {
         parts.recover_turns = recover;
         parts.queue = Some(QueueConfig {
             debounce: Duration::from_secs(300),
-            max_depth: 100,
+            max_depth,
             max_concurrency: 1,
             max_user_bytes: 0,
             max_total_bytes: 0,
@@ -255,4 +268,70 @@ async fn not_durable_writes_no_journal() {
     assert!(m.turn_journal().is_none());
     assert!(m.shutdown_flush(Duration::from_secs(30)).await);
     assert_eq!(facts(&m).await, ["User prefers tea"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_refused_for_queue_depth_is_kept_in_the_journal_and_applied_later() {
+    let env = Env::new();
+    let journal = env.journal().await;
+    let llm = Arc::new(ScriptedLlm::always(answer(&[labelled(
+        "User prefers tea",
+        0.9,
+    )])));
+    let m = env.manager_with_depth(
+        llm,
+        Some(journal.clone()),
+        DeerMemConfig::default(),
+        false,
+        1,
+    );
+    // No signal in either turn, so the depth limit applies to the second conversation.
+    m.add(request("t1", "We talked about the weather today"))
+        .await
+        .unwrap();
+    m.add(request("t2", "Then we talked about trains"))
+        .await
+        .unwrap();
+    let pending = journal.list(&TurnFilter::default()).await.unwrap();
+    let threads: Vec<_> = pending
+        .iter()
+        .map(|i| i.identity.thread_id.as_str())
+        .collect();
+    assert_eq!(
+        threads,
+        ["t1", "t2"],
+        "both acknowledged turns are in the journal, the one the queue refused included"
+    );
+    // The first drains; the refused one is still pending on disk, not lost.
+    assert!(m.shutdown_flush(Duration::from_secs(30)).await);
+    let left = journal.list(&TurnFilter::default()).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].identity.thread_id, "t2");
+    drop(m);
+    drop(journal);
+    // The next start (or claim round) queues it and applies it.
+    let llm = Arc::new(ScriptedLlm::always(answer(&[labelled(
+        "User lives in Lyon",
+        0.9,
+    )])));
+    let journal = env.journal().await;
+    let m = env.manager(
+        llm.clone(),
+        Some(journal.clone()),
+        DeerMemConfig::default(),
+        true,
+    );
+    m.turns_recovered().await;
+    assert!(m.shutdown_flush(Duration::from_secs(30)).await);
+    assert!(
+        journal
+            .list(&TurnFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(llm.calls(), 1, "the kept turn was extracted once");
+    let mut got = facts(&m).await;
+    got.sort();
+    assert_eq!(got, ["User lives in Lyon", "User prefers tea"]);
 }
