@@ -81,17 +81,18 @@ impl FileMemoryStorage {
     /// atomic `rebuild`, and the scopes the index held that no fact file names any more are
     /// cleared at the end. Memory stays bounded by the batch whatever the size of the store;
     /// each scope is replaced atomically (a search, always within scopes, sees a scope before
-    /// or after its rebuild). `None` when the index cannot list its scopes.
+    /// or after its rebuild). `None` when the index cannot list its scopes; `Fatal` when the
+    /// index failed as a whole (it cannot be opened or written), as a one-call rebuild reports it.
     async fn rebuild_all_streamed(
         &self,
         retrieval: &dyn Retrieval,
-    ) -> std::result::Result<Option<(usize, usize)>, StorageError> {
+    ) -> std::result::Result<Option<Replaced>, StorageError> {
         let before = match retrieval.indexed_scopes().await {
             Ok(list) => list,
             Err(RetrievalError::Unsupported { .. }) => return Ok(None),
             Err(e) => {
                 tracing::warn!(error = %e, "the index cannot list its scopes");
-                return Ok(Some((0, 1)));
+                return Ok(Some(Replaced::Fatal));
             }
         };
         let dirs = Arc::new(self.run(|inner| Ok(inner.agent_dirs())).await?);
@@ -139,7 +140,7 @@ impl FileMemoryStorage {
                     indexed += i;
                     failed += f;
                 }
-                Replaced::Fatal => return Ok(Some((indexed, failed + records.len()))),
+                Replaced::Fatal => return Ok(Some(Replaced::Fatal)),
             }
             seen.extend(batch_scopes);
         }
@@ -150,7 +151,7 @@ impl FileMemoryStorage {
             tracing::warn!(error = %e, "clearing the scopes without facts failed");
             failed += 1;
         }
-        Ok(Some((indexed, failed)))
+        Ok(Some(Replaced::Done { indexed, failed }))
     }
 
     /// Search without the index: the storage's substring rules over the scopes' facts.
@@ -236,7 +237,8 @@ impl ScopedSearch for FileMemoryStorage {
         };
         let (indexed, failed) = match scopes {
             None => match self.rebuild_all_streamed(&*retrieval).await? {
-                Some(done) => done,
+                Some(Replaced::Done { indexed, failed }) => (indexed, failed),
+                Some(Replaced::Fatal) => return Ok(fatal_rebuild(1)),
                 None => {
                     // The index cannot list its scopes: everything in one call.
                     let (records, unreadable) =
