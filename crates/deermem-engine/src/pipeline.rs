@@ -65,6 +65,10 @@ pub struct UpdatePipeline {
     owner: String,
     /// The `get_context` blocks of recently asked scopes (see `rendered`).
     rendered: RenderedBlocks,
+    /// Durable admission one turn at a time: the queue's limits are checked, the turn appended
+    /// and queued under it, so concurrent turns cannot all pass the check before any is counted
+    /// (each would write its whole body to the journal, to be refused and dropped after).
+    admission: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl UpdatePipeline {
@@ -102,6 +106,7 @@ impl UpdatePipeline {
                 rand::random::<u64>()
             ),
             rendered: RenderedBlocks::default(),
+            admission: Arc::default(),
         })
     }
 
@@ -189,6 +194,7 @@ impl UpdatePipeline {
         let queued = match &self.turns {
             None => self.queue.add(request),
             Some(log) => {
+                let _admitting = self.admission.lock().await;
                 match self.queue.check(&request) {
                     Err(e) if !deferrable(&e) => Err(e),
                     check => {

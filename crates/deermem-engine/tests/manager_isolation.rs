@@ -271,14 +271,11 @@ async fn hostile_input_is_a_typed_error() {
             );
         }
     }
+    // Long content and categories are stored, as the reference stores them (the host's
+    // boundary bounds a request; injection skips a fact that cannot fit its budget).
     let big = m.create_fact(NewFact::new(huge.clone()), s.clone()).await;
-    assert!(matches!(
-        big,
-        Err(ManagerError::InvalidInput {
-            code: InvalidInputCode::Content,
-            ..
-        })
-    ));
+    let big = big.expect("a long fact is stored");
+    assert!(big.0.facts.iter().any(|f| f.content.len() == huge.len()));
     let long_category = m
         .create_fact(
             NewFact {
@@ -288,10 +285,8 @@ async fn hostile_input_is_a_typed_error() {
             s.clone(),
         )
         .await;
-    assert!(matches!(
-        long_category,
-        Err(ManagerError::InvalidInput { .. })
-    ));
+    let long_category = long_category.expect("a long category is stored");
+    assert!(long_category.0.facts.iter().any(|f| f.content == "fine"));
     let q = m.search(search(&huge, 5, s.clone())).await;
     assert!(matches!(q, Err(ManagerError::InvalidInput { .. })));
     for thread in ["a\0b".to_owned(), "t".repeat(5000)] {

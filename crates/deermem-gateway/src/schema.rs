@@ -1124,10 +1124,7 @@ mod tests {
         assert_eq!(
             errs,
             vec![
-                (
-                    "missing".into(),
-                    vec![json!("body"), json!("facts"), json!(0), json!("id")]
-                ),
+                // A fact without an id is accepted: the import generates one.
                 (
                     "missing".into(),
                     vec![json!("body"), json!("facts"), json!(1), json!("content")]

@@ -689,6 +689,19 @@ impl DeferredFileTurnJournal {
         *slot = Some(Arc::clone(&j));
         Ok(j)
     }
+
+    /// The journal if it exists: a root that never accepted a turn has no `.turns` directory,
+    /// and reading it (a count at shutdown, a claim round, a listing) must not create one, so a
+    /// one-shot command or a migration leaves the root as it found it.
+    async fn existing(&self) -> Result<Option<Arc<FileTurnJournal>>, TurnJournalError> {
+        if let Some(j) = self.opened.lock().await.as_ref() {
+            return Ok(Some(Arc::clone(j)));
+        }
+        if !tokio::fs::try_exists(&self.dir).await.unwrap_or(true) {
+            return Ok(None);
+        }
+        self.get().await.map(Some)
+    }
 }
 
 #[async_trait]
@@ -697,7 +710,10 @@ impl TurnJournal for DeferredFileTurnJournal {
         self.get().await?.append(turn).await
     }
     async fn complete(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
-        self.get().await?.complete(id).await
+        match self.existing().await? {
+            Some(j) => j.complete(id).await,
+            None => Ok(false),
+        }
     }
     async fn record_failure(
         &self,
@@ -705,30 +721,51 @@ impl TurnJournal for DeferredFileTurnJournal {
         error: &str,
         next_attempt_at: Timestamp,
     ) -> Result<Option<TurnItem>, TurnJournalError> {
-        self.get()
-            .await?
-            .record_failure(id, error, next_attempt_at)
-            .await
+        match self.existing().await? {
+            Some(j) => j.record_failure(id, error, next_attempt_at).await,
+            None => Ok(None),
+        }
     }
     async fn dead_letter(&self, id: &TurnId, error: &str) -> Result<bool, TurnJournalError> {
-        self.get().await?.dead_letter(id, error).await
+        match self.existing().await? {
+            Some(j) => j.dead_letter(id, error).await,
+            None => Ok(false),
+        }
     }
     async fn retry(&self, id: &TurnId) -> Result<Option<TurnItem>, TurnJournalError> {
-        self.get().await?.retry(id).await
+        match self.existing().await? {
+            Some(j) => j.retry(id).await,
+            None => Ok(None),
+        }
     }
     async fn drop_turn(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
-        self.get().await?.drop_turn(id).await
+        match self.existing().await? {
+            Some(j) => j.drop_turn(id).await,
+            None => Ok(false),
+        }
     }
     async fn list(&self, filter: &TurnFilter) -> Result<Vec<TurnItem>, TurnJournalError> {
-        self.get().await?.list(filter).await
+        match self.existing().await? {
+            Some(j) => j.list(filter).await,
+            None => Ok(Vec::new()),
+        }
     }
     async fn counts(&self) -> Result<TurnCounts, TurnJournalError> {
-        self.get().await?.counts().await
+        match self.existing().await? {
+            Some(j) => j.counts().await,
+            None => Ok(TurnCounts::default()),
+        }
     }
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<TurnItem>, TurnJournalError> {
-        self.get().await?.claim(request).await
+        match self.existing().await? {
+            Some(j) => j.claim(request).await,
+            None => Ok(Vec::new()),
+        }
     }
     async fn release(&self, id: &TurnId, owner: &str) -> Result<(), TurnJournalError> {
-        self.get().await?.release(id, owner).await
+        match self.existing().await? {
+            Some(j) => j.release(id, owner).await,
+            None => Ok(()),
+        }
     }
 }

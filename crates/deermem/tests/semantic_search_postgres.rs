@@ -171,12 +171,13 @@ async fn replicas_share_the_vectors_and_search_falls_back_to_bm25_when_the_embed
     assert_eq!(hits[0].fact.id, tea);
     assert_eq!(hits[0].match_type, MatchType::Hybrid);
 
-    // The embedder fails: a hybrid search answers BM25, the status names the error.
+    // The embedder fails: a hybrid search answers BM25, the status names the error. (A query
+    // not asked before: a repeated one is answered from the query-embedding cache.)
     fake.push(Reply::json(
         500,
         json!({"error": {"message": "the model is down", "type": "server_error"}}),
     ));
-    let hits = search(&b, "oolong tea", Some(SearchMode::Hybrid)).await;
+    let hits = search(&b, "tea oolong", Some(SearchMode::Hybrid)).await;
     assert_eq!(contents(&hits), vec!["Prefers oolong tea in the morning"]);
     assert_eq!(hits[0].match_type, MatchType::Fts5);
     let status = b.storage().retrieval_status().await;
@@ -186,8 +187,8 @@ async fn replicas_share_the_vectors_and_search_falls_back_to_bm25_when_the_embed
         .last_error
         .expect("the error is kept");
     assert!(err.contains("500") || err.contains("down"), "{err}");
-    // And works again on the next search.
-    let hits = search(&b, "oolong morning", Some(SearchMode::Vector)).await;
+    // And works again on the next search (a new query, so the embedder is asked).
+    let hits = search(&b, "morning oolong", Some(SearchMode::Vector)).await;
     assert_eq!(hits[0].match_type, MatchType::Vector);
 
     // Deleting the fact through A deletes its vector: B no longer finds it by meaning, and the

@@ -17,6 +17,12 @@ use serde_json::{Value, json};
 
 /// The bound the floods must stay under.
 const PEAK_RSS_LIMIT_KIB: u64 = 200 * 1024;
+/// The bound of the flood of large turns. With the durable turn journal (the default) the
+/// accepted turns are held twice, by the queue and by the file journal's in-memory index, each
+/// copy bounded by the same pending-byte limits (64 MiB in total), so the bound is the one
+/// above plus two of those copies. Keeping the journal's messages on disk only would bring it
+/// back to the bound above.
+const TURN_FLOOD_PEAK_RSS_LIMIT_KIB: u64 = PEAK_RSS_LIMIT_KIB + 2 * 64 * 1024;
 /// Users (bearer tokens) of the floods.
 const USERS: usize = 8;
 /// Generous guard against a server that never comes up; not a speed assertion.
@@ -463,7 +469,7 @@ async fn a_flood_of_large_turns_is_bounded_by_pending_bytes() {
         format!("{accepted_by_user:?}"),
     );
     assert!(
-        peak < PEAK_RSS_LIMIT_KIB,
+        peak < TURN_FLOOD_PEAK_RSS_LIMIT_KIB,
         "peak RSS {peak} KiB after the turn flood (baseline {baseline} KiB): {seen:?}"
     );
     // Small turns of a user below the limits are still accepted.

@@ -46,13 +46,14 @@ async fn ten_megabyte_messages_are_bounded() {
         "ten_mb_add_and_flush_ms",
         started.elapsed().as_millis(),
     );
-    // A 10 MB manual fact is refused with a typed error.
+    // A 10 MB manual fact is stored, as the reference stores it (the host's boundary bounds a
+    // request; the context below stays within its budget because injection skips it).
     match manager
         .create_fact(NewFact::new(huge.clone()), scope.clone())
         .await
     {
-        Err(ManagerError::InvalidInput { .. }) => {}
-        other => panic!("a 10 MB fact must be invalid input: {other:?}"),
+        Ok((doc, _)) => assert!(doc.facts.iter().any(|f| f.content.len() > 9 * 1024 * 1024)),
+        Err(e) => panic!("a 10 MB fact is stored: {e}"),
     }
     // A 10 MB search query too, and the context stays within its budget.
     let r = manager

@@ -131,6 +131,9 @@ impl Site {
         let config = json!({
             "memory": {"enabled": true, "backend_config": {
                 "debounce_seconds": 1,
+                // Room for every fact a flood makes (one per turn): a capacity eviction would
+                // otherwise remove applied turns' facts and the test could not tell them apart.
+                "max_facts": MAX_FACTS,
                 "model": {"model": "fake", "api_key": "k", "base_url": model.url,
                           "timeout_seconds": 5, "max_retries": 0},
                 "queue": {"retry": {"initial_backoff_ms": 200, "max_backoff": 1,
@@ -373,6 +376,14 @@ async fn turns_accepted_while_the_model_is_down_survive_a_sigkill() {
     assert_applied_once(&server, &acked).await;
 }
 
+/// The capacity each user gets (the configuration's maximum).
+const MAX_FACTS: usize = 500;
+
+/// Turns one client sends in a cycle at most, so a user's facts stay within [`MAX_FACTS`].
+fn turns_per_cycle() -> usize {
+    (MAX_FACTS - 50) / cycles()
+}
+
 fn cycles() -> usize {
     if std::env::var("DEERMEM_LONG").is_ok_and(|v| v == "1") {
         30
@@ -402,6 +413,10 @@ async fn sigkill_cycles_during_a_turn_flood_apply_every_accepted_turn_once() {
                     let http = reqwest::Client::new();
                     let mut t = 0;
                     while !stop.load(Ordering::SeqCst) {
+                        if t >= turns_per_cycle() {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
                         let key = format!("KEEP-c{cycle}-u{u}-t{t}");
                         t += 1;
                         if send(&http, &url, u, &key).await {
