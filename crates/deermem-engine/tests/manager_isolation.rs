@@ -274,8 +274,8 @@ async fn hostile_input_is_a_typed_error() {
     // Long content and categories are stored, as the reference stores them (the host's
     // boundary bounds a request; injection skips a fact that cannot fit its budget).
     let big = m.create_fact(NewFact::new(huge.clone()), s.clone()).await;
-    let big = big.expect("a long fact is stored");
-    assert!(big.0.facts.iter().any(|f| f.content.len() == huge.len()));
+    let (big, big_id) = big.expect("a long fact is stored");
+    assert!(big.facts.iter().any(|f| f.content.len() == huge.len()));
     let long_category = m
         .create_fact(
             NewFact {
@@ -285,8 +285,8 @@ async fn hostile_input_is_a_typed_error() {
             s.clone(),
         )
         .await;
-    let long_category = long_category.expect("a long category is stored");
-    assert!(long_category.0.facts.iter().any(|f| f.content == "fine"));
+    let (long_category, category_id) = long_category.expect("a long category is stored");
+    assert!(long_category.facts.iter().any(|f| f.content == "fine"));
     let q = m.search(search(&huge, 5, s.clone())).await;
     assert!(matches!(q, Err(ManagerError::InvalidInput { .. })));
     for thread in ["a\0b".to_owned(), "t".repeat(5000)] {
@@ -306,8 +306,12 @@ async fn hostile_input_is_a_typed_error() {
     ] {
         m.search(search(q, 5, s.clone())).await.expect(q);
     }
-    // Nothing was lost.
-    assert_eq!(ids(&m.get_memory(s).await.unwrap()), vec![id]);
+    // Nothing was lost: the kept fact and the two long ones.
+    let mut want = vec![id, big_id.unwrap(), category_id.unwrap()];
+    want.sort();
+    let mut got = ids(&m.get_memory(s).await.unwrap());
+    got.sort();
+    assert_eq!(got, want);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -446,12 +446,7 @@ fn build_deermem(
     if durable {
         match &storage {
             crate::embedded::EmbeddedStorage::File(_) => {
-                parts.turns = Some(Arc::new(
-                    deermem_storage_file::DeferredFileTurnJournal::in_root(
-                        root,
-                        deermem_storage_file::FileTurnJournalOptions::default(),
-                    ),
-                ));
+                parts.turns = Some(shared_file_turn_journal(root));
             }
             #[allow(unreachable_patterns, reason = "PostgreSQL is a compile-time option")]
             _ => tracing::warn!(
@@ -510,4 +505,31 @@ fn build_llm(
             feature: "llm-openai",
         })
     }
+}
+
+/// The file turn journal of a storage root, one per root in this process: the journal takes an
+/// exclusive lock on its root, so two managers built on one root in one process (two
+/// configurations, a rebuilt manager while the old one is still alive) share it rather than the
+/// second being refused every turn.
+#[cfg(all(feature = "engine", feature = "storage-file"))]
+fn shared_file_turn_journal(root: &std::path::Path) -> Arc<dyn deermem_core::ports::TurnJournal> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, Weak};
+    type Journals = Mutex<HashMap<PathBuf, Weak<deermem_storage_file::DeferredFileTurnJournal>>>;
+    static JOURNALS: OnceLock<Journals> = OnceLock::new();
+    let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut journals = JOURNALS
+        .get_or_init(Journals::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    journals.retain(|_, j| j.strong_count() > 0);
+    if let Some(j) = journals.get(&key).and_then(Weak::upgrade) {
+        return j;
+    }
+    let j = Arc::new(deermem_storage_file::DeferredFileTurnJournal::in_root(
+        root,
+        deermem_storage_file::FileTurnJournalOptions::default(),
+    ));
+    journals.insert(key, Arc::downgrade(&j));
+    j
 }
