@@ -6,7 +6,7 @@
 //! its own so its memory is its own:
 //!
 //! - `rebuild_index`: a full rebuild of the index (time, peak RSS); file store only;
-//! - `search`, `get_context`, `load_scope_cold`, `write_fact`: p50/p99 (see [`measure`]);
+//! - `search`, `get_context`, `load_scope_cold`, `write_fact`: p50/p99 (see `measure`);
 //! - `serve`: the gateway over the storage, the time from starting the process until `/readyz`
 //!   answers 200, and its RSS after `GET /api/memory` for every user.
 //!
