@@ -315,6 +315,11 @@ pub fn check_targets(w: &Map<String, Value>) -> Map<String, Value> {
         "> 10000 requests/s".into(),
         get("gateway_get", "ops_per_sec").map(|r| r > 10_000.0),
     );
+    put(
+        "turn_accept",
+        "p50 < 2000 us (acknowledged after the durable journal's fdatasync)".into(),
+        get("turn_accept", "p50_us").map(|p| p < 2000.0),
+    );
     out
 }
 

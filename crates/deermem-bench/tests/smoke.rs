@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 16] = [
+const WORKLOADS: [&str; 17] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -25,6 +25,7 @@ const WORKLOADS: [&str; 16] = [
     "migrate_v1",
     "gateway_get",
     "gateway_post",
+    "turn_accept",
 ];
 
 fn bench(args: &[&str], tmp: &Path) -> Value {
@@ -88,6 +89,15 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         assert!(ops > 0.0 && p50 > 0.0 && p99 >= p50, "{name}: {r}");
         assert!(r["peak_rss_kb"].as_u64().unwrap_or(0) > 1000, "{name}: {r}");
     }
+    // Every acknowledged turn was in the durable journal before the server stopped.
+    assert_eq!(w["turn_accept"]["journal_pending"], w["turn_accept"]["n"]);
+    assert!(
+        w["turn_accept"]["in_memory_p50_us"]
+            .as_f64()
+            .is_some_and(|p| p > 0.0),
+        "{}",
+        w["turn_accept"]
+    );
     assert_eq!(w["fsync_floor"]["file_fsyncs_per_op"], 3);
     assert_eq!(w["fsync_floor"]["dir_fsyncs_per_op"], 4);
     assert!(
@@ -149,7 +159,7 @@ fn every_workload_runs_at_smoke_size_and_reports_sane_json() {
         );
     }
     assert!(m["cores"].as_u64().unwrap_or(0) >= 1);
-    assert_eq!(report["targets"].as_object().map(|t| t.len()), Some(10));
+    assert_eq!(report["targets"].as_object().map(|t| t.len()), Some(11));
     // Every temporary root was removed by its child.
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()

@@ -239,3 +239,115 @@ pub(crate) async fn post_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Resul
         .with("not_kept_over_capacity", not_kept.into())
         .with("first_conflict", first_conflict.into()))
 }
+
+/// `turn_accept`: an acknowledged `POST /api/memory/messages` (202) with the durable file turn
+/// journal (each turn appended and `fdatasync`'d before the answer), from 4 clients, one new
+/// thread per request; then the same requests against a manager that keeps turns in memory only
+/// (`queue.durable: false`), reported beside it as `in_memory_p50_us`/`in_memory_p99_us`. The
+/// debounce (30 s) holds every turn queued during the run, so only admission is measured;
+/// afterwards the journal must hold one pending item per 202.
+pub(crate) async fn turn_accept(env: &Env) -> Result<WorkloadResult> {
+    let clients = env.sizes.gateway_clients.clamp(1, 4);
+    let total = (env.sizes.gateway_requests / 10).max(4);
+
+    let durable_root = env.root.join("durable");
+    let storage: Arc<dyn MemoryStorage> = Arc::new(open(&durable_root, true)?);
+    let journal: Arc<dyn deermem_core::ports::TurnJournal> = Arc::new(
+        deermem_storage_file::FileTurnJournal::open_in_root(
+            &durable_root,
+            deermem_storage_file::FileTurnJournalOptions::default(),
+        )
+        .context("turn journal")?,
+    );
+    let mut parts = deermem_engine::DeerMemParts::new(
+        super::config(),
+        storage,
+        super::clock(),
+    );
+    parts.turns = Some(journal.clone());
+    let durable: Arc<dyn MemoryManager> =
+        Arc::new(deermem_engine::DeerMemManager::new(parts).context("manager")?);
+    let (server, rec, elapsed, accepted) = post_turns(durable, clients, total, "d").await?;
+    // Before the server stops (its shutdown flush would apply and complete them).
+    let counts = journal.counts().await?;
+    anyhow::ensure!(
+        counts.pending == accepted as u64,
+        "{accepted} turns were acknowledged but the journal holds {} pending",
+        counts.pending
+    );
+    server.stop().await?;
+
+    let memory_root = env.root.join("memory");
+    let storage: Arc<dyn MemoryStorage> = Arc::new(open(&memory_root, true)?);
+    let in_memory: Arc<dyn MemoryManager> = Arc::new(manager(storage)?);
+    let (server, mem_rec, _, _) = post_turns(in_memory, clients, total, "m").await?;
+    server.stop().await?;
+    let mem = mem_rec.finish(total, Duration::ZERO).summary();
+
+    let mut r = rec.finish(total, Duration::ZERO);
+    r.elapsed = elapsed;
+    Ok(r.with("clients", clients.into())
+        .with("journal_pending", counts.pending.into())
+        .with("in_memory_p50_us", mem.p50_us.round().into())
+        .with("in_memory_p99_us", mem.p99_us.round().into()))
+}
+
+/// Serves `mgr`, posts `total` one-message-pair turns (each on its own thread, text the offline
+/// rules extract nothing from) from `clients` connections, and returns the server (still
+/// running), the latencies, the measured phase's wall time and the 202 count.
+async fn post_turns(
+    mgr: Arc<dyn MemoryManager>,
+    clients: usize,
+    total: usize,
+    tag: &str,
+) -> Result<(Server, Recorder, Duration, usize)> {
+    let server = Server::start(mgr.clone()).await?;
+    let addr = server.addr;
+    let mut bodies: Vec<Vec<u8>> = (0..total)
+        .map(|i| {
+            serde_json::to_vec(&serde_json::json!({
+                "thread_id": format!("bench-{tag}-{i}"),
+                "messages": [
+                    {"role": "user", "content": format!("Hello again, request number {i}. How are you today?")},
+                    {"role": "assistant", "content": "Fine, thank you."}
+                ]
+            }))
+        })
+        .collect::<Result<_, _>>()?;
+    let per = total.div_ceil(clients);
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(Connection::connect(addr).await?);
+    }
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for mut c in conns {
+        let take = per.min(bodies.len());
+        let mine: Vec<Vec<u8>> = bodies.drain(..take).collect();
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(mine.len());
+            for body in mine {
+                let t = Instant::now();
+                let r = c.post_json("/api/memory/messages", "", &body).await?;
+                samples.push(t.elapsed());
+                anyhow::ensure!(
+                    r.status == 202,
+                    "POST /api/memory/messages answered {}: {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body)
+                );
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut rec = Recorder::start(total);
+    let mut accepted = 0;
+    while let Some(r) = set.join_next().await {
+        for s in r.context("client task")?? {
+            rec.push(s);
+            accepted += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    Ok((server, rec, elapsed, accepted))
+}

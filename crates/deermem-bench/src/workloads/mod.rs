@@ -27,7 +27,7 @@ use crate::sizes::Sizes;
 use crate::stats::WorkloadResult;
 
 /// Every workload, in the order the report lists them.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "fsync_floor",
     "write_fact",
     "write_fact_parallel",
@@ -44,6 +44,7 @@ pub const NAMES: [&str; 16] = [
     "migrate_v1",
     "gateway_get",
     "gateway_post",
+    "turn_accept",
 ];
 
 /// Which storage the workloads measure.
@@ -177,6 +178,7 @@ pub fn run(name: &str, env: &Env, store: Store) -> Result<WorkloadResult> {
             "migrate_v1" => migrate::run(env).await,
             "gateway_get" => gateway::run(env).await,
             "gateway_post" => gateway::post(env).await,
+            "turn_accept" => gateway::turn_accept(env).await,
             other => bail!("unknown workload {other:?} (known: {})", NAMES.join(", ")),
         }
     })
