@@ -1,10 +1,12 @@
 //! The `python` step of `cargo xtask ci`: builds the `deermem_rs` wheel from the current
-//! source (`maturin build --release`, one build), installs it into a fresh virtual
-//! environment under `target/deermem-py/`, and runs the package's pytest suite there against
-//! the workspace's `deermem` CLI.
+//! source the way an operator installs from source (pip through the package's PEP 517 build
+//! backend, maturin; one release build), installs that wheel into a fresh virtual environment
+//! under `target/deermem-py/`, declares it in a small uv-managed project and checks that
+//! `uv sync` keeps it, then runs the package's pytest suite against the workspace's `deermem`
+//! CLI.
 //!
-//! The tools come from PyPI once per machine: maturin in a cached environment, pytest and
-//! pydantic as wheels in a cached wheelhouse beside it (`$DEERMEM_PYENV_DIR`, else
+//! The tools come from PyPI once per machine: maturin in a cached environment, pytest,
+//! pydantic and uv as wheels in a cached wheelhouse beside it (`$DEERMEM_PYENV_DIR`, else
 //! `~/.cache/deermem/pyenv/deermem-py-tools`), so each run installs offline from there.
 
 use std::fs::{self, File};
@@ -15,6 +17,8 @@ use std::time::Instant;
 /// Pinned tools: the wheel builder, and the test suite's own requirements.
 const MATURIN: &str = "maturin==1.16.0";
 const TEST_REQUIREMENTS: [&str; 2] = ["pytest==9.2.0", "pydantic==2.14.4"];
+/// The project manager DeerFlow uses, for the installation check.
+const UV: &str = "uv==0.13.8";
 const TOOLS_ENV: &str = "deermem-py-tools";
 
 /// Runs a command, echoing it; `Err` carries what failed.
@@ -74,7 +78,7 @@ fn tools(python: &str) -> Result<PathBuf, String> {
     fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
     let dir = base.join(TOOLS_ENV);
     let marker = dir.join(".deermem-ready");
-    let wanted = format!("{MATURIN}\n{}\n", TEST_REQUIREMENTS.join("\n"));
+    let wanted = format!("{MATURIN}\n{}\n{UV}\n", TEST_REQUIREMENTS.join("\n"));
     let ready = || fs::read_to_string(&marker).is_ok_and(|m| m == wanted);
     if ready() {
         return Ok(dir);
@@ -120,7 +124,8 @@ fn tools(python: &str) -> Result<PathBuf, String> {
                 "-w",
             ])
             .arg(dir.join("wheelhouse"))
-            .args(TEST_REQUIREMENTS),
+            .args(TEST_REQUIREMENTS)
+            .arg(UV),
     )?;
     fs::write(&marker, wanted).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
     Ok(dir)
@@ -130,21 +135,31 @@ fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
-/// Builds the wheel from the current source; returns its path.
-fn build_wheel(root: &Path, tools: &Path, python: &str) -> Result<PathBuf, String> {
+/// Builds the wheel from the current source as `pip install ./crates/deermem-py` does (pip
+/// calling the package's PEP 517 backend, maturin, which makes a release build); returns its
+/// path.
+fn build_wheel(root: &Path, tools: &Path) -> Result<PathBuf, String> {
     let out = target_dir(root).join("deermem-py/wheels");
     if out.exists() {
         fs::remove_dir_all(&out).map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
     }
     run(
-        "maturin build --release",
-        Command::new(tools.join("bin/maturin"))
-            .args(["build", "--release", "--locked", "-m"])
-            .arg(root.join("crates/deermem-py/Cargo.toml"))
-            .arg("-o")
+        "pip wheel ./crates/deermem-py (maturin as the build backend)",
+        Command::new(tools.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+            ])
             .arg(&out)
-            .args(["-i", python])
+            .arg(root.join("crates/deermem-py"))
             .current_dir(root)
+            .env("MATURIN_PEP517_ARGS", "--locked")
             .env("PYO3_BUILD_EXTENSION_MODULE", "1"),
     )?;
     let wheels: Vec<PathBuf> = fs::read_dir(&out)
@@ -160,6 +175,114 @@ fn build_wheel(root: &Path, tools: &Path, python: &str) -> Result<PathBuf, Strin
             out.display()
         )),
     }
+}
+
+/// The smallest program that proves the package works where it was installed.
+const IMPORT_CHECK: &str = r#"
+import tempfile, deermem_rs
+with tempfile.TemporaryDirectory() as d:
+    m = deermem_rs.DeerMemManager(backend_config={"storage_path": d})
+    m.create_fact("User installs with uv", user_id="u")
+    assert m.get_memory(user_id="u")["facts"][0]["content"] == "User installs with uv"
+    m.close()
+print("deermem_rs", deermem_rs.__version__, "imports and stores")
+"#;
+
+/// A uv-managed project (as DeerFlow is) that declares the wheel in its `pyproject.toml`
+/// under `[tool.uv.sources]`: `uv sync` installs it, a package installed beside it without
+/// being declared is removed by the next `uv sync`, and the declared one stays importable.
+/// uv itself comes from the wheelhouse into an environment of its own; everything is offline.
+fn uv_project(root: &Path, tools: &Path, python: &str, wheel: &Path) -> Result<(), String> {
+    let base = target_dir(root).join("deermem-py");
+    let uv_env = base.join("uv-env");
+    run(
+        "creating the uv environment",
+        Command::new(python)
+            .args(["-m", "venv", "--clear"])
+            .arg(&uv_env),
+    )?;
+    run(
+        "installing uv",
+        Command::new(uv_env.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--find-links",
+            ])
+            .arg(tools.join("wheelhouse"))
+            .arg(UV),
+    )?;
+    let project = base.join("uv-project");
+    if project.exists() {
+        fs::remove_dir_all(&project)
+            .map_err(|e| format!("cannot clear {}: {e}", project.display()))?;
+    }
+    fs::create_dir_all(&project)
+        .map_err(|e| format!("cannot create {}: {e}", project.display()))?;
+    let wheel = wheel
+        .to_str()
+        .ok_or_else(|| format!("{} is not valid UTF-8", wheel.display()))?;
+    let manifest = format!(
+        "[project]\nname = \"host-app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\n\
+         dependencies = [\"deermem-rs\"]\n\n[tool.uv.sources]\ndeermem-rs = {{ path = {} }}\n",
+        toml_string(wheel)
+    );
+    fs::write(project.join("pyproject.toml"), manifest)
+        .map_err(|e| format!("cannot write the uv project: {e}"))?;
+    let uv = || {
+        let mut c = Command::new(uv_env.join("bin/uv"));
+        c.current_dir(&project)
+            .env("UV_CACHE_DIR", base.join("uv-cache"))
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env("UV_OFFLINE", "1");
+        c
+    };
+    let venv_python = project.join(".venv/bin/python");
+    run("uv sync", uv().args(["sync", "--python", python]))?;
+    run(
+        "importing deermem_rs after uv sync",
+        Command::new(&venv_python).args(["-c", IMPORT_CHECK]),
+    )?;
+    run(
+        "installing an undeclared package beside it",
+        uv().args(["pip", "install", "--no-index", "--find-links"])
+            .arg(tools.join("wheelhouse"))
+            .arg("iniconfig"),
+    )?;
+    run("uv sync again", uv().args(["sync", "--python", python]))?;
+    run(
+        "importing deermem_rs after the second uv sync",
+        Command::new(&venv_python).args(["-c", IMPORT_CHECK]),
+    )?;
+    let removed = Command::new(&venv_python)
+        .args(["-c", "import iniconfig"])
+        .output()
+        .map_err(|e| format!("could not start {}: {e}", venv_python.display()))?;
+    if removed.status.success() {
+        return Err(
+            "uv sync kept a package the project does not declare; the check proves nothing".into(),
+        );
+    }
+    Ok(())
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A fresh environment with the wheel and the test requirements (offline, from the
@@ -198,8 +321,9 @@ pub(crate) fn run_step(root: &Path, cargo: &str) -> bool {
     let result = (|| -> Result<(), String> {
         let python = host_python()?;
         let tools = timed("tools", || tools(&python))?;
-        let wheel = timed("wheel", || build_wheel(root, &tools, &python))?;
+        let wheel = timed("wheel", || build_wheel(root, &tools))?;
         let venv_python = timed("install", || install(root, &tools, &python, &wheel))?;
+        timed("uv", || uv_project(root, &tools, &python, &wheel))?;
         // The CLI binary exactly as the `test` step builds it (that step's build makes this a
         // no-op in `ci`; a plain `cargo build` would enable other features and rebuild).
         timed("cli", || {

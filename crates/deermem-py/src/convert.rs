@@ -3,7 +3,7 @@
 //! dicts), and user/agent scopes.
 
 use deermem_core::ports::MemoryScope;
-use deermem_core::{AgentName, IdError, Message, UserId};
+use deermem_core::{AgentName, IdError, InvalidInputCode, ManagerError, Message, UserId};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -235,8 +235,9 @@ pub(crate) fn messages(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
 /// (lowercased; `None` for the default bucket).
 ///
 /// # Errors
-/// `ValueError` with the engine's message for empty, NUL-carrying or over-long user ids, for
-/// user ids shaped like the storage bucket of another id, and for names outside the agent-name
+/// `ValueError` with the engine's message for empty, NUL-carrying or over-long user ids and for
+/// user ids shaped like the storage bucket of another id; `ValueError("agent_name")` with the
+/// reason as its detail for names outside the agent-name
 /// grammar.
 pub(crate) fn scope(user_id: Option<&str>, agent_name: Option<&str>) -> PyResult<MemoryScope> {
     let invalid = |e: IdError| PyValueError::new_err(e.to_string());
@@ -246,10 +247,15 @@ pub(crate) fn scope(user_id: Option<&str>, agent_name: Option<&str>) -> PyResult
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
     }
     let user = user_id.map(UserId::new).transpose().map_err(invalid)?;
-    let agent = agent_name
-        .map(AgentName::parse)
-        .transpose()
-        .map_err(invalid)?;
+    // `ValueError("agent_name")`, the code DeerFlow's router knows, with the reason attached.
+    let agent = agent_name.map(AgentName::parse).transpose().map_err(|e| {
+        Python::attach(|py| {
+            crate::errors::to_py(
+                py,
+                ManagerError::invalid(InvalidInputCode::AgentName, e.to_string()),
+            )
+        })
+    })?;
     Ok(MemoryScope::new(user, agent))
 }
 

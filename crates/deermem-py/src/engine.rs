@@ -22,7 +22,7 @@ use deermem_core::{ManagerError, MemoryConfig, MemoryMode, PublicMemoryDocument}
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 use crate::convert::{self, Strictness};
@@ -245,21 +245,36 @@ impl Engine {
         };
         let host_llm = optional(host_llm);
         let llm_name = host_llm.as_ref().map(|m| model_name(m.bind(py)));
-        // The canonical form of the configuration: object keys sorted at every level.
-        let mut canonical = Value::Object(backend_config.clone());
-        canonical.sort_all_objects();
-        let key = serde_json::json!({
-            "backend_config": canonical,
-            "mode": mode.as_str(),
-            "host_llm": llm_name.is_some(),
-        })
-        .to_string();
-        let config = MemoryConfig {
+        let mut config = MemoryConfig {
             mode,
             manager_class: "deermem".into(),
             backend_config,
             ..MemoryConfig::default()
         };
+        // The root is resolved once, here: a later `chdir` or change of `$DEERMEM_DATA_DIR`
+        // neither moves this manager nor lets another manager join its engine by mistake.
+        // (A `storage_path` of another type is left for the configuration check to refuse.)
+        if config
+            .backend_config
+            .get("storage_path")
+            .is_none_or(|v| v.is_null() || v.is_string())
+        {
+            let root = resolved_root(&config)?;
+            config
+                .backend_config
+                .insert("storage_path".into(), Value::String(root));
+        }
+        // The canonical form of the resolved configuration: object keys sorted at every level,
+        // and a digest of the environment variables it refers to.
+        let mut canonical = Value::Object(config.backend_config.clone());
+        canonical.sort_all_objects();
+        let key = serde_json::json!({
+            "backend_config": canonical,
+            "environment": environment_digest(&config.backend_config),
+            "mode": mode.as_str(),
+            "host_llm": llm_name.is_some(),
+        })
+        .to_string();
         let engine = Self {
             key,
             config,
@@ -277,7 +292,9 @@ impl Engine {
         Ok(engine)
     }
 
-    /// The configuration key this handle shares an engine by (canonical JSON).
+    /// The configuration key this handle shares an engine by: the canonical JSON of the
+    /// resolved configuration (absolute storage root, every key, the mode, the model source,
+    /// and a digest of the environment variables the configuration names).
     #[getter]
     fn key(&self) -> &str {
         &self.key
@@ -461,7 +478,11 @@ impl Engine {
         shared.call(py, shared.manager.delete_memory(scope))
     }
 
-    /// Replaces the bucket with a memory document (the public camelCase shape).
+    /// Replaces the bucket with a memory document (the public camelCase shape). The facts are
+    /// converted and checked one at a time and trimmed by the capacity policy as they arrive
+    /// ([`deermem_engine::ImportTrim`]), so a list of any length costs memory in proportion to
+    /// `max_facts`, not to its length; the Python DeerMem's leniency applies (a blank or absent
+    /// id is generated, a confidence is coerced with `float()`).
     #[pyo3(signature = (memory_data, user_id=None, agent_name=None))]
     fn import_memory<'py>(
         &self,
@@ -471,9 +492,26 @@ impl Engine {
         agent_name: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let scope = convert::scope(user_id, agent_name)?;
-        let parsed = import_document(memory_data)?;
+        let (mut head, facts) = import_head(memory_data)?;
         let shared = self.shared(py)?;
-        let doc = shared.call(py, shared.manager.import_memory(parsed, scope))?;
+        let Some(deermem) = shared.backend.deermem().cloned() else {
+            return Err(PyRuntimeError::new_err(
+                "import_memory needs the DeerMem engine",
+            ));
+        };
+        let mut trim = shared.call(py, deermem.import_trim(&scope))?;
+        if let Some(facts) = facts {
+            let mut chunk = Vec::with_capacity(IMPORT_CHUNK);
+            for (i, item) in facts.try_iter()?.enumerate() {
+                chunk.push(import_fact(i, &item?)?);
+                if chunk.len() == IMPORT_CHUNK {
+                    push_chunk(py, &mut trim, &mut chunk)?;
+                }
+            }
+            push_chunk(py, &mut trim, &mut chunk)?;
+        }
+        head.facts = trim.finish();
+        let doc = shared.call(py, shared.manager.import_memory(head, scope))?;
         document(py, &doc)
     }
 
@@ -610,6 +648,64 @@ impl Engine {
     }
 }
 
+/// The absolute storage root `config` selects now (the facade's resolution: `storage_path`,
+/// relative to `$DEER_FLOW_HOME` or the working directory, else `$DEERMEM_DATA_DIR`,
+/// `$DEER_FLOW_HOME`, `~/.deermem`), with symbolic links resolved when it exists.
+fn resolved_root(config: &MemoryConfig) -> PyResult<String> {
+    let env = deermem::process_env;
+    let root = deermem::storage_root(config, &BuildOptions::new(&env));
+    let root = std::path::absolute(&root).unwrap_or(root);
+    let root = std::fs::canonicalize(&root).unwrap_or(root);
+    root.into_os_string().into_string().map_err(|p| {
+        PyValueError::new_err(format!(
+            "storage_path resolves to {}, which is not valid UTF-8",
+            std::path::Path::new(&p).display()
+        ))
+    })
+}
+
+/// A digest of the environment variables a configuration refers to (`$NAME` values and the
+/// variables `*_env` keys name), so managers whose variables differ get their own engines; the
+/// values themselves never appear in the key.
+fn environment_digest(config: &serde_json::Map<String, Value>) -> String {
+    use sha2::{Digest, Sha256};
+
+    fn names(key: &str, v: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::String(s) => {
+                if let Some(name) = s.strip_prefix('$') {
+                    out.insert(name.to_owned());
+                }
+                if key.ends_with("_env") {
+                    out.insert(s.clone());
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|x| names(key, x, out)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| names(k, x, out)),
+            _ => {}
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    config.iter().for_each(|(k, v)| names(k, v, &mut found));
+    let mut hash = Sha256::new();
+    for name in &found {
+        hash.update(name.as_bytes());
+        match std::env::var_os(name) {
+            Some(value) => {
+                hash.update(b"=");
+                hash.update(value.as_encoded_bytes());
+            }
+            None => hash.update(b" unset"),
+        }
+        hash.update(b"\0");
+    }
+    hash.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A string argument, `None` for `None`; any other type is a `TypeError`.
 fn text_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<String>> {
     if obj.is_none() {
@@ -640,80 +736,135 @@ fn confidence_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
         .map_err(|_| PyTypeError::new_err("confidence must be a number"))
 }
 
-/// An import document: a mapping whose `user` and `history` are mappings and `facts` a list,
-/// in the public camelCase shape.
-fn import_document(obj: &Bound<'_, PyAny>) -> PyResult<PublicMemoryDocument> {
+/// Import facts converted with the GIL held before each hand-over to the trim, which runs
+/// without it.
+const IMPORT_CHUNK: usize = 256;
+
+/// Hands the converted facts to the trim with the GIL released.
+fn push_chunk(
+    py: Python<'_>,
+    trim: &mut deermem_engine::ImportTrim,
+    chunk: &mut Vec<deermem_core::PublicFact>,
+) -> PyResult<()> {
+    let batch = std::mem::take(chunk);
+    py.detach(|| batch.into_iter().try_for_each(|f| trim.push(f)))
+        .map_err(|e| errors::to_py(py, e))
+}
+
+/// An import document without its facts, and its `facts` list (not converted): a mapping
+/// whose `user` and `history` are mappings and `facts` a list or tuple, in the public
+/// camelCase shape.
+fn import_head<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<(PublicMemoryDocument, Option<Bound<'py, PyAny>>)> {
     let py = obj.py();
-    // Counted before any fact is converted: a longer list is refused as the engine would.
-    if let Ok(facts) = obj.get_item("facts")
-        && let Ok(n) = facts.len()
-        && !facts.is_instance_of::<PyString>()
-        && n > deermem_core::MAX_IMPORT_FACTS
-    {
-        return Err(coded(
-            py,
-            "memory_data.facts",
-            &format!(
-                "memory_data.facts holds {n} facts; an import document may hold at most {}",
-                deermem_core::MAX_IMPORT_FACTS
-            ),
-        ));
-    }
-    let value = match convert::to_value(obj, Strictness::Strict) {
-        Ok(Value::Object(m)) => m,
-        Ok(_) => return Err(coded(py, "memory_data", "memory_data must be a mapping")),
-        Err(e) => {
-            return Err(coded(
+    let Ok(dict) = obj.cast::<PyDict>() else {
+        return Err(coded(py, "memory_data", "memory_data must be a mapping"));
+    };
+    let mut head = serde_json::Map::new();
+    let mut facts = None;
+    for (k, v) in dict.iter() {
+        let Ok(key) = k.cast::<PyString>() else {
+            return Err(coded(py, "memory_data", "memory_data keys must be strings"));
+        };
+        let key = key.to_str()?;
+        if key == "facts" {
+            if v.is_none() {
+                continue;
+            }
+            if !(v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()) {
+                return Err(coded(
+                    py,
+                    "memory_data.facts",
+                    "memory_data.facts must be a list",
+                ));
+            }
+            facts = Some(v);
+            continue;
+        }
+        let value = convert::to_value(&v, Strictness::Strict).map_err(|e| {
+            coded(
                 py,
                 "memory_data",
                 &format!("memory_data cannot be read: {}", e.value(py)),
-            ));
+            )
+        })?;
+        if !value.is_null() {
+            head.insert(key.to_owned(), value);
         }
-    };
-    for (key, want_object) in [("user", true), ("history", true), ("facts", false)] {
-        let ok = match value.get(key) {
-            None | Some(Value::Null) => true,
-            Some(Value::Object(_)) => want_object,
-            Some(Value::Array(_)) => !want_object,
-            Some(_) => false,
-        };
-        if !ok {
-            let what = if want_object { "a mapping" } else { "a list" };
+    }
+    for key in ["user", "history"] {
+        if head.get(key).is_some_and(|v| !v.is_object()) {
             return Err(coded(
                 py,
                 &format!("memory_data.{key}"),
-                &format!("memory_data.{key} must be {what}"),
+                &format!("memory_data.{key} must be a mapping"),
             ));
         }
     }
-    let mut value = value;
-    // Absent and null sections are the empty defaults.
-    value.retain(|_, v| !v.is_null());
-    let facts = match value.remove("facts") {
-        Some(Value::Array(items)) => items,
-        _ => Vec::new(),
-    };
-    let mut parsed: Vec<deermem_core::PublicFact> = Vec::with_capacity(facts.len());
-    for (i, f) in facts.into_iter().enumerate() {
-        let fact = serde_json::from_value(f).map_err(|e| {
-            coded(
-                py,
-                "memory_data.facts",
-                &format!("memory_data.facts[{i}] is not a fact: {e}"),
-            )
-        })?;
-        parsed.push(fact);
-    }
-    let mut document = serde_json::from_value::<PublicMemoryDocument>(Value::Object(value))
-        .map_err(|e| {
+    let document =
+        serde_json::from_value::<PublicMemoryDocument>(Value::Object(head)).map_err(|e| {
             coded(
                 py,
                 "memory_data",
                 &format!("memory_data is not a memory document: {e}"),
             )
         })?;
-    document.facts = parsed;
-    Ok(document)
+    Ok((document, facts))
+}
+
+/// One fact of an import document, as the Python DeerMem reads it: a `None` or absent id is
+/// left blank (the engine generates one), and the confidence is Python's `float()` of it, 0.5
+/// when it is `None`, cannot be converted or is not finite, clamped into [0, 1] as DeerFlow's
+/// router clamps it.
+fn import_fact(i: usize, obj: &Bound<'_, PyAny>) -> PyResult<deermem_core::PublicFact> {
+    let py = obj.py();
+    let not_a_fact = |why: String| {
+        coded(
+            py,
+            "memory_data.facts",
+            &format!("memory_data.facts[{i}] is not a fact: {why}"),
+        )
+    };
+    let Ok(dict) = obj.cast::<PyDict>() else {
+        return Err(not_a_fact("not a mapping".into()));
+    };
+    let mut map = serde_json::Map::new();
+    for (k, v) in dict.iter() {
+        let Ok(key) = k.cast::<PyString>() else {
+            return Err(not_a_fact("keys must be strings".into()));
+        };
+        let key = key.to_str()?;
+        match key {
+            "confidence" => {
+                map.insert(key.to_owned(), serde_json::json!(lenient_confidence(&v)));
+            }
+            "id" if v.is_none() => {}
+            _ => {
+                let value = convert::to_value(&v, Strictness::Strict)
+                    .map_err(|e| not_a_fact(e.value(py).to_string()))?;
+                map.insert(key.to_owned(), value);
+            }
+        }
+    }
+    serde_json::from_value(Value::Object(map)).map_err(|e| not_a_fact(e.to_string()))
+}
+
+/// The Python DeerMem's confidence coercion (see [`import_fact`]).
+fn lenient_confidence(obj: &Bound<'_, PyAny>) -> f64 {
+    const DEFAULT: f64 = 0.5;
+    if obj.is_none() {
+        return DEFAULT;
+    }
+    let float = obj
+        .py()
+        .get_type::<PyFloat>()
+        .call1((obj,))
+        .and_then(|f| f.extract::<f64>());
+    match float {
+        Ok(f) if f.is_finite() => f.clamp(0.0, 1.0),
+        _ => DEFAULT,
+    }
 }
 
 /// `ValueError(code)` with a detail, through the same path as the engine's errors.

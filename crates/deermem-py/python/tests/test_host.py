@@ -144,27 +144,28 @@ def test_every_router_operation_has_the_reference_shapes_and_statuses(host_env):
     status, doc = route(lambda: manager.get_memory(user_id=user))
     assert status == 200 and doc["facts"] == [] and doc["version"] == "1.0"
     status, created = route(
-        lambda: manager.create_fact(content="User bikes to work", category="context", confidence=0.7, user_id=user)
+        lambda: manager.create_fact(content="User bikes to work", category="context", confidence=0.7, user_id=user),
+        "create",
     )
     assert status == 200
     doc, fid = created
     assert [f["id"] for f in doc["facts"]] == [fid]
-    assert route(lambda: manager.update_fact(fact_id=fid, content=None, category=None, confidence=0.9, user_id=user))[1]["facts"][0]["confidence"] == 0.9
-    assert route(lambda: manager.update_fact(fact_id="fact_00000000", content="x", user_id=user))[0] == 404
-    assert route(lambda: manager.create_fact(content="User bikes to work", user_id=user))[0] == 409
-    assert route(lambda: manager.create_fact(content="x", confidence=3.0, user_id=user)) == (
+    assert route(lambda: manager.update_fact(fact_id=fid, content=None, category=None, confidence=0.9, user_id=user), "update")[1]["facts"][0]["confidence"] == 0.9
+    assert route(lambda: manager.update_fact(fact_id="fact_00000000", content="x", user_id=user), "update")[0] == 404
+    assert route(lambda: manager.create_fact(content="User bikes to work", user_id=user), "create")[0] == 409
+    assert route(lambda: manager.create_fact(content="x", confidence=3.0, user_id=user), "create") == (
         400,
         "Invalid confidence value; must be between 0 and 1.",
     )
-    assert route(lambda: manager.create_fact(content="   ", user_id=user))[0] == 400
+    assert route(lambda: manager.create_fact(content="   ", user_id=user), "create")[0] == 400
     exported = route(lambda: manager.get_memory(user_id=user))[1]
-    status, reloaded = route(lambda: manager.reload_memory(user_id=user))
+    status, reloaded = route(lambda: manager.reload_memory(user_id=user), "reload")
     assert status == 200 and reloaded["facts"] == exported["facts"]
-    status, imported = route(lambda: manager.import_memory(exported, user_id=user))
+    status, imported = route(lambda: manager.import_memory(exported, user_id=user), "import")
     assert status == 200 and [f["id"] for f in imported["facts"]] == [fid]
-    assert route(lambda: manager.delete_fact(fid, user_id=user))[1]["facts"] == []
-    assert route(lambda: manager.delete_fact(fid, user_id=user))[0] == 404
-    status, cleared = route(lambda: manager.clear_memory(user_id=user))
+    assert route(lambda: manager.delete_fact(fid, user_id=user), "delete")[1]["facts"] == []
+    assert route(lambda: manager.delete_fact(fid, user_id=user), "delete")[0] == 404
+    status, cleared = route(lambda: manager.clear_memory(user_id=user), "clear")
     assert status == 200 and cleared["facts"] == []
     assert route(lambda: manager.delete_memory(user_id=user))[0] == 501
 

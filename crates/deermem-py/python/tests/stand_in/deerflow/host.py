@@ -128,22 +128,77 @@ class Host:
         return reply
 
 
-def route(call: Callable[[], Any]) -> tuple[int, Any]:
-    """Runs a manager call the way the memory router does and returns (status, body)."""
+#: What the memory router answers when a write fails with an ``OSError``, by operation.
+WRITE_FAILURES = {
+    "create": "Failed to create memory fact.",
+    "update": "Failed to update memory fact.",
+    "delete": "Failed to delete memory fact.",
+    "import": "Failed to import memory data.",
+    "clear": "Failed to clear memory data.",
+}
+#: The details of the manager errors the router knows.
+CONFLICT = "Memory changed concurrently; reload and retry."
+CORRUPTED = "Stored memory data is corrupted."
+EVICTED = "Fact was not stored because the configured memory.max_facts capacity policy evicted it"
+BAD_CONFIDENCE = "Invalid confidence value; must be between 0 and 1."
+NEEDS_AGENT = (
+    "An agent name is required for fact operations; user-global memory stores summaries only."
+)
+DUPLICATE = "A fact with the same content already exists."
+EMPTY_CONTENT = "Memory fact content cannot be empty."
+#: Starlette's plain-text answer to an exception no handler caught.
+UNHANDLED = "Internal Server Error"
+
+
+def _fact_value_error(e: ValueError) -> tuple[int, str]:
+    """The fact routes' reading of a ``ValueError``: its first argument is the code; any code
+    the router does not know is reported as empty content."""
+    code = e.args[0] if e.args else ""
+    if code == "confidence":
+        return 400, BAD_CONFIDENCE
+    if code == "agent_name":
+        return 400, NEEDS_AGENT
+    if code == "Duplicate fact":
+        return 409, DUPLICATE
+    return 400, EMPTY_CONTENT
+
+
+def route(call: Callable[[], Any], op: str = "get") -> tuple[int, Any]:
+    """Runs a manager call the way the memory router's route for ``op`` does and returns
+    (status, body): the result on success, else the error detail.
+
+    ``op`` is ``get`` (get, export, status), ``reload``, ``clear``, ``import``, ``create``,
+    ``update`` or ``delete``. Every route maps ``MemoryConflictError`` to 409 and
+    ``MemoryCorruptionError`` to 500; the write routes map ``OSError`` to a 500 with their
+    "Failed to ..." detail; ``create`` and ``update`` read a ``ValueError``'s code (see
+    ``_fact_value_error``) and ``update`` and ``delete`` a ``KeyError`` as 404; a create whose
+    fact the capacity policy evicted at once is a 409. Anything else escapes the route:
+    Starlette's plain 500.
+    """
     try:
-        return 200, call()
+        result = call()
     except MemoryConflictError:
-        return 409, "Memory changed concurrently; reload and retry."
+        return 409, CONFLICT
     except MemoryCorruptionError:
-        return 500, "Stored memory data is corrupted."
+        return 500, CORRUPTED
     except NotImplementedError:
         return 501, "not supported"
     except KeyError as e:
-        return 404, f"Memory fact '{e.args[0]}' not found."
+        if op in ("update", "delete"):
+            return 404, f"Memory fact '{e.args[0]}' not found."
+        return 500, UNHANDLED
     except ValueError as e:
-        code = e.args[0] if e.args else ""
-        if code == "confidence":
-            return 400, "Invalid confidence value; must be between 0 and 1."
-        if code == "Duplicate fact":
-            return 409, "A fact with the same content already exists."
-        return 400, "Memory fact content cannot be empty."
+        if op in ("create", "update"):
+            return _fact_value_error(e)
+        return 500, UNHANDLED
+    except OSError:
+        if op in WRITE_FAILURES:
+            return 500, WRITE_FAILURES[op]
+        return 500, UNHANDLED
+    except Exception:  # noqa: BLE001 - what no handler catches is Starlette's plain 500
+        return 500, UNHANDLED
+    if op == "create":
+        _, fact_id = result
+        if fact_id is None:
+            return 409, EVICTED
+    return 200, result
