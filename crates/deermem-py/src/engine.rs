@@ -605,10 +605,15 @@ impl Engine {
         let shared = self.shared(py)?;
         let m = &shared.manager;
         Ok(shared.run(py, async {
-            // The engine keeps its own deadline; this bounds the call even if it did not.
-            tokio::time::timeout(budget, m.shutdown_flush(budget))
-                .await
-                .unwrap_or(false)
+            // The engine keeps its own deadline for the drain; this bounds the call even if it
+            // did not, with a grace for what follows the drain (counting the turn journal's
+            // leftovers for the log), so a drained queue is not reported as undrained.
+            tokio::time::timeout(
+                budget.saturating_add(Duration::from_secs(2)),
+                m.shutdown_flush(budget),
+            )
+            .await
+            .unwrap_or(false)
         }))
     }
 

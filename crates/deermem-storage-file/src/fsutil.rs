@@ -396,7 +396,9 @@ pub(crate) fn preserve_preimage(src: &Path, dst: &Path) -> Result<()> {
 pub(crate) fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        // A parent that is a file: the path cannot exist (Python's `exists()` says False too);
+        // writing there fails later with the I/O error that says so.
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -109,7 +109,14 @@ pub(crate) fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 pub(crate) fn read_with_signature(path: &Path) -> Result<(Option<Manifest>, Signature)> {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, None)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok((None, None));
+        }
         Err(e) => {
             return Err(Error::ManifestParse {
                 path: path.to_path_buf(),

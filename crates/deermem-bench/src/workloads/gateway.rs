@@ -259,11 +259,7 @@ pub(crate) async fn turn_accept(env: &Env) -> Result<WorkloadResult> {
         )
         .context("turn journal")?,
     );
-    let mut parts = deermem_engine::DeerMemParts::new(
-        super::config(),
-        storage,
-        super::clock(),
-    );
+    let mut parts = deermem_engine::DeerMemParts::new(super::config(), storage, super::clock());
     parts.turns = Some(journal.clone());
     let durable: Arc<dyn MemoryManager> =
         Arc::new(deermem_engine::DeerMemManager::new(parts).context("manager")?);

@@ -173,7 +173,7 @@ def test_a_relative_storage_path_is_resolved_when_the_manager_is_built(make, tmp
 
 
 def test_fact_routes_map_every_refusal_as_deerflows_router_does(make, root):
-    m = make(backend_config=config(root, max_facts=2))
+    m = make(backend_config=config(root, max_facts=10))
     user = "fay"
     status, (doc, fid) = route(lambda: m.create_fact("User sails", "context", 0.9, user_id=user), "create")
     assert status == 200
@@ -196,9 +196,14 @@ def test_fact_routes_map_every_refusal_as_deerflows_router_does(make, root):
     # A long category is stored, as the Python DeerMem stores it.
     status, _ = route(lambda: m.create_fact("User rows", "c" * 500, 0.95, user_id=user), "create")
     assert status == 200
-    # The bucket is full of confident facts: a weak one is evicted at once, nothing stored.
+    # The bucket is full of confident facts (max_facts is at least 10): a weak one is evicted
+    # at once, nothing stored.
+    for i in range(8):
+        status, _ = route(lambda: m.create_fact(f"User owns boat number {i}", "context", 0.95, user_id=user), "create")
+        assert status == 200
+    assert len(m.get_memory(user_id=user)["facts"]) == 10
     assert route(lambda: m.create_fact("Weak", "context", 0.01, user_id=user), "create") == (409, EVICTED)
-    assert len(m.get_memory(user_id=user)["facts"]) == 2
+    assert len(m.get_memory(user_id=user)["facts"]) == 10
 
     assert route(lambda: m.update_fact("fact_missing", content="y", user_id=user), "update") == (
         404,
