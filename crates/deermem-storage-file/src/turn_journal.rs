@@ -697,7 +697,8 @@ impl DeferredFileTurnJournal {
         if let Some(j) = self.opened.lock().await.as_ref() {
             return Ok(Some(Arc::clone(j)));
         }
-        if !tokio::fs::try_exists(&self.dir).await.unwrap_or(true) {
+        // One stat: cheaper than a hand-off to the blocking pool.
+        if !self.dir.try_exists().unwrap_or(true) {
             return Ok(None);
         }
         self.get().await.map(Some)
