@@ -112,6 +112,10 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
     }
     let mut state = GatewayState::new(backend.manager(), ctx.memory().clone(), gateway.clone())
         .with_metrics(metrics);
+    if let Some(turns) = backend.deermem().and_then(|dm| dm.turn_admin()) {
+        // `/api/memory/turns` and the deermem_turns_* gauges (absent with `queue.durable: false`).
+        state = state.with_turn_journal(turns);
+    }
     if let Some(storage) = backend.embedded_storage().cloned() {
         // `/readyz` is not ready while the storage (a database) cannot be reached.
         let probe = storage.clone();

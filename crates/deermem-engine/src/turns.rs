@@ -1,18 +1,24 @@
 //! The engine's side of the turn journal: fresh turn ids, the journal item of an update
 //! request and back, the retry schedule of failed extractions (exponential backoff from
 //! `queue.retry.initial_backoff_ms`, a model's `Retry-After` honoured, both capped at
-//! `queue.retry.max_backoff`), the dead-letter decision (`max_attempts`, `max_age`), and the
-//! crash points of the reliability tests.
+//! `queue.retry.max_backoff`), the dead-letter decision (`max_attempts`, `max_age`), the
+//! crash points of the reliability tests, and the journal as an operator drives it through a
+//! server ([`DeerMemManager::turn_admin`]: a retried turn is queued at once).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use deermem_core::LlmError;
-use deermem_core::ports::turn_journal::{NewTurn, TurnId, TurnIdentity, TurnItem};
-use deermem_core::ports::{Clock, TurnJournal};
+use deermem_core::ports::turn_journal::{
+    NewTurn, TurnId, TurnIdentity, TurnItem, TurnJournalError,
+};
+use deermem_core::ports::{Clock, TurnAdmin, TurnJournal};
 use deermem_core::{RetrySettings, Timestamp};
 use deermem_updater::{ProposeError, Signal, SignalSet, UpdateRequest, UpdaterError};
+
+use crate::{DeerMemManager, TURN_LEASE, UpdatePipeline};
 
 /// A fresh turn id: `turn_` and 32 random hex digits.
 pub fn fresh_turn_id() -> TurnId {
@@ -182,5 +188,63 @@ impl TurnLog {
             tracing::warn!(turns = outcome.retry.len(), attempts = attempts_seen, delay_ms = outcome.delay.as_millis() as u64, error = %text, "memory update failed; retrying after a pause");
         }
         outcome
+    }
+}
+
+/// The turn journal of a durable engine as an operator drives it ([`TurnAdmin`]): listing,
+/// counting and dropping go to the journal; a retry makes the dead item pending and queues it
+/// in this engine at once (the claim round that would otherwise take it runs every
+/// [`crate::CLAIM_INTERVAL`]).
+#[derive(Clone)]
+pub struct EngineTurnAdmin {
+    journal: Arc<dyn TurnJournal>,
+    pipeline: UpdatePipeline,
+}
+
+impl fmt::Debug for EngineTurnAdmin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineTurnAdmin")
+            .field("journal", &self.journal)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl TurnAdmin for EngineTurnAdmin {
+    fn journal(&self) -> &Arc<dyn TurnJournal> {
+        &self.journal
+    }
+
+    async fn retry_now(&self, id: &TurnId) -> Result<Option<TurnItem>, TurnJournalError> {
+        let Some(item) = self.journal.retry(id).await? else {
+            return Ok(None);
+        };
+        // Claiming queues the journal's pending turns this process does not hold yet: the
+        // retried one among them, due at once (its next-attempt time was cleared).
+        match self.pipeline.recover(TURN_LEASE).await {
+            Ok(_) if self.pipeline.queue().holds_turn(id) => {
+                tracing::info!(turn_id = %id, thread_id = %item.identity.thread_id, "a dead turn was retried by an operator; queued for an attempt now");
+            }
+            Ok(_) => {
+                tracing::info!(turn_id = %id, "a dead turn was retried by an operator; it is pending and the next claim round queues it");
+            }
+            Err(e) => {
+                tracing::warn!(turn_id = %id, error = %e, "a dead turn was made pending again but could not be queued at once; the next claim round queues it");
+            }
+        }
+        Ok(Some(item))
+    }
+}
+
+impl DeerMemManager {
+    /// The turn journal as an operator drives it through a server (the gateway's
+    /// `/api/memory/turns` routes); `None` when turns are not durable (`queue.durable: false`,
+    /// or no journal was given).
+    pub fn turn_admin(&self) -> Option<Arc<dyn TurnAdmin>> {
+        let log = self.pipeline().turns()?;
+        Some(Arc::new(EngineTurnAdmin {
+            journal: Arc::clone(&log.journal),
+            pipeline: self.pipeline().clone(),
+        }))
     }
 }

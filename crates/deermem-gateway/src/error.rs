@@ -218,6 +218,13 @@ pub enum GatewayError {
         /// The private cause.
         message: String,
     },
+    /// The turn journal failed (500); `detail` is shown, `message` only logged.
+    TurnJournal {
+        /// The public detail.
+        detail: &'static str,
+        /// The private cause.
+        message: String,
+    },
     /// Too much work of this kind is running, for the caller's user (429) or for everyone
     /// (503); answered with `Retry-After`.
     Busy {
@@ -305,6 +312,7 @@ impl GatewayError {
             Self::Conflict(m) => s(StatusCode::CONFLICT, m),
             Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
             Self::RunJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
+            Self::TurnJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
             Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
@@ -423,6 +431,9 @@ impl IntoResponse for GatewayError {
                 Self::Internal(d) => tracing::error!(error = %d, "internal error"),
                 Self::RunJournal { message, .. } => {
                     tracing::error!(error = %message, "run journal failed");
+                }
+                Self::TurnJournal { message, .. } => {
+                    tracing::error!(error = %message, "turn journal failed");
                 }
                 other => tracing::error!(error = ?other, "request failed"),
             }

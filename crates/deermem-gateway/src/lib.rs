@@ -10,7 +10,9 @@
 //!   reference's), and `POST /api/memory/messages`, `GET /api/memory/context`,
 //!   `GET /api/memory/search`, `POST /api/memory/index/rebuild`,
 //!   `GET /api/threads/{thread_id}/runs/{run_id}/events` (run-level memory identity, with a
-//!   [`RunEventStore`](deermem_core::ports::RunEventStore)), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
+//!   [`RunEventStore`](deermem_core::ports::RunEventStore)), `GET /api/memory/turns`,
+//!   `POST /api/memory/turns/{turn_id}/retry`, `DELETE /api/memory/turns/{turn_id}` (the
+//!   caller's durable turns, with a [`TurnAdmin`](deermem_core::ports::TurnAdmin)), `GET /healthz`, `GET /readyz`, `GET /metrics`, `GET /openapi.json`,
 //!   `GET /docs`. Every memory route takes an optional `agent` query parameter. A path with a
 //!   trailing slash is redirected (307) to the route without it, as FastAPI does.
 //! - Identity: `gateway.auth.mode: none` (user `default`, loopback only), `token` (bearer
@@ -42,9 +44,10 @@ mod schema;
 mod server;
 pub mod session;
 pub mod state;
+mod turns;
 
 use aide::axum::ApiRouter;
-use aide::axum::routing::{get_with, patch_with, post_with};
+use aide::axum::routing::{delete_with, get_with, patch_with, post_with};
 use axum::http::StatusCode;
 use axum::middleware::{from_fn_with_state, map_request};
 use axum::{Extension, Router};
@@ -59,6 +62,7 @@ use schema::{
     Accepted, AgentQuery, ContextQuery, EventsQuery, FactCreateBody, FactIdPath, FactPatchBody,
     Health, HttpValidationError, MessagesBody, RunPath, SearchQuery,
 };
+use turns::{TurnIdPath, TurnsQuery};
 
 pub use auth::{Caller, CallerKind};
 pub use config::{AuthMode, GatewayConfig, ServerConfig};
@@ -193,6 +197,39 @@ pub fn router(state: GatewayState) -> Router {
                 .error::<404>("The caller has no event in this thread or run")
             }),
         )
+        .api_route(
+            "/api/memory/turns",
+            get_with(turns::list_turns, |o| {
+                o.named(
+                    "list_turns",
+                    "The caller's accepted turns still in the turn journal (pending or dead-lettered)",
+                )
+                .input::<InQuery<TurnsQuery>>()
+                .error::<501>(NO_TURN_JOURNAL)
+            }),
+        )
+        .api_route(
+            "/api/memory/turns/{turn_id}/retry",
+            post_with(turns::retry_turn, |o| {
+                o.named(
+                    "retry_turn",
+                    "Retry a dead-lettered turn now (pending again, attempts reset)",
+                )
+                .input::<InPath<TurnIdPath>>()
+                .error::<404>("The caller has no turn with this id")
+                .error::<409>("The turn is pending, not dead")
+                .error::<501>(NO_TURN_JOURNAL)
+            }),
+        )
+        .api_route(
+            "/api/memory/turns/{turn_id}",
+            delete_with(turns::drop_turn, |o| {
+                o.named("drop_turn", "Drop a turn for good (its extraction never runs)")
+                    .input::<InPath<TurnIdPath>>()
+                    .error::<404>("The caller has no turn with this id")
+                    .error::<501>(NO_TURN_JOURNAL)
+            }),
+        )
         .with_path_items(openapi::data_errors)
         .route_layer(from_fn_with_state(state.clone(), layers::require_enabled));
     let api = ApiRouter::new()
@@ -279,5 +316,7 @@ pub fn router(state: GatewayState) -> Router {
     app.with_state(state)
 }
 
+const NO_TURN_JOURNAL: &str =
+    "The backend keeps no turn journal (queue.durable is off, or the backend is remote)";
 const BULK_USER_BUSY: &str = "Too many imports and exports of this user at once (gateway.max_bulk_requests_per_user); Retry-After says when to retry";
 const BULK_BUSY: &str = "Too many imports and exports at once (gateway.max_bulk_requests), memory disabled, or the backend is unavailable; Retry-After when busy";

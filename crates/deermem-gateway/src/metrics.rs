@@ -1,12 +1,14 @@
 //! Prometheus metrics with `prometheus-client`: request counts by route, method and status, a
 //! latency histogram, requests in flight, plus gauges and counters the host feeds (update-queue
-//! depth, extraction outcomes, gate rejections). Exposed in the OpenMetrics 1.0 text format (a
-//! counter's family is named without its `_total` suffix; its samples keep it).
+//! depth, extraction outcomes, gate rejections), and the turn journal's pending and dead counts
+//! read at each scrape. Exposed in the OpenMetrics 1.0 text format (a counter's family is named
+//! without its `_total` suffix; its samples keep it).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
+use deermem_core::ports::turn_journal::TurnCounts;
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -68,6 +70,11 @@ struct Inner {
     gate_rejections: Family<GateLabel, Counter>,
     preflights: Family<PreflightLabels, Counter>,
     ready: Gauge64,
+    /// The turn journal's gauges, in a registry of their own: encoded only when a scrape could
+    /// read the journal.
+    turns_registry: Registry,
+    turns_pending: Gauge64,
+    turns_dead: Gauge64,
     /// How many values the host-fed labels (outcome, gate) took; held while one is admitted,
     /// so the cap is exact.
     host_labels: Mutex<(usize, usize)>,
@@ -89,6 +96,9 @@ impl Default for Inner {
             gate_rejections: Family::default(),
             preflights: Family::default(),
             ready: Gauge::default(),
+            turns_registry: Registry::default(),
+            turns_pending: Gauge::default(),
+            turns_dead: Gauge::default(),
             host_labels: Mutex::new((0, 0)),
         };
         let mut registry = Registry::default();
@@ -133,7 +143,22 @@ impl Default for Inner {
             "1 when the gateway is ready to serve, 0 while starting or stopping",
             inner.ready.clone(),
         );
-        Self { registry, ..inner }
+        let mut turns_registry = Registry::default();
+        turns_registry.register(
+            "deermem_turns_pending",
+            "Accepted turns in the turn journal waiting for their first or next extraction attempt",
+            inner.turns_pending.clone(),
+        );
+        turns_registry.register(
+            "deermem_turns_dead",
+            "Turns in the turn journal whose attempts are spent (dead-lettered), kept until an operator retries or drops them",
+            inner.turns_dead.clone(),
+        );
+        Self {
+            registry,
+            turns_registry,
+            ..inner
+        }
     }
 }
 
@@ -264,10 +289,25 @@ impl Metrics {
     /// The exposition text (OpenMetrics, ending with `# EOF`). `ready` feeds the
     /// `deermem_gateway_ready` gauge.
     pub fn render(&self, ready: bool) -> String {
+        self.render_with_turns(ready, None)
+    }
+
+    /// As [`Metrics::render`], with the turn journal's counts as the `deermem_turns_pending`
+    /// and `deermem_turns_dead` gauges; `None` (no journal, or one that could not be read)
+    /// leaves both out.
+    pub fn render_with_turns(&self, ready: bool, turns: Option<TurnCounts>) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         self.inner.ready.set(i64::from(ready));
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        let _ = encode_registry(&mut out, &self.inner.registry);
+        if let Some(counts) = turns {
+            let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.inner.turns_pending.set(gauge(counts.pending));
+            self.inner.turns_dead.set(gauge(counts.dead));
+            let _ = encode_registry(&mut out, &self.inner.turns_registry);
+        }
+        let _ = encode_eof(&mut out);
         out
     }
 }
@@ -356,6 +396,32 @@ mod tests {
         );
         assert!(text.contains("deermem_gate_rejections_total{gate=\"gate0\"} 2"));
         assert!(text.contains("deermem_gateway_ready 0"));
+    }
+
+    #[test]
+    fn turn_gauges_only_with_counts() {
+        let m = Metrics::new();
+        let text = m.render(true);
+        assert!(!text.contains("deermem_turns_"), "{text}");
+        let text = m.render_with_turns(
+            true,
+            Some(TurnCounts {
+                pending: 3,
+                dead: 2,
+            }),
+        );
+        for line in [
+            "# TYPE deermem_turns_pending gauge",
+            "deermem_turns_pending 3",
+            "# TYPE deermem_turns_dead gauge",
+            "deermem_turns_dead 2",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("deermem_turns_dead 2\n# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        let text = m.render_with_turns(true, None);
+        assert!(!text.contains("deermem_turns_"), "{text}");
     }
 
     #[test]

@@ -67,10 +67,17 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
+/// With a turn journal, its counts are read at each scrape (`deermem_turns_pending`,
+/// `deermem_turns_dead`); a journal that fails or does not answer in time leaves the two gauges
+/// out of that scrape (and logs why) rather than failing it.
 pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
+    let turns = match state.turn_journal() {
+        Some(admin) => crate::turns::counts_for_metrics(admin).await,
+        None => None,
+    };
     let body = state
         .metrics()
-        .render(state.lifecycle() == Lifecycle::Ready);
+        .render_with_turns(state.lifecycle() == Lifecycle::Ready, turns);
     let mut resp = body.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

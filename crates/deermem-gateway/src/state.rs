@@ -1,6 +1,6 @@
 //! The state every route shares: the memory manager (only through the `MemoryManager` port),
 //! the `memory:` and `gateway:` configuration, the metrics registry, the lifecycle flags, the
-//! context observers and the optional run journal.
+//! context observers, the optional run journal and the optional turn journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -14,8 +14,8 @@ use crate::auth::TokenTable;
 use crate::config::GatewayConfig;
 use crate::limits::BulkLimiter;
 use crate::metrics::Metrics;
-use deermem_core::ports::RunEventStore;
 use deermem_core::ports::run_journal::JournalError;
+use deermem_core::ports::{RunEventStore, TurnAdmin};
 
 /// Where the gateway is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +120,7 @@ pub struct GatewayState {
     flags: Arc<Flags>,
     observers: Vec<Arc<dyn ContextObserver>>,
     journal: Option<Arc<dyn RunEventStore>>,
+    turns: Option<Arc<dyn TurnAdmin>>,
     bulk: Arc<BulkLimiter>,
     readiness: Option<ReadinessCheck>,
 }
@@ -135,6 +136,7 @@ impl std::fmt::Debug for GatewayState {
             .field("lifecycle", &self.lifecycle())
             .field("observers", &self.observers.len())
             .field("run_journal", &self.journal)
+            .field("turn_journal", &self.turns)
             .finish_non_exhaustive()
     }
 }
@@ -166,6 +168,7 @@ impl GatewayState {
             }),
             observers: Vec::new(),
             journal: None,
+            turns: None,
             bulk: Arc::new(bulk),
             readiness: None,
         }
@@ -196,6 +199,21 @@ impl GatewayState {
             .push(Arc::new(JournalObserver(Arc::clone(&journal))));
         self.journal = Some(journal);
         self
+    }
+
+    /// Serves the engine's turn journal: `GET /api/memory/turns` (the caller's own items),
+    /// `POST /api/memory/turns/{turn_id}/retry`, `DELETE /api/memory/turns/{turn_id}`, and the
+    /// `deermem_turns_pending` / `deermem_turns_dead` gauges of `/metrics` (read from the
+    /// journal at each scrape). Without one those routes answer 501 and the gauges are left out.
+    #[must_use]
+    pub fn with_turn_journal(mut self, turns: Arc<dyn TurnAdmin>) -> Self {
+        self.turns = Some(turns);
+        self
+    }
+
+    /// The turn journal, if one is installed.
+    pub fn turn_journal(&self) -> Option<&Arc<dyn TurnAdmin>> {
+        self.turns.as_ref()
     }
 
     /// Makes `/readyz` check that the backend's storage can be reached (see

@@ -173,6 +173,7 @@ fn concrete(path: &str) -> String {
     path.replace("{fact_id}", "fact_probe")
         .replace("{thread_id}", "thread-probe")
         .replace("{run_id}", "run-probe")
+        .replace("{turn_id}", "turn_probe")
 }
 
 #[tokio::test]
@@ -219,6 +220,9 @@ async fn openapi_lists_exactly_the_served_routes() {
         ("GET", "/api/memory/search"),
         ("POST", "/api/memory/index/rebuild"),
         ("GET", "/api/threads/{thread_id}/runs/{run_id}/events"),
+        ("GET", "/api/memory/turns"),
+        ("POST", "/api/memory/turns/{turn_id}/retry"),
+        ("DELETE", "/api/memory/turns/{turn_id}"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/metrics"),
@@ -385,7 +389,7 @@ async fn disabled_memory_answers_503_except_config() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 15);
+    assert_eq!(checked, 18);
     assert!(m.calls().is_empty());
 }
 

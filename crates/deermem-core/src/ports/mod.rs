@@ -25,5 +25,5 @@ pub use storage::{
     FactMetadata, FactRepository, ListQuery, MemoryStorage, MemoryStorageExt, MigrationReport,
     ScopedSearch, StorageCapabilities,
 };
-pub use turn_journal::TurnJournal;
+pub use turn_journal::{TurnAdmin, TurnJournal};
 pub use vector_index::{EmbedTask, VectorIndex, check_put_vectors};

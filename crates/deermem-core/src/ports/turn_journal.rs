@@ -7,6 +7,7 @@
 //! at a time ([`TurnJournal::claim`]); a single-process adapter may keep its leases in memory.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -319,6 +320,23 @@ pub trait TurnJournal: Send + Sync + fmt::Debug {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<TurnItem>, TurnJournalError>;
     /// Gives a lease back (a no-op when `owner` does not hold it).
     async fn release(&self, id: &TurnId, owner: &str) -> Result<(), TurnJournalError>;
+}
+
+/// The turn journal of a running engine as an operator drives it through a server (the
+/// gateway's `/api/memory/turns` routes): the journal itself, and a retry that queues the
+/// retried item in the running engine at once instead of at its next claim round.
+#[async_trait]
+pub trait TurnAdmin: Send + Sync + fmt::Debug {
+    /// The journal (listing, counts, dropping).
+    fn journal(&self) -> &Arc<dyn TurnJournal>;
+
+    /// Makes the dead item `id` pending again, its attempts reset, and queues it in this
+    /// process for an attempt now. `None` when the journal holds no dead item with this id.
+    ///
+    /// # Errors
+    /// The journal's error when it cannot make the item pending. Once the item is pending,
+    /// a failure to queue it at once is not an error: the engine's next claim round takes it.
+    async fn retry_now(&self, id: &TurnId) -> Result<Option<TurnItem>, TurnJournalError>;
 }
 
 #[cfg(test)]

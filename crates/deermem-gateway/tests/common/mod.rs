@@ -1063,3 +1063,62 @@ pub async fn suite_user_isolation(manager: Arc<dyn MemoryManager>) {
         "bob's clear must not touch alice"
     );
 }
+
+/// A turn journal served without an engine: its retry only makes the item pending (nothing
+/// runs it). For the routes' shapes; the engine's retry is exercised in `turns_api.rs`.
+#[derive(Debug)]
+pub struct JournalOnly(pub Arc<dyn deermem_core::ports::TurnJournal>);
+
+#[async_trait]
+impl deermem_core::ports::TurnAdmin for JournalOnly {
+    fn journal(&self) -> &Arc<dyn deermem_core::ports::TurnJournal> {
+        &self.0
+    }
+
+    async fn retry_now(
+        &self,
+        id: &deermem_core::ports::turn_journal::TurnId,
+    ) -> Result<
+        Option<deermem_core::ports::turn_journal::TurnItem>,
+        deermem_core::ports::turn_journal::TurnJournalError,
+    > {
+        self.0.retry(id).await
+    }
+}
+
+/// Appends a turn of `user` to `journal` and dead-letters it; its id.
+pub async fn dead_turn(
+    journal: &dyn deermem_core::ports::TurnJournal,
+    id: &str,
+    user: &str,
+    thread: &str,
+) -> deermem_core::ports::turn_journal::TurnId {
+    use deermem_core::ports::turn_journal::{NewTurn, TurnId, TurnIdentity};
+    let id = TurnId::parse(id).expect("turn id");
+    journal
+        .append(NewTurn {
+            identity: TurnIdentity {
+                id: id.clone(),
+                user: Some(deermem_core::UserId::new(user).expect("user")),
+                agent: deermem_core::AgentName::default_bucket(),
+                thread_id: thread.into(),
+                trace_id: Some(format!("trace-{thread}")),
+                signals: vec!["preference".into()],
+                emergency: false,
+            },
+            messages: vec![
+                deermem_core::Message::human("I prefer oolong tea."),
+                deermem_core::Message::ai("Noted."),
+            ],
+            accepted_at: deermem_core::Timestamp::from_unix_seconds(1_700_000_000),
+        })
+        .await
+        .expect("append");
+    assert!(
+        journal
+            .dead_letter(&id, "gave up after 1 attempts over 0s: model down")
+            .await
+            .expect("dead-letter")
+    );
+    id
+}

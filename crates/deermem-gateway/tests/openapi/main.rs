@@ -17,11 +17,16 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{Method, StatusCode};
-use common::{FakeManager, Resp, app, empty, json_req, ready_state, send, token_app};
+use common::{
+    FakeManager, JournalOnly, Resp, app, dead_turn, empty, json_req, ready_state, send, token_app,
+};
 use deermem_core::ports::MemoryManager;
+use deermem_core::ports::TurnJournal;
 use deermem_core::{ManagerError, MemoryConfig};
 use deermem_gateway::{GatewayConfig, GatewayState, router};
-use deermem_storage_file::{RunJournal, RunJournalOptions};
+use deermem_storage_file::{
+    FileTurnJournal, FileTurnJournalOptions, RunJournal, RunJournalOptions,
+};
 use serde_json::{Value, json};
 use validator::Validator;
 
@@ -149,7 +154,7 @@ impl Conformance {
 
     fn assert_every_route_succeeded(&self) {
         let operations = self.operations();
-        assert_eq!(operations.len(), 20, "{operations:?}");
+        assert_eq!(operations.len(), 23, "{operations:?}");
         for (method, path) in operations {
             assert!(
                 self.seen
@@ -161,7 +166,8 @@ impl Conformance {
     }
 }
 
-fn journal_app(m: &Arc<FakeManager>, root: &Path) -> Router {
+/// The app with a run journal and a turn journal in `root`; the turn journal too.
+fn journal_app(m: &Arc<FakeManager>, root: &Path) -> (Router, Arc<dyn TurnJournal>) {
     let journal = Arc::new(
         RunJournal::open(
             RunJournal::dir_for_storage_root(root),
@@ -169,10 +175,16 @@ fn journal_app(m: &Arc<FakeManager>, root: &Path) -> Router {
         )
         .expect("journal"),
     );
-    router(
+    let turns: Arc<dyn TurnJournal> = Arc::new(
+        FileTurnJournal::open_in_root(root, FileTurnJournalOptions::default())
+            .expect("turn journal"),
+    );
+    let app = router(
         ready_state(m.clone(), MemoryConfig::default(), GatewayConfig::default())
-            .with_run_journal(journal),
-    )
+            .with_run_journal(journal)
+            .with_turn_journal(Arc::new(JournalOnly(Arc::clone(&turns)))),
+    );
+    (app, turns)
 }
 
 const FACTS: &str = "/api/memory/facts";
@@ -183,7 +195,7 @@ async fn every_route_answers_what_the_document_says() {
     let tmp = tempfile::tempdir().expect("tmp");
     let m = FakeManager::new();
     m.set_summary("default", "Writes Rust");
-    let a = journal_app(&m, tmp.path());
+    let (a, turns) = journal_app(&m, tmp.path());
     let mut c = Conformance::fetch(&a).await;
     let (get, post, patch, delete) = (Method::GET, Method::POST, Method::PATCH, Method::DELETE);
 
@@ -345,6 +357,74 @@ async fn every_route_answers_what_the_document_says() {
     c.call(&a, delete.clone(), FACT, &uri, None).await;
     c.call(&a, delete.clone(), "/api/memory", "/api/memory", None)
         .await;
+
+    // The turn journal (the default user's items).
+    let first = dead_turn(turns.as_ref(), "turn_a1", "default", "t-1").await;
+    let second = dead_turn(turns.as_ref(), "turn_a2", "default", "t-2").await;
+    dead_turn(turns.as_ref(), "turn_b1", "bob", "t-3").await;
+    let list = "/api/memory/turns";
+    let r = c.call(&a, get.clone(), list, list, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["total"], 2, "{}", r.text);
+    assert_eq!(r.body["turns"][0]["message_count"], 2, "{}", r.text);
+    let retry = "/api/memory/turns/{turn_id}/retry";
+    let r = c
+        .call(
+            &a,
+            post.clone(),
+            retry,
+            &format!("/api/memory/turns/{first}/retry"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["state"], "pending");
+    let r = c
+        .call(
+            &a,
+            post.clone(),
+            retry,
+            &format!("/api/memory/turns/{first}/retry"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    let r = c
+        .call(
+            &a,
+            post.clone(),
+            retry,
+            "/api/memory/turns/turn_b1/retry",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let one = "/api/memory/turns/{turn_id}";
+    let r = c
+        .call(
+            &a,
+            delete.clone(),
+            one,
+            &format!("/api/memory/turns/{second}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = c
+        .call(&a, delete.clone(), one, "/api/memory/turns/bad.id", None)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let r = c
+        .call(&a, get.clone(), list, "/api/memory/turns?state=gone", None)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let without = router(ready_state(
+        m.clone(),
+        MemoryConfig::default(),
+        GatewayConfig::default(),
+    ));
+    let r = c.call(&without, get.clone(), list, list, None).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED, "{}", r.text);
     c.assert_every_route_succeeded();
 
     // Errors: each body against its documented schema.
