@@ -8,10 +8,12 @@
 //! panic. When the file has grown to twice what its live items need (and past a floor), it is
 //! rewritten with one `add` line per live item, atomically (temp file, fsync, rename, directory
 //! fsync). One process writes a journal at a time: opening it takes an exclusive `flock(2)` on
-//! `.turns/journal.lock`, held until the journal is dropped.
+//! its `journal.lock`, held until the journal is dropped. Several processes on one root each
+//! write a journal *slot* of their own, and take over the slots of processes that died
+//! ([`DeferredFileTurnJournal`]).
 //!
-//! Leases ([`TurnJournal::claim`]) are kept in memory: the file journal has a single writer
-//! process, so a lease only orders the tasks of that process.
+//! Leases ([`TurnJournal::claim`]) are kept in memory: a journal has a single writer process,
+//! so a lease only orders the tasks of that process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions, TryLockError};
@@ -303,6 +305,28 @@ impl FileTurnJournal {
         options: FileTurnJournalOptions,
     ) -> Result<Self, TurnJournalError> {
         let dir = dir.into();
+        match Self::try_open(&dir, options)? {
+            Some(j) => Ok(j),
+            None => Err(TurnJournalError::Unavailable {
+                message: format!(
+                    "the turn journal in {} is held by another process",
+                    dir.display()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// Opens (or creates) the journal in `dir` unless another live process holds it
+    /// (`None`): the lock is an `flock(2)`, released by the kernel when its holder dies.
+    ///
+    /// # Errors
+    /// `Unavailable` when the directory cannot be created or read.
+    pub fn try_open(
+        dir: &Path,
+        options: FileTurnJournalOptions,
+    ) -> Result<Option<Self>, TurnJournalError> {
+        let dir = dir.to_path_buf();
         crate::fsutil::create_dir_all(&dir)
             .map_err(|e| unavailable("Failed to create", &dir, e))?;
         let lock_path = dir.join(LOCK_FILE);
@@ -314,15 +338,7 @@ impl FileTurnJournal {
             .map_err(|e| unavailable("Failed to open", &lock_path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(TurnJournalError::Unavailable {
-                    message: format!(
-                        "the turn journal in {} is held by another process (one process writes a file root's turn journal at a time: stop it, use its /api/memory/turns route, or use PostgreSQL for several replicas)",
-                        dir.display()
-                    ),
-                    source: None,
-                });
-            }
+            Err(TryLockError::WouldBlock) => return Ok(None),
             Err(TryLockError::Error(e)) => {
                 return Err(unavailable("Failed to lock", &lock_path, e));
             }
@@ -342,7 +358,7 @@ impl FileTurnJournal {
             }
         }
         state.file_bytes = valid;
-        Ok(Self {
+        Ok(Some(Self {
             shared: Arc::new(Shared {
                 dir,
                 path,
@@ -350,7 +366,7 @@ impl FileTurnJournal {
                 state: Mutex::new(state),
             }),
             _lock: lock,
-        })
+        }))
     }
 
     /// Opens the journal of a storage root (`{root}/.turns`).
@@ -370,9 +386,13 @@ impl FileTurnJournal {
     /// # Errors
     /// `Unavailable` when the file cannot be read.
     pub fn read_items(root: &Path) -> Result<Vec<TurnItem>, TurnJournalError> {
-        let path = Self::dir_for_storage_root(root).join(JOURNAL_FILE);
-        let (state, _) = read_file(&path)?;
-        Ok(sorted(&state, &TurnFilter::default()))
+        let mut all = Vec::new();
+        for dir in slot_dirs(&Self::dir_for_storage_root(root)) {
+            let (state, _) = read_file(&dir.join(JOURNAL_FILE))?;
+            all.extend(sorted(&state, &TurnFilter::default()));
+        }
+        all.sort_by_key(|i| i.accepted_at);
+        Ok(all)
     }
 
     /// The journal file.
@@ -647,13 +667,48 @@ impl TurnJournal for FileTurnJournal {
     }
 }
 
-/// A [`FileTurnJournal`] opened on first use: a process that never accepts or lists a turn
-/// (a one-shot command beside a running server) never takes the journal's lock. A failed open
-/// is tried again on the next call.
+/// The most journals one storage root holds: one per process writing it at once.
+pub const MAX_JOURNAL_SLOTS: usize = 64;
+
+/// The journal directory of slot `n` under `turns` (the `.turns` directory): slot 0 is
+/// `.turns` itself (the layout of a single process), slot `n` is `.turns/{n}`.
+fn slot_dir(turns: &Path, n: usize) -> PathBuf {
+    if n == 0 {
+        turns.to_path_buf()
+    } else {
+        turns.join(n.to_string())
+    }
+}
+
+/// The slot directories that exist under `turns`, slot 0 first.
+fn slot_dirs(turns: &Path) -> Vec<PathBuf> {
+    (0..MAX_JOURNAL_SLOTS)
+        .map(|n| slot_dir(turns, n))
+        .filter(|d| d.join(JOURNAL_FILE).is_file() || (d == turns && d.is_dir()))
+        .collect()
+}
+
+/// The turn journals of one storage root as one process sees them: its own journal, opened on
+/// first use, and the journals of processes that died with turns in them, adopted.
+///
+/// Several processes may accept turns on one root at once (DeerFlow's worker processes, a
+/// server beside another): each writes a journal of its own, in the first *slot* whose lock no
+/// live process holds (`.turns/journal.jsonl` for the first, `.turns/1/journal.jsonl` for the
+/// second, … up to [`MAX_JOURNAL_SLOTS`]). The lock is an `flock(2)`, so a process that dies
+/// (SIGKILL included) frees its slot at once. Every claim round (the engine's start-up replay
+/// and its periodic claims) also takes the lock of every other slot that is free and still
+/// holds turns, and processes those turns as its own: a turn acknowledged by a process that
+/// died is applied by a survivor, or by the next process to start. An adopted journal is let go
+/// (its slot freed) once it is empty.
+///
+/// A process that never accepts or lists a turn (a one-shot command) never takes a lock, and
+/// reads of a root that never accepted a turn create nothing. A failed open is tried again on
+/// the next call.
 pub struct DeferredFileTurnJournal {
     dir: PathBuf,
     options: FileTurnJournalOptions,
     opened: tokio::sync::Mutex<Option<Arc<FileTurnJournal>>>,
+    adopted: tokio::sync::Mutex<Vec<Arc<FileTurnJournal>>>,
 }
 
 impl std::fmt::Debug for DeferredFileTurnJournal {
@@ -664,44 +719,158 @@ impl std::fmt::Debug for DeferredFileTurnJournal {
     }
 }
 
+/// Runs blocking journal work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, TurnJournalError> + Send + 'static,
+) -> Result<T, TurnJournalError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| TurnJournalError::unavailable("the turn journal task failed", e))?
+}
+
 impl DeferredFileTurnJournal {
-    /// The journal of a storage root (`{root}/.turns`), opened on first use.
+    /// The journals of a storage root (`{root}/.turns`), opened on first use.
     pub fn in_root(root: &Path, options: FileTurnJournalOptions) -> Self {
         Self {
             dir: FileTurnJournal::dir_for_storage_root(root),
             options,
             opened: tokio::sync::Mutex::new(None),
+            adopted: tokio::sync::Mutex::new(Vec::new()),
         }
     }
 
+    /// This process's own journal: a journal it adopted (its own from before a restart, or a
+    /// dead process's), else the first free slot; opened once, then kept.
     async fn get(&self) -> Result<Arc<FileTurnJournal>, TurnJournalError> {
         let mut slot = self.opened.lock().await;
         if let Some(j) = slot.as_ref() {
             return Ok(Arc::clone(j));
         }
+        {
+            let mut adopted = self.adopted.lock().await;
+            if !adopted.is_empty() {
+                let j = adopted.remove(0);
+                *slot = Some(Arc::clone(&j));
+                return Ok(j);
+            }
+        }
         let (dir, options) = (self.dir.clone(), self.options);
-        let opened = tokio::task::spawn_blocking(move || FileTurnJournal::open(dir, options))
-            .await
-            .map_err(|e| {
-                TurnJournalError::unavailable("the turn journal could not be opened", e)
-            })??;
+        let opened = blocking(move || {
+            for n in 0..MAX_JOURNAL_SLOTS {
+                if let Some(j) = FileTurnJournal::try_open(&slot_dir(&dir, n), options)? {
+                    return Ok(j);
+                }
+            }
+            Err(TurnJournalError::Unavailable {
+                message: format!(
+                    "all {MAX_JOURNAL_SLOTS} turn journal slots in {} are held by live processes",
+                    dir.display()
+                ),
+                source: None,
+            })
+        })
+        .await?;
         let j = Arc::new(opened);
         *slot = Some(Arc::clone(&j));
         Ok(j)
     }
 
-    /// The journal if it exists: a root that never accepted a turn has no `.turns` directory,
-    /// and reading it (a count at shutdown, a claim round, a listing) must not create one, so a
-    /// one-shot command or a migration leaves the root as it found it.
-    async fn existing(&self) -> Result<Option<Arc<FileTurnJournal>>, TurnJournalError> {
-        if let Some(j) = self.opened.lock().await.as_ref() {
-            return Ok(Some(Arc::clone(j)));
+    /// Takes over every free slot that still holds turns (its process died, or it is this
+    /// process's own from before a restart) and lets go of adopted journals that are empty;
+    /// returns the journals this process now holds. A root that never accepted a turn (no
+    /// `.turns` directory) is left as it is: reads create nothing.
+    async fn adopt(&self) -> Result<Vec<Arc<FileTurnJournal>>, TurnJournalError> {
+        let own = self.opened.lock().await.clone();
+        let mut adopted = self.adopted.lock().await;
+        let mut kept = Vec::with_capacity(adopted.len());
+        for j in adopted.drain(..) {
+            let c = j.counts().await?;
+            if c.pending + c.dead > 0 {
+                kept.push(j);
+            }
         }
+        *adopted = kept;
         // One stat: cheaper than a hand-off to the blocking pool.
-        if !self.dir.try_exists().unwrap_or(true) {
-            return Ok(None);
+        if self.dir.try_exists().unwrap_or(true) {
+            let (dir, options) = (self.dir.clone(), self.options);
+            let mut held: Vec<PathBuf> = adopted.iter().map(|j| j.shared.dir.clone()).collect();
+            if let Some(o) = &own {
+                held.push(o.shared.dir.clone());
+            }
+            let found = blocking(move || {
+                let mut found = Vec::new();
+                for d in slot_dirs(&dir) {
+                    if held.contains(&d) {
+                        continue;
+                    }
+                    if let Some(j) = FileTurnJournal::try_open(&d, options)? {
+                        let n = j.shared.state.lock().items.len();
+                        if n > 0 {
+                            tracing::info!(journal = %j.path().display(), turns = n, "taking over a turn journal no live process holds; its turns are applied here");
+                            found.push(Arc::new(j));
+                        }
+                    }
+                }
+                Ok(found)
+            })
+            .await?;
+            adopted.extend(found);
         }
-        self.get().await.map(Some)
+        let mut all: Vec<Arc<FileTurnJournal>> = own.into_iter().collect();
+        all.extend(adopted.iter().cloned());
+        Ok(all)
+    }
+
+    /// The journals held now (own first), without scanning for free slots.
+    async fn held(&self) -> Result<Vec<Arc<FileTurnJournal>>, TurnJournalError> {
+        let mut all: Vec<Arc<FileTurnJournal>> = self.opened.lock().await.iter().cloned().collect();
+        all.extend(self.adopted.lock().await.iter().cloned());
+        Ok(all)
+    }
+
+    /// Runs `op` on the held journals until one reports it held the item; when none did, on
+    /// freshly adopted ones (an operator's retry or drop of a dead process's turn). `None`
+    /// when no journal holds it.
+    async fn on_holder(&self, op: Op<'_>) -> Result<Option<Option<TurnItem>>, TurnJournalError> {
+        let held = self.held().await?;
+        for j in &held {
+            if let Some(v) = op.run(j).await? {
+                return Ok(Some(v));
+            }
+        }
+        let all = self.adopt().await?;
+        for j in all
+            .iter()
+            .filter(|j| !held.iter().any(|h| Arc::ptr_eq(h, j)))
+        {
+            if let Some(v) = op.run(j).await? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A change to one item, routed to the journal that holds it.
+enum Op<'a> {
+    Complete(&'a TurnId),
+    Fail(&'a TurnId, &'a str, Timestamp),
+    Dead(&'a TurnId, &'a str),
+    Retry(&'a TurnId),
+    Drop(&'a TurnId),
+}
+
+impl Op<'_> {
+    /// `None` when `j` does not hold the item; else the changed item when the change returns
+    /// one.
+    async fn run(&self, j: &FileTurnJournal) -> Result<Option<Option<TurnItem>>, TurnJournalError> {
+        Ok(match *self {
+            Self::Complete(id) => j.complete(id).await?.then_some(None),
+            Self::Fail(id, error, next) => j.record_failure(id, error, next).await?.map(Some),
+            Self::Dead(id, error) => j.dead_letter(id, error).await?.then_some(None),
+            Self::Retry(id) => j.retry(id).await?.map(Some),
+            Self::Drop(id) => j.drop_turn(id).await?.then_some(None),
+        })
     }
 }
 
@@ -711,10 +880,7 @@ impl TurnJournal for DeferredFileTurnJournal {
         self.get().await?.append(turn).await
     }
     async fn complete(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.complete(id).await,
-            None => Ok(false),
-        }
+        Ok(self.on_holder(Op::Complete(id)).await?.is_some())
     }
     async fn record_failure(
         &self,
@@ -722,51 +888,61 @@ impl TurnJournal for DeferredFileTurnJournal {
         error: &str,
         next_attempt_at: Timestamp,
     ) -> Result<Option<TurnItem>, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.record_failure(id, error, next_attempt_at).await,
-            None => Ok(None),
-        }
+        Ok(self
+            .on_holder(Op::Fail(id, error, next_attempt_at))
+            .await?
+            .flatten())
     }
     async fn dead_letter(&self, id: &TurnId, error: &str) -> Result<bool, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.dead_letter(id, error).await,
-            None => Ok(false),
-        }
+        Ok(self.on_holder(Op::Dead(id, error)).await?.is_some())
     }
     async fn retry(&self, id: &TurnId) -> Result<Option<TurnItem>, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.retry(id).await,
-            None => Ok(None),
-        }
+        Ok(self.on_holder(Op::Retry(id)).await?.flatten())
     }
     async fn drop_turn(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.drop_turn(id).await,
-            None => Ok(false),
-        }
+        Ok(self.on_holder(Op::Drop(id)).await?.is_some())
     }
     async fn list(&self, filter: &TurnFilter) -> Result<Vec<TurnItem>, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.list(filter).await,
-            None => Ok(Vec::new()),
+        let mut all = Vec::new();
+        for j in self.adopt().await? {
+            all.extend(j.list(filter).await?);
         }
+        all.sort_by_key(|i| i.accepted_at);
+        Ok(all)
     }
     async fn counts(&self) -> Result<TurnCounts, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.counts().await,
-            None => Ok(TurnCounts::default()),
+        let mut total = TurnCounts::default();
+        for j in self.adopt().await? {
+            let c = j.counts().await?;
+            total.pending += c.pending;
+            total.dead += c.dead;
         }
+        Ok(total)
     }
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<TurnItem>, TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.claim(request).await,
-            None => Ok(Vec::new()),
+        let mut claimed = Vec::new();
+        for j in self.adopt().await? {
+            let left = if request.limit == 0 {
+                0
+            } else {
+                match request.limit.checked_sub(claimed.len()) {
+                    Some(0) | None => break,
+                    Some(n) => n,
+                }
+            };
+            let r = ClaimRequest {
+                limit: left,
+                ..request.clone()
+            };
+            claimed.extend(j.claim(&r).await?);
         }
+        claimed.sort_by_key(|i| i.accepted_at);
+        Ok(claimed)
     }
     async fn release(&self, id: &TurnId, owner: &str) -> Result<(), TurnJournalError> {
-        match self.existing().await? {
-            Some(j) => j.release(id, owner).await,
-            None => Ok(()),
+        for j in self.held().await? {
+            j.release(id, owner).await?;
         }
+        Ok(())
     }
 }

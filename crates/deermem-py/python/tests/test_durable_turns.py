@@ -127,3 +127,63 @@ def test_turns_added_before_a_sigkill_are_applied_by_the_next_process_once(make,
         assert sorted(contents) == sorted(f"User prefers {d} in the afternoon" for d in mine), contents
     # The replayed turns went through the working model (not the offline rules).
     assert model.calls >= 1
+
+
+def test_a_second_host_process_on_the_root_accepts_turns_and_a_survivor_applies_them(make, root: Path):
+    """DeerFlow's worker processes share one storage root: each journals its turns in a slot of
+    its own (the first process's lock does not refuse the second's ``add``), and when one is
+    killed the survivor takes its turns over at its next claim round and applies them once."""
+    model = Extractor()
+    # The survivor: this process, with a working model, holding the root's first journal slot.
+    survivor = make(backend_config=config(root, debounce_seconds=1), host_llm_factory=lambda: model)
+    survivor.add(
+        "own-thread",
+        [
+            {"role": "user", "content": "I prefer chai every afternoon.", "id": "own-u"},
+            {"role": "assistant", "content": "Noted.", "id": "own-a"},
+        ],
+        user_id="dan",
+    )
+    turns = [("eva", "jasmine tea"), ("eva", "cold brew"), ("fin", "yerba mate")]
+    script = CHILD.format(
+        stand_in=str(TESTS / "stand_in"),
+        cfg=json.dumps(config(root, debounce_seconds=300)),
+        turns=json.dumps(turns),
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        lines = []
+        while True:
+            line = child.stdout.readline()
+            if not line:
+                break
+            lines.append(line.strip())
+            if line.strip() == "all added":
+                break
+        assert lines and lines[-1] == "all added", (lines, child.stderr.read())
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    # The killed process wrote a journal slot of its own beside the survivor's.
+    slots = [p for p in (root / ".turns").rglob("journal.jsonl")]
+    assert len(slots) == 2, slots
+
+    def applied() -> bool:
+        got = {
+            u: [f["content"] for f in survivor.get_memory(user_id=u)["facts"]] for u in ("dan", "eva", "fin")
+        }
+        return all(
+            any(d in c for c in got[u]) for u, d in [("dan", "chai"), *turns]
+        )
+
+    # The survivor's claim rounds run every 20 s.
+    assert wait_for(applied, timeout=60), [survivor.get_memory(user_id=u)["facts"] for u in ("dan", "eva", "fin")]
+    for user, mine in (("eva", ["jasmine tea", "cold brew"]), ("fin", ["yerba mate"])):
+        contents = [f["content"] for f in survivor.get_memory(user_id=user)["facts"]]
+        assert sorted(contents) == sorted(f"User prefers {d} in the afternoon" for d in mine), contents
