@@ -1,7 +1,9 @@
-//! `deermem turns list|retry|drop`: the turn journal of the embedded engine on a file root.
-//! `list` reads the journal file without its lock, so it works beside a running server;
-//! `retry` and `drop` take the journal (a running server holds it: use its
-//! `/api/memory/turns` route then), and `retry` runs the retried turns at once.
+//! `deermem turns list|retry|drop`: the turn journal of the embedded engine, on a file root or
+//! in PostgreSQL (`storage_class: postgres`: the `turn_journal` table the replicas share).
+//! On a file root `list` reads the journal file without its lock, so it works beside a running
+//! server; `retry` and `drop` take the journal (a running server holds it: use its
+//! `/api/memory/turns` route then). In PostgreSQL all three work beside running replicas.
+//! `retry` runs the retried turns at once.
 
 use std::time::Duration;
 
@@ -58,11 +60,34 @@ pub(crate) async fn run(ctx: &Ctx, command: TurnsCommand) -> Result<(), CliError
                 user: user.as_deref().map(ctx::user).transpose()?,
                 state: dead.then_some(TurnState::Dead),
             };
-            let root = ctx.storage_root();
-            let items = tokio::task::spawn_blocking(move || FileTurnJournal::read_items(&root))
-                .await
-                .map_err(|e| CliError::failure(e.to_string()))?
-                .map_err(|e| CliError::failure(e.to_string()))?;
+            let postgres = ctx
+                .memory()
+                .backend_config
+                .get("storage_class")
+                .and_then(serde_json::Value::as_str)
+                == Some("postgres");
+            let items = if postgres {
+                // The `turn_journal` table every replica shares, read beside them.
+                let backend = ctx.backend()?;
+                let Some(journal) = backend.deermem().and_then(|dm| dm.turn_journal().cloned())
+                else {
+                    return Err(CliError::invalid(
+                        "this backend keeps no turn journal (queue.durable is off)",
+                    ));
+                };
+                let items = journal
+                    .list(&TurnFilter::default())
+                    .await
+                    .map_err(|e| CliError::failure(e.to_string()))?;
+                backend.manager().close().await;
+                items
+            } else {
+                let root = ctx.storage_root();
+                tokio::task::spawn_blocking(move || FileTurnJournal::read_items(&root))
+                    .await
+                    .map_err(|e| CliError::failure(e.to_string()))?
+                    .map_err(|e| CliError::failure(e.to_string()))?
+            };
             let shown: Vec<&TurnItem> = items.iter().filter(|i| filter.matches(i)).collect();
             if as_json {
                 let all: Vec<serde_json::Value> = shown.iter().map(|i| json(i)).collect();

@@ -520,14 +520,55 @@ pub struct QueueSettings {
     pub durable: bool,
     /// Retries of a turn whose extraction failed.
     pub retry: RetrySettings,
+    /// Seconds a replica's lease on a journal turn lasts without renewal: how long the turns of
+    /// a replica that died wait before another takes them.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 2, 86_400>")]
+    pub turn_lease: u64,
+    /// Seconds between two claim rounds of a serving process (renewing its leases, taking the
+    /// turns whose owner died); shorter than `turn_lease`.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 3_600>")]
+    pub claim_interval: u64,
 }
+
+/// The default `queue.turn_lease`, in seconds.
+pub const DEFAULT_TURN_LEASE_SECONDS: u64 = 60;
+/// The default `queue.claim_interval`, in seconds.
+pub const DEFAULT_CLAIM_INTERVAL_SECONDS: u64 = 20;
 
 impl Default for QueueSettings {
     fn default() -> Self {
         Self {
             durable: true,
             retry: RetrySettings::default(),
+            turn_lease: DEFAULT_TURN_LEASE_SECONDS,
+            claim_interval: DEFAULT_CLAIM_INTERVAL_SECONDS,
         }
+    }
+}
+
+impl QueueSettings {
+    /// `turn_lease` as a duration.
+    pub fn turn_lease(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.turn_lease)
+    }
+
+    /// `claim_interval` as a duration.
+    pub fn claim_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.claim_interval)
+    }
+
+    /// A claim round must come before the leases it renews end.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.claim_interval >= self.turn_lease {
+            return Err(ConfigError::new(
+                "memory.backend_config.queue.claim_interval",
+                format!(
+                    "must be shorter than queue.turn_lease ({} s): a process renews its leases once per claim round, so its turns would pass to another replica while it works on them",
+                    self.turn_lease
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -773,6 +814,7 @@ impl DeerMemConfig {
         }
         c.check_storage_selection(bc)?;
         c.check_search_mode()?;
+        c.queue.check()?;
         Ok((c, warnings))
     }
 
@@ -1198,6 +1240,25 @@ mod tests {
         assert_eq!((c.queue.retry.max_attempts, c.queue.retry.max_age), (3, 60));
         let err = parse(json!({"queue": {"retry": {"max_attempts": 0}}})).unwrap_err();
         assert_eq!(err.key, "memory.backend_config.queue.retry.max_attempts");
+        assert_eq!((c.queue.turn_lease, c.queue.claim_interval), (60, 20));
+        let c = parse(json!({"queue": {"turn_lease": "4", "claim_interval": 1}})).unwrap();
+        assert_eq!(c.queue.turn_lease(), std::time::Duration::from_secs(4));
+        assert_eq!(c.queue.claim_interval(), std::time::Duration::from_secs(1));
+        for (bad, key) in [
+            (json!({"turn_lease": 1}), "turn_lease"),
+            (json!({"claim_interval": 0}), "claim_interval"),
+            (
+                json!({"turn_lease": 10, "claim_interval": 10}),
+                "claim_interval",
+            ),
+        ] {
+            let err = parse(json!({ "queue": bad })).unwrap_err();
+            assert_eq!(
+                err.key,
+                format!("memory.backend_config.queue.{key}"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -108,16 +108,19 @@ pub struct DeerMemParts {
     /// extraction is committed. `None` keeps turns in memory only.
     pub turns: Option<Arc<dyn TurnJournal>>,
     /// Replay the journal's pending turns in the background from the start, and claim turns
-    /// whose owner died every [`CLAIM_INTERVAL`] (hosts that serve; one-shot commands leave it
+    /// whose owner died every `queue.claim_interval` (hosts that serve; one-shot commands leave it
     /// off and call [`DeerMemManager::recover_turns`] if they want to).
     pub recover_turns: bool,
 }
 
-/// How long this process's lease on a journal turn lasts without renewal.
-pub const TURN_LEASE: Duration = Duration::from_secs(60);
+/// How long this process's lease on a journal turn lasts without renewal: the default of
+/// `queue.turn_lease`.
+pub const TURN_LEASE: Duration =
+    Duration::from_secs(deermem_core::config::DEFAULT_TURN_LEASE_SECONDS);
 /// How often the journal is claimed again (renewing this process's leases, taking over the
-/// turns of a replica that died).
-pub const CLAIM_INTERVAL: Duration = Duration::from_secs(20);
+/// turns of a replica that died): the default of `queue.claim_interval`.
+pub const CLAIM_INTERVAL: Duration =
+    Duration::from_secs(deermem_core::config::DEFAULT_CLAIM_INTERVAL_SECONDS);
 
 impl DeerMemParts {
     /// Parts with the defaults: middleware mode, injection on, no model (offline proposer),
@@ -242,6 +245,7 @@ impl DeerMemManager {
                 journal,
                 retry: config.queue.retry.clone(),
                 clock: parts.clock.clone(),
+                lease: config.queue.turn_lease(),
             });
         let durable = turns.is_some();
         let pipeline =
@@ -250,9 +254,10 @@ impl DeerMemManager {
         let (recovered_tx, recovered) = tokio::sync::watch::channel(!durable);
         let claims = if durable && parts.recover_turns {
             let pipeline = pipeline.clone();
+            let (lease, interval) = (config.queue.turn_lease(), config.queue.claim_interval());
             let task = tokio::spawn(async move {
                 loop {
-                    match pipeline.recover(TURN_LEASE).await {
+                    match pipeline.recover(lease).await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(
                             turns = n,
@@ -264,7 +269,7 @@ impl DeerMemManager {
                         ),
                     }
                     let _ = recovered_tx.send(true);
-                    tokio::time::sleep(CLAIM_INTERVAL).await;
+                    tokio::time::sleep(interval).await;
                 }
             });
             Some(ClaimLoop(task.abort_handle()))
@@ -297,7 +302,7 @@ impl DeerMemManager {
     /// `Unavailable` when the journal cannot be read.
     pub async fn recover_turns(&self) -> Result<usize, ManagerError> {
         self.pipeline
-            .recover(TURN_LEASE)
+            .recover(self.config.queue.turn_lease())
             .await
             .map_err(|e| ManagerError::unavailable(e.to_string()).caused_by(e))
     }

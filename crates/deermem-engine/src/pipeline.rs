@@ -200,7 +200,8 @@ impl UpdatePipeline {
                     check => {
                         let id = fresh_turn_id();
                         let turn = new_turn(id.clone(), &request, emergency, log.clock.now());
-                        if let Err(e) = log.journal.append(turn).await {
+                        let appended = log.journal.append_leased(turn, &self.owner, log.lease);
+                        if let Err(e) = appended.await {
                             let full = matches!(e, TurnJournalError::Full { .. });
                             tracing::error!(thread_id = %thread, error = %e, "the turn journal could not keep a conversation turn; it was not accepted");
                             return SubmitOutcome::NotKept {

@@ -84,6 +84,10 @@ pub struct TurnLog {
     pub retry: RetrySettings,
     /// The clock of `accepted_at` and next-attempt times.
     pub clock: Arc<dyn Clock>,
+    /// How long this process's lease on a turn lasts without renewal (`queue.turn_lease`): a
+    /// turn it appends is leased to it for that long, so another replica's claim round leaves
+    /// it alone.
+    pub lease: Duration,
 }
 
 impl fmt::Debug for TurnLog {
@@ -91,6 +95,7 @@ impl fmt::Debug for TurnLog {
         f.debug_struct("TurnLog")
             .field("journal", &self.journal)
             .field("retry", &self.retry)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }

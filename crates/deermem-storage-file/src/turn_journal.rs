@@ -20,6 +20,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::Message;
@@ -521,9 +522,13 @@ fn sorted(state: &State, filter: &TurnFilter) -> Vec<TurnItem> {
     items.into_iter().map(|(_, _, i)| i.clone()).collect()
 }
 
-#[async_trait]
-impl TurnJournal for FileTurnJournal {
-    async fn append(&self, turn: NewTurn) -> Result<TurnItem, TurnJournalError> {
+impl FileTurnJournal {
+    /// Appends `turn`, leased to `lease`'s owner until its end when given.
+    async fn append_with(
+        &self,
+        turn: NewTurn,
+        lease: Option<(String, Timestamp)>,
+    ) -> Result<TurnItem, TurnJournalError> {
         self.run(move |me, state| {
             if state.by_id.contains_key(&turn.identity.id) {
                 return Err(TurnJournalError::Duplicate(turn.identity.id.clone()));
@@ -547,10 +552,32 @@ impl TurnJournal for FileTurnJournal {
             me.write_line(state, &line)?;
             crate::fault::point("turns-after-append");
             state.insert(item.clone(), bytes);
+            if let Some(lease) = lease {
+                state.leases.insert(item.id().clone(), lease);
+            }
             me.maybe_compact(state);
             Ok(item)
         })
         .await
+    }
+}
+
+#[async_trait]
+impl TurnJournal for FileTurnJournal {
+    async fn append(&self, turn: NewTurn) -> Result<TurnItem, TurnJournalError> {
+        self.append_with(turn, None).await
+    }
+
+    async fn append_leased(
+        &self,
+        turn: NewTurn,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<TurnItem, TurnJournalError> {
+        let micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+        let until = turn.accepted_at.saturating_add_micros(micros);
+        self.append_with(turn, Some((owner.to_owned(), until)))
+            .await
     }
 
     async fn complete(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
@@ -878,6 +905,14 @@ impl Op<'_> {
 impl TurnJournal for DeferredFileTurnJournal {
     async fn append(&self, turn: NewTurn) -> Result<TurnItem, TurnJournalError> {
         self.get().await?.append(turn).await
+    }
+    async fn append_leased(
+        &self,
+        turn: NewTurn,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<TurnItem, TurnJournalError> {
+        self.get().await?.append_leased(turn, owner, lease).await
     }
     async fn complete(&self, id: &TurnId) -> Result<bool, TurnJournalError> {
         Ok(self.on_holder(Op::Complete(id)).await?.is_some())

@@ -24,6 +24,8 @@
 //! - [`PgFactIndex`]: the storage's facts as a retrieval index with vectors (`fact_vectors`),
 //!   for search by meaning, and [`PgIndexedStorage`], the storage with its search answered by
 //!   a retrieval over it (the engine's hybrid retrieval over a [`PgFactIndex`]);
+//! - [`PgTurnJournal`]: the turn journal port (`TurnJournal`) on the `turn_journal` table, with
+//!   leases in the rows, so an accepted turn outlives the replica that acknowledged it;
 //! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the
 //!   `remote_cursors` table, so Honcho and OpenViking cursors are shared by the replicas;
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
@@ -47,6 +49,7 @@ mod snapshot;
 mod store;
 mod stored;
 mod tls;
+mod turn_journal;
 mod vectors;
 
 pub use config::{
@@ -61,6 +64,7 @@ pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;
 pub use store::{MigrationOutcome, PgStore, known_schema_version};
+pub use turn_journal::{PgTurnJournal, PgTurnJournalOptions};
 pub use vectors::PgFactIndex;
 
 /// The adapter kind.

@@ -53,6 +53,7 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
             "run_events",
             "scope_leases",
             "search_docs",
+            "turn_journal",
             "users"
         ]
     );

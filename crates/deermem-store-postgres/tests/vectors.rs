@@ -341,7 +341,7 @@ async fn damaged_rows_and_facts_from_before_the_digest_are_embedded_again() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(tables, 11, "no table was dropped");
+    assert_eq!(tables, 12, "no table was dropped");
     drop(client);
     drop((index, storage, store));
     drop(cluster);

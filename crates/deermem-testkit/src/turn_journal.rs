@@ -440,6 +440,44 @@ pub async fn claims_lease_items_to_one_owner(f: TurnJournalFixture) {
     assert_eq!(claim_ids(c), ["t1"]);
 }
 
+/// An item appended with a lease is held by its appender: another owner's claim gets it only
+/// once that lease has ended (or the appender renewed it by claiming and then let it end).
+pub async fn leased_appends_are_held_by_their_appender(f: TurnJournalFixture) {
+    let j = f.journal.as_ref();
+    let lease = Duration::from_secs(30);
+    j.append_leased(turn("t1", Some("alice"), 1), "a", lease)
+        .await
+        .unwrap_or_else(|e| panic!("append_leased: {e}"));
+    append(j, turn("t2", Some("alice"), 2)).await;
+    let b = j
+        .claim(&claim("b", 10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ids(&b), ["t2"]);
+    let a = j
+        .claim(&claim("a", 20))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ids(&a), ["t1"]);
+    // a renewed until 20 + 30: not b's at 45, b's at 50.
+    let b = j
+        .claim(&claim("b", 45))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ids(&b), ["t2"]);
+    let b = j
+        .claim(&claim("b", 50))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ids(&b), ["t1", "t2"]);
+    // A leased append of a held id is refused like any other.
+    let again = j.append_leased(turn("t1", None, 3), "c", lease).await;
+    assert!(
+        matches!(again, Err(TurnJournalError::Duplicate(_))),
+        "{again:?}"
+    );
+}
+
 /// Expands one `#[test]` per turn-journal behaviour; `$make` evaluates to a future of a
 /// [`TurnJournalFixture`] over a fresh, empty journal.
 #[macro_export]
@@ -453,6 +491,7 @@ macro_rules! turn_journal_contract {
             unknown_ids_are_no_ops_and_errors_are_bounded,
             state_survives_a_reopen,
             claims_lease_items_to_one_owner,
+            leased_appends_are_held_by_their_appender,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

@@ -444,15 +444,12 @@ fn build_deermem(
     let durable = cfg.queue.durable;
     let mut parts = deermem_engine::DeerMemParts::new(cfg, storage.storage(), clock);
     if durable {
-        match &storage {
-            crate::embedded::EmbeddedStorage::File(_) => {
-                parts.turns = Some(shared_file_turn_journal(root));
-            }
-            #[allow(unreachable_patterns, reason = "PostgreSQL is a compile-time option")]
-            _ => tracing::warn!(
-                "queue.durable: this storage has no turn journal yet; accepted turns are kept in memory only until their extraction"
-            ),
-        }
+        parts.turns = Some(match &storage {
+            crate::embedded::EmbeddedStorage::File(_) => shared_file_turn_journal(root),
+            // The `turn_journal` table on the storage's own pool, shared by every replica.
+            #[cfg(feature = "store-postgres")]
+            crate::embedded::EmbeddedStorage::Postgres(pg) => pg.turn_journal(),
+        });
     }
     parts.recover_turns = opts.recover_turns;
     parts.mode = config.mode;

@@ -67,7 +67,12 @@ const POSTGRES: &[(&str, Shown)] = &[
 const POSTGRES_TLS: &[(&str, Shown)] = &[("mode", Leaf), ("ca_file", Leaf)];
 
 /// DeerMem's `queue` section (the turn journal and its retries).
-const QUEUE: &[(&str, Shown)] = &[("durable", Leaf), ("retry", Object(QUEUE_RETRY))];
+const QUEUE: &[(&str, Shown)] = &[
+    ("durable", Leaf),
+    ("retry", Object(QUEUE_RETRY)),
+    ("turn_lease", Leaf),
+    ("claim_interval", Leaf),
+];
 
 /// DeerMem's `queue.retry` section.
 const QUEUE_RETRY: &[(&str, Shown)] = &[

@@ -292,11 +292,27 @@ pub fn bounded_error(text: &str) -> String {
 ///   `now`) to the claimer and returns them, oldest first; claiming again renews the claimer's
 ///   own leases. `release` gives a lease back. Dead items are never claimed. An item whose owner
 ///   died becomes claimable once its lease has ended.
+/// - `append_leased` appends as `append` and leases the item to `owner` until
+///   `accepted_at + lease`, as a claim by `owner` would (so another replica's claim round does
+///   not take a turn its appender has queued).
 /// - Every operation on an unknown id is a no-op reporting `false`, never an error.
 #[async_trait]
 pub trait TurnJournal: Send + Sync + fmt::Debug {
     /// Appends an accepted turn durably.
     async fn append(&self, turn: NewTurn) -> Result<TurnItem, TurnJournalError>;
+    /// Appends an accepted turn durably, leased to `owner` until `accepted_at + lease` (the
+    /// appender queues it at once; a shared adapter must not let another owner claim it
+    /// meanwhile). The default appends without a lease, which is right only for an adapter
+    /// that one claimer uses.
+    async fn append_leased(
+        &self,
+        turn: NewTurn,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<TurnItem, TurnJournalError> {
+        let _ = (owner, lease);
+        self.append(turn).await
+    }
     /// Removes an item whose extraction was committed.
     async fn complete(&self, id: &TurnId) -> Result<bool, TurnJournalError>;
     /// Records a failed attempt; the item stays pending until `next_attempt_at`.

@@ -4,7 +4,9 @@
 //! (a) model down, 20 turns of 5 users, SIGKILL, restart with the model up; (b) SIGKILL cycles
 //! at random moments of a turn flood, one of them a crash exactly between an extraction's
 //! commit and its turn's done-mark (the engine's `turns-before-done` fault point, feature
-//! `fault-injection`). `DEERMEM_LONG=1` runs 30 cycles instead of 4.
+//! `fault-injection`); (c) two replicas on one PostgreSQL database, the one holding accepted
+//! turns SIGKILLed, the other applying them within the lease. `DEERMEM_LONG=1` runs 30 cycles
+//! instead of 4.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -498,4 +500,103 @@ async fn dead_lettered_turns_are_listed_and_applied_by_turns_retry() {
     assert!(site.turns(false).is_empty(), "{out}");
     let server = Server::start(&site, 1, None).await;
     assert_applied_once(&server, &acked).await;
+}
+
+/// A model that never answers in time: every request waits ten minutes.
+async fn hanging_model() -> String {
+    async fn hang() -> &'static str {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        "{}"
+    }
+    let app = Router::new().route("/v1/chat/completions", post(hang));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/v1")
+}
+
+/// Seconds of a replica's lease on a journal turn in the replica test (`queue.turn_lease`).
+const PG_TURN_LEASE: u64 = 4;
+/// Seconds between a replica's claim rounds in the replica test (`queue.claim_interval`).
+const PG_CLAIM_INTERVAL: u64 = 1;
+/// `debounce_seconds` of the replica test.
+const PG_DEBOUNCE: u64 = 1;
+
+/// A replica's site on the shared database: a storage root of its own (nothing is shared
+/// through files) and its own model.
+fn pg_site(db_url: &str, schema: &str, model_url: &str, model_timeout: u64) -> Site {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: serde_json::Map<String, Value> = (0..USERS)
+        .map(|u| (token(u), json!(format!("turns-user{u}"))))
+        .collect();
+    let config = json!({
+        "memory": {"enabled": true, "backend_config": {
+            "storage_class": "postgres",
+            "postgres": {"url": db_url, "schema": schema, "pool_size": 4},
+            "debounce_seconds": PG_DEBOUNCE,
+            "max_facts": MAX_FACTS,
+            "model": {"model": "fake", "api_key": "k", "base_url": model_url,
+                      "timeout_seconds": model_timeout, "max_retries": 0},
+            "queue": {"turn_lease": PG_TURN_LEASE, "claim_interval": PG_CLAIM_INTERVAL,
+                      "retry": {"initial_backoff_ms": 200, "max_backoff": 1}},
+        }},
+        "gateway": {"auth": {"mode": "token", "tokens": tokens}},
+    });
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config.to_string()).unwrap();
+    Site { dir, config: path }
+}
+
+/// The done-when: two replicas on one PostgreSQL database. Replica A accepts turns
+/// (202) while its model hangs, so it holds them (leased, renewed every claim round); B, whose
+/// model works, does not touch them while A lives. A is SIGKILLed: B applies every one of them,
+/// each fact once, within the lease plus a claim round plus the debounce (and slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_postgres_replicas_accepted_turns_are_applied_by_the_other_within_the_lease() {
+    let cluster = deermem_testkit::pgcluster::PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = format!("turns_replicas_{}", std::process::id());
+    let slow = hanging_model().await;
+    let model = FakeModel::start(true).await;
+    let site_a = pg_site(cluster.url(), &schema, &slow, 300);
+    let site_b = pg_site(cluster.url(), &schema, &model.url, 5);
+    let a = Server::start(&site_a, 0, None).await;
+    let b = Server::start(&site_b, 0, None).await;
+    let http = reqwest::Client::new();
+    let mut acked: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for t in 0..3 {
+        for u in 0..USERS {
+            let key = format!("KEEP-pg-u{u}-t{t}");
+            assert!(
+                send(&http, &a.url(""), u, &key).await,
+                "turn {key} was not accepted by A"
+            );
+            acked.entry(u).or_default().insert(key);
+        }
+    }
+    // Longer than a lease: A renews its leases, so B leaves its turns alone while A lives.
+    tokio::time::sleep(Duration::from_secs(PG_TURN_LEASE + 2)).await;
+    for u in 0..USERS {
+        let facts = contents(&http, &b, u).await;
+        assert!(
+            facts.is_empty(),
+            "B applied turns A holds while A lives: {facts:?}\n{}",
+            b.log_text()
+        );
+    }
+    a.kill();
+    let killed = Instant::now();
+    assert_applied_once(&b, &acked).await;
+    let took = killed.elapsed();
+    let bound = Duration::from_secs(PG_TURN_LEASE + PG_CLAIM_INTERVAL + PG_DEBOUNCE + 10);
+    assert!(
+        took <= bound,
+        "B applied A's turns {took:?} after the kill, past {bound:?}\n{}",
+        b.log_text()
+    );
+    // Nothing left in the shared journal (`deermem turns list` reads the table): every turn
+    // was completed.
+    let left = site_b.turns(false);
+    assert!(left.is_empty(), "turns left in the journal: {left:?}");
 }

@@ -1,17 +1,17 @@
 //! `storage_class: postgres`: the `backend_config.postgres` block made into the adapter's
 //! connection settings (the URL's `$VAR` / `${VAR}` read from the environment), the pool opened
 //! and the schema migrated at start (a newer schema refused), search by meaning when an
-//! embedder is configured (the hybrid retrieval over the facts, vectors in the database), the run journal in the same
-//! database, and the remote backends' cursors there when they run with `storage_class:
+//! embedder is configured (the hybrid retrieval over the facts, vectors in the database), the run
+//! and turn journals in the same database, and the remote backends' cursors there when they run with `storage_class:
 //! postgres`.
 
 use std::sync::Arc;
 
-use deermem_core::ports::{Clock, MemoryStorage, RunEventStore};
+use deermem_core::ports::{Clock, MemoryStorage, RunEventStore, TurnJournal};
 use deermem_core::{ConfigError, DeerMemConfig};
 use deermem_store_postgres::{
     MigrationOutcome, PgCursors, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal, PgStorage,
-    PgStore, PostgresConfig,
+    PgStore, PgTurnJournal, PgTurnJournalOptions, PostgresConfig,
 };
 
 use super::EmbeddedError;
@@ -48,6 +48,16 @@ impl PostgresStorage {
     /// The connection pool (administrative reads).
     pub fn store(&self) -> &PgStore {
         &self.store
+    }
+
+    /// The turn journal in the same database, on the storage's pool: the `turn_journal` table
+    /// every replica shares (leases in the rows, so the turns of a replica that died are
+    /// applied by another once its leases end).
+    pub fn turn_journal(&self) -> Arc<dyn TurnJournal> {
+        Arc::new(PgTurnJournal::new(
+            self.store.clone(),
+            PgTurnJournalOptions::default(),
+        ))
     }
 
     /// Opens the run journal in the same database. Blocking: call it from a thread that is not
