@@ -241,28 +241,19 @@ pub(crate) async fn post_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Resul
 }
 
 /// `turn_accept`: an acknowledged `POST /api/memory/messages` (202) with the durable file turn
-/// journal (each turn appended and `fdatasync`'d before the answer), from 4 clients, one new
-/// thread per request; then the same requests against a manager that keeps turns in memory only
-/// (`queue.durable: false`), reported beside it as `in_memory_p50_us`/`in_memory_p99_us`. The
-/// debounce (30 s) holds every turn queued during the run, so only admission is measured;
+/// journal (each turn appended and `fdatasync`'d before the answer), one request at a time from
+/// one client, one new thread per request: the latency a host waits for one acknowledged turn.
+/// Then the same requests against a manager that keeps turns in memory only (`queue.durable:
+/// false`), reported beside it as `in_memory_p50_us`/`in_memory_p99_us`, and the durable run
+/// again from 4 concurrent clients (`concurrent4_p50_us`, `concurrent4_ops_per_sec`: durable
+/// admission takes one turn at a time, so concurrent turns wait for each other's `fdatasync`).
+/// The debounce (30 s) holds every turn queued during the runs, so only admission is measured;
 /// afterwards the journal must hold one pending item per 202.
 pub(crate) async fn turn_accept(env: &Env) -> Result<WorkloadResult> {
-    let clients = env.sizes.gateway_clients.clamp(1, 4);
+    let clients = 1;
     let total = (env.sizes.gateway_requests / 10).max(4);
 
-    let durable_root = env.root.join("durable");
-    let storage: Arc<dyn MemoryStorage> = Arc::new(open(&durable_root, true)?);
-    let journal: Arc<dyn deermem_core::ports::TurnJournal> = Arc::new(
-        deermem_storage_file::FileTurnJournal::open_in_root(
-            &durable_root,
-            deermem_storage_file::FileTurnJournalOptions::default(),
-        )
-        .context("turn journal")?,
-    );
-    let mut parts = deermem_engine::DeerMemParts::new(super::config(), storage, super::clock());
-    parts.turns = Some(journal.clone());
-    let durable: Arc<dyn MemoryManager> =
-        Arc::new(deermem_engine::DeerMemManager::new(parts).context("manager")?);
+    let (durable, journal) = durable_manager(&env.root.join("durable"))?;
     let (server, rec, elapsed, accepted) = post_turns(durable, clients, total, "d").await?;
     // Before the server stops (its shutdown flush would apply and complete them).
     let counts = journal.counts().await?;
@@ -272,6 +263,18 @@ pub(crate) async fn turn_accept(env: &Env) -> Result<WorkloadResult> {
         counts.pending
     );
     server.stop().await?;
+    // The server's shutdown closed that manager: the concurrent run gets a root of its own.
+    let (durable, journal) = durable_manager(&env.root.join("concurrent"))?;
+    let (server, rec4, elapsed4, accepted4) = post_turns(durable, 4, total, "c").await?;
+    let held = journal.counts().await?.pending;
+    anyhow::ensure!(
+        held == accepted4 as u64,
+        "{accepted4} concurrent turns were acknowledged but the journal holds {held} pending"
+    );
+    server.stop().await?;
+    let mut c4 = rec4.finish(total, Duration::ZERO);
+    c4.elapsed = elapsed4;
+    let c4 = c4.summary();
 
     let memory_root = env.root.join("memory");
     let storage: Arc<dyn MemoryStorage> = Arc::new(open(&memory_root, true)?);
@@ -285,7 +288,33 @@ pub(crate) async fn turn_accept(env: &Env) -> Result<WorkloadResult> {
     Ok(r.with("clients", clients.into())
         .with("journal_pending", counts.pending.into())
         .with("in_memory_p50_us", mem.p50_us.round().into())
-        .with("in_memory_p99_us", mem.p99_us.round().into()))
+        .with("in_memory_p99_us", mem.p99_us.round().into())
+        .with("concurrent4_p50_us", c4.p50_us.round().into())
+        .with("concurrent4_p99_us", c4.p99_us.round().into())
+        .with("concurrent4_ops_per_sec", c4.ops_per_sec.round().into()))
+}
+
+/// A DeerMem manager over the file storage in `root` with the durable file turn journal, and
+/// the journal.
+fn durable_manager(
+    root: &std::path::Path,
+) -> Result<(
+    Arc<dyn MemoryManager>,
+    Arc<dyn deermem_core::ports::TurnJournal>,
+)> {
+    let storage: Arc<dyn MemoryStorage> = Arc::new(open(root, true)?);
+    let journal: Arc<dyn deermem_core::ports::TurnJournal> = Arc::new(
+        deermem_storage_file::FileTurnJournal::open_in_root(
+            root,
+            deermem_storage_file::FileTurnJournalOptions::default(),
+        )
+        .context("turn journal")?,
+    );
+    let mut parts = deermem_engine::DeerMemParts::new(super::config(), storage, super::clock());
+    parts.turns = Some(journal.clone());
+    let mgr: Arc<dyn MemoryManager> =
+        Arc::new(deermem_engine::DeerMemManager::new(parts).context("manager")?);
+    Ok((mgr, journal))
 }
 
 /// Serves `mgr`, posts `total` one-message-pair turns (each on its own thread, text the offline
