@@ -495,6 +495,11 @@ pub struct DeerMemConfig {
     pub consolidation_max_sources: usize,
     #[serde(deserialize_with = "lax::int_in::<_, _, 0, { i64::MAX }>")]
     pub watermark_max_keys: usize,
+    /// Scope documents the storage's load cache keeps in this process (least recently used
+    /// forgotten first): with `cache_max_scopes`, the memory a serving process takes does not
+    /// grow with the number of users it has served. Read by the file storage.
+    #[serde(deserialize_with = "lax::int_in::<_, _, 1, 1_048_576>")]
+    pub cache_max_scopes: usize,
     #[serde(deserialize_with = "non_empty")]
     pub patterns_dir: Option<String>,
     #[serde(deserialize_with = "non_empty")]
@@ -716,6 +721,7 @@ impl Default for DeerMemConfig {
             consolidation_max_groups_per_cycle: 3,
             consolidation_max_sources: 8,
             watermark_max_keys: 4096,
+            cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
             patterns_dir: None,
             prompts_dir: None,
             model: ModelConfig::default(),
@@ -727,6 +733,8 @@ impl Default for DeerMemConfig {
     }
 }
 
+/// The default `cache_max_scopes`: about 100 MiB of 100-fact scopes.
+pub const DEFAULT_CACHE_MAX_SCOPES: usize = 1024;
 /// The default `queue_max_pending_bytes_per_user` (16 MiB).
 pub const DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER: u64 = 16 * 1024 * 1024;
 /// The default `queue_max_pending_bytes` (64 MiB).
@@ -980,6 +988,7 @@ mod tests {
         assert_eq!(c.retrieval_adapter, "fts5");
         assert_eq!(c.manifest_filename, "memory.json");
         assert_eq!(c.watermark_max_keys, 4096);
+        assert_eq!(c.cache_max_scopes, 1024);
         assert_eq!(c.queue_max_depth, 1000);
         assert_eq!(c.queue_max_pending_bytes_per_user, 16 * 1024 * 1024);
         assert_eq!(c.queue_max_pending_bytes, 64 * 1024 * 1024);
@@ -1026,6 +1035,8 @@ mod tests {
             ("consolidation_max_sources", json!(1)),
             ("consolidation_max_sources", json!(21)),
             ("watermark_max_keys", json!(-5)),
+            ("cache_max_scopes", json!(0)),
+            ("cache_max_scopes", json!(1_048_577)),
             ("fact_eviction_policy", json!("lru")),
             ("token_counting", json!("words")),
             ("guaranteed_categories", json!("correction")),

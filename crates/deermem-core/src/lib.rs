@@ -11,6 +11,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
+pub mod caches;
 pub mod config;
 pub mod document;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod search;
 pub mod snapshot;
 pub mod time;
 
+pub use caches::{CacheBound, CacheUnit};
 pub use config::{
     DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, QueueSettings,
     RetrySettings, SearchSettings, TokenCounting,

@@ -37,8 +37,8 @@ use deermem_core::policy::fusion::{hybrid_fusion, nearest_calibrated};
 use deermem_core::policy::language::script_group;
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
-    Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
-    SearchMode, SearchQuery, VectorCoverage,
+    CacheBound, Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
+    SearchHit, SearchMode, SearchQuery, VectorCoverage,
 };
 use tokio::sync::Notify;
 
@@ -53,6 +53,8 @@ pub const HYBRID_CANDIDATES: usize = 50;
 /// Query embeddings kept in the process (least recently used evicted first), keyed by the
 /// model identity and the query text: a repeated query costs no embedding request.
 pub const QUERY_CACHE_ENTRIES: usize = 1024;
+/// The name the query-embedding cache is reported under (see [`Retrieval::cache_bounds`]).
+pub const QUERY_CACHE_NAME: &str = "search.query_embeddings";
 /// The worker's first retry after an embedder failure; doubled per failure up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -584,6 +586,23 @@ impl Retrieval for HybridRetrieval {
 
     fn take_stale_scopes(&self) -> Vec<Scope> {
         self.shared.index.take_stale_scopes()
+    }
+
+    /// The query-embedding cache ([`QUERY_CACHE_ENTRIES`]) and the index's caches.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        let held = self
+            .shared
+            .query_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        let mut out = vec![CacheBound::entries(
+            QUERY_CACHE_NAME,
+            QUERY_CACHE_ENTRIES,
+            Some(held),
+        )];
+        out.extend(self.shared.index.cache_bounds());
+        out
     }
 }
 

@@ -29,6 +29,6 @@ pub use manager::{
 pub use pipeline::{Submission, SubmitOutcome, UpdatePipeline};
 pub use queue::{QueueConfig, QueueError, UpdateQueue, request_bytes};
 pub use rendered::{
-    MAX_ENTRIES as RENDERED_MAX_ENTRIES, MAX_TEXT_BYTES as RENDERED_MAX_TEXT_BYTES,
-    RenderedCacheUsage,
+    ENTRIES_NAME as RENDERED_ENTRIES_NAME, MAX_ENTRIES as RENDERED_MAX_ENTRIES,
+    MAX_TEXT_BYTES as RENDERED_MAX_TEXT_BYTES, RenderedCacheUsage, TEXT_NAME as RENDERED_TEXT_NAME,
 };

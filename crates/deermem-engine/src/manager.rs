@@ -33,8 +33,8 @@ use deermem_core::ports::{
     MemoryReader, MemoryReload, MemoryScope, MemorySearch, MemoryStorage,
 };
 use deermem_core::{
-    AgentName, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode, OverloadScope,
-    PublicMemoryDocument, TokenCounting, UserId,
+    AgentName, CacheBound, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode,
+    OverloadScope, PublicMemoryDocument, TokenCounting, UserId,
 };
 
 pub use bucket::ImportTrim;
@@ -511,6 +511,15 @@ impl MemoryManager for DeerMemManager {
             }
         }
         drained
+    }
+
+    /// The storage's caches (with its index's), the rendered blocks, the warmed-scope
+    /// bookkeeping and the updater's caches.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        let mut out = self.storage.cache_bounds();
+        out.extend(self.pipeline.cache_bounds());
+        out.push(self.warm.cache_bound());
+        out
     }
 
     async fn warm(&self) -> Option<bool> {

@@ -314,6 +314,13 @@ impl UpdatePipeline {
         self.rendered.usage()
     }
 
+    /// The bounds of the pipeline's caches: the rendered blocks and the updater's.
+    pub fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        let mut out = Vec::from(self.rendered.cache_bounds());
+        out.extend(self.updater.cache_bounds());
+        out
+    }
+
     /// The queue.
     pub fn queue(&self) -> &UpdateQueue {
         &self.queue

@@ -17,7 +17,7 @@
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use deermem_core::{AgentName, Facts, MemoryDocument, SummarySection, UserId};
+use deermem_core::{AgentName, CacheBound, Facts, MemoryDocument, SummarySection, UserId};
 use deermem_updater::InjectionOptions;
 use lru::LruCache;
 
@@ -25,6 +25,11 @@ use lru::LruCache;
 pub const MAX_ENTRIES: usize = 1024;
 /// Rendered text kept in all, in bytes (a default 2,000-token block is about 8 KB).
 pub const MAX_TEXT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The name the rendered blocks are reported under (entries).
+pub const ENTRIES_NAME: &str = "engine.rendered_blocks";
+/// The name the rendered blocks' text is reported under (bytes).
+pub const TEXT_NAME: &str = "engine.rendered_text";
 
 type Key = (Option<UserId>, Option<AgentName>);
 
@@ -151,6 +156,20 @@ impl RenderedBlocks {
                 None => break,
             }
         }
+    }
+
+    /// The bounds of the cache (entries and text bytes) and what it holds now.
+    pub(crate) fn cache_bounds(&self) -> [CacheBound; 2] {
+        let u = self.usage();
+        let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        [
+            CacheBound::entries(ENTRIES_NAME, u.max_entries, Some(u.entries)),
+            CacheBound::bytes(
+                TEXT_NAME,
+                bytes(u.max_text_bytes),
+                Some(bytes(u.text_bytes)),
+            ),
+        ]
     }
 
     /// What the cache holds and its bounds.

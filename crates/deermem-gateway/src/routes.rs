@@ -26,8 +26,9 @@ use crate::error::{GatewayError, Operation};
 use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::limits::BulkPermit;
 use crate::schema::{
-    self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
-    MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit, SearchResponse,
+    self, Accepted, CacheBoundView, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS,
+    MemoryConfigResponse, MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit,
+    SearchResponse,
 };
 use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
 use deermem_core::ports::run_journal::{
@@ -327,7 +328,17 @@ pub(crate) async fn memory_status(
         config: config_json(&state),
         data: doc.for_http(),
         last_backend_failure: state.manager().last_backend_failure().map(Into::into),
+        caches: cache_bounds(&state),
     }))
+}
+
+/// The bounds of the manager's caches and of the run journal's, as reported by each.
+fn cache_bounds(state: &GatewayState) -> Vec<CacheBoundView> {
+    let mut out = state.manager().cache_bounds();
+    if let Some(journal) = state.run_journal() {
+        out.extend(journal.cache_bounds());
+    }
+    out.into_iter().map(Into::into).collect()
 }
 
 /// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.

@@ -597,6 +597,48 @@ pub(crate) struct MemoryStatusResponse {
     /// absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) last_backend_failure: Option<BackendFailureView>,
+    /// The bounds of the serving process's in-memory caches and tables (an extension; absent
+    /// for a backend that keeps none in this process, such as a remote server's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) caches: Vec<CacheBoundView>,
+}
+
+/// What a cache's `bound` and `current` count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CacheUnitView {
+    /// Entries (scopes, texts, users...).
+    Entries,
+    /// Bytes.
+    Bytes,
+}
+
+/// One in-memory cache of the serving process and its bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) struct CacheBoundView {
+    /// A stable name, `component.cache` (e.g. `file_storage.scopes`).
+    pub(crate) name: String,
+    /// The most it holds, in `unit`, from the configured value; `null` only when the operator
+    /// configured it unbounded (`watermark_max_keys: 0`).
+    pub(crate) bound: Option<u64>,
+    /// What `bound` and `current` count.
+    pub(crate) unit: CacheUnitView,
+    /// What it holds now, when cheaply known; `null` otherwise.
+    pub(crate) current: Option<u64>,
+}
+
+impl From<deermem_core::CacheBound> for CacheBoundView {
+    fn from(c: deermem_core::CacheBound) -> Self {
+        Self {
+            name: c.name,
+            bound: c.bound,
+            unit: match c.unit {
+                deermem_core::CacheUnit::Entries => CacheUnitView::Entries,
+                deermem_core::CacheUnit::Bytes => CacheUnitView::Bytes,
+            },
+            current: c.current,
+        }
+    }
 }
 
 /// The one status of [`Accepted`].

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::http::{Method, StatusCode};
-use common::{app, empty, fact_ids, json_req, send};
+use common::{app, empty, fact_ids, json_req, send, with_bearer};
 use deermem_core::MemoryConfig;
 use deermem_core::ports::MemoryManager;
 use serde_json::{Value, json};
@@ -317,4 +317,106 @@ async fn errors_map_to_the_reference_statuses() {
         "the private path stays private: {}",
         r.text
     );
+}
+
+/// The `caches` entry named `name` of a status body.
+fn cache<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["caches"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no cache {name} in {status}"))
+}
+
+/// `GET /api/memory/status` lists the caches of the serving process with the bounds the
+/// configuration gives them: the file storage's scope cache at the configured (non-default)
+/// `cache_max_scopes`, filling up as users are served and never past its bound, and the FTS5
+/// index's page caches in bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_every_cache_bound_and_the_scope_cache_stays_within_it() {
+    const MAX_SCOPES: u64 = 5;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let backend_config = json!({"cache_max_scopes": MAX_SCOPES});
+    let memory = MemoryConfig {
+        backend_config: backend_config.as_object().cloned().unwrap_or_default(),
+        ..MemoryConfig::default()
+    };
+    let env = |_: &str| None;
+    let mut opts = deermem::BuildOptions::new(&env);
+    opts.storage_path = Some(dir.path().to_path_buf());
+    let manager = deermem::build_manager(&memory, opts).expect("DeerMem builds on a temp root");
+    let users: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("tok-{i}"), format!("user-{i}")))
+        .collect();
+    let gateway = deermem_gateway::GatewayConfig::with_tokens(
+        users.iter().map(|(t, u)| (t.as_str(), u.as_str())),
+    )
+    .expect("tokens");
+    let a = deermem_gateway::router(common::ready_state(manager, memory, gateway));
+    let status = |token: &'static str| {
+        let a = a.clone();
+        async move {
+            let r = send(
+                &a,
+                with_bearer(empty(Method::GET, "/api/memory/status"), token),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            r.body
+        }
+    };
+    let scopes = |body: &Value| {
+        cache(body, "file_storage.scopes")["current"]
+            .as_u64()
+            .unwrap()
+    };
+
+    let first = status("tok-0").await;
+    assert_eq!(
+        first["config"]["backend_config"]["cache_max_scopes"],
+        MAX_SCOPES
+    );
+    let scope_cache = cache(&first, "file_storage.scopes");
+    assert_eq!(scope_cache["bound"], MAX_SCOPES, "{first}");
+    assert_eq!(scope_cache["unit"], "entries");
+    let before = scopes(&first);
+    assert!((1..MAX_SCOPES).contains(&before), "{first}");
+    // SQLite's page cache, 8 MiB for the writer and each of at most 4 idle readers, and their
+    // mapped windows (16 MiB each): `deermem_retrieval_fts5::memory_bound_bytes`, 120 MiB.
+    let page_cache = cache(&first, "fts5.page_cache");
+    assert_eq!(page_cache["unit"], "bytes");
+    assert_eq!(page_cache["bound"], 5 * 8 * 1024 * 1024);
+    assert_eq!(page_cache["current"], Value::Null);
+    assert_eq!(cache(&first, "fts5.mmap")["bound"], 5 * 16 * 1024 * 1024);
+    for name in [
+        "fts5.decoded_facts",
+        "engine.rendered_blocks",
+        "engine.rendered_text",
+        "engine.warmed_scopes",
+        "updater.watermarks",
+        "updater.token_counts",
+        "updater.token_count_text",
+    ] {
+        let c = cache(&first, name);
+        assert!(c["bound"].as_u64().is_some_and(|b| b > 0), "{name}: {c}");
+        assert!(
+            matches!(c["unit"].as_str(), Some("entries" | "bytes")),
+            "{c}"
+        );
+    }
+    assert_eq!(cache(&first, "updater.watermarks")["bound"], 4096);
+
+    // Another user's document is cached too.
+    let r = send(&a, with_bearer(empty(Method::GET, "/api/memory"), "tok-1")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let grown = scopes(&status("tok-0").await);
+    assert!(grown > before, "{before} -> {grown}");
+
+    // More users than the bound: the cache is full and stays at its bound.
+    for (token, _) in &users {
+        let r = send(&a, with_bearer(empty(Method::GET, "/api/memory"), token)).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        let body = status("tok-0").await;
+        assert!(scopes(&body) <= MAX_SCOPES, "{body}");
+    }
+    assert_eq!(scopes(&status("tok-0").await), MAX_SCOPES);
 }

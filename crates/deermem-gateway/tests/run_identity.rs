@@ -403,6 +403,13 @@ async fn the_bound_is_respected_in_memory_and_on_disk() {
         );
     }
     assert_eq!(j.retained_events(&default_user()).expect("count"), 3);
+    // `/status` shows the journal's in-memory bound (the fake manager reports no cache).
+    let r = send(&a, empty(Method::GET, "/api/memory/status")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.body["caches"],
+        json!([{"name": "run_journal.users", "bound": 8, "unit": "entries", "current": 1}])
+    );
     for i in 0..17 {
         let r = send(
             &a,

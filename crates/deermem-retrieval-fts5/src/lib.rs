@@ -50,7 +50,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
-    Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
+    CacheBound, Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
+    SearchQuery,
 };
 use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
@@ -65,6 +66,26 @@ pub use engine::{MMAP_BYTES, PAGE_CACHE_BYTES};
 /// pooled readers (the defaults: 5 connections), each with its page cache and mapped window.
 pub fn memory_bound_bytes(options: &Fts5Options) -> u64 {
     (options.max_idle_readers as u64 + 1) * (PAGE_CACHE_BYTES + MMAP_BYTES)
+}
+
+/// The name the connections' SQLite page caches are reported under (bytes, all connections).
+pub const PAGE_CACHE_NAME: &str = "fts5.page_cache";
+/// The name the connections' memory-mapped windows are reported under (bytes, all connections).
+pub const MMAP_NAME: &str = "fts5.mmap";
+/// The name the decoded-fact cache is reported under (entries).
+pub const DECODED_CACHE_NAME: &str = "fts5.decoded_facts";
+
+/// The bounds of an on-disk index's caches with these options (see [`Retrieval::cache_bounds`]):
+/// the page caches and mapped windows of the writer and at most `max_idle_readers` pooled
+/// readers (together [`memory_bound_bytes`]), and the decoded facts; `decoded` is how many
+/// decoded facts are held now, when known.
+pub fn cache_bounds(options: &Fts5Options, decoded: Option<usize>) -> Vec<CacheBound> {
+    let connections = options.max_idle_readers as u64 + 1;
+    vec![
+        CacheBound::bytes(PAGE_CACHE_NAME, connections * PAGE_CACHE_BYTES, None),
+        CacheBound::bytes(MMAP_NAME, connections * MMAP_BYTES, None),
+        CacheBound::entries(DECODED_CACHE_NAME, DECODED_CACHE, decoded),
+    ]
 }
 
 /// The adapter kind reported by [`Retrieval::kind`].
@@ -1069,6 +1090,19 @@ impl Retrieval for Fts5Retrieval {
 
     fn take_stale_scopes(&self) -> Vec<Scope> {
         std::mem::take(&mut *self.inner.stale.lock())
+    }
+
+    /// The page caches, mapped windows and decoded facts ([`cache_bounds`]); an in-memory
+    /// index has its writer connection only, and no mapped window.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        let decoded = Some(self.inner.decoded.lock().len());
+        match self.inner.location {
+            Location::File(_) => cache_bounds(&self.inner.options, decoded),
+            Location::Memory => vec![
+                CacheBound::bytes(PAGE_CACHE_NAME, PAGE_CACHE_BYTES, None),
+                CacheBound::entries(DECODED_CACHE_NAME, DECODED_CACHE, decoded),
+            ],
+        }
     }
 
     async fn close(&self) {

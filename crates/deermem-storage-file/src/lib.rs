@@ -27,10 +27,10 @@ pub mod turn_journal;
 mod walk;
 
 pub use paths::resolve_root;
-pub use run_journal::{RunJournal, RunJournalOptions};
+pub use run_journal::{RUN_JOURNAL_CACHE_NAME, RunJournal, RunJournalOptions};
 pub use storage::{
     CacheUsage, DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileMemoryStorage,
-    FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, StaleScope,
+    FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, SCOPE_CACHE_NAME, StaleScope,
 };
 pub use turn_journal::{DeferredFileTurnJournal, FileTurnJournal, FileTurnJournalOptions};
 

@@ -304,7 +304,19 @@ impl RunJournal {
     }
 }
 
+/// The name the run journal's in-memory user indexes are reported under.
+pub const RUN_JOURNAL_CACHE_NAME: &str = "run_journal.users";
+
 impl RunEventStore for RunJournal {
+    /// The users whose index is in memory (`max_cached_users`; idle ones are dropped first).
+    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        vec![deermem_core::CacheBound::entries(
+            RUN_JOURNAL_CACHE_NAME,
+            self.options.max_cached_users,
+            Some(self.cached_users()),
+        )]
+    }
+
     /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
     /// `content_sha256`: appends one `context:memory` event, or nothing when the run already
     /// recorded this block.

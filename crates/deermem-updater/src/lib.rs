@@ -52,7 +52,7 @@ pub use observe::{ExtractionReport, LlmCallInfo, LlmResultInfo, UpdateObserver};
 pub use parse::{MAX_RESPONSE_BYTES, ParseError, ProposedUpdate, parse_update_response};
 pub use prompt::{
     CHAT_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE, PromptError, PromptInput, PromptTemplates,
-    STALENESS_TEMPLATE_FILE, TemplateStore, build_update_prompt,
+    STALENESS_TEMPLATE_FILE, TEMPLATE_CACHE_NAME, TemplateStore, build_update_prompt,
 };
 pub use proposer::{
     LlmProposer, OfflineProposer, Proposal, ProposalOrigin, ProposeError, Proposer,
@@ -61,9 +61,11 @@ pub use signals::{PATTERN_FILES, PatternError, PatternSet, Signal, SignalSet};
 pub use text::content_key;
 #[cfg(feature = "test-probe")]
 pub use tokens::probe;
-pub use tokens::{TokenCounter, char_estimate, memo_only};
+pub use tokens::{
+    MEMO_BYTES_NAME, MEMO_ENTRIES_NAME, TokenCounter, char_estimate, memo_bounds, memo_only,
+};
 pub use updater::{
     BuildError, MemoryUpdater, UpdateOutcome, UpdateProcessor, UpdateRequest, UpdateStatus,
     UpdaterError,
 };
-pub use watermark::ConversationKey;
+pub use watermark::{ConversationKey, WATERMARK_CACHE_NAME};

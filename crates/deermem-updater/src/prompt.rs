@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use deermem_core::CacheBound;
 use deermem_core::ports::ChatMessage;
 use deermem_core::{
     AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp,
@@ -38,7 +39,10 @@ pub(crate) const MAX_TURN_CHARS: usize = 1000;
 const TURN_HEAD_CHARS: usize = 500;
 const TURN_TAIL_CHARS: usize = 500;
 
+/// Per-agent template sets kept (least recently used forgotten first).
 const PER_AGENT_CACHE: usize = 1024;
+/// The name the per-agent template cache is reported under.
+pub const TEMPLATE_CACHE_NAME: &str = "updater.prompt_templates";
 
 /// The variables a chat template may use.
 pub(crate) const CHAT_VARIABLES: [&str; 5] = [
@@ -385,6 +389,21 @@ impl TemplateStore {
                 path: dir.to_owned(),
                 source: std::io::Error::other(e),
             })?
+    }
+
+    /// The per-agent template sets held (at most 1,024 agents; the bundled set needs none).
+    pub fn cache_bound(&self) -> CacheBound {
+        let bound = if self.dir.is_some() {
+            PER_AGENT_CACHE
+        } else {
+            0
+        };
+        let held = self
+            .per_agent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        CacheBound::entries(TEMPLATE_CACHE_NAME, bound, Some(held))
     }
 
     /// The templates for one agent (cached; edits need a restart, as in the reference).

@@ -18,7 +18,7 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock};
 
-use deermem_core::TokenCounting;
+use deermem_core::{CacheBound, TokenCounting};
 use tiktoken_rs::CoreBPE;
 
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
@@ -58,6 +58,29 @@ impl MemoMap {
             }
         }
     }
+}
+
+/// The name the memo's entries are reported under.
+pub const MEMO_ENTRIES_NAME: &str = "updater.token_counts";
+/// The name the memo's text bytes are reported under.
+pub const MEMO_BYTES_NAME: &str = "updater.token_count_text";
+
+/// The memo's bounds (entries and text bytes, process-wide) and what it holds now.
+pub fn memo_bounds() -> [CacheBound; 2] {
+    let (entries, bytes) = {
+        let m = memo()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (m.counts.len(), m.bytes)
+    };
+    [
+        CacheBound::entries(MEMO_ENTRIES_NAME, MEMO_ENTRIES, Some(entries)),
+        CacheBound::bytes(
+            MEMO_BYTES_NAME,
+            MEMO_MAX_BYTES as u64,
+            Some(u64::try_from(bytes).unwrap_or(u64::MAX)),
+        ),
+    ]
 }
 
 type Memo = Mutex<MemoMap>;

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::ports::{Clock, LanguageModel, MemoryStorage};
 use deermem_core::{
-    AgentName, ApplyOptions, DeerMemConfig, MemoryDocument, Message, StorageError, UserId,
+    AgentName, ApplyOptions, CacheBound, DeerMemConfig, MemoryDocument, Message, StorageError,
+    UserId,
 };
 use tracing::Instrument;
 
@@ -24,7 +25,7 @@ use crate::proposer::{
     LlmProposer, OfflineProposer, Proposal, ProposalOrigin, ProposalRequest, ProposeError, Proposer,
 };
 use crate::signals::{PatternError, PatternSet, SignalSet};
-use crate::watermark::{ConversationKey, Watermarks, message_identity};
+use crate::watermark::{ConversationKey, WATERMARK_CACHE_NAME, Watermarks, message_identity};
 
 /// Commit attempts before a conflict is given up (the first try plus two recomputes).
 pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = 3;
@@ -203,6 +204,8 @@ impl MemoryUpdaterBuilder {
         let templates = self
             .templates
             .unwrap_or_else(|| Arc::new(TemplateStore::bundled()));
+        // Only the model's proposer reads (and caches) templates.
+        let used_templates = self.llm.as_ref().map(|_| Arc::clone(&templates));
         let proposer: Arc<dyn Proposer> = match self.llm {
             Some(llm) => Arc::new(LlmProposer::new(llm, templates, self.observer.clone())),
             None => {
@@ -223,6 +226,7 @@ impl MemoryUpdaterBuilder {
                 .unwrap_or_else(|| Arc::new(PatternSet::bundled())),
             observer: self.observer,
             ids: self.ids,
+            templates: used_templates,
         }
     }
 }
@@ -237,6 +241,8 @@ pub struct MemoryUpdater {
     watermarks: Mutex<Watermarks>,
     observer: Option<Arc<dyn UpdateObserver>>,
     ids: FactIdSource,
+    /// The templates the model's proposer reads (`None` with the offline proposer).
+    templates: Option<Arc<TemplateStore>>,
 }
 
 impl fmt::Debug for MemoryUpdater {
@@ -290,6 +296,24 @@ impl MemoryUpdater {
     /// How many conversations the watermark cache tracks.
     pub fn watermark_len(&self) -> usize {
         self.lock_watermarks().len()
+    }
+
+    /// The bounds of the updater's caches: the watermarks (`watermark_max_keys`, unbounded
+    /// when 0), the process-wide token-count memo, and the per-agent prompt templates when a
+    /// model proposes updates.
+    pub fn cache_bounds(&self) -> Vec<CacheBound> {
+        let max = self.config.watermark_max_keys;
+        let watermarks = CacheBound::entries(WATERMARK_CACHE_NAME, max, Some(self.watermark_len()));
+        let mut out = vec![if max == 0 {
+            watermarks.unbounded()
+        } else {
+            watermarks
+        }];
+        out.extend(crate::tokens::memo_bounds());
+        if let Some(t) = &self.templates {
+            out.push(t.cache_bound());
+        }
+        out
     }
 
     fn lock_watermarks(&self) -> std::sync::MutexGuard<'_, Watermarks> {

@@ -66,6 +66,9 @@ pub(crate) fn message_identity(m: &Message) -> Option<MessageIdentity> {
     })
 }
 
+/// The name the watermark cache is reported under.
+pub const WATERMARK_CACHE_NAME: &str = "updater.watermarks";
+
 /// The watermark cache: a bounded LRU (0 = unbounded).
 #[derive(Debug)]
 pub(crate) struct Watermarks {

@@ -402,6 +402,50 @@ async fn the_watermark_cache_is_a_bounded_lru() {
     assert_eq!(r.llm.calls(), 4);
 }
 
+/// The updater reports its caches with the configured bounds: the watermarks at
+/// `watermark_max_keys` (holding what it tracks; no bound when configured unbounded), the
+/// token-count memo, and the prompt templates a model's proposer reads.
+#[tokio::test]
+async fn the_updater_reports_its_cache_bounds_from_the_configuration() {
+    let mut cfg = config();
+    cfg.watermark_max_keys = 2;
+    let r = rig_with(cfg, ScriptedLlm::always(answer(&[])));
+    for t in ["t1", "t2", "t3"] {
+        r.updater.update(req(t, turn())).await.unwrap();
+    }
+    let caches = r.updater.cache_bounds();
+    let find = |name: &str| {
+        caches
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name} missing from {caches:?}"))
+            .clone()
+    };
+    let w = find(deermem_updater::WATERMARK_CACHE_NAME);
+    assert_eq!((w.bound, w.current), (Some(2), Some(2)));
+    assert_eq!(w.unit, deermem_core::CacheUnit::Entries);
+    let memo = find(deermem_updater::MEMO_ENTRIES_NAME);
+    assert_eq!(memo.bound, Some(16_384));
+    assert!(memo.current <= memo.bound);
+    let bytes = find(deermem_updater::MEMO_BYTES_NAME);
+    assert_eq!(
+        (bytes.bound, bytes.unit),
+        (Some(8 * 1024 * 1024), deermem_core::CacheUnit::Bytes)
+    );
+    // Bundled templates: the model's proposer caches no per-agent set.
+    assert_eq!(find(deermem_updater::TEMPLATE_CACHE_NAME).bound, Some(0));
+
+    let mut cfg = config();
+    cfg.watermark_max_keys = 0;
+    let r = rig_with(cfg, ScriptedLlm::always(answer(&[])));
+    let caches = r.updater.cache_bounds();
+    let w = caches
+        .iter()
+        .find(|c| c.name == deermem_updater::WATERMARK_CACHE_NAME)
+        .unwrap();
+    assert_eq!(w.bound, None, "0 is unbounded by configuration");
+}
+
 #[tokio::test]
 async fn blank_conversations_ask_nothing_and_move_on() {
     let r = rig(&[]);

@@ -177,7 +177,7 @@ pub fn open_storage(
         lock_timeout: std::time::Duration::from_secs(cfg.file_lock_timeout_seconds),
         audit_max_entries: cfg.eviction_audit_max_entries,
         access_half_life_days: cfg.eviction_access_half_life_days as f64,
-        cache_max_scopes: deermem_storage_file::DEFAULT_CACHE_MAX_SCOPES,
+        cache_max_scopes: cfg.cache_max_scopes,
         rebuild_batch_facts: deermem_storage_file::DEFAULT_REBUILD_BATCH_FACTS,
     };
     Ok(FileMemoryStorage::new(config, clock, retrieval)?)

@@ -123,6 +123,7 @@ const TOP: &[(&str, Shown)] = &[
     ("consolidation_max_groups_per_cycle", Leaf),
     ("consolidation_max_sources", Leaf),
     ("watermark_max_keys", Leaf),
+    ("cache_max_scopes", Leaf),
     ("patterns_dir", Leaf),
     ("prompts_dir", Leaf),
     ("model", Object(MODEL)),

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::caches::CacheBound;
 use crate::config::MemoryMode;
 use crate::document::PublicMemoryDocument;
 use crate::error::ManagerError;
@@ -313,6 +314,14 @@ pub trait MemoryManager: Send + Sync + Debug {
     /// there was none, and for backends that keep no such record.
     fn last_backend_failure(&self) -> Option<BackendFailure> {
         None
+    }
+
+    /// The bounds of the backend's in-process caches and tables that could otherwise grow with
+    /// the users or facts it serves (see [`CacheBound`]), from its configured values, with what
+    /// each holds now when that is cheap to know. Empty (the default) for a backend that keeps
+    /// no such cache in this process (a remote server's memory is its own).
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        Vec::new()
     }
 
     /// Releases resources. Idempotent.

@@ -4,6 +4,7 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 
+use crate::caches::CacheBound;
 use crate::error::RetrievalError;
 use crate::fact::Fact;
 use crate::ids::Scope;
@@ -110,6 +111,12 @@ pub trait Retrieval: Send + Sync + Debug {
     /// the storage rebuilds it from the canonical files before searching it. Adapters that
     /// apply writes before returning report nothing (the default).
     fn take_stale_scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
+
+    /// The bounds of the index's in-process caches (a database's page cache, decoded rows, a
+    /// query-embedding cache; see [`CacheBound`]). Empty by default.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
         Vec::new()
     }
 }

@@ -318,6 +318,12 @@ pub trait RunEventStore: Send + Sync + fmt::Debug {
         run_id: &str,
         query: &EventQuery,
     ) -> Result<EventsLookup, JournalError>;
+
+    /// The bounds of the store's in-process caches (users' event indexes kept in memory; see
+    /// [`crate::CacheBound`]). Empty by default.
+    fn cache_bounds(&self) -> Vec<crate::CacheBound> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

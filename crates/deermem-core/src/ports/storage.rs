@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::caches::CacheBound;
 use crate::document::{
     ApplyOptions, ChangeResult, ChangeSet, MemoryDocument, SummariesSnapshot, SummaryPatch,
 };
@@ -127,6 +128,12 @@ pub struct MigrationReport {
 pub trait FactRepository: Send + Sync + Debug {
     /// What the adapter supports.
     fn capabilities(&self) -> StorageCapabilities;
+
+    /// The bounds of the adapter's in-process caches, and of the derived index it keeps (see
+    /// [`CacheBound`]). Empty by default.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        Vec::new()
+    }
 
     /// The user's summaries plus the agent's facts (none for `agent == None`), from the cache
     /// when the manifest is unchanged. Runs pending lazy migrations first.

@@ -11,8 +11,8 @@ use deermem_core::config::EmbeddingProvider;
 use deermem_core::policy::substring::{SubstringRules, substring_search};
 use deermem_core::ports::{MemorySearch, ScoredFact, SearchRequest};
 use deermem_core::{
-    AgentName, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport, Scope,
-    SearchMode, SearchQuery, UserId,
+    AgentName, CacheBound, Fact, FactId, InvalidInputCode, ManagerError, MatchType, RebuildReport,
+    Scope, SearchMode, SearchQuery, UserId,
 };
 use deermem_pycompat::py;
 use lru::LruCache;
@@ -69,7 +69,16 @@ impl WarmState {
     fn fully(&self) -> bool {
         self.lock().fully
     }
+
+    /// The scopes remembered as warmed, and their bound.
+    pub(super) fn cache_bound(&self) -> CacheBound {
+        let held = self.lock().scopes.len();
+        CacheBound::entries(WARM_SCOPES_NAME, WARM_SCOPES_CAP, Some(held))
+    }
 }
+
+/// The name the warmed-scope bookkeeping is reported under.
+pub(crate) const WARM_SCOPES_NAME: &str = "engine.warmed_scopes";
 
 /// The manager's substring path: every fact of the bucket whose content contains the stripped,
 /// lower-cased query (and whose category matches), by bounded confidence, highest first

@@ -34,8 +34,9 @@ pub struct FileStorageConfig {
 /// The default [`FileStorageConfig::rebuild_batch_facts`].
 pub const DEFAULT_REBUILD_BATCH_FACTS: usize = 4096;
 
-/// The default [`FileStorageConfig::cache_max_scopes`]: about 100 MiB of 100-fact scopes.
-pub const DEFAULT_CACHE_MAX_SCOPES: usize = 1024;
+/// The default [`FileStorageConfig::cache_max_scopes`] (`backend_config.cache_max_scopes`):
+/// about 100 MiB of 100-fact scopes.
+pub const DEFAULT_CACHE_MAX_SCOPES: usize = deermem_core::config::DEFAULT_CACHE_MAX_SCOPES;
 
 impl FileStorageConfig {
     /// The reference defaults for a root directory.
@@ -75,7 +76,7 @@ impl FileStorageConfig {
             lock_timeout: Duration::from_secs(cfg.file_lock_timeout_seconds),
             audit_max_entries: cfg.eviction_audit_max_entries,
             access_half_life_days: cfg.eviction_access_half_life_days as f64,
-            cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
+            cache_max_scopes: cfg.cache_max_scopes,
             rebuild_batch_facts: DEFAULT_REBUILD_BATCH_FACTS,
         })
     }
@@ -93,6 +94,7 @@ mod tests {
             eviction_access_half_life_days: 12,
             strict_user_scope: true,
             manifest_filename: "index.json".into(),
+            cache_max_scopes: 5,
             ..DeerMemConfig::default()
         };
         let env = |k: &str| (k == "DEERMEM_DATA_DIR").then(|| "/data/dm".to_owned());
@@ -106,6 +108,7 @@ mod tests {
         assert_eq!(c.access_half_life_days, 12.0);
         assert!(c.strict_user_scope);
         assert_eq!(c.manifest_filename, "index.json");
+        assert_eq!(c.cache_max_scopes, 5);
         let c = FileStorageConfig::from_deermem(&cfg, &no_env, &home).unwrap();
         assert_eq!(c.root, PathBuf::from("/home/u/.deermem"));
         assert!(FileStorageConfig::from_deermem(&cfg, &no_env, &no_home).is_err());

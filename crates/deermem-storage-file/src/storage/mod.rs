@@ -35,6 +35,7 @@ use crate::paths::{self, Layout};
 pub use admin::{IndexVerification, StaleScope};
 pub use cache::CacheUsage;
 pub use config::{DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileStorageConfig};
+pub use repository::SCOPE_CACHE_NAME;
 pub use snapshot::INCOMPLETE_MARKER;
 
 /// A scope whose index may disagree with its files.

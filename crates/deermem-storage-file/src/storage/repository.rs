@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use async_trait::async_trait;
 use deermem_core::ports::{FactRepository, ListQuery, ScopedSearch, StorageCapabilities};
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, StorageError,
-    UserId,
+    AgentName, ApplyOptions, CacheBound, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument,
+    StorageError, UserId,
 };
 
 use super::FileMemoryStorage;
@@ -16,8 +16,25 @@ use super::write::ClearProgress;
 use crate::commit::CommitRequest;
 use crate::markdown;
 
+/// The name the load cache is reported under ([`FactRepository::cache_bounds`]).
+pub const SCOPE_CACHE_NAME: &str = "file_storage.scopes";
+
 #[async_trait]
 impl FactRepository for FileMemoryStorage {
+    /// The load cache (`cache_max_scopes` scope documents) and the index's caches.
+    fn cache_bounds(&self) -> Vec<CacheBound> {
+        let usage = self.cache_usage();
+        let mut out = vec![CacheBound::entries(
+            SCOPE_CACHE_NAME,
+            usage.max_scopes,
+            Some(usage.scopes),
+        )];
+        if let Some(retrieval) = &self.inner.retrieval {
+            out.extend(retrieval.cache_bounds());
+        }
+        out
+    }
+
     fn capabilities(&self) -> StorageCapabilities {
         let retrieval = self.inner.retrieval.is_some();
         let mut names: BTreeSet<String> = [

@@ -124,6 +124,15 @@ async fn the_cache_holds_at_most_its_configured_scopes() {
         let usage = s.cache_usage();
         assert!(usage.scopes <= 3, "{usage:?}");
         assert_eq!(usage.max_scopes, 3);
+        // The port reports the same bound and size (no index: nothing else).
+        assert_eq!(
+            s.cache_bounds(),
+            vec![deermem_core::CacheBound::entries(
+                deermem_storage_file::SCOPE_CACHE_NAME,
+                3,
+                Some(usage.scopes)
+            )]
+        );
     }
     assert_eq!(s.cache_usage().scopes, 3);
     let first = user("u0@example.com");

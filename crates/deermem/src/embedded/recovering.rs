@@ -200,6 +200,17 @@ impl Retrieval for RecoveringFts5 {
             .unwrap_or_default()
     }
 
+    /// The open index's caches; while it is not open, the bounds it opens with (nothing held).
+    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        match self.lock().index.as_ref() {
+            Some(index) => index.cache_bounds(),
+            None => deermem_retrieval_fts5::cache_bounds(
+                &deermem_retrieval_fts5::Fts5Options::default(),
+                Some(0),
+            ),
+        }
+    }
+
     async fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
