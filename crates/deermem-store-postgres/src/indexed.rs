@@ -44,6 +44,12 @@ impl PgIndexedStorage {
 
 #[async_trait]
 impl FactRepository for PgIndexedStorage {
+    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        let mut out = self.storage.cache_bounds();
+        out.extend(self.retrieval.cache_bounds());
+        out
+    }
+
     fn capabilities(&self) -> StorageCapabilities {
         self.storage.capabilities()
     }

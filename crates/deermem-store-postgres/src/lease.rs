@@ -155,6 +155,24 @@ struct Waiter {
 }
 
 impl LeaseHub {
+    /// The bounds of the holder's tables: the leases it holds and the revocations it
+    /// remembers (reported in `GET /api/memory/status`).
+    pub(crate) fn cache_bounds(&self) -> [deermem_core::CacheBound; 2] {
+        let state = self.state.lock();
+        [
+            deermem_core::CacheBound::entries(
+                "postgres.leases",
+                MAX_LEASES,
+                Some(state.leases.len()),
+            ),
+            deermem_core::CacheBound::entries(
+                "postgres.revocations",
+                MAX_REMEMBERED,
+                Some(state.revoked_at.len()),
+            ),
+        ]
+    }
+
     pub(crate) fn new(lease: Duration, eager: bool, mut connector: Connector) -> Arc<Self> {
         let (stop, _) = watch::channel(());
         let holder = uuid::Uuid::new_v4().simple().to_string();

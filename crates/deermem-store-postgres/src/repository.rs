@@ -562,6 +562,19 @@ async fn forget_metadata(
 
 #[async_trait]
 impl FactRepository for PgStorage {
+    /// The scope cache (its own bound: `cache_max_scopes` does not reach this adapter yet) and
+    /// the lease holder's tables.
+    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        let scopes = self.cache.lock().len();
+        let mut out = vec![deermem_core::CacheBound::entries(
+            "postgres.scopes",
+            CACHE_MAX_SCOPES,
+            Some(scopes),
+        )];
+        out.extend(self.store.leases().cache_bounds());
+        out
+    }
+
     fn capabilities(&self) -> StorageCapabilities {
         StorageCapabilities {
             names: [

@@ -217,6 +217,23 @@ async fn a_warm_load_under_a_lease_needs_no_connection() {
     let other = UserId::new("carol").unwrap();
     assert!(s.load(Some(&other), Some(&agent)).await.is_err());
     drop(held);
+    // What `/api/memory/status` shows of this replica: the scope cache and the lease table
+    // hold the warm user, within their bounds.
+    let bounds = s.cache_bounds();
+    let find = |name: &str| {
+        bounds
+            .iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("{name} missing from {bounds:?}"))
+            .clone()
+    };
+    let scopes = find("postgres.scopes");
+    assert_eq!(scopes.bound, Some(4096));
+    assert!(scopes.current.is_some_and(|n| n >= 1), "{scopes:?}");
+    let leases = find("postgres.leases");
+    assert_eq!(leases.bound, Some(8192));
+    assert!(leases.current.is_some_and(|n| n >= 1), "{leases:?}");
+    assert_eq!(find("postgres.revocations").bound, Some(8192));
 }
 
 /// A holder that dies holding a lease (its listener gone, its lease row left behind) delays a
