@@ -267,7 +267,9 @@ fn postgres_workloads_run_at_smoke_size() {
             "get_context",
             "get_context_revision_check",
             "gateway_get",
-            "gateway_post"
+            "gateway_post",
+            "write_replicas",
+            "write_replicas_revision_check"
         ]
     );
     for (name, r) in w {

@@ -4,7 +4,9 @@
 //! and `get_context`, `gateway_get`, `gateway_post` as the file store runs them (the DeerMem
 //! manager, and the gateway's router on loopback, over `PgStorage`). The storage keeps its
 //! cache coherent with read leases (the default); `load_scope_warm_revision_check` and
-//! `get_context_revision_check` run the same with `coherence: revision_check`. Each runs against its own throwaway cluster started with the machine's PostgreSQL
+//! `get_context_revision_check` run the same with `coherence: revision_check`;
+//! `write_replicas` and `write_replicas_revision_check` measure what each mode costs writers
+//! when three replicas write and read the same user. Each runs against its own throwaway cluster started with the machine's PostgreSQL
 //! binaries with durable settings (`fsync`, full-page writes and `synchronous_commit` on), over
 //! loopback TCP, and removed afterwards.
 
@@ -23,7 +25,7 @@ use crate::corpus;
 use crate::stats::{Recorder, WorkloadResult};
 
 /// Every PostgreSQL workload, in the order the report lists them.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 12] = [
     "write_fact",
     "load_scope_cold",
     "load_scope_warm",
@@ -34,6 +36,8 @@ pub const NAMES: [&str; 10] = [
     "get_context_revision_check",
     "gateway_get",
     "gateway_post",
+    "write_replicas",
+    "write_replicas_revision_check",
 ];
 
 /// A durable throwaway cluster with DeerMem's schema migrated.
@@ -164,6 +168,8 @@ pub async fn run(name: &str, env: &Env) -> Result<WorkloadResult> {
         }
         "gateway_get" => super::gateway::get_on(env, Arc::new(db.storage())).await,
         "gateway_post" => super::gateway::post_on(env, Arc::new(db.storage())).await,
+        "write_replicas" => write_replicas(&db, env, Coherence::Lease).await,
+        "write_replicas_revision_check" => write_replicas(&db, env, Coherence::RevisionCheck).await,
         other => anyhow::bail!(
             "unknown postgres workload {other:?} (known: {})",
             NAMES.join(", ")
@@ -286,4 +292,73 @@ async fn revision_check(db: &Db, env: &Env) -> Result<WorkloadResult> {
     }
     ensure!(last >= 1, "the seeded user has a revision");
     Ok(rec.finish(n, Duration::ZERO))
+}
+
+/// Three replicas (each a store and pool of its own, as three `deermem serve` processes) and 8
+/// writers on one user: writer `i` goes through replica `i % 3` and, as a gateway answering a
+/// create with the document does, loads the user after each create. Under read leases every
+/// load takes a lease that the next create through another replica must revoke (a round trip
+/// to the holder); under `revision_check` a load reads the user's row instead. `ops_per_sec` is
+/// creates per second; every create must be stored, and none may surface a conflict.
+async fn write_replicas(db: &Db, env: &Env, coherence: Coherence) -> Result<WorkloadResult> {
+    const REPLICAS: usize = 3;
+    const WRITERS: usize = 8;
+    let mut replicas = Vec::with_capacity(REPLICAS);
+    for _ in 0..REPLICAS {
+        replicas.push(Arc::new(db.storage_with(coherence).await?));
+    }
+    let user = UserId::new("replicas@bench.example")?;
+    let agent = AgentName::default_bucket();
+    let n = env.sizes.write_fact.max(WRITERS);
+    let per = n.div_ceil(WRITERS);
+    let mut drafts = env.drafts(n)?;
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let take = per.min(drafts.len());
+        let mine: Vec<_> = drafts.drain(..take).collect();
+        let storage = Arc::clone(&replicas[w % REPLICAS]);
+        let (user, agent) = (user.clone(), agent.clone());
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(mine.len());
+            for d in mine {
+                let t = Instant::now();
+                storage
+                    .upsert_fact(Some(&user), &agent, d, None, None)
+                    .await
+                    .context("create")?;
+                samples.push(t.elapsed());
+                storage
+                    .load(Some(&user), Some(&agent))
+                    .await
+                    .context("load")?;
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut rec = Recorder::start(n);
+    while let Some(r) = set.join_next().await {
+        for s in r.context("writer task")?? {
+            rec.push(s);
+        }
+    }
+    let elapsed = started.elapsed();
+    let doc = replicas[0].reload(Some(&user), Some(&agent)).await?;
+    ensure!(
+        doc.facts.len() == n,
+        "{} facts after {n} acknowledged creates",
+        doc.facts.len()
+    );
+    let mut r = rec.finish(n, Duration::ZERO);
+    r.elapsed = elapsed;
+    Ok(r.with("replicas", REPLICAS.into())
+        .with("writers", WRITERS.into())
+        .with(
+            "coherence",
+            match coherence {
+                Coherence::Lease => "lease",
+                Coherence::RevisionCheck => "revision_check",
+            }
+            .into(),
+        ))
 }
