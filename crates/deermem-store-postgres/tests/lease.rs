@@ -592,3 +592,35 @@ async fn expired_lease_rows_are_swept() {
     }
     assert_eq!(left, 0, "the expired row is still there");
 }
+
+/// A replica in lease mode holds at most `pool_size` pooled connections plus its listener's:
+/// the connection of the start-up migration went back to the pool (docs/postgres.md,
+/// "Connections"; it once stayed open beside the pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_mode_replica_holds_its_pool_and_one_listener_connection_at_most() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    // `replica` migrates the schema first, as a replica starting up does; pool of 3.
+    let (store, s) = replica(cluster.url(), &schema, 60.0).await;
+    let user = UserId::new("dora").unwrap();
+    let agent = AgentName::parse("coder").unwrap();
+    s.upsert_fact(Some(&user), &agent, draft("kept"), None, None)
+        .await
+        .unwrap();
+    until_warm(&store, &s, &user, &agent).await;
+    // Every pooled connection in use at once.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(store.client().await.unwrap());
+    }
+    let open: i64 = held[0]
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deermem%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 3 + 1, "pool_size 3 plus the lease listener");
+    drop(held);
+}
