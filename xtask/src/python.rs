@@ -159,6 +159,9 @@ fn build_wheel(root: &Path, tools: &Path) -> Result<PathBuf, String> {
             .arg(&out)
             .arg(root.join("crates/deermem-py"))
             .current_dir(root)
+            // The backend runs `maturin` by name: the tools' environment comes first on PATH,
+            // as it would for an activated environment.
+            .env("PATH", path_with(&tools.join("bin")))
             .env("MATURIN_PEP517_ARGS", "--locked")
             .env("PYO3_BUILD_EXTENSION_MODULE", "1"),
     )?;
@@ -175,6 +178,15 @@ fn build_wheel(root: &Path, tools: &Path) -> Result<PathBuf, String> {
             out.display()
         )),
     }
+}
+
+/// `PATH` with `dir` in front.
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut parts = vec![dir.to_path_buf()];
+    if let Some(old) = std::env::var_os("PATH") {
+        parts.extend(std::env::split_paths(&old));
+    }
+    std::env::join_paths(parts).unwrap_or_else(|_| dir.as_os_str().to_owned())
 }
 
 /// The smallest program that proves the package works where it was installed.
