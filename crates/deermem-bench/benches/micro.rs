@@ -118,6 +118,7 @@ fn bench_gates(c: &mut Criterion) {
                 config: &cfg,
                 now: now(),
                 thread_id: "thread-1",
+                turns: &[],
                 signals: SignalSet::default(),
                 scope: &scope,
                 usage: &usage,

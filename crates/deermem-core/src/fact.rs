@@ -89,6 +89,9 @@ impl FactScope {
     }
 }
 
+/// The source key listing the journal turns whose commit wrote a fact.
+pub const TURN_IDS_KEY: &str = "turnIds";
+
 /// Where a fact came from, kept structured in storage (`{type, threadId, ...}`) and projected to
 /// a single string for the public API.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +112,29 @@ impl FactSource {
         m.insert("type".into(), Value::String("conversation".into()));
         m.insert("threadId".into(), Value::String(thread_id.into()));
         Self(m)
+    }
+
+    /// The same source carrying the journal turns whose commit wrote the fact (`turnIds`): a
+    /// turn replayed after a crash between its commit and its done-mark finds its id here and
+    /// is not extracted again. An empty list leaves the source as it is.
+    #[must_use]
+    pub fn with_turns(mut self, turns: &[String]) -> Self {
+        if !turns.is_empty() {
+            let ids = turns.iter().cloned().map(Value::String).collect();
+            self.0.insert(TURN_IDS_KEY.into(), Value::Array(ids));
+        }
+        self
+    }
+
+    /// The journal turn ids recorded by [`FactSource::with_turns`] (strings only; anything else
+    /// a hand edit left there is ignored).
+    pub fn turn_ids(&self) -> impl Iterator<Item = &str> {
+        self.0
+            .get(TURN_IDS_KEY)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
     }
 
     /// A manually created fact.

@@ -188,6 +188,7 @@ impl UpdatePipeline {
             trace_id: s.trace_id,
             bypass_watermark: false,
             signals,
+            turns: Vec::new(),
         };
         let mut request = request;
         request.bypass_watermark = emergency;

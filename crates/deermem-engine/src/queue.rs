@@ -695,7 +695,13 @@ async fn process(
     let thread = p.request.thread_id.clone();
     let journaled = turns.filter(|_| !p.turns.is_empty());
     let retry_copy = journaled.as_ref().map(|_| p.request.clone());
-    match processor.process(p.request).await {
+    let mut request = p.request;
+    if journaled.is_some() {
+        // The facts it creates record these turns, so that a replay of them after a crash
+        // between the commit and the done-mark is recognised and not extracted again.
+        request.turns = p.turns.iter().map(ToString::to_string).collect();
+    }
+    match processor.process(request).await {
         Ok(outcome) => {
             tracing::debug!(thread_id = %thread, status = ?outcome.status, "memory update processed");
             if let Some(log) = &journaled {

@@ -62,6 +62,7 @@ pub fn request_of(item: &TurnItem) -> UpdateRequest {
         trace_id: identity.trace_id.clone(),
         bypass_watermark: identity.emergency,
         signals,
+        turns: Vec::new(),
     }
 }
 

@@ -138,6 +138,7 @@ async fn configured_dirs_are_loaded_and_must_be_complete() {
         trace_id: None,
         bypass_watermark: false,
         signals: SignalSet::new(),
+        turns: Vec::new(),
     };
     updater.update(req).await.unwrap();
     let sent = &llm.requests()[0];
@@ -195,6 +196,7 @@ async fn hostile_ids_and_values_from_the_model_change_nothing() {
         trace_id: None,
         bypass_watermark: false,
         signals: SignalSet::new(),
+        turns: Vec::new(),
     };
     let out = updater.update(req).await.unwrap();
     assert!(matches!(out.status, UpdateStatus::Committed { .. }));

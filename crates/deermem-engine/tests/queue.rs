@@ -100,6 +100,7 @@ fn item(thread: &str, user: Option<&str>, agent: Option<&str>, text: &str) -> Up
         trace_id: None,
         bypass_watermark: false,
         signals: SignalSet::new(),
+        turns: Vec::new(),
     }
 }
 

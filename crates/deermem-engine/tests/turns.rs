@@ -3,7 +3,8 @@
 //! then dead-lettered, and `retry` applies the turn; a second manager over the same root replays
 //! what the first one accepted but never processed; a turn the queue cannot take (at its depth)
 //! is kept in the journal and applied later, never acknowledged and lost; `queue.durable: false`
-//! writes no journal.
+//! writes no journal; a turn replayed after its commit (its done-mark lost in a crash) is
+//! recognised by its id in the facts' sources and not extracted again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{a, answer, clock, h, labelled};
-use deermem_core::ports::turn_journal::{TurnFilter, TurnState};
+use deermem_core::ports::turn_journal::{NewTurn, TurnFilter, TurnState};
 use deermem_core::ports::{AddRequest, MemoryManager, MemoryScope, TurnJournal};
 use deermem_core::{AgentName, DeerMemConfig, LlmError, UserId};
 use deermem_engine::{DeerMemManager, DeerMemParts, QueueConfig};
@@ -334,4 +335,76 @@ async fn a_turn_refused_for_queue_depth_is_kept_in_the_journal_and_applied_later
     let mut got = facts(&m).await;
     got.sort();
     assert_eq!(got, ["User lives in Lyon", "User prefers tea"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_replayed_after_its_commit_is_recognised_by_its_id_and_not_extracted_again() {
+    let env = Env::new();
+    let item = {
+        let journal = env.journal().await;
+        let llm = Arc::new(ScriptedLlm::always(answer(&[labelled(
+            "User prefers tea",
+            0.9,
+        )])));
+        let m = env.manager(
+            llm.clone(),
+            Some(journal.clone()),
+            DeerMemConfig::default(),
+            false,
+        );
+        m.add(request("t1", "I prefer tea")).await.unwrap();
+        let item = journal
+            .list(&TurnFilter::default())
+            .await
+            .unwrap()
+            .remove(0);
+        assert!(m.shutdown_flush(Duration::from_secs(30)).await);
+        assert_eq!(llm.calls(), 1);
+        let doc = m
+            .storage()
+            .load(Some(&alice()), Some(&AgentName::default_bucket()))
+            .await
+            .unwrap();
+        let recorded: Vec<&str> = doc.facts[0].source.turn_ids().collect();
+        assert_eq!(recorded, [item.id().as_str()], "the fact records its turn");
+        item
+    };
+    // The crash between the commit and the done-mark: the journal holds the committed turn.
+    let journal = env.journal().await;
+    journal
+        .append(NewTurn {
+            identity: item.identity.clone(),
+            messages: item.messages.clone(),
+            accepted_at: item.accepted_at,
+        })
+        .await
+        .unwrap();
+    // The model would phrase the same fact differently this time (the content dedup gate would
+    // let that through); the replay must not ask it at all.
+    let rephrasing = Arc::new(ScriptedLlm::always(answer(&[labelled(
+        "The user likes drinking tea",
+        0.9,
+    )])));
+    let m = env.manager(
+        rephrasing.clone(),
+        Some(journal.clone()),
+        DeerMemConfig::default(),
+        true,
+    );
+    m.turns_recovered().await;
+    assert!(m.shutdown_flush(Duration::from_secs(30)).await);
+    assert_eq!(
+        rephrasing.calls(),
+        0,
+        "an applied turn is not extracted again"
+    );
+    assert_eq!(facts(&m).await, ["User prefers tea"]);
+    assert!(
+        journal
+            .list(&TurnFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "the replayed turn is marked done"
+    );
 }

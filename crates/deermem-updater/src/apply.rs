@@ -38,6 +38,8 @@ pub struct ApplyContext<'a> {
     pub now: Timestamp,
     /// The conversation the proposal came from (the new facts' source).
     pub thread_id: &'a str,
+    /// The journal turns the proposal stands for, recorded in the new facts' source.
+    pub turns: &'a [String],
     /// Signals of the extraction batch (the reinforcement gate reads them).
     pub signals: SignalSet,
     /// The scope the facts belong to.
@@ -583,10 +585,10 @@ impl<'a> Builder<'a> {
 
     fn source(&self) -> FactSource {
         if self.ctx.thread_id.is_empty() {
-            FactSource::unknown()
+            FactSource::unknown().with_turns(self.ctx.turns)
         } else {
             // Structured, so a thread literally named "manual" stays a conversation source.
-            FactSource::conversation(self.ctx.thread_id)
+            FactSource::conversation(self.ctx.thread_id).with_turns(self.ctx.turns)
         }
     }
 

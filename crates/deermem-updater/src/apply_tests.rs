@@ -80,6 +80,7 @@ impl Fx {
             config: &self.cfg,
             now: self.now,
             thread_id: "thread-1",
+            turns: &[],
             signals: self.signals,
             scope: &s,
             usage: &self.usage,

@@ -586,6 +586,7 @@ mod tests {
             config: &cfg,
             now: crate::testutil::ts("2026-06-02T00:00:00Z"),
             thread_id: "t",
+            turns: &[],
             signals: crate::signals::SignalSet::new(),
             scope: &s,
             usage: &usage,

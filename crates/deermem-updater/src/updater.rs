@@ -47,6 +47,11 @@ pub struct UpdateRequest {
     pub bypass_watermark: bool,
     /// Signals seen at admission (kept for logs; the gates use the batch's own signals).
     pub signals: SignalSet,
+    /// The journal turns this request stands for (empty when turns are not durable). The facts
+    /// it creates record them in their source (`turnIds`); a request whose every turn is found
+    /// there was committed before (a replay after a crash between the commit and the journal's
+    /// done-mark) and is not extracted again.
+    pub turns: Vec<String>,
 }
 
 /// What an update did.
@@ -58,6 +63,9 @@ pub enum UpdateStatus {
     NothingToExtract,
     /// The proposal changed nothing.
     NoChange,
+    /// Every journal turn of the request is already recorded in the scope's facts: its commit
+    /// happened before (the replay of a turn whose done-mark was lost); nothing was asked.
+    AlreadyApplied,
     /// The change set was committed at this shared revision.
     Committed {
         /// The shared revision after the commit.
@@ -356,6 +364,11 @@ impl MemoryUpdater {
         let user = req.user.as_ref();
         let agent = &req.agent;
         let snapshot = self.storage.load(user, Some(agent)).await?;
+        if already_applied(&snapshot, &req.turns) {
+            tracing::info!(turns = ?req.turns, "the journal turns of this update were committed before (found in the facts' sources); not extracting them again");
+            self.advance(&req, key);
+            return Ok(UpdateOutcome::simple(UpdateStatus::AlreadyApplied));
+        }
         let request = ProposalRequest {
             memory: &snapshot,
             feed: &feed,
@@ -496,6 +509,7 @@ impl MemoryUpdater {
                 config: &self.config,
                 now,
                 thread_id: &req.thread_id,
+                turns: &req.turns,
                 signals,
                 scope: &scope,
                 usage: &usage,
@@ -548,6 +562,13 @@ impl MemoryUpdater {
                             .load(user, Some(agent))
                             .await
                             .map_err(|e| (UpdaterError::Storage(e), last_metrics))?;
+                        if already_applied(&snapshot, &req.turns) {
+                            // Another process committed these very turns meanwhile.
+                            return Ok(UpdateOutcome {
+                                attempts: attempt,
+                                ..UpdateOutcome::simple(UpdateStatus::AlreadyApplied)
+                            });
+                        }
                         continue;
                     }
                     Err(e) if e.is_conflict() => {
@@ -571,6 +592,17 @@ impl MemoryUpdater {
             });
         }
     }
+}
+
+/// Whether every one of `turns` (none: never) is recorded in a fact of `doc` (`turnIds` of its
+/// source).
+fn already_applied(doc: &MemoryDocument, turns: &[String]) -> bool {
+    if turns.is_empty() {
+        return false;
+    }
+    let recorded: std::collections::HashSet<&str> =
+        doc.facts.iter().flat_map(|f| f.source.turn_ids()).collect();
+    turns.iter().all(|t| recorded.contains(t.as_str()))
 }
 
 /// Something that processes queued conversations (the updater, or a test double).

@@ -82,6 +82,7 @@ fn req(thread: &str, messages: Vec<Message>) -> UpdateRequest {
         trace_id: Some("trace-1".into()),
         bypass_watermark: false,
         signals: SignalSet::new(),
+        turns: Vec::new(),
     }
 }
 
@@ -680,4 +681,65 @@ async fn rejection_warnings_are_logged() {
         text.contains("scope-gate rejection rate 100% exceeds 60%"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn journal_turns_are_recorded_and_a_request_of_applied_turns_asks_nothing() {
+    let r = rig(&[
+        answer(&[labelled("User prefers tabs", 0.9)]),
+        answer(&[labelled("User likes tab indentation", 0.9)]),
+        answer(&[labelled("User writes Rust", 0.9)]),
+    ]);
+    let mut first = req("t1", turn());
+    first.turns = vec!["turn_a".into()];
+    let out = r.updater.update(first.clone()).await.unwrap();
+    assert!(matches!(out.status, UpdateStatus::Committed { .. }));
+    let doc = r
+        .storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap();
+    let recorded: Vec<&str> = doc.facts[0].source.turn_ids().collect();
+    assert_eq!(recorded, ["turn_a"]);
+    assert_eq!(doc.facts[0].source.thread_id(), Some("t1"));
+    // The same turn replayed in a fresh process (no watermark): the model would rephrase, but
+    // it is not asked, and nothing is written.
+    let fresh = MemoryUpdater::builder(Arc::new(config()), r.storage.clone(), clock())
+        .language_model(Some(r.llm.clone()))
+        .id_source(counter_ids())
+        .build();
+    let out = fresh.update(first).await.unwrap();
+    assert_eq!(out.status, UpdateStatus::AlreadyApplied);
+    assert_eq!(r.llm.calls(), 1);
+    assert_eq!(contents(&r).await, ["User prefers tabs"]);
+    // A request standing for an applied turn and a new one is extracted (the dedup gates
+    // guard what the applied one wrote).
+    let mut later = turn();
+    later.extend([h("m3", "I also like tab indentation"), a("m4", "Noted")]);
+    let mut merged = req("t1", later);
+    merged.turns = vec!["turn_a".into(), "turn_b".into()];
+    let out = fresh.update(merged).await.unwrap();
+    assert!(
+        matches!(out.status, UpdateStatus::Committed { .. }),
+        "{out:?}"
+    );
+    assert_eq!(r.llm.calls(), 2);
+    // Without journal turns (not durable) nothing is recorded and nothing is skipped.
+    let out = fresh.update(req("t2", turn())).await.unwrap();
+    assert!(
+        matches!(out.status, UpdateStatus::Committed { .. }),
+        "{out:?}"
+    );
+    let doc = r
+        .storage
+        .load(Some(&alice()), Some(&AgentName::default_bucket()))
+        .await
+        .unwrap();
+    let plain = doc
+        .facts
+        .iter()
+        .find(|f| f.content == "User writes Rust")
+        .unwrap();
+    assert_eq!(plain.source.turn_ids().count(), 0);
+    assert!(!plain.source.as_map().contains_key("turnIds"));
 }

@@ -105,6 +105,7 @@ pub(crate) async fn run(env: &Env) -> Result<WorkloadResult> {
         trace_id: None,
         bypass_watermark: true,
         signals: SignalSet::default(),
+        turns: Vec::new(),
     };
     let n = env.sizes.apply_update;
     let mut untimed = Duration::ZERO;

@@ -191,11 +191,13 @@ impl DeerMemManager {
                 trace_id: submission.trace_id,
                 bypass_watermark: true,
                 signals,
+                turns: Vec::new(),
             })
             .await
             .map_err(updater_error)?;
         let status = match outcome.status {
-            UpdateStatus::NothingNew => IngestStatus::NothingNew,
+            // Ingest sends no journal turns, so nothing can be found applied.
+            UpdateStatus::NothingNew | UpdateStatus::AlreadyApplied => IngestStatus::NothingNew,
             UpdateStatus::NothingToExtract => IngestStatus::NothingToExtract,
             UpdateStatus::NoChange => IngestStatus::NoChange,
             UpdateStatus::Committed { revision } => IngestStatus::Committed { revision },
