@@ -330,17 +330,37 @@ impl Engine {
             trace_id,
         };
         let m = &shared.manager;
-        let result = if nowait {
-            shared.run(py, m.add_nowait(request))
-        } else {
-            shared.run(py, m.add(request))
-        };
-        match result {
-            // DeerFlow's `add` never raises for backpressure: a turn refused because too many
-            // turn bytes are pending is logged (by the engine) and dropped, as the reference
-            // drops a turn its full queue refuses.
-            Err(deermem_core::ManagerError::Overloaded { .. }) => Ok(()),
-            other => other.map_err(|e| errors::to_py(py, e)),
+        // A turn refused because too many turn bytes are pending is offered again every
+        // ADMISSION_POLL for up to ADMISSION_WAIT (pending turns drain meanwhile); if it still
+        // cannot be kept, `add` raises instead of returning as if it had been (the reference
+        // drops such a turn silently).
+        let started = std::time::Instant::now();
+        loop {
+            let attempt = request.clone();
+            let result = if nowait {
+                shared.run(py, m.add_nowait(attempt))
+            } else {
+                shared.run(py, m.add(attempt))
+            };
+            match result {
+                Err(deermem_core::ManagerError::Overloaded { .. })
+                    if started.elapsed() < ADMISSION_WAIT =>
+                {
+                    py.detach(|| std::thread::sleep(ADMISSION_POLL));
+                    py.check_signals()?;
+                }
+                Err(deermem_core::ManagerError::Overloaded { message, .. }) => {
+                    return Err(errors::package_error(
+                        py,
+                        "MemoryManagerError",
+                        format!(
+                            "{message} (still refused after {} s: the turn was not kept)",
+                            ADMISSION_WAIT.as_secs()
+                        ),
+                    ));
+                }
+                other => return other.map_err(|e| errors::to_py(py, e)),
+            }
         }
     }
 
@@ -744,6 +764,11 @@ fn confidence_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
 /// Import facts converted with the GIL held before each hand-over to the trim, which runs
 /// without it.
 const IMPORT_CHUNK: usize = 256;
+
+/// How long `add` keeps offering a turn refused for the pending-byte limits before it raises.
+const ADMISSION_WAIT: Duration = Duration::from_secs(5);
+/// The pause between two offers of a refused turn.
+const ADMISSION_POLL: Duration = Duration::from_millis(100);
 
 /// Hands the converted facts to the trim with the GIL released.
 fn push_chunk(

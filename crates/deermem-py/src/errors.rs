@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 const CLASS_NAME: &str = "DeerMemManager";
 
 /// An exception of `deermem_rs._errors` (the DeerFlow classes when DeerFlow is importable).
-fn package_error(py: Python<'_>, class: &str, message: String) -> PyErr {
+pub(crate) fn package_error(py: Python<'_>, class: &str, message: String) -> PyErr {
     let made = py
         .import("deermem_rs._errors")
         .and_then(|m| m.getattr(class))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -130,18 +131,43 @@ def test_add_nowait_is_processed_without_waiting_for_the_debounce(make, root):
     assert wait_for(lambda: m.get_memory(user_id="bob")["facts"]), "the emergency item ran at once"
 
 
-def test_a_turn_beyond_the_pending_byte_limit_is_dropped_without_raising(make, root):
+def test_a_turn_beyond_the_pending_byte_limit_raises_instead_of_returning_unkept(make, root):
+    from deermem_rs import MemoryManagerError
+
     m = make(
         backend_config=config(root, debounce_seconds=300, queue_max_pending_bytes_per_user=8192)
     )
     m.add("small", turn("I prefer green tea."), user_id="carl")
-    # Larger than the user's limit: refused by the engine, and like the reference's full queue,
-    # `add` does not raise for it.
-    m.add("big", turn("I prefer oolong. " + "tea " * 4096), user_id="carl")
-    m.add_nowait("big-now", turn("I prefer oolong. " + "tea " * 4096), user_id="carl")
+    # Larger than the user's limit: it can never be queued. `add` offers it again for a few
+    # seconds, then raises: returning would tell the host a turn was kept that was not (the
+    # reference drops it silently).
+    big = turn("I prefer oolong. " + "tea " * 4096)
+    started = time.monotonic()
+    with pytest.raises(MemoryManagerError, match="not kept"):
+        m.add("big", big, user_id="carl")
+    assert time.monotonic() - started >= 4.5, "offered again before giving up"
+    with pytest.raises(MemoryManagerError, match="not kept"):
+        m.add_nowait("big-now", big, user_id="carl")
+    # A turn that fits is still accepted once the pending bytes drained.
     assert m.shutdown_flush(10) is True
     contents = [f["content"] for f in m.get_memory(user_id="carl")["facts"]]
     assert not any("oolong" in c.lower() for c in contents), contents
+    assert any("green tea" in c.lower() for c in contents), contents
+
+
+def test_a_turn_refused_while_the_users_bytes_are_pending_is_kept_once_they_drain(make, root):
+    m = make(
+        backend_config=config(root, debounce_seconds=1, queue_max_pending_bytes_per_user=12000)
+    )
+    first = turn("I prefer oolong tea. " + "tea " * 2000)
+    m.add("first", first, user_id="dora")
+    # Together with the first turn this exceeds the user's limit until the first is processed
+    # (after the one-second debounce): `add` waits for room and returns once the turn is kept.
+    second = turn("I prefer cycling to work. " + "bike " * 1600)
+    m.add("second", second, user_id="dora")
+    assert m.shutdown_flush(20) is True
+    contents = " ".join(f["content"].lower() for f in m.get_memory(user_id="dora")["facts"])
+    assert "oolong" in contents and "cycling" in contents, contents
 
 
 def test_add_rejects_bad_arguments_and_skips_unreadable_messages(make):
