@@ -583,6 +583,8 @@ async fn serve_phase(t: &Target) -> Result<Value> {
 /// A failed phase, or an unwritable report.
 pub fn run(args: &ScaleArgs) -> Result<Value> {
     let base = args.tmpdir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&base)
+        .with_context(|| format!("creating the --tmpdir {}", base.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
