@@ -638,24 +638,36 @@ pub fn run(args: &ScaleArgs) -> Result<Value> {
         }
         put("serve", rt.block_on(serve_phase(&target))?);
         drop(cluster);
+        // The report so far is written before the root is removed (removing a million fact
+        // files takes minutes), so an interrupted run keeps every size it finished.
+        write_report(&report_of(args, &entries, &base), args)?;
         drop(tmp);
     }
-    let report = json!({
+    let report = report_of(args, &entries, &base);
+    print!("{}", table(&report));
+    Ok(report)
+}
+
+fn report_of(args: &ScaleArgs, entries: &[Value], base: &std::path::Path) -> Value {
+    json!({
         "store": args.store.name(),
         "facts_per_user": FACTS_PER_USER,
         "entries": entries,
-        "machine": machine::describe(&base),
-    });
-    print!("{}", table(&report));
+        "machine": machine::describe(base),
+    })
+}
+
+/// Writes `--json` and `--svg` (when asked for).
+fn write_report(report: &Value, args: &ScaleArgs) -> Result<()> {
     if let Some(out) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
+        let text = serde_json::to_string_pretty(report)?;
         std::fs::write(out, text + "\n").with_context(|| format!("writing {}", out.display()))?;
         eprintln!("deermem-bench scale: wrote {}", out.display());
     }
     if let Some(out) = &args.svg {
-        write_chart(&report, out)?;
+        write_chart(report, out)?;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Writes the chart of a scale report.
