@@ -358,9 +358,9 @@ mod cursors {
         let a = super::migrated(cluster.url(), &schema, 2).await;
         let b = super::migrated(cluster.url(), &schema, 2).await;
         let (a, b) = (PgCursors::new(a), PgCursors::new(b));
-        deermem_remote::cursors::contract::check(&a, &b).await;
+        deermem_testkit::cursors::check(&a, &b).await;
         // Hostile keys are bind parameters: stored and found verbatim, nothing else touched.
-        use deermem_remote::CursorStorage as _;
+        use deermem_core::ports::CursorStorage as _;
         let hostile = "x'); DROP TABLE remote_cursors; --";
         a.write(hostile, hostile, b"'\"\\".to_vec()).await.unwrap();
         assert_eq!(

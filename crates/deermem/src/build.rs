@@ -272,7 +272,7 @@ fn remote_cursors(
     config: &MemoryConfig,
     env: &dyn Fn(&str) -> Option<String>,
     backend: &str,
-) -> Result<Option<Arc<dyn deermem_remote::CursorStorage>>, BuildError> {
+) -> Result<Option<Arc<dyn deermem_core::ports::CursorStorage>>, BuildError> {
     let postgres = config
         .backend_config
         .get("storage_class")

@@ -233,7 +233,7 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
 pub fn remote_cursors(
     backend_config: &serde_json::Map<String, serde_json::Value>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Arc<dyn deermem_remote::CursorStorage>, EmbeddedError> {
+) -> Result<Arc<dyn deermem_core::ports::CursorStorage>, EmbeddedError> {
     let selection: serde_json::Map<String, serde_json::Value> = backend_config
         .iter()
         .filter(|(k, _)| matches!(k.as_str(), "storage_class" | "postgres"))
