@@ -302,12 +302,11 @@ impl EmbeddedStorage {
 
     /// Opens the run journal that belongs with this storage: JSONL files under
     /// `{root}/.runs` beside the file store, the `run_events` table in the database for
-    /// PostgreSQL (shared by every replica). Blocking: call it from a thread that is not
-    /// driving an async runtime.
+    /// PostgreSQL (shared by every replica).
     ///
     /// # Errors
     /// The journal cannot be opened (its directory, lock or database).
-    pub fn open_run_journal(
+    pub async fn open_run_journal(
         &self,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<dyn RunEventStore>, EmbeddedError> {
@@ -325,7 +324,7 @@ impl EmbeddedStorage {
                 Ok(Arc::new(journal))
             }
             #[cfg(feature = "store-postgres")]
-            Self::Postgres(s) => Ok(s.open_run_journal(clock)?),
+            Self::Postgres(s) => Ok(s.open_run_journal(clock).await?),
         }
     }
 }

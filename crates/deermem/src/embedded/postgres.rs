@@ -60,16 +60,15 @@ impl PostgresStorage {
         ))
     }
 
-    /// Opens the run journal in the same database. Blocking: call it from a thread that is not
-    /// driving an async runtime (`spawn_blocking`).
+    /// Opens the run journal in the same database.
     ///
     /// # Errors
     /// As [`PgRunJournal::open`].
-    pub fn open_run_journal(
+    pub async fn open_run_journal(
         &self,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<dyn RunEventStore>, PgError> {
-        Ok(Arc::new(PgRunJournal::open(&self.config, clock)?))
+        Ok(Arc::new(PgRunJournal::open(&self.config, clock).await?))
     }
 }
 
