@@ -408,9 +408,10 @@ fn build_deermem(
     let name = "deermem".to_owned();
     let mut cfg = crate::embedded::deermem_config(&config.backend_config)?;
     if opts.short_lived
-        && let Some(pg) = cfg.postgres.as_mut()
+        && let Some(serde_json::Value::Object(pg)) = cfg.storage_sections.get_mut("postgres")
     {
-        pg.coherence = deermem_core::config::PostgresCoherence::RevisionCheck;
+        // A short-lived process checks the revision on every load: no read leases to take.
+        pg.insert("coherence".into(), "revision_check".into());
     }
     let storage = crate::embedded::open_embedded(
         &cfg,
