@@ -747,49 +747,6 @@ pub const DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER: u64 = 16 * 1024 * 1024;
 /// The default `queue_max_pending_bytes` (64 MiB).
 pub const DEFAULT_QUEUE_MAX_PENDING_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Keys that secrets live under; redacted wherever configuration is shown.
-pub const SECRET_KEY_NAMES: [&str; 11] = [
-    "api_key",
-    "apikey",
-    "token",
-    "tokens",
-    "secret",
-    "password",
-    "internal_token",
-    "authorization",
-    "headers",
-    "credentials",
-    "private_key",
-];
-
-/// Returns a copy of a configuration value with every secret-looking key's value replaced by
-/// `"***"` (keys named like [`SECRET_KEY_NAMES`], compared case-insensitively, and any key
-/// ending in `_key`, `_token` or `_secret`).
-pub fn redact_secrets(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| {
-                    let lk = k.to_ascii_lowercase();
-                    let secret = SECRET_KEY_NAMES.contains(&lk.as_str())
-                        || lk.ends_with("_key")
-                        || lk.ends_with("_token")
-                        || lk.ends_with("_secret")
-                        || lk.ends_with("_password");
-                    let redacted = if secret && !x.is_null() && !lk.ends_with("_env") {
-                        Value::String("***".into())
-                    } else {
-                        redact_secrets(x)
-                    };
-                    (k.clone(), redacted)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact_secrets).collect()),
-        other => other.clone(),
-    }
-}
-
 impl DeerMemConfig {
     /// Parses DeerMem's `backend_config`: `null` values take the default, unknown keys produce
     /// a warning, every known key is coerced and range-checked.
@@ -1228,19 +1185,6 @@ mod tests {
         assert!(!format!("{c:?}").contains("sk-secret"));
         assert!(parse(json!({"model": {"temperature": 5}})).is_err());
         assert!(parse(json!({"model": {"provider": "anthropic"}})).is_err());
-    }
-
-    #[test]
-    fn redaction_hides_secret_values() {
-        let red = redact_secrets(
-            &json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}, "headers": {"Authorization": "Bearer x"}}),
-        );
-        assert_eq!(red["model"]["api_key"], "***");
-        assert_eq!(red["model"]["model"], "m");
-        assert_eq!(red["honcho_token"], "***");
-        assert_eq!(red["api_key_env"], "OV_KEY");
-        assert_eq!(red["tokens"], "***");
-        assert_eq!(red["headers"], "***");
     }
 
     #[test]
