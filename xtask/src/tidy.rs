@@ -24,8 +24,6 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     "sha2",
     "hex",
     "caseless",
-    // Decoding `%XX` escapes of a PostgreSQL URL's query (string to string).
-    "percent-encoding",
     // Optional, behind core's `schema` feature: derives JSON Schemas of the wire types
     // (compile-time code generation plus in-memory JSON values; no I/O).
     "schemars",

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use deermem_remote::CursorStorage;
+use deermem_core::ports::CursorStorage;
 use deermem_remote::files::CursorFiles;
 pub(crate) use deermem_remote::files::seq_digest;
 use serde::{Deserialize, Serialize};

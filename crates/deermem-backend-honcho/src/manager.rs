@@ -30,7 +30,7 @@ use crate::client::{HonchoClient, HonchoError, encode_segment};
 use crate::config::HonchoConfig;
 use crate::cursor::{CursorState, CursorStore, plan};
 use crate::identity::{Identity, session_id};
-use deermem_remote::CursorStorage;
+use deermem_core::ports::CursorStorage;
 
 /// The backend name used in "not supported by" messages.
 pub const BACKEND_NAME: &str = "HonchoMemoryManager";

@@ -17,7 +17,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use deermem_remote::CursorStorage;
+use deermem_core::ports::CursorStorage;
 use deermem_remote::files::{CursorFiles, ReadError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

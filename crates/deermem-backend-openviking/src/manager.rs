@@ -27,7 +27,7 @@ use crate::convert::{self, HiddenMessageFilter};
 use crate::cursor::{CursorError, CursorState, CursorStore, InDoubtBatch};
 use crate::recall::{self, RecalledMemory};
 use crate::scope;
-use deermem_remote::CursorStorage;
+use deermem_core::ports::CursorStorage;
 
 /// The backend name used in "not supported by" messages.
 pub const BACKEND_NAME: &str = "OpenVikingMemoryManager";

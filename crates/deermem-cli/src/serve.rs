@@ -129,13 +129,11 @@ pub(crate) async fn serve(ctx: &Ctx, bind_override: Option<SocketAddr>) -> Resul
             })
         }));
         // The journal that belongs with the storage: `{root}/.runs` beside the files, or the
-        // database's `run_events` table, shared by every replica. Opening it blocks.
-        let journal = tokio::task::spawn_blocking(move || {
-            storage.open_run_journal(Arc::new(deermem::SystemClock))
-        })
-        .await
-        .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?
-        .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?;
+        // database's `run_events` table, shared by every replica.
+        let journal = storage
+            .open_run_journal(Arc::new(deermem::SystemClock))
+            .await
+            .map_err(|e| CliError::failure(format!("cannot open the run journal: {e}")))?;
         state = state.with_run_journal(journal);
     }
     let (listener, local) = bind(gateway.bind).await?;

@@ -15,17 +15,9 @@ use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 
 mod embedding;
 pub mod lax;
-mod postgres;
-mod postgres_checks;
 mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, EmbeddingSides, MAX_EMBEDDING_BATCH};
-pub use postgres::{
-    MAX_POSTGRES_POOL_SIZE, PostgresCoherence, PostgresSettings, PostgresTls, PostgresTlsMode,
-    env_reference,
-};
-pub use postgres_checks::{MAX_LEASE_SECONDS, MIN_LEASE_SECONDS};
-
 pub use shown::{shown_backend_config, url_without_credentials};
 
 /// How memory reaches the agent.
@@ -250,6 +242,18 @@ fn is_env_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The variable a whole-string environment reference names: `$NAME` or `${NAME}`, where NAME
+/// is `[A-Za-z_][A-Za-z0-9_]*`; `None` for any other string. For values an adapter resolves
+/// itself when it connects (a database URL).
+pub fn env_reference(s: &str) -> Option<&str> {
+    let name = s.strip_prefix('$')?;
+    let name = match name.strip_prefix('{') {
+        Some(inner) => inner.strip_suffix('}')?,
+        None => name,
+    };
+    is_env_name(name).then_some(name)
 }
 
 /// Replaces every string of the form `$NAME` with the environment variable `NAME`.
@@ -505,8 +509,11 @@ pub struct DeerMemConfig {
     #[serde(deserialize_with = "non_empty")]
     pub prompts_dir: Option<String>,
     pub model: ModelConfig,
-    /// The database of `storage_class: postgres` (required then, ignored otherwise).
-    pub postgres: Option<PostgresSettings>,
+    /// The storage adapters' own sections (`postgres:`), by key, as written: each adapter
+    /// reads and checks its section with its own type (the facade does it at load time). Never
+    /// serialised: a section may hold a secret.
+    #[serde(skip)]
+    pub storage_sections: Map<String, Value>,
     /// The embedding model that ranks search by meaning (`provider: none` by default).
     pub embedding: EmbeddingConfig,
     /// How search ranks by default.
@@ -725,7 +732,7 @@ impl Default for DeerMemConfig {
             patterns_dir: None,
             prompts_dir: None,
             model: ModelConfig::default(),
-            postgres: None,
+            storage_sections: Map::new(),
             embedding: EmbeddingConfig::default(),
             search: SearchSettings::default(),
             queue: QueueSettings::default(),
@@ -740,49 +747,6 @@ pub const DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER: u64 = 16 * 1024 * 1024;
 /// The default `queue_max_pending_bytes` (64 MiB).
 pub const DEFAULT_QUEUE_MAX_PENDING_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Keys that secrets live under; redacted wherever configuration is shown.
-pub const SECRET_KEY_NAMES: [&str; 11] = [
-    "api_key",
-    "apikey",
-    "token",
-    "tokens",
-    "secret",
-    "password",
-    "internal_token",
-    "authorization",
-    "headers",
-    "credentials",
-    "private_key",
-];
-
-/// Returns a copy of a configuration value with every secret-looking key's value replaced by
-/// `"***"` (keys named like [`SECRET_KEY_NAMES`], compared case-insensitively, and any key
-/// ending in `_key`, `_token` or `_secret`).
-pub fn redact_secrets(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| {
-                    let lk = k.to_ascii_lowercase();
-                    let secret = SECRET_KEY_NAMES.contains(&lk.as_str())
-                        || lk.ends_with("_key")
-                        || lk.ends_with("_token")
-                        || lk.ends_with("_secret")
-                        || lk.ends_with("_password");
-                    let redacted = if secret && !x.is_null() && !lk.ends_with("_env") {
-                        Value::String("***".into())
-                    } else {
-                        redact_secrets(x)
-                    };
-                    (k.clone(), redacted)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact_secrets).collect()),
-        other => other.clone(),
-    }
-}
-
 impl DeerMemConfig {
     /// Parses DeerMem's `backend_config`: `null` values take the default, unknown keys produce
     /// a warning, every known key is coerced and range-checked.
@@ -795,8 +759,26 @@ impl DeerMemConfig {
     pub fn from_backend_config(
         bc: &Map<String, Value>,
     ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
+        Self::from_backend_config_with_sections(bc, &[])
+    }
+
+    /// [`DeerMemConfig::from_backend_config`] with the keys in `sections` taken as storage
+    /// adapters' own sections: kept as written in [`DeerMemConfig::storage_sections`] for the
+    /// adapter to read, not reported as unknown.
+    ///
+    /// # Errors
+    /// As [`DeerMemConfig::from_backend_config`].
+    pub fn from_backend_config_with_sections(
+        bc: &Map<String, Value>,
+        sections: &[&str],
+    ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let prefix = "memory.backend_config";
-        let (mut c, ignored) = lax::deserialize::<Self>(&Value::Object(bc.clone()), prefix)?;
+        let (own, storage_sections): (Map<String, Value>, Map<String, Value>) = bc
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .partition(|(k, _)| !sections.contains(&k.as_str()));
+        let (mut c, ignored) = lax::deserialize::<Self>(&Value::Object(own), prefix)?;
+        c.storage_sections = storage_sections;
         let (model, top): (Vec<&String>, Vec<&String>) =
             ignored.iter().partition(|k| k.starts_with("model."));
         let mut warnings = Vec::new();
@@ -894,7 +876,7 @@ impl DeerMemConfig {
 
     /// `retrieval_adapter` defaults to `postgres` with PostgreSQL storage; the FTS5 index is a
     /// file beside the file store and PostgreSQL search needs PostgreSQL storage, so the other
-    /// pairings are refused, as is PostgreSQL storage without `postgres.url`.
+    /// pairings are refused. (The storage adapter checks its own section.)
     fn check_storage_selection(&mut self, bc: &Map<String, Value>) -> Result<(), ConfigError> {
         let retrieval_set = bc.get("retrieval_adapter").is_some_and(|v| !v.is_null());
         match self.storage() {
@@ -906,25 +888,6 @@ impl DeerMemConfig {
                     return Err(ConfigError::new(
                         "memory.backend_config.retrieval_adapter",
                         "'fts5' is an index on the local disk and cannot be shared by replicas; with storage_class: postgres use 'postgres' (the default) or '' (substring scan)",
-                    ));
-                }
-                let url_set = self
-                    .postgres
-                    .as_ref()
-                    .is_some_and(|p| !p.url.trim().is_empty());
-                if !url_set {
-                    return Err(ConfigError::new(
-                        "memory.backend_config.postgres.url",
-                        "is required with storage_class: postgres (a postgres:// URL, or $DATABASE_URL to read it from the environment)",
-                    ));
-                }
-                if let Some(p) = &self.postgres
-                    && p.tls.mode != PostgresTlsMode::VerifyFull
-                    && p.tls.ca_file.is_some()
-                {
-                    return Err(ConfigError::new(
-                        "memory.backend_config.postgres.tls.ca_file",
-                        "is only read with tls.mode verify-full (require does not check the certificate); set the mode or remove the file",
                     ));
                 }
             }
@@ -1225,19 +1188,6 @@ mod tests {
     }
 
     #[test]
-    fn redaction_hides_secret_values() {
-        let red = redact_secrets(
-            &json!({"model": {"api_key": "sk", "model": "m"}, "honcho_token": "t", "api_key_env": "OV_KEY", "tokens": {"a": "b"}, "headers": {"Authorization": "Bearer x"}}),
-        );
-        assert_eq!(red["model"]["api_key"], "***");
-        assert_eq!(red["model"]["model"], "m");
-        assert_eq!(red["honcho_token"], "***");
-        assert_eq!(red["api_key_env"], "OV_KEY");
-        assert_eq!(red["tokens"], "***");
-        assert_eq!(red["headers"], "***");
-    }
-
-    #[test]
     fn queue_settings_default_to_durable_and_are_checked() {
         let c = parse(json!({})).unwrap();
         assert!(c.queue.durable);
@@ -1301,9 +1251,13 @@ mod tests {
 
     #[test]
     fn postgres_selection() {
-        let c = parse(json!({
+        let sections = |v: Value| {
+            DeerMemConfig::from_backend_config_with_sections(v.as_object().unwrap(), &["postgres"])
+                .map(|(c, _)| c)
+        };
+        let c = sections(json!({
             "storage_class": "postgres",
-            "postgres": {"url": "postgres://u:pw@h/db", "pool_size": "4", "connect_timeout_seconds": 2},
+            "postgres": {"url": "postgres://u:pw@h/db", "pool_size": "4"},
         }))
         .unwrap();
         assert_eq!(c.storage(), StorageClass::Postgres);
@@ -1311,80 +1265,27 @@ mod tests {
             c.retrieval_adapter, "postgres",
             "the default with postgres storage"
         );
-        let p = c.postgres.as_ref().unwrap();
-        assert_eq!((p.pool_size, p.schema.as_str()), (4, "deermem"));
-        assert_eq!(p.connect_timeout_seconds, 2.0);
-        assert_eq!(p.tls.mode, PostgresTlsMode::Disable);
         assert_eq!(
-            (p.coherence, p.lease_seconds),
-            (PostgresCoherence::Lease, 2.0)
+            c.storage_sections.get("postgres"),
+            Some(&json!({"url": "postgres://u:pw@h/db", "pool_size": "4"})),
+            "the adapter's section is kept as written, for the adapter to read"
         );
-        let c = parse(json!({"storage_class": "postgres", "postgres": {"url": "x",
-            "coherence": "revision_check", "lease_seconds": "0.5"}}))
-        .unwrap();
-        let p = c.postgres.as_ref().unwrap();
-        assert_eq!(
-            (p.coherence, p.lease_seconds),
-            (PostgresCoherence::RevisionCheck, 0.5)
-        );
+        let shown = serde_json::to_string(&c).unwrap();
+        assert!(!shown.contains("pw@h"), "{shown}");
         // The substring scan may still be chosen explicitly.
-        let c = parse(
-            json!({"storage_class": "postgres", "retrieval_adapter": "", "postgres": {"url": "x"}}),
-        )
-        .unwrap();
+        let c = parse(json!({"storage_class": "postgres", "retrieval_adapter": ""})).unwrap();
         assert_eq!(c.retrieval_adapter, "");
         // Files keep the FTS5 default.
         assert_eq!(parse(json!({})).unwrap().storage(), StorageClass::File);
         assert_eq!(parse(json!({})).unwrap().retrieval_adapter, "fts5");
         let refused = [
-            (json!({"storage_class": "postgres"}), "postgres.url"),
             (
-                json!({"storage_class": "postgres", "postgres": {"url": " "}}),
-                "postgres.url",
-            ),
-            (
-                json!({"storage_class": "postgres", "retrieval_adapter": "fts5", "postgres": {"url": "x"}}),
+                json!({"storage_class": "postgres", "retrieval_adapter": "fts5"}),
                 "retrieval_adapter",
             ),
             (
                 json!({"retrieval_adapter": "postgres"}),
                 "retrieval_adapter",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 0}}),
-                "postgres.pool_size",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "lease_seconds": 0}}),
-                "postgres.lease_seconds",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "coherence": "x"}}),
-                "postgres.coherence",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool_size": 257}}),
-                "postgres.pool_size",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "schema": "a\"; DROP"}}),
-                "postgres.schema",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "statement_timeout_seconds": 0}}),
-                "postgres.statement_timeout_seconds",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "sometimes"}}}),
-                "postgres.tls.mode",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "tls": {"mode": "require", "ca_file": "/ca.pem"}}}),
-                "postgres.tls.ca_file",
-            ),
-            (
-                json!({"storage_class": "postgres", "postgres": {"url": "x", "pool": 3}}),
-                "postgres",
             ),
         ];
         for (v, key) in refused {
@@ -1395,8 +1296,17 @@ mod tests {
                 "{v}: {err}"
             );
         }
-        // The URL never appears in an error, even a type error next to it.
-        let err = parse(json!({"storage_class": "postgres", "postgres": {"url": "postgres://u:hunter2@h/db", "pool_size": "many"}})).unwrap_err();
-        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn env_references() {
+        assert_eq!(env_reference("$DATABASE_URL"), Some("DATABASE_URL"));
+        assert_eq!(env_reference("${DATABASE_URL}"), Some("DATABASE_URL"));
+        assert_eq!(env_reference("${_X1}"), Some("_X1"));
+        assert_eq!(env_reference("postgres://u@h/db"), None);
+        assert_eq!(env_reference("${NOPE"), None);
+        assert_eq!(env_reference("${}"), None);
+        assert_eq!(env_reference("$1X"), None);
+        assert_eq!(env_reference("$A-B"), None);
     }
 }

@@ -486,25 +486,21 @@ pub(crate) async fn rebuild_index(
     }
 }
 
-/// Tells every observer about a served block, on a blocking thread (they may write files).
+/// Tells every observer about a served block, in order; the first refusal answers.
 async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result<()> {
-    let observers = state.observers().to_vec();
-    let outcome = tokio::task::spawn_blocking(move || {
-        observers.iter().try_for_each(|o| o.context_served(&served))
-    })
-    .in_current_span()
-    .await;
-    match outcome {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(ObserverError::Conflict(detail))) => Err(GatewayError::Conflict(detail)),
-        Ok(Err(ObserverError::Failed(message))) => Err(GatewayError::RunJournal {
-            detail: "Failed to record the memory identity of the run.",
-            message,
-        }),
-        Err(join) => Err(GatewayError::Internal(format!(
-            "context observer task failed: {join}"
-        ))),
+    for observer in state.observers() {
+        match observer.context_served(&served).await {
+            Ok(()) => {}
+            Err(ObserverError::Conflict(detail)) => return Err(GatewayError::Conflict(detail)),
+            Err(ObserverError::Failed(message)) => {
+                return Err(GatewayError::RunJournal {
+                    detail: "Failed to record the memory identity of the run.",
+                    message,
+                });
+            }
+        }
     }
+    Ok(())
 }
 
 /// A thread or run id, checked against the run journal's grammar (400 otherwise).
@@ -560,17 +556,14 @@ pub(crate) async fn run_events(
     run_key(&thread_id, "thread_id")?;
     run_key(&run_id, "run_id")?;
     let query = event_query(&q)?;
-    let Some(journal) = state.run_journal().cloned() else {
+    let Some(journal) = state.run_journal() else {
         return Err(GatewayError::NotImplemented(
             "Run events are not recorded: this gateway has no run journal.".into(),
         ));
     };
-    let user = caller.user.clone();
-    let (t, r) = (thread_id.clone(), run_id.clone());
-    let found = tokio::task::spawn_blocking(move || journal.events(&user, &t, &r, &query))
-        .in_current_span()
+    let found = journal
+        .events(&caller.user, &thread_id, &run_id, &query)
         .await
-        .map_err(|join| GatewayError::Internal(format!("run journal task failed: {join}")))?
         .map_err(|e| GatewayError::RunJournal {
             detail: "Failed to read the run journal.",
             message: e.to_string(),

@@ -59,14 +59,16 @@ pub enum ObserverError {
 /// records one `context:memory` event per run. The block is returned to the caller only when
 /// every observer accepts it.
 ///
-/// Called on a blocking thread (`spawn_blocking`), so implementations may do file I/O.
+/// Called on the request's task: an observer that blocks on I/O moves it off the runtime
+/// (`spawn_blocking`, `block_in_place`).
+#[async_trait::async_trait]
 pub trait ContextObserver: Send + Sync + std::fmt::Debug {
     /// A block is about to be served for a run.
     ///
     /// # Errors
     /// [`ObserverError::Conflict`] to refuse the block for this run (409);
     /// [`ObserverError::Failed`] when it could not be recorded (500).
-    fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
+    async fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError>;
 }
 
 /// Why the memory backend's storage cannot be reached (its reason, never a credential).
@@ -87,15 +89,17 @@ pub type ReadinessCheck = Arc<
 #[derive(Debug)]
 struct JournalObserver(Arc<dyn RunEventStore>);
 
+#[async_trait::async_trait]
 impl ContextObserver for JournalObserver {
-    fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError> {
-        match self.0.record_context(
+    async fn context_served(&self, event: &ContextServed) -> Result<(), ObserverError> {
+        let recorded = self.0.record_context(
             &event.user,
             event.agent.as_ref(),
             &event.thread_id,
             &event.run_id,
             &event.content_sha256,
-        ) {
+        );
+        match recorded.await {
             Ok(_) => Ok(()),
             Err(e @ JournalError::Conflict { .. }) => Err(ObserverError::Conflict(e.to_string())),
             Err(e) => Err(ObserverError::Failed(e.to_string())),

@@ -593,8 +593,9 @@ struct RecordingObserver(Mutex<Vec<Served>>);
 /// (user, agent, thread, run, sha256) of one served block.
 type Served = (String, Option<String>, String, String, String);
 
+#[async_trait]
 impl ContextObserver for RecordingObserver {
-    fn context_served(&self, e: &ContextServed) -> Result<(), ObserverError> {
+    async fn context_served(&self, e: &ContextServed) -> Result<(), ObserverError> {
         self.0.lock().push((
             e.user.as_str().to_owned(),
             e.agent.as_ref().map(|a| a.as_str().to_owned()),

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use common::{FakeManager, INTERNAL_TOKEN, empty, ready_state, send, with_bearer};
-use deermem_core::ports::run_journal::{
-    EventQuery, EventsLookup, JournalError, RecordOutcome, RunEventStore,
-};
+use deermem_core::ports::run_journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
 use deermem_core::{MemoryConfig, UserId};
 use deermem_gateway::{GatewayConfig, router};
 use deermem_storage_file::{RunJournal, RunJournalOptions};
@@ -362,7 +360,7 @@ async fn a_torn_last_line_is_ignored_and_never_fatal() {
     let user = default_user();
     for run in ["r-1", "r-2"] {
         let found = j
-            .events(&user, "t-1", run, &EventQuery::default())
+            .events_blocking(&user, "t-1", run, &EventQuery::default())
             .expect("events");
         assert!(
             matches!(&found, EventsLookup::Events(e) if e.len() == 1 && e[0].run_id == run),
@@ -433,11 +431,11 @@ async fn the_bound_is_respected_in_memory_and_on_disk() {
     assert_eq!(j.retained_events(&default_user()).expect("count"), 3);
     // A thread whose runs were all forgotten is unknown again.
     let found = j
-        .events(&default_user(), "t-1", "r-0", &EventQuery::default())
+        .events_blocking(&default_user(), "t-1", "r-0", &EventQuery::default())
         .expect("events");
     assert_eq!(found, EventsLookup::UnknownRun);
     let found = j
-        .events(&default_user(), "t-2", "r-0", &EventQuery::default())
+        .events_blocking(&default_user(), "t-2", "r-0", &EventQuery::default())
         .expect("events");
     assert_eq!(found, EventsLookup::UnknownThread);
 }
@@ -457,13 +455,16 @@ fn idle_users_leave_the_cache_and_are_reloaded_from_their_files() {
         .map(|i| UserId::new(format!("user{i}")).expect("user"))
         .collect();
     for u in &users {
-        j.record_context(u, None, "t", "r", &sha).expect("record");
+        j.record_context_blocking(u, None, "t", "r", &sha)
+            .expect("record");
         assert!(j.cached_users() <= 2, "{}", j.cached_users());
     }
     for u in &users {
-        let again = j.record_context(u, None, "t", "r", &sha).expect("record");
+        let again = j
+            .record_context_blocking(u, None, "t", "r", &sha)
+            .expect("record");
         assert!(matches!(again, RecordOutcome::AlreadyRecorded(_)), "{u:?}");
-        let other = j.record_context(u, None, "t", "r", &"b".repeat(64));
+        let other = j.record_context_blocking(u, None, "t", "r", &"b".repeat(64));
         assert!(matches!(other, Err(JournalError::Conflict { .. })));
     }
 }
@@ -478,7 +479,7 @@ fn concurrent_records_of_one_run_keep_exactly_one_event() {
         let handles: Vec<_> = (0..16)
             .map(|i| {
                 let (j, user, sha) = (&j, &user, &hashes[i % 2]);
-                s.spawn(move || j.record_context(user, None, "t-race", "r-race", sha))
+                s.spawn(move || j.record_context_blocking(user, None, "t-race", "r-race", sha))
             })
             .collect();
         handles

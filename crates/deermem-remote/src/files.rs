@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
-use crate::cursors::CursorStorage;
+use deermem_core::ports::CursorStorage;
 
 /// SHA-256 over each item's 8-byte big-endian length followed by its bytes, as hex.
 pub fn seq_digest<S: AsRef<str>>(items: &[S]) -> String {
@@ -24,19 +24,7 @@ pub fn seq_digest<S: AsRef<str>>(items: &[S]) -> String {
     hex::encode(h.finalize())
 }
 
-/// A cursor file that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    /// Something other than a regular file is at the path.
-    #[error("not a regular file")]
-    NotAFile,
-    /// The file is larger than the store's limit.
-    #[error("file is larger than {0} bytes")]
-    TooLarge(u64),
-    /// The OS refused.
-    #[error("{0}")]
-    Io(io::Error),
-}
+pub use deermem_core::ports::cursors::ReadError;
 
 /// The cursor files under one root: cursor `name` of space `space` is the file
 /// `{root}/{space}/{name}`. Spaces are the backends' fixed relative folders (`honcho/cursors`);
@@ -203,7 +191,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = CursorFiles::new(root.path().to_path_buf());
         let b = CursorFiles::new(root.path().to_path_buf());
-        crate::cursors::contract::check(&a, &b).await;
+        deermem_testkit::cursors::check(&a, &b).await;
         assert!(
             a.location("honcho/cursors", "n.json").ends_with("n.json"),
             "a file's location is its path"

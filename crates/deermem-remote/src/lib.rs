@@ -8,8 +8,8 @@
 //! - [`Secret`]: an API key on `secrecy` that never prints and is wiped on drop.
 //! - [`base_url`]: the one base-URL and transport rule (an `http(s)` URL with a host, no
 //!   credentials, query or fragment; a secret over plain `http` only where allowed).
-//! - [`cursors`]: the cursor-store port ([`CursorStorage`]) where the capture cursors live;
-//!   [`files`]: its implementation on files (bounded reads, atomic durable writes) and the
+//! - [`files`]: the cursor files, the file implementation of the core's cursor-store port
+//!   (`deermem_core::ports::CursorStorage`, bounded reads, atomic durable writes), and the
 //!   sequence digest the capture cursors share.
 //! - [`KeyedLocks`]: async locks by key, held weakly.
 //! - [`InFlight`]: counts queued and running operations, for a shutdown that waits for them.
@@ -25,7 +25,6 @@
 #![deny(missing_docs)]
 
 pub mod base_url;
-pub mod cursors;
 mod failures;
 pub mod files;
 mod hidden;
@@ -37,7 +36,6 @@ mod policy;
 pub mod retry;
 mod secret;
 
-pub use cursors::CursorStorage;
 pub use failures::FailureLog;
 pub use hidden::is_clarification_response;
 pub use hit::{RemoteHit, own_ranking_only, remote_fact};

@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::UserId;
-use deermem_core::ports::run_journal::{EventQuery, RunEventStore};
+use deermem_core::ports::run_journal::EventQuery;
 use deermem_storage_file::{RunJournal, RunJournalOptions};
 
 fn bench(c: &mut Criterion) {
@@ -20,7 +20,7 @@ fn bench(c: &mut Criterion) {
     let journal = RunJournal::open(&dir, options).expect("open");
     for i in 0..options.max_events_per_user {
         journal
-            .record_context(&user, None, "thread-fill", &format!("run-{i}"), &sha)
+            .record_context_blocking(&user, None, "thread-fill", &format!("run-{i}"), &sha)
             .expect("fill");
     }
     let mut n = 0u64;
@@ -28,23 +28,23 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             n += 1;
             journal
-                .record_context(&user, None, "thread-bench", &format!("new-{n}"), &sha)
+                .record_context_blocking(&user, None, "thread-bench", &format!("new-{n}"), &sha)
                 .expect("record")
         });
     });
     // A retained run in the middle of a full index.
     journal
-        .record_context(&user, None, "thread-probe", "probe", &sha)
+        .record_context_blocking(&user, None, "thread-probe", "probe", &sha)
         .expect("probe");
     for i in 0..options.max_events_per_user / 2 {
         journal
-            .record_context(&user, None, "thread-fill", &format!("after-{i}"), &sha)
+            .record_context_blocking(&user, None, "thread-fill", &format!("after-{i}"), &sha)
             .expect("fill");
     }
     c.bench_function("journal_record_repeat_no_io", |b| {
         b.iter(|| {
             journal
-                .record_context(&user, None, "thread-probe", "probe", black_box(&sha))
+                .record_context_blocking(&user, None, "thread-probe", "probe", black_box(&sha))
                 .expect("repeat")
         });
     });
@@ -52,7 +52,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("journal_events_of_one_run_10k_index", |b| {
         b.iter(|| {
             let found = journal
-                .events(&user, "thread-probe", black_box("probe"), &query)
+                .events_blocking(&user, "thread-probe", black_box("probe"), &query)
                 .expect("events");
             assert!(matches!(found, deermem_core::ports::run_journal::EventsLookup::Events(ref e) if e.len() == 1));
             found

@@ -30,8 +30,8 @@
 //!
 //! All calls for one user are serialised by a per-user mutex that covers the check and the
 //! append, so "at most one `context:memory` event per run" holds under concurrent requests.
-//! The calls block on file I/O: call them from a blocking thread
-//! (`tokio::task::spawn_blocking`), as the gateway does.
+//! The port's calls do file I/O; on a multi-threaded tokio runtime they run it through
+//! `block_in_place`. The `_blocking` methods are the same calls for a thread of one's own.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -307,16 +307,7 @@ impl RunJournal {
 /// The name the run journal's in-memory user indexes are reported under.
 pub const RUN_JOURNAL_CACHE_NAME: &str = "run_journal.users";
 
-impl RunEventStore for RunJournal {
-    /// The users whose index is in memory (`max_cached_users`; idle ones are dropped first).
-    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
-        vec![deermem_core::CacheBound::entries(
-            RUN_JOURNAL_CACHE_NAME,
-            self.options.max_cached_users,
-            Some(self.cached_users()),
-        )]
-    }
-
+impl RunJournal {
     /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
     /// `content_sha256`: appends one `context:memory` event, or nothing when the run already
     /// recorded this block.
@@ -325,7 +316,7 @@ impl RunEventStore for RunJournal {
     /// `InvalidId` for a bad thread or run id or a hash that is not 64 lowercase hex digits;
     /// `Conflict` when the run already recorded a different block (nothing is written); `Io`
     /// when the event could not be made durable (nothing is recorded).
-    fn record_context(
+    pub fn record_context_blocking(
         &self,
         user: &UserId,
         agent: Option<&AgentName>,
@@ -360,7 +351,7 @@ impl RunEventStore for RunJournal {
     ///
     /// # Errors
     /// `InvalidId` for a bad thread or run id; `Io` when the user's file cannot be read.
-    fn events(
+    pub fn events_blocking(
         &self,
         user: &UserId,
         thread_id: &str,
@@ -391,6 +382,52 @@ impl RunEventStore for RunJournal {
                 .collect();
             Ok(EventsLookup::Events(events))
         })
+    }
+}
+
+/// Runs the journal's blocking file work from an async call: through `block_in_place` on a
+/// multi-threaded runtime (the worker's other tasks move to another thread), inline elsewhere.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+#[async_trait::async_trait]
+impl RunEventStore for RunJournal {
+    /// The users whose index is in memory (`max_cached_users`; idle ones are dropped first).
+    fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
+        vec![deermem_core::CacheBound::entries(
+            RUN_JOURNAL_CACHE_NAME,
+            self.options.max_cached_users,
+            Some(self.cached_users()),
+        )]
+    }
+
+    /// See [`RunJournal::record_context_blocking`].
+    async fn record_context(
+        &self,
+        user: &UserId,
+        agent: Option<&AgentName>,
+        thread_id: &str,
+        run_id: &str,
+        content_sha256: &str,
+    ) -> Result<RecordOutcome, JournalError> {
+        blocking(|| self.record_context_blocking(user, agent, thread_id, run_id, content_sha256))
+    }
+
+    /// See [`RunJournal::events_blocking`].
+    async fn events(
+        &self,
+        user: &UserId,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsLookup, JournalError> {
+        blocking(|| self.events_blocking(user, thread_id, run_id, query))
     }
 }
 

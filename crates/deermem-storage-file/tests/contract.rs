@@ -29,7 +29,7 @@ mod run_journal {
     use deermem_storage_file::{RunJournal, RunJournalOptions};
     use deermem_testkit::run_journal::RunJournalFixture;
 
-    fn fixture() -> RunJournalFixture {
+    async fn fixture() -> RunJournalFixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let journal = RunJournal::open(
             RunJournal::dir_for_storage_root(dir.path()),

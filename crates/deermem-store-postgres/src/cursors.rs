@@ -6,8 +6,8 @@
 use std::io;
 
 use async_trait::async_trait;
-use deermem_remote::CursorStorage;
-use deermem_remote::cursors::ReadError;
+use deermem_core::ports::CursorStorage;
+use deermem_core::ports::cursors::ReadError;
 
 use crate::error::PgError;
 use crate::store::PgStore;

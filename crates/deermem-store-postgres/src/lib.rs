@@ -26,7 +26,7 @@
 //!   a retrieval over it (the engine's hybrid retrieval over a [`PgFactIndex`]);
 //! - [`PgTurnJournal`]: the turn journal port (`TurnJournal`) on the `turn_journal` table, with
 //!   leases in the rows, so an accepted turn outlives the replica that acknowledged it;
-//! - [`PgCursors`]: the remote backends' cursor store (`deermem_remote::CursorStorage`) on the
+//! - [`PgCursors`]: the remote backends' cursor store (`deermem_core::ports::CursorStorage`) on the
 //!   `remote_cursors` table, so Honcho and OpenViking cursors are shared by the replicas;
 //! - administrative reads that are not ports: the users the database holds, a user's agents.
 //!

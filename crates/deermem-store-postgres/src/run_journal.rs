@@ -1,10 +1,6 @@
 //! The run journal port (`RunEventStore`) on PostgreSQL: the `run_events` table, written in one
 //! transaction per record under a per-run advisory lock, so every replica sees one memory block
 //! per run and per-user sequence numbers that are never reused.
-//!
-//! The port is blocking (hosts call it from a blocking thread); the journal owns a small tokio
-//! runtime of its own on which its connections live, so it works from any thread that is not
-//! itself driving an async runtime.
 
 use std::io;
 use std::sync::Arc;
@@ -30,8 +26,6 @@ const JOURNAL_POOL_SIZE: usize = 2;
 pub struct PgRunJournal {
     store: PgStore,
     clock: Arc<dyn Clock>,
-    /// Where the journal's connections and queries run; `None` only while dropping.
-    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl std::fmt::Debug for PgRunJournal {
@@ -39,15 +33,6 @@ impl std::fmt::Debug for PgRunJournal {
         f.debug_struct("PgRunJournal")
             .field("store", &self.store)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for PgRunJournal {
-    fn drop(&mut self) {
-        // Dropping a runtime blocks; this may run inside a host's async task.
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -59,49 +44,20 @@ fn io_error(context: &str, e: impl std::error::Error + Send + Sync + 'static) ->
 }
 
 impl PgRunJournal {
-    /// Connects (on the journal's own runtime) and applies pending migrations.
+    /// Connects and applies pending migrations.
     ///
     /// # Errors
     /// As [`PgStore::connect`] and [`PgStore::migrate`].
-    pub fn open(config: &PostgresConfig, clock: Arc<dyn Clock>) -> Result<Self, PgError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("deermem-pg-journal")
-            .enable_all()
-            .build()
-            .map_err(|e| PgError::Connect {
-                message: format!("cannot start the journal's runtime: {e}"),
-                source: None,
-            })?;
+    pub async fn open(config: &PostgresConfig, clock: Arc<dyn Clock>) -> Result<Self, PgError> {
         // The journal's own pool: no read leases (it serves no facts, so no listener), at most
         // two connections, and none kept open from the start-up migration.
         let mut own = config.clone();
         own.coherence = crate::Coherence::RevisionCheck;
         own.pool_size = own.pool_size.min(JOURNAL_POOL_SIZE);
-        let store = runtime.block_on(async {
-            let store = PgStore::connect(&own).await?;
-            store.migrate().await?;
-            store.close_idle();
-            Ok::<_, PgError>(store)
-        })?;
-        Ok(Self {
-            store,
-            clock,
-            runtime: Some(runtime),
-        })
-    }
-
-    fn block_on<T>(
-        &self,
-        f: impl Future<Output = Result<T, JournalError>>,
-    ) -> Result<T, JournalError> {
-        match &self.runtime {
-            Some(rt) => rt.block_on(f),
-            None => Err(io_error(
-                "closed",
-                io::Error::other("the journal is closed"),
-            )),
-        }
+        let store = PgStore::connect(&own).await?;
+        store.migrate().await?;
+        store.close_idle();
+        Ok(Self { store, clock })
     }
 
     async fn record(
@@ -264,8 +220,9 @@ fn event_from(row: &Row) -> Result<RunEvent, JournalError> {
     })
 }
 
+#[async_trait::async_trait]
 impl RunEventStore for PgRunJournal {
-    fn record_context(
+    async fn record_context(
         &self,
         user: &UserId,
         agent: Option<&AgentName>,
@@ -274,10 +231,11 @@ impl RunEventStore for PgRunJournal {
         content_sha256: &str,
     ) -> Result<RecordOutcome, JournalError> {
         check_record_args(thread_id, run_id, content_sha256)?;
-        self.block_on(self.record(user, agent, thread_id, run_id, content_sha256))
+        self.record(user, agent, thread_id, run_id, content_sha256)
+            .await
     }
 
-    fn events(
+    async fn events(
         &self,
         user: &UserId,
         thread_id: &str,
@@ -286,6 +244,6 @@ impl RunEventStore for PgRunJournal {
     ) -> Result<EventsLookup, JournalError> {
         validate_run_key("thread_id", thread_id)?;
         validate_run_key("run_id", run_id)?;
-        self.block_on(self.lookup(user, thread_id, run_id, query))
+        self.lookup(user, thread_id, run_id, query).await
     }
 }

@@ -43,16 +43,18 @@ fn clock() -> Arc<dyn Clock> {
     ))
 }
 
-fn open(url: &str, schema: &str) -> PgRunJournal {
+async fn open(url: &str, schema: &str) -> PgRunJournal {
     let mut c = PostgresConfig::new(url);
     c.schema = schema.into();
     c.pool_size = 4;
-    PgRunJournal::open(&c, clock()).unwrap_or_else(|e| panic!("{e}"))
+    PgRunJournal::open(&c, clock())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn fixture() -> RunJournalFixture {
+async fn fixture() -> RunJournalFixture {
     let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let journal = open(cluster.url(), &next_schema());
+    let journal = open(cluster.url(), &next_schema()).await;
     RunJournalFixture {
         store: Arc::new(journal),
         // The journal is dropped before the cluster (the fixture's store goes first).
@@ -165,28 +167,34 @@ mod vectors {
 /// Two replicas (two journals on one database) record the same 20 runs at the same time: each
 /// run gets exactly one event, the replicas agree on it, and the user's sequence numbers are
 /// 1..=20 without gaps or reuse.
-#[test]
-fn replicas_record_each_run_once_with_gap_free_sequence_numbers() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_record_each_run_once_with_gap_free_sequence_numbers() {
     let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
     let schema = next_schema();
-    let a = Arc::new(open(cluster.url(), &schema));
-    let b = Arc::new(open(cluster.url(), &schema));
+    let a = Arc::new(open(cluster.url(), &schema).await);
+    let b = Arc::new(open(cluster.url(), &schema).await);
     let user = UserId::new("alice").unwrap();
     let hash = "ab".repeat(32);
     let mut handles = Vec::new();
     for journal in [a.clone(), b.clone()] {
         let (user, hash) = (user.clone(), hash.clone());
-        handles.push(std::thread::spawn(move || {
-            (0..20)
-                .map(|i| {
+        handles.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for i in 0..20 {
+                out.push(
                     journal
                         .record_context(&user, None, "t", &format!("r{i}"), &hash)
-                        .unwrap()
-                })
-                .collect::<Vec<_>>()
+                        .await
+                        .unwrap(),
+                );
+            }
+            out
         }));
     }
-    let results: Vec<Vec<RecordOutcome>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut results: Vec<Vec<RecordOutcome>> = Vec::new();
+    for h in handles {
+        results.push(h.await.unwrap());
+    }
     let mut seqs = Vec::new();
     for (i, (x, y)) in results[0].iter().zip(&results[1]).enumerate() {
         assert_eq!(
@@ -207,11 +215,15 @@ fn replicas_record_each_run_once_with_gap_free_sequence_numbers() {
     let other = "cd".repeat(32);
     for j in [&a, &b] {
         assert!(matches!(
-            j.record_context(&user, None, "t", "r3", &other),
+            j.record_context(&user, None, "t", "r3", &other).await,
             Err(JournalError::Conflict { .. })
         ));
     }
-    match b.events(&user, "t", "r7", &EventQuery::default()).unwrap() {
+    match b
+        .events(&user, "t", "r7", &EventQuery::default())
+        .await
+        .unwrap()
+    {
         EventsLookup::Events(events) => assert_eq!(events.len(), 1),
         other => panic!("{other:?}"),
     }
@@ -221,10 +233,10 @@ fn replicas_record_each_run_once_with_gap_free_sequence_numbers() {
 
 /// SQL metacharacters in ids reach PostgreSQL only as bind parameters: they are refused by the
 /// id grammar or stored and found verbatim.
-#[test]
-fn sql_metacharacters_are_data() {
+#[tokio::test]
+async fn sql_metacharacters_are_data() {
     let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let j = open(cluster.url(), &next_schema());
+    let j = open(cluster.url(), &next_schema()).await;
     let user = UserId::new("o'brien\"; DROP TABLE run_events; --").unwrap();
     let hash = "ef".repeat(32);
     for (t, r) in [
@@ -233,10 +245,10 @@ fn sql_metacharacters_are_data() {
         ("t\"x", "r*"),
         ("t:@+=~", "r.-_"),
     ] {
-        match j.record_context(&user, None, t, r, &hash) {
+        match j.record_context(&user, None, t, r, &hash).await {
             Ok(RecordOutcome::Recorded(e)) => {
                 assert_eq!((e.thread_id.as_str(), e.run_id.as_str()), (t, r));
-                match j.events(&user, t, r, &EventQuery::default()).unwrap() {
+                match j.events(&user, t, r, &EventQuery::default()).await.unwrap() {
                     EventsLookup::Events(found) => assert_eq!(found, vec![e]),
                     other => panic!("{other:?}"),
                 }
@@ -247,9 +259,13 @@ fn sql_metacharacters_are_data() {
     }
     // `_` is not a pattern: a lookup of "t_" never finds "tX".
     let plain = UserId::new("plain").unwrap();
-    j.record_context(&plain, None, "tX", "r", &hash).unwrap();
+    j.record_context(&plain, None, "tX", "r", &hash)
+        .await
+        .unwrap();
     assert_eq!(
-        j.events(&plain, "t_", "r", &EventQuery::default()).unwrap(),
+        j.events(&plain, "t_", "r", &EventQuery::default())
+            .await
+            .unwrap(),
         EventsLookup::UnknownThread
     );
 }
@@ -358,9 +374,9 @@ mod cursors {
         let a = super::migrated(cluster.url(), &schema, 2).await;
         let b = super::migrated(cluster.url(), &schema, 2).await;
         let (a, b) = (PgCursors::new(a), PgCursors::new(b));
-        deermem_remote::cursors::contract::check(&a, &b).await;
+        deermem_testkit::cursors::check(&a, &b).await;
         // Hostile keys are bind parameters: stored and found verbatim, nothing else touched.
-        use deermem_remote::CursorStorage as _;
+        use deermem_core::ports::CursorStorage as _;
         let hostile = "x'); DROP TABLE remote_cursors; --";
         a.write(hostile, hostile, b"'\"\\".to_vec()).await.unwrap();
         assert_eq!(

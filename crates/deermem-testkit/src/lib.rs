@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod clock;
+pub mod cursors;
 pub mod embedder;
 pub mod fixtures;
 #[cfg(feature = "http")]

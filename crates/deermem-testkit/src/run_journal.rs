@@ -1,6 +1,6 @@
 //! The contract suite of the run journal port (`RunEventStore`): what every implementation
-//! (the file journal, a database table) must do, as `pub fn`s plus a macro that expands one
-//! named `#[test]` per behaviour.
+//! (the file journal, a database table) must do, as `pub async fn`s plus a macro that expands
+//! one named `#[test]` per behaviour.
 
 use crate::fixtures::user;
 use std::sync::Arc;
@@ -31,20 +31,22 @@ fn hash(c: char) -> String {
     std::iter::repeat_n(c, 64).collect()
 }
 
-fn events(store: &dyn RunEventStore, u: &UserId, t: &str, r: &str) -> EventsLookup {
+async fn events(store: &dyn RunEventStore, u: &UserId, t: &str, r: &str) -> EventsLookup {
     store
         .events(u, t, r, &EventQuery::default())
+        .await
         .unwrap_or_else(|e| panic!("events: {e}"))
 }
 
 /// The first record appends one `context:memory` event with the hash, the agent and `seq` 1;
 /// the same hash again writes nothing and returns the first event.
-pub fn record_then_repeat(f: RunJournalFixture) {
+pub async fn record_then_repeat(f: RunJournalFixture) {
     let s = f.store.as_ref();
     let alice = user("alice");
     let agent = AgentName::parse("coder").unwrap_or_else(|e| panic!("agent: {e}"));
     let first = s
         .record_context(&alice, Some(&agent), "t-1", "r-1", &hash('a'))
+        .await
         .unwrap_or_else(|e| panic!("record: {e}"));
     let RecordOutcome::Recorded(event) = first else {
         panic!("first record was {first:?}");
@@ -59,25 +61,28 @@ pub fn record_then_repeat(f: RunJournalFixture) {
     );
     let again = s
         .record_context(&alice, Some(&agent), "t-1", "r-1", &hash('a'))
+        .await
         .unwrap_or_else(|e| panic!("repeat: {e}"));
     assert_eq!(again, RecordOutcome::AlreadyRecorded(event.clone()));
     assert_eq!(
-        events(s, &alice, "t-1", "r-1"),
+        events(s, &alice, "t-1", "r-1").await,
         EventsLookup::Events(vec![event])
     );
 }
 
 /// A different hash for a run that already recorded one is a conflict and writes nothing.
-pub fn different_block_is_a_conflict(f: RunJournalFixture) {
+pub async fn different_block_is_a_conflict(f: RunJournalFixture) {
     let s = f.store.as_ref();
     let u = user("bob");
     s.record_context(&u, None, "t", "r", &hash('b'))
+        .await
         .unwrap_or_else(|e| panic!("record: {e}"));
     let err = s
         .record_context(&u, None, "t", "r", &hash('c'))
+        .await
         .expect_err("a second block for one run must be refused");
     assert!(matches!(err, JournalError::Conflict { .. }), "{err:?}");
-    let EventsLookup::Events(list) = events(s, &u, "t", "r") else {
+    let EventsLookup::Events(list) = events(s, &u, "t", "r").await else {
         panic!("the run must be known");
     };
     assert_eq!(list.len(), 1);
@@ -89,47 +94,53 @@ pub fn different_block_is_a_conflict(f: RunJournalFixture) {
 }
 
 /// Unknown threads and runs are told apart; `seq` grows per user; queries filter and cut.
-pub fn lookups_and_queries(f: RunJournalFixture) {
+pub async fn lookups_and_queries(f: RunJournalFixture) {
     let s = f.store.as_ref();
     let u = user("carol");
-    assert_eq!(events(s, &u, "t", "r"), EventsLookup::UnknownThread);
+    assert_eq!(events(s, &u, "t", "r").await, EventsLookup::UnknownThread);
     for (i, run) in ["r1", "r2", "r3"].iter().enumerate() {
         let out = s
             .record_context(&u, None, "t", run, &hash('d'))
+            .await
             .unwrap_or_else(|e| panic!("record: {e}"));
         assert_eq!(out.event().seq, u64::try_from(i + 1).unwrap_or(u64::MAX));
     }
-    assert_eq!(events(s, &u, "t", "nope"), EventsLookup::UnknownRun);
-    assert_eq!(events(s, &u, "other", "r1"), EventsLookup::UnknownThread);
+    assert_eq!(events(s, &u, "t", "nope").await, EventsLookup::UnknownRun);
+    assert_eq!(
+        events(s, &u, "other", "r1").await,
+        EventsLookup::UnknownThread
+    );
     let q = |after: Option<u64>, types: Option<Vec<String>>, limit: usize| EventQuery {
         event_types: types,
         after_seq: after,
         limit,
     };
-    let found = |query: EventQuery| match s.events(&u, "t", "r2", &query) {
+    let found = async |query: EventQuery| match s.events(&u, "t", "r2", &query).await {
         Ok(EventsLookup::Events(list)) => list.len(),
         other => panic!("events: {other:?}"),
     };
-    assert_eq!(found(q(None, None, 10)), 1);
-    assert_eq!(found(q(Some(2), None, 10)), 0);
-    assert_eq!(found(q(Some(1), None, 10)), 1);
-    assert_eq!(found(q(None, Some(vec!["other:type".into()]), 10)), 0);
+    assert_eq!(found(q(None, None, 10)).await, 1);
+    assert_eq!(found(q(Some(2), None, 10)).await, 0);
+    assert_eq!(found(q(Some(1), None, 10)).await, 1);
+    assert_eq!(found(q(None, Some(vec!["other:type".into()]), 10)).await, 0);
     assert_eq!(
-        found(q(None, Some(vec![CONTEXT_MEMORY_EVENT.into()]), 10)),
+        found(q(None, Some(vec![CONTEXT_MEMORY_EVENT.into()]), 10)).await,
         1
     );
-    assert_eq!(found(q(None, None, 0)), 0);
+    assert_eq!(found(q(None, None, 0)).await, 0);
 }
 
 /// One user's events are invisible to another, even for the same thread and run ids.
-pub fn users_are_isolated(f: RunJournalFixture) {
+pub async fn users_are_isolated(f: RunJournalFixture) {
     let s = f.store.as_ref();
     let (a, b) = (user("dave"), user("erin"));
     s.record_context(&a, None, "t", "r", &hash('e'))
+        .await
         .unwrap_or_else(|e| panic!("record: {e}"));
-    assert_eq!(events(s, &b, "t", "r"), EventsLookup::UnknownThread);
+    assert_eq!(events(s, &b, "t", "r").await, EventsLookup::UnknownThread);
     let out = s
         .record_context(&b, None, "t", "r", &hash('f'))
+        .await
         .unwrap_or_else(|e| panic!("record for b: {e}"));
     assert!(
         matches!(out, RecordOutcome::Recorded(ref e) if e.seq == 1),
@@ -138,7 +149,7 @@ pub fn users_are_isolated(f: RunJournalFixture) {
 }
 
 /// Hostile ids and malformed hashes are refused before anything is stored.
-pub fn invalid_input_is_refused(f: RunJournalFixture) {
+pub async fn invalid_input_is_refused(f: RunJournalFixture) {
     let s = f.store.as_ref();
     let u = user("frank");
     let long = "x".repeat(10_000);
@@ -151,19 +162,21 @@ pub fn invalid_input_is_refused(f: RunJournalFixture) {
     ] {
         let err = s
             .record_context(&u, None, t, r, &hash('a'))
+            .await
             .expect_err("hostile id accepted");
         assert!(
             matches!(err, JournalError::InvalidId { .. }),
             "{t:?} {r:?}: {err:?}"
         );
         assert!(matches!(
-            s.events(&u, t, r, &EventQuery::default()),
+            s.events(&u, t, r, &EventQuery::default()).await,
             Err(JournalError::InvalidId { .. })
         ));
     }
     for bad in ["", "ABC", "g".repeat(64).as_str(), &hash('A')] {
         let err = s
             .record_context(&u, None, "t", "r", bad)
+            .await
             .expect_err("bad hash accepted");
         assert!(matches!(
             err,
@@ -173,11 +186,11 @@ pub fn invalid_input_is_refused(f: RunJournalFixture) {
             }
         ));
     }
-    assert_eq!(events(s, &u, "t", "r"), EventsLookup::UnknownThread);
+    assert_eq!(events(s, &u, "t", "r").await, EventsLookup::UnknownThread);
 }
 
 /// Expands one `#[test]` per run journal behaviour. `$fixture` is an expression evaluating to
-/// a [`RunJournalFixture`].
+/// a future of a [`RunJournalFixture`].
 #[macro_export]
 macro_rules! run_journal_contract {
     ($fixture:expr) => {
@@ -193,7 +206,10 @@ macro_rules! run_journal_contract {
         $(
             #[test]
             fn $name() {
-                $crate::run_journal::$name($fixture);
+                $crate::block_on(async {
+                    let fixture = $fixture.await;
+                    $crate::run_journal::$name(fixture).await;
+                });
             }
         )*
     };

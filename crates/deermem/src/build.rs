@@ -13,6 +13,80 @@ use crate::clock::SystemClock;
 use crate::config_file::resolve_storage_root;
 use crate::noop::NoopManager;
 
+/// What a backend's constructor is given (a build with no backend but `noop` reads only the
+/// configuration).
+#[cfg_attr(
+    not(any(
+        feature = "honcho",
+        feature = "openviking",
+        all(feature = "engine", feature = "storage-file")
+    )),
+    allow(dead_code)
+)]
+struct Inputs<'a, 'e> {
+    config: &'a MemoryConfig,
+    root: &'a std::path::Path,
+    clock: Arc<dyn Clock>,
+    opts: &'a BuildOptions<'e>,
+}
+
+/// The error of a backend `name` that refused to start.
+#[cfg(any(feature = "honcho", feature = "openviking"))]
+fn refused(name: &'static str) -> impl Fn(ManagerError) -> BuildError {
+    move |source| BuildError::Backend {
+        name: name.to_owned(),
+        source,
+    }
+}
+
+/// Builds one backend.
+type Constructor = fn(&Inputs<'_, '_>) -> Result<Backend, BuildError>;
+
+/// One backend: its `manager_class` name, the Cargo feature that compiles it in, and its
+/// constructor when it is compiled in.
+struct BackendEntry {
+    name: &'static str,
+    feature: &'static str,
+    build: Option<Constructor>,
+}
+
+/// Every backend, compiled in or not: the one place a backend is added.
+const BACKENDS: [BackendEntry; 4] = [
+    BackendEntry {
+        name: "deermem",
+        feature: if cfg!(feature = "engine") {
+            "storage-file"
+        } else {
+            "engine"
+        },
+        #[cfg(all(feature = "engine", feature = "storage-file"))]
+        build: Some(build_deermem),
+        #[cfg(not(all(feature = "engine", feature = "storage-file")))]
+        build: None,
+    },
+    BackendEntry {
+        name: "honcho",
+        feature: "honcho",
+        #[cfg(feature = "honcho")]
+        build: Some(build_honcho),
+        #[cfg(not(feature = "honcho"))]
+        build: None,
+    },
+    BackendEntry {
+        name: "noop",
+        feature: "",
+        build: Some(|i| Ok(Backend::Noop(Arc::new(NoopManager::new(i.config.mode))))),
+    },
+    BackendEntry {
+        name: "openviking",
+        feature: "openviking",
+        #[cfg(feature = "openviking")]
+        build: Some(build_openviking),
+        #[cfg(not(feature = "openviking"))]
+        build: None,
+    },
+];
+
 /// The backends this build knows by name (compiled in or not).
 pub const KNOWN_BACKENDS: [&str; 4] = ["deermem", "honcho", "noop", "openviking"];
 
@@ -214,17 +288,21 @@ pub fn build_backend(config: &MemoryConfig, opts: BuildOptions<'_>) -> Result<Ba
     let name = config.manager_class.trim().to_owned();
     let clock: Arc<dyn Clock> = opts.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
     let root = storage_root(config, &opts);
-    let backend_err = |source: ManagerError| BuildError::Backend {
-        name: name.clone(),
-        source,
-    };
     check_storage_root(&root)?;
-    let backend = match name.as_str() {
-        "noop" => Backend::Noop(Arc::new(NoopManager::new(config.mode))),
-        "honcho" => build_honcho(config, &root, clock, opts.env, backend_err)?,
-        "openviking" => build_openviking(config, &root, clock, opts.env, backend_err)?,
-        "deermem" => build_deermem(config, &root, clock, &opts)?,
-        _ => {
+    let inputs = Inputs {
+        config,
+        root: &root,
+        clock,
+        opts: &opts,
+    };
+    let backend = match BACKENDS.iter().find(|b| b.name == name) {
+        Some(BackendEntry {
+            build: Some(build), ..
+        }) => build(&inputs)?,
+        Some(BackendEntry { feature, .. }) => {
+            return Err(BuildError::NotCompiled { name, feature });
+        }
+        None => {
             return Err(BuildError::UnknownBackend {
                 name,
                 known: KNOWN_BACKENDS.join(", "),
@@ -272,7 +350,7 @@ fn remote_cursors(
     config: &MemoryConfig,
     env: &dyn Fn(&str) -> Option<String>,
     backend: &str,
-) -> Result<Option<Arc<dyn deermem_remote::CursorStorage>>, BuildError> {
+) -> Result<Option<Arc<dyn deermem_core::ports::CursorStorage>>, BuildError> {
     let postgres = config
         .backend_config
         .get("storage_class")
@@ -310,13 +388,8 @@ fn remote_cursors(
 /// [`BuildError::Config`] naming the key, like the embedded engine's; only a client that
 /// cannot start is a [`BuildError::Backend`].
 #[cfg(feature = "honcho")]
-fn build_honcho(
-    config: &MemoryConfig,
-    root: &std::path::Path,
-    clock: Arc<dyn Clock>,
-    env: &dyn Fn(&str) -> Option<String>,
-    backend_err: impl Fn(ManagerError) -> BuildError,
-) -> Result<Backend, BuildError> {
+fn build_honcho(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
+    let (config, env) = (i.config, i.opts.env);
     let (parsed, _warnings) =
         deermem_backend_honcho::HonchoConfig::from_backend_config(&config.backend_config)
             .map_err(|e| naming_backend(e, "honcho"))?;
@@ -325,38 +398,19 @@ fn build_honcho(
     let m = deermem_backend_honcho::from_backend_config_with_cursors(
         &config.backend_config,
         config.mode,
-        root.to_path_buf(),
-        clock,
+        i.root.to_path_buf(),
+        Arc::clone(&i.clock),
         cursors,
     )
-    .map_err(backend_err)?;
+    .map_err(refused("honcho"))?;
     Ok(Backend::Honcho(Arc::new(m)))
-}
-
-#[cfg(not(feature = "honcho"))]
-fn build_honcho(
-    _: &MemoryConfig,
-    _: &std::path::Path,
-    _: Arc<dyn Clock>,
-    _: &dyn Fn(&str) -> Option<String>,
-    _: impl Fn(ManagerError) -> BuildError,
-) -> Result<Backend, BuildError> {
-    Err(BuildError::NotCompiled {
-        name: "honcho".into(),
-        feature: "honcho",
-    })
 }
 
 /// OpenViking, with its configuration (and its one supported mode) checked here first as for
 /// [`build_honcho`].
 #[cfg(feature = "openviking")]
-fn build_openviking(
-    config: &MemoryConfig,
-    root: &std::path::Path,
-    clock: Arc<dyn Clock>,
-    env: &dyn Fn(&str) -> Option<String>,
-    backend_err: impl Fn(ManagerError) -> BuildError,
-) -> Result<Backend, BuildError> {
+fn build_openviking(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
+    let (config, env) = (i.config, i.opts.env);
     if config.mode != MemoryMode::Middleware {
         return Err(BuildError::Config(ConfigError::new(
             "memory.mode",
@@ -375,42 +429,25 @@ fn build_openviking(
     let m = deermem_backend_openviking::OpenVikingManager::from_backend_config_with_cursors(
         &config.backend_config,
         config.mode,
-        root.to_path_buf(),
-        clock,
+        i.root.to_path_buf(),
+        Arc::clone(&i.clock),
         env,
         cursors,
     )
-    .map_err(backend_err)?;
+    .map_err(refused("openviking"))?;
     Ok(Backend::OpenViking(Arc::new(m)))
 }
 
-#[cfg(not(feature = "openviking"))]
-fn build_openviking(
-    _: &MemoryConfig,
-    _: &std::path::Path,
-    _: Arc<dyn Clock>,
-    _: &dyn Fn(&str) -> Option<String>,
-    _: impl Fn(ManagerError) -> BuildError,
-) -> Result<Backend, BuildError> {
-    Err(BuildError::NotCompiled {
-        name: "openviking".into(),
-        feature: "openviking",
-    })
-}
-
 #[cfg(all(feature = "engine", feature = "storage-file"))]
-fn build_deermem(
-    config: &MemoryConfig,
-    root: &std::path::Path,
-    clock: Arc<dyn Clock>,
-    opts: &BuildOptions<'_>,
-) -> Result<Backend, BuildError> {
+fn build_deermem(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
+    let (config, root, clock, opts) = (i.config, i.root, Arc::clone(&i.clock), i.opts);
     let name = "deermem".to_owned();
     let mut cfg = crate::embedded::deermem_config(&config.backend_config)?;
     if opts.short_lived
-        && let Some(pg) = cfg.postgres.as_mut()
+        && let Some(serde_json::Value::Object(pg)) = cfg.storage_sections.get_mut("postgres")
     {
-        pg.coherence = deermem_core::config::PostgresCoherence::RevisionCheck;
+        // A short-lived process checks the revision on every load: no read leases to take.
+        pg.insert("coherence".into(), "revision_check".into());
     }
     let storage = crate::embedded::open_embedded(
         &cfg,
@@ -462,23 +499,6 @@ fn build_deermem(
     let manager = deermem_engine::DeerMemManager::new(parts)
         .map_err(|source| BuildError::Backend { name, source })?;
     Ok(Backend::DeerMem(Arc::new(manager), storage))
-}
-
-#[cfg(not(all(feature = "engine", feature = "storage-file")))]
-fn build_deermem(
-    _: &MemoryConfig,
-    _: &std::path::Path,
-    _: Arc<dyn Clock>,
-    _: &BuildOptions<'_>,
-) -> Result<Backend, BuildError> {
-    Err(BuildError::NotCompiled {
-        name: "deermem".into(),
-        feature: if cfg!(feature = "engine") {
-            "storage-file"
-        } else {
-            "engine"
-        },
-    })
 }
 
 /// The configured extraction model, or `None` when no model is configured (the offline

@@ -54,17 +54,26 @@ pub enum EmbeddedError {
     NotCompiled,
 }
 
-/// Parses DeerMem's `backend_config`, logging its warnings.
+/// The keys of `backend_config` that are storage adapters' own sections: each adapter reads and
+/// checks its section with its own settings type.
+pub const STORAGE_SECTIONS: &[&str] = &["postgres"];
+
+/// Parses DeerMem's `backend_config`, logging its warnings, and checks the storage adapters'
+/// sections (in a build with the adapter; without it, selecting the adapter fails when the
+/// storage is opened).
 ///
 /// # Errors
 /// An invalid key, named.
 pub fn deermem_config(
     backend_config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<DeerMemConfig, ConfigError> {
-    let (cfg, warnings) = DeerMemConfig::from_backend_config(backend_config)?;
+    let (cfg, warnings) =
+        DeerMemConfig::from_backend_config_with_sections(backend_config, STORAGE_SECTIONS)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
+    #[cfg(feature = "store-postgres")]
+    postgres::check_section(&cfg)?;
     Ok(cfg)
 }
 
@@ -302,12 +311,11 @@ impl EmbeddedStorage {
 
     /// Opens the run journal that belongs with this storage: JSONL files under
     /// `{root}/.runs` beside the file store, the `run_events` table in the database for
-    /// PostgreSQL (shared by every replica). Blocking: call it from a thread that is not
-    /// driving an async runtime.
+    /// PostgreSQL (shared by every replica).
     ///
     /// # Errors
     /// The journal cannot be opened (its directory, lock or database).
-    pub fn open_run_journal(
+    pub async fn open_run_journal(
         &self,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<dyn RunEventStore>, EmbeddedError> {
@@ -325,7 +333,7 @@ impl EmbeddedStorage {
                 Ok(Arc::new(journal))
             }
             #[cfg(feature = "store-postgres")]
-            Self::Postgres(s) => Ok(s.open_run_journal(clock)?),
+            Self::Postgres(s) => Ok(s.open_run_journal(clock).await?),
         }
     }
 }

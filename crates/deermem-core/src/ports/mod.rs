@@ -2,6 +2,7 @@
 //! contract suites in `deermem-testkit` assert exactly those sentences.
 
 mod clock;
+pub mod cursors;
 mod embedder;
 mod llm;
 mod manager;
@@ -12,6 +13,7 @@ pub mod turn_journal;
 mod vector_index;
 
 pub use clock::Clock;
+pub use cursors::CursorStorage;
 pub use embedder::{Embedder, check_vectors};
 pub use llm::{ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, TokenUsage};
 pub use manager::{

@@ -291,14 +291,14 @@ pub fn is_sha256_hex(s: &str) -> bool {
 ///   order after `after_seq`, of the requested types, at most `limit`.
 /// - Ids are checked with [`validate_run_key`] and hashes with [`is_sha256_hex`] before anything
 ///   is read or written (`InvalidId`). One user's events are never visible to another user.
-/// - Calls may block on I/O: hosts call them from a blocking thread.
+#[async_trait::async_trait]
 pub trait RunEventStore: Send + Sync + fmt::Debug {
     /// Records that `user`'s run `run_id` of `thread_id` saw the block whose SHA-256 is
     /// `content_sha256`.
     ///
     /// # Errors
     /// `InvalidId`, `Conflict` (nothing written), `Io` (nothing recorded).
-    fn record_context(
+    async fn record_context(
         &self,
         user: &UserId,
         agent: Option<&AgentName>,
@@ -311,7 +311,7 @@ pub trait RunEventStore: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// `InvalidId` for a bad thread or run id; `Io` when the store cannot be read.
-    fn events(
+    async fn events(
         &self,
         user: &UserId,
         thread_id: &str,

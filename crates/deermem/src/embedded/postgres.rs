@@ -60,16 +60,15 @@ impl PostgresStorage {
         ))
     }
 
-    /// Opens the run journal in the same database. Blocking: call it from a thread that is not
-    /// driving an async runtime (`spawn_blocking`).
+    /// Opens the run journal in the same database.
     ///
     /// # Errors
     /// As [`PgRunJournal::open`].
-    pub fn open_run_journal(
+    pub async fn open_run_journal(
         &self,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<dyn RunEventStore>, PgError> {
-        Ok(Arc::new(PgRunJournal::open(&self.config, clock)?))
+        Ok(Arc::new(PgRunJournal::open(&self.config, clock).await?))
     }
 }
 
@@ -84,10 +83,7 @@ pub fn postgres_config(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<PostgresConfig, ConfigError> {
     let url_key = "memory.backend_config.postgres.url";
-    let settings = cfg
-        .postgres
-        .as_ref()
-        .ok_or_else(|| ConfigError::new(url_key, "is required with storage_class: postgres"))?;
+    let settings = &PostgresConfig::from_selected_section(cfg.storage_sections.get("postgres"))?;
     let url = match deermem_core::config::env_reference(settings.url.trim()) {
         Some(name) => env(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
             ConfigError::new(url_key, format!("environment variable {name} is not set"))
@@ -102,6 +98,26 @@ pub fn postgres_config(
         .validate()
         .map_err(|e| ConfigError::new(format!("memory.backend_config.{}", e.key), e.message))?;
     Ok(config)
+}
+
+/// Checks the `postgres` section at load time: with `storage_class: postgres` as the storage
+/// reads it (a URL required), next to another storage class its keys only.
+///
+/// # Errors
+/// The offending key, `memory.backend_config.postgres.<key>`.
+pub(super) fn check_section(cfg: &DeerMemConfig) -> Result<(), ConfigError> {
+    let section = cfg.storage_sections.get("postgres");
+    match cfg.storage() {
+        deermem_core::config::StorageClass::Postgres => {
+            PostgresConfig::from_selected_section(section)?;
+        }
+        deermem_core::config::StorageClass::File => {
+            if let Some(v) = section.filter(|v| !v.is_null()) {
+                PostgresConfig::from_section(v)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects, applies the pending schema migrations (refusing a schema newer than this build)
@@ -233,13 +249,14 @@ fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOut
 pub fn remote_cursors(
     backend_config: &serde_json::Map<String, serde_json::Value>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Arc<dyn deermem_remote::CursorStorage>, EmbeddedError> {
+) -> Result<Arc<dyn deermem_core::ports::CursorStorage>, EmbeddedError> {
     let selection: serde_json::Map<String, serde_json::Value> = backend_config
         .iter()
         .filter(|(k, _)| matches!(k.as_str(), "storage_class" | "postgres"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let (cfg, _) = DeerMemConfig::from_backend_config(&selection)?;
+    let (cfg, _) =
+        DeerMemConfig::from_backend_config_with_sections(&selection, super::STORAGE_SECTIONS)?;
     let mut config = postgres_config(&cfg, env)?;
     // Cursors are read and written in transactions of their own: no read leases, no listener.
     config.coherence = deermem_store_postgres::Coherence::RevisionCheck;
