@@ -47,8 +47,9 @@ use crate::stored::{
 /// Commits of point operations retried over concurrent unrelated commits.
 const MAX_ATTEMPTS: usize = 3;
 
-/// Scopes a replica keeps decoded at most (past it the cache starts over).
-const CACHE_MAX_SCOPES: usize = 4096;
+/// Scopes a replica keeps decoded at most unless told otherwise ([`PgStorage::with_cache_max_scopes`],
+/// which the facade sets from `cache_max_scopes`); past it the cache starts over.
+pub const DEFAULT_CACHE_MAX_SCOPES: usize = 4096;
 
 /// The storage ports over one PostgreSQL schema.
 pub struct PgStorage {
@@ -59,6 +60,8 @@ pub struct PgStorage {
     /// Decoded facts per scope, served only while the user's row is still the one they were
     /// read under (see `scope_facts`).
     cache: parking_lot::Mutex<HashMap<ScopeKey, CachedScope>>,
+    /// The bound on `cache` (scopes).
+    cache_max_scopes: usize,
 }
 
 /// A scope as the cache knows it: the requesting raw user id (facts are normalised for it) and
@@ -213,7 +216,16 @@ impl PgStorage {
             half_life_days,
             audit_max_entries,
             cache: parking_lot::Mutex::new(HashMap::new()),
+            cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
         }
+    }
+
+    /// The same storage keeping at most `scopes` scopes decoded (at least 1): the
+    /// configuration's `cache_max_scopes`, as for the file storage.
+    #[must_use]
+    pub fn with_cache_max_scopes(mut self, scopes: usize) -> Self {
+        self.cache_max_scopes = scopes.max(1);
+        self
     }
 
     /// The facts of a scope for a load under the user's row version `version` (`None`: the
@@ -239,7 +251,7 @@ impl PgStorage {
         }
         let facts: Facts = self.facts_of(client, user, agent).await?.into();
         let mut cache = self.cache.lock();
-        if cache.len() >= CACHE_MAX_SCOPES && !cache.contains_key(&key) {
+        if cache.len() >= self.cache_max_scopes && !cache.contains_key(&key) {
             cache.clear();
         }
         cache.insert(
@@ -562,13 +574,12 @@ async fn forget_metadata(
 
 #[async_trait]
 impl FactRepository for PgStorage {
-    /// The scope cache (its own bound: `cache_max_scopes` does not reach this adapter yet) and
-    /// the lease holder's tables.
+    /// The scope cache (`cache_max_scopes`) and the lease holder's tables.
     fn cache_bounds(&self) -> Vec<deermem_core::CacheBound> {
         let scopes = self.cache.lock().len();
         let mut out = vec![deermem_core::CacheBound::entries(
             "postgres.scopes",
-            CACHE_MAX_SCOPES,
+            self.cache_max_scopes,
             Some(scopes),
         )];
         out.extend(self.store.leases().cache_bounds());

@@ -236,6 +236,37 @@ async fn a_warm_load_under_a_lease_needs_no_connection() {
     assert_eq!(find("postgres.revocations").bound, Some(8192));
 }
 
+/// The decoded-scope cache keeps to the bound it is given (`cache_max_scopes` in a served
+/// configuration) however many users are read, and `/status` shows that bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scope_cache_keeps_to_its_configured_bound() {
+    let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let schema = next_schema();
+    let (store, _) = replica(cluster.url(), &schema, 60.0).await;
+    let s = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200)
+        .with_cache_max_scopes(2);
+    let agent = AgentName::default_bucket();
+    let mut peak = 0;
+    for n in 0..6 {
+        let user = UserId::new(format!("user{n}")).unwrap();
+        s.upsert_fact(Some(&user), &agent, draft("kept"), None, None)
+            .await
+            .unwrap();
+        let doc = s.load(Some(&user), Some(&agent)).await.unwrap();
+        assert_eq!(contents(&doc), ["kept"]);
+        let scopes = s
+            .cache_bounds()
+            .into_iter()
+            .find(|b| b.name == "postgres.scopes")
+            .unwrap();
+        assert_eq!(scopes.bound, Some(2));
+        let current = scopes.current.unwrap();
+        assert!(current <= 2, "{scopes:?}");
+        peak = peak.max(current);
+    }
+    assert!(peak >= 1, "the cache was used");
+}
+
 /// A holder that dies holding a lease (its listener gone, its lease row left behind) delays a
 /// write to that user until the lease runs out, and no longer: the write completes, and a new
 /// replica reads it.

@@ -137,12 +137,15 @@ pub(super) fn open(
 ) -> Result<PostgresStorage, EmbeddedError> {
     let config = postgres_config(cfg, env)?;
     let (store, migration) = connect_and_migrate(&config)?;
-    let storage = Arc::new(PgStorage::new(
-        store.clone(),
-        Arc::clone(&clock),
-        cfg.eviction_access_half_life_days as f64,
-        cfg.eviction_audit_max_entries,
-    ));
+    let storage = Arc::new(
+        PgStorage::new(
+            store.clone(),
+            Arc::clone(&clock),
+            cfg.eviction_access_half_life_days as f64,
+            cfg.eviction_audit_max_entries,
+        )
+        .with_cache_max_scopes(cfg.cache_max_scopes),
+    );
     let memory = with_search_by_meaning(cfg, &storage, &store, clock)?;
     Ok(PostgresStorage {
         memory,
