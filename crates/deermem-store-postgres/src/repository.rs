@@ -47,9 +47,9 @@ use crate::stored::{
 /// Commits of point operations retried over concurrent unrelated commits.
 const MAX_ATTEMPTS: usize = 3;
 
-/// Scopes a replica keeps decoded at most unless told otherwise ([`PgStorage::with_cache_max_scopes`],
+/// Scopes a replica keeps decoded at most unless told otherwise (`PgStorage::with_cache_max_scopes`,
 /// which the facade sets from `cache_max_scopes`); past it the cache starts over.
-pub const DEFAULT_CACHE_MAX_SCOPES: usize = 4096;
+pub(crate) const DEFAULT_CACHE_MAX_SCOPES: usize = 4096;
 
 /// The storage ports over one PostgreSQL schema.
 pub struct PgStorage {
