@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::policy::fusion::{LexicalHit, hybrid_fusion, nearest_calibrated, term_coverage};
-use deermem_core::policy::language::script_group;
+use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     CacheBound, Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
@@ -219,29 +219,30 @@ impl Shared {
         };
         let stored = self
             .vectors
-            .scope_vectors(&query.scopes, self.embedder.model_id())
+            .scope_vectors_tagged(&query.scopes, self.embedder.model_id())
             .await?;
-        let candidates: Vec<(Fact, Vec<f32>)> = stored
+        let candidates: Vec<((Fact, ScriptGroup), Vec<f32>)> = stored
             .into_iter()
-            .filter(|(fact, v)| {
+            .filter(|(fact, v, _)| {
                 v.len() == query_vector.len()
                     && query
                         .category
                         .as_deref()
                         .is_none_or(|c| fact.category_or_default() == c)
             })
+            .map(|(fact, v, group)| ((fact, group), v))
             .collect();
-        // Each fact's script group is derived from its text here, at ranking time.
+        // Each fact's script group is the index's derived tag; the query's is derived here.
         Ok(Some(
             nearest_calibrated(
                 &query_vector,
                 script_group(&query.text),
                 &candidates,
-                |fact| script_group(&fact.content),
+                |(_, group)| *group,
                 limit,
             )
             .into_iter()
-            .map(|(fact, score)| (fact.clone(), score))
+            .map(|((fact, _), score)| (fact.clone(), score))
             .collect(),
         ))
     }
