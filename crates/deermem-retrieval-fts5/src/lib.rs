@@ -48,6 +48,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     CacheBound, Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
@@ -913,7 +914,7 @@ impl Inner {
         &self,
         scopes: &[Scope],
         model_id: &str,
-    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+    ) -> Result<Vec<(Fact, Vec<f32>, ScriptGroup)>, RetrievalError> {
         let unique = fact_scopes(scopes);
         let now = self.clock.now();
         let per_scope = self.with_reader(|conn| {
@@ -932,14 +933,19 @@ impl Inner {
         let mut damaged = Vec::new();
         for (scope, rows) in unique.iter().zip(per_scope) {
             let fact_scope = scope.to_fact_scope();
-            for (id, fact_id, json, dim, blob) in rows {
+            for (id, fact_id, json, dim, blob, script) in rows {
                 let Some(vec) = engine::decode_vector(&blob, dim) else {
                     tracing::warn!(fact_id = %fact_id, "a stored vector does not decode; it is embedded again");
                     damaged.push((ScopeKeyText::of(scope), fact_id));
                     continue;
                 };
                 match self.decode_cached(id, &fact_id, json, &fact_scope, now) {
-                    Ok(fact) => found.push((fact, vec)),
+                    Ok(fact) => {
+                        // The stored tag; a row written by hand without one is derived again.
+                        let group = ScriptGroup::from_tag(&script)
+                            .unwrap_or_else(|| script_group(&fact.content));
+                        found.push((fact, vec, group));
+                    }
                     Err(msg) => tracing::warn!(doc = id, fact_id = %fact_id, error = %msg,
                         "skipping an index row that does not decode"),
                 }
@@ -1177,6 +1183,20 @@ impl VectorIndex for Fts5Retrieval {
         scopes: &[Scope],
         model_id: &str,
     ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        Ok(self
+            .scope_vectors_tagged(scopes, model_id)
+            .await?
+            .into_iter()
+            .map(|(fact, v, _)| (fact, v))
+            .collect())
+    }
+
+    /// The stored `script` column of each document.
+    async fn scope_vectors_tagged(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>, ScriptGroup)>, RetrievalError> {
         let scopes = scopes.to_vec();
         let model_id = model_id.to_owned();
         self.blocking(move |inner| inner.scope_vectors(&scopes, &model_id))

@@ -531,7 +531,8 @@ mod robustness {
     }
 
     /// A version-1 file (before vectors) is migrated the adapter's way: emptied and recreated
-    /// at version 2 with the `vectors` table, and the storage refills it by a rebuild.
+    /// at the current version with the `vectors` table, and the storage refills it by a
+    /// rebuild.
     #[test]
     fn a_version_1_index_is_recreated_with_the_vectors_table() {
         use deermem_core::ports::VectorIndex;
@@ -568,11 +569,102 @@ mod robustness {
                 |r| r.get(0),
             )
             .expect("version");
-        assert_eq!(v, "2");
+        assert_eq!(v, deermem_retrieval_fts5::SCHEMA_VERSION);
         let n: i64 = conn
             .query_row("SELECT count(*) FROM vectors", [], |r| r.get(0))
             .expect("vectors table");
         assert_eq!(n, 0);
+    }
+
+    /// A version-2 file (before the `script` tag) is emptied and recreated at version 3; a
+    /// rebuild fills the tag from each fact's text, and the vectors are answered with the
+    /// stored tag (not the text's: a tag changed by hand is what comes back).
+    #[test]
+    fn a_version_2_index_is_recreated_with_the_script_tag_and_a_rebuild_fills_it() {
+        use deermem_core::policy::language::ScriptGroup;
+        use deermem_core::ports::VectorIndex;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        {
+            let conn = rusqlite_conn(&file);
+            conn.execute_batch(
+                "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+                 INSERT INTO meta VALUES('schema_version', '2');
+                 CREATE TABLE scopes(scope_key INTEGER PRIMARY KEY, scope_user TEXT NOT NULL,
+                    scope_agent TEXT NOT NULL, next_seq INTEGER NOT NULL);
+                 CREATE TABLE docs(id INTEGER PRIMARY KEY, scope_key INTEGER NOT NULL,
+                    fact_id TEXT NOT NULL, category TEXT NOT NULL, created_us INTEGER,
+                    confidence REAL NOT NULL, fact_json TEXT NOT NULL, digest BLOB NOT NULL);
+                 INSERT INTO scopes VALUES(1, '\"alice\"', '\"coder\"', 2);
+                 INSERT INTO docs VALUES(4294967297, 1, 'old', 'context', NULL, 0.5, '{}', x'00');",
+            )
+            .expect("version 2 schema");
+        }
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            assert_eq!(index.stats().await.expect("stats").total_docs, 0);
+            let facts = vec![
+                (
+                    s.clone(),
+                    fact(&s, "en", "Plays badminton on Sundays", "context", 0.5),
+                ),
+                (s.clone(), fact(&s, "zh", "周末打羽毛球", "context", 0.5)),
+                (
+                    s.clone(),
+                    fact(&s, "mixed", "用 Vim 写代码", "context", 0.5),
+                ),
+            ];
+            assert_eq!(index.rebuild(None, &facts).await.expect("rebuild"), 3);
+            let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
+            let vectors = vec![vec![1.0, 0.0]; tasks.len()];
+            index.put_vectors("m", &tasks, &vectors).await.expect("put");
+        });
+        let conn = rusqlite_conn(&file);
+        let v: String = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key='schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("version");
+        assert_eq!(v, "3");
+        let tags: Vec<(String, String)> = conn
+            .prepare("SELECT fact_id, script FROM docs ORDER BY fact_id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let tags: Vec<(&str, &str)> = tags.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(tags, vec![("en", "other"), ("mixed", "cjk"), ("zh", "cjk")]);
+        let tagged = |index: &Fts5Retrieval| {
+            let mut got: Vec<(String, ScriptGroup)> =
+                run(index.scope_vectors_tagged(std::slice::from_ref(&s), "m"))
+                    .expect("vectors")
+                    .into_iter()
+                    .map(|(f, _, g)| (f.id.as_str().to_owned(), g))
+                    .collect();
+            got.sort();
+            got
+        };
+        assert_eq!(
+            tagged(&index),
+            vec![
+                ("en".to_owned(), ScriptGroup::Other),
+                ("mixed".to_owned(), ScriptGroup::Cjk),
+                ("zh".to_owned(), ScriptGroup::Cjk)
+            ]
+        );
+        // The tag read is the stored one.
+        conn.execute("UPDATE docs SET script='cjk' WHERE fact_id='en'", [])
+            .expect("update");
+        assert_eq!(tagged(&index)[0], ("en".to_owned(), ScriptGroup::Cjk));
+        // The untagged answer is the same documents.
+        let plain = run(index.scope_vectors(std::slice::from_ref(&s), "m")).expect("vectors");
+        assert_eq!(plain.len(), 3);
+        run(index.close());
     }
 
     /// A stored vector whose blob is damaged (wrong length, a NaN, a wrong dimension) is never

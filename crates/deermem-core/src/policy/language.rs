@@ -26,6 +26,16 @@ impl ScriptGroup {
             Self::Other => "other",
         }
     }
+
+    /// The group named by [`ScriptGroup::as_str`] (how an index stores the tag), or `None`.
+    #[must_use]
+    pub fn from_tag(tag: &str) -> Option<Self> {
+        match tag {
+            "cjk" => Some(Self::Cjk),
+            "other" => Some(Self::Other),
+            _ => None,
+        }
+    }
 }
 
 /// Whether `c` is a CJK ideograph, kana or hangul syllable.
@@ -117,6 +127,10 @@ mod tests {
         assert_eq!(script_group("Привет"), Other);
         assert_eq!(script_group(""), Other);
         assert_eq!(Cjk.as_str(), "cjk");
+        for g in [Cjk, Other] {
+            assert_eq!(ScriptGroup::from_tag(g.as_str()), Some(g));
+        }
+        assert_eq!(ScriptGroup::from_tag("CJK"), None);
     }
 
     fn scores(list: &[(f32, ScriptGroup)]) -> Vec<f32> {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use crate::error::RetrievalError;
 use crate::fact::Fact;
 use crate::ids::Scope;
+use crate::policy::language::{ScriptGroup, script_group};
 
 /// An indexed document that has no vector of the current model for its current text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +73,29 @@ pub trait VectorIndex: Send + Sync + Debug {
         scopes: &[Scope],
         model_id: &str,
     ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError>;
+
+    /// [`VectorIndex::scope_vectors`] with each document's script group, the tag the ranking
+    /// by meaning calibrates by (`policy::language`). An index that stores the tag as a
+    /// derived field (the FTS5 adapter's `docs.script`) answers it from there; the default
+    /// derives it from the fact's text.
+    ///
+    /// # Errors
+    /// As [`VectorIndex::scope_vectors`].
+    async fn scope_vectors_tagged(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>, ScriptGroup)>, RetrievalError> {
+        Ok(self
+            .scope_vectors(scopes, model_id)
+            .await?
+            .into_iter()
+            .map(|(fact, v)| {
+                let group = script_group(&fact.content);
+                (fact, v, group)
+            })
+            .collect())
+    }
 
     /// `(documents with a current vector of model_id, documents)` in the whole index.
     ///

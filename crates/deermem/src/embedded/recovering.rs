@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+use deermem_core::policy::language::ScriptGroup;
 use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
 use deermem_core::{
     Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
@@ -256,6 +257,17 @@ impl VectorIndex for RecoveringFts5 {
         model_id: &str,
     ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
         self.index().await?.scope_vectors(scopes, model_id).await
+    }
+
+    async fn scope_vectors_tagged(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>, ScriptGroup)>, RetrievalError> {
+        self.index()
+            .await?
+            .scope_vectors_tagged(scopes, model_id)
+            .await
     }
 
     async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
