@@ -142,6 +142,7 @@ fn storage(store: PgStore) -> PgStorage {
         m.eviction_access_half_life_days as f64,
         m.eviction_audit_max_entries,
     )
+    .with_cache_max_scopes(m.cache_max_scopes)
 }
 
 /// Runs one PostgreSQL workload.
