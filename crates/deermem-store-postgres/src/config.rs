@@ -145,9 +145,19 @@ impl std::fmt::Debug for PostgresConfig {
     }
 }
 
+/// The one range rule of the timeouts: seconds in (0, 86400].
+fn timeout_in_range(f: f64) -> bool {
+    f.is_finite() && f > 0.0 && f <= 86_400.0
+}
+
+/// The one range rule of the read lease: seconds in [`MIN_LEASE_SECONDS`, `MAX_LEASE_SECONDS`].
+fn lease_in_range(f: f64) -> bool {
+    f.is_finite() && (MIN_LEASE_SECONDS..=MAX_LEASE_SECONDS).contains(&f)
+}
+
 fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let f = lax::float(d)?;
-    if f.is_finite() && f > 0.0 && f <= 86_400.0 {
+    if timeout_in_range(f) {
         Ok(f)
     } else {
         Err(serde::de::Error::custom(format!(
@@ -158,11 +168,11 @@ fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 fn lease_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let f = lax::float(d)?;
-    if f.is_finite() && (0.1..=60.0).contains(&f) {
+    if lease_in_range(f) {
         Ok(f)
     } else {
         Err(serde::de::Error::custom(format!(
-            "must be a number of seconds in [0.1, 60] (got {f})"
+            "must be a number of seconds in [{MIN_LEASE_SECONDS}, {MAX_LEASE_SECONDS}] (got {f})"
         )))
     }
 }
@@ -336,13 +346,11 @@ impl PostgresConfig {
             ("connect_timeout_seconds", self.connect_timeout_seconds),
             ("statement_timeout_seconds", self.statement_timeout_seconds),
         ] {
-            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+            if !timeout_in_range(v) {
                 return Err(bad(key, "must be a number of seconds in (0, 86400]".into()));
             }
         }
-        if !(self.lease_seconds.is_finite()
-            && (MIN_LEASE_SECONDS..=MAX_LEASE_SECONDS).contains(&self.lease_seconds))
-        {
+        if !lease_in_range(self.lease_seconds) {
             return Err(bad(
                 "lease_seconds",
                 format!(
