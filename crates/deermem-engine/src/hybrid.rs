@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{LexicalHit, hybrid_fusion, nearest_calibrated, term_coverage};
-use deermem_core::policy::language::{ScriptGroup, script_group};
-use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
+use deermem_core::policy::fusion::{LexicalHit, hybrid_fusion, term_coverage};
+use deermem_core::policy::language::script_group;
+use deermem_core::ports::{Embedder, MeaningHit, MeaningQuery, Retrieval, VectorIndex};
 use deermem_core::{
     CacheBound, Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
     SearchHit, SearchMode, SearchQuery, VectorCoverage,
@@ -200,51 +200,42 @@ impl Shared {
         self.index.search(&q).await
     }
 
-    /// The ranking by meaning, or `None` when the embedder failed (the caller answers BM25).
+    /// The ranking by meaning (hits not yet read), or `None` when the embedder failed (the
+    /// caller answers BM25). Documents of the scopes still without a vector are embedded first
+    /// (at most [`INLINE_EMBED`]) when the index says some are missing.
     async fn by_meaning(
         &self,
         query: &SearchQuery,
         limit: usize,
-    ) -> Result<Option<Vec<(Fact, f32)>>, RetrievalError> {
+    ) -> Result<Option<Vec<MeaningHit>>, RetrievalError> {
+        let Some(query_vector) = self.query_vector(query).await else {
+            return Ok(None);
+        };
+        let asked = MeaningQuery {
+            scopes: &query.scopes,
+            model_id: self.embedder.model_id(),
+            vector: &query_vector,
+            // The documents' script groups are the index's derived tag; the query's is here.
+            group: script_group(&query.text),
+            category: query.category.as_deref(),
+            limit,
+        };
+        let ranking = self.vectors.nearest(&asked).await?;
+        if !ranking.missing {
+            // Nothing of these scopes waits for embedding.
+            self.succeeded(Some(&query.scopes));
+            return Ok(Some(ranking.hits));
+        }
         match self
             .embed_missing(Some(&query.scopes), Some(INLINE_EMBED))
             .await
         {
-            Ok(_) => {}
-            Err(PassError::Embedder(_)) => return Ok(None),
-            Err(PassError::Index(e)) => return Err(e),
+            // Asked again even when this pass stored nothing: the worker may have embedded
+            // them meanwhile.
+            Ok(_) => Ok(Some(self.vectors.nearest(&asked).await?.hits)),
+            Err(PassError::Embedder(_)) => Ok(None),
+            Err(PassError::Index(e)) => Err(e),
         }
-        let Some(query_vector) = self.query_vector(query).await else {
-            return Ok(None);
-        };
-        let stored = self
-            .vectors
-            .scope_vectors_tagged(&query.scopes, self.embedder.model_id())
-            .await?;
-        let candidates: Vec<((Fact, ScriptGroup), Vec<f32>)> = stored
-            .into_iter()
-            .filter(|(fact, v, _)| {
-                v.len() == query_vector.len()
-                    && query
-                        .category
-                        .as_deref()
-                        .is_none_or(|c| fact.category_or_default() == c)
-            })
-            .map(|(fact, v, group)| ((fact, group), v))
-            .collect();
-        // Each fact's script group is the index's derived tag; the query's is derived here.
-        Ok(Some(
-            nearest_calibrated(
-                &query_vector,
-                script_group(&query.text),
-                &candidates,
-                |(_, group)| *group,
-                limit,
-            )
-            .into_iter()
-            .map(|((fact, _), score)| (fact.clone(), score))
-            .collect(),
-        ))
     }
 
     /// The query's embedding, from the cache or the embedder (then cached); `None` when the
@@ -291,15 +282,20 @@ impl Shared {
         let top_k = query.top_k;
         if mode == SearchMode::Vector {
             return match self.by_meaning(query, top_k).await? {
-                Some(list) => Ok(list
-                    .into_iter()
-                    .map(|(fact, score)| SearchHit {
-                        fact,
-                        score: f64::from(score),
-                        match_type: MatchType::Vector,
-                        bm25: None,
-                    })
-                    .collect()),
+                Some(mut list) => {
+                    self.vectors.read_hits(&mut list).await?;
+                    Ok(list
+                        .into_iter()
+                        .filter_map(|hit| {
+                            Some(SearchHit {
+                                fact: hit.fact?,
+                                score: f64::from(hit.score),
+                                match_type: MatchType::Vector,
+                                bm25: None,
+                            })
+                        })
+                        .collect())
+                }
                 None => self.bm25(query).await,
             };
         }
@@ -310,7 +306,40 @@ impl Shared {
         let mut lexical_query = query.clone();
         lexical_query.top_k = wide;
         let lexical = self.bm25(&lexical_query).await?;
-        Ok(fuse(&query.text, lexical, semantic, top_k))
+        let fused = fuse(&query.text, lexical, semantic, top_k);
+        // Only the facts found by meaning alone that the answer keeps are read.
+        let mut unread: Vec<MeaningHit> = Vec::new();
+        let slots: Vec<Result<SearchHit, (Scope, String, f64)>> = fused
+            .into_iter()
+            .map(|f| match f {
+                Fused::Hit(hit) => Ok(hit),
+                Fused::Unread(hit, score) => {
+                    let slot = Err((hit.scope.clone(), hit.fact_id.clone(), score));
+                    unread.push(hit);
+                    slot
+                }
+            })
+            .collect();
+        self.vectors.read_hits(&mut unread).await?;
+        Ok(slots
+            .into_iter()
+            .filter_map(|slot| match slot {
+                Ok(hit) => Some(hit),
+                Err((scope, fact_id, score)) => {
+                    let fact = unread
+                        .iter_mut()
+                        .find(|r| r.scope == scope && r.fact_id == fact_id)?
+                        .fact
+                        .take()?;
+                    Some(SearchHit {
+                        fact,
+                        score,
+                        match_type: MatchType::Vector,
+                        bm25: None,
+                    })
+                }
+            })
+            .collect())
     }
 
     /// One worker pass over everything; `true` when it failed on the embedder.
@@ -331,53 +360,59 @@ impl Shared {
     }
 }
 
+/// A fused hit: found by words (or by both, with its fact from the BM25 side), or found by
+/// meaning alone with its fused score, its fact possibly not read yet.
+#[derive(Debug)]
+enum Fused {
+    Hit(SearchHit),
+    Unread(MeaningHit, f64),
+}
+
 /// Fuses the BM25 hits of `query` (with their raw BM25 relevance and their coverage of the
-/// query's terms) and the vector list by the core's hybrid policy, cut to `top_k`.
+/// query's terms) and the ranking by meaning by the core's hybrid policy, cut to `top_k`.
 fn fuse(
     query: &str,
     lexical: Vec<SearchHit>,
-    semantic: Vec<(Fact, f32)>,
+    semantic: Vec<MeaningHit>,
     top_k: usize,
-) -> Vec<SearchHit> {
+) -> Vec<Fused> {
     type Key = (FactScope, String);
-    let key = |f: &Fact| -> Key { (f.scope.clone(), f.id.as_str().to_owned()) };
+    let semantic_key = |h: &MeaningHit| -> Key {
+        let scope = h
+            .fact
+            .as_ref()
+            .map_or_else(|| h.scope.to_fact_scope(), |f| f.scope.clone());
+        (scope, h.fact_id.clone())
+    };
     let lexical_keys: Vec<LexicalHit<Key>> = lexical
         .iter()
         .map(|h| LexicalHit {
-            id: key(&h.fact),
+            id: (h.fact.scope.clone(), h.fact.id.as_str().to_owned()),
             bm25: h.bm25.unwrap_or(0.0),
             coverage: term_coverage(query, &h.fact.content),
         })
         .collect();
-    let semantic_keys: Vec<Key> = semantic.iter().map(|(f, _)| key(f)).collect();
+    let semantic_keys: Vec<Key> = semantic.iter().map(semantic_key).collect();
     let mut by_lexical: HashMap<Key, SearchHit> = lexical_keys
         .iter()
         .map(|h| h.id.clone())
         .zip(lexical)
         .collect();
-    let mut by_semantic: HashMap<Key, Fact> = semantic_keys
-        .iter()
-        .cloned()
-        .zip(semantic.into_iter().map(|(f, _)| f))
-        .collect();
+    let mut by_semantic: HashMap<Key, MeaningHit> =
+        semantic_keys.iter().cloned().zip(semantic).collect();
     hybrid_fusion(&lexical_keys, &semantic_keys)
         .into_iter()
         .take(top_k)
         .filter_map(|(k, score)| {
             let from_meaning = by_semantic.remove(&k);
             match (by_lexical.remove(&k), from_meaning) {
-                (Some(hit), Some(_)) => Some(SearchHit {
+                (Some(hit), Some(_)) => Some(Fused::Hit(SearchHit {
                     score,
                     match_type: MatchType::Hybrid,
                     ..hit
-                }),
-                (Some(hit), None) => Some(SearchHit { score, ..hit }),
-                (None, Some(fact)) => Some(SearchHit {
-                    fact,
-                    score,
-                    match_type: MatchType::Vector,
-                    bm25: None,
-                }),
+                })),
+                (Some(hit), None) => Some(Fused::Hit(SearchHit { score, ..hit })),
+                (None, Some(hit)) => Some(Fused::Unread(hit, score)),
                 (None, None) => None,
             }
         })
@@ -627,8 +662,38 @@ mod tests {
         deermem_testkit::retrieval::fact(&s, id, &format!("fact {id}"), "context", 0.5)
     }
 
-    fn semantic_of(ids: &[&str]) -> Vec<(Fact, f32)> {
-        ids.iter().map(|id| (fact(id), 0.5)).collect()
+    fn meaning(id: &str, score: f32) -> MeaningHit {
+        MeaningHit {
+            scope: deermem_testkit::retrieval::scope(Some("alice"), "coder"),
+            fact_id: id.to_owned(),
+            score,
+            fact: Some(fact(id)),
+        }
+    }
+
+    fn semantic_of(ids: &[&str]) -> Vec<MeaningHit> {
+        ids.iter().map(|id| meaning(id, 0.5)).collect()
+    }
+
+    /// [`fuse`]'s answer as search hits (the facts found by meaning alone are already read).
+    fn fuse_hits(
+        query: &str,
+        lexical: Vec<SearchHit>,
+        semantic: Vec<MeaningHit>,
+        top_k: usize,
+    ) -> Vec<SearchHit> {
+        fuse(query, lexical, semantic, top_k)
+            .into_iter()
+            .map(|f| match f {
+                Fused::Hit(hit) => hit,
+                Fused::Unread(hit, score) => SearchHit {
+                    fact: hit.fact.unwrap(),
+                    score,
+                    match_type: MatchType::Vector,
+                    bm25: None,
+                },
+            })
+            .collect()
     }
 
     fn hit(id: &str, match_type: MatchType) -> SearchHit {
@@ -646,8 +711,8 @@ mod tests {
     #[test]
     fn fusion_sets_the_match_type_by_the_lists_that_found_a_fact() {
         let lexical = vec![hit("a", MatchType::Fts5), hit("b", MatchType::Cjk)];
-        let semantic = vec![(fact("b"), 0.9), (fact("c"), 0.8)];
-        let fused = fuse("fact", lexical, semantic, 10);
+        let semantic = vec![meaning("b", 0.9), meaning("c", 0.8)];
+        let fused = fuse_hits("fact", lexical, semantic, 10);
         let got: Vec<(&str, MatchType)> = fused
             .iter()
             .map(|h| (h.fact.id.as_str(), h.match_type))
@@ -665,7 +730,7 @@ mod tests {
         assert_eq!(fused[2].bm25, Some(2.0));
         assert!(fused[2].score.abs() < 1e-12);
         // A decisive word match (the only BM25 hit) is first with the highest fused score.
-        let decisive = fuse(
+        let decisive = fuse_hits(
             "fact a",
             vec![hit("a", MatchType::Fts5)],
             semantic_of(&["c", "d"]),
@@ -674,7 +739,7 @@ mod tests {
         assert_eq!(decisive[0].fact.id.as_str(), "a");
         assert!((decisive[0].score - 2.0 / 61.0).abs() < 1e-12);
         // The same hit holding only half of a question's terms is weak: meaning leads.
-        let weak = fuse(
+        let weak = fuse_hits(
             "what about fact a",
             vec![hit("a", MatchType::Fts5)],
             semantic_of(&["c", "d"]),
@@ -685,10 +750,10 @@ mod tests {
             vec!["c", "d", "a"]
         );
         assert_eq!(
-            fuse(
+            fuse_hits(
                 "a",
                 vec![hit("a", MatchType::Fts5)],
-                vec![(fact("c"), 0.1)],
+                vec![meaning("c", 0.1)],
                 1
             )
             .len(),

@@ -339,6 +339,36 @@ pub(crate) fn decode_vector(blob: &[u8], dim: i64) -> Option<Vec<f32>> {
     v.iter().all(|x| x.is_finite()).then_some(v)
 }
 
+/// Appends a stored vector to `out`: `false`, with `out` unchanged, when the blob is not `dim`
+/// finite `f32`s.
+pub(crate) fn decode_vector_into(blob: &[u8], dim: i64, out: &mut Vec<f32>) -> bool {
+    let Some(dim) = usize::try_from(dim).ok().filter(|d| *d > 0) else {
+        return false;
+    };
+    if Some(blob.len()) != dim.checked_mul(4) {
+        return false;
+    }
+    let start = out.len();
+    out.extend(
+        blob.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    if out[start..].iter().all(|x| x.is_finite()) {
+        true
+    } else {
+        out.truncate(start);
+        false
+    }
+}
+
+/// A document's content, for a row whose script tag is missing.
+pub(crate) fn doc_content(conn: &Connection, id: i64) -> rusqlite::Result<String> {
+    conn.prepare_cached(
+        "SELECT coalesce(json_extract(fact_json, '$.content'), '') FROM docs WHERE id = ?1",
+    )?
+    .query_row(params![id], |r| r.get(0))
+}
+
 /// Encodes a fact for indexing under `scope`.
 ///
 /// # Errors
@@ -949,6 +979,51 @@ pub(crate) fn scope_vectors(
             ))
         })?
         .collect()
+}
+
+/// One document of a scope for a ranking by meaning: doc id, fact id, category, script tag,
+/// and the dimension and blob of its current vector of the model (`None` when it has none).
+pub(crate) type RankRow = (i64, String, String, String, Option<i64>, Option<Vec<u8>>);
+
+/// Every document of one scope with its current vector of `model_id`, if any, without the
+/// fact itself (read only for the hits kept: [`doc_json`]).
+pub(crate) fn scope_rank_rows(
+    conn: &Connection,
+    scope_key: i64,
+    model_id: &str,
+) -> rusqlite::Result<Vec<RankRow>> {
+    let (lo, hi) = scope_range(scope_key);
+    let sql = format!(
+        "SELECT d.id, d.fact_id, d.category, d.script, \
+         CASE WHEN {CURRENT} THEN v.dim END, CASE WHEN {CURRENT} THEN v.vec END \
+         FROM docs d JOIN scopes s ON s.scope_key = d.scope_key \
+         LEFT JOIN vectors v ON v.scope_user = s.scope_user AND v.scope_agent = s.scope_agent \
+         AND v.fact_id = d.fact_id \
+         WHERE d.id BETWEEN ?2 AND ?3 ORDER BY d.id"
+    );
+    conn.prepare_cached(&sql)?
+        .query_map(params![model_id, lo, hi], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect()
+}
+
+/// The doc id and fact JSON of one fact of a scope, if it is indexed.
+pub(crate) fn doc_json(
+    conn: &Connection,
+    scope_key: i64,
+    fact_id: &str,
+) -> rusqlite::Result<Option<(i64, String)>> {
+    conn.prepare_cached("SELECT id, fact_json FROM docs WHERE scope_key = ?1 AND fact_id = ?2")?
+        .query_row(params![scope_key, fact_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
 }
 
 /// `(documents with a current vector of model_id, documents)`.

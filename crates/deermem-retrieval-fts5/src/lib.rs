@@ -48,8 +48,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use deermem_core::policy::fusion::nearest_calibrated_indexed;
 use deermem_core::policy::language::{ScriptGroup, script_group};
-use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
+use deermem_core::ports::{
+    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex,
+};
 use deermem_core::{
     CacheBound, Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
     SearchQuery,
@@ -951,20 +954,137 @@ impl Inner {
                 }
             }
         }
-        if !damaged.is_empty() {
-            // Deleted, so the document is listed as missing and embedded again.
-            let cleared = self.with_writer(|conn| {
-                let mut w = Writer::begin(conn)?;
-                for (scope, fact_id) in &damaged {
-                    w.drop_vector(scope, fact_id)?;
+        self.drop_damaged(&damaged);
+        Ok(found)
+    }
+
+    /// Deletes the vectors that do not decode, so their documents are listed as missing and
+    /// embedded again.
+    fn drop_damaged(&self, damaged: &[(ScopeKeyText, String)]) {
+        if damaged.is_empty() {
+            return;
+        }
+        let cleared = self.with_writer(|conn| {
+            let mut w = Writer::begin(conn)?;
+            for (scope, fact_id) in damaged {
+                w.drop_vector(scope, fact_id)?;
+            }
+            w.finish()
+        });
+        if let Err(e) = cleared {
+            tracing::warn!(error = %e, "damaged vectors could not be deleted");
+        }
+    }
+
+    /// [`VectorIndex::nearest`]: the scopes' vectors are scored where they are read, into one
+    /// buffer, without reading any fact; the hits answer without their facts
+    /// ([`Inner::read_hits`] reads those a search keeps).
+    fn nearest(&self, q: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
+        let unique = fact_scopes(q.scopes);
+        let dim = q.vector.len();
+        // Per ranked document: its scope (position in `unique`), fact id and script group.
+        let mut ranked: Vec<(usize, String, ScriptGroup)> = Vec::new();
+        let mut flat: Vec<f32> = Vec::new();
+        let mut missing = false;
+        let mut damaged = Vec::new();
+        self.with_reader(|conn| {
+            let _snapshot = ReadTx::begin(conn)?;
+            for (at, scope) in unique.iter().enumerate() {
+                let text = ScopeKeyText::of(scope);
+                let Some(key) = engine::scope_key(conn, &text)? else {
+                    continue;
+                };
+                for (id, fact_id, category, script, vdim, blob) in
+                    engine::scope_rank_rows(conn, key, q.model_id)?
+                {
+                    let (Some(vdim), Some(blob)) = (vdim, blob) else {
+                        missing = true;
+                        continue;
+                    };
+                    let same_dim = usize::try_from(vdim).ok() == Some(dim);
+                    let valid = if same_dim {
+                        engine::decode_vector_into(&blob, vdim, &mut flat)
+                    } else {
+                        engine::decode_vector(&blob, vdim).is_some()
+                    };
+                    if !valid {
+                        tracing::warn!(fact_id = %fact_id, "a stored vector does not decode; it is embedded again");
+                        damaged.push((text.clone(), fact_id));
+                        missing = true;
+                        continue;
+                    }
+                    if !same_dim {
+                        continue;
+                    }
+                    if q.category.is_some_and(|c| c != category) {
+                        flat.truncate(flat.len() - dim);
+                        continue;
+                    }
+                    // The stored tag; a row written by hand without one is derived again.
+                    let group = match ScriptGroup::from_tag(&script) {
+                        Some(g) => g,
+                        None => script_group(&engine::doc_content(conn, id)?),
+                    };
+                    ranked.push((at, fact_id, group));
                 }
-                w.finish()
-            });
-            if let Err(e) = cleared {
-                tracing::warn!(error = %e, "damaged vectors could not be deleted");
+            }
+            Ok(())
+        })?;
+        self.drop_damaged(&damaged);
+        let vectors: Vec<&[f32]> = flat.chunks_exact(dim.max(1)).collect();
+        let groups: Vec<ScriptGroup> = ranked.iter().map(|(_, _, g)| *g).collect();
+        let best = nearest_calibrated_indexed(q.vector, q.group, &vectors, &groups, q.limit);
+        let mut ranked: Vec<Option<(usize, String, ScriptGroup)>> =
+            ranked.into_iter().map(Some).collect();
+        let hits = best
+            .into_iter()
+            .filter_map(|(i, score)| {
+                let (at, fact_id, _) = ranked.get_mut(i)?.take()?;
+                Some(MeaningHit {
+                    scope: (*unique.get(at)?).clone(),
+                    fact_id,
+                    score,
+                    fact: None,
+                })
+            })
+            .collect();
+        Ok(MeaningRanking { hits, missing })
+    }
+
+    /// [`VectorIndex::read_hits`]: the facts of the hits without one, read in one snapshot
+    /// (through the decoded-fact cache); a hit whose document is gone is dropped.
+    fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
+        let wanted: Vec<usize> = (0..hits.len())
+            .filter(|i| hits[*i].fact.is_none())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let rows = self.with_reader(|conn| {
+            let _snapshot = ReadTx::begin(conn)?;
+            let mut rows = Vec::with_capacity(wanted.len());
+            for i in &wanted {
+                let hit = &hits[*i];
+                let row = match engine::scope_key(conn, &ScopeKeyText::of(&hit.scope))? {
+                    Some(key) => engine::doc_json(conn, key, &hit.fact_id)?,
+                    None => None,
+                };
+                rows.push(row);
+            }
+            Ok(rows)
+        })?;
+        let now = self.clock.now();
+        for (i, row) in wanted.into_iter().zip(rows) {
+            let Some((id, json)) = row else { continue };
+            let hit = &mut hits[i];
+            match self.decode_cached(id, &hit.fact_id, json, &hit.scope.to_fact_scope(), now) {
+                Ok(fact) => hit.fact = Some(fact),
+                Err(msg) => tracing::warn!(doc = id, fact_id = %hit.fact_id, error = %msg,
+                    "skipping an index row that does not decode"),
             }
         }
-        Ok(found)
+        hits.retain(|h| h.fact.is_some());
+        Ok(())
     }
 
     fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
@@ -1189,6 +1309,36 @@ impl VectorIndex for Fts5Retrieval {
             .into_iter()
             .map(|(fact, v, _)| (fact, v))
             .collect())
+    }
+
+    async fn nearest(&self, query: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
+        let scopes = query.scopes.to_vec();
+        let model_id = query.model_id.to_owned();
+        let vector = query.vector.to_vec();
+        let category = query.category.map(str::to_owned);
+        let (group, limit) = (query.group, query.limit);
+        self.blocking(move |inner| {
+            inner.nearest(&MeaningQuery {
+                scopes: &scopes,
+                model_id: &model_id,
+                vector: &vector,
+                group,
+                category: category.as_deref(),
+                limit,
+            })
+        })
+        .await
+    }
+
+    async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
+        if hits.iter().all(|h| h.fact.is_some()) {
+            return Ok(());
+        }
+        let mut taken = std::mem::take(hits);
+        *hits = self
+            .blocking(move |inner| inner.read_hits(&mut taken).map(|()| taken))
+            .await?;
+        Ok(())
     }
 
     /// The stored `script` column of each document.

@@ -7,7 +7,9 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use deermem_core::ports::{EmbedTask, Retrieval, VectorIndex};
+use deermem_core::policy::fusion::nearest_calibrated;
+use deermem_core::policy::language::ScriptGroup;
+use deermem_core::ports::{EmbedTask, MeaningQuery, Retrieval, VectorIndex};
 use deermem_core::{RetrievalError, Scope};
 use serde_json::json;
 
@@ -71,6 +73,7 @@ macro_rules! vector_index_contract {
             rebuild_keeps_unchanged_texts_and_drops_the_rest,
             scopes_and_limits_are_respected,
             mismatched_or_invalid_vectors_are_refused,
+            nearest_ranks_by_the_policy_and_reads_only_the_kept_facts,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -441,4 +444,154 @@ pub async fn mismatched_or_invalid_vectors_are_refused(f: &VectorIndexFixture) {
     assert!(matches!(err, RetrievalError::InvalidInput(_)), "{err:?}");
     assert_eq!(f.vectors.vector_coverage(MODEL).await.unwrap(), (0, 1));
     assert_eq!(f.vectors.put_vectors(MODEL, &[], &[]).await.unwrap(), 0);
+}
+
+/// A deterministic unit vector of 4 components for fact number `i` (distinct directions, so
+/// the ranking has no ties).
+fn spread(i: usize) -> Vec<f32> {
+    let x = i as f32;
+    let v = [
+        1.0 + (x * 0.7).sin(),
+        (x * 1.3).cos(),
+        0.2 * x,
+        1.0 / (1.0 + x),
+    ];
+    let norm = v.iter().map(|c| c * c).sum::<f32>().sqrt();
+    v.iter().map(|c| c / norm).collect()
+}
+
+/// `nearest` ranks the scopes' current vectors as `policy::fusion::nearest_calibrated` does
+/// over `scope_vectors_tagged` (hub correction, script calibration, category filter, query
+/// dimension), says `missing` while a document of the scopes has no vector, and `read_hits`
+/// reads the facts of the hits it is given, dropping one whose document is gone.
+pub async fn nearest_ranks_by_the_policy_and_reads_only_the_kept_facts(f: &VectorIndexFixture) {
+    let a = scope(Some("alice"), "coder");
+    let b = scope(Some("bob"), "coder");
+    let scopes = [a.clone(), b.clone()];
+    for i in 0..14 {
+        let (sc, category) = if i < 11 {
+            (&a, if i % 3 == 0 { "preference" } else { "context" })
+        } else {
+            (&b, "context")
+        };
+        let content = if i % 4 == 0 {
+            format!("会弹古典吉他 {i}")
+        } else {
+            format!("plays basketball {i}")
+        };
+        f.index
+            .upsert(sc, &fact(sc, &format!("f{i}"), &content, category, 0.5))
+            .await
+            .unwrap();
+    }
+    let tasks = f.vectors.missing_vectors(MODEL, None, 100).await.unwrap();
+    let vectors: Vec<Vec<f32>> = tasks
+        .iter()
+        .map(|t| spread(t.fact_id[1..].parse().unwrap()))
+        .collect();
+    assert_eq!(
+        f.vectors
+            .put_vectors(MODEL, &tasks, &vectors)
+            .await
+            .unwrap(),
+        14
+    );
+    let query_vector = spread(5);
+    for (category, group) in [
+        (None, ScriptGroup::Other),
+        (Some("preference"), ScriptGroup::Cjk),
+    ] {
+        let tagged = f
+            .vectors
+            .scope_vectors_tagged(&scopes, MODEL)
+            .await
+            .unwrap();
+        let candidates: Vec<((String, ScriptGroup), Vec<f32>)> = tagged
+            .into_iter()
+            .filter(|(fact, _, _)| category.is_none_or(|c| fact.category_or_default() == c))
+            .map(|(fact, v, g)| ((fact.id.as_str().to_owned(), g), v))
+            .collect();
+        let expected: Vec<(String, f32)> =
+            nearest_calibrated(&query_vector, group, &candidates, |(_, g)| *g, 6)
+                .into_iter()
+                .map(|((id, _), score)| (id.clone(), score))
+                .collect();
+        let asked = MeaningQuery {
+            scopes: &scopes,
+            model_id: MODEL,
+            vector: &query_vector,
+            group,
+            category,
+            limit: 6,
+        };
+        let got = f.vectors.nearest(&asked).await.unwrap();
+        let got_ids: Vec<(String, f32)> = got
+            .hits
+            .iter()
+            .map(|h| (h.fact_id.clone(), h.score))
+            .collect();
+        assert_eq!(
+            got_ids.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            expected.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            "category {category:?}"
+        );
+        for ((_, g), (_, e)) in got_ids.iter().zip(&expected) {
+            assert!((g - e).abs() < 1e-5, "score {g} against {e}");
+        }
+        assert!(!expected.is_empty());
+    }
+    // Another dimension ranks nothing; an unknown scope holds nothing.
+    let short = [1.0f32, 0.0];
+    let other_dim = MeaningQuery {
+        scopes: &scopes,
+        model_id: MODEL,
+        vector: &short,
+        group: ScriptGroup::Other,
+        category: None,
+        limit: 6,
+    };
+    assert!(f.vectors.nearest(&other_dim).await.unwrap().hits.is_empty());
+    let carol = [scope(Some("carol"), "coder")];
+    let unknown = MeaningQuery {
+        scopes: &carol,
+        ..other_dim
+    };
+    assert!(f.vectors.nearest(&unknown).await.unwrap().hits.is_empty());
+
+    // The hits' facts are read. An index that ranks without reading them reads them now, so
+    // one removed meanwhile is dropped; one that answered them with the ranking (the default)
+    // read them in the ranking's snapshot and keeps them.
+    let asked = MeaningQuery {
+        vector: &query_vector,
+        ..other_dim
+    };
+    let mut hits = f.vectors.nearest(&asked).await.unwrap().hits;
+    assert_eq!(hits.len(), 6);
+    let read_at_ranking = hits.iter().all(|h| h.fact.is_some());
+    assert!(read_at_ranking || hits.iter().all(|h| h.fact.is_none()));
+    let gone = hits[2].clone();
+    f.index.remove(&gone.scope, &gone.fact_id).await.unwrap();
+    f.vectors.read_hits(&mut hits).await.unwrap();
+    if read_at_ranking {
+        hits.retain(|h| h.fact_id != gone.fact_id);
+    }
+    assert_eq!(hits.len(), 5);
+    for h in &hits {
+        let fact = h.fact.as_ref().expect("read");
+        assert_eq!(fact.id.as_str(), h.fact_id);
+        assert_eq!(fact.scope, h.scope.to_fact_scope());
+        let n: usize = h.fact_id[1..].parse().unwrap();
+        assert!(fact.content.ends_with(&format!(" {n}")), "{}", fact.content);
+    }
+    assert!(hits.iter().all(|h| h.fact_id != gone.fact_id));
+
+    // A document without a vector of the model is reported missing.
+    f.index
+        .upsert(
+            &a,
+            &fact(&a, "late", "written after the vectors", "context", 0.5),
+        )
+        .await
+        .unwrap();
+    assert!(f.vectors.nearest(&asked).await.unwrap().missing);
 }

@@ -65,35 +65,51 @@ pub fn nearest_calibrated<'a, K>(
     group_of: impl Fn(&K) -> ScriptGroup,
     limit: usize,
 ) -> Vec<(&'a K, f32)> {
-    let centroid = if candidates.len() >= HUB_MIN_FACTS {
-        centroid(candidates)
+    let vectors: Vec<&[f32]> = candidates.iter().map(|(_, v)| v.as_slice()).collect();
+    let groups: Vec<ScriptGroup> = candidates.iter().map(|(k, _)| group_of(k)).collect();
+    nearest_calibrated_indexed(query, query_group, &vectors, &groups, limit)
+        .into_iter()
+        .map(|(i, s)| (&candidates[i].0, s))
+        .collect()
+}
+
+/// [`nearest_calibrated`] over borrowed vectors and their script groups (one per vector, same
+/// order): the positions of the `limit` best, with their corrected scores, best first (ties in
+/// input order). For an index that scores vectors where it reads them, without building a
+/// candidate per document.
+pub fn nearest_calibrated_indexed(
+    query: &[f32],
+    query_group: ScriptGroup,
+    vectors: &[&[f32]],
+    groups: &[ScriptGroup],
+    limit: usize,
+) -> Vec<(usize, f32)> {
+    let centroid = if vectors.len() >= HUB_MIN_FACTS {
+        centroid(vectors)
     } else {
         Vec::new()
     };
-    let mut scored: Vec<(f32, ScriptGroup)> = candidates
+    let mut scored: Vec<(f32, ScriptGroup)> = vectors
         .iter()
-        .map(|(k, v)| (dot(query, v) - HUB_WEIGHT * dot(v, &centroid), group_of(k)))
+        .zip(groups)
+        .map(|(v, g)| (dot(query, v) - HUB_WEIGHT * dot(v, &centroid), *g))
         .collect();
     calibrate_by_script(&mut scored, query_group);
-    best_first(
-        candidates,
-        scored.into_iter().map(|(s, _)| s).collect(),
-        limit,
-    )
+    best_indexes(scored.into_iter().map(|(s, _)| s).collect(), limit)
 }
 
-/// The mean of the candidates' vectors (of the first one's dimension; empty without any).
-fn centroid<K>(candidates: &[(K, Vec<f32>)]) -> Vec<f32> {
-    let Some((_, first)) = candidates.first() else {
+/// The mean of the vectors (of the first one's dimension; empty without any).
+fn centroid(vectors: &[&[f32]]) -> Vec<f32> {
+    let Some(first) = vectors.first() else {
         return Vec::new();
     };
     let mut sum = vec![0.0f32; first.len()];
-    for (_, v) in candidates {
-        for (s, x) in sum.iter_mut().zip(v) {
+    for v in vectors {
+        for (s, x) in sum.iter_mut().zip(*v) {
             *s += x;
         }
     }
-    let n = candidates.len() as f32;
+    let n = vectors.len() as f32;
     for s in &mut sum {
         *s /= n;
     }
@@ -102,13 +118,18 @@ fn centroid<K>(candidates: &[(K, Vec<f32>)]) -> Vec<f32> {
 
 /// The `limit` best of `candidates` by `scores` (one per candidate), ties in candidate order.
 fn best_first<K>(candidates: &[(K, Vec<f32>)], scores: Vec<f32>, limit: usize) -> Vec<(&K, f32)> {
-    let mut scored: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored
+    best_indexes(scores, limit)
         .into_iter()
-        .take(limit)
         .map(|(i, s)| (&candidates[i].0, s))
         .collect()
+}
+
+/// The positions of the `limit` best `scores`, best first, ties in input order.
+fn best_indexes(scores: Vec<f32>, limit: usize) -> Vec<(usize, f32)> {
+    let mut scored: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(limit);
+    scored
 }
 
 /// Fuses ranked lists (each best first, ids unique within a list) by reciprocal rank fusion
@@ -533,7 +554,7 @@ mod tests {
         let few = nearest_calibrated(&query, Other, &candidates[..4], |_| Other, 1);
         assert_eq!(*few[0].0, "hub");
         assert!((few[0].1 - 0.5 * 1.65 / n).abs() < 1e-5);
-        assert!(centroid::<()>(&[]).is_empty());
+        assert!(centroid(&[]).is_empty());
     }
 
     #[test]

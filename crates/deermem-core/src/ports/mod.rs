@@ -28,4 +28,6 @@ pub use storage::{
     ScopedSearch, StorageCapabilities,
 };
 pub use turn_journal::{TurnAdmin, TurnJournal};
-pub use vector_index::{EmbedTask, VectorIndex, check_put_vectors};
+pub use vector_index::{
+    EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, VectorIndex, check_put_vectors,
+};

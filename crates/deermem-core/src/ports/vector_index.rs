@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use crate::error::RetrievalError;
 use crate::fact::Fact;
 use crate::ids::Scope;
+use crate::policy::fusion::nearest_calibrated;
 use crate::policy::language::{ScriptGroup, script_group};
 
 /// An indexed document that has no vector of the current model for its current text.
@@ -19,6 +20,47 @@ pub struct EmbedTask {
     pub fact_id: String,
     /// The text to embed (the fact's content).
     pub text: String,
+}
+
+/// A ranking by meaning asked of [`VectorIndex::nearest`].
+#[derive(Clone, Copy, Debug)]
+pub struct MeaningQuery<'a> {
+    /// The scopes searched.
+    pub scopes: &'a [Scope],
+    /// The model whose vectors are ranked.
+    pub model_id: &'a str,
+    /// The query's embedding (documents of another dimension are not ranked).
+    pub vector: &'a [f32],
+    /// The query's script group, for the calibration by script.
+    pub group: ScriptGroup,
+    /// Only facts of this category (`Fact::category_or_default`), when set.
+    pub category: Option<&'a str>,
+    /// The most hits answered.
+    pub limit: usize,
+}
+
+/// A fact found by meaning: where it is, its score, and the fact once read.
+#[derive(Clone, Debug)]
+pub struct MeaningHit {
+    /// The scope the fact is indexed under.
+    pub scope: Scope,
+    /// The fact id.
+    pub fact_id: String,
+    /// The corrected similarity (`policy::fusion::nearest_calibrated`).
+    pub score: f32,
+    /// The fact as indexed; `None` until [`VectorIndex::read_hits`] reads it (an index may
+    /// rank without reading the facts, so only the hits a search keeps are read).
+    pub fact: Option<Fact>,
+}
+
+/// What [`VectorIndex::nearest`] answers.
+#[derive(Clone, Debug, Default)]
+pub struct MeaningRanking {
+    /// The best hits, best first.
+    pub hits: Vec<MeaningHit>,
+    /// Whether some document of the scopes may lack a current vector (an index that cannot
+    /// tell cheaply answers `true`): the caller embeds the missing ones and asks again.
+    pub missing: bool,
 }
 
 /// Vectors kept beside a search index (the same SQLite file, the same database).
@@ -95,6 +137,67 @@ pub trait VectorIndex: Send + Sync + Debug {
                 (fact, v, group)
             })
             .collect())
+    }
+
+    /// The `limit` facts of the query's scopes nearest to its vector, ranked by
+    /// `policy::fusion::nearest_calibrated` over the documents with a current vector of the
+    /// model (of the category, when one is set, and of the query's dimension).
+    ///
+    /// The default reads [`VectorIndex::scope_vectors_tagged`] and answers the hits with their
+    /// facts, `missing: true`. An index may answer hits without facts (read later by
+    /// [`VectorIndex::read_hits`]) and tell whether anything is missing.
+    ///
+    /// # Errors
+    /// As [`VectorIndex::scope_vectors`].
+    async fn nearest(&self, query: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
+        let candidates: Vec<((Fact, ScriptGroup), Vec<f32>)> = self
+            .scope_vectors_tagged(query.scopes, query.model_id)
+            .await?
+            .into_iter()
+            .filter(|(fact, v, _)| {
+                v.len() == query.vector.len()
+                    && query
+                        .category
+                        .is_none_or(|c| fact.category_or_default() == c)
+            })
+            .map(|(fact, v, group)| ((fact, group), v))
+            .collect();
+        let hits = nearest_calibrated(
+            query.vector,
+            query.group,
+            &candidates,
+            |(_, group)| *group,
+            query.limit,
+        )
+        .into_iter()
+        .filter_map(|((fact, _), score)| {
+            let scope = query
+                .scopes
+                .iter()
+                .find(|s| s.to_fact_scope() == fact.scope)?;
+            Some(MeaningHit {
+                scope: scope.clone(),
+                fact_id: fact.id.as_str().to_owned(),
+                score,
+                fact: Some(fact.clone()),
+            })
+        })
+        .collect();
+        Ok(MeaningRanking {
+            hits,
+            missing: true,
+        })
+    }
+
+    /// Reads the fact of every hit that has none; a hit whose document is gone meanwhile is
+    /// dropped. The default keeps the hits that have their fact (the default
+    /// [`VectorIndex::nearest`] answers them all with one).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Backend` on index failure.
+    async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
+        hits.retain(|h| h.fact.is_some());
+        Ok(())
     }
 
     /// `(documents with a current vector of model_id, documents)` in the whole index.
