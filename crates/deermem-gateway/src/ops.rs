@@ -53,10 +53,7 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
         }
     }
     let (code, last_backend_failure) = match status {
-        HealthStatus::Ready => (
-            StatusCode::OK,
-            state.manager().last_backend_failure().map(Into::into),
-        ),
+        HealthStatus::Ready => (StatusCode::OK, state.manager().last_backend_failure()),
         _ => (StatusCode::SERVICE_UNAVAILABLE, None),
     };
     let health = Health {
