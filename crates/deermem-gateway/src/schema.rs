@@ -25,6 +25,12 @@ pub(crate) const MAX_TRACE_ID_CHARS: usize = 256;
 /// The largest accepted `top_k`.
 pub(crate) const MAX_TOP_K: i64 = 100;
 
+/// pydantic's item for a model (a request body) given something other than an object.
+pub(crate) fn not_a_model(loc: Vec<Value>, input: &Value) -> ValidationItem {
+    let msg = "Input should be a valid dictionary or object to extract fields from";
+    ValidationItem::new("model_attributes_type", loc, msg).with_input(input)
+}
+
 /// Collects validation problems, pydantic style, so one response lists them all.
 #[derive(Debug, Default)]
 struct Checker {
@@ -85,12 +91,10 @@ impl Checker {
     fn model<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
         match v {
             Value::Object(m) => Some(m),
-            other => self.fail(
-                "model_attributes_type",
-                loc,
-                "Input should be a valid dictionary or object to extract fields from",
-                other,
-            ),
+            other => {
+                self.push(not_a_model(loc, other));
+                None
+            }
         }
     }
 
