@@ -264,11 +264,10 @@ fn host_name(authority: &str) -> &str {
 
 /// A header value as it may be quoted in a message: visible ASCII, at most 100 characters.
 pub(crate) fn shown(value: &HeaderValue) -> String {
-    match value.to_str() {
-        Ok(text) if text.chars().count() <= 100 => text.to_owned(),
-        Ok(text) => format!("{}…", text.chars().take(100).collect::<String>()),
-        Err(_) => "<not visible ASCII>".to_owned(),
-    }
+    value.to_str().map_or_else(
+        |_| "<not visible ASCII>".to_owned(),
+        |text| crate::extract::shortened(text, 100),
+    )
 }
 
 fn allowed_host(cfg: &GatewayConfig, name: &str) -> bool {

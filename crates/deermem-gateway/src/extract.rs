@@ -134,14 +134,8 @@ async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, Gateway
     }
     if !is_json_content_type(content_type.as_deref()) {
         let text = String::from_utf8_lossy(&bytes).into_owned();
-        return Err(GatewayError::validation(
-            ValidationItem::new(
-                "model_attributes_type",
-                vec![json!("body")],
-                "Input should be a valid dictionary or object to extract fields from",
-            )
-            .with_input(&Value::String(text)),
-        ));
+        let item = crate::schema::not_a_model(vec![json!("body")], &Value::String(text));
+        return Err(GatewayError::validation(item));
     }
     Ok(bytes)
 }

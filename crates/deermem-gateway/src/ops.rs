@@ -53,10 +53,7 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
         }
     }
     let (code, last_backend_failure) = match status {
-        HealthStatus::Ready => (
-            StatusCode::OK,
-            state.manager().last_backend_failure().map(Into::into),
-        ),
+        HealthStatus::Ready => (StatusCode::OK, state.manager().last_backend_failure()),
         _ => (StatusCode::SERVICE_UNAVAILABLE, None),
     };
     let health = Health {
@@ -78,23 +75,14 @@ pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
     let body = state
         .metrics()
         .render_with_turns(state.lifecycle() == Lifecycle::Ready, turns);
-    let mut resp = body.into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
-    );
-    resp
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
 }
 
 /// `GET /openapi.json`: the document the router was built with.
 pub(crate) async fn openapi(Extension(doc): Extension<Arc<Document>>) -> Response {
-    let body = doc.json.clone();
     (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.json.clone(),
     )
         .into_response()
 }
@@ -103,21 +91,14 @@ pub(crate) async fn openapi(Extension(doc): Extension<Arc<Document>>) -> Respons
 /// asset), generated once from the OpenAPI document: every operation with its summary,
 /// parameters, request body and responses, and a link to `/openapi.json`.
 pub(crate) async fn docs(Extension(doc): Extension<Arc<Document>>) -> Response {
-    let page = doc.html.clone();
-    (
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            ),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
-            ),
-        ],
-        page,
-    )
-        .into_response()
+    let headers = [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'",
+        ),
+    ];
+    (headers, doc.html.clone()).into_response()
 }
 
 /// HTML text with `&`, `<`, `>`, `"` and `'` escaped.

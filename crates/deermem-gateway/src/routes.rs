@@ -26,9 +26,8 @@ use crate::error::{GatewayError, Operation};
 use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::limits::BulkPermit;
 use crate::schema::{
-    self, Accepted, CacheBoundView, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS,
-    MemoryConfigResponse, MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit,
-    SearchResponse,
+    self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
+    MemoryStatusResponse, RebuildResponse, RebuildStatus, SearchHit, SearchResponse,
 };
 use crate::state::{ContextServed, GatewayState, ObserverError, spawn_warm};
 use deermem_core::ports::run_journal::{
@@ -37,20 +36,26 @@ use deermem_core::ports::run_journal::{
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
 
+/// Runs `fut` on its own task (so a timed-out request never cancels a write half-way), in the
+/// request's span; a task that panicked is an internal error naming `what`.
+pub(crate) async fn spawned<T: Send + 'static>(
+    what: impl FnOnce() -> String,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(fut.in_current_span())
+        .await
+        .map_err(|join| GatewayError::Internal(format!("{} task failed: {join}", what())))
+}
+
 /// Runs a manager call on its own task, in the request's span, and maps its error.
 async fn run<T, F>(state: &GatewayState, op: Operation, fut: F) -> Result<T>
 where
     T: Send + 'static,
     F: Future<Output = Result<T, ManagerError>> + Send + 'static,
 {
-    match tokio::spawn(fut.in_current_span()).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(GatewayError::manager(op, state.manager().name(), e)),
-        Err(join) => Err(GatewayError::Internal(format!(
-            "memory backend task failed during '{}': {join}",
-            op.label()
-        ))),
-    }
+    spawned(|| format!("memory backend ('{}')", op.label()), fut)
+        .await?
+        .map_err(|e| GatewayError::manager(op, state.manager().name(), e))
 }
 
 fn manager(state: &GatewayState) -> Arc<dyn MemoryManager> {
@@ -327,18 +332,18 @@ pub(crate) async fn memory_status(
     Ok(Json(MemoryStatusResponse {
         config: config_json(&state),
         data: doc.for_http(),
-        last_backend_failure: state.manager().last_backend_failure().map(Into::into),
+        last_backend_failure: state.manager().last_backend_failure(),
         caches: cache_bounds(&state),
     }))
 }
 
 /// The bounds of the manager's caches and of the run journal's, as reported by each.
-fn cache_bounds(state: &GatewayState) -> Vec<CacheBoundView> {
+fn cache_bounds(state: &GatewayState) -> Vec<deermem_core::CacheBound> {
     let mut out = state.manager().cache_bounds();
     if let Some(journal) = state.run_journal() {
         out.extend(journal.cache_bounds());
     }
-    out.into_iter().map(Into::into).collect()
+    out
 }
 
 /// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.

@@ -7,8 +7,9 @@
 //! the component schemas of `/openapi.json` (see [`crate::openapi`]).
 
 use deermem_core::fact::{DEFAULT_CATEGORY, FactSource, PublicFact};
+use deermem_core::ports::BackendFailure;
 use deermem_core::search::MatchType;
-use deermem_core::{MemoryMode, Message, PublicMemoryDocument};
+use deermem_core::{CacheBound, MemoryMode, Message, PublicMemoryDocument};
 use deermem_pycompat::lax::{self, LaxError};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -23,6 +24,12 @@ pub(crate) const MAX_THREAD_ID_CHARS: usize = 512;
 pub(crate) const MAX_TRACE_ID_CHARS: usize = 256;
 /// The largest accepted `top_k`.
 pub(crate) const MAX_TOP_K: i64 = 100;
+
+/// pydantic's item for a model (a request body) given something other than an object.
+pub(crate) fn not_a_model(loc: Vec<Value>, input: &Value) -> ValidationItem {
+    let msg = "Input should be a valid dictionary or object to extract fields from";
+    ValidationItem::new("model_attributes_type", loc, msg).with_input(input)
+}
 
 /// Collects validation problems, pydantic style, so one response lists them all.
 #[derive(Debug, Default)]
@@ -84,12 +91,10 @@ impl Checker {
     fn model<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
         match v {
             Value::Object(m) => Some(m),
-            other => self.fail(
-                "model_attributes_type",
-                loc,
-                "Input should be a valid dictionary or object to extract fields from",
-                other,
-            ),
+            other => {
+                self.push(not_a_model(loc, other));
+                None
+            }
         }
     }
 
@@ -170,22 +175,15 @@ impl Checker {
         }
     }
 
-    fn min_len(&mut self, s: &str, min: usize, loc: Vec<Value>) -> bool {
-        let r = lax::min_chars(s, min);
+    /// A string of `min` to `max` characters, checked as pydantic does; whether it is.
+    fn chars(&mut self, s: &str, min: usize, max: usize, loc: Vec<Value>) -> bool {
+        let (r, ctx) = match lax::min_chars(s, min) {
+            Ok(_) => (lax::max_chars(s, max), json!({ "max_length": max })),
+            short => (short, json!({ "min_length": min })),
+        };
         let ok = r.is_ok();
         if !ok {
-            let input = Value::String(s.to_owned());
-            self.lax(r, loc, &input, Some(json!({ "min_length": min })));
-        }
-        ok
-    }
-
-    fn max_len(&mut self, s: &str, max: usize, loc: Vec<Value>) -> bool {
-        let r = lax::max_chars(s, max);
-        let ok = r.is_ok();
-        if !ok {
-            let input = Value::String(s.to_owned());
-            self.lax(r, loc, &input, Some(json!({ "max_length": max })));
+            self.lax(r, loc, &Value::String(s.to_owned()), Some(ctx));
         }
         ok
     }
@@ -206,44 +204,36 @@ impl Checker {
         self.lax(lax::float(v), loc, v, None)
     }
 
-    /// A float constrained to `[0, 1]`, checked as pydantic does (`nan` fails the upper bound).
+    /// `n` (read from `input`) within `[lo, hi]`, checked as pydantic does (`nan` fails the
+    /// upper bound), with the failed bound as `ctx`.
+    fn bounded<T: PartialOrd + std::fmt::Display + Copy + Serialize>(
+        &mut self,
+        n: T,
+        lo: T,
+        hi: Option<T>,
+        loc: Vec<Value>,
+        input: &Value,
+    ) -> Option<T> {
+        let r = lax::bounded(n, Some(lo), hi);
+        let ctx = match &r {
+            Err(e) if e.kind == "less_than_equal" => json!({ "le": hi }),
+            _ => json!({ "ge": lo }),
+        };
+        self.lax(r, loc, input, Some(ctx))
+    }
+
+    /// A float constrained to `[0, 1]`.
     fn unit_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
         let f = self.any_float(v, loc.clone())?;
-        let r = lax::bounded(f, Some(0.0), Some(1.0));
-        let ctx = match &r {
-            Err(e) if e.kind == "less_than_equal" => json!({ "le": 1.0 }),
-            _ => json!({ "ge": 0.0 }),
-        };
-        self.lax(r, loc, v, Some(ctx))
+        self.bounded(f, 0.0, Some(1.0), loc, v)
     }
 
-    /// An integer (lax: booleans, integral floats and integer strings).
-    fn int(&mut self, v: &Value, loc: Vec<Value>) -> Option<i64> {
-        self.lax(lax::int(v), loc, v, None)
-    }
-
-    /// A non-negative integer (revisions, schema versions).
-    fn uint(&mut self, v: &Value, loc: Vec<Value>) -> Option<u64> {
-        let i = self.int(v, loc.clone())?;
-        let i = self.lax(
-            lax::bounded(i, Some(0), None),
-            loc,
-            v,
-            Some(json!({ "ge": 0 })),
-        )?;
-        Some(i.unsigned_abs())
-    }
-
-    /// An integer from 1 to `max` (when given).
-    fn positive_int(&mut self, v: &Value, loc: Vec<Value>, max: Option<u64>) -> Option<u64> {
-        let i = self.int(v, loc.clone())?;
-        let le = max.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
-        let r = lax::bounded(i, Some(1), le);
-        let ctx = match &r {
-            Err(e) if e.kind == "less_than_equal" => json!({ "le": max }),
-            _ => json!({ "ge": 1 }),
-        };
-        Some(self.lax(r, loc, v, Some(ctx))?.unsigned_abs())
+    /// An integer (lax: booleans, integral floats and integer strings) from `lo` to `hi`
+    /// (when given).
+    fn int(&mut self, v: &Value, loc: Vec<Value>, lo: i64, hi: Option<u64>) -> Option<u64> {
+        let i = self.lax(lax::int(v), loc.clone(), v, None)?;
+        let hi = hi.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+        self.bounded(i, lo, hi, loc, v).map(i64::unsigned_abs)
     }
 
     fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a [Value]> {
@@ -308,7 +298,7 @@ pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> 
     let (mut c, m) = Checker::body(body)?;
     let content = c.required_str(m, "content", &base);
     if let Some(s) = &content {
-        c.min_len(s, 1, at(&base, "content"));
+        c.chars(s, 1, usize::MAX, at(&base, "content"));
     }
     let category = c.str_or(m, "category", &base, DEFAULT_CATEGORY);
     let confidence = match m.get("confidence") {
@@ -345,7 +335,7 @@ pub(crate) fn fact_patch(body: &Value) -> Result<FactPatchBody, GatewayError> {
     let (mut c, m) = Checker::body(body)?;
     let content = c.opt_str(m, "content", &base).flatten();
     if let Some(s) = &content {
-        c.min_len(s, 1, at(&base, "content"));
+        c.chars(s, 1, usize::MAX, at(&base, "content"));
     }
     let category = c.opt_str(m, "category", &base).flatten();
     let confidence = match m.get("confidence") {
@@ -435,7 +425,7 @@ fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
     }
     for key in ["schemaVersion", "revision"] {
         if let Some(v) = m.get(key).filter(|v| !v.is_null())
-            && let Some(u) = c.uint(v, at(loc, key))
+            && let Some(u) = c.int(v, at(loc, key), 0, None)
         {
             out.insert(key.into(), json!(u));
         }
@@ -513,7 +503,7 @@ pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, Gate
         }
     }
     if let Some(v) = m.get("revision").filter(|v| !v.is_null())
-        && let Some(u) = c.uint(v, at(&base, "revision"))
+        && let Some(u) = c.int(v, at(&base, "revision"), 0, None)
     {
         out.insert("revision".into(), json!(u));
     }
@@ -596,16 +586,22 @@ pub(crate) struct MemoryStatusResponse {
     /// The memory backend's last failure reaching its server, when it had one (an extension;
     /// absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) last_backend_failure: Option<BackendFailureView>,
+    #[schemars(with = "Option<BackendFailureView>")]
+    pub(crate) last_backend_failure: Option<BackendFailure>,
     /// The bounds of the serving process's in-memory caches and tables (an extension; absent
     /// for a backend that keeps none in this process, such as a remote server's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) caches: Vec<CacheBoundView>,
+    #[schemars(with = "Vec<CacheBoundView>")]
+    pub(crate) caches: Vec<CacheBound>,
 }
 
+// The views below describe how `deermem_core`'s `CacheBound` and `BackendFailure` serialise
+// themselves, for the document only.
+
 /// What a cache's `bound` and `current` count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
 pub(crate) enum CacheUnitView {
     /// Entries (scopes, texts, users...).
     Entries,
@@ -614,7 +610,8 @@ pub(crate) enum CacheUnitView {
 }
 
 /// One in-memory cache of the serving process and its bound.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(JsonSchema)]
+#[allow(dead_code)]
 pub(crate) struct CacheBoundView {
     /// A stable name, `component.cache` (e.g. `file_storage.scopes`).
     pub(crate) name: String,
@@ -625,20 +622,6 @@ pub(crate) struct CacheBoundView {
     pub(crate) unit: CacheUnitView,
     /// What it holds now, when cheaply known; `null` otherwise.
     pub(crate) current: Option<u64>,
-}
-
-impl From<deermem_core::CacheBound> for CacheBoundView {
-    fn from(c: deermem_core::CacheBound) -> Self {
-        Self {
-            name: c.name,
-            bound: c.bound,
-            unit: match c.unit {
-                deermem_core::CacheUnit::Entries => CacheUnitView::Entries,
-                deermem_core::CacheUnit::Bytes => CacheUnitView::Bytes,
-            },
-            current: c.current,
-        }
-    }
 }
 
 /// The one status of [`Accepted`].
@@ -736,12 +719,14 @@ pub(crate) struct Health {
     /// `/readyz`: the memory backend's last failure reaching its server, when it had one
     /// (absent otherwise). Readiness does not depend on it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) last_backend_failure: Option<BackendFailureView>,
+    #[schemars(with = "Option<BackendFailureView>")]
+    pub(crate) last_backend_failure: Option<BackendFailure>,
 }
 
 /// The last failure a remote memory backend had reaching its server (a read answered with
 /// empty memory under its fail-open policy, a capture that failed in the background...).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(JsonSchema)]
+#[allow(dead_code)]
 pub(crate) struct BackendFailureView {
     /// What failed: `recall`, `search` or `capture`.
     pub(crate) operation: String,
@@ -751,17 +736,6 @@ pub(crate) struct BackendFailureView {
     pub(crate) at: String,
     /// How many failures the backend has had since it started.
     pub(crate) count: u64,
-}
-
-impl From<deermem_core::ports::BackendFailure> for BackendFailureView {
-    fn from(f: deermem_core::ports::BackendFailure) -> Self {
-        Self {
-            operation: f.operation,
-            message: f.message,
-            at: f.at.to_iso_z(),
-            count: f.count,
-        }
-    }
 }
 
 /// Every error body but validation: `{"detail": "<message>"}`.
@@ -905,10 +879,7 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
     let thread_id = c.required_str(m, "thread_id", &base);
     if let Some(t) = &thread_id {
         let loc = at(&base, "thread_id");
-        if c.min_len(t, 1, loc.clone())
-            && c.max_len(t, MAX_THREAD_ID_CHARS, loc.clone())
-            && has_control(t)
-        {
+        if c.chars(t, 1, MAX_THREAD_ID_CHARS, loc.clone()) && has_control(t) {
             c.value_error(
                 loc,
                 "thread_id must not contain control characters",
@@ -920,7 +891,7 @@ pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> 
     let trace_id = c.opt_str(m, "trace_id", &base).flatten();
     if let Some(t) = &trace_id {
         let loc = at(&base, "trace_id");
-        if c.max_len(t, MAX_TRACE_ID_CHARS, loc.clone())
+        if c.chars(t, 0, MAX_TRACE_ID_CHARS, loc.clone())
             && !t.chars().all(|ch| ch.is_ascii_graphic() || ch == ' ')
         {
             c.value_error(
@@ -980,7 +951,7 @@ pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayErro
     if let Some(raw) = q.get("top_k") {
         let loc = vec![json!("query"), json!("top_k")];
         let v = Value::String(raw.to_owned());
-        if let Some(n) = c.positive_int(&v, loc, Some(MAX_TOP_K.unsigned_abs())) {
+        if let Some(n) = c.int(&v, loc, 1, Some(MAX_TOP_K.unsigned_abs())) {
             top_k = usize::try_from(n).unwrap_or(5);
         }
     }
@@ -1018,7 +989,7 @@ pub(crate) fn positive_int_param(
     };
     let mut c = Checker::default();
     let v = Value::String(raw.to_owned());
-    let n = c.positive_int(&v, vec![json!("query"), json!(key)], max);
+    let n = c.int(&v, vec![json!("query"), json!(key)], 1, max);
     c.finish(n)
 }
 
@@ -1034,7 +1005,7 @@ pub(crate) fn id_param(
     };
     let mut c = Checker::default();
     let loc = vec![json!("query"), json!(key)];
-    if c.max_len(v, max, loc.clone()) && has_control(v) {
+    if c.chars(v, 0, max, loc.clone()) && has_control(v) {
         c.value_error(
             loc,
             format_args!("{key} must not contain control characters"),

@@ -25,7 +25,6 @@ use deermem_core::ports::turn_journal::{
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tracing::Instrument as _;
 
 use crate::auth::Caller;
 use crate::error::GatewayError;
@@ -45,22 +44,15 @@ const COUNTS_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const NO_TURN_JOURNAL_DETAIL: &str = "The turn journal is not in use: this gateway's memory backend keeps no durable turns (queue.durable is off, or the backend is remote).";
 
 /// Where a journal item stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+// How `TurnState` serialises itself, for the document only.
+#[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
 pub(crate) enum JournalTurnState {
     /// Waiting for its first or next extraction attempt.
     Pending,
     /// Its attempts are spent: kept until it is retried or dropped.
     Dead,
-}
-
-impl From<TurnState> for JournalTurnState {
-    fn from(s: TurnState) -> Self {
-        match s {
-            TurnState::Pending => Self::Pending,
-            TurnState::Dead => Self::Dead,
-        }
-    }
 }
 
 /// One accepted conversation turn in the turn journal.
@@ -69,7 +61,8 @@ pub(crate) struct JournalTurn {
     /// The turn's id (`turn_` and 32 hex digits).
     pub(crate) id: String,
     /// `pending` or `dead`.
-    pub(crate) state: JournalTurnState,
+    #[schemars(with = "JournalTurnState")]
+    pub(crate) state: TurnState,
     /// The user the turn belongs to (always the caller's).
     pub(crate) user_id: Option<String>,
     /// The agent bucket.
@@ -95,12 +88,16 @@ pub(crate) struct JournalTurn {
     /// The size of the messages as JSON, in bytes.
     pub(crate) message_bytes: usize,
     /// The admitted messages (the caller's own conversation).
-    pub(crate) messages: Vec<JournalMessage>,
+    // Serialised by `Message` itself; `JournalMessage` describes that shape.
+    #[schemars(with = "Vec<JournalMessage>")]
+    pub(crate) messages: Vec<Message>,
 }
 
 /// One message of a journal turn, in LangChain's shape (what `POST /api/memory/messages` took,
 /// after admission).
-#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+// The schema of `Message`'s serialisation, for the document only.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
 pub(crate) struct JournalMessage {
     /// Who produced it: `human`, `ai`, `system` or `tool`.
     #[serde(rename = "type")]
@@ -127,21 +124,6 @@ pub(crate) struct JournalMessage {
     pub(crate) status: Option<String>,
 }
 
-impl From<Message> for JournalMessage {
-    fn from(m: Message) -> Self {
-        Self {
-            kind: m.kind.as_str().to_owned(),
-            content: m.content,
-            additional_kwargs: m.additional_kwargs,
-            tool_calls: m.tool_calls,
-            id: m.id,
-            name: m.name,
-            tool_call_id: m.tool_call_id,
-            status: m.status,
-        }
-    }
-}
-
 impl JournalTurn {
     fn of(item: TurnItem) -> Self {
         let message_bytes = item
@@ -152,7 +134,7 @@ impl JournalTurn {
         let identity = item.identity;
         Self {
             id: identity.id.as_str().to_owned(),
-            state: item.state.into(),
+            state: item.state,
             user_id: identity.user.map(|u| u.as_str().to_owned()),
             agent: identity.agent.as_str().to_owned(),
             thread_id: identity.thread_id,
@@ -165,7 +147,7 @@ impl JournalTurn {
             last_error: item.last_error,
             message_count: item.messages.len(),
             message_bytes,
-            messages: item.messages.into_iter().map(Into::into).collect(),
+            messages: item.messages,
         }
     }
 }
@@ -248,16 +230,12 @@ where
     T: Send + 'static,
     F: Future<Output = Result<T, TurnJournalError>> + Send + 'static,
 {
-    match tokio::spawn(fut.in_current_span()).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(GatewayError::TurnJournal {
+    crate::routes::spawned(|| "turn journal".to_owned(), fut)
+        .await?
+        .map_err(|e| GatewayError::TurnJournal {
             detail,
             message: e.to_string(),
-        }),
-        Err(join) => Err(GatewayError::Internal(format!(
-            "turn journal task failed: {join}"
-        ))),
-    }
+        })
 }
 
 fn not_found(id: &TurnId) -> GatewayError {
