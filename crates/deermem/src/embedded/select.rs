@@ -132,7 +132,7 @@ pub(super) fn select(
             ),
         ));
     }
-    if !bc.get("retrieval_adapter").is_some_and(|v| !v.is_null()) {
+    if bc.get("retrieval_adapter").is_none_or(Value::is_null) {
         cfg.retrieval_adapter = e.default_retrieval.into();
     }
     let (refused, why) = e.refused_retrieval;
