@@ -16,9 +16,6 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     "deermem-pycompat",
     "serde",
     "serde_json",
-    // Configuration: wrap a deserializer to name the key of a bad value / the unread keys.
-    "serde_path_to_error",
-    "serde_ignored",
     "thiserror",
     "indexmap",
     "sha2",
@@ -34,6 +31,10 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
 const PYCOMPAT_ALLOWED_DEPS: &[&str] = &[
     "serde",
     "serde_json",
+    // The lax config deserializer (`lax::de`): wrappers of a deserializer naming the key of a
+    // bad value and the keys a struct did not read; pure.
+    "serde_path_to_error",
+    "serde_ignored",
     "thiserror",
     "indexmap",
     "caseless",

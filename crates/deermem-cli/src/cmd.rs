@@ -296,8 +296,10 @@ fn require_file_storage(
     cfg: &deermem_core::DeerMemConfig,
     operation: &'static str,
 ) -> Result<(), CliError> {
-    match cfg.storage() {
-        deermem_core::config::StorageClass::File => Ok(()),
+    let class =
+        deermem::embedded::storage_class(cfg).map_err(|e| CliError::invalid(e.to_string()))?;
+    match class {
+        deermem::embedded::StorageClass::File => Ok(()),
         other => Err(CliError::new(
             Kind::Unsupported,
             format!(

@@ -125,7 +125,7 @@ impl From<deermem::embedded::EmbeddedError> for CliError {
             E::Config(c) => Self::invalid(c.to_string()),
             E::Storage(s) => s.into(),
             e @ E::NotAvailable { .. } => Self::new(Kind::Unsupported, e.to_string()),
-            e @ E::NotCompiled => Self::new(Kind::Unsupported, e.to_string()),
+            e @ E::NotCompiled { .. } => Self::new(Kind::Unsupported, e.to_string()),
             E::Postgres(p) => {
                 let kind = match &p {
                     PgError::SchemaTooNew { .. } => Kind::SchemaTooNew,

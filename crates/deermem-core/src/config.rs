@@ -15,10 +15,8 @@ use crate::policy::eviction::{EvictionParams, EvictionPolicy};
 
 mod embedding;
 pub mod lax;
-mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, EmbeddingSides, MAX_EMBEDDING_BATCH};
-pub use shown::{shown_backend_config, url_without_credentials};
 
 /// How memory reaches the agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -425,7 +423,7 @@ impl ModelConfig {
 #[allow(missing_docs)]
 pub struct DeerMemConfig {
     pub storage_path: String,
-    #[serde(deserialize_with = "storage_class")]
+    /// The storage adapter, by the name the composition root knows it by (checked there).
     pub storage_class: String,
     #[serde(deserialize_with = "lax::bool")]
     pub strict_user_scope: bool,
@@ -433,7 +431,8 @@ pub struct DeerMemConfig {
     pub manifest_filename: String,
     #[serde(deserialize_with = "lax::int_in::<_, _, 1, 120>")]
     pub file_lock_timeout_seconds: u64,
-    #[serde(deserialize_with = "retrieval_adapter")]
+    /// The search index, by the name the composition root knows it by (checked there, with
+    /// its default for the selected storage; `""` disables it).
     pub retrieval_adapter: String,
     #[serde(deserialize_with = "lax::int_in::<_, _, 1, 300>")]
     pub debounce_seconds: u64,
@@ -631,47 +630,6 @@ fn search_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::SearchMo
     raw.parse().map(Some).map_err(serde::de::Error::custom)
 }
 
-/// The storage adapter `storage_class` selects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StorageClass {
-    /// The file store (`''` or `file`).
-    File,
-    /// PostgreSQL (`postgres`).
-    Postgres,
-}
-
-impl StorageClass {
-    /// The config value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::File => "file",
-            Self::Postgres => "postgres",
-        }
-    }
-}
-
-fn storage_class<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if matches!(s.as_str(), "" | "file" | "postgres") {
-        Ok(s)
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "{s:?} is not available; this engine ships the file storage ('' or 'file') and PostgreSQL ('postgres'). Refusing to silently fall back because memory is persistent state"
-        )))
-    }
-}
-
-fn retrieval_adapter<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if matches!(s.as_str(), "" | "fts5" | "postgres") {
-        Ok(s)
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "{s:?} failed to load: only 'fts5', 'postgres' or '' (disabled) are available. Refusing to silently fall back"
-        )))
-    }
-}
-
 fn manifest_filename<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
     if name.contains('/')
@@ -802,7 +760,6 @@ impl DeerMemConfig {
                 format!("DeerMem eviction weights must sum to 1.0 (got {sum})"),
             ));
         }
-        c.check_storage_selection(bc)?;
         c.check_search_mode()?;
         c.queue.check()?;
         Ok((c, warnings))
@@ -858,44 +815,6 @@ impl DeerMemConfig {
                     return Err(ConfigError::new(
                         format!("memory.backend_config.embedding.{key}"),
                         "applies to provider: openai only; the local model embeds queries and documents alike",
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The storage adapter this configuration selects.
-    pub fn storage(&self) -> StorageClass {
-        if self.storage_class == "postgres" {
-            StorageClass::Postgres
-        } else {
-            StorageClass::File
-        }
-    }
-
-    /// `retrieval_adapter` defaults to `postgres` with PostgreSQL storage; the FTS5 index is a
-    /// file beside the file store and PostgreSQL search needs PostgreSQL storage, so the other
-    /// pairings are refused. (The storage adapter checks its own section.)
-    fn check_storage_selection(&mut self, bc: &Map<String, Value>) -> Result<(), ConfigError> {
-        let retrieval_set = bc.get("retrieval_adapter").is_some_and(|v| !v.is_null());
-        match self.storage() {
-            StorageClass::Postgres => {
-                if !retrieval_set {
-                    self.retrieval_adapter = "postgres".into();
-                }
-                if self.retrieval_adapter == "fts5" {
-                    return Err(ConfigError::new(
-                        "memory.backend_config.retrieval_adapter",
-                        "'fts5' is an index on the local disk and cannot be shared by replicas; with storage_class: postgres use 'postgres' (the default) or '' (substring scan)",
-                    ));
-                }
-            }
-            StorageClass::File => {
-                if self.retrieval_adapter == "postgres" {
-                    return Err(ConfigError::new(
-                        "memory.backend_config.retrieval_adapter",
-                        "'postgres' searches the PostgreSQL storage; set storage_class: postgres too, or use 'fts5' with the file storage",
                     ));
                 }
             }
@@ -1008,8 +927,6 @@ mod tests {
             ("manifest_filename", json!("memory.yaml")),
             ("strict_user_scope", json!("maybe")),
             ("max_facts", json!(20.5)),
-            ("retrieval_adapter", json!("my.module:factory")),
-            ("storage_class", json!("pkg.Storage")),
         ];
         for (key, value) in cases {
             let err = parse(json!({ *key: value.clone() }))
@@ -1247,55 +1164,6 @@ mod tests {
         assert_eq!(err.key, "memory.backend_config.embedding.provider");
         assert!(parse(json!({"search": {"mode": "semantic"}})).is_err());
         assert!(parse(json!({"search": {"mode": "bm25"}})).is_ok());
-    }
-
-    #[test]
-    fn postgres_selection() {
-        let sections = |v: Value| {
-            DeerMemConfig::from_backend_config_with_sections(v.as_object().unwrap(), &["postgres"])
-                .map(|(c, _)| c)
-        };
-        let c = sections(json!({
-            "storage_class": "postgres",
-            "postgres": {"url": "postgres://u:pw@h/db", "pool_size": "4"},
-        }))
-        .unwrap();
-        assert_eq!(c.storage(), StorageClass::Postgres);
-        assert_eq!(
-            c.retrieval_adapter, "postgres",
-            "the default with postgres storage"
-        );
-        assert_eq!(
-            c.storage_sections.get("postgres"),
-            Some(&json!({"url": "postgres://u:pw@h/db", "pool_size": "4"})),
-            "the adapter's section is kept as written, for the adapter to read"
-        );
-        let shown = serde_json::to_string(&c).unwrap();
-        assert!(!shown.contains("pw@h"), "{shown}");
-        // The substring scan may still be chosen explicitly.
-        let c = parse(json!({"storage_class": "postgres", "retrieval_adapter": ""})).unwrap();
-        assert_eq!(c.retrieval_adapter, "");
-        // Files keep the FTS5 default.
-        assert_eq!(parse(json!({})).unwrap().storage(), StorageClass::File);
-        assert_eq!(parse(json!({})).unwrap().retrieval_adapter, "fts5");
-        let refused = [
-            (
-                json!({"storage_class": "postgres", "retrieval_adapter": "fts5"}),
-                "retrieval_adapter",
-            ),
-            (
-                json!({"retrieval_adapter": "postgres"}),
-                "retrieval_adapter",
-            ),
-        ];
-        for (v, key) in refused {
-            let err = parse(v.clone()).expect_err(&format!("{v} must fail"));
-            assert_eq!(
-                err.key,
-                format!("memory.backend_config.{key}"),
-                "{v}: {err}"
-            );
-        }
     }
 
     #[test]

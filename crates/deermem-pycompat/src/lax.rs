@@ -19,6 +19,8 @@ use std::fmt::Display;
 
 use serde_json::Value;
 
+pub mod de;
+
 /// A value pydantic refuses: its error type (`int_parsing`) and message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

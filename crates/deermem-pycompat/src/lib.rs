@@ -4,6 +4,8 @@
 //!
 //! - [`py`]: Python string and value semantics (`str.strip()`, `splitlines()`, `casefold()`,
 //!   `float()` parsing, truthiness, `==` between JSON values, float `repr`).
+//! - [`datetime`]: the calendar of Python's `datetime` and the grammar of
+//!   `datetime.fromisoformat`, which the reference reads every stored timestamp with.
 //! - [`json`]: Python's JSON dialect: one lenient reader (what `json.loads` accepts, with its
 //!   error messages and positions) and one `serde_json` [`Formatter`](serde_json::ser::Formatter)
 //!   writing `json.dumps(indent=2, ensure_ascii=False)`, optionally HTML-escaping string values.
@@ -18,6 +20,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![deny(missing_docs)]
 
+pub mod datetime;
 pub mod json;
 pub mod lax;
 pub mod py;

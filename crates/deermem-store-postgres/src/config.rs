@@ -91,6 +91,21 @@ pub struct TlsConfig {
     pub ca_file: Option<String>,
 }
 
+impl TlsConfig {
+    /// The one CA-file rule, for the loader and for [`PostgresConfig::validate`]: a CA file is
+    /// only given to the mode that reads it (one that would silently not be checked is a trap).
+    /// `section` is the key of the `postgres` block, as the caller names it.
+    fn check_ca_file(&self, section: &str) -> Result<(), ConfigError> {
+        if self.mode != TlsMode::VerifyFull && self.ca_file.is_some() {
+            return Err(ConfigError::new(
+                format!("{section}.tls.ca_file"),
+                CA_FILE_UNREAD,
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How the connection is protected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -316,12 +331,7 @@ impl PostgresConfig {
                 "is required with storage_class: postgres (a postgres:// URL, or $DATABASE_URL to read it from the environment)",
             ));
         }
-        if settings.tls.mode != TlsMode::VerifyFull && settings.tls.ca_file.is_some() {
-            return Err(ConfigError::new(
-                format!("{SECTION}.tls.ca_file"),
-                CA_FILE_UNREAD,
-            ));
-        }
+        settings.tls.check_ca_file(SECTION)?;
         Ok(settings)
     }
 
@@ -358,11 +368,7 @@ impl PostgresConfig {
                 ),
             ));
         }
-        if self.tls.mode != TlsMode::VerifyFull && self.tls.ca_file.is_some() {
-            // A CA file that would silently not be checked is a trap: say so.
-            return Err(bad("tls.ca_file", CA_FILE_UNREAD.into()));
-        }
-        Ok(())
+        self.tls.check_ca_file("postgres")
     }
 
     /// The connect timeout.

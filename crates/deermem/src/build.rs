@@ -462,10 +462,12 @@ fn build_deermem(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
             name: name.clone(),
             source: s.into(),
         },
-        crate::embedded::EmbeddedError::NotCompiled => BuildError::NotCompiled {
-            name: "deermem (storage_class: postgres)".into(),
-            feature: "store-postgres",
-        },
+        crate::embedded::EmbeddedError::NotCompiled { storage, feature } => {
+            BuildError::NotCompiled {
+                name: format!("deermem (storage_class: {storage})"),
+                feature,
+            }
+        }
         other => BuildError::Backend {
             name: name.clone(),
             source: ManagerError::Unavailable {

@@ -7,11 +7,11 @@
 mod postgres;
 #[cfg(feature = "retrieval-fts5")]
 mod recovering;
+mod select;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use deermem_core::config::StorageClass;
 use deermem_core::ports::{Clock, MemoryStorage, Retrieval, RunEventStore};
 use deermem_core::{AgentName, ConfigError, DeerMemConfig, StorageError, UserId};
 use deermem_storage_file::{
@@ -22,6 +22,7 @@ use deermem_storage_file::{
 pub use postgres::{PostgresStorage, postgres_config, remote_cursors};
 #[cfg(feature = "retrieval-fts5")]
 pub use recovering::RecoveringFts5;
+pub use select::{StorageClass, storage_class};
 
 /// Why the embedded storage could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +48,16 @@ pub enum EmbeddedError {
         /// What to do instead (empty or starting with `; `).
         hint: &'static str,
     },
-    /// `storage_class: postgres` in a build without the `store-postgres` feature.
+    /// A `storage_class` in a build without the Cargo feature of its adapter.
     #[error(
-        "memory.backend_config.storage_class 'postgres' is not compiled into this build; rebuild with the Cargo feature `store-postgres` of the `deermem` crate"
+        "memory.backend_config.storage_class '{storage}' is not compiled into this build; rebuild with the Cargo feature `{feature}` of the `deermem` crate"
     )]
-    NotCompiled,
+    NotCompiled {
+        /// The configured storage.
+        storage: &'static str,
+        /// The feature that compiles it in.
+        feature: &'static str,
+    },
 }
 
 /// The keys of `backend_config` that are storage adapters' own sections: each adapter reads and
@@ -67,8 +73,9 @@ pub const STORAGE_SECTIONS: &[&str] = &["postgres"];
 pub fn deermem_config(
     backend_config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<DeerMemConfig, ConfigError> {
-    let (cfg, warnings) =
+    let (mut cfg, warnings) =
         DeerMemConfig::from_backend_config_with_sections(backend_config, STORAGE_SECTIONS)?;
+    select::select(&mut cfg, backend_config)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -218,23 +225,7 @@ pub fn open_embedded(
     with_retrieval: bool,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<EmbeddedStorage, EmbeddedError> {
-    match cfg.storage() {
-        StorageClass::File => {
-            let _ = env;
-            open_storage(cfg, root, clock, with_retrieval)
-                .map(|s| EmbeddedStorage::File(Arc::new(s)))
-        }
-        #[cfg(feature = "store-postgres")]
-        StorageClass::Postgres => {
-            let _ = (root, with_retrieval);
-            postgres::open(cfg, clock, env).map(|s| EmbeddedStorage::Postgres(Arc::new(s)))
-        }
-        #[cfg(not(feature = "store-postgres"))]
-        StorageClass::Postgres => {
-            let _ = (root, clock, with_retrieval, env);
-            Err(EmbeddedError::NotCompiled)
-        }
-    }
+    select::open(cfg, root, clock, with_retrieval, env)
 }
 
 impl EmbeddedStorage {
@@ -366,7 +357,7 @@ pub struct SchemaMigration {
 
 #[cfg(feature = "store-postgres")]
 fn require_postgres(cfg: &DeerMemConfig) -> Result<(), EmbeddedError> {
-    if cfg.storage() == StorageClass::Postgres {
+    if storage_class(cfg)? == StorageClass::Postgres {
         Ok(())
     } else {
         Err(EmbeddedError::NotAvailable {

@@ -11,6 +11,7 @@ mod config_file;
 #[cfg(feature = "storage-file")]
 pub mod embedded;
 mod noop;
+mod shown;
 pub mod tools;
 #[cfg(feature = "transfer")]
 pub mod transfer;
@@ -24,3 +25,4 @@ pub use config_file::{
 };
 pub use deermem_core as core;
 pub use noop::NoopManager;
+pub use shown::{shown_backend_config, url_without_credentials};

@@ -107,15 +107,10 @@ pub fn postgres_config(
 /// The offending key, `memory.backend_config.postgres.<key>`.
 pub(super) fn check_section(cfg: &DeerMemConfig) -> Result<(), ConfigError> {
     let section = cfg.storage_sections.get("postgres");
-    match cfg.storage() {
-        deermem_core::config::StorageClass::Postgres => {
-            PostgresConfig::from_selected_section(section)?;
-        }
-        deermem_core::config::StorageClass::File => {
-            if let Some(v) = section.filter(|v| !v.is_null()) {
-                PostgresConfig::from_section(v)?;
-            }
-        }
+    if super::storage_class(cfg)? == super::StorageClass::Postgres {
+        PostgresConfig::from_selected_section(section)?;
+    } else if let Some(v) = section.filter(|v| !v.is_null()) {
+        PostgresConfig::from_section(v)?;
     }
     Ok(())
 }

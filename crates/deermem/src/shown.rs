@@ -1,7 +1,8 @@
 //! What of a `backend_config` may be shown (the gateway's `/api/memory/config` and `/status`):
-//! an allow-list of the keys the shipped backends (DeerMem, Honcho, OpenViking) read that hold
-//! no secret. Known secret keys show `"***"`; every other key is left out, whatever its name;
-//! URLs lose their user-info, query and fragment.
+//! each backend's and storage adapter's allow-list of the keys it reads that hold no secret,
+//! kept here beside the table of backends the facade builds (compiled in or not, so what is
+//! shown does not depend on the build's features). Known secret keys show `"***"`; every other
+//! key is left out, whatever its name; URLs lose their user-info, query and fragment.
 
 use serde_json::{Map, Value};
 
@@ -48,7 +49,7 @@ const RETRIEVAL: &[(&str, Shown)] = &[
     ("injection_query", Leaf),
 ];
 
-/// OpenViking's `failure_policy` section (Honcho's is a string).
+/// The `failure_policy` section of Honcho and OpenViking.
 const FAILURE_POLICY: &[(&str, Shown)] = &[("read", Leaf), ("write", Leaf)];
 
 /// DeerMem's `postgres` section: everything but the URL, which may hold a password and names
@@ -82,9 +83,8 @@ const QUEUE_RETRY: &[(&str, Shown)] = &[
     ("max_backoff", Leaf),
 ];
 
-/// Every top-level key a shipped backend reads, and how it is shown.
-const TOP: &[(&str, Shown)] = &[
-    // DeerMem (the fields of `DeerMemConfig`).
+/// The embedded engine's keys (the fields of `DeerMemConfig`).
+const DEERMEM: &[(&str, Shown)] = &[
     ("storage_path", Leaf),
     ("storage_class", Leaf),
     ("strict_user_scope", Leaf),
@@ -127,9 +127,14 @@ const TOP: &[(&str, Shown)] = &[
     ("patterns_dir", Leaf),
     ("prompts_dir", Leaf),
     ("model", Object(MODEL)),
-    ("postgres", Guarded(POSTGRES)),
     ("queue", Object(QUEUE)),
-    // Honcho and OpenViking (the keys DeerMem does not share).
+];
+
+/// The storage adapters' own sections in DeerMem's `backend_config`.
+const STORAGE_SECTIONS: &[(&str, Shown)] = &[("postgres", Guarded(POSTGRES))];
+
+/// Honcho's keys.
+const HONCHO: &[(&str, Shown)] = &[
     ("base_url", Url),
     ("api_key", Secret),
     ("allow_insecure_http", Leaf),
@@ -142,6 +147,16 @@ const TOP: &[(&str, Shown)] = &[
     ("message_char_limit", Leaf),
     ("max_injection_chars", Leaf),
     ("failure_policy", Object(FAILURE_POLICY)),
+];
+
+/// OpenViking's keys.
+const OPENVIKING: &[(&str, Shown)] = &[
+    ("base_url", Url),
+    ("api_key", Secret),
+    ("allow_insecure_http", Leaf),
+    ("timeout_seconds", Leaf),
+    ("max_injection_chars", Leaf),
+    ("failure_policy", Object(FAILURE_POLICY)),
     ("owner_user_id", Leaf),
     // The name of the variable holding the key, not the key.
     ("api_key_env", Leaf),
@@ -151,6 +166,10 @@ const TOP: &[(&str, Shown)] = &[
     ("retrieval", Object(RETRIEVAL)),
 ];
 
+/// Every shipped backend's and storage adapter's keys: a key is shown by the rule of the first
+/// list that names it (the backends that share a key show it alike).
+const ALL: [&[(&str, Shown)]; 4] = [DEERMEM, STORAGE_SECTIONS, HONCHO, OPENVIKING];
+
 const HIDDEN: &str = "***";
 
 /// The part of a `backend_config` that may be shown: keys on the allow-list of the shipped
@@ -158,13 +177,16 @@ const HIDDEN: &str = "***";
 /// out), known secrets as `"***"`, and every `base_url` without user-info, query string or
 /// fragment (`http://svc:PASSWORD@host/v1?key=K` shows `http://host/v1`).
 pub fn shown_backend_config(backend_config: &Map<String, Value>) -> Value {
-    Value::Object(shown_object(backend_config, TOP))
+    Value::Object(shown_object(backend_config, &ALL))
 }
 
-fn shown_object(m: &Map<String, Value>, rules: &[(&str, Shown)]) -> Map<String, Value> {
+fn shown_object(m: &Map<String, Value>, rules: &[&[(&str, Shown)]]) -> Map<String, Value> {
     m.iter()
         .filter_map(|(k, v)| {
-            let (_, rule) = rules.iter().find(|(name, _)| name == k)?;
+            let (_, rule) = rules
+                .iter()
+                .flat_map(|r| r.iter())
+                .find(|(name, _)| name == k)?;
             Some((k.clone(), shown_value(v, *rule)))
         })
         .collect()
@@ -180,7 +202,7 @@ fn shown_value(v: &Value, rule: Shown) -> Value {
         (Secret, _) => Value::String(HIDDEN.into()),
         (Url, Value::String(s)) => Value::String(url_without_credentials(s)),
         (Object(children) | Guarded(children), Value::Object(m)) => {
-            Value::Object(shown_object(m, children))
+            Value::Object(shown_object(m, &[children]))
         }
         (Mapping, Value::Object(m)) => Value::Object(
             m.iter()
