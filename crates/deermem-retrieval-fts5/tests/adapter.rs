@@ -369,6 +369,37 @@ mod robustness {
         assert_eq!(ids_for(index, "robust", &s, 5).await, vec!["f"]);
     }
 
+    /// A new index file has 16 KiB pages (a vector row stays in its b-tree leaf); a file
+    /// created with 4 KiB pages keeps them and still works.
+    #[test]
+    fn new_files_get_16_kib_pages_and_older_files_keep_theirs() {
+        let page_size = |path: &std::path::Path| {
+            let head = std::fs::read(path).expect("read index");
+            u32::from(u16::from_be_bytes([head[16], head[17]]))
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            assert_works(&index).await;
+            index.close().await;
+        });
+        assert_eq!(page_size(&index_file(dir.path())), 16 * 1024);
+
+        let old = tempfile::tempdir().expect("tempdir");
+        let file = index_file(old.path());
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        let conn = rusqlite::Connection::open(&file).expect("sqlite");
+        conn.execute_batch("PRAGMA page_size=4096; CREATE TABLE t(x); DROP TABLE t;")
+            .expect("4 KiB file");
+        drop(conn);
+        let index = Fts5Retrieval::open(old.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            assert_works(&index).await;
+            index.close().await;
+        });
+        assert_eq!(page_size(&file), 4096);
+    }
+
     #[test]
     fn missing_folder_is_created() {
         let dir = tempfile::tempdir().expect("tempdir");
