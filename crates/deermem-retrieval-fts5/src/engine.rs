@@ -179,7 +179,7 @@ pub(crate) fn to_retrieval_error(e: &rusqlite::Error) -> RetrievalError {
 /// SQLite's page cache of each connection, in bytes.
 pub const PAGE_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// The page size of a new index file, in bytes (see [`configure`]).
-pub const PAGE_SIZE: u32 = 16 * 1024;
+pub(crate) const PAGE_SIZE: u32 = 16 * 1024;
 /// The memory-mapped window of each connection, in bytes.
 pub const MMAP_BYTES: u64 = 16 * 1024 * 1024;
 
