@@ -231,11 +231,14 @@ impl Server {
         }
         let child = cmd.spawn().expect("deermem serve starts");
         let mut server = Self { child, addr, log };
-        server.wait_ready().await;
+        server.wait_ready(fault.is_some()).await;
         server
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits until the server answers `/readyz`. A server started with a fault point may reach
+    /// it before it is ready (replaying the previous cycle's pending turns commits at once):
+    /// with `may_exit`, an exit returns, and the caller checks its status.
+    async fn wait_ready(&mut self, may_exit: bool) {
         let started = Instant::now();
         let http = reqwest::Client::new();
         loop {
@@ -245,6 +248,9 @@ impl Server {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
+                if may_exit {
+                    return;
+                }
                 panic!("deermem serve exited ({status}): {}", self.log_text());
             }
             assert!(
