@@ -389,6 +389,7 @@ async fn status_shows_every_cache_bound_and_the_scope_cache_stays_within_it() {
     assert_eq!(cache(&first, "fts5.mmap")["bound"], 5 * 16 * 1024 * 1024);
     for name in [
         "fts5.decoded_facts",
+        "fts5.scope_vectors",
         "engine.rendered_blocks",
         "engine.rendered_text",
         "engine.warmed_scopes",

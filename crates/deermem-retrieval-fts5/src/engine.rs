@@ -21,6 +21,11 @@
 //!   FTS columns: written with the document (so a rebuild fills it) and read with the vectors,
 //!   so the ranking by meaning calibrates by it without looking at the text again. Version 3
 //!   added it; a file of version 2 is dropped and rebuilt like any older schema.
+//! - `scope_gen(scope_key, gen)`: a scope's write stamp, a random number that triggers on
+//!   `docs` and `vectors` replace on every write to the scope, from any process. The decoded
+//!   vectors a search keeps in memory (`vector_cache`) are used only while the stamp they were
+//!   read at is current. Added to version 3 files in place (`CREATE ... IF NOT EXISTS`, and a
+//!   stamp for every scope already there), so the vectors survive.
 //! - `vectors(scope_user, scope_agent, fact_id, model_id, digest, dim, vec)`: at most one
 //!   embedding per document (the `VectorIndex` port), keyed like the scopes by the stored user
 //!   and agent texts so it survives a rebuild that re-inserts the same text; `vec` is `dim`
@@ -123,9 +128,30 @@ CREATE TABLE IF NOT EXISTS vectors(
     vec BLOB NOT NULL,
     PRIMARY KEY(scope_user, scope_agent, fact_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS scope_gen(scope_key INTEGER PRIMARY KEY, gen INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS docs_gen_insert AFTER INSERT ON docs BEGIN
+    INSERT OR REPLACE INTO scope_gen VALUES(NEW.scope_key, random()); END;
+CREATE TRIGGER IF NOT EXISTS docs_gen_delete AFTER DELETE ON docs BEGIN
+    INSERT OR REPLACE INTO scope_gen VALUES(OLD.scope_key, random()); END;
+CREATE TRIGGER IF NOT EXISTS docs_gen_update AFTER UPDATE ON docs BEGIN
+    INSERT OR REPLACE INTO scope_gen VALUES(OLD.scope_key, random());
+    INSERT OR REPLACE INTO scope_gen VALUES(NEW.scope_key, random()); END;
+CREATE TRIGGER IF NOT EXISTS vectors_gen_insert AFTER INSERT ON vectors BEGIN
+    INSERT OR REPLACE INTO scope_gen SELECT scope_key, random() FROM scopes
+    WHERE scope_user = NEW.scope_user AND scope_agent = NEW.scope_agent; END;
+CREATE TRIGGER IF NOT EXISTS vectors_gen_delete AFTER DELETE ON vectors BEGIN
+    INSERT OR REPLACE INTO scope_gen SELECT scope_key, random() FROM scopes
+    WHERE scope_user = OLD.scope_user AND scope_agent = OLD.scope_agent; END;
+CREATE TRIGGER IF NOT EXISTS vectors_gen_update AFTER UPDATE ON vectors BEGIN
+    INSERT OR REPLACE INTO scope_gen SELECT scope_key, random() FROM scopes
+    WHERE scope_user = OLD.scope_user AND scope_agent = OLD.scope_agent;
+    INSERT OR REPLACE INTO scope_gen SELECT scope_key, random() FROM scopes
+    WHERE scope_user = NEW.scope_user AND scope_agent = NEW.scope_agent; END;
+INSERT OR IGNORE INTO scope_gen SELECT scope_key, random() FROM scopes;
 ";
 
 const DROP_SQL: &str = "
+DROP TABLE IF EXISTS scope_gen;
 DROP TABLE IF EXISTS vectors;
 DROP TABLE IF EXISTS docs;
 DROP TABLE IF EXISTS scopes;
@@ -453,6 +479,20 @@ pub(crate) fn scope_key(conn: &Connection, scope: &ScopeKeyText) -> rusqlite::Re
     conn.prepare_cached("SELECT scope_key FROM scopes WHERE scope_user=?1 AND scope_agent=?2")?
         .query_row(params![scope.user, scope.agent], |r| r.get(0))
         .optional()
+}
+
+/// The key of a scope and its write stamp (`scope_gen`: random, replaced by triggers on every
+/// write to the scope's documents or vectors; `None` before the first such write), if indexed.
+pub(crate) fn scope_key_stamp(
+    conn: &Connection,
+    scope: &ScopeKeyText,
+) -> rusqlite::Result<Option<(i64, Option<i64>)>> {
+    conn.prepare_cached(
+        "SELECT s.scope_key, g.gen FROM scopes s LEFT JOIN scope_gen g ON g.scope_key = s.scope_key \
+         WHERE s.scope_user=?1 AND s.scope_agent=?2",
+    )?
+    .query_row(params![scope.user, scope.agent], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
 }
 
 /// A writer inside one transaction: caches scope keys and sequence numbers, and writes them

@@ -34,6 +34,7 @@
 
 mod engine;
 pub mod query;
+mod vector_cache;
 #[cfg(feature = "zh")]
 pub mod zh;
 
@@ -63,6 +64,7 @@ use rusqlite::Connection;
 pub use engine::SCHEMA_VERSION;
 use engine::{FailureKind, Row, ScopeKeyText, WriteError, Writer};
 use query::Segmenter;
+use vector_cache::{ScopeVectors, VectorCache};
 
 pub use engine::{MMAP_BYTES, PAGE_CACHE_BYTES};
 
@@ -81,15 +83,29 @@ pub const DECODED_CACHE_NAME: &str = "fts5.decoded_facts";
 
 /// The bounds of an on-disk index's caches with these options (see [`Retrieval::cache_bounds`]):
 /// the page caches and mapped windows of the writer and at most `max_idle_readers` pooled
-/// readers (together [`memory_bound_bytes`]), and the decoded facts; `decoded` is how many
-/// decoded facts are held now, when known.
-pub fn cache_bounds(options: &Fts5Options, decoded: Option<usize>) -> Vec<CacheBound> {
+/// readers (together [`memory_bound_bytes`]), the decoded facts and the decoded scope
+/// vectors; `decoded` is how many decoded facts are held now and `vector_bytes` how many bytes
+/// of vectors, when known.
+pub fn cache_bounds(
+    options: &Fts5Options,
+    decoded: Option<usize>,
+    vector_bytes: Option<usize>,
+) -> Vec<CacheBound> {
     let connections = options.max_idle_readers as u64 + 1;
     vec![
         CacheBound::bytes(PAGE_CACHE_NAME, connections * PAGE_CACHE_BYTES, None),
         CacheBound::bytes(MMAP_NAME, connections * MMAP_BYTES, None),
         CacheBound::entries(DECODED_CACHE_NAME, DECODED_CACHE, decoded),
+        vector_bound(vector_bytes),
     ]
+}
+
+fn vector_bound(held: Option<usize>) -> CacheBound {
+    CacheBound::bytes(
+        VECTOR_CACHE_NAME,
+        VECTOR_CACHE_BYTES as u64,
+        held.map(|b| b as u64),
+    )
 }
 
 /// The adapter kind reported by [`Retrieval::kind`].
@@ -179,6 +195,8 @@ struct Inner {
     /// Decoded facts by document id, checked against the stored JSON before use (a document
     /// id is reused only after its scope was emptied, and then with different JSON).
     decoded: Mutex<lru::LruCache<i64, Arc<(String, Fact)>>>,
+    /// Decoded vectors of recently ranked scopes ([`VectorCache`]).
+    vectors: Mutex<VectorCache>,
 }
 
 /// How long a background applier waits for more writes before its first transaction. Nothing
@@ -194,6 +212,11 @@ const GATHER_MAX: usize = 256;
 
 /// Decoded facts kept in memory.
 const DECODED_CACHE: usize = 4096;
+/// Bytes of decoded scope vectors kept in memory ([`VectorCache`]): about 20,000 vectors of
+/// 384 dimensions.
+pub const VECTOR_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// The name the decoded scope vectors are reported under (bytes).
+pub const VECTOR_CACHE_NAME: &str = "fts5.scope_vectors";
 /// Larger facts are decoded every time rather than cached (bounds the cache's memory).
 const DECODED_CACHE_MAX_JSON: usize = 16 * 1024;
 
@@ -362,6 +385,7 @@ impl Fts5Retrieval {
                     std::num::NonZeroUsize::new(DECODED_CACHE)
                         .unwrap_or(std::num::NonZeroUsize::MIN),
                 )),
+                vectors: Mutex::new(VectorCache::new(VECTOR_CACHE_BYTES)),
             }),
         }
     }
@@ -531,6 +555,7 @@ impl Inner {
         state.writer = None;
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.readers.lock().clear();
+        self.vectors.lock().clear();
         if let Location::File(path) = &self.location {
             remove_db_files(path);
         }
@@ -976,79 +1001,134 @@ impl Inner {
         }
     }
 
-    /// [`VectorIndex::nearest`]: the scopes' vectors are scored where they are read, into one
-    /// buffer, without reading any fact; the hits answer without their facts
-    /// ([`Inner::read_hits`] reads those a search keeps).
+    /// [`VectorIndex::nearest`]: each scope's decoded vectors come from the [`VectorCache`]
+    /// while its write stamp is unchanged, or are read (without any fact) and kept; the hits
+    /// answer without their facts ([`Inner::read_hits`] reads those a search keeps).
     fn nearest(&self, q: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
         let unique = fact_scopes(q.scopes);
         let dim = q.vector.len();
-        // Per ranked document: its scope (position in `unique`), fact id and script group.
-        let mut ranked: Vec<(usize, String, ScriptGroup)> = Vec::new();
-        let mut flat: Vec<f32> = Vec::new();
-        let mut missing = false;
         let mut damaged = Vec::new();
-        self.with_reader(|conn| {
+        // Per scope (position in `unique`), its vectors of the model and dimension.
+        let entries = self.with_reader(|conn| {
             let _snapshot = ReadTx::begin(conn)?;
+            let mut entries = Vec::with_capacity(unique.len());
             for (at, scope) in unique.iter().enumerate() {
                 let text = ScopeKeyText::of(scope);
-                let Some(key) = engine::scope_key(conn, &text)? else {
+                let Some((key, stamp)) = engine::scope_key_stamp(conn, &text)? else {
                     continue;
                 };
-                for (id, fact_id, category, script, vdim, blob) in
-                    engine::scope_rank_rows(conn, key, q.model_id)?
+                if let Some(stamp) = stamp
+                    && let Some(hit) = self.vectors.lock().get(key, q.model_id, dim, stamp)
                 {
-                    let (Some(vdim), Some(blob)) = (vdim, blob) else {
-                        missing = true;
-                        continue;
-                    };
-                    let same_dim = usize::try_from(vdim).ok() == Some(dim);
-                    let valid = if same_dim {
-                        engine::decode_vector_into(&blob, vdim, &mut flat)
-                    } else {
-                        engine::decode_vector(&blob, vdim).is_some()
-                    };
-                    if !valid {
-                        tracing::warn!(fact_id = %fact_id, "a stored vector does not decode; it is embedded again");
-                        damaged.push((text.clone(), fact_id));
-                        missing = true;
-                        continue;
-                    }
-                    if !same_dim {
-                        continue;
-                    }
-                    if q.category.is_some_and(|c| c != category) {
-                        flat.truncate(flat.len() - dim);
-                        continue;
-                    }
-                    // The stored tag; a row written by hand without one is derived again.
-                    let group = match ScriptGroup::from_tag(&script) {
-                        Some(g) => g,
-                        None => script_group(&engine::doc_content(conn, id)?),
-                    };
-                    ranked.push((at, fact_id, group));
+                    entries.push((at, hit));
+                    continue;
                 }
+                let before = damaged.len();
+                let read = Arc::new(Self::read_scope_vectors(
+                    conn,
+                    key,
+                    &text,
+                    q.model_id,
+                    dim,
+                    stamp.unwrap_or_default(),
+                    &mut damaged,
+                )?);
+                if let Some(stamp) = stamp
+                    && damaged.len() == before
+                {
+                    debug_assert_eq!(read.stamp, stamp);
+                    self.vectors
+                        .lock()
+                        .put(key, q.model_id, dim, Arc::clone(&read));
+                }
+                entries.push((at, read));
             }
-            Ok(())
+            Ok(entries)
         })?;
         self.drop_damaged(&damaged);
-        let vectors: Vec<&[f32]> = flat.chunks_exact(dim.max(1)).collect();
-        let groups: Vec<ScriptGroup> = ranked.iter().map(|(_, _, g)| *g).collect();
+        let missing = !damaged.is_empty() || entries.iter().any(|(_, e)| e.missing);
+        // The candidates: every document of the scopes with a vector, in the category asked.
+        let mut slots: Vec<(usize, usize)> = Vec::new();
+        let mut vectors: Vec<&[f32]> = Vec::new();
+        let mut groups: Vec<ScriptGroup> = Vec::new();
+        for (e, (_, entry)) in entries.iter().enumerate() {
+            for (i, ((_, category, group), v)) in entry
+                .docs
+                .iter()
+                .zip(entry.flat.chunks_exact(dim.max(1)))
+                .enumerate()
+            {
+                if q.category.is_some_and(|c| c != category) {
+                    continue;
+                }
+                slots.push((e, i));
+                vectors.push(v);
+                groups.push(*group);
+            }
+        }
         let best = nearest_calibrated_indexed(q.vector, q.group, &vectors, &groups, q.limit);
-        let mut ranked: Vec<Option<(usize, String, ScriptGroup)>> =
-            ranked.into_iter().map(Some).collect();
         let hits = best
             .into_iter()
             .filter_map(|(i, score)| {
-                let (at, fact_id, _) = ranked.get_mut(i)?.take()?;
+                let (e, d) = *slots.get(i)?;
+                let (at, entry) = entries.get(e)?;
                 Some(MeaningHit {
-                    scope: (*unique.get(at)?).clone(),
-                    fact_id,
+                    scope: (*unique.get(*at)?).clone(),
+                    fact_id: entry.docs.get(d)?.0.clone(),
                     score,
                     fact: None,
                 })
             })
             .collect();
         Ok(MeaningRanking { hits, missing })
+    }
+
+    /// The vectors of `model_id` and `dim` of one scope as stored now (`stamp` is the scope's
+    /// write stamp read in the same snapshot). A vector that does not decode is listed in
+    /// `damaged` and counts as missing; vectors of another dimension are left out.
+    fn read_scope_vectors(
+        conn: &Connection,
+        key: i64,
+        text: &ScopeKeyText,
+        model_id: &str,
+        dim: usize,
+        stamp: i64,
+        damaged: &mut Vec<(ScopeKeyText, String)>,
+    ) -> rusqlite::Result<ScopeVectors> {
+        let mut out = ScopeVectors {
+            stamp,
+            ..ScopeVectors::default()
+        };
+        for (id, fact_id, category, script, vdim, blob) in
+            engine::scope_rank_rows(conn, key, model_id)?
+        {
+            let (Some(vdim), Some(blob)) = (vdim, blob) else {
+                out.missing = true;
+                continue;
+            };
+            let same_dim = usize::try_from(vdim).ok() == Some(dim);
+            let valid = if same_dim {
+                engine::decode_vector_into(&blob, vdim, &mut out.flat)
+            } else {
+                engine::decode_vector(&blob, vdim).is_some()
+            };
+            if !valid {
+                tracing::warn!(fact_id = %fact_id, "a stored vector does not decode; it is embedded again");
+                damaged.push((text.clone(), fact_id));
+                out.missing = true;
+                continue;
+            }
+            if !same_dim {
+                continue;
+            }
+            // The stored tag; a row written by hand without one is derived again.
+            let group = match ScriptGroup::from_tag(&script) {
+                Some(g) => g,
+                None => script_group(&engine::doc_content(conn, id)?),
+            };
+            out.docs.push((fact_id, category, group));
+        }
+        Ok(out)
     }
 
     /// [`VectorIndex::read_hits`]: the facts of the hits without one, read in one snapshot
@@ -1222,11 +1302,13 @@ impl Retrieval for Fts5Retrieval {
     /// index has its writer connection only, and no mapped window.
     fn cache_bounds(&self) -> Vec<CacheBound> {
         let decoded = Some(self.inner.decoded.lock().len());
+        let vectors = Some(self.inner.vectors.lock().bytes());
         match self.inner.location {
-            Location::File(_) => cache_bounds(&self.inner.options, decoded),
+            Location::File(_) => cache_bounds(&self.inner.options, decoded, vectors),
             Location::Memory => vec![
                 CacheBound::bytes(PAGE_CACHE_NAME, PAGE_CACHE_BYTES, None),
                 CacheBound::entries(DECODED_CACHE_NAME, DECODED_CACHE, decoded),
+                vector_bound(vectors),
             ],
         }
     }

@@ -764,6 +764,140 @@ mod robustness {
         });
     }
 
+    /// The ids `nearest` ranks for `vector` in scope `s` (model "m"), and whether it reports
+    /// a document without a vector.
+    fn ranked(index: &Fts5Retrieval, s: &Scope, vector: &[f32]) -> (Vec<String>, bool) {
+        use deermem_core::policy::language::ScriptGroup;
+        use deermem_core::ports::{MeaningQuery, VectorIndex};
+        let ranking = run(index.nearest(&MeaningQuery {
+            scopes: std::slice::from_ref(s),
+            model_id: "m",
+            vector,
+            group: ScriptGroup::Other,
+            category: None,
+            limit: 10,
+        }))
+        .expect("nearest");
+        let ids = ranking.hits.into_iter().map(|h| h.fact_id).collect();
+        (ids, ranking.missing)
+    }
+
+    fn held_vector_bytes(index: &Fts5Retrieval) -> u64 {
+        index
+            .cache_bounds()
+            .into_iter()
+            .find(|c| c.name == deermem_retrieval_fts5::VECTOR_CACHE_NAME)
+            .and_then(|c| c.current)
+            .expect("the scope-vector cache is reported")
+    }
+
+    /// The decoded vectors a ranking keeps in memory follow every write to their scope: by
+    /// another process's raw SQL, by another adapter on the same file, and by this one.
+    #[test]
+    fn vectors_kept_in_memory_follow_writes_from_anywhere() {
+        use deermem_core::ports::VectorIndex;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        let other = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            for id in ["a", "b"] {
+                index
+                    .upsert(&s, &fact(&s, id, &format!("text {id}"), "context", 0.5))
+                    .await
+                    .expect("upsert");
+            }
+            let mut tasks = index.missing_vectors("m", None, 10).await.expect("missing");
+            tasks.sort_by(|x, y| x.fact_id.cmp(&y.fact_id));
+            let vectors = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
+            assert_eq!(
+                index.put_vectors("m", &tasks, &vectors).await.expect("put"),
+                2
+            );
+        });
+        assert_eq!(held_vector_bytes(&index), 0);
+        assert_eq!(
+            ranked(&index, &s, &[1.0, 0.0]),
+            (vec!["a".into(), "b".into()], false)
+        );
+        assert!(
+            held_vector_bytes(&index) > 0,
+            "the ranking keeps the scope's vectors"
+        );
+        // Asked again: the same answer from memory.
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]).0, vec!["a", "b"]);
+
+        // Another process swaps the two vectors with plain SQL.
+        rusqlite_conn(&file)
+            .execute_batch(
+                "UPDATE vectors SET vec = x'000000000000803F' WHERE fact_id = 'a';
+                 UPDATE vectors SET vec = x'0000803F00000000' WHERE fact_id = 'b';",
+            )
+            .expect("swap");
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]).0, vec!["b", "a"]);
+
+        // Another adapter on the same file removes one fact.
+        run(async {
+            other.remove(&s, "b").await.expect("remove");
+            other.close().await;
+        });
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]), (vec!["a".into()], false));
+
+        // This adapter adds a fact without a vector: reported missing at once.
+        run(index.upsert(&s, &fact(&s, "c", "text c", "context", 0.5))).expect("upsert");
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]), (vec!["a".into()], true));
+        run(index.close());
+    }
+
+    /// A version-3 file written before the write stamps existed gets them at open, in place:
+    /// its vectors are kept, and a ranking kept in memory still follows raw writes.
+    #[test]
+    fn a_file_without_write_stamps_gets_them_at_open_and_keeps_its_vectors() {
+        use deermem_core::ports::VectorIndex;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = index_file(dir.path());
+        let s = scope(Some("alice"), "coder");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        run(async {
+            index
+                .upsert(&s, &fact(&s, "a", "text a", "context", 0.5))
+                .await
+                .expect("upsert");
+            let tasks = index.missing_vectors("m", None, 10).await.expect("missing");
+            index
+                .put_vectors("m", &tasks, &[vec![1.0, 0.0]])
+                .await
+                .expect("put");
+            index.close().await;
+        });
+        let conn = rusqlite_conn(&file);
+        conn.execute_batch(
+            "DROP TRIGGER docs_gen_insert; DROP TRIGGER docs_gen_delete;
+             DROP TRIGGER docs_gen_update; DROP TRIGGER vectors_gen_insert;
+             DROP TRIGGER vectors_gen_delete; DROP TRIGGER vectors_gen_update;
+             DROP TABLE scope_gen;",
+        )
+        .expect("an older file");
+        let index = Fts5Retrieval::open(dir.path(), clock("2026-01-01T00:00:00Z")).expect("open");
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).expect(sql) };
+        assert_eq!(count("SELECT count(*) FROM scope_gen"), 1);
+        assert_eq!(
+            count("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"),
+            6
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM vectors"),
+            1,
+            "the vectors are kept"
+        );
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]), (vec!["a".into()], false));
+        conn.execute("DELETE FROM vectors WHERE fact_id = 'a'", [])
+            .expect("delete");
+        assert_eq!(ranked(&index, &s, &[1.0, 0.0]), (vec![], true));
+        run(index.close());
+    }
+
     fn rusqlite_conn(path: &std::path::Path) -> rusqlite::Connection {
         rusqlite::Connection::open(path).expect("open sqlite")
     }

@@ -208,6 +208,7 @@ impl Retrieval for RecoveringFts5 {
             None => deermem_retrieval_fts5::cache_bounds(
                 &deermem_retrieval_fts5::Fts5Options::default(),
                 Some(0),
+                Some(0),
             ),
         }
     }
