@@ -115,6 +115,14 @@ async fn with_the_local_model_a_paraphrase_is_found() {
         coverage.model_id
     );
     assert_eq!(coverage.dimension, 384);
+    // The ranking went through the index's own `nearest` (every layer forwards it), which
+    // keeps the scope's decoded vectors; the port's default would not.
+    let held = m
+        .cache_bounds()
+        .into_iter()
+        .find(|c| c.name == "fts5.scope_vectors")
+        .and_then(|c| c.current);
+    assert!(held.is_some_and(|b| b > 0), "{held:?}");
     m.close().await;
 }
 

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use deermem_core::policy::language::ScriptGroup;
-use deermem_core::ports::{Clock, EmbedTask, Retrieval, VectorIndex};
+use deermem_core::ports::{
+    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex,
+};
 use deermem_core::{
     Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
 };
@@ -269,6 +271,14 @@ impl VectorIndex for RecoveringFts5 {
             .await?
             .scope_vectors_tagged(scopes, model_id)
             .await
+    }
+
+    async fn nearest(&self, query: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
+        self.index().await?.nearest(query).await
+    }
+
+    async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
+        self.index().await?.read_hits(hits).await
     }
 
     async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
