@@ -300,12 +300,16 @@ impl Shared {
             };
         }
         let wide = top_k.max(HYBRID_CANDIDATES);
-        let Some(semantic) = self.by_meaning(query, wide).await? else {
-            return self.bm25(query).await;
-        };
         let mut lexical_query = query.clone();
         lexical_query.top_k = wide;
-        let lexical = self.bm25(&lexical_query).await?;
+        // Both rankings at once: each waits on its own blocking-pool task.
+        let (semantic, lexical) =
+            tokio::join!(self.by_meaning(query, wide), self.bm25(&lexical_query));
+        let Some(semantic) = semantic? else {
+            // The embedder failed: BM25 alone, with the `top_k` asked (its candidates differ).
+            return self.bm25(query).await;
+        };
+        let lexical = lexical?;
         let fused = fuse(&query.text, lexical, semantic, top_k);
         // Only the facts found by meaning alone that the answer keeps are read.
         let mut unread: Vec<MeaningHit> = Vec::new();
