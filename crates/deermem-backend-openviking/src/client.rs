@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::config::ApiKey;
+use crate::config::Secret;
 
 /// The header carrying the USER API key.
 pub const API_KEY_HEADER: &str = "X-API-Key";
@@ -149,7 +149,7 @@ impl RetrievalRequest {
 pub struct OpenVikingClient {
     http: reqwest::Client,
     base_url: String,
-    api_key: ApiKey,
+    api_key: Secret,
 }
 
 impl OpenVikingClient {
@@ -160,7 +160,7 @@ impl OpenVikingClient {
     /// The HTTP stack cannot be initialised (no TLS roots...).
     pub fn new(
         base_url: &str,
-        api_key: ApiKey,
+        api_key: Secret,
         timeout: std::time::Duration,
     ) -> Result<Self, ManagerError> {
         let http = http::client(timeout, timeout, Profile::Bare).map_err(|e| {
@@ -621,7 +621,7 @@ mod tests {
     fn debug_hides_the_key() {
         let c = OpenVikingClient::new(
             "http://127.0.0.1:1",
-            ApiKey::new("sk-very-secret"),
+            Secret::new("sk-very-secret"),
             std::time::Duration::from_secs(1),
         )
         .unwrap();

@@ -9,8 +9,8 @@ use deermem_core::ConfigError;
 use deermem_core::config::lax;
 use deermem_pycompat::py::strip;
 pub use deermem_remote::FailurePolicy;
-/// The OpenViking USER API key: a [`deermem_remote::Secret`], which never prints.
-pub use deermem_remote::Secret as ApiKey;
+/// The OpenViking USER API key is a [`Secret`], which never prints.
+pub use deermem_remote::Secret;
 use deermem_remote::base_url::{self, TransportRule};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -124,7 +124,7 @@ pub struct OpenVikingConfig {
     pub api_key_env: String,
     /// The USER API key.
     #[serde(skip)]
-    pub api_key: ApiKey,
+    pub api_key: Secret,
     /// The actor peer of the default agent.
     #[serde(deserialize_with = "stripped")]
     pub default_peer_id: String,
@@ -227,7 +227,7 @@ impl OpenVikingConfig {
             allow_insecure_http: false,
             owner_user_id: owner_user_id.into(),
             api_key_env: DEFAULT_API_KEY_ENV.to_owned(),
-            api_key: ApiKey::new(api_key),
+            api_key: Secret::new(api_key),
             default_peer_id: DEFAULT_PEER_ID.to_owned(),
             timeout_seconds: 30.0,
             storage_path: String::new(),
@@ -315,7 +315,7 @@ impl OpenVikingConfig {
         }
 
         let key = env(&c.api_key_env).unwrap_or_default();
-        c.api_key = ApiKey::new(strip(&key));
+        c.api_key = Secret::new(strip(&key));
         c.check_api_key()?;
         Ok((c, warnings))
     }

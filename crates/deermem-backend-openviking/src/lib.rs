@@ -45,7 +45,7 @@ pub mod testserver {
 }
 
 pub use config::{
-    ApiKey, ContentMode, FailurePolicy, OpenVikingConfig, RetrievalConfig, StartupPolicy,
+    ContentMode, FailurePolicy, OpenVikingConfig, RetrievalConfig, Secret, StartupPolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};
