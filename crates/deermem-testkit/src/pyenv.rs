@@ -110,7 +110,9 @@ pub fn ensure_in(base: &Path, name: &str, requirements: &[&str]) -> Result<PyEnv
     fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
     let dir = base.join(name);
     let marker = dir.join(".deermem-ready");
-    let mut wanted = String::new();
+    // The marker names the environment's own path too: a virtual environment is not
+    // relocatable (its scripts' `#!` lines name it), so one copied or moved here is rebuilt.
+    let mut wanted = format!("# {}\n", dir.display());
     for r in requirements {
         let _ = writeln!(wanted, "{r}");
     }
@@ -176,4 +178,31 @@ pub fn require(name: &str, requirements: &[&str]) -> PyEnv {
     ensure(name, requirements).unwrap_or_else(|e| {
         panic!("this test needs the Python environment `{name}` and it could not be prepared: {e}")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A virtual environment moved to another place is rebuilt there: its scripts' `#!` lines
+    /// still name the old place, so the marker names the path it was built at.
+    #[test]
+    fn an_environment_moved_elsewhere_is_rebuilt() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        let built = ensure_in(&a, "env", &[]).expect("a venv");
+        let marker =
+            |base: &Path| fs::read_to_string(base.join("env/.deermem-ready")).expect("marker");
+        assert!(marker(&a).contains(&built.dir.display().to_string()));
+        fs::create_dir_all(&b).expect("mkdir");
+        fs::rename(a.join("env"), b.join("env")).expect("move");
+        let moved = ensure_in(&b, "env", &[]).expect("rebuilt");
+        assert_eq!(moved.dir, b.join("env"));
+        assert!(
+            marker(&b).contains(&b.join("env").display().to_string()),
+            "{}",
+            marker(&b)
+        );
+        assert!(moved.python().exists());
+    }
 }
