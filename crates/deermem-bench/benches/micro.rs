@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::FactUsageMap;
-use deermem_core::{DeerMemConfig, FactId, FactScope, MemoryDocument, Timestamp, TokenCounting};
+use deermem_core::{FactId, FactScope, MemoryDocument, Timestamp};
 use deermem_retrieval_fts5::query::{NoSegmenter, plan};
 use deermem_updater::FactIdSource;
 use deermem_updater::SignalSet;
 use deermem_updater::parse_update_response;
 use deermem_updater::{ApplyContext, apply_update, capacity_decision};
+use deermem_updater::{DeerMemConfig, TokenCounting};
 use deermem_updater::{TokenCounter, char_estimate};
 use serde_json::json;
 

@@ -176,7 +176,7 @@ fn read_input(file: &Path) -> Result<String, CliError> {
 pub(crate) async fn import(ctx: &Ctx, scope: &ScopeArgs, file: &Path) -> Result<(), CliError> {
     let text = read_input(file)?;
     // Counted on the text, before thousands of facts are built only to be refused.
-    if let Some(count) = deermem_core::import::import_fact_count(text.as_bytes())
+    if let Some(count) = deermem_gateway::import_fact_count(text.as_bytes())
         .filter(|n| *n > deermem_core::MAX_IMPORT_FACTS)
     {
         return Err(CliError::invalid(format!(
@@ -259,7 +259,7 @@ pub(crate) async fn search(
     output::print_text(&out)
 }
 
-fn deermem_config(ctx: &Ctx) -> Result<deermem_core::DeerMemConfig, CliError> {
+fn deermem_config(ctx: &Ctx) -> Result<deermem_updater::DeerMemConfig, CliError> {
     if ctx.memory().manager_class != "deermem" {
         return Err(CliError::new(
             Kind::Unsupported,
@@ -293,7 +293,7 @@ fn open_storage(
 /// Refuses an operation of the file store's layout when the configuration selects another
 /// storage class.
 fn require_file_storage(
-    cfg: &deermem_core::DeerMemConfig,
+    cfg: &deermem_updater::DeerMemConfig,
     operation: &'static str,
 ) -> Result<(), CliError> {
     let class =

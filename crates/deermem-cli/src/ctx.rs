@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use deermem::LoadedConfig;
 use deermem::{Backend, BuildOptions};
-use deermem_core::config::LoadedConfig;
 use deermem_core::ports::{MemoryManager, MemoryScope};
 use deermem_core::{AgentName, MemoryConfig, UserId};
 

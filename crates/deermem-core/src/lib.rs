@@ -5,7 +5,7 @@
 //! - [`fact`]: the fact type, its validation and normalisation, the public fact shape.
 //! - [`document`]: summaries, memory documents, change sets.
 //! - [`ports`]: `MemoryStorage`, `Retrieval`, `LanguageModel`, `Clock`, `MemoryManager`.
-//! - [`config`]: the `memory:` configuration with defaults, ranges and `$VAR` resolution.
+//! - [`config`]: the host's `memory:` section, the model and embedding settings, the lax loader.
 //! - [`policy`]: capacity eviction and other pure decisions.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -34,10 +34,7 @@ pub mod snapshot;
 pub mod time;
 
 pub use caches::{CacheBound, CacheUnit};
-pub use config::{
-    DeerMemConfig, LoadedConfig, MemoryConfig, MemoryMode, ModelConfig, QueueSettings,
-    RetrySettings, SearchSettings, TokenCounting,
-};
+pub use config::{MemoryConfig, MemoryMode, ModelConfig};
 pub use document::{
     ApplyOptions, ChangeResult, ChangeSet, Facts, MemoryDocument, PublicMemoryDocument,
     SummariesSnapshot, SummaryEntry, SummaryPatch, SummarySection,

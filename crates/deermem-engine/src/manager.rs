@@ -33,9 +33,10 @@ use deermem_core::ports::{
     MemoryReader, MemoryReload, MemoryScope, MemorySearch, MemoryStorage,
 };
 use deermem_core::{
-    AgentName, CacheBound, DeerMemConfig, InvalidInputCode, ManagerError, MemoryMode,
-    OverloadScope, PublicMemoryDocument, TokenCounting, UserId,
+    AgentName, CacheBound, InvalidInputCode, ManagerError, MemoryMode, OverloadScope,
+    PublicMemoryDocument, UserId,
 };
+use deermem_updater::{DeerMemConfig, TokenCounting};
 
 pub use bucket::ImportTrim;
 pub use ingest::{AddedFact, IngestReport, IngestStatus, RemovalReason, RemovedFact};
@@ -115,12 +116,11 @@ pub struct DeerMemParts {
 
 /// How long this process's lease on a journal turn lasts without renewal: the default of
 /// `queue.turn_lease`.
-pub const TURN_LEASE: Duration =
-    Duration::from_secs(deermem_core::config::DEFAULT_TURN_LEASE_SECONDS);
+pub const TURN_LEASE: Duration = Duration::from_secs(deermem_updater::DEFAULT_TURN_LEASE_SECONDS);
 /// How often the journal is claimed again (renewing this process's leases, taking over the
 /// turns of a replica that died): the default of `queue.claim_interval`.
 pub const CLAIM_INTERVAL: Duration =
-    Duration::from_secs(deermem_core::config::DEFAULT_CLAIM_INTERVAL_SECONDS);
+    Duration::from_secs(deermem_updater::DEFAULT_CLAIM_INTERVAL_SECONDS);
 
 impl DeerMemParts {
     /// Parts with the defaults: middleware mode, injection on, no model (offline proposer),

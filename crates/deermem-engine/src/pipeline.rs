@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use deermem_core::ports::turn_journal::{ClaimRequest, TurnJournalError};
 
-use deermem_core::{AgentName, MemoryMode, Message, StorageError, TokenCounting, UserId};
+use deermem_core::{AgentName, MemoryMode, Message, StorageError, UserId};
+use deermem_updater::TokenCounting;
 
 use crate::queue::{QueueConfig, QueueError, UpdateQueue};
 use crate::rendered::{RenderedBlocks, RenderedCacheUsage};
@@ -345,11 +346,10 @@ mod tests {
     use std::time::Duration;
 
     use deermem_core::prelude::*;
-    use deermem_core::{
-        AgentName, ApplyOptions, ChangeSet, DeerMemConfig, MemoryMode, Timestamp, UserId,
-    };
+    use deermem_core::{AgentName, ApplyOptions, ChangeSet, MemoryMode, Timestamp, UserId};
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::storage::InMemoryStorage;
+    use deermem_updater::DeerMemConfig;
     use serde_json::json;
 
     use super::UpdatePipeline;

@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use deermem_core::ports::turn_journal::TurnId;
-use deermem_core::{DeerMemConfig, OverloadScope, UserId};
+use deermem_core::{OverloadScope, UserId};
+use deermem_updater::DeerMemConfig;
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinSet};

@@ -187,7 +187,8 @@ impl RenderedBlocks {
 #[cfg(test)]
 mod tests {
     use deermem_core::fact::{NormalizeContext, normalize_fact};
-    use deermem_core::{DeerMemConfig, Fact, FactId, FactScope, MemoryMode, Timestamp};
+    use deermem_core::{Fact, FactId, FactScope, MemoryMode, Timestamp};
+    use deermem_updater::DeerMemConfig;
     use serde_json::json;
 
     use super::*;

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deermem_core::LlmError;
+use deermem_core::Timestamp;
 use deermem_core::ports::turn_journal::{
     NewTurn, TurnId, TurnIdentity, TurnItem, TurnJournalError,
 };
 use deermem_core::ports::{Clock, TurnAdmin, TurnJournal};
-use deermem_core::{RetrySettings, Timestamp};
+use deermem_updater::RetrySettings;
 use deermem_updater::{ProposeError, Signal, SignalSet, UpdateRequest, UpdaterError};
 
 use crate::{DeerMemManager, TURN_LEASE, UpdatePipeline};

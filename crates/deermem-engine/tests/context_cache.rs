@@ -9,14 +9,15 @@ mod manager_support;
 
 use std::sync::Arc;
 
+use deermem_core::SummaryPatch;
 use deermem_core::ports::MemoryManagerExt as _;
 use deermem_core::ports::{
     ContextRequest, FactPatch, MemoryManager, MemoryScope, MemoryStorage, NewFact,
 };
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactDraft, PublicMemoryDocument};
-use deermem_core::{DeerMemConfig, SummaryPatch};
 use deermem_engine::DeerMemManager;
+use deermem_updater::DeerMemConfig;
 use manager_support::{FileEnv, clock, config, file_env, file_storage, parts, scope, user};
 use serde_json::json;
 

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use common::{a, clock, counter_ids, h, labelled};
 use deermem_core::ports::{Clock, MemoryStorage};
-use deermem_core::{AgentName, DeerMemConfig, MemoryMode, Message, UserId};
+use deermem_core::{AgentName, MemoryMode, Message, UserId};
 use deermem_engine::{QueueConfig, Submission, SubmitOutcome, UpdatePipeline};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
+use deermem_updater::DeerMemConfig;
 use deermem_updater::{HiddenMessagePolicy, MemoryUpdater, Signal};
 use serde_json::json;
 

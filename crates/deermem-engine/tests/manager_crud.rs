@@ -16,12 +16,13 @@ use deermem_core::ports::{
 };
 use deermem_core::prelude::*;
 use deermem_core::{
-    AgentName, DeerMemConfig, InvalidInputCode, LlmError, ManagerError, MemoryMode,
-    PublicMemoryDocument, SummaryPatch,
+    AgentName, InvalidInputCode, LlmError, ManagerError, MemoryMode, PublicMemoryDocument,
+    SummaryPatch,
 };
 use deermem_engine::{DeerMemManager, IngestStatus, RemovalReason};
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
 use deermem_testkit::storage::InMemoryStorage;
+use deermem_updater::DeerMemConfig;
 use deermem_updater::{ProposalKind, RejectReason};
 use manager_support::{
     Competitor, HookedStorage, agent, answer, clock, competing_create, config, file_env,

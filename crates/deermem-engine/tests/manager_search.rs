@@ -16,13 +16,14 @@ use deermem_core::config::EmbeddingProvider;
 use deermem_core::policy::eviction::EvictionPolicy;
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryStorage, NewFact, SearchRequest};
 use deermem_core::{
-    ApplyOptions, ChangeSet, DeerMemConfig, InvalidInputCode, ManagerError, MatchType, MemoryMode,
-    OverloadScope, RebuildReport, SearchMode, TokenCounting,
+    ApplyOptions, ChangeSet, InvalidInputCode, ManagerError, MatchType, MemoryMode, OverloadScope,
+    RebuildReport, SearchMode,
 };
 use deermem_engine::{DeerMemManager, QueueConfig};
 use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
+use deermem_updater::{DeerMemConfig, TokenCounting};
 use manager_support::{
     HookedStorage, RebuildCall, agent, answer, clock, config, file_env, file_storage,
     hooked_manager, labelled, parts, scope, search, turn, user,

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use common::{LogCapture, SpyStorage, a, answer, clock, h, labelled, seed_fact};
 use deermem_core::prelude::*;
-use deermem_core::{AgentName, DeerMemConfig, UserId};
+use deermem_core::{AgentName, UserId};
 use deermem_engine::{QueueConfig, QueueError, Submission, SubmitOutcome, UpdatePipeline};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_updater::BuildError;
+use deermem_updater::DeerMemConfig;
 use deermem_updater::PATTERN_FILES;
 use deermem_updater::{CHAT_TEMPLATE_FILE, CONSOLIDATION_TEMPLATE_FILE, STALENESS_TEMPLATE_FILE};
 use deermem_updater::{

@@ -17,12 +17,13 @@ use std::time::Duration;
 use common::{a, answer, clock, h, labelled};
 use deermem_core::ports::turn_journal::{NewTurn, TurnFilter, TurnState};
 use deermem_core::ports::{AddRequest, MemoryManager, MemoryScope, TurnJournal};
-use deermem_core::{AgentName, DeerMemConfig, LlmError, UserId};
+use deermem_core::{AgentName, LlmError, UserId};
 use deermem_engine::{DeerMemManager, DeerMemParts, QueueConfig};
 use deermem_storage_file::{
     FileMemoryStorage, FileStorageConfig, FileTurnJournal, FileTurnJournalOptions,
 };
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
+use deermem_updater::DeerMemConfig;
 
 fn alice() -> UserId {
     UserId::new("alice").unwrap()

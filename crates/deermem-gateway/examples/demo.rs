@@ -13,7 +13,6 @@ use std::error::Error;
 use std::path::Path;
 use std::sync::Arc;
 
-use deermem_core::MemoryConfig;
 use deermem_gateway::{GatewayConfig, GatewayState, serve};
 use deermem_storage_file::{RunJournal, RunJournalOptions};
 
@@ -29,7 +28,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         Some(p) => std::fs::read_to_string(p)?,
         None => String::new(),
     };
-    let loaded = MemoryConfig::load_str(&text, &|k| std::env::var(k).ok())?;
+    let loaded = deermem::load_config_text(&text, &|k| std::env::var(k).ok())?;
     let base = path.as_deref().and_then(|p| Path::new(p).parent());
     let gateway = GatewayConfig::from_root_in(&loaded.root, base)?;
     let listener = tokio::net::TcpListener::bind(gateway.bind).await?;

@@ -205,7 +205,7 @@ impl Default for GatewayConfig {
 
 impl GatewayConfig {
     /// Reads `root["gateway"]` from a whole (env-resolved) configuration document, such as
-    /// [`deermem_core::LoadedConfig::root`]. A missing section gives the defaults (no auth,
+    /// the `root` of a `deermem::LoadedConfig`. A missing section gives the defaults (no auth,
     /// loopback). A relative `tokens_file` or `jwt_secret_file` is resolved against the current
     /// directory; use [`GatewayConfig::from_root_in`] to resolve it against the config file's
     /// folder.

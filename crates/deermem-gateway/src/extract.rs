@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use deermem_core::import::{MAX_IMPORT_FACTS, import_fact_count};
+use deermem_core::MAX_IMPORT_FACTS;
 use deermem_core::{AgentName, FactId, IdError};
 use serde_json::{Value, json};
 
@@ -207,7 +207,7 @@ impl FromRequest<GatewayState> for ImportBody {
             }
         };
         let bytes = json_bytes(req, state).await?;
-        if let Some(count) = import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
+        if let Some(count) = crate::import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
             return Err(too_many_import_facts(count));
         }
         let body = decode_json(&bytes)?;

@@ -14,12 +14,12 @@ use deermem_core::ports::MemoryStorageExt;
 use deermem_core::ports::{Clock, Retrieval};
 use deermem_core::prelude::*;
 use deermem_core::{
-    AgentName, DeerMemConfig, Fact, MemoryConfig, Scope, SearchQuery, StorageError, Timestamp,
-    UserId,
+    AgentName, Fact, MemoryConfig, Scope, SearchQuery, StorageError, Timestamp, UserId,
 };
 use deermem_gateway::{GatewayConfig, GatewayState};
 use deermem_retrieval_fts5::Fts5Retrieval;
 use deermem_storage_file::{FileMemoryStorage, probe};
+use deermem_updater::DeerMemConfig;
 use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
 

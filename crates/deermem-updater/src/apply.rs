@@ -8,13 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use crate::DeerMemConfig;
 use deermem_core::fact::{FactSource, NormalizeContext, normalize_fact};
 use deermem_core::policy::eviction::{
     EvictionDecision, EvictionPolicy, FactUsageMap, select_facts_for_capacity,
 };
-use deermem_core::{
-    DeerMemConfig, Fact, FactDraft, FactError, FactId, FactScope, MemoryDocument, Timestamp,
-};
+use deermem_core::{Fact, FactDraft, FactError, FactId, FactScope, MemoryDocument, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
 

@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::DeerMemConfig;
 use deermem_core::policy::eviction::{EvictionPolicy, FactUsageMap};
-use deermem_core::{DeerMemConfig, Fact, FactId, MemoryDocument, Timestamp};
+use deermem_core::{Fact, FactId, MemoryDocument, Timestamp};
 use serde_json::{Value, json};
 
 use super::*;

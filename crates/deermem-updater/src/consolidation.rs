@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use deermem_core::{DeerMemConfig, Fact};
+use crate::DeerMemConfig;
+use deermem_core::Fact;
 use indexmap::IndexMap;
 
 use crate::facts::display_category;

@@ -3,7 +3,8 @@
 //! rest by confidence under `max_injection_tokens`, and structure-aware truncation that shortens
 //! the summaries before it would ever cut a fact.
 
-use deermem_core::{DeerMemConfig, Fact, MemoryDocument, MemoryMode, SummarySection};
+use crate::DeerMemConfig;
+use deermem_core::{Fact, MemoryDocument, MemoryMode, SummarySection};
 use deermem_pycompat::py;
 use serde_json::Value;
 
@@ -232,7 +233,8 @@ pub fn format_memory_for_injection(doc: &MemoryDocument, opts: &InjectionOptions
 
 #[cfg(test)]
 mod tests {
-    use deermem_core::{Timestamp, TokenCounting};
+    use crate::TokenCounting;
+    use deermem_core::Timestamp;
     use serde_json::json;
 
     use super::*;

@@ -12,6 +12,8 @@
 //! - the `<memory>` block: [`format_memory_for_injection`] with [`InjectionOptions`] and the
 //!   [`TokenCounter`].
 //!
+//! Its settings, the DeerMem `backend_config` keys, are [`DeerMemConfig`].
+//!
 //! The model is behind the [`Proposer`] seam: [`LlmProposer`] (prompt → `LanguageModel` →
 //! parse) or, with no model configured, [`OfflineProposer`]. Modules are private: this list of
 //! re-exports is the whole public surface.
@@ -19,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod apply;
+mod config;
 mod consolidation;
 mod diff;
 mod facts;
@@ -43,6 +46,11 @@ mod testutil;
 pub use apply::{
     ApplyContext, ApplyOutcome, ApplyReport, CapacityDecision, ProposalKind, RejectReason,
     Rejection, UpdateMetrics, apply_update, capacity_decision,
+};
+pub use config::{
+    DEFAULT_CACHE_MAX_SCOPES, DEFAULT_CLAIM_INTERVAL_SECONDS, DEFAULT_QUEUE_MAX_PENDING_BYTES,
+    DEFAULT_QUEUE_MAX_PENDING_BYTES_PER_USER, DEFAULT_TURN_LEASE_SECONDS, DeerMemConfig,
+    QueueSettings, RetrySettings, SearchSettings, TokenCounting,
 };
 pub use diff::change_set;
 pub use facts::{FactIdSource, display_category};

@@ -577,7 +577,7 @@ mod tests {
             )],
             Some(&d),
         );
-        let cfg = deermem_core::DeerMemConfig::default();
+        let cfg = crate::DeerMemConfig::default();
         let usage = deermem_core::policy::eviction::FactUsageMap::new();
         let ids =
             crate::facts::FactIdSource::from_fn(|| deermem_core::FactId::new("fact_new").unwrap());

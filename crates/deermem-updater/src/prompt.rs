@@ -9,11 +9,10 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::DeerMemConfig;
 use deermem_core::CacheBound;
 use deermem_core::ports::ChatMessage;
-use deermem_core::{
-    AgentName, DeerMemConfig, Fact, MemoryDocument, Message, MessageKind, Timestamp,
-};
+use deermem_core::{AgentName, Fact, MemoryDocument, Message, MessageKind, Timestamp};
 use deermem_pycompat::{json, py};
 use lru::LruCache;
 use serde::Serialize;

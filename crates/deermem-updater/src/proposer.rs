@@ -8,11 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::DeerMemConfig;
 use async_trait::async_trait;
 use deermem_core::ports::{ChatRequest, LanguageModel, TokenUsage};
-use deermem_core::{
-    AgentName, DeerMemConfig, LlmError, MemoryDocument, Message, Timestamp, UserId,
-};
+use deermem_core::{AgentName, LlmError, MemoryDocument, Message, Timestamp, UserId};
 
 use crate::observe::{LlmCallInfo, LlmResultInfo, UpdateObserver};
 use crate::offline::propose_offline_with_memory;

@@ -1,7 +1,8 @@
 //! Staleness review: which facts are past their review window, how a fact's window is read, the
 //! prompt section listing them, and the date arithmetic with Python's overflow points.
 
-use deermem_core::{DeerMemConfig, Fact, Timestamp};
+use crate::DeerMemConfig;
+use deermem_core::{Fact, Timestamp};
 use serde_json::Value;
 
 use crate::facts::display_category;

@@ -18,7 +18,8 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock};
 
-use deermem_core::{CacheBound, TokenCounting};
+use crate::TokenCounting;
+use deermem_core::CacheBound;
 use tiktoken_rs::CoreBPE;
 
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();

@@ -7,12 +7,12 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::DeerMemConfig;
 use async_trait::async_trait;
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::ports::{Clock, LanguageModel, MemoryStorage};
 use deermem_core::{
-    AgentName, ApplyOptions, CacheBound, DeerMemConfig, MemoryDocument, Message, StorageError,
-    UserId,
+    AgentName, ApplyOptions, CacheBound, MemoryDocument, Message, StorageError, UserId,
 };
 use tracing::Instrument;
 

@@ -507,7 +507,7 @@ fn build_deermem(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
 /// rule-based proposer is then used).
 #[cfg(all(feature = "engine", feature = "storage-file"))]
 fn build_llm(
-    cfg: &deermem_core::DeerMemConfig,
+    cfg: &deermem_updater::DeerMemConfig,
 ) -> Result<Option<Arc<dyn LanguageModel>>, BuildError> {
     if !cfg.model.is_configured() {
         return Ok(None);

@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use deermem_core::config::LoadedConfig;
-use deermem_core::{ConfigError, MemoryConfig};
+use deermem_core::ConfigError;
+
+use crate::config_text::{LoadedConfig, load_config_text};
 
 /// A configuration file could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -43,21 +44,10 @@ pub fn load_config_file(path: &Path) -> Result<LoadedConfig, ConfigFileError> {
         path: path.to_path_buf(),
         source,
     })?;
-    MemoryConfig::load_str(&text, &process_env).map_err(|source| ConfigFileError::Invalid {
+    load_config_text(&text, &process_env).map_err(|source| ConfigFileError::Invalid {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// Loads configuration from text with an explicit environment.
-///
-/// # Errors
-/// As [`MemoryConfig::load_str`].
-pub fn load_config_text(
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<LoadedConfig, ConfigError> {
-    MemoryConfig::load_str(text, env)
 }
 
 /// The storage root for a configured `storage_path`: an absolute path as is; a relative one

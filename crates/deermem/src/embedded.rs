@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deermem_core::ports::{Clock, MemoryStorage, Retrieval, RunEventStore};
-use deermem_core::{AgentName, ConfigError, DeerMemConfig, StorageError, UserId};
+use deermem_core::{AgentName, ConfigError, StorageError, UserId};
 use deermem_storage_file::{
     FileMemoryStorage, FileStorageConfig, IndexVerification, RunJournal, RunJournalOptions,
 };
+use deermem_updater::DeerMemConfig;
 
 #[cfg(feature = "store-postgres")]
 pub use postgres::{PostgresStorage, postgres_config, remote_cursors};

@@ -8,6 +8,7 @@
 mod build;
 mod clock;
 mod config_file;
+mod config_text;
 #[cfg(feature = "storage-file")]
 pub mod embedded;
 mod noop;
@@ -20,8 +21,10 @@ pub use build::{
     Backend, BuildError, BuildOptions, KNOWN_BACKENDS, build_backend, build_manager, storage_root,
 };
 pub use clock::SystemClock;
-pub use config_file::{
-    ConfigFileError, load_config_file, load_config_text, process_env, resolve_storage_root,
+pub use config_file::{ConfigFileError, load_config_file, process_env, resolve_storage_root};
+pub use config_text::{
+    LoadedConfig, env_reference, load_config_text, memory_config_from_section, parse_config_text,
+    resolve_env,
 };
 pub use deermem_core as core;
 pub use noop::NoopManager;

@@ -48,7 +48,7 @@ impl Endpoint {
         let bad = |message: String| TransferError::Endpoint { which, message };
         let spec = spec.trim();
         let resolved;
-        let text = match deermem_core::config::env_reference(spec) {
+        let text = match crate::env_reference(spec) {
             Some(name) => {
                 resolved = env(name)
                     .filter(|v| !v.trim().is_empty())

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deermem_core::prelude::*;
-use deermem_core::{AgentName, DeerMemConfig, MatchType, Scope, SearchQuery, UserId};
+use deermem_core::{AgentName, MatchType, Scope, SearchQuery, UserId};
 use deermem_storage_file::FileMemoryStorage;
 use deermem_testkit::clock::ManualClock;
+use deermem_updater::DeerMemConfig;
 use serde_json::json;
 
 fn fixtures() -> PathBuf {

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryScope, MemoryStorage};
-use deermem_core::{AgentName, TokenCounting, UserId};
+use deermem_core::{AgentName, UserId};
 use deermem_engine::{DeerMemManager, DeerMemParts};
 use deermem_updater::TokenCounter;
+use deermem_updater::TokenCounting;
 
 use super::{Env, clock, config, open, seed_scope, settle};
 use crate::stats::{Recorder, WorkloadResult};

@@ -223,7 +223,7 @@ pub(crate) async fn post_on(env: &Env, storage: Arc<dyn MemoryStorage>) -> Resul
             Some(AgentName::default_bucket()),
         ))
         .await?;
-    let capacity = deermem_core::DeerMemConfig::default().max_facts;
+    let capacity = deermem_updater::DeerMemConfig::default().max_facts;
     anyhow::ensure!(
         doc.facts.len() == created.min(capacity),
         "{created} creates were acknowledged (capacity {capacity}) but {} facts are stored",

@@ -19,8 +19,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use deermem::SystemClock;
 use deermem_core::ports::{Clock, MemoryStorage};
-use deermem_core::{AgentName, ApplyOptions, ChangeSet, DeerMemConfig, FactDraft, UserId};
+use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactDraft, UserId};
 use deermem_storage_file::FileMemoryStorage;
+use deermem_updater::DeerMemConfig;
 
 use crate::corpus::{self, CorpusFact};
 use crate::sizes::Sizes;

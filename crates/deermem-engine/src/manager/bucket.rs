@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use deermem_core::policy::eviction::FactUsageMap;
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId, FactScope,
-    InvalidInputCode, MAX_IMPORT_FACTS, ManagerError, MemoryDocument, PublicFact,
-    PublicMemoryDocument, Scope, StorageError, SummaryPatch, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeSet, Fact, FactDraft, FactId, FactScope, InvalidInputCode,
+    MAX_IMPORT_FACTS, ManagerError, MemoryDocument, PublicFact, PublicMemoryDocument, Scope,
+    StorageError, SummaryPatch, Timestamp, UserId,
 };
+use deermem_updater::DeerMemConfig;
 
 use super::facts::{ID_DRAWS, normalize_candidate};
 use super::{DeerMemManager, MAX_SNAPSHOT_ATTEMPTS, conflict_backoff};

@@ -16,9 +16,9 @@ use deermem_core::ports::{
     MemoryStorage, ScopedSearch, SearchRequest, StorageCapabilities,
 };
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactId, MemoryDocument,
-    Message, RebuildReport, RetrievalStatus, SearchHit, SearchMode, SearchQuery, StorageError,
-    Timestamp, TokenCounting, UserId,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactId, MemoryDocument, Message,
+    RebuildReport, RetrievalStatus, SearchHit, SearchMode, SearchQuery, StorageError, Timestamp,
+    UserId,
 };
 use deermem_engine::{DeerMemManager, DeerMemParts};
 use deermem_retrieval_fts5::Fts5Retrieval;
@@ -27,6 +27,7 @@ use deermem_testkit::clock::ManualClock;
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::FactIdSource;
+use deermem_updater::{DeerMemConfig, TokenCounting};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deermem_core::ports::{AddRequest, ContextRequest, MemoryScope, NewFact, SearchRequest};
-use deermem_core::{AgentName, ManagerError, MemoryConfig, Message, Timestamp, UserId};
+use deermem_core::{AgentName, ManagerError, Message, Timestamp, UserId};
 use deermem_reliability::{figure, pick, verify};
 use serde_json::json;
 
@@ -239,7 +239,7 @@ async fn an_llm_that_never_answers_blocks_nothing_and_the_queue_holds() {
                       "timeout_seconds": 2, "max_retries": 0}
         }
     });
-    let (cfg, _) = MemoryConfig::from_section(&section).unwrap();
+    let (cfg, _) = deermem::memory_config_from_section(&section).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let env = |_: &str| None;
     let mut opts = deermem::BuildOptions::new(&env);

@@ -4,9 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use deermem::SystemClock;
+use deermem_core::MemoryConfig;
 use deermem_core::ports::{Clock, MemoryManager};
-use deermem_core::{DeerMemConfig, MemoryConfig};
 use deermem_storage_file::FileMemoryStorage;
+use deermem_updater::DeerMemConfig;
 
 /// The file storage with its FTS5 index, as the facade composes it.
 pub(crate) fn storage(root: &Path) -> FileMemoryStorage {

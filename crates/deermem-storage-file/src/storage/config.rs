@@ -1,12 +1,9 @@
 //! The settings of the file storage: the root, the manifest name, the user-scope rule, the lock
-//! timeout and the sidecar limits, and how a DeerMem configuration selects them.
+//! timeout and the sidecar limits. The composition root (the `deermem` facade) fills them from
+//! the DeerMem backend's configuration.
 
 use std::path::PathBuf;
 use std::time::Duration;
-
-use deermem_core::{DeerMemConfig, StorageError};
-
-use crate::paths;
 
 /// Settings of a [`super::FileMemoryStorage`].
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +33,7 @@ pub const DEFAULT_REBUILD_BATCH_FACTS: usize = 4096;
 
 /// The default [`FileStorageConfig::cache_max_scopes`] (`backend_config.cache_max_scopes`):
 /// about 100 MiB of 100-fact scopes.
-pub const DEFAULT_CACHE_MAX_SCOPES: usize = deermem_core::config::DEFAULT_CACHE_MAX_SCOPES;
+pub const DEFAULT_CACHE_MAX_SCOPES: usize = 1024;
 
 impl FileStorageConfig {
     /// The reference defaults for a root directory.
@@ -51,69 +48,5 @@ impl FileStorageConfig {
             cache_max_scopes: DEFAULT_CACHE_MAX_SCOPES,
             rebuild_batch_facts: DEFAULT_REBUILD_BATCH_FACTS,
         }
-    }
-
-    /// The settings a DeerMem configuration selects. The root is `storage_path`, else
-    /// `$DEERMEM_DATA_DIR`, else `~/.deermem`, with the environment and home lookups injected.
-    ///
-    /// # Errors
-    /// `InvalidInput` when no root can be determined.
-    pub fn from_deermem(
-        cfg: &DeerMemConfig,
-        env: &dyn Fn(&str) -> Option<String>,
-        home: &dyn Fn() -> Option<PathBuf>,
-    ) -> std::result::Result<Self, StorageError> {
-        let root = paths::resolve_root(&cfg.storage_path, env, home).ok_or_else(|| {
-            StorageError::invalid(
-                "storage_path",
-                "no storage root: storage_path is empty, DEERMEM_DATA_DIR is unset and there is no home directory",
-            )
-        })?;
-        Ok(Self {
-            root,
-            manifest_filename: cfg.manifest_filename.clone(),
-            strict_user_scope: cfg.strict_user_scope,
-            lock_timeout: Duration::from_secs(cfg.file_lock_timeout_seconds),
-            audit_max_entries: cfg.eviction_audit_max_entries,
-            access_half_life_days: cfg.eviction_access_half_life_days as f64,
-            cache_max_scopes: cfg.cache_max_scopes,
-            rebuild_batch_facts: DEFAULT_REBUILD_BATCH_FACTS,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_from_deermem_resolves_the_root_with_injected_lookups() {
-        let mut cfg = DeerMemConfig {
-            file_lock_timeout_seconds: 3,
-            eviction_audit_max_entries: 7,
-            eviction_access_half_life_days: 12,
-            strict_user_scope: true,
-            manifest_filename: "index.json".into(),
-            cache_max_scopes: 5,
-            ..DeerMemConfig::default()
-        };
-        let env = |k: &str| (k == "DEERMEM_DATA_DIR").then(|| "/data/dm".to_owned());
-        let no_env = |_: &str| None;
-        let home = || Some(PathBuf::from("/home/u"));
-        let no_home = || None;
-        let c = FileStorageConfig::from_deermem(&cfg, &env, &home).unwrap();
-        assert_eq!(c.root, PathBuf::from("/data/dm"));
-        assert_eq!(c.lock_timeout, Duration::from_secs(3));
-        assert_eq!(c.audit_max_entries, 7);
-        assert_eq!(c.access_half_life_days, 12.0);
-        assert!(c.strict_user_scope);
-        assert_eq!(c.manifest_filename, "index.json");
-        assert_eq!(c.cache_max_scopes, 5);
-        let c = FileStorageConfig::from_deermem(&cfg, &no_env, &home).unwrap();
-        assert_eq!(c.root, PathBuf::from("/home/u/.deermem"));
-        assert!(FileStorageConfig::from_deermem(&cfg, &no_env, &no_home).is_err());
-        cfg.storage_path = "/srv/mem".into();
-        let c = FileStorageConfig::from_deermem(&cfg, &env, &home).unwrap();
-        assert_eq!(c.root, PathBuf::from("/srv/mem"));
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use deermem_core::ports::{Clock, Retrieval};
-use deermem_core::{AgentName, DeerMemConfig, StorageError, UserId};
+use deermem_core::{AgentName, StorageError, UserId};
 use parking_lot::Mutex;
 
 use crate::commit::Notification;
@@ -94,21 +94,6 @@ impl FileMemoryStorage {
                 closed: AtomicBool::new(false),
             }),
         })
-    }
-
-    /// A storage configured from a DeerMem configuration, resolving the root from the process
-    /// environment (`$DEERMEM_DATA_DIR`, `$HOME`) when `storage_path` is empty.
-    ///
-    /// # Errors
-    /// As [`FileStorageConfig::from_deermem`] and [`FileMemoryStorage::new`].
-    pub fn from_config(
-        cfg: &DeerMemConfig,
-        clock: Arc<dyn Clock>,
-        retrieval: Option<Arc<dyn Retrieval>>,
-    ) -> std::result::Result<Self, StorageError> {
-        let config =
-            FileStorageConfig::from_deermem(cfg, &paths::process_env, &paths::process_home)?;
-        Self::new(config, clock, retrieval)
     }
 
     /// The storage root.

@@ -14,12 +14,13 @@ use deermem_core::ports::{
 };
 use deermem_core::prelude::*;
 use deermem_core::{
-    AgentName, ApplyOptions, ChangeResult, ChangeSet, DeerMemConfig, Fact, FactDraft, FactId,
-    MemoryDocument, Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError,
-    SummaryPatch, Timestamp, UserId,
+    AgentName, ApplyOptions, ChangeResult, ChangeSet, Fact, FactDraft, FactId, MemoryDocument,
+    Message, RebuildReport, RetrievalStatus, SearchHit, SearchQuery, StorageError, SummaryPatch,
+    Timestamp, UserId,
 };
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::storage::InMemoryStorage;
+use deermem_updater::DeerMemConfig;
 use deermem_updater::FactIdSource;
 use serde_json::json;
 

@@ -7,12 +7,13 @@
 
 use std::sync::Arc;
 
+use deermem_core::ConfigError;
 use deermem_core::ports::{Clock, MemoryStorage, RunEventStore, TurnJournal};
-use deermem_core::{ConfigError, DeerMemConfig};
 use deermem_store_postgres::{
     MigrationOutcome, PgCursors, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal, PgStorage,
     PgStore, PgTurnJournal, PgTurnJournalOptions, PostgresConfig,
 };
+use deermem_updater::DeerMemConfig;
 
 use super::EmbeddedError;
 
@@ -84,7 +85,7 @@ pub fn postgres_config(
 ) -> Result<PostgresConfig, ConfigError> {
     let url_key = "memory.backend_config.postgres.url";
     let settings = &PostgresConfig::from_selected_section(cfg.storage_sections.get("postgres"))?;
-    let url = match deermem_core::config::env_reference(settings.url.trim()) {
+    let url = match crate::env_reference(settings.url.trim()) {
         Some(name) => env(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
             ConfigError::new(url_key, format!("environment variable {name} is not set"))
         })?,

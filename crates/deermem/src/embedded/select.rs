@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use deermem_core::ConfigError;
 use deermem_core::ports::Clock;
-use deermem_core::{ConfigError, DeerMemConfig};
+use deermem_updater::DeerMemConfig;
 use serde_json::{Map, Value};
 
 use super::{EmbeddedError, EmbeddedStorage};
