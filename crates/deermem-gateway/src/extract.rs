@@ -9,7 +9,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use deermem_core::import::{MAX_IMPORT_FACTS, import_fact_count};
 use deermem_core::{AgentName, FactId, IdError};
-use serde_json::{Value, json};
+use deermem_pycompat::lax::model::Checker;
+use serde_json::{Map, Value, json};
 
 use http_body_util::BodyExt as _;
 
@@ -133,9 +134,9 @@ async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, Gateway
         return Err(body_missing());
     }
     if !is_json_content_type(content_type.as_deref()) {
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let item = crate::schema::not_a_model(vec![json!("body")], &Value::String(text));
-        return Err(GatewayError::validation(item));
+        // FastAPI validates the text as the body model: a string is not an object.
+        let text = Value::String(String::from_utf8_lossy(&bytes).into_owned());
+        return Err(Checker::body(&text).err().unwrap_or_default().into());
     }
     Ok(bytes)
 }
@@ -227,6 +228,15 @@ impl QueryParams {
             .rev()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The parameters as an object of strings, for [`Checker::query`].
+    pub(crate) fn to_map(&self) -> Map<String, Value> {
+        let pairs = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())));
+        pairs.collect()
     }
 
     /// The `agent` parameter: absent or empty means the default bucket (`None`); anything

@@ -15,9 +15,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use deermem::shown_backend_config;
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact,
 };
-use deermem_core::{AgentName, InvalidInputCode, ManagerError};
+use deermem_core::{AgentName, InvalidInputCode, ManagerError, PublicMemoryDocument};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
@@ -66,19 +66,37 @@ fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
     MemoryScope::new(Some(caller.user.clone()), agent)
 }
 
+/// A manager call on the caller's bucket (`agent` from the query) that answers the document.
+async fn document<F, Fut>(
+    state: &GatewayState,
+    caller: &Caller,
+    q: &QueryParams,
+    op: Operation,
+    call: F,
+) -> Result<JsonDocument>
+where
+    F: FnOnce(Arc<dyn MemoryManager>, MemoryScope) -> Fut,
+    Fut: Future<Output = Result<PublicMemoryDocument, ManagerError>> + Send + 'static,
+{
+    let scope = scope(caller, q.agent()?);
+    let call = call(manager(state), scope);
+    run(state, op, call).await.map(JsonDocument)
+}
+
 /// `GET /api/memory`.
 pub(crate) async fn get_memory(
     State(state): State<GatewayState>,
     caller: Caller,
     q: QueryParams,
 ) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::GetMemory, async move {
-        m.get_memory(scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::GetMemory,
+        |m, scope| async move { m.get_memory(scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
@@ -89,14 +107,17 @@ pub(crate) async fn export_memory(
     q: QueryParams,
     permit: BulkPermit,
 ) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ExportMemory, async move {
-        let _permit = permit;
-        m.get_memory(scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ExportMemory,
+        |m, scope| async move {
+            let _permit = permit;
+            m.get_memory(scope).await
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `POST /api/memory/reload`: re-reads storage; falls back to `get_memory` when the backend
@@ -106,16 +127,19 @@ pub(crate) async fn reload_memory(
     caller: Caller,
     q: QueryParams,
 ) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ReloadMemory, async move {
-        match m.reload_memory(scope.clone()).await {
-            Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
-            other => other,
-        }
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ReloadMemory,
+        |m, scope| async move {
+            match m.reload_memory(scope.clone()).await {
+                Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
+                other => other,
+            }
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `DELETE /api/memory`: without `agent`, every agent's facts and the summaries; with
@@ -125,13 +149,14 @@ pub(crate) async fn clear_memory(
     caller: Caller,
     q: QueryParams,
 ) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ClearMemory, async move {
-        m.clear_memory(scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ClearMemory,
+        |m, scope| async move { m.clear_memory(scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -268,13 +293,14 @@ pub(crate) async fn delete_fact(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<JsonDocument> {
     let fact_id = path_fact_id(path)?;
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::DeleteFact, async move {
-        m.delete_fact(fact_id.as_str(), None, scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::DeleteFact,
+        |m, scope| async move { m.delete_fact(fact_id.as_str(), None, scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `POST /api/memory/import`: replaces the bucket with the document. A bulk request (see
@@ -288,14 +314,17 @@ pub(crate) async fn import_memory(
 ) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
     drop(body);
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ImportMemory, async move {
-        let _permit = permit;
-        m.import_memory(incoming, scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ImportMemory,
+        |m, scope| async move {
+            let _permit = permit;
+            m.import_memory(incoming, scope).await
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// The `/config` body: the `memory:` section with only the allowed, non-secret keys of
@@ -442,14 +471,8 @@ pub(crate) async fn search_memory(
     caller: Caller,
     q: QueryParams,
 ) -> Result<Json<SearchResponse>> {
-    let params = schema::search_params(&q)?;
-    let request = SearchRequest {
-        query: params.query,
-        top_k: params.top_k,
-        scope: scope(&caller, q.agent()?),
-        category: params.category,
-        mode: params.mode,
-    };
+    let mut request = schema::search_request(&q)?;
+    request.scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let hits = run(&state, Operation::Search, async move {
         m.search_scored(request).await
@@ -514,7 +537,7 @@ fn run_key(value: &str, field: &'static str) -> Result<()> {
 }
 
 /// The largest `limit` of the events route.
-const MAX_EVENTS_LIMIT: u64 = 2000;
+const MAX_EVENTS_LIMIT: i64 = 2000;
 /// The most event types one filter may name.
 const MAX_EVENT_TYPES: usize = 32;
 
