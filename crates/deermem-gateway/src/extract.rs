@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use http_body_util::BodyExt as _;
 
+use crate::auth::Caller;
 use crate::error::{GatewayError, ValidationItem};
 use crate::limits::BulkPermit;
 use crate::state::GatewayState;
@@ -260,6 +261,29 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
             })
             .unwrap_or_default();
         Ok(Self(pairs))
+    }
+}
+
+/// What a memory route reads first: the state, the caller (set by the authentication layer)
+/// and the query.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) state: GatewayState,
+    pub(crate) caller: Caller,
+    pub(crate) q: QueryParams,
+}
+
+impl FromRequestParts<GatewayState> for Call {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &GatewayState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let q = QueryParams::from_request_parts(parts, state).await?;
+        let state = state.clone();
+        Ok(Self { state, caller, q })
     }
 }
 

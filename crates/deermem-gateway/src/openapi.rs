@@ -38,7 +38,7 @@ use serde_json::{Map, Value, json};
 use crate::auth::Caller;
 use crate::body::JsonDocument;
 use crate::error::GatewayError;
-use crate::extract::{ImportBody, JsonBody, QueryParams};
+use crate::extract::{Call, ImportBody, JsonBody, QueryParams};
 use crate::limits::BulkPermit;
 use crate::schema::{HttpError, HttpValidationError, Unauthorized};
 use crate::state::GatewayState;
@@ -57,6 +57,7 @@ pub(crate) struct Document {
 // Handler inputs and outputs: what they add to the document.
 
 impl OperationInput for Caller {}
+impl OperationInput for Call {}
 impl OperationInput for QueryParams {}
 impl OperationInput for JsonBody {}
 impl OperationInput for ImportBody {}

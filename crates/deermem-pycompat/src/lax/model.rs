@@ -287,7 +287,9 @@ mod tests {
             .collect()
     }
 
-    fn read(body: &Value) -> Result<(String, f64, Option<Vec<String>>), Vec<Issue>> {
+    type Read = (String, f64, Option<Vec<String>>);
+
+    fn read(body: &Value) -> Result<Read, Vec<Issue>> {
         let (mut c, m) = Checker::body(body)?;
         let name = c.field(m, "name", Required, |c, v| c.chars(v, 1, 3));
         let score = c.field(m, "score", Defaulted, |c, v| {
