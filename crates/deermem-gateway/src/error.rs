@@ -322,8 +322,9 @@ impl GatewayError {
             Self::NotFound(m) => s(StatusCode::NOT_FOUND, m),
             Self::Conflict(m) => s(StatusCode::CONFLICT, m),
             Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
-            Self::RunJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
-            Self::TurnJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
+            Self::RunJournal { detail, .. } | Self::TurnJournal { detail, .. } => {
+                s(StatusCode::INTERNAL_SERVER_ERROR, detail)
+            }
             Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
@@ -349,10 +350,6 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
             format!("Memory fact '{fact_id}' not found."),
         ),
         ManagerError::InvalidInput { code, message } => invalid_input(*code, message),
-        ManagerError::Storage { .. } => s(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            op.storage_failure_detail().into(),
-        ),
         ManagerError::Unavailable { .. } => {
             s(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_DETAIL.into())
         }
@@ -363,6 +360,7 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
         ManagerError::Overloaded { scope, message, .. } => {
             s(busy_status(*scope), format!("Memory is busy: {message}."))
         }
+        // `Storage`, and whatever a later version adds.
         _ => s(
             StatusCode::INTERNAL_SERVER_ERROR,
             op.storage_failure_detail().into(),

@@ -128,7 +128,7 @@ impl Checker {
         .ok()
     }
 
-    /// `read` at `loc` below the current location.
+    /// `read` one step below the current location, at `key` (a field name or a list index).
     pub fn at<T>(&mut self, key: impl Into<Value>, read: impl FnOnce(&mut Self) -> T) -> T {
         self.loc.push(key.into());
         let out = read(self);
