@@ -4,6 +4,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use deermem_core::{InvalidInputCode, ManagerError, OverloadScope};
+use deermem_pycompat::lax::model::Issue;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -59,44 +60,41 @@ pub enum Operation {
     RebuildIndex,
 }
 
+/// The 500 detail of a failed read.
+const READ_FAILED: &str = "Failed to read memory data.";
+
 impl Operation {
-    /// The label used in `Operation '<label>' not supported by memory backend '<Name>'.`
-    pub fn label(self) -> &'static str {
+    /// The label (`Operation '<label>' not supported by memory backend '<Name>'.`) and the 500
+    /// detail for a persistence failure (the reference's `OSError` messages where it has one).
+    fn texts(self) -> (&'static str, &'static str) {
         match self {
-            Self::GetMemory => "get memory",
-            Self::ReloadMemory => "reload memory",
-            Self::ClearMemory => "clear memory",
-            Self::CreateFact => "create fact",
-            Self::DeleteFact => "delete fact",
-            Self::UpdateFact => "update fact",
-            Self::ExportMemory => "export memory",
-            Self::ImportMemory => "import memory",
-            Self::GetMemoryStatus => "get memory status",
-            Self::AddMessages => "add messages",
-            Self::GetContext => "get memory context",
-            Self::Search => "search memory",
-            Self::RebuildIndex => "rebuild index",
+            Self::GetMemory => ("get memory", READ_FAILED),
+            Self::ReloadMemory => ("reload memory", "Failed to reload memory data."),
+            Self::ClearMemory => ("clear memory", "Failed to clear memory data."),
+            Self::CreateFact => ("create fact", "Failed to create memory fact."),
+            Self::DeleteFact => ("delete fact", "Failed to delete memory fact."),
+            Self::UpdateFact => ("update fact", "Failed to update memory fact."),
+            Self::ExportMemory => ("export memory", READ_FAILED),
+            Self::ImportMemory => ("import memory", "Failed to import memory data."),
+            Self::GetMemoryStatus => ("get memory status", READ_FAILED),
+            Self::AddMessages => (
+                "add messages",
+                "Failed to queue the conversation for memory.",
+            ),
+            Self::GetContext => ("get memory context", "Failed to build the memory context."),
+            Self::Search => ("search memory", "Failed to search memory."),
+            Self::RebuildIndex => ("rebuild index", "Failed to rebuild the memory index."),
         }
     }
 
-    /// The 500 detail for a persistence failure (the reference's `OSError` messages where it
-    /// has one).
+    /// The label used in `Operation '<label>' not supported by memory backend '<Name>'.`
+    pub fn label(self) -> &'static str {
+        self.texts().0
+    }
+
+    /// The 500 detail for a persistence failure.
     pub fn storage_failure_detail(self) -> &'static str {
-        match self {
-            Self::ClearMemory => "Failed to clear memory data.",
-            Self::CreateFact => "Failed to create memory fact.",
-            Self::DeleteFact => "Failed to delete memory fact.",
-            Self::UpdateFact => "Failed to update memory fact.",
-            Self::ImportMemory => "Failed to import memory data.",
-            Self::ReloadMemory => "Failed to reload memory data.",
-            Self::GetMemory | Self::ExportMemory | Self::GetMemoryStatus => {
-                "Failed to read memory data."
-            }
-            Self::AddMessages => "Failed to queue the conversation for memory.",
-            Self::GetContext => "Failed to build the memory context.",
-            Self::Search => "Failed to search memory.",
-            Self::RebuildIndex => "Failed to rebuild the memory index.",
-        }
+        self.texts().1
     }
 }
 
@@ -162,6 +160,13 @@ impl ValidationItem {
     fn to_json(&self) -> Value {
         // Strings and JSON values: serialising cannot fail.
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl From<Issue> for ValidationItem {
+    fn from(i: Issue) -> Self {
+        let item = Self::new(i.kind, i.loc, i.msg).with_input(&i.input);
+        Self { ctx: i.ctx, ..item }
     }
 }
 
@@ -239,6 +244,12 @@ pub enum GatewayError {
     Internal(String),
 }
 
+impl From<Vec<Issue>> for GatewayError {
+    fn from(issues: Vec<Issue>) -> Self {
+        Self::Validation(issues.into_iter().map(ValidationItem::from).collect())
+    }
+}
+
 impl GatewayError {
     /// Wraps a manager error for an operation.
     pub fn manager(op: Operation, backend: impl Into<String>, error: ManagerError) -> Self {
@@ -311,8 +322,9 @@ impl GatewayError {
             Self::NotFound(m) => s(StatusCode::NOT_FOUND, m),
             Self::Conflict(m) => s(StatusCode::CONFLICT, m),
             Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
-            Self::RunJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
-            Self::TurnJournal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
+            Self::RunJournal { detail, .. } | Self::TurnJournal { detail, .. } => {
+                s(StatusCode::INTERNAL_SERVER_ERROR, detail)
+            }
             Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
@@ -338,10 +350,6 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
             format!("Memory fact '{fact_id}' not found."),
         ),
         ManagerError::InvalidInput { code, message } => invalid_input(*code, message),
-        ManagerError::Storage { .. } => s(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            op.storage_failure_detail().into(),
-        ),
         ManagerError::Unavailable { .. } => {
             s(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_DETAIL.into())
         }
@@ -352,6 +360,7 @@ fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (Status
         ManagerError::Overloaded { scope, message, .. } => {
             s(busy_status(*scope), format!("Memory is busy: {message}."))
         }
+        // `Storage`, and whatever a later version adds.
         _ => s(
             StatusCode::INTERNAL_SERVER_ERROR,
             op.storage_failure_detail().into(),

@@ -9,10 +9,12 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use deermem_core::MAX_IMPORT_FACTS;
 use deermem_core::{AgentName, FactId, IdError};
-use serde_json::{Value, json};
+use deermem_pycompat::lax::model::Checker;
+use serde_json::{Map, Value, json};
 
 use http_body_util::BodyExt as _;
 
+use crate::auth::Caller;
 use crate::error::{GatewayError, ValidationItem};
 use crate::limits::BulkPermit;
 use crate::state::GatewayState;
@@ -133,9 +135,9 @@ async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, Gateway
         return Err(body_missing());
     }
     if !is_json_content_type(content_type.as_deref()) {
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let item = crate::schema::not_a_model(vec![json!("body")], &Value::String(text));
-        return Err(GatewayError::validation(item));
+        // FastAPI validates the text as the body model: a string is not an object.
+        let text = Value::String(String::from_utf8_lossy(&bytes).into_owned());
+        return Err(Checker::body(&text).err().unwrap_or_default().into());
     }
     Ok(bytes)
 }
@@ -229,6 +231,15 @@ impl QueryParams {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The parameters as an object of strings, for [`Checker::query`].
+    pub(crate) fn to_map(&self) -> Map<String, Value> {
+        let pairs = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())));
+        pairs.collect()
+    }
+
     /// The `agent` parameter: absent or empty means the default bucket (`None`); anything
     /// else must be a valid agent name (400 otherwise).
     pub(crate) fn agent(&self) -> Result<Option<AgentName>, GatewayError> {
@@ -250,6 +261,29 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
             })
             .unwrap_or_default();
         Ok(Self(pairs))
+    }
+}
+
+/// What a memory route reads first: the state, the caller (set by the authentication layer)
+/// and the query.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) state: GatewayState,
+    pub(crate) caller: Caller,
+    pub(crate) q: QueryParams,
+}
+
+impl FromRequestParts<GatewayState> for Call {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &GatewayState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let q = QueryParams::from_request_parts(parts, state).await?;
+        let state = state.clone();
+        Ok(Self { state, caller, q })
     }
 }
 

@@ -32,17 +32,13 @@ fn usable_request_id(v: &HeaderValue) -> bool {
     !b.is_empty() && b.len() <= 128 && b.iter().all(u8::is_ascii_graphic)
 }
 
+/// The method as a metrics and log label: the standard ones by name, any other as `OTHER`.
 fn method_label(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "OTHER",
-    }
+    const KNOWN: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+    KNOWN
+        .into_iter()
+        .find(|k| *k == m.as_str())
+        .unwrap_or("OTHER")
 }
 
 /// How long a browser may cache a preflight answer (FastAPI's CORS default).
@@ -191,10 +187,10 @@ pub(crate) async fn json_errors(
     let detail = match status {
         StatusCode::NOT_FOUND => "Not Found".to_owned(),
         StatusCode::METHOD_NOT_ALLOWED => "Method Not Allowed".to_owned(),
-        StatusCode::PAYLOAD_TOO_LARGE => format!(
-            "Request body is larger than the limit of {} bytes.",
-            state.gateway_config().max_body_bytes
-        ),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            let limit = state.gateway_config().max_body_bytes;
+            return GatewayError::PayloadTooLarge { limit }.into_response();
+        }
         StatusCode::GATEWAY_TIMEOUT => format!(
             "Request timed out after {} seconds.",
             state.gateway_config().request_timeout.as_secs_f64()

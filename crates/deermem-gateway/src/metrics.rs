@@ -101,59 +101,37 @@ impl Default for Inner {
             turns_dead: Gauge::default(),
             host_labels: Mutex::new((0, 0)),
         };
-        let mut registry = Registry::default();
-        // Help texts without their final period: the encoder adds it.
-        registry.register(
-            "deermem_http_requests",
-            "HTTP requests served, by route template, method and status code",
-            inner.requests.clone(),
-        );
-        registry.register(
-            "deermem_http_request_duration_seconds",
-            "Time to answer an HTTP request, by route template and method",
-            inner.latency.clone(),
-        );
-        registry.register(
-            "deermem_http_requests_in_flight",
-            "HTTP requests being served now",
-            inner.in_flight.clone(),
-        );
-        registry.register(
-            "deermem_memory_queue_depth",
-            "Conversations waiting in the memory update queue",
-            inner.queue_depth.clone(),
-        );
-        registry.register(
-            "deermem_extraction_outcomes",
-            "Memory extraction runs, by outcome",
-            inner.extraction.clone(),
-        );
-        registry.register(
-            "deermem_gate_rejections",
-            "Proposed memory updates rejected, by gate",
-            inner.gate_rejections.clone(),
-        );
-        registry.register(
-            "deermem_cors_preflights",
-            "CORS preflight requests, by origin (refused origins count as other) and verdict",
-            inner.preflights.clone(),
-        );
-        registry.register(
-            "deermem_gateway_ready",
-            "1 when the gateway is ready to serve, 0 while starting or stopping",
-            inner.ready.clone(),
-        );
-        let mut turns_registry = Registry::default();
-        turns_registry.register(
-            "deermem_turns_pending",
-            "Accepted turns in the turn journal waiting for their first or next extraction attempt",
-            inner.turns_pending.clone(),
-        );
-        turns_registry.register(
-            "deermem_turns_dead",
-            "Turns in the turn journal whose attempts are spent (dead-lettered), kept until an operator retries or drops them",
-            inner.turns_dead.clone(),
-        );
+        let (mut registry, mut turns_registry) = (Registry::default(), Registry::default());
+        // Each metric: its registry, name, help text (without its final period: the encoder
+        // adds it) and field.
+        macro_rules! register {
+            ($($registry:ident $name:literal $help:literal $field:ident;)*) => {
+                $($registry.register($name, $help, inner.$field.clone());)*
+            };
+        }
+        register! {
+            registry "deermem_http_requests"
+                "HTTP requests served, by route template, method and status code" requests;
+            registry "deermem_http_request_duration_seconds"
+                "Time to answer an HTTP request, by route template and method" latency;
+            registry "deermem_http_requests_in_flight" "HTTP requests being served now" in_flight;
+            registry "deermem_memory_queue_depth"
+                "Conversations waiting in the memory update queue" queue_depth;
+            registry "deermem_extraction_outcomes" "Memory extraction runs, by outcome" extraction;
+            registry "deermem_gate_rejections"
+                "Proposed memory updates rejected, by gate" gate_rejections;
+            registry "deermem_cors_preflights"
+                "CORS preflight requests, by origin (refused origins count as other) and verdict"
+                preflights;
+            registry "deermem_gateway_ready"
+                "1 when the gateway is ready to serve, 0 while starting or stopping" ready;
+            turns_registry "deermem_turns_pending"
+                "Accepted turns in the turn journal waiting for their first or next extraction attempt"
+                turns_pending;
+            turns_registry "deermem_turns_dead"
+                "Turns in the turn journal whose attempts are spent (dead-lettered), kept until an operator retries or drops them"
+                turns_dead;
+        }
         Self {
             registry,
             turns_registry,
@@ -239,15 +217,7 @@ impl Metrics {
     /// The number of CORS preflights counted under `origin` (the allowing entry, or `other`)
     /// with `verdict` (`allowed`, or anything else for `refused`).
     pub fn preflight_count(&self, origin: &str, verdict: &str) -> u64 {
-        let verdict = if verdict == "allowed" {
-            "allowed"
-        } else {
-            "refused"
-        };
-        let labels = PreflightLabels {
-            origin: origin.to_owned(),
-            verdict,
-        };
+        let labels = preflight_labels(origin, verdict == "allowed");
         self.inner.preflights.get(&labels).map_or(0, |c| c.get())
     }
 
@@ -255,14 +225,7 @@ impl Metrics {
     /// or `*`), or under `other` when refused, so that clients cannot grow the exposition
     /// without bound (the log line names a refused origin).
     pub(crate) fn record_preflight(&self, allowed_by: Option<&str>) {
-        let labels = PreflightLabels {
-            origin: allowed_by.unwrap_or("other").to_owned(),
-            verdict: if allowed_by.is_some() {
-                "allowed"
-            } else {
-                "refused"
-            },
-        };
+        let labels = preflight_labels(allowed_by.unwrap_or("other"), allowed_by.is_some());
         self.inner.preflights.get_or_create(&labels).inc();
     }
 
@@ -310,6 +273,12 @@ impl Metrics {
         let _ = encode_eof(&mut out);
         out
     }
+}
+
+fn preflight_labels(origin: &str, allowed: bool) -> PreflightLabels {
+    let verdict = if allowed { "allowed" } else { "refused" };
+    let origin = origin.to_owned();
+    PreflightLabels { origin, verdict }
 }
 
 /// Counts a host-fed label value; past [`MAX_HOST_LABEL_VALUES`] distinct values, a new one

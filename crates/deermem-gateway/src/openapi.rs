@@ -38,7 +38,7 @@ use serde_json::{Map, Value, json};
 use crate::auth::Caller;
 use crate::body::JsonDocument;
 use crate::error::GatewayError;
-use crate::extract::{ImportBody, JsonBody, QueryParams};
+use crate::extract::{Call, ImportBody, JsonBody, QueryParams};
 use crate::limits::BulkPermit;
 use crate::schema::{HttpError, HttpValidationError, Unauthorized};
 use crate::state::GatewayState;
@@ -57,6 +57,7 @@ pub(crate) struct Document {
 // Handler inputs and outputs: what they add to the document.
 
 impl OperationInput for Caller {}
+impl OperationInput for Call {}
 impl OperationInput for QueryParams {}
 impl OperationInput for JsonBody {}
 impl OperationInput for ImportBody {}
@@ -233,60 +234,40 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
 
 /// The errors of an authenticated `/api` route (and the `memory` tag).
 fn shared_errors(item: &mut TransformPathItem<'_>, needs_enabled: bool) {
-    let error = |ctx: &mut GenContext, description: &str| {
-        json_response(ctx, description, ctx_schema::<HttpError>)
-    };
     in_context(|ctx| {
         for op in operations(item.inner_mut()) {
             op.tags = vec!["memory".into()];
             let mut shared = vec![
-                (400, error(ctx, "Invalid id, agent name or argument")),
+                (400, "Invalid id, agent name or argument"),
                 (
                     401,
-                    json_response(
-                        ctx,
-                        "Not authenticated (in deerflow_session mode with DeerFlow's {code, message} detail)",
-                        ctx_schema::<Unauthorized>,
-                    ),
+                    "Not authenticated (in deerflow_session mode with DeerFlow's {code, message} detail)",
                 ),
                 (
                     403,
-                    error(
-                        ctx,
-                        "A cookie-authenticated write without DeerFlow's CSRF pair, or a Host/Origin the unauthenticated mode does not serve",
-                    ),
+                    "A cookie-authenticated write without DeerFlow's CSRF pair, or a Host/Origin the unauthenticated mode does not serve",
                 ),
-                (
-                    422,
-                    json_response(ctx, "Validation error", ctx_schema::<HttpValidationError>),
-                ),
+                (422, "Validation error"),
             ];
             if op.request_body.is_some() {
-                shared.push((413, error(ctx, "Body larger than gateway.max_body_bytes")));
+                shared.push((413, "Body larger than gateway.max_body_bytes"));
             }
             if needs_enabled {
                 shared.extend([
-                    (
-                        409,
-                        error(ctx, "Memory changed concurrently; reload and retry"),
-                    ),
-                    (
-                        500,
-                        error(ctx, "Stored data corrupted, or persistence failed"),
-                    ),
-                    (
-                        501,
-                        error(ctx, "The backend does not support the operation"),
-                    ),
-                    (
-                        503,
-                        error(ctx, "Memory disabled, or the backend is unavailable"),
-                    ),
-                    (504, error(ctx, "Request or backend timed out")),
+                    (409, "Memory changed concurrently; reload and retry"),
+                    (500, "Stored data corrupted, or persistence failed"),
+                    (501, "The backend does not support the operation"),
+                    (503, "Memory disabled, or the backend is unavailable"),
+                    (504, "Request or backend timed out"),
                 ]);
             }
-            for (status, response) in shared {
-                put(op, status, response, false);
+            for (status, description) in shared {
+                let schema: fn(&mut GenContext) -> Value = match status {
+                    401 => ctx_schema::<Unauthorized>,
+                    422 => ctx_schema::<HttpValidationError>,
+                    _ => ctx_schema::<HttpError>,
+                };
+                put(op, status, json_response(ctx, description, schema), false);
             }
         }
     });

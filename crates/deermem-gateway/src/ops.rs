@@ -123,10 +123,22 @@ fn schema_name(schema: &Value) -> String {
     }
 }
 
+/// A string of the document, escaped (`""` when absent).
+fn text(v: &Value) -> String {
+    escape(v.as_str().unwrap_or(""))
+}
+
+/// Appends an HTML table: the header cells, then a row of (already escaped) cells per item.
+fn table(out: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let _ = writeln!(out, "<table><tr><th>{}</th></tr>", head.join("</th><th>"));
+    for row in rows {
+        let _ = writeln!(out, "<tr><td>{}</td></tr>", row.join("</td><td>"));
+    }
+    out.push_str("</table>\n");
+}
+
 /// Renders the OpenAPI document as HTML (operations in document order).
 pub(crate) fn docs_html(doc: &Value) -> String {
-    let title = doc["info"]["title"].as_str().unwrap_or("API");
-    let version = doc["info"]["version"].as_str().unwrap_or("");
     let mut out = String::new();
     let _ = write!(
         out,
@@ -136,71 +148,52 @@ pub(crate) fn docs_html(doc: &Value) -> String {
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;\
          text-align:left;vertical-align:top}}</style></head><body>\n<h1>{t} {v}</h1>\n<p>{d}</p>\n\
          <p>Machine-readable: <a href=\"/openapi.json\">/openapi.json</a> (OpenAPI 3.1).</p>\n",
-        t = escape(title),
-        v = escape(version),
-        d = escape(doc["info"]["description"].as_str().unwrap_or("")),
+        t = escape(doc["info"]["title"].as_str().unwrap_or("API")),
+        v = text(&doc["info"]["version"]),
+        d = text(&doc["info"]["description"]),
     );
-    let Some(paths) = doc["paths"].as_object() else {
-        return out;
-    };
+    let paths = doc["paths"].as_object().into_iter().flatten();
     for (path, ops) in paths {
-        let Some(ops) = ops.as_object() else { continue };
-        for (method, op) in ops {
+        for (method, op) in ops.as_object().into_iter().flatten() {
             let _ = write!(
                 out,
                 "<h2 id=\"{id}\"><code>{m} {p}</code></h2>\n<p>{s}</p>\n",
-                id = escape(op["operationId"].as_str().unwrap_or("")),
+                id = text(&op["operationId"]),
                 m = escape(&method.to_ascii_uppercase()),
                 p = escape(path),
-                s = escape(op["summary"].as_str().unwrap_or("")),
+                s = text(&op["summary"]),
             );
             if let Some(params) = op["parameters"].as_array() {
-                out.push_str("<table><tr><th>parameter</th><th>in</th><th>required</th><th>description</th></tr>\n");
-                for p in params {
-                    let _ = writeln!(
-                        out,
-                        "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                        escape(p["name"].as_str().unwrap_or("")),
-                        escape(p["in"].as_str().unwrap_or("")),
-                        if p["required"].as_bool().unwrap_or(false) {
-                            "yes"
-                        } else {
-                            "no"
-                        },
-                        escape(p["description"].as_str().unwrap_or("")),
-                    );
-                }
-                out.push_str("</table>\n");
+                let rows = params.iter().map(|p| {
+                    let required = p["required"].as_bool().unwrap_or(false);
+                    let name = format!("<code>{}</code>", text(&p["name"]));
+                    let required = (if required { "yes" } else { "no" }).to_owned();
+                    vec![name, text(&p["in"]), required, text(&p["description"])]
+                });
+                table(
+                    &mut out,
+                    &["parameter", "in", "required", "description"],
+                    rows,
+                );
             }
-            if let Some(body) = op["requestBody"]["content"].as_object() {
-                for (ctype, media) in body {
-                    let _ = writeln!(
-                        out,
-                        "<p>Body: <code>{}</code> ({})</p>",
-                        escape(&schema_name(&media["schema"])),
-                        escape(ctype),
-                    );
-                }
+            for (ctype, media) in op["requestBody"]["content"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                let name = escape(&schema_name(&media["schema"]));
+                let _ = writeln!(out, "<p>Body: <code>{name}</code> ({})</p>", escape(ctype));
             }
             if let Some(responses) = op["responses"].as_object() {
-                out.push_str("<table><tr><th>status</th><th>meaning</th><th>body</th></tr>\n");
-                for (status, reply) in responses {
-                    let body = reply["content"]
-                        .as_object()
-                        .and_then(|c| c.iter().next())
-                        .map(|(ctype, media)| {
-                            format!("{} ({ctype})", schema_name(&media["schema"]))
-                        })
-                        .unwrap_or_default();
-                    let _ = writeln!(
-                        out,
-                        "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                        escape(status),
-                        escape(reply["description"].as_str().unwrap_or("")),
-                        escape(&body),
-                    );
-                }
-                out.push_str("</table>\n");
+                let rows = responses.iter().map(|(status, reply)| {
+                    let body = reply["content"].as_object().and_then(|c| c.iter().next());
+                    let body = body.map(|(ctype, media)| {
+                        format!("{} ({ctype})", schema_name(&media["schema"]))
+                    });
+                    let body = format!("<code>{}</code>", escape(&body.unwrap_or_default()));
+                    vec![escape(status), text(&reply["description"]), body]
+                });
+                table(&mut out, &["status", "meaning", "body"], rows);
             }
         }
     }

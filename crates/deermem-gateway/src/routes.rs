@@ -15,15 +15,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use deermem::shown_backend_config;
 use deermem_core::ports::{
-    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact, SearchRequest,
+    AddRequest, ContextRequest, FactPatch, MemoryManager, MemoryScope, NewFact,
 };
-use deermem_core::{AgentName, InvalidInputCode, ManagerError};
+use deermem_core::{AgentName, InvalidInputCode, ManagerError, PublicMemoryDocument};
 use tracing::Instrument as _;
 
 use crate::auth::Caller;
 use crate::body::JsonDocument;
 use crate::error::{GatewayError, Operation};
-use crate::extract::{ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
+use crate::extract::{Call, ImportBody, JsonBody, QueryParams, parse_agent, parse_fact_id};
 use crate::limits::BulkPermit;
 use crate::schema::{
     self, Accepted, ContextResponse, MAX_THREAD_ID_CHARS, MAX_TRACE_ID_CHARS, MemoryConfigResponse,
@@ -66,72 +66,83 @@ fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
     MemoryScope::new(Some(caller.user.clone()), agent)
 }
 
+/// A manager call on the caller's bucket (`agent` from the query) that answers the document.
+async fn document<F, Fut>(
+    state: &GatewayState,
+    caller: &Caller,
+    q: &QueryParams,
+    op: Operation,
+    call: F,
+) -> Result<JsonDocument>
+where
+    F: FnOnce(Arc<dyn MemoryManager>, MemoryScope) -> Fut,
+    Fut: Future<Output = Result<PublicMemoryDocument, ManagerError>> + Send + 'static,
+{
+    let scope = scope(caller, q.agent()?);
+    let call = call(manager(state), scope);
+    run(state, op, call).await.map(JsonDocument)
+}
+
 /// `GET /api/memory`.
-pub(crate) async fn get_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::GetMemory, async move {
-        m.get_memory(scope).await
-    })
+pub(crate) async fn get_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::GetMemory,
+        |m, scope| async move { m.get_memory(scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
 /// bulk request (see [`BulkPermit`]).
 pub(crate) async fn export_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     permit: BulkPermit,
 ) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ExportMemory, async move {
-        let _permit = permit;
-        m.get_memory(scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ExportMemory,
+        |m, scope| async move {
+            let _permit = permit;
+            m.get_memory(scope).await
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `POST /api/memory/reload`: re-reads storage; falls back to `get_memory` when the backend
 /// cannot reload (501 only when both are unsupported).
-pub(crate) async fn reload_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ReloadMemory, async move {
-        match m.reload_memory(scope.clone()).await {
-            Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
-            other => other,
-        }
-    })
+pub(crate) async fn reload_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ReloadMemory,
+        |m, scope| async move {
+            match m.reload_memory(scope.clone()).await {
+                Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
+                other => other,
+            }
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `DELETE /api/memory`: without `agent`, every agent's facts and the summaries; with
 /// `agent`, only that bucket's facts.
-pub(crate) async fn clear_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<JsonDocument> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ClearMemory, async move {
-        m.clear_memory(scope).await
-    })
+pub(crate) async fn clear_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ClearMemory,
+        |m, scope| async move { m.clear_memory(scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -158,9 +169,7 @@ fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>> {
 /// the new fact at once. With an `Idempotency-Key` header, a create repeated under the same
 /// key (a retry after a lost answer) returns the stored fact instead of creating another.
 pub(crate) async fn create_fact(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
@@ -198,9 +207,7 @@ fn path_fact_id(path: Result<Path<String>, PathRejection>) -> Result<deermem_cor
 /// looked up before its new values are checked, so a patch of a missing fact is a 404 even
 /// when the new content or confidence would be refused.
 pub(crate) async fn update_fact(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     path: Result<Path<String>, PathRejection>,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
@@ -262,40 +269,40 @@ fn refuses_new_values(e: &GatewayError) -> bool {
 
 /// `DELETE /api/memory/facts/{fact_id}`.
 pub(crate) async fn delete_fact(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<JsonDocument> {
     let fact_id = path_fact_id(path)?;
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::DeleteFact, async move {
-        m.delete_fact(fact_id.as_str(), None, scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::DeleteFact,
+        |m, scope| async move { m.delete_fact(fact_id.as_str(), None, scope).await },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// `POST /api/memory/import`: replaces the bucket with the document. A bulk request (see
 /// [`ImportBody`]: the slot is taken before the body is read and held until the import ends);
 /// a document with more than `MAX_IMPORT_FACTS` facts is refused before they are built.
 pub(crate) async fn import_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     ImportBody { permit, body }: ImportBody,
 ) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
     drop(body);
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    run(&state, Operation::ImportMemory, async move {
-        let _permit = permit;
-        m.import_memory(incoming, scope).await
-    })
+    document(
+        &state,
+        &caller,
+        &q,
+        Operation::ImportMemory,
+        |m, scope| async move {
+            let _permit = permit;
+            m.import_memory(incoming, scope).await
+        },
+    )
     .await
-    .map(JsonDocument)
 }
 
 /// The `/config` body: the `memory:` section with only the allowed, non-secret keys of
@@ -319,9 +326,7 @@ pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<Mem
 
 /// `GET /api/memory/status`: the config plus the caller's document.
 pub(crate) async fn memory_status(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
 ) -> Result<Json<MemoryStatusResponse>> {
     let scope = scope(&caller, q.agent()?);
     let m = manager(&state);
@@ -348,9 +353,7 @@ fn cache_bounds(state: &GatewayState) -> Vec<deermem_core::CacheBound> {
 
 /// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.
 pub(crate) async fn add_messages(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
     let input = schema::messages_body(&body)?;
@@ -384,9 +387,7 @@ pub(crate) async fn add_messages(
 /// With `memory.injection_enabled: false` the block is empty, as the host would inject
 /// nothing.
 pub(crate) async fn memory_context(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
 ) -> Result<Json<ContextResponse>> {
     let agent = q.agent()?;
     let thread_id = schema::id_param(&q, "thread_id", MAX_THREAD_ID_CHARS)?;
@@ -437,19 +438,9 @@ pub(crate) async fn memory_context(
 
 /// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`, ranked
 /// by `mode` (or the configured default).
-pub(crate) async fn search_memory(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<Json<SearchResponse>> {
-    let params = schema::search_params(&q)?;
-    let request = SearchRequest {
-        query: params.query,
-        top_k: params.top_k,
-        scope: scope(&caller, q.agent()?),
-        category: params.category,
-        mode: params.mode,
-    };
+pub(crate) async fn search_memory(Call { state, caller, q }: Call) -> Result<Json<SearchResponse>> {
+    let mut request = schema::search_request(&q)?;
+    request.scope = scope(&caller, q.agent()?);
     let m = manager(&state);
     let hits = run(&state, Operation::Search, async move {
         m.search_scored(request).await
@@ -475,20 +466,16 @@ pub(crate) async fn rebuild_index(
     let Some(task) = spawn_warm(&state) else {
         return Err(GatewayError::RebuildRunning);
     };
-    match task.await {
-        Ok(Some(true)) => Ok(Json(RebuildResponse {
-            status: RebuildStatus::Ok,
-            warmed: Some(true),
-        })),
-        Ok(None) => Ok(Json(RebuildResponse {
-            status: RebuildStatus::NothingToWarm,
-            warmed: None,
-        })),
-        Ok(Some(false)) => Err(GatewayError::RebuildFailed),
-        Err(join) => Err(GatewayError::Internal(format!(
-            "index rebuild task failed: {join}"
-        ))),
-    }
+    let (status, warmed) = match task.await {
+        Ok(Some(true)) => (RebuildStatus::Ok, Some(true)),
+        Ok(None) => (RebuildStatus::NothingToWarm, None),
+        Ok(Some(false)) => return Err(GatewayError::RebuildFailed),
+        Err(join) => {
+            let detail = format!("index rebuild task failed: {join}");
+            return Err(GatewayError::Internal(detail));
+        }
+    };
+    Ok(Json(RebuildResponse { status, warmed }))
 }
 
 /// Tells every observer about a served block, in order; the first refusal answers.
@@ -514,7 +501,7 @@ fn run_key(value: &str, field: &'static str) -> Result<()> {
 }
 
 /// The largest `limit` of the events route.
-const MAX_EVENTS_LIMIT: u64 = 2000;
+const MAX_EVENTS_LIMIT: i64 = 2000;
 /// The most event types one filter may name.
 const MAX_EVENT_TYPES: usize = 32;
 
@@ -551,9 +538,7 @@ fn event_query(q: &QueryParams) -> Result<EventQuery> {
 /// run (`event_types` comma-separated, `limit` 1–2000 default 500, `after_seq`), as a JSON
 /// list. A thread or run the caller has no event in is a 404, whoever else may own it.
 pub(crate) async fn run_events(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
+    Call { state, caller, q }: Call,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Vec<RunEvent>>> {
     let Path((thread_id, run_id)) =

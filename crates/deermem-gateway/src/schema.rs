@@ -1,19 +1,22 @@
 //! The wire types of the gateway and the validation of its requests.
 //!
-//! Requests are validated by hand with pydantic's lax rules ([`deermem_pycompat::lax`]) and
-//! error items (`type`, `loc`, `msg`): fact create and patch bodies, the import document (the `MemoryResponse`
-//! shape), the conversation-turn body, and the search query. The validated bodies and every
-//! response body are typed here (or in `deermem_core`), and their `JsonSchema` derivations are
-//! the component schemas of `/openapi.json` (see [`crate::openapi`]).
+//! Requests are validated as pydantic would, with the field readers of
+//! [`deermem_pycompat::lax::model`] (lax coercions, constraints, every error item at once):
+//! fact create and patch bodies, the import document (the `MemoryResponse` shape), the
+//! conversation-turn body, and the query parameters. The validated bodies and every response
+//! body are typed here (or in `deermem_core`), and their `JsonSchema` derivations are the
+//! component schemas of `/openapi.json` (see [`crate::openapi`]).
 
+use deermem_core::document::{HISTORY_SECTION_KEYS, USER_SECTION_KEYS};
 use deermem_core::fact::{DEFAULT_CATEGORY, FactSource, PublicFact};
-use deermem_core::ports::BackendFailure;
+use deermem_core::ports::{BackendFailure, MemoryScope, SearchRequest};
 use deermem_core::search::MatchType;
 use deermem_core::{CacheBound, MemoryMode, Message, PublicMemoryDocument};
-use deermem_pycompat::lax::{self, LaxError};
+use deermem_pycompat::lax::model::Presence::{Blank, Defaulted, Nullable, Required};
+use deermem_pycompat::lax::model::{Checker, Field};
 use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, ValidationItem};
 use crate::extract::{QueryParams, shortened};
@@ -24,247 +27,6 @@ pub(crate) const MAX_THREAD_ID_CHARS: usize = 512;
 pub(crate) const MAX_TRACE_ID_CHARS: usize = 256;
 /// The largest accepted `top_k`.
 pub(crate) const MAX_TOP_K: i64 = 100;
-
-/// pydantic's item for a model (a request body) given something other than an object.
-pub(crate) fn not_a_model(loc: Vec<Value>, input: &Value) -> ValidationItem {
-    let msg = "Input should be a valid dictionary or object to extract fields from";
-    ValidationItem::new("model_attributes_type", loc, msg).with_input(input)
-}
-
-/// Collects validation problems, pydantic style, so one response lists them all.
-#[derive(Debug, Default)]
-struct Checker {
-    errors: Vec<ValidationItem>,
-}
-
-fn at(base: &[Value], key: impl Into<Value>) -> Vec<Value> {
-    let mut l = base.to_vec();
-    l.push(key.into());
-    l
-}
-
-impl Checker {
-    fn push(&mut self, item: ValidationItem) {
-        self.errors.push(item);
-    }
-
-    /// A checker for a request body, which must be an object, and the object.
-    fn body(body: &Value) -> Result<(Self, &Map<String, Value>), GatewayError> {
-        let mut c = Self::default();
-        match c.model(body, vec![json!("body")]) {
-            Some(m) => Ok((c, m)),
-            None => Err(GatewayError::Validation(c.errors)),
-        }
-    }
-
-    fn finish<T>(self, value: T) -> Result<T, GatewayError> {
-        self.finish_some(Some(value))
-    }
-
-    /// The value when every field was valid (`None` when a required one was not).
-    fn finish_some<T>(self, value: Option<T>) -> Result<T, GatewayError> {
-        match value {
-            Some(v) if self.errors.is_empty() => Ok(v),
-            _ => Err(GatewayError::Validation(self.errors)),
-        }
-    }
-
-    /// Records a problem with `input` at `loc`; `None`, for the caller to return.
-    fn fail<T>(
-        &mut self,
-        kind: &'static str,
-        loc: Vec<Value>,
-        msg: impl Into<String>,
-        input: &Value,
-    ) -> Option<T> {
-        self.push(ValidationItem::new(kind, loc, msg).with_input(input));
-        None
-    }
-
-    /// A pydantic `value_error` (the message gets its `Value error, ` prefix).
-    fn value_error(&mut self, loc: Vec<Value>, msg: impl std::fmt::Display, input: &Value) {
-        let msg = format!("Value error, {msg}");
-        self.push(ValidationItem::new("value_error", loc, msg).with_input(input));
-    }
-
-    /// The body (or a nested model) as an object.
-    fn model<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
-        match v {
-            Value::Object(m) => Some(m),
-            other => {
-                self.push(not_a_model(loc, other));
-                None
-            }
-        }
-    }
-
-    fn missing(&mut self, loc: Vec<Value>, parent: &Map<String, Value>) {
-        self.push(
-            ValidationItem::new("missing", loc, "Field required")
-                .with_input(&Value::Object(parent.clone())),
-        );
-    }
-
-    /// A coercion's result: the value, or its error recorded (with the constraint's `ctx`).
-    fn lax<T>(
-        &mut self,
-        r: Result<T, LaxError>,
-        loc: Vec<Value>,
-        input: &Value,
-        ctx: Option<Value>,
-    ) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(e) => {
-                let item = ValidationItem::new(e.kind, loc, e.message).with_input(input);
-                self.push(match ctx {
-                    Some(ctx) => item.with_ctx(ctx),
-                    None => item,
-                });
-                None
-            }
-        }
-    }
-
-    fn string(&mut self, v: &Value, loc: Vec<Value>) -> Option<String> {
-        self.lax(lax::string(v).map(str::to_owned), loc, v, None)
-    }
-
-    /// A required string field.
-    fn required_str(
-        &mut self,
-        m: &Map<String, Value>,
-        key: &str,
-        base: &[Value],
-    ) -> Option<String> {
-        match m.get(key) {
-            None => {
-                self.missing(at(base, key), m);
-                None
-            }
-            Some(v) => self.string(v, at(base, key)),
-        }
-    }
-
-    /// A string field with a default (`null` is an error, as for a non-optional pydantic
-    /// field).
-    fn str_or(
-        &mut self,
-        m: &Map<String, Value>,
-        key: &str,
-        base: &[Value],
-        default: &str,
-    ) -> Option<String> {
-        match m.get(key) {
-            None => Some(default.to_owned()),
-            Some(v) => self.string(v, at(base, key)),
-        }
-    }
-
-    /// An optional string field (`null` and absent are `None`). The outer `Option` is `None`
-    /// when the field is invalid.
-    fn opt_str(
-        &mut self,
-        m: &Map<String, Value>,
-        key: &str,
-        base: &[Value],
-    ) -> Option<Option<String>> {
-        match m.get(key) {
-            None | Some(Value::Null) => Some(None),
-            Some(v) => self.string(v, at(base, key)).map(Some),
-        }
-    }
-
-    /// A string of `min` to `max` characters, checked as pydantic does; whether it is.
-    fn chars(&mut self, s: &str, min: usize, max: usize, loc: Vec<Value>) -> bool {
-        let (r, ctx) = match lax::min_chars(s, min) {
-            Ok(_) => (lax::max_chars(s, max), json!({ "max_length": max })),
-            short => (short, json!({ "min_length": min })),
-        };
-        let ok = r.is_ok();
-        if !ok {
-            self.lax(r, loc, &Value::String(s.to_owned()), Some(ctx));
-        }
-        ok
-    }
-
-    /// A float (lax: numbers and numeric strings), finite.
-    fn float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
-        let f = self.any_float(v, loc.clone())?;
-        if f.is_finite() {
-            Some(f)
-        } else {
-            self.fail("finite_number", loc, "Input should be a finite number", v)
-        }
-    }
-
-    /// A float (lax: numbers, booleans and numeric strings, `"inf"` and `"nan"` included, as
-    /// pydantic's float fields allow them).
-    fn any_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
-        self.lax(lax::float(v), loc, v, None)
-    }
-
-    /// `n` (read from `input`) within `[lo, hi]`, checked as pydantic does (`nan` fails the
-    /// upper bound), with the failed bound as `ctx`.
-    fn bounded<T: PartialOrd + std::fmt::Display + Copy + Serialize>(
-        &mut self,
-        n: T,
-        lo: T,
-        hi: Option<T>,
-        loc: Vec<Value>,
-        input: &Value,
-    ) -> Option<T> {
-        let r = lax::bounded(n, Some(lo), hi);
-        let ctx = match &r {
-            Err(e) if e.kind == "less_than_equal" => json!({ "le": hi }),
-            _ => json!({ "ge": lo }),
-        };
-        self.lax(r, loc, input, Some(ctx))
-    }
-
-    /// A float constrained to `[0, 1]`.
-    fn unit_float(&mut self, v: &Value, loc: Vec<Value>) -> Option<f64> {
-        let f = self.any_float(v, loc.clone())?;
-        self.bounded(f, 0.0, Some(1.0), loc, v)
-    }
-
-    /// An integer (lax: booleans, integral floats and integer strings) from `lo` to `hi`
-    /// (when given).
-    fn int(&mut self, v: &Value, loc: Vec<Value>, lo: i64, hi: Option<u64>) -> Option<u64> {
-        let i = self.lax(lax::int(v), loc.clone(), v, None)?;
-        let hi = hi.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
-        self.bounded(i, lo, hi, loc, v).map(i64::unsigned_abs)
-    }
-
-    fn list<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a [Value]> {
-        self.lax(lax::list(v), loc, v, None)
-    }
-
-    fn string_list(&mut self, v: &Value, loc: Vec<Value>) -> Option<Vec<String>> {
-        let items = self.list(v, loc.clone())?;
-        let mut out = Vec::with_capacity(items.len());
-        let mut ok = true;
-        for (i, item) in items.iter().enumerate() {
-            match self.string(item, at(&loc, i)) {
-                Some(s) => out.push(s),
-                None => ok = false,
-            }
-        }
-        ok.then_some(out)
-    }
-
-    fn dict<'a>(&mut self, v: &'a Value, loc: Vec<Value>) -> Option<&'a Map<String, Value>> {
-        match v {
-            Value::Object(m) => Some(m),
-            other => self.fail(
-                "dict_type",
-                loc,
-                "Input should be a valid dictionary",
-                other,
-            ),
-        }
-    }
-}
 
 /// The confidence of a created fact when the body has none.
 const DEFAULT_CONFIDENCE: f64 = 0.5;
@@ -294,26 +56,20 @@ pub(crate) struct FactCreateBody {
 }
 
 pub(crate) fn fact_create(body: &Value) -> Result<FactCreateBody, GatewayError> {
-    let base = [json!("body")];
     let (mut c, m) = Checker::body(body)?;
-    let content = c.required_str(m, "content", &base);
-    if let Some(s) = &content {
-        c.chars(s, 1, usize::MAX, at(&base, "content"));
-    }
-    let category = c.str_or(m, "category", &base, DEFAULT_CATEGORY);
-    let confidence = match m.get("confidence") {
-        None => Some(DEFAULT_CONFIDENCE),
-        Some(v) => c.unit_float(v, at(&base, "confidence")),
-    };
-    let out = match (content, category, confidence) {
-        (Some(content), Some(category), Some(confidence)) => Some(FactCreateBody {
-            content,
-            category,
-            confidence,
-        }),
-        _ => None,
-    };
-    c.finish_some(out)
+    let content = c.field(m, "content", Required, |c, v| c.chars(v, 1, usize::MAX));
+    let category = c.field(m, "category", Defaulted, Checker::string);
+    let confidence = c.field(m, "confidence", Defaulted, unit_float);
+    Ok(c.finish(content.map(|content| FactCreateBody {
+        content,
+        category: category.unwrap_or_else(default_category),
+        confidence: confidence.unwrap_or(DEFAULT_CONFIDENCE),
+    }))?)
+}
+
+/// A float in [0, 1] (`nan` and the infinities fail the bounds, as in pydantic).
+fn unit_float(c: &mut Checker, v: &Value) -> Option<f64> {
+    c.float_in(v, Some(0.0), Some(1.0))
 }
 
 /// `PATCH /api/memory/facts/{id}`: every field optional; `null` or absent keeps the value.
@@ -331,22 +87,15 @@ pub(crate) struct FactPatchBody {
 }
 
 pub(crate) fn fact_patch(body: &Value) -> Result<FactPatchBody, GatewayError> {
-    let base = [json!("body")];
     let (mut c, m) = Checker::body(body)?;
-    let content = c.opt_str(m, "content", &base).flatten();
-    if let Some(s) = &content {
-        c.chars(s, 1, usize::MAX, at(&base, "content"));
-    }
-    let category = c.opt_str(m, "category", &base).flatten();
-    let confidence = match m.get("confidence") {
-        None | Some(Value::Null) => None,
-        Some(v) => c.unit_float(v, at(&base, "confidence")),
-    };
-    c.finish(FactPatchBody {
+    let content = c.field(m, "content", Nullable, |c, v| c.chars(v, 1, usize::MAX));
+    let category = c.field(m, "category", Nullable, Checker::string);
+    let confidence = c.field(m, "confidence", Nullable, unit_float);
+    Ok(c.finish(Some(FactPatchBody {
         content,
         category,
         confidence,
-    })
+    }))?)
 }
 
 /// The public `source` of a fact whose source says nothing.
@@ -355,133 +104,106 @@ const UNKNOWN_SOURCE: &str = "unknown";
 /// The only fact status storage keeps (a deleted fact has no file).
 const ACTIVE_STATUS: &str = "active";
 
-fn summary_section(
-    c: &mut Checker,
-    v: &Value,
-    loc: &[Value],
-    keys: &[&str],
-) -> Option<Map<String, Value>> {
-    let m = c.model(v, loc.to_vec())?;
-    let mut out = Map::new();
-    for key in keys {
-        let Some(child) = m.get(*key) else { continue };
-        let cloc = at(loc, *key);
-        let Some(cm) = c.model(child, cloc.clone()) else {
-            continue;
-        };
-        let mut entry = Map::new();
-        for field in ["summary", "updatedAt"] {
-            if let Some(s) = c.str_or(cm, field, &cloc, "") {
-                entry.insert(field.into(), Value::String(s));
-            }
-        }
-        out.insert((*key).to_owned(), Value::Object(entry));
-    }
-    Some(out)
+/// A string.
+fn text(c: &mut Checker, v: &Value) -> Option<Value> {
+    c.string(v).map(Value::from)
 }
 
-fn import_fact(c: &mut Checker, v: &Value, loc: &[Value]) -> Option<Value> {
-    let m = c.model(v, loc.to_vec())?;
-    let before = c.errors.len();
+/// A list of strings.
+fn texts(c: &mut Checker, v: &Value) -> Option<Value> {
+    c.strings(v).map(Value::from)
+}
+
+/// A revision or schema version: an integer >= 0.
+fn unsigned(c: &mut Checker, v: &Value) -> Option<Value> {
+    c.int_in(v, Some(0), None).map(Value::from)
+}
+
+/// A finite confidence; out of range is clamped into [0, 1], as the reference's import does.
+fn clamped(c: &mut Checker, v: &Value) -> Option<Value> {
+    c.finite(v).map(|f| Value::from(f.clamp(0.0, 1.0)))
+}
+
+/// The reference's model forces `source` to its public string form: a string is kept, an
+/// object is projected, anything else (`null`, a number, a list) becomes "unknown".
+fn source(c: &mut Checker, v: &Value) -> Option<Value> {
+    match v {
+        Value::String(_) => Some(v.clone()),
+        Value::Object(_) => c
+            .valid(FactSource::from_value(v), v)
+            .map(|s| s.to_public_string().into()),
+        _ => Some(UNKNOWN_SOURCE.into()),
+    }
+}
+
+/// `scope`: a dictionary of strings (or `null`s).
+fn scope(c: &mut Checker, v: &Value) -> Option<Value> {
     let mut out = Map::new();
-    // A blank or absent id is generated by the manager, as the reference's import does.
-    if let Some(id) = c.str_or(m, "id", loc, "") {
-        out.insert("id".into(), Value::String(id));
-    }
-    if let Some(content) = c.required_str(m, "content", loc) {
-        out.insert("content".into(), Value::String(content));
-    }
-    for (key, default) in [("category", "context"), ("createdAt", "")] {
-        if let Some(s) = c.str_or(m, key, loc, default) {
-            out.insert(key.into(), Value::String(s));
+    for (k, x) in c.dict(v)? {
+        if x.is_null() || c.at(k.as_str(), |c| c.string(x)).is_some() {
+            out.insert(k.clone(), x.clone());
         }
     }
-    for key in [
-        "categoryExtension",
-        "sourceError",
-        "status",
-        "updatedAt",
-        "consolidatedAt",
-    ] {
-        if let Some(Some(s)) = c.opt_str(m, key, loc) {
-            out.insert(key.into(), Value::String(s));
-        }
-    }
-    for key in ["topics", "consolidatedFrom"] {
-        if let Some(v) = m.get(key).filter(|v| !v.is_null())
-            && let Some(list) = c.string_list(v, at(loc, key))
-        {
-            out.insert(key.into(), Value::from(list));
-        }
-    }
-    // Out of range is clamped into [0, 1], as the reference's import does.
-    match m.get("confidence") {
-        None => {}
-        Some(v) => {
-            if let Some(f) = c.float(v, at(loc, "confidence")) {
-                out.insert("confidence".into(), json!(f.clamp(0.0, 1.0)));
-            }
-        }
-    }
-    for key in ["schemaVersion", "revision"] {
-        if let Some(v) = m.get(key).filter(|v| !v.is_null())
-            && let Some(u) = c.int(v, at(loc, key), 0, None)
-        {
-            out.insert(key.into(), json!(u));
-        }
-    }
-    // The reference's model forces `source` to its public string form: a string is kept, an
-    // object is projected, anything else (`null`, a number, a list) becomes "unknown".
-    match m.get("source") {
-        None => {}
-        Some(Value::String(s)) => {
-            out.insert("source".into(), Value::String(s.clone()));
-        }
-        Some(v @ Value::Object(_)) => match FactSource::from_value(v) {
-            Ok(src) => {
-                out.insert("source".into(), Value::String(src.to_public_string()));
-            }
-            Err(e) => c.value_error(at(loc, "source"), e, v),
-        },
-        Some(_) => {
-            out.insert("source".into(), Value::String(UNKNOWN_SOURCE.into()));
-        }
-    }
-    if let Some(v) = m.get("scope").filter(|v| !v.is_null()) {
-        let sloc = at(loc, "scope");
-        if let Some(sm) = c.dict(v, sloc.clone()) {
-            let mut scope = Map::new();
-            for (k, x) in sm {
-                match x {
-                    Value::Null | Value::String(_) => {
-                        scope.insert(k.clone(), x.clone());
-                    }
-                    other => {
-                        c.string(other, at(&sloc, k.as_str()));
-                    }
-                }
-            }
-            out.insert("scope".into(), Value::Object(scope));
-        }
-    }
-    // Only the reference's HTTP fields were copied: the manager-level ones (`title`,
-    // `confirmationCount`...) are dropped.
-    (c.errors.len() == before).then_some(Value::Object(out))
+    Some(Value::Object(out))
+}
+
+/// The fields of an imported fact: only the reference's HTTP fields (the manager-level ones,
+/// `title`, `confirmationCount`..., are dropped). A blank or absent id is generated by the
+/// manager, as the reference's import does.
+const FACT: [Field; 16] = [
+    ("id", Defaulted, text),
+    ("content", Required, text),
+    ("category", Defaulted, text),
+    ("createdAt", Defaulted, text),
+    ("categoryExtension", Nullable, text),
+    ("sourceError", Nullable, text),
+    ("status", Nullable, text),
+    ("updatedAt", Nullable, text),
+    ("consolidatedAt", Nullable, text),
+    ("topics", Nullable, texts),
+    ("consolidatedFrom", Nullable, texts),
+    ("confidence", Defaulted, clamped),
+    ("schemaVersion", Nullable, unsigned),
+    ("revision", Nullable, unsigned),
+    ("source", Defaulted, source),
+    ("scope", Nullable, scope),
+];
+
+/// A summary entry.
+const ENTRY: [Field; 2] = [("summary", Defaulted, text), ("updatedAt", Defaulted, text)];
+
+/// The import document.
+const DOCUMENT: [Field; 6] = [
+    ("version", Defaulted, text),
+    ("lastUpdated", Defaulted, text),
+    ("revision", Nullable, unsigned),
+    ("user", Defaulted, |c, v| section(c, v, &USER_SECTION_KEYS)),
+    ("history", Defaulted, |c, v| {
+        section(c, v, &HISTORY_SECTION_KEYS)
+    }),
+    ("facts", Defaulted, |c, v| {
+        c.each(v, |c, f| c.model(f, &FACT)).map(Value::from)
+    }),
+];
+
+/// A summary section (`user`, `history`): its entries.
+fn section(c: &mut Checker, v: &Value, keys: &[&'static str]) -> Option<Value> {
+    let entry: fn(&mut Checker, &Value) -> Option<Value> = |c, v| c.model(v, &ENTRY);
+    let fields: Vec<Field> = keys.iter().map(|&key| (key, Defaulted, entry)).collect();
+    c.model(v, &fields)
 }
 
 /// Storage keeps active facts only, so a fact with another `status` cannot be imported as it
 /// is: a 400 naming the fact (the reference fails with a 500 there).
-fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
-    let facts = doc.get("facts").and_then(Value::as_array);
-    for (i, fact) in facts.into_iter().flatten().enumerate() {
-        if let Some(status) = fact.get("status").and_then(Value::as_str)
+fn check_statuses(doc: &PublicMemoryDocument) -> Result<(), GatewayError> {
+    for (i, fact) in doc.facts.iter().enumerate() {
+        if let Some(status) = fact.status.as_deref()
             && status != ACTIVE_STATUS
         {
-            let id = fact.get("id").and_then(Value::as_str).unwrap_or("");
             return Err(GatewayError::BadRequest(format!(
                 "Invalid memory data: facts[{i}] ('{}') has status '{}'; only active facts can \
                  be imported (leave status out or set it to \"active\").",
-                shortened(id, 64),
+                shortened(&fact.id, 64),
                 shortened(status, 64)
             )));
         }
@@ -494,52 +216,19 @@ fn check_statuses(doc: &Map<String, Value>) -> Result<(), GatewayError> {
 /// non-strings become `unknown`), a finite confidence is clamped into [0, 1], and each fact
 /// needs `content` (a blank or absent `id` is generated); a fact whose `status` is not `active` is a 400.
 pub(crate) fn import_document(body: &Value) -> Result<PublicMemoryDocument, GatewayError> {
-    let base = [json!("body")];
     let (mut c, m) = Checker::body(body)?;
-    let mut out = Map::new();
-    for (key, default) in [("version", "1.0"), ("lastUpdated", "")] {
-        if let Some(s) = c.str_or(m, key, &base, default) {
-            out.insert(key.into(), Value::String(s));
-        }
-    }
-    if let Some(v) = m.get("revision").filter(|v| !v.is_null())
-        && let Some(u) = c.int(v, at(&base, "revision"), 0, None)
-    {
-        out.insert("revision".into(), json!(u));
-    }
-    let sections: [(&str, &[&str]); 2] = [
-        ("user", &deermem_core::document::USER_SECTION_KEYS),
-        ("history", &deermem_core::document::HISTORY_SECTION_KEYS),
-    ];
-    for (key, children) in sections {
-        if let Some(v) = m.get(key)
-            && let Some(section) = summary_section(&mut c, v, &at(&base, key), children)
-        {
-            out.insert(key.into(), Value::Object(section));
-        }
-    }
-    if let Some(v) = m.get("facts") {
-        let floc = at(&base, "facts");
-        if let Some(items) = c.list(v, floc.clone()) {
-            let facts: Vec<Value> = items
-                .iter()
-                .enumerate()
-                .filter_map(|(i, f)| import_fact(&mut c, f, &at(&floc, i)))
-                .collect();
-            out.insert("facts".into(), Value::Array(facts));
-        }
-    }
-    if !c.errors.is_empty() {
-        return Err(GatewayError::Validation(c.errors));
-    }
-    check_statuses(&out)?;
-    serde_json::from_value(Value::Object(out)).map_err(|e| {
-        GatewayError::validation(ValidationItem::new(
+    let doc = c.fields(m, &DOCUMENT);
+    c.finish(Some(()))?;
+    let doc = serde_json::from_value(Value::Object(doc)).map_err(|e| {
+        let item = ValidationItem::new(
             "value_error",
-            base.to_vec(),
+            vec!["body".into()],
             format!("Value error, {e}"),
-        ))
-    })
+        );
+        GatewayError::validation(item)
+    })?;
+    check_statuses(&doc)?;
+    Ok(doc)
 }
 
 /// `POST /api/memory/messages`: one conversation turn to remember.
@@ -873,124 +562,67 @@ fn has_control(s: &str) -> bool {
     s.chars().any(char::is_control)
 }
 
+/// An identifier of at most `max` characters (at least `min`) without control characters.
+fn id_text(c: &mut Checker, v: &Value, key: &str, min: usize, max: usize) -> Option<String> {
+    let s = c.chars(v, min, max)?;
+    let msg = format!("{key} must not contain control characters");
+    c.check(s, |s| !has_control(s), &msg)
+}
+
 pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> {
-    let base = [json!("body")];
     let (mut c, m) = Checker::body(body)?;
-    let thread_id = c.required_str(m, "thread_id", &base);
-    if let Some(t) = &thread_id {
-        let loc = at(&base, "thread_id");
-        if c.chars(t, 1, MAX_THREAD_ID_CHARS, loc.clone()) && has_control(t) {
-            c.value_error(
-                loc,
-                "thread_id must not contain control characters",
-                &Value::String(t.clone()),
-            );
-        }
-    }
-    let agent = c.opt_str(m, "agent", &base).flatten();
-    let trace_id = c.opt_str(m, "trace_id", &base).flatten();
-    if let Some(t) = &trace_id {
-        let loc = at(&base, "trace_id");
-        if c.chars(t, 0, MAX_TRACE_ID_CHARS, loc.clone())
-            && !t.chars().all(|ch| ch.is_ascii_graphic() || ch == ' ')
-        {
-            c.value_error(
-                loc,
-                "trace_id must be printable ASCII",
-                &Value::String(t.clone()),
-            );
-        }
-    }
-    let mut messages = Vec::new();
-    match m.get("messages") {
-        None => c.missing(at(&base, "messages"), m),
-        Some(v) => {
-            let mloc = at(&base, "messages");
-            if let Some(items) = c.list(v, mloc.clone()) {
-                for (i, item) in items.iter().enumerate() {
-                    match serde_json::from_value::<Message>(item.clone()) {
-                        Ok(msg) => messages.push(msg),
-                        Err(e) => c.value_error(at(&mloc, i), e, item),
-                    }
-                }
-            }
-        }
-    }
-    c.finish_some(thread_id.map(|thread_id| MessagesBody {
-        thread_id,
-        agent,
-        messages,
-        trace_id,
-    }))
+    let thread_id = c.field(m, "thread_id", Required, |c, v| {
+        id_text(c, v, "thread_id", 1, MAX_THREAD_ID_CHARS)
+    });
+    let agent = c.field(m, "agent", Nullable, Checker::string);
+    let trace_id = c.field(m, "trace_id", Nullable, |c, v| {
+        let t = c.chars(v, 0, MAX_TRACE_ID_CHARS)?;
+        let printable = |t: &str| t.chars().all(|ch| ch.is_ascii_graphic() || ch == ' ');
+        c.check(t, printable, "trace_id must be printable ASCII")
+    });
+    let messages = c.field(m, "messages", Required, |c, v| {
+        c.each(v, Checker::serde::<Message>)
+    });
+    Ok(c.finish(
+        thread_id
+            .zip(messages)
+            .map(|(thread_id, messages)| MessagesBody {
+                thread_id,
+                agent,
+                messages,
+                trace_id,
+            }),
+    )?)
 }
 
 /// `GET /api/memory/search`: `q` (required), `top_k` (1–100, default 5), `category`, `mode`
-/// (`bm25`, `vector` or `hybrid`; empty means unset).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct SearchParams {
-    pub(crate) query: String,
-    pub(crate) top_k: usize,
-    pub(crate) category: Option<String>,
-    pub(crate) mode: Option<deermem_core::SearchMode>,
-}
-
-pub(crate) fn search_params(q: &QueryParams) -> Result<SearchParams, GatewayError> {
-    let mut c = Checker::default();
-    let query = q.get("q").map(str::to_owned);
-    if query.is_none() {
-        c.push(
-            ValidationItem::new(
-                "missing",
-                vec![json!("query"), json!("q")],
-                "Field required",
-            )
-            .with_input(&Value::Null),
-        );
-    }
-    let mut top_k = 5usize;
-    if let Some(raw) = q.get("top_k") {
-        let loc = vec![json!("query"), json!("top_k")];
-        let v = Value::String(raw.to_owned());
-        if let Some(n) = c.int(&v, loc, 1, Some(MAX_TOP_K.unsigned_abs())) {
-            top_k = usize::try_from(n).unwrap_or(5);
-        }
-    }
-    let category = q
-        .get("category")
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned);
-    let mut mode = None;
-    if let Some(raw) = q.get("mode").filter(|s| !s.is_empty()) {
-        match raw.parse::<deermem_core::SearchMode>() {
-            Ok(m) => mode = Some(m),
-            Err(e) => c.value_error(
-                vec![json!("query"), json!("mode")],
-                e,
-                &Value::String(raw.to_owned()),
-            ),
-        }
-    }
-    c.finish_some(query.map(|query| SearchParams {
+/// (`bm25`, `vector` or `hybrid`; empty means unset). The scope is left for the caller to set.
+pub(crate) fn search_request(q: &QueryParams) -> Result<SearchRequest, GatewayError> {
+    let (mut c, m) = (Checker::query(), q.to_map());
+    let query = c.field(&m, "q", Required, Checker::string);
+    let top_k = c.field(&m, "top_k", Defaulted, |c, v| {
+        c.int_in(v, Some(1), Some(MAX_TOP_K))
+    });
+    let category = c.field(&m, "category", Blank, Checker::string);
+    let mode = c.field(&m, "mode", Blank, Checker::parse);
+    Ok(c.finish(query.map(|query| SearchRequest {
         query,
-        top_k,
+        top_k: top_k.map_or(5, |n| usize::try_from(n).unwrap_or(5)),
+        scope: MemoryScope::new(None, None),
         category,
         mode,
-    }))
+    }))?)
 }
 
 /// An optional integer query parameter from 1 to `max`; empty means absent.
 pub(crate) fn positive_int_param(
     q: &QueryParams,
     key: &'static str,
-    max: Option<u64>,
+    max: Option<i64>,
 ) -> Result<Option<u64>, GatewayError> {
-    let Some(raw) = q.get(key).filter(|s| !s.is_empty()) else {
-        return Ok(None);
-    };
-    let mut c = Checker::default();
-    let v = Value::String(raw.to_owned());
-    let n = c.int(&v, vec![json!("query"), json!(key)], 1, max);
-    c.finish(n)
+    let mut c = Checker::query();
+    let n = c.field(&q.to_map(), key, Blank, |c, v| c.int_in(v, Some(1), max));
+    Ok(c.finish(Some(n.map(i64::unsigned_abs)))?)
 }
 
 /// Validates an optional identifier query parameter (`thread_id`, `run_id`): at most `max`
@@ -1000,23 +632,15 @@ pub(crate) fn id_param(
     key: &'static str,
     max: usize,
 ) -> Result<Option<String>, GatewayError> {
-    let Some(v) = q.get(key).filter(|s| !s.is_empty()) else {
-        return Ok(None);
-    };
-    let mut c = Checker::default();
-    let loc = vec![json!("query"), json!(key)];
-    if c.chars(v, 0, max, loc.clone()) && has_control(v) {
-        c.value_error(
-            loc,
-            format_args!("{key} must not contain control characters"),
-            &Value::String(v.to_owned()),
-        );
-    }
-    c.finish(Some(v.to_owned()))
+    let mut c = Checker::query();
+    let id = c.field(&q.to_map(), key, Blank, |c, v| id_text(c, v, key, 0, max));
+    Ok(c.finish(Some(id))?)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn items(r: Result<impl std::fmt::Debug, GatewayError>) -> Vec<(String, Vec<Value>)> {

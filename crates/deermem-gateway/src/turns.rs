@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Caller;
 use crate::error::GatewayError;
-use crate::extract::{QueryParams, shortened};
+use crate::extract::{Call, shortened};
 use crate::state::GatewayState;
 
 type Result<T, E = GatewayError> = std::result::Result<T, E>;
@@ -260,11 +260,7 @@ async fn own_item(admin: &Arc<dyn TurnAdmin>, caller: &Caller, id: &TurnId) -> R
 }
 
 /// `GET /api/memory/turns`: the caller's items, oldest accepted first.
-pub(crate) async fn list_turns(
-    State(state): State<GatewayState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<Json<JournalTurnList>> {
+pub(crate) async fn list_turns(Call { state, caller, q }: Call) -> Result<Json<JournalTurnList>> {
     let wanted = parse_state(q.get("state"))?;
     let limit = parse_limit(q.get("limit"))?;
     let admin = admin(&state)?;

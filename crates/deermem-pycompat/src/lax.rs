@@ -14,14 +14,20 @@
 //! - str: strings only; list: lists only.
 //!
 //! Integers are `i64`: pydantic accepts larger ones, these functions refuse them.
+//!
+//! [`model`] reads a whole model (a FastAPI request body or query) with these rules, collecting
+//! every error as pydantic's error item.
 
 use std::fmt::Display;
 
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::{Value, json};
 
 pub mod de;
+pub mod model;
 
-/// A value pydantic refuses: its error type (`int_parsing`) and message.
+/// A value pydantic refuses: its error type (`int_parsing`), message and, for a failed
+/// constraint, the constraint (`{"le": 1.0}`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct LaxError {
@@ -29,12 +35,23 @@ pub struct LaxError {
     pub kind: &'static str,
     /// pydantic's message.
     pub message: String,
+    /// pydantic's `ctx`: the failed constraint (`le`, `ge`, `min_length`, `max_length`).
+    pub ctx: Option<Value>,
 }
 
 fn error(kind: &'static str, message: impl Into<String>) -> LaxError {
     LaxError {
         kind,
         message: message.into(),
+        ctx: None,
+    }
+}
+
+/// A failed constraint: its error, with the constraint as `ctx`.
+fn failed(kind: &'static str, message: String, name: &str, bound: impl Serialize) -> LaxError {
+    LaxError {
+        ctx: Some(json!({ name: bound })),
+        ..error(kind, message)
     }
 }
 
@@ -175,9 +192,9 @@ pub fn list(v: &Value) -> Result<&[Value], LaxError> {
 /// so that `nan` fails it.
 ///
 /// # Errors
-/// `less_than_equal` or `greater_than_equal`, with pydantic's message.
+/// `less_than_equal` or `greater_than_equal`, with pydantic's message and `ctx`.
 #[allow(clippy::neg_cmp_op_on_partial_ord, reason = "nan must fail `le`")]
-pub fn bounded<T: PartialOrd + Display + Copy>(
+pub fn bounded<T: PartialOrd + Display + Copy + Serialize>(
     x: T,
     ge: Option<T>,
     le: Option<T>,
@@ -185,18 +202,14 @@ pub fn bounded<T: PartialOrd + Display + Copy>(
     if let Some(le) = le
         && !(x <= le)
     {
-        return Err(error(
-            "less_than_equal",
-            format!("Input should be less than or equal to {le}"),
-        ));
+        let message = format!("Input should be less than or equal to {le}");
+        return Err(failed("less_than_equal", message, "le", le));
     }
     if let Some(ge) = ge
         && !(x >= ge)
     {
-        return Err(error(
-            "greater_than_equal",
-            format!("Input should be greater than or equal to {ge}"),
-        ));
+        let message = format!("Input should be greater than or equal to {ge}");
+        return Err(failed("greater_than_equal", message, "ge", ge));
     }
     Ok(x)
 }
@@ -204,28 +217,24 @@ pub fn bounded<T: PartialOrd + Display + Copy>(
 /// pydantic's `min_length` on a string (counted in characters).
 ///
 /// # Errors
-/// `string_too_short`, with pydantic's message.
+/// `string_too_short`, with pydantic's message and `ctx`.
 pub fn min_chars(s: &str, min: usize) -> Result<&str, LaxError> {
     if s.chars().count() >= min {
         return Ok(s);
     }
     let plural = if min == 1 { "" } else { "s" };
-    Err(error(
-        "string_too_short",
-        format!("String should have at least {min} character{plural}"),
-    ))
+    let message = format!("String should have at least {min} character{plural}");
+    Err(failed("string_too_short", message, "min_length", min))
 }
 
 /// pydantic's `max_length` on a string (counted in characters).
 ///
 /// # Errors
-/// `string_too_long`, with pydantic's message.
+/// `string_too_long`, with pydantic's message and `ctx`.
 pub fn max_chars(s: &str, max: usize) -> Result<&str, LaxError> {
     if s.chars().count() <= max {
         return Ok(s);
     }
-    Err(error(
-        "string_too_long",
-        format!("String should have at most {max} characters"),
-    ))
+    let message = format!("String should have at most {max} characters");
+    Err(failed("string_too_long", message, "max_length", max))
 }

@@ -10,7 +10,8 @@
 //!   error messages and positions) and one `serde_json` [`Formatter`](serde_json::ser::Formatter)
 //!   writing `json.dumps(indent=2, ensure_ascii=False)`, optionally HTML-escaping string values.
 //! - [`lax`]: pydantic v2's lax-mode coercions (bool, int, float, str, list, bounds), checked
-//!   against pydantic's own answers; the config loader and the gateway's request bodies use it.
+//!   against pydantic's own answers; the config loader uses it ([`lax::de`]), and the gateway
+//!   validates its request bodies and queries with its field readers ([`lax::model`]).
 //! - [`yaml`]: the PyYAML-compatible YAML 1.1 codec (`safe_load` / `safe_dump`) of the fact
 //!   files' front matter, also usable for any YAML 1.1 document ([`yaml::parse_document`]).
 //!
