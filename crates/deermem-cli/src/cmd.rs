@@ -176,8 +176,8 @@ fn read_input(file: &Path) -> Result<String, CliError> {
 pub(crate) async fn import(ctx: &Ctx, scope: &ScopeArgs, file: &Path) -> Result<(), CliError> {
     let text = read_input(file)?;
     // Counted on the text, before thousands of facts are built only to be refused.
-    if let Some(count) = deermem_gateway::import_fact_count(text.as_bytes())
-        .filter(|n| *n > deermem_core::MAX_IMPORT_FACTS)
+    if let Some(count) =
+        deermem::import_fact_count(text.as_bytes()).filter(|n| *n > deermem_core::MAX_IMPORT_FACTS)
     {
         return Err(CliError::invalid(format!(
             "{} holds {count} facts; an import document may hold at most {}",

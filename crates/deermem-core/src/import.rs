@@ -1,6 +1,6 @@
 //! The bound on import documents: at most [`MAX_IMPORT_FACTS`] facts. The engine enforces it on
 //! every document; the hosts that read import text (the gateway, the CLI) check it on the raw
-//! JSON first, before any fact is built (`deermem_gateway::import_fact_count`).
+//! JSON first, before any fact is built (`deermem::import_fact_count`).
 
 /// The most facts one import document may hold (all entry points: HTTP, CLI, Python).
 ///

@@ -209,7 +209,7 @@ impl FromRequest<GatewayState> for ImportBody {
             }
         };
         let bytes = json_bytes(req, state).await?;
-        if let Some(count) = crate::import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
+        if let Some(count) = deermem::import_fact_count(&bytes).filter(|n| *n > MAX_IMPORT_FACTS) {
             return Err(too_many_import_facts(count));
         }
         let body = decode_json(&bytes)?;

@@ -33,7 +33,6 @@ mod body;
 pub mod config;
 pub mod error;
 mod extract;
-mod import_scan;
 pub mod layers;
 mod limits;
 pub mod listen;
@@ -68,7 +67,6 @@ use turns::{TurnIdPath, TurnsQuery};
 pub use auth::{Caller, CallerKind};
 pub use config::{AuthMode, GatewayConfig, ServerConfig};
 pub use error::{GatewayError, Operation};
-pub use import_scan::import_fact_count;
 pub use metrics::Metrics;
 pub use server::{FLUSH_GRACE, WARM_SHUTDOWN_WAIT, serve};
 pub use state::{

@@ -11,6 +11,7 @@ mod config_file;
 mod config_text;
 #[cfg(feature = "storage-file")]
 pub mod embedded;
+mod import_scan;
 mod noop;
 mod shown;
 pub mod tools;
@@ -27,5 +28,6 @@ pub use config_text::{
     resolve_env,
 };
 pub use deermem_core as core;
+pub use import_scan::import_fact_count;
 pub use noop::NoopManager;
 pub use shown::{shown_backend_config, url_without_credentials};

@@ -1,7 +1,7 @@
 //! The pre-parse guard of import text: the number of facts a raw JSON import document holds,
 //! counted by scanning the text, so an oversized document (more than
 //! [`deermem_core::MAX_IMPORT_FACTS`] facts) costs a scan, not thousands of parsed and
-//! normalised facts. Used by the HTTP body extractor and the CLI's `import`.
+//! normalised facts. Used by the gateway's body extractor and the CLI's `import`.
 
 use std::cell::Cell;
 use std::fmt;
