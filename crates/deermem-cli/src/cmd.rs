@@ -278,7 +278,7 @@ fn deermem_config(ctx: &Ctx) -> Result<deermem_updater::DeerMemConfig, CliError>
 fn open_storage(
     ctx: &Ctx,
     with_retrieval: bool,
-) -> Result<deermem_storage_file::FileMemoryStorage, CliError> {
+) -> Result<deermem_storage_file::FileStorage, CliError> {
     let cfg = deermem_config(ctx)?;
     require_file_storage(&cfg, "`deermem migrate` (legacy file layouts)")?;
     let root = ctx.storage_root();

@@ -120,7 +120,7 @@ impl From<StorageError> for CliError {
 impl From<deermem::embedded::EmbeddedError> for CliError {
     fn from(e: deermem::embedded::EmbeddedError) -> Self {
         use deermem::embedded::EmbeddedError as E;
-        use deermem_store_postgres::PgError;
+        use deermem_storage_postgres::PgError;
         match e {
             E::Config(c) => Self::invalid(c.to_string()),
             E::Storage(s) => s.into(),

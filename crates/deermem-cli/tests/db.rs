@@ -73,7 +73,7 @@ fn db_migrate_and_the_data_commands_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let schema = format!("cli_{}", std::process::id());
     let config = write_config(dir.path(), &schema);
-    let known = deermem_store_postgres::known_schema_version();
+    let known = deermem_storage_postgres::known_schema_version();
 
     // A fresh database: no version yet, migrations pending.
     let status = ok_json(&config, &url, &["db", "migrate", "--status"]);

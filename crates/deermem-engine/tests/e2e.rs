@@ -15,7 +15,7 @@ use common::{a, clock, counter_ids, h, labelled};
 use deermem_core::ports::{Clock, MemoryStorage};
 use deermem_core::{AgentName, MemoryMode, Message, UserId};
 use deermem_engine::{QueueConfig, Submission, SubmitOutcome, UpdatePipeline};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::DeerMemConfig;
@@ -225,14 +225,13 @@ async fn conversation_to_facts_in_memory() {
 async fn conversation_to_facts_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let clock = clock();
-    let file =
-        FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None).unwrap();
+    let file = FileStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None).unwrap();
     let storage: Arc<dyn MemoryStorage> = Arc::new(file);
     let (pipeline, llm) = run_conversation(storage.clone(), clock.clone()).await;
     check(storage, &pipeline, &llm).await;
     // A fresh storage over the same root reads the same facts back from Markdown.
     let again: Arc<dyn MemoryStorage> =
-        Arc::new(FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock, None).unwrap());
+        Arc::new(FileStorage::new(FileStorageConfig::new(dir.path()), clock, None).unwrap());
     let doc = again
         .load(Some(&alice()), Some(&AgentName::parse("coder").unwrap()))
         .await

@@ -20,7 +20,7 @@ use deermem_core::{
     RebuildReport, SearchMode,
 };
 use deermem_engine::{DeerMemManager, QueueConfig};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
 use deermem_updater::{DeerMemConfig, TokenCounting};
@@ -531,8 +531,8 @@ async fn warm_retrieval_partial_failure_is_warm_and_fatal_is_retried() {
 async fn warm_retrieval_indexes_facts_written_elsewhere_and_survives_restart() {
     let env = file_env(config(), None);
     // Another process (no index) writes a fact: our index does not know it yet.
-    let other = FileMemoryStorage::new(FileStorageConfig::new(env.root()), env.clock.clone(), None)
-        .unwrap();
+    let other =
+        FileStorage::new(FileStorageConfig::new(env.root()), env.clock.clone(), None).unwrap();
     seed(
         &other,
         "alice",

@@ -20,7 +20,7 @@ use deermem_core::ports::{AddRequest, MemoryManager, MemoryScope, TurnJournal};
 use deermem_core::{AgentName, LlmError, UserId};
 use deermem_engine::{DeerMemManager, DeerMemParts, QueueConfig};
 use deermem_storage_file::{
-    FileMemoryStorage, FileStorageConfig, FileTurnJournal, FileTurnJournalOptions,
+    FileStorage, FileStorageConfig, FileTurnJournal, FileTurnJournalOptions,
 };
 use deermem_testkit::llm::{Scripted, ScriptedLlm};
 use deermem_updater::DeerMemConfig;
@@ -88,8 +88,7 @@ impl Env {
     ) -> DeerMemManager {
         let clock = clock();
         let storage =
-            FileMemoryStorage::new(FileStorageConfig::new(self.dir.path()), clock.clone(), None)
-                .unwrap();
+            FileStorage::new(FileStorageConfig::new(self.dir.path()), clock.clone(), None).unwrap();
         let mut parts = DeerMemParts::new(cfg, Arc::new(storage), clock);
         parts.llm = Some(llm);
         parts.turns = journal;

@@ -533,7 +533,7 @@ impl AuthSection {
         }
         if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
             validate_token_text(&s)
-                .map_err(|e| ConfigError::new("gateway.auth.internal_token", e))?;
+                .map_err(|e| ConfigError::new("gateway.auth.internal_token", e.to_string()))?;
             auth.internal_token = Some(Secret::new(s));
         }
         if let Some(s) = &self.jwt_secret {
@@ -676,7 +676,7 @@ impl CorsSection {
                 }
                 "*".to_owned()
             } else {
-                normalize_origin(raw).map_err(|e| ConfigError::new(key, e))?
+                normalize_origin(raw).map_err(|e| ConfigError::new(key, e.to_string()))?
             };
             if !cors.allowed_origins.contains(&origin) {
                 cors.allowed_origins.push(origin);
@@ -688,10 +688,12 @@ impl CorsSection {
 
 /// An origin as browsers serialise it: `scheme://host[:port]`, lowercase, default port left
 /// out. Anything with a path, query, fragment or credentials is not an origin.
-pub(crate) fn normalize_origin(raw: &str) -> Result<String, String> {
+pub(crate) fn normalize_origin(raw: &str) -> Result<String, OriginError> {
     let raw = raw.trim();
-    let url = url::Url::parse(raw)
-        .map_err(|e| format!("{raw:?} is not an origin such as http://localhost:3000 ({e})"))?;
+    let url = url::Url::parse(raw).map_err(|source| OriginError::Unparsable {
+        raw: raw.to_owned(),
+        source,
+    })?;
     let is_origin = matches!(url.scheme(), "http" | "https")
         && url.host_str().is_some()
         && url.username().is_empty()
@@ -700,28 +702,50 @@ pub(crate) fn normalize_origin(raw: &str) -> Result<String, String> {
         && url.query().is_none()
         && url.fragment().is_none();
     if !is_origin {
-        return Err(format!(
-            "{raw:?} is not an origin: give scheme, host and port only, such as http://localhost:3000"
-        ));
+        return Err(OriginError::NotAnOrigin(raw.to_owned()));
     }
     Ok(url.origin().ascii_serialization())
+}
+
+/// A configured CORS origin that is not one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OriginError {
+    #[error("{raw:?} is not an origin such as http://localhost:3000 ({source})")]
+    Unparsable {
+        raw: String,
+        source: url::ParseError,
+    },
+    #[error(
+        "{0:?} is not an origin: give scheme, host and port only, such as http://localhost:3000"
+    )]
+    NotAnOrigin(String),
 }
 
 /// The longest token accepted.
 const MAX_TOKEN_BYTES: usize = 4096;
 
-/// Why a bearer or internal token cannot be one.
-fn validate_token_text(tok: &str) -> Result<(), String> {
-    let why = if tok.is_empty() {
-        "a token must not be empty".to_owned()
-    } else if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        "a token must not contain whitespace or control characters".to_owned()
-    } else if tok.len() > MAX_TOKEN_BYTES {
-        format!("a token must be at most {MAX_TOKEN_BYTES} bytes")
-    } else {
-        return Ok(());
-    };
-    Err(why)
+/// A bearer or internal token that cannot be one.
+#[derive(Debug, thiserror::Error)]
+enum TokenTextError {
+    #[error("a token must not be empty")]
+    Empty,
+    #[error("a token must not contain whitespace or control characters")]
+    Unprintable,
+    #[error("a token must be at most {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
+}
+
+fn validate_token_text(tok: &str) -> Result<(), TokenTextError> {
+    if tok.is_empty() {
+        return Err(TokenTextError::Empty);
+    }
+    if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(TokenTextError::Unprintable);
+    }
+    if tok.len() > MAX_TOKEN_BYTES {
+        return Err(TokenTextError::TooLong);
+    }
+    Ok(())
 }
 
 fn insert_token(
@@ -730,7 +754,7 @@ fn insert_token(
     user: &str,
     key: &str,
 ) -> Result<(), ConfigError> {
-    validate_token_text(tok).map_err(|e| ConfigError::new(key, e))?;
+    validate_token_text(tok).map_err(|e| ConfigError::new(key, e.to_string()))?;
     refuse_derived_bucket(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     let user_id = safe_user(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.

@@ -18,7 +18,7 @@ use deermem_core::{
 };
 use deermem_gateway::{GatewayConfig, GatewayState};
 use deermem_retrieval_fts5::Fts5Retrieval;
-use deermem_storage_file::{FileMemoryStorage, probe};
+use deermem_storage_file::{FileStorage, probe};
 use deermem_updater::DeerMemConfig;
 use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
@@ -165,7 +165,7 @@ fn json_round_trip(data: &[u8]) {
 struct Scratch {
     _dir: tempfile::TempDir,
     root: PathBuf,
-    storage: FileMemoryStorage,
+    storage: FileStorage,
 }
 
 fn scratch(slot: &'static OnceLock<Mutex<Scratch>>) -> std::sync::MutexGuard<'static, Scratch> {

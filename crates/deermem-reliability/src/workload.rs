@@ -14,7 +14,7 @@ use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, FactDraft, FactId, StorageError, SummaryPatch, UserId,
 };
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -360,11 +360,7 @@ pub fn next_op(rng: &mut impl Rng, state: &State, run: u64, seq: u64) -> Op {
 ///
 /// # Errors
 /// Whatever the storage reports.
-pub async fn execute(
-    storage: &FileMemoryStorage,
-    scratch: &Path,
-    op: &Op,
-) -> Result<u64, StorageError> {
+pub async fn execute(storage: &FileStorage, scratch: &Path, op: &Op) -> Result<u64, StorageError> {
     let (u, a) = (user(), agent());
     match op {
         Op::Create { id, content } => Ok(storage
@@ -472,7 +468,7 @@ pub async fn execute(
 /// # Errors
 /// Whatever the storage reports.
 pub async fn read_state(
-    storage: &FileMemoryStorage,
+    storage: &FileStorage,
     legacy_agents: &[String],
 ) -> Result<State, StorageError> {
     let (u, a) = (user(), agent());

@@ -12,7 +12,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use deermem_core::ports::Clock;
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactId, Timestamp, UserId};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use serde_json::json;
 
 #[derive(Debug)]
@@ -24,8 +24,8 @@ impl Clock for BenchClock {
     }
 }
 
-fn open(root: &std::path::Path) -> FileMemoryStorage {
-    FileMemoryStorage::new(FileStorageConfig::new(root), Arc::new(BenchClock), None)
+fn open(root: &std::path::Path) -> FileStorage {
+    FileStorage::new(FileStorageConfig::new(root), Arc::new(BenchClock), None)
         .unwrap_or_else(|e| panic!("storage: {e}"))
 }
 

@@ -1,5 +1,5 @@
 //! DeerMem file storage: Markdown facts and JSON summaries, byte-compatible with the Python
-//! reference. [`FileMemoryStorage`] implements the [`deermem_core::ports::MemoryStorage`] port over
+//! reference. [`FileStorage`] implements the [`deermem_core::ports::MemoryStorage`] port over
 //! the reference's on-disk layout, with its journaled commit protocol, its `flock(2)` locking, lazy
 //! v1 → v2 migration, the usage and audit sidecars, and the retrieval-index notifications.
 
@@ -29,7 +29,7 @@ mod walk;
 pub use paths::resolve_root;
 pub use run_journal::{RUN_JOURNAL_CACHE_NAME, RunJournal, RunJournalOptions};
 pub use storage::{
-    CacheUsage, DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileMemoryStorage,
+    CacheUsage, DEFAULT_CACHE_MAX_SCOPES, DEFAULT_REBUILD_BATCH_FACTS, FileStorage,
     FileStorageConfig, INCOMPLETE_MARKER, IndexVerification, SCOPE_CACHE_NAME, StaleScope,
 };
 pub use turn_journal::{DeferredFileTurnJournal, FileTurnJournal, FileTurnJournalOptions};

@@ -1,18 +1,18 @@
-//! The storage contract suite run against `FileMemoryStorage` in a temporary root.
+//! The storage contract suite run against `FileStorage` in a temporary root.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::storage::{START, StorageFixture};
 
 async fn fixture() -> StorageFixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::at(START));
-    let storage = FileMemoryStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None)
-        .expect("storage");
+    let storage =
+        FileStorage::new(FileStorageConfig::new(dir.path()), clock.clone(), None).expect("storage");
     StorageFixture {
         storage: Arc::new(storage),
         clock,

@@ -15,7 +15,7 @@ use deermem_storage_file::isolation::{
     AgentConfigDir, IsolationAction, IsolationItemKind, IsolationOptions, IsolationSummary,
     legacy_agent_config_dir, migrate_user_isolation, resolve_agent_config_dir,
 };
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use serde_json::{Value, json};
 
@@ -27,9 +27,9 @@ fn agent(s: &str) -> AgentName {
     AgentName::parse(s).unwrap()
 }
 
-fn storage(root: &Path) -> FileMemoryStorage {
+fn storage(root: &Path) -> FileStorage {
     let clock = Arc::new(ManualClock::at("2026-01-01T00:00:00Z"));
-    FileMemoryStorage::new(FileStorageConfig::new(root), clock, None).unwrap()
+    FileStorage::new(FileStorageConfig::new(root), clock, None).unwrap()
 }
 
 fn options(dry_run: bool) -> IsolationOptions {

@@ -359,7 +359,7 @@ fn remote_cursors(
     if !postgres {
         return Ok(None);
     }
-    #[cfg(feature = "store-postgres")]
+    #[cfg(feature = "storage-postgres")]
     {
         crate::embedded::remote_cursors(&config.backend_config, env)
             .map(Some)
@@ -374,12 +374,12 @@ fn remote_cursors(
                 },
             })
     }
-    #[cfg(not(feature = "store-postgres"))]
+    #[cfg(not(feature = "storage-postgres"))]
     {
         let _ = env;
         Err(BuildError::NotCompiled {
             name: format!("{backend} cursors in PostgreSQL (storage_class: postgres)"),
-            feature: "store-postgres",
+            feature: "storage-postgres",
         })
     }
 }
@@ -486,7 +486,7 @@ fn build_deermem(i: &Inputs<'_, '_>) -> Result<Backend, BuildError> {
         parts.turns = Some(match &storage {
             crate::embedded::EmbeddedStorage::File(_) => shared_file_turn_journal(root),
             // The `turn_journal` table on the storage's own pool, shared by every replica.
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             crate::embedded::EmbeddedStorage::Postgres(pg) => pg.turn_journal(),
         });
     }

@@ -1,9 +1,9 @@
 //! Composition of the embedded engine's adapters from a DeerMem `backend_config`: the file
-//! storage with its FTS5 index, or (`storage_class: postgres`, feature `store-postgres`) the
+//! storage with its FTS5 index, or (`storage_class: postgres`, feature `storage-postgres`) the
 //! PostgreSQL storage; [`EmbeddedStorage`] is either, with the administrative operations that
 //! are not storage ports and a typed refusal where one storage cannot do them.
 
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 mod postgres;
 #[cfg(feature = "retrieval-fts5")]
 mod recovering;
@@ -15,11 +15,11 @@ use std::sync::Arc;
 use deermem_core::ports::{Clock, MemoryStorage, Retrieval, RunEventStore};
 use deermem_core::{AgentName, ConfigError, StorageError, UserId};
 use deermem_storage_file::{
-    FileMemoryStorage, FileStorageConfig, IndexVerification, RunJournal, RunJournalOptions,
+    FileStorage, FileStorageConfig, IndexVerification, RunJournal, RunJournalOptions,
 };
 use deermem_updater::DeerMemConfig;
 
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 pub use postgres::{PostgresStorage, postgres_config, remote_cursors};
 #[cfg(feature = "retrieval-fts5")]
 pub use recovering::RecoveringFts5;
@@ -36,9 +36,9 @@ pub enum EmbeddedError {
     #[error(transparent)]
     Storage(#[from] StorageError),
     /// The PostgreSQL storage could not be opened (unreachable, or a newer schema).
-    #[cfg(feature = "store-postgres")]
+    #[cfg(feature = "storage-postgres")]
     #[error(transparent)]
-    Postgres(#[from] deermem_store_postgres::PgError),
+    Postgres(#[from] deermem_storage_postgres::PgError),
     /// An operation that one storage class does not have.
     #[error("{operation} is not available on storage {storage}{hint}")]
     NotAvailable {
@@ -80,7 +80,7 @@ pub fn deermem_config(
     for w in warnings {
         tracing::warn!("{w}");
     }
-    #[cfg(feature = "store-postgres")]
+    #[cfg(feature = "storage-postgres")]
     postgres::check_section(&cfg)?;
     Ok(cfg)
 }
@@ -181,7 +181,7 @@ pub fn open_storage(
     root: PathBuf,
     clock: Arc<dyn Clock>,
     with_retrieval: bool,
-) -> Result<FileMemoryStorage, EmbeddedError> {
+) -> Result<FileStorage, EmbeddedError> {
     let retrieval = if with_retrieval {
         open_retrieval(cfg, &root, Arc::clone(&clock))?
     } else {
@@ -197,7 +197,7 @@ pub fn open_storage(
         cache_max_scopes: cfg.cache_max_scopes,
         rebuild_batch_facts: deermem_storage_file::DEFAULT_REBUILD_BATCH_FACTS,
     };
-    Ok(FileMemoryStorage::new(config, clock, retrieval)?)
+    Ok(FileStorage::new(config, clock, retrieval)?)
 }
 
 /// The embedded engine's storage: the file store or PostgreSQL, by `storage_class`.
@@ -205,9 +205,9 @@ pub fn open_storage(
 #[non_exhaustive]
 pub enum EmbeddedStorage {
     /// The file store under the storage root.
-    File(Arc<FileMemoryStorage>),
+    File(Arc<FileStorage>),
     /// PostgreSQL.
-    #[cfg(feature = "store-postgres")]
+    #[cfg(feature = "storage-postgres")]
     Postgres(Arc<PostgresStorage>),
 }
 
@@ -234,7 +234,7 @@ impl EmbeddedStorage {
     pub fn storage(&self) -> Arc<dyn MemoryStorage> {
         match self {
             Self::File(s) => Arc::clone(s) as Arc<dyn MemoryStorage>,
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(s) => s.memory(),
         }
     }
@@ -246,7 +246,7 @@ impl EmbeddedStorage {
     pub async fn list_users(&self) -> Result<Vec<UserId>, EmbeddedError> {
         match self {
             Self::File(s) => Ok(s.list_users().await?),
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(s) => Ok(s.store().list_users().await?),
         }
     }
@@ -269,7 +269,7 @@ impl EmbeddedStorage {
                 out.sort();
                 Ok(out)
             }
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(s) => Ok(s.store().agents_of(user).await?),
         }
     }
@@ -282,7 +282,7 @@ impl EmbeddedStorage {
     pub async fn check_reachable(&self) -> Result<(), EmbeddedError> {
         match self {
             Self::File(_) => Ok(()),
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(s) => Ok(s.store().ping().await?),
         }
     }
@@ -292,11 +292,11 @@ impl EmbeddedStorage {
     /// is a generated column of the fact row and cannot drift from it.
     ///
     /// # Errors
-    /// As [`FileMemoryStorage::verify_index`].
+    /// As [`FileStorage::verify_index`].
     pub async fn verify_index(&self) -> Result<Option<IndexVerification>, StorageError> {
         match self {
             Self::File(s) => s.verify_index().await,
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(_) => Ok(None),
         }
     }
@@ -324,14 +324,14 @@ impl EmbeddedStorage {
                     })?;
                 Ok(Arc::new(journal))
             }
-            #[cfg(feature = "store-postgres")]
+            #[cfg(feature = "storage-postgres")]
             Self::Postgres(s) => Ok(s.open_run_journal(clock).await?),
         }
     }
 }
 
 /// The schema of the configured PostgreSQL database against this build's migrations.
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SchemaStatus {
     /// The configured schema name.
@@ -343,7 +343,7 @@ pub struct SchemaStatus {
 }
 
 /// What `deermem db migrate` did.
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SchemaMigration {
     /// The configured schema name.
@@ -356,7 +356,7 @@ pub struct SchemaMigration {
     pub applied: Vec<i64>,
 }
 
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 fn require_postgres(cfg: &DeerMemConfig) -> Result<(), EmbeddedError> {
     if storage_class(cfg)? == StorageClass::Postgres {
         Ok(())
@@ -374,18 +374,18 @@ fn require_postgres(cfg: &DeerMemConfig) -> Result<(), EmbeddedError> {
 ///
 /// # Errors
 /// Not PostgreSQL storage, invalid settings, an unreachable database.
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 pub async fn schema_status(
     cfg: &DeerMemConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SchemaStatus, EmbeddedError> {
     require_postgres(cfg)?;
     let config = postgres_config(cfg, env)?;
-    let store = deermem_store_postgres::PgStore::connect(&config).await?;
+    let store = deermem_storage_postgres::PgDatabase::connect(&config).await?;
     Ok(SchemaStatus {
         schema: store.schema().to_owned(),
         version: store.schema_version().await?,
-        known: deermem_store_postgres::known_schema_version(),
+        known: deermem_storage_postgres::known_schema_version(),
     })
 }
 
@@ -396,14 +396,14 @@ pub async fn schema_status(
 /// Not PostgreSQL storage, invalid settings, an unreachable database, a schema newer than this
 /// build (`EmbeddedError::Postgres(PgError::SchemaTooNew)`, nothing changed), a failed
 /// migration (rolled back).
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 pub async fn migrate_schema(
     cfg: &DeerMemConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SchemaMigration, EmbeddedError> {
     require_postgres(cfg)?;
     let config = postgres_config(cfg, env)?;
-    let store = deermem_store_postgres::PgStore::connect(&config).await?;
+    let store = deermem_storage_postgres::PgDatabase::connect(&config).await?;
     let from = store.schema_version().await?;
     let outcome = store.migrate().await?;
     Ok(SchemaMigration {

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use deermem_core::StorageError;
 use deermem_core::ports::Clock;
 use deermem_core::snapshot::{SnapshotCounts, UserSnapshot};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
-pub use deermem_store_postgres::{PgError, PostgresConfig};
-use deermem_store_postgres::{PgStore, known_schema_version};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
+use deermem_storage_postgres::{PgDatabase, known_schema_version};
+pub use deermem_storage_postgres::{PgError, PostgresConfig};
 use sha2::{Digest, Sha256};
 
 use crate::clock::SystemClock;
@@ -252,8 +252,8 @@ pub fn checksum(snapshot: &UserSnapshot) -> String {
 
 /// An opened endpoint.
 enum Side {
-    File(FileMemoryStorage),
-    Postgres(PgStore),
+    File(FileStorage),
+    Postgres(PgDatabase),
 }
 
 impl Side {
@@ -273,10 +273,10 @@ impl Side {
                 }
                 let mut config = FileStorageConfig::new(root.clone());
                 config.manifest_filename = options.manifest_filename.clone();
-                Ok(Self::File(FileMemoryStorage::new(config, clock, None)?))
+                Ok(Self::File(FileStorage::new(config, clock, None)?))
             }
             Endpoint::Postgres(config) => {
-                let store = PgStore::connect(config).await?;
+                let store = PgDatabase::connect(config).await?;
                 if destination {
                     store.migrate().await?;
                 } else {
@@ -494,7 +494,7 @@ mod tests {
                 panic!("{e:?}")
             };
             assert_eq!(c.schema, "mem_copy");
-            assert_eq!(c.tls.mode, deermem_store_postgres::TlsMode::Require);
+            assert_eq!(c.tls.mode, deermem_storage_postgres::TlsMode::Require);
             let label = e.label();
             assert_eq!(label, "postgres (schema mem_copy)");
             assert!(!format!("{e:?}").contains("hunter2"));

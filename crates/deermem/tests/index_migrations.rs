@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, MatchType, Scope, SearchQuery, UserId};
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 use deermem_testkit::clock::ManualClock;
 use deermem_updater::DeerMemConfig;
 use serde_json::json;
@@ -29,7 +29,7 @@ fn copy_dir(src: &Path, dst: &Path) {
 }
 
 /// A temp copy of `v1-root` and the facade's embedded storage over it, with its FTS5 index.
-fn v1_storage() -> (tempfile::TempDir, FileMemoryStorage) {
+fn v1_storage() -> (tempfile::TempDir, FileStorage) {
     let dir = tempfile::tempdir().expect("temp dir");
     copy_dir(&fixtures().join("v1-root"), dir.path());
     let clock = Arc::new(ManualClock::at("2026-06-01T00:00:00Z"));
@@ -56,12 +56,7 @@ fn default() -> AgentName {
 }
 
 /// Index search in one scope: (content, match type) of every hit.
-async fn search(
-    s: &FileMemoryStorage,
-    u: &UserId,
-    a: &AgentName,
-    q: &str,
-) -> Vec<(String, MatchType)> {
+async fn search(s: &FileStorage, u: &UserId, a: &AgentName, q: &str) -> Vec<(String, MatchType)> {
     s.search_facts(&SearchQuery {
         text: q.into(),
         scopes: vec![Scope::new(Some(u.clone()), Some(a.clone()))],
@@ -76,7 +71,7 @@ async fn search(
     .collect()
 }
 
-async fn indexed_docs(s: &FileMemoryStorage) -> u64 {
+async fn indexed_docs(s: &FileStorage) -> u64 {
     let status = s.retrieval_status().await;
     assert!(status.dirty_scopes.is_empty(), "{status:?}");
     assert_eq!(status.last_error, None);

@@ -5,7 +5,7 @@
 //! conflict; and creates of distinct facts through several replicas never surface a conflict.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "store-postgres")]
+#![cfg(feature = "storage-postgres")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +16,7 @@ use deermem_core::ports::{FactRepository as _, MemoryManagerExt as _};
 use deermem_core::ports::{MemoryManager as _, MemoryScope, NewFact};
 use deermem_core::{AgentName, ManagerError, MemoryConfig, UserId};
 use deermem_engine::DeerMemManager;
-use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_postgres::{Coherence, PgDatabase, PgStorage, PostgresConfig};
 use deermem_testkit::pgcluster::PgCluster;
 
 fn schema(prefix: &str) -> String {
@@ -76,7 +76,7 @@ async fn a_committed_create_is_answered_with_its_fact_when_the_database_goes_awa
     c.schema.clone_from(&schema);
     c.coherence = Coherence::Lease;
     c.lease_seconds = lease;
-    let b_store = PgStore::connect(&c).await.unwrap();
+    let b_store = PgDatabase::connect(&c).await.unwrap();
     let b = PgStorage::new(b_store.clone(), Arc::new(deermem::SystemClock), 30.0, 200);
     for _ in 0..200 {
         b.load(Some(&user), Some(&AgentName::default_bucket()))

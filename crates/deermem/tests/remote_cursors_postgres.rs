@@ -4,7 +4,11 @@
 //! one is not sent again by the other, and no cursor file is written.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(all(feature = "honcho", feature = "openviking", feature = "store-postgres"))]
+#![cfg(all(
+    feature = "honcho",
+    feature = "openviking",
+    feature = "storage-postgres"
+))]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

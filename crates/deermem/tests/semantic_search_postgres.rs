@@ -7,7 +7,7 @@
 //! (`DEERMEM_TEST_MODEL_DIR`, set by `cargo xtask ci` after `cargo xtask model fetch`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(all(feature = "store-postgres", feature = "embed-openai"))]
+#![cfg(all(feature = "storage-postgres", feature = "embed-openai"))]
 
 use std::path::Path;
 use std::sync::Arc;

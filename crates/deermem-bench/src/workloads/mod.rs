@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use deermem::SystemClock;
 use deermem_core::ports::{Clock, MemoryStorage};
 use deermem_core::{AgentName, ApplyOptions, ChangeSet, FactDraft, UserId};
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 use deermem_updater::DeerMemConfig;
 
 use crate::corpus::{self, CorpusFact};
@@ -199,7 +199,7 @@ pub(crate) fn config() -> DeerMemConfig {
 ///
 /// # Errors
 /// The storage refuses to open.
-pub fn open_root(root: &Path, with_retrieval: bool) -> Result<FileMemoryStorage> {
+pub fn open_root(root: &Path, with_retrieval: bool) -> Result<FileStorage> {
     open(root, with_retrieval)
 }
 
@@ -212,7 +212,7 @@ pub fn context_manager(storage: Arc<dyn MemoryStorage>) -> Result<deermem_engine
 }
 
 /// Opens the file storage on `root` as the embedded engine does.
-pub(crate) fn open(root: &Path, with_retrieval: bool) -> Result<FileMemoryStorage> {
+pub(crate) fn open(root: &Path, with_retrieval: bool) -> Result<FileStorage> {
     deermem::embedded::open_storage(&config(), root.to_path_buf(), clock(), with_retrieval)
         .context("opening the file storage")
 }
@@ -279,7 +279,7 @@ pub(crate) async fn settle() {
 }
 
 /// Writes the whole corpus into `storage`, eight scopes at a time.
-pub(crate) async fn seed_corpus(storage: &FileMemoryStorage, env: &Env) -> Result<usize> {
+pub(crate) async fn seed_corpus(storage: &FileStorage, env: &Env) -> Result<usize> {
     let groups = corpus::by_scope(&env.corpus);
     let mut jobs = Vec::new();
     for ((user, agent), facts) in groups {

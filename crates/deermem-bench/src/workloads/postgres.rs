@@ -17,7 +17,7 @@ use anyhow::{Context, Result, ensure};
 use deermem_core::ports::MemoryStorageExt;
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, Scope, UserId};
-use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_postgres::{Coherence, PgDatabase, PgStorage, PostgresConfig};
 use deermem_testkit::pgcluster::PgCluster;
 
 use super::{Env, clock, config, scope_ids, seed_scope};
@@ -42,7 +42,7 @@ pub const NAMES: [&str; 12] = [
 
 /// A durable throwaway cluster with DeerMem's schema migrated.
 struct Db {
-    store: PgStore,
+    store: PgDatabase,
     // Dropped last: stops the server and removes its directory.
     cluster: PgCluster,
 }
@@ -96,25 +96,25 @@ async fn listening(cluster: &PgCluster, coherence: Coherence) -> Result<PgStorag
     Ok(s)
 }
 
-async fn connect(cluster: &PgCluster) -> Result<PgStore> {
+async fn connect(cluster: &PgCluster) -> Result<PgDatabase> {
     connect_with(cluster, Coherence::Lease).await
 }
 
-async fn connect_with(cluster: &PgCluster, coherence: Coherence) -> Result<PgStore> {
+async fn connect_with(cluster: &PgCluster, coherence: Coherence) -> Result<PgDatabase> {
     let mut c = PostgresConfig::new(cluster.url());
     c.pool_size = 4;
     c.coherence = coherence;
-    PgStore::connect(&c).await.context("connecting")
+    PgDatabase::connect(&c).await.context("connecting")
 }
 
 /// A store on the server at `url` (pool of 4, read leases), for the scale run.
 ///
 /// # Errors
 /// The server cannot be reached.
-pub async fn store_url(url: &str) -> Result<PgStore> {
+pub async fn store_url(url: &str) -> Result<PgDatabase> {
     let mut c = PostgresConfig::new(url);
     c.pool_size = 4;
-    PgStore::connect(&c).await.context("connecting")
+    PgDatabase::connect(&c).await.context("connecting")
 }
 
 /// Migrates DeerMem's schema on the server at `url`.
@@ -134,7 +134,7 @@ pub async fn open_url(url: &str) -> Result<PgStorage> {
     Ok(storage(store_url(url).await?))
 }
 
-fn storage(store: PgStore) -> PgStorage {
+fn storage(store: PgDatabase) -> PgStorage {
     let m = config();
     PgStorage::new(
         store,

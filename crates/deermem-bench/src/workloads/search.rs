@@ -13,7 +13,7 @@ use crate::stats::{Recorder, WorkloadResult};
 use deermem_core::prelude::*;
 
 /// Seeds the corpus (without index notifications), then opens the storage with its index.
-async fn seeded(env: &Env) -> Result<(deermem_storage_file::FileMemoryStorage, usize)> {
+async fn seeded(env: &Env) -> Result<(deermem_storage_file::FileStorage, usize)> {
     let writer = open(&env.root, false)?;
     let scopes = seed_corpus(&writer, env).await?;
     Ok((open(&env.root, true)?, scopes))

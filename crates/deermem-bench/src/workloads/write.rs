@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use deermem_core::{AgentName, FactDraft, UserId};
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 
 use super::floor::Floor;
 use super::{Env, open};
@@ -188,7 +188,7 @@ pub(crate) async fn one_user(env: &Env) -> Result<WorkloadResult> {
 /// Deals `drafts` round robin into `writers` lists.
 /// Loads the written scope and checks that every create is there.
 async fn load_expecting(
-    storage: &FileMemoryStorage,
+    storage: &FileStorage,
     user: &UserId,
     agent: &AgentName,
     n: usize,
@@ -216,7 +216,7 @@ fn spread(drafts: impl IntoIterator<Item = FactDraft>, writers: usize) -> Vec<Ve
 /// One task per `(user, drafts)` at once, each creating its drafts one after another in the
 /// user's default scope; the latency of every create.
 async fn concurrent_creates(
-    storage: &FileMemoryStorage,
+    storage: &FileStorage,
     tasks: Vec<(UserId, Vec<FactDraft>)>,
 ) -> Result<Vec<Duration>> {
     let mut set = tokio::task::JoinSet::new();

@@ -22,7 +22,7 @@ use deermem_core::{
 };
 use deermem_engine::{DeerMemManager, DeerMemParts};
 use deermem_retrieval_fts5::Fts5Retrieval;
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::llm::ScriptedLlm;
 use deermem_testkit::storage::InMemoryStorage;
@@ -116,9 +116,9 @@ pub fn answer(facts: &[Value]) -> String {
 }
 
 /// A file storage with the FTS5 index on `root`.
-pub fn file_storage(root: &Path, clock: Arc<dyn Clock>) -> FileMemoryStorage {
+pub fn file_storage(root: &Path, clock: Arc<dyn Clock>) -> FileStorage {
     let index = Fts5Retrieval::open(root, clock.clone()).expect("fts5 index");
-    FileMemoryStorage::new(FileStorageConfig::new(root), clock, Some(Arc::new(index)))
+    FileStorage::new(FileStorageConfig::new(root), clock, Some(Arc::new(index)))
         .expect("file storage")
 }
 
@@ -138,7 +138,7 @@ pub fn parts(
 /// DeerMem over the file storage and FTS5 on a fresh temp root.
 pub struct FileEnv {
     pub manager: Arc<DeerMemManager>,
-    pub storage: FileMemoryStorage,
+    pub storage: FileStorage,
     pub clock: Arc<ManualClock>,
     pub dir: TempDir,
 }

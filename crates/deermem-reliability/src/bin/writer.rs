@@ -22,13 +22,13 @@ use deermem_core::ports::Clock;
 use deermem_core::prelude::*;
 use deermem_core::{AgentName, FactDraft, FactId, StorageError, UserId};
 use deermem_reliability::workload::{self, LogLine, State};
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 use deermem_updater::DeerMemConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-fn open(root: &Path) -> Result<FileMemoryStorage, String> {
+fn open(root: &Path) -> Result<FileStorage, String> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     deermem::embedded::open_storage(&DeerMemConfig::default(), root.to_path_buf(), clock, true)
         .map_err(|e| format!("open {}: {e}", root.display()))
@@ -97,7 +97,7 @@ const CONCURRENT_USERS: [&str; 2] = ["carol", "dave"];
 const COUNTERS: u64 = 3;
 
 async fn concurrent_task(
-    storage: FileMemoryStorage,
+    storage: FileStorage,
     worker: u64,
     task: u64,
     iterations: u64,

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use deermem::SystemClock;
 use deermem_core::MemoryConfig;
 use deermem_core::ports::{Clock, MemoryManager};
-use deermem_storage_file::FileMemoryStorage;
+use deermem_storage_file::FileStorage;
 use deermem_updater::DeerMemConfig;
 
 /// The file storage with its FTS5 index, as the facade composes it.
-pub(crate) fn storage(root: &Path) -> FileMemoryStorage {
+pub(crate) fn storage(root: &Path) -> FileStorage {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     deermem::embedded::open_storage(&DeerMemConfig::default(), root.to_path_buf(), clock, true)
         .expect("storage opens")

@@ -14,7 +14,7 @@ use deermem_core::prelude::*;
 use deermem_core::{
     AgentName, ApplyOptions, ChangeSet, FactDraft, FactId, SummaryPatch, Timestamp, UserId,
 };
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use serde_json::json;
 
 #[derive(Debug)]
@@ -27,7 +27,7 @@ impl Clock for FixedClock {
 }
 
 async fn run(root: &str, create_only: bool) -> Result<u64, String> {
-    let storage = FileMemoryStorage::new(FileStorageConfig::new(root), Arc::new(FixedClock), None)
+    let storage = FileStorage::new(FileStorageConfig::new(root), Arc::new(FixedClock), None)
         .map_err(|e| e.to_string())?;
     let user = UserId::new("alice").map_err(|e| e.to_string())?;
     let agent = AgentName::parse("agent-a").map_err(|e| e.to_string())?;

@@ -9,7 +9,7 @@ use deermem_core::ports::MigrationReport;
 use deermem_core::{AgentName, Fact, IndexedDoc, RetrievalError, Scope, StorageError, UserId};
 
 use super::index::scope_label;
-use super::{FileMemoryStorage, Inner};
+use super::{FileStorage, Inner};
 use crate::commit::Notification;
 use crate::error::Result;
 use crate::journal;
@@ -17,7 +17,7 @@ use crate::manifest;
 use crate::markdown;
 use crate::migrate;
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// Migrates legacy v1 data of the user into the agent's bucket (explicit migration), or
     /// with `dry_run` only reports whether it would. An administrative operation of this
     /// adapter (`deermem migrate`); normal reads migrate lazily on their own.
@@ -173,7 +173,7 @@ impl Inner {
     }
 }
 
-/// How the derived index compares with the canonical facts ([`FileMemoryStorage::verify_index`]).
+/// How the derived index compares with the canonical facts ([`FileStorage::verify_index`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IndexVerification {
     /// Readable fact files.

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use deermem_core::{AgentName, MemoryDocument, StorageError, Timestamp, UserId};
 
 use super::locked::needs_read_migration;
-use super::{FileMemoryStorage, Inner};
+use super::{FileStorage, Inner};
 use crate::commit::Notification;
 use crate::error::Result;
 use crate::manifest::{self, Signature, StatToken};
@@ -79,7 +79,7 @@ pub(super) struct CacheEntry {
     observed_at: SystemTime,
 }
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// Loads a document (from the cache unless `force`) and dispatches the notifications of
     /// the read migrations the load ran.
     pub(super) async fn load_impl(

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Settings of a [`super::FileMemoryStorage`].
+/// Settings of a [`super::FileStorage`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileStorageConfig {
     /// The storage root (`users/<bucket>/...` lives below it).

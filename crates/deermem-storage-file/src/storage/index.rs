@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use deermem_core::{AgentName, Fact, Scope, Timestamp, UserId};
 use serde_json::Value;
 
-use super::{FileMemoryStorage, Inner};
+use super::{FileStorage, Inner};
 use crate::commit::Notification;
 use crate::error::{Error, Result};
 use crate::markdown::{self, Expected};
@@ -15,7 +15,7 @@ use crate::markdown::{self, Expected};
 /// One listed fact file and its index record (or why it could not be indexed).
 type IndexedFile = (PathBuf, Result<(Scope, Fact)>);
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// Sends queued notifications to the index; failures mark their scope dirty.
     pub(super) async fn dispatch(&self, notes: Vec<Notification>) {
         let Some(retrieval) = &self.inner.retrieval else {

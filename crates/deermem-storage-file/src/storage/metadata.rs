@@ -6,13 +6,13 @@ use deermem_core::policy::eviction::{EvictionDecision, FactUsageMap};
 use deermem_core::ports::FactMetadata;
 use deermem_core::{AgentName, FactId, StorageError, Timestamp, UserId};
 
-use super::FileMemoryStorage;
+use super::FileStorage;
 use super::write::clear_metadata_locked;
 use crate::paths::{AUDIT_FILE, USAGE_FILE};
 use crate::sidecar;
 
 #[async_trait]
-impl FactMetadata for FileMemoryStorage {
+impl FactMetadata for FileStorage {
     async fn get_fact_usage(
         &self,
         user: Option<&UserId>,

@@ -1,4 +1,4 @@
-//! `FileMemoryStorage`: the storage ports over the reference's on-disk layout. Every public
+//! `FileStorage`: the storage ports over the reference's on-disk layout. Every public
 //! operation is async; the filesystem work (including lock waits) runs on tokio's blocking
 //! pool, and retrieval notifications are dispatched after both locks are released. This module
 //! holds the adapter's shared state; its parts live in `locked` (locks, recovery and read
@@ -43,7 +43,7 @@ type DirtyKey = (Option<UserId>, AgentName);
 
 /// The file storage adapter. Cheap to clone; clones share caches and locks.
 #[derive(Debug, Clone)]
-pub struct FileMemoryStorage {
+pub struct FileStorage {
     inner: Arc<Inner>,
 }
 
@@ -63,7 +63,7 @@ struct Inner {
     closed: AtomicBool,
 }
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// A storage over `config.root`.
     ///
     /// # Errors

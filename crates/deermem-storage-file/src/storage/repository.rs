@@ -11,7 +11,7 @@ use deermem_core::{
     StorageError, UserId,
 };
 
-use super::FileMemoryStorage;
+use super::FileStorage;
 use super::write::ClearProgress;
 use crate::commit::CommitRequest;
 use crate::markdown;
@@ -20,7 +20,7 @@ use crate::markdown;
 pub const SCOPE_CACHE_NAME: &str = "file_storage.scopes";
 
 #[async_trait]
-impl FactRepository for FileMemoryStorage {
+impl FactRepository for FileStorage {
     /// The load cache (`cache_max_scopes` scope documents) and the index's caches.
     fn cache_bounds(&self) -> Vec<CacheBound> {
         let usage = self.cache_usage();

@@ -15,7 +15,7 @@ use deermem_core::{
 };
 
 use super::index::scope_label;
-use super::{DirtyKey, FileMemoryStorage};
+use super::{DirtyKey, FileStorage};
 
 /// A rebuild that failed as a whole.
 fn fatal_rebuild(failed: usize) -> RebuildReport {
@@ -75,7 +75,7 @@ async fn replace_in_index(
     }
 }
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// A full rebuild that streams: the agent directories are read a batch of about
     /// `rebuild_batch_facts` facts at a time (plus at most [`DIRS_PER_READ`] directories), each batch's scopes replaced in the index by one
     /// atomic `rebuild`, and the scopes the index held that no fact file names any more are
@@ -176,7 +176,7 @@ impl FileMemoryStorage {
 }
 
 #[async_trait]
-impl ScopedSearch for FileMemoryStorage {
+impl ScopedSearch for FileStorage {
     async fn search_facts(
         &self,
         query: &SearchQuery,

@@ -1,6 +1,6 @@
 //! Whole-user snapshots, an administrative operation for moving data to and from another
-//! storage (`deermem migrate --from/--to`): [`FileMemoryStorage::list_buckets`],
-//! [`FileMemoryStorage::read_snapshot`] and [`FileMemoryStorage::write_snapshot`] read and
+//! storage (`deermem migrate --from/--to`): [`FileStorage::list_buckets`],
+//! [`FileStorage::read_snapshot`] and [`FileStorage::write_snapshot`] read and
 //! write a user bucket with every stored value kept (revisions, timestamps, the raw user id
 //! each fact records, the sidecars' key order), in the reference's layout and bytes.
 //!
@@ -16,7 +16,7 @@ use deermem_core::{AgentName, FactId, StorageError, UserId};
 use deermem_pycompat::json;
 use serde_json::Value;
 
-use super::{FileMemoryStorage, Inner};
+use super::{FileStorage, Inner};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::manifest;
@@ -47,7 +47,7 @@ fn bucket_user(bucket: &str) -> Result<UserId> {
     Ok(user)
 }
 
-impl FileMemoryStorage {
+impl FileStorage {
     /// The user buckets under `users/` (directories with a bucket-shaped name), sorted.
     ///
     /// # Errors
@@ -69,7 +69,7 @@ impl FileMemoryStorage {
     ///
     /// # Errors
     /// `InvalidInput` for a name that is not a bucket, `Corrupt` for a bucket an interrupted
-    /// [`FileMemoryStorage::write_snapshot`] left incomplete, an unreadable manifest or
+    /// [`FileStorage::write_snapshot`] left incomplete, an unreadable manifest or
     /// fact file, a legacy (v1) manifest that `deermem migrate --all-users` must upgrade
     /// first, or two files holding one fact id; `Io`.
     pub async fn read_snapshot(
@@ -80,7 +80,7 @@ impl FileMemoryStorage {
         self.run(move |inner| inner.read_snapshot(&bucket)).await
     }
 
-    /// Whether an interrupted [`FileMemoryStorage::write_snapshot`] left the bucket
+    /// Whether an interrupted [`FileStorage::write_snapshot`] left the bucket
     /// incomplete (its marker is there); such a bucket does not read, and may be written
     /// again.
     ///
@@ -107,13 +107,13 @@ impl FileMemoryStorage {
             .await
     }
 
-    /// [`FileMemoryStorage::write_snapshot`] without any `fsync`: the same files, bytes and
+    /// [`FileStorage::write_snapshot`] without any `fsync`: the same files, bytes and
     /// order, left for the kernel to write back. For filling a new root with many users at
     /// once (bulk loads, benchmarks); nothing written this way is durable until the caller
     /// syncs the filesystem (`sync(2)`), and a crash before that may leave any part of it.
     ///
     /// # Errors
-    /// As [`FileMemoryStorage::write_snapshot`].
+    /// As [`FileStorage::write_snapshot`].
     pub async fn write_snapshot_unsynced(
         &self,
         snapshot: UserSnapshot,

@@ -105,7 +105,7 @@ async fn the_cache_holds_at_most_its_configured_scopes() {
     let c = clock();
     let mut config = deermem_storage_file::FileStorageConfig::new(dir.path());
     config.cache_max_scopes = 3;
-    let s = deermem_storage_file::FileMemoryStorage::new(config, c.clone(), None).unwrap();
+    let s = deermem_storage_file::FileStorage::new(config, c.clone(), None).unwrap();
     let a = AgentName::default_bucket();
     for i in 0..8 {
         let u = user(&format!("u{i}@example.com"));

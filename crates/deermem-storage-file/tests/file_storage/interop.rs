@@ -11,7 +11,7 @@ use std::time::Duration;
 use deermem_core::policy::eviction::{EvictedFact, EvictionDecision, EvictionPolicy};
 use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch};
 use deermem_pycompat::py;
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -188,7 +188,7 @@ async fn a_python_flock_holder_excludes_our_writers() {
     let c = clock();
     let mut cfg = FileStorageConfig::new(tmp.path());
     cfg.lock_timeout = Duration::from_millis(400);
-    let s = Arc::new(FileMemoryStorage::new(cfg, c.clone(), None).unwrap());
+    let s = Arc::new(FileStorage::new(cfg, c.clone(), None).unwrap());
     let u = user("alice");
     s.apply_changes(
         Some(&u),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deermem_core::{ApplyOptions, ChangeSet, FactId, StorageError, SummaryPatch};
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -85,7 +85,7 @@ async fn strict_scope_and_custom_manifest_name() {
     let mut cfg = FileStorageConfig::new(tmp.path());
     cfg.strict_user_scope = true;
     cfg.manifest_filename = "index.json".into();
-    let s = FileMemoryStorage::new(cfg.clone(), c.clone(), None).unwrap();
+    let s = FileStorage::new(cfg.clone(), c.clone(), None).unwrap();
     let err = s.load(None, None).await.unwrap_err();
     assert!(
         matches!(&err, StorageError::InvalidInput { field, .. } if field == "user_id"),
@@ -102,7 +102,7 @@ async fn strict_scope_and_custom_manifest_name() {
     assert!(tmp.path().join("users/alice/index.json").is_file());
     assert!(!tmp.path().join("users/alice/memory.json").exists());
     cfg.manifest_filename = "../x.json".into();
-    assert!(FileMemoryStorage::new(cfg, c, None).is_err());
+    assert!(FileStorage::new(cfg, c, None).is_err());
 }
 
 #[tokio::test]
@@ -474,7 +474,7 @@ async fn lock_timeout_is_typed_and_does_not_block_the_runtime() {
     let c = clock();
     let mut cfg = FileStorageConfig::new(tmp.path());
     cfg.lock_timeout = Duration::from_millis(300);
-    let s = Arc::new(FileMemoryStorage::new(cfg, c.clone(), None).unwrap());
+    let s = Arc::new(FileStorage::new(cfg, c.clone(), None).unwrap());
     let holder = hold_user_lock(tmp.path(), "alice");
     let err = s
         .apply_changes(

@@ -181,8 +181,7 @@ async fn a_full_rebuild_streams_bounded_batches_and_clears_vanished_scopes() {
     });
     let mut config = deermem_storage_file::FileStorageConfig::new(tmp.path());
     config.rebuild_batch_facts = 10;
-    let s =
-        deermem_storage_file::FileMemoryStorage::new(config, c.clone(), Some(rec.clone())).unwrap();
+    let s = deermem_storage_file::FileStorage::new(config, c.clone(), Some(rec.clone())).unwrap();
     // 40 users × 3 facts; one more user whose files are then deleted by hand.
     for i in 0..41 {
         let facts = (0..3).map(|k| fact(&format!("f{k}"), "bulk")).collect();

@@ -12,7 +12,7 @@ use deermem_core::{
     SearchQuery, UserId,
 };
 use deermem_pycompat::py;
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
 use deermem_testkit::clock::ManualClock;
 use serde_json::{Value, json};
 
@@ -38,16 +38,16 @@ pub(crate) fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::at("2026-01-01T00:00:00Z"))
 }
 
-pub(crate) fn open(root: &Path, clock: &Arc<ManualClock>) -> FileMemoryStorage {
-    FileMemoryStorage::new(FileStorageConfig::new(root), clock.clone(), None).unwrap()
+pub(crate) fn open(root: &Path, clock: &Arc<ManualClock>) -> FileStorage {
+    FileStorage::new(FileStorageConfig::new(root), clock.clone(), None).unwrap()
 }
 
 pub(crate) fn open_with(
     root: &Path,
     clock: &Arc<ManualClock>,
     retrieval: Arc<dyn Retrieval>,
-) -> FileMemoryStorage {
-    FileMemoryStorage::new(FileStorageConfig::new(root), clock.clone(), Some(retrieval)).unwrap()
+) -> FileStorage {
+    FileStorage::new(FileStorageConfig::new(root), clock.clone(), Some(retrieval)).unwrap()
 }
 
 /// The Python reference's fixture roots, committed under `testdata/python-deermem/`.

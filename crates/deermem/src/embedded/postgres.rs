@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use deermem_core::ConfigError;
 use deermem_core::ports::{Clock, MemoryStorage, RunEventStore, TurnJournal};
-use deermem_store_postgres::{
-    MigrationOutcome, PgCursors, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal, PgStorage,
-    PgStore, PgTurnJournal, PgTurnJournalOptions, PostgresConfig,
+use deermem_storage_postgres::{
+    MigrationOutcome, PgCursors, PgDatabase, PgError, PgFactIndex, PgIndexedStorage, PgRunJournal,
+    PgStorage, PgTurnJournal, PgTurnJournalOptions, PostgresConfig,
 };
 use deermem_updater::DeerMemConfig;
 
@@ -22,7 +22,7 @@ pub struct PostgresStorage {
     /// What the engine uses: the storage itself, or (with an embedder) the storage with its
     /// search answered by the hybrid retrieval over its facts and their vectors.
     memory: Arc<dyn MemoryStorage>,
-    store: PgStore,
+    store: PgDatabase,
     config: PostgresConfig,
     /// What the start-up migration did.
     migration: MigrationOutcome,
@@ -47,7 +47,7 @@ impl PostgresStorage {
     }
 
     /// The connection pool (administrative reads).
-    pub fn store(&self) -> &PgStore {
+    pub fn store(&self) -> &PgDatabase {
         &self.store
     }
 
@@ -161,7 +161,7 @@ pub(super) fn open(
 fn with_search_by_meaning(
     cfg: &DeerMemConfig,
     storage: &Arc<PgStorage>,
-    store: &PgStore,
+    store: &PgDatabase,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn MemoryStorage>, ConfigError> {
     let Some(embedder) = super::open_embedder(cfg)? else {
@@ -193,9 +193,9 @@ fn with_search_by_meaning(
 
 /// Connects and applies the pending migrations, on the caller's multi-threaded runtime when
 /// there is one (see [`open`]), else on a short-lived runtime of its own.
-fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgStore, MigrationOutcome), PgError> {
+fn connect_and_migrate(config: &PostgresConfig) -> Result<(PgDatabase, MigrationOutcome), PgError> {
     let work = async {
-        let store = PgStore::connect(config).await?;
+        let store = PgDatabase::connect(config).await?;
         let migration = store.migrate().await?;
         Ok::<_, PgError>((store, migration))
     };
@@ -258,7 +258,7 @@ pub fn remote_cursors(
         DeerMemConfig::from_backend_config_with_sections(&selection, super::STORAGE_SECTIONS)?;
     let mut config = postgres_config(&cfg, env)?;
     // Cursors are read and written in transactions of their own: no read leases, no listener.
-    config.coherence = deermem_store_postgres::Coherence::RevisionCheck;
+    config.coherence = deermem_storage_postgres::Coherence::RevisionCheck;
     let (store, _) = connect_and_migrate(&config)?;
     Ok(Arc::new(PgCursors::new(store)))
 }

@@ -73,10 +73,10 @@ const STORAGES: [StorageEntry; 2] = [
     StorageEntry {
         class: StorageClass::Postgres,
         names: &["postgres"],
-        feature: "store-postgres",
-        #[cfg(feature = "store-postgres")]
+        feature: "storage-postgres",
+        #[cfg(feature = "storage-postgres")]
         open: Some(open_postgres),
-        #[cfg(not(feature = "store-postgres"))]
+        #[cfg(not(feature = "storage-postgres"))]
         open: None,
         default_retrieval: "postgres",
         refused_retrieval: (
@@ -175,7 +175,7 @@ fn open_file(
 /// PostgreSQL: its search is the database's own, so the storage root and `with_retrieval` do
 /// not apply (with an embedder, search by meaning runs over the facts with their vectors in
 /// the same database).
-#[cfg(feature = "store-postgres")]
+#[cfg(feature = "storage-postgres")]
 fn open_postgres(
     cfg: &DeerMemConfig,
     _root: PathBuf,

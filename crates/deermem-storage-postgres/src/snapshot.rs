@@ -1,6 +1,6 @@
 //! Whole-user snapshots, an administrative operation for moving data to and from another
-//! storage (`deermem migrate --from/--to`): [`PgStore::list_buckets`],
-//! [`PgStore::read_snapshot`] and [`PgStore::write_snapshot`] read and write one user bucket
+//! storage (`deermem migrate --from/--to`): [`PgDatabase::list_buckets`],
+//! [`PgDatabase::read_snapshot`] and [`PgDatabase::write_snapshot`] read and write one user bucket
 //! with every stored value kept (revisions, timestamps, the raw user id each fact records, the
 //! sidecars' key order). A write is one transaction with the user's row locked and the
 //! replicas' read leases on the bucket revoked: a bucket is either wholly copied or untouched,
@@ -13,7 +13,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::PgError;
 use crate::lease::FENCE_SQL;
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 use crate::stored::{decode_fact, decode_sections, encode_sections, write_fact, write_user};
 
 fn statement(context: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError {
@@ -27,7 +27,7 @@ fn corrupt(bucket: &str, what: &str, e: impl std::fmt::Display) -> PgError {
     }
 }
 
-impl PgStore {
+impl PgDatabase {
     /// The user buckets holding a record, facts or metadata, sorted (byte order).
     ///
     /// # Errors

@@ -10,17 +10,17 @@ use deermem_core::ports::CursorStorage;
 use deermem_core::ports::cursors::ReadError;
 
 use crate::error::PgError;
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 
 /// Cursors in the `remote_cursors` table.
 #[derive(Clone, Debug)]
 pub struct PgCursors {
-    store: PgStore,
+    store: PgDatabase,
 }
 
 impl PgCursors {
     /// Cursors in `store`'s schema (migrated: the table comes with schema version 3).
-    pub fn new(store: PgStore) -> Self {
+    pub fn new(store: PgDatabase) -> Self {
         Self { store }
     }
 }

@@ -28,7 +28,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::repository::PgStorage;
 use crate::retrieval::backend;
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 
 /// The SHA-256 of a document's content: the text its vector is made from.
 pub(crate) fn content_digest(content: &str) -> Vec<u8> {
@@ -152,7 +152,7 @@ pub(crate) enum Unreadable {
 #[derive(Clone)]
 pub(crate) struct Vectors {
     pub(crate) source: Source,
-    pub(crate) store: PgStore,
+    pub(crate) store: PgDatabase,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -454,7 +454,7 @@ impl std::fmt::Debug for PgFactIndex {
 
 impl PgFactIndex {
     /// The index over `storage`'s facts; `store` is its pool (already migrated).
-    pub fn new(storage: Arc<PgStorage>, store: PgStore, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(storage: Arc<PgStorage>, store: PgDatabase, clock: Arc<dyn Clock>) -> Self {
         Self {
             storage,
             vectors: Vectors {

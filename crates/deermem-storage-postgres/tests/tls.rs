@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use deermem_store_postgres::{PgError, PgStore, PostgresConfig, TlsMode};
+use deermem_storage_postgres::{PgDatabase, PgError, PostgresConfig, TlsMode};
 use deermem_testkit::pgcluster::{PgCluster, ServerTls};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
@@ -56,7 +56,7 @@ fn config(url: &str, mode: TlsMode, ca_file: Option<&Path>) -> PostgresConfig {
 }
 
 /// Whether this session's connection is encrypted, as the server sees it.
-async fn encrypted(store: &PgStore) -> bool {
+async fn encrypted(store: &PgDatabase) -> bool {
     let client = store.client().await.unwrap();
     client
         .query_one(
@@ -68,7 +68,7 @@ async fn encrypted(store: &PgStore) -> bool {
         .get(0)
 }
 
-fn expect_tls_error(result: Result<PgStore, PgError>, wanted: &str) -> String {
+fn expect_tls_error(result: Result<PgDatabase, PgError>, wanted: &str) -> String {
     match result {
         Err(PgError::Tls { message }) => {
             assert!(
@@ -97,19 +97,19 @@ async fn tls_modes_against_a_server_with_ssl_on() {
     assert_ne!(by_ip, by_name);
 
     // disable: a plain connection (the server still accepts those).
-    let plain = PgStore::connect(&config(&by_ip, TlsMode::Disable, None))
+    let plain = PgDatabase::connect(&config(&by_ip, TlsMode::Disable, None))
         .await
         .unwrap();
     assert!(!encrypted(&plain).await, "disable must not encrypt");
 
     // require: encrypted, the certificate not checked (neither issuer nor name).
-    let store = PgStore::connect(&config(&by_ip, TlsMode::Require, None))
+    let store = PgDatabase::connect(&config(&by_ip, TlsMode::Require, None))
         .await
         .unwrap();
     assert!(encrypted(&store).await, "require must encrypt");
 
     // verify-full with the right CA and the certificate's name.
-    let store = PgStore::connect(&config(&by_name, TlsMode::VerifyFull, Some(&ca)))
+    let store = PgDatabase::connect(&config(&by_name, TlsMode::VerifyFull, Some(&ca)))
         .await
         .unwrap();
     assert!(encrypted(&store).await, "verify-full must encrypt");
@@ -117,31 +117,31 @@ async fn tls_modes_against_a_server_with_ssl_on() {
 
     // verify-full with a CA that did not sign the server's certificate.
     let message = expect_tls_error(
-        PgStore::connect(&config(&by_name, TlsMode::VerifyFull, Some(&wrong_ca))).await,
+        PgDatabase::connect(&config(&by_name, TlsMode::VerifyFull, Some(&wrong_ca))).await,
         "UnknownIssuer",
     );
     assert!(message.contains("certificate"), "{message}");
 
     // verify-full with the right CA but a host the certificate does not name.
     expect_tls_error(
-        PgStore::connect(&config(&by_ip, TlsMode::VerifyFull, Some(&ca))).await,
+        PgDatabase::connect(&config(&by_ip, TlsMode::VerifyFull, Some(&ca))).await,
         "not valid for name",
     );
 
     // verify-full without a CA file trusts only the bundled public roots: a private CA fails.
     expect_tls_error(
-        PgStore::connect(&config(&by_name, TlsMode::VerifyFull, None)).await,
+        PgDatabase::connect(&config(&by_name, TlsMode::VerifyFull, None)).await,
         "UnknownIssuer",
     );
 
     // A CA file that is not PEM is a configuration error naming the key.
     let junk = write(files.path(), "junk.pem", "not a certificate\n");
-    match PgStore::connect(&config(&by_name, TlsMode::VerifyFull, Some(&junk))).await {
+    match PgDatabase::connect(&config(&by_name, TlsMode::VerifyFull, Some(&junk))).await {
         Err(PgError::Config { key, .. }) => assert_eq!(key, "postgres.tls.ca_file"),
         other => panic!("{other:?}"),
     }
     let missing = files.path().join("missing.pem");
-    match PgStore::connect(&config(&by_name, TlsMode::VerifyFull, Some(&missing))).await {
+    match PgDatabase::connect(&config(&by_name, TlsMode::VerifyFull, Some(&missing))).await {
         Err(PgError::Config { key, message }) => {
             assert_eq!(key, "postgres.tls.ca_file");
             assert!(message.contains("missing.pem"), "{message}");
@@ -151,19 +151,20 @@ async fn tls_modes_against_a_server_with_ssl_on() {
 
     // The URL's libpq parameters choose the same modes (`deermem migrate --to <URL>`).
     let url = format!("{by_name}?sslmode=verify-full&sslrootcert={}", ca.display());
-    let store = PgStore::connect(&PostgresConfig::from_url(&url).unwrap())
+    let store = PgDatabase::connect(&PostgresConfig::from_url(&url).unwrap())
         .await
         .unwrap();
     assert!(encrypted(&store).await);
-    let store =
-        PgStore::connect(&PostgresConfig::from_url(&format!("{by_ip}?sslmode=require")).unwrap())
-            .await
-            .unwrap();
+    let store = PgDatabase::connect(
+        &PostgresConfig::from_url(&format!("{by_ip}?sslmode=require")).unwrap(),
+    )
+    .await
+    .unwrap();
     assert!(encrypted(&store).await);
     // A URL asking for TLS while the mode says disable is refused, not downgraded.
     let mut c = config(&format!("{by_ip}?sslmode=require"), TlsMode::Disable, None);
     c.url = format!("{by_ip}?sslmode=require");
-    match PgStore::connect(&c).await {
+    match PgDatabase::connect(&c).await {
         Err(PgError::Config { key, .. }) => assert_eq!(key, "postgres.tls.mode"),
         other => panic!("{other:?}"),
     }
@@ -172,7 +173,7 @@ async fn tls_modes_against_a_server_with_ssl_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_against_a_server_without_tls_is_refused() {
     let cluster = PgCluster::start_fresh().unwrap_or_else(|e| panic!("{e}"));
-    let err = PgStore::connect(&config(cluster.url(), TlsMode::Require, None))
+    let err = PgDatabase::connect(&config(cluster.url(), TlsMode::Require, None))
         .await
         .unwrap_err();
     match &err {
@@ -180,7 +181,7 @@ async fn require_against_a_server_without_tls_is_refused() {
         other => panic!("{other:?}"),
     }
     // The plain connection works, so the refusal was about TLS alone.
-    PgStore::connect(&config(cluster.url(), TlsMode::Disable, None))
+    PgDatabase::connect(&config(cluster.url(), TlsMode::Disable, None))
         .await
         .unwrap();
 }

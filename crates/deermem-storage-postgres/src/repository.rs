@@ -38,7 +38,7 @@ use tokio_postgres::GenericClient;
 use crate::config::Coherence;
 use crate::lease::{FENCE_SQL, GRANT_SQL, LeasedUser};
 use crate::search::{self, Scored, Table};
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 use crate::stored::{
     DOCUMENT_VERSION, decode_fact, decode_sections, encode_sections, fresh_id, write_fact,
     write_user,
@@ -53,7 +53,7 @@ pub(crate) const DEFAULT_CACHE_MAX_SCOPES: usize = 4096;
 
 /// The storage ports over one PostgreSQL schema.
 pub struct PgStorage {
-    store: PgStore,
+    store: PgDatabase,
     clock: Arc<dyn Clock>,
     half_life_days: f64,
     audit_max_entries: usize,
@@ -205,7 +205,7 @@ impl PgStorage {
     /// The storage over `store` (already migrated), with the usage half-life in days and the
     /// audit bound of the file store's configuration.
     pub fn new(
-        store: PgStore,
+        store: PgDatabase,
         clock: Arc<dyn Clock>,
         half_life_days: f64,
         audit_max_entries: usize,

@@ -1,5 +1,5 @@
-//! The connection pool and the schema: [`PgStore::connect`] opens a pool whose connections use
-//! the configured schema and statement timeout, [`PgStore::migrate`] applies the versioned
+//! The connection pool and the schema: [`PgDatabase::connect`] opens a pool whose connections use
+//! the configured schema and statement timeout, [`PgDatabase::migrate`] applies the versioned
 //! migrations under `migrations/` (refinery) and refuses a database whose schema is newer than
 //! this build.
 
@@ -23,7 +23,7 @@ mod embedded {
 /// The refinery bookkeeping table, inside the configured schema.
 const HISTORY_TABLE: &str = "refinery_schema_history";
 
-/// What [`PgStore::migrate`] did.
+/// What [`PgDatabase::migrate`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MigrationOutcome {
     /// Versions applied by this call, in order (empty when the schema was current).
@@ -35,17 +35,17 @@ pub struct MigrationOutcome {
 /// A pool of connections to DeerMem's schema, and this replica's read leases (see
 /// [`crate::PgStorage`] and `docs/postgres.md`): one holder per store and its clones.
 #[derive(Clone)]
-pub struct PgStore {
+pub struct PgDatabase {
     pool: Pool,
     schema: String,
     coherence: Coherence,
     leases: Arc<LeaseHub>,
 }
 
-impl std::fmt::Debug for PgStore {
+impl std::fmt::Debug for PgDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let status = self.pool.status();
-        f.debug_struct("PgStore")
+        f.debug_struct("PgDatabase")
             .field("schema", &self.schema)
             .field("coherence", &self.coherence)
             .field("pool_size", &status.max_size)
@@ -64,7 +64,7 @@ pub fn known_schema_version() -> i64 {
         .unwrap_or(0)
 }
 
-impl PgStore {
+impl PgDatabase {
     /// Opens the pool and checks that a connection can be made. Does not migrate.
     ///
     /// # Errors

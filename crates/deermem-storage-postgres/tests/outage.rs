@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use deermem_core::ports::{FactRepository, MemoryStorageExt as _, ScopedSearch};
 use deermem_core::{AgentName, StorageError, UserId};
-use deermem_store_postgres::{Coherence, PgError, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_postgres::{Coherence, PgDatabase, PgError, PgStorage, PostgresConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::pgcluster::PgCluster;
 use deermem_testkit::storage::START;
@@ -46,7 +46,9 @@ async fn a_stopped_database_is_unavailable_and_the_storage_recovers_when_it_retu
     for coherence in [Coherence::Lease, Coherence::RevisionCheck] {
         let cluster = PgCluster::start_fresh().unwrap_or_else(|e| panic!("{e}"));
         let c = config(cluster.url(), coherence);
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        let store = PgDatabase::connect(&c)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
         let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
         let user = UserId::new("alice").unwrap();
@@ -111,7 +113,7 @@ async fn a_refused_connection_names_postgresqls_reason_without_the_password() {
     let cluster = PgCluster::start_fresh().unwrap_or_else(|e| panic!("{e}"));
 
     let missing = config(&cluster.database_url("no_such_db"), Coherence::Lease);
-    let e = PgStore::connect(&missing)
+    let e = PgDatabase::connect(&missing)
         .await
         .expect_err("no such database");
     assert!(matches!(e, PgError::Connect { .. }), "{e:?}");
@@ -132,7 +134,7 @@ async fn a_refused_connection_names_postgresqls_reason_without_the_password() {
     // The server reloads its configuration asynchronously: until it has, trust lets anyone in.
     let mut message = String::new();
     for _ in 0..50 {
-        match PgStore::connect(&config(&url, Coherence::Lease)).await {
+        match PgDatabase::connect(&config(&url, Coherence::Lease)).await {
             Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             Err(e) => {
                 assert!(e.is_unavailable(), "{e:?}");
@@ -154,7 +156,7 @@ async fn a_refused_connection_names_postgresqls_reason_without_the_password() {
     let right = cluster
         .url()
         .replacen("://deermem@", &format!("://pw_user:{password}@"), 1);
-    PgStore::connect(&config(&right, Coherence::Lease))
+    PgDatabase::connect(&config(&right, Coherence::Lease))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }

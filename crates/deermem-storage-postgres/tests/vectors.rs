@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use deermem_core::document::{ApplyOptions, ChangeSet};
 use deermem_core::ports::{Clock, FactRepository, ScopedSearch, VectorIndex};
 use deermem_core::{AgentName, Fact, FactId, Scope, UserId};
-use deermem_store_postgres::{PgFactIndex, PgIndexedStorage, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_postgres::{
+    PgDatabase, PgFactIndex, PgIndexedStorage, PgStorage, PostgresConfig,
+};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::pgcluster::PgCluster;
 use serde_json::{Value, json};
@@ -32,17 +34,17 @@ fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::at("2026-12-03T00:00:00Z"))
 }
 
-async fn store(url: &str, schema: &str) -> PgStore {
+async fn store(url: &str, schema: &str) -> PgDatabase {
     let mut c = PostgresConfig::new(url);
     c.schema = schema.into();
     c.pool_size = 4;
-    let store = PgStore::connect(&c).await.unwrap();
+    let store = PgDatabase::connect(&c).await.unwrap();
     store.migrate().await.unwrap();
     store
 }
 
 /// One replica: the storage and the index over its facts.
-async fn replica(url: &str, schema: &str) -> (Arc<PgStorage>, PgFactIndex, PgStore) {
+async fn replica(url: &str, schema: &str) -> (Arc<PgStorage>, PgFactIndex, PgDatabase) {
     let store = store(url, schema).await;
     let storage = Arc::new(PgStorage::new(store.clone(), clock(), 30.0, 200));
     let index = PgFactIndex::new(Arc::clone(&storage), store.clone(), clock());
@@ -135,7 +137,7 @@ async fn embed_all(index: &PgFactIndex) -> usize {
     index.put_vectors(MODEL, &tasks, &vectors).await.unwrap()
 }
 
-async fn vector_rows(store: &PgStore) -> i64 {
+async fn vector_rows(store: &PgDatabase) -> i64 {
     store
         .client()
         .await

@@ -2,7 +2,7 @@
 //! of hosts serve one memory. This crate is being built in steps; what exists today:
 //!
 //! - [`PostgresConfig`]: the `backend_config.postgres` keys, validated, the URL never shown;
-//! - [`PgStore`]: the connection pool (deadpool over tokio-postgres) whose connections work in
+//! - [`PgDatabase`]: the connection pool (deadpool over tokio-postgres) whose connections work in
 //!   the configured schema under the statement timeout, and the versioned schema migrations
 //!   (refinery, files under `migrations/`), applied under an advisory lock, with a refusal to
 //!   run against a schema newer than this build; TLS (`tls.mode` require / verify-full) on
@@ -63,7 +63,7 @@ pub use lease::LeaseStats;
 pub use repository::PgStorage;
 pub use retrieval::PgRetrieval;
 pub use run_journal::PgRunJournal;
-pub use store::{MigrationOutcome, PgStore, known_schema_version};
+pub use store::{MigrationOutcome, PgDatabase, known_schema_version};
 pub use turn_journal::{PgTurnJournal, PgTurnJournalOptions};
 pub use vectors::PgFactIndex;
 

@@ -15,8 +15,8 @@ use deermem_core::{
     AgentName, Fact, MatchType, Scope, SearchHit, SearchQuery, StorageError, UserId,
 };
 use deermem_retrieval_fts5::Fts5Retrieval;
-use deermem_storage_file::{FileMemoryStorage, FileStorageConfig};
-use deermem_store_postgres::{PgRetrieval, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_file::{FileStorage, FileStorageConfig};
+use deermem_storage_postgres::{PgDatabase, PgRetrieval, PgStorage, PostgresConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::pgcluster::PgCluster;
 use serde_json::{Value, json};
@@ -34,11 +34,11 @@ fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::at("2026-12-03T00:00:00Z"))
 }
 
-async fn store(cluster: &PgCluster, schema: &str) -> PgStore {
+async fn store(cluster: &PgCluster, schema: &str) -> PgDatabase {
     let mut c = PostgresConfig::new(cluster.url());
     c.schema = schema.into();
     c.pool_size = 4;
-    let store = PgStore::connect(&c).await.unwrap();
+    let store = PgDatabase::connect(&c).await.unwrap();
     store.migrate().await.unwrap();
     store
 }
@@ -51,7 +51,7 @@ async fn fixture_facts() -> (Vec<(Scope, Fact)>, tempfile::TempDir) {
         &deermem_testkit::fixtures::python_deermem_path("v2-root"),
         tmp.path(),
     );
-    let files = FileMemoryStorage::new(FileStorageConfig::new(tmp.path()), clock(), None).unwrap();
+    let files = FileStorage::new(FileStorageConfig::new(tmp.path()), clock(), None).unwrap();
     let expected = deermem_testkit::fixtures::python_expected();
     let mut out = Vec::new();
     for key in expected["v2"].as_object().unwrap().keys() {

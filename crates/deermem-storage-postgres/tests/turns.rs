@@ -16,7 +16,7 @@ use deermem_core::ports::TurnJournal;
 use deermem_core::ports::turn_journal::{
     ClaimRequest, TurnFilter, TurnId, TurnJournalError, TurnState,
 };
-use deermem_store_postgres::{PgStore, PgTurnJournal, PgTurnJournalOptions, PostgresConfig};
+use deermem_storage_postgres::{PgDatabase, PgTurnJournal, PgTurnJournalOptions, PostgresConfig};
 use deermem_testkit::pgcluster::PgCluster;
 use deermem_testkit::turn_journal::{T0, TurnJournalFixture, turn};
 
@@ -40,7 +40,7 @@ fn config(url: &str, schema: &str) -> PostgresConfig {
 
 /// A replica's journal: a pool of its own on `schema`, migrated.
 async fn replica(url: &str, schema: &str, options: PgTurnJournalOptions) -> PgTurnJournal {
-    let store = PgStore::connect(&config(url, schema))
+    let store = PgDatabase::connect(&config(url, schema))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
@@ -310,7 +310,9 @@ async fn a_stopped_database_is_unavailable_without_the_password_and_the_journal_
         .replacen("://deermem@", &format!("://turns_user:{password}@"), 1);
     let mut c = config(&url, &next_schema());
     c.connect_timeout_seconds = 1.0;
-    let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = PgDatabase::connect(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
     let j = PgTurnJournal::new(store, PgTurnJournalOptions::default());
     j.append(turn("t1", Some("alice"), 1)).await.unwrap();

@@ -20,12 +20,12 @@ use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 
 use crate::search::{self, Scored, Table};
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 use crate::vectors::{Source, Vectors};
 
 /// The retrieval port over the `search_docs` table of one schema.
 pub struct PgRetrieval {
-    store: PgStore,
+    store: PgDatabase,
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
 }
@@ -250,7 +250,7 @@ async fn delete_all_but(
 
 impl PgRetrieval {
     /// The index over `store` (already migrated).
-    pub fn new(store: PgStore, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(store: PgDatabase, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
             clock,

@@ -22,7 +22,7 @@ use deermem_core::{AgentName, Message, Timestamp, UserId};
 use tokio_postgres::Row;
 
 use crate::error::{PgError, db_message, is_unavailable};
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 
 /// Settings of a [`PgTurnJournal`] (those of the file journal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl Default for PgTurnJournalOptions {
 /// The turn journal in the database (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct PgTurnJournal {
-    store: PgStore,
+    store: PgDatabase,
     options: PgTurnJournalOptions,
 }
 
@@ -163,7 +163,7 @@ fn items_from(rows: &[Row]) -> Vec<TurnItem> {
 impl PgTurnJournal {
     /// The journal in `store`'s schema (migrated: the table comes with schema version 6),
     /// sharing its pool.
-    pub fn new(store: PgStore, options: PgTurnJournalOptions) -> Self {
+    pub fn new(store: PgDatabase, options: PgTurnJournalOptions) -> Self {
         Self { store, options }
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use deermem_core::document::{ApplyOptions, ChangeSet, SummaryPatch};
 use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
 use deermem_core::{AgentName, MemoryDocument, Timestamp, UserId};
-use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+use deermem_storage_postgres::{Coherence, PgDatabase, PgStorage, PostgresConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::pgcluster::PgCluster;
 use deermem_testkit::storage::START;
@@ -33,14 +33,16 @@ fn next_schema() -> String {
     )
 }
 
-async fn replica(url: &str, schema: &str, lease_seconds: f64) -> (PgStore, Arc<PgStorage>) {
+async fn replica(url: &str, schema: &str, lease_seconds: f64) -> (PgDatabase, Arc<PgStorage>) {
     let mut c = PostgresConfig::new(url);
     c.schema = schema.into();
     c.pool_size = 3;
     c.connect_timeout_seconds = 1.0;
     c.coherence = Coherence::Lease;
     c.lease_seconds = lease_seconds;
-    let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = PgDatabase::connect(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
     let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
     (store, Arc::new(storage))
@@ -61,7 +63,7 @@ fn contents(doc: &MemoryDocument) -> Vec<String> {
 
 /// Loads until `store`'s replica holds a lease on the user and serves a load without a
 /// statement (the listener connects in the background after the first load).
-async fn until_warm(store: &PgStore, s: &PgStorage, user: &UserId, agent: &AgentName) {
+async fn until_warm(store: &PgDatabase, s: &PgStorage, user: &UserId, agent: &AgentName) {
     for _ in 0..500 {
         let before = store.lease_stats().warm_reads;
         s.load(Some(user), Some(agent)).await.unwrap();
@@ -435,18 +437,20 @@ async fn a_write_without_the_fence_is_refused() {
 const LONG_LEASE: f64 = 20.0;
 
 /// A process that takes no leases (the CLI: `coherence` forced to `revision_check`).
-async fn short_lived(url: &str, schema: &str) -> (PgStore, Arc<PgStorage>) {
+async fn short_lived(url: &str, schema: &str) -> (PgDatabase, Arc<PgStorage>) {
     let mut c = PostgresConfig::new(url);
     c.schema = schema.into();
     c.pool_size = 2;
     c.connect_timeout_seconds = 1.0;
     c.coherence = Coherence::RevisionCheck;
-    let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = PgDatabase::connect(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
     (store, Arc::new(storage))
 }
 
-async fn lease_rows(store: &PgStore, holder: &str) -> i64 {
+async fn lease_rows(store: &PgDatabase, holder: &str) -> i64 {
     store
         .client()
         .await
@@ -463,8 +467,8 @@ async fn lease_rows(store: &PgStore, holder: &str) -> i64 {
 /// No waiting on a lease: the write revoked holders, heard every answer, and its time is well
 /// under the lease it would otherwise have waited out.
 fn assert_no_lease_waited(
-    store: &PgStore,
-    before: deermem_store_postgres::LeaseStats,
+    store: &PgDatabase,
+    before: deermem_storage_postgres::LeaseStats,
     took: Duration,
     holders: u64,
 ) {

@@ -4,9 +4,9 @@
 use deermem_core::{AgentName, UserId};
 
 use crate::error::PgError;
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 
-impl PgStore {
+impl PgDatabase {
     /// The raw ids of the users the database holds data for, sorted: the id recorded in one of
     /// the user's facts, else the bucket itself when it is a valid id of its own bucket. The
     /// legacy root layout (the empty bucket) is not a user.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use deermem_store_postgres::{PgError, PgStore, PostgresConfig, known_schema_version};
+use deermem_storage_postgres::{PgDatabase, PgError, PostgresConfig, known_schema_version};
 use deermem_testkit::pgcluster::PgCluster;
 
 fn config(url: &str, schema: &str) -> PostgresConfig {
@@ -16,7 +16,7 @@ fn config(url: &str, schema: &str) -> PostgresConfig {
     c
 }
 
-async fn tables(store: &PgStore) -> Vec<String> {
+async fn tables(store: &PgDatabase) -> Vec<String> {
     let client = store.client().await.unwrap();
     client
         .query(
@@ -32,7 +32,7 @@ async fn tables(store: &PgStore) -> Vec<String> {
 }
 
 async fn fresh_schema_is_created_and_migrated_once(url: &str) {
-    let store = PgStore::connect(&config(url, "fresh")).await.unwrap();
+    let store = PgDatabase::connect(&config(url, "fresh")).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), None);
     let first = store.migrate().await.unwrap();
     assert_eq!(first.version, known_schema_version());
@@ -75,7 +75,7 @@ async fn fresh_schema_is_created_and_migrated_once(url: &str) {
 }
 
 async fn replicas_starting_together_take_turns(url: &str) {
-    let stores: Vec<PgStore> = futures_join(url).await;
+    let stores: Vec<PgDatabase> = futures_join(url).await;
     let outcomes = {
         let mut handles = Vec::new();
         for s in stores {
@@ -96,16 +96,16 @@ async fn replicas_starting_together_take_turns(url: &str) {
     assert!(outcomes.iter().all(|o| o.version == known_schema_version()));
 }
 
-async fn futures_join(url: &str) -> Vec<PgStore> {
+async fn futures_join(url: &str) -> Vec<PgDatabase> {
     let mut stores = Vec::new();
     for _ in 0..4 {
-        stores.push(PgStore::connect(&config(url, "racing")).await.unwrap());
+        stores.push(PgDatabase::connect(&config(url, "racing")).await.unwrap());
     }
     stores
 }
 
 async fn a_newer_schema_is_refused_and_left_alone(url: &str) {
-    let store = PgStore::connect(&config(url, "newer")).await.unwrap();
+    let store = PgDatabase::connect(&config(url, "newer")).await.unwrap();
     store.migrate().await.unwrap();
     let client = store.client().await.unwrap();
     client
@@ -140,11 +140,11 @@ async fn hostile_schema_names_never_reach_sql(url: &str) {
     let mut c = config(url, "ok");
     c.schema = "x\"; DROP SCHEMA fresh CASCADE; --".into();
     assert!(matches!(
-        PgStore::connect(&c).await,
+        PgDatabase::connect(&c).await,
         Err(PgError::Config { .. })
     ));
     // The schema of the first scenario is still there.
-    let store = PgStore::connect(&config(url, "fresh")).await.unwrap();
+    let store = PgDatabase::connect(&config(url, "fresh")).await.unwrap();
     assert_eq!(
         store.schema_version().await.unwrap(),
         Some(known_schema_version())
@@ -152,7 +152,7 @@ async fn hostile_schema_names_never_reach_sql(url: &str) {
 }
 
 async fn bad_urls_and_unreachable_servers_are_typed_errors() {
-    let err = PgStore::connect(&PostgresConfig::new("postgres://u:hunter2@[::1"))
+    let err = PgDatabase::connect(&PostgresConfig::new("postgres://u:hunter2@[::1"))
         .await
         .unwrap_err();
     assert!(matches!(err, PgError::Url { .. }), "{err:?}");
@@ -164,7 +164,7 @@ async fn bad_urls_and_unreachable_servers_are_typed_errors() {
     };
     let mut c = PostgresConfig::new(format!("postgres://u:hunter2@127.0.0.1:{port}/db"));
     c.connect_timeout_seconds = 2.0;
-    let err = tokio::time::timeout(Duration::from_secs(30), PgStore::connect(&c))
+    let err = tokio::time::timeout(Duration::from_secs(30), PgDatabase::connect(&c))
         .await
         .expect("the connect timeout bounds the attempt")
         .unwrap_err();

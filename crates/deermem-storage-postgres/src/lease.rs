@@ -1,7 +1,7 @@
 //! Read leases: how a replica serves a user's row and cached facts without a round trip and
 //! still never serves a scope older than a write another replica has acknowledged.
 //!
-//! Each [`crate::PgStore`] (one per replica) is a *holder* with a random id and one dedicated
+//! Each [`crate::PgDatabase`] (one per replica) is a *holder* with a random id and one dedicated
 //! connection, outside the pool, that `LISTEN`s on the channel `deermem_<holder>`. A cold read
 //! takes a lease on the user's bucket in the statement that reads the user's row (the row
 //! `FOR SHARE`, the lease row upserted with `expires_at = now() + d`); the lease is valid here

@@ -17,14 +17,14 @@ use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
 use crate::error::PgError;
-use crate::store::PgStore;
+use crate::store::PgDatabase;
 
 /// The most connections the journal's own pool opens (one small transaction per record).
 const JOURNAL_POOL_SIZE: usize = 2;
 
 /// The run journal in the database.
 pub struct PgRunJournal {
-    store: PgStore,
+    store: PgDatabase,
     clock: Arc<dyn Clock>,
 }
 
@@ -47,14 +47,14 @@ impl PgRunJournal {
     /// Connects and applies pending migrations.
     ///
     /// # Errors
-    /// As [`PgStore::connect`] and [`PgStore::migrate`].
+    /// As [`PgDatabase::connect`] and [`PgDatabase::migrate`].
     pub async fn open(config: &PostgresConfig, clock: Arc<dyn Clock>) -> Result<Self, PgError> {
         // The journal's own pool: no read leases (it serves no facts, so no listener), at most
         // two connections, and none kept open from the start-up migration.
         let mut own = config.clone();
         own.coherence = crate::Coherence::RevisionCheck;
         own.pool_size = own.pool_size.min(JOURNAL_POOL_SIZE);
-        let store = PgStore::connect(&own).await?;
+        let store = PgDatabase::connect(&own).await?;
         store.migrate().await?;
         store.close_idle();
         Ok(Self { store, clock })

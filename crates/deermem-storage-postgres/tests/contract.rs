@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use deermem_core::ports::run_journal::{EventQuery, EventsLookup, JournalError, RecordOutcome};
 use deermem_core::ports::{Clock, RunEventStore};
 use deermem_core::{Timestamp, UserId};
-use deermem_store_postgres::{PgRunJournal, PostgresConfig};
+use deermem_storage_postgres::{PgRunJournal, PostgresConfig};
 use deermem_testkit::clock::ManualClock;
 use deermem_testkit::pgcluster::PgCluster;
 use deermem_testkit::run_journal::RunJournalFixture;
@@ -26,11 +26,15 @@ fn next_schema() -> String {
 }
 
 /// A pool of `pool_size` connections on `schema`, migrated.
-async fn migrated(url: &str, schema: &str, pool_size: usize) -> deermem_store_postgres::PgStore {
+async fn migrated(
+    url: &str,
+    schema: &str,
+    pool_size: usize,
+) -> deermem_storage_postgres::PgDatabase {
     let mut c = PostgresConfig::new(url);
     c.schema = schema.into();
     c.pool_size = pool_size;
-    let store = deermem_store_postgres::PgStore::connect(&c)
+    let store = deermem_storage_postgres::PgDatabase::connect(&c)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
@@ -68,7 +72,7 @@ deermem_testkit::run_journal_contract!(fixture());
 mod storage {
     use std::sync::Arc;
 
-    use deermem_store_postgres::PgStorage;
+    use deermem_storage_postgres::PgStorage;
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::{START, StorageFixture};
@@ -92,7 +96,7 @@ mod storage {
 mod storage_revision_check {
     use std::sync::Arc;
 
-    use deermem_store_postgres::{Coherence, PgStorage, PgStore, PostgresConfig};
+    use deermem_storage_postgres::{Coherence, PgDatabase, PgStorage, PostgresConfig};
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::{START, StorageFixture};
@@ -103,7 +107,9 @@ mod storage_revision_check {
         c.schema = super::next_schema();
         c.pool_size = 4;
         c.coherence = Coherence::RevisionCheck;
-        let store = PgStore::connect(&c).await.unwrap_or_else(|e| panic!("{e}"));
+        let store = PgDatabase::connect(&c)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
         let clock = Arc::new(ManualClock::at(START));
         StorageFixture {
@@ -120,7 +126,7 @@ mod storage_revision_check {
 mod retrieval {
     use std::sync::Arc;
 
-    use deermem_store_postgres::PgRetrieval;
+    use deermem_storage_postgres::PgRetrieval;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::retrieval::RetrievalFixture;
 
@@ -144,7 +150,7 @@ mod retrieval {
 mod vectors {
     use std::sync::Arc;
 
-    use deermem_store_postgres::PgRetrieval;
+    use deermem_storage_postgres::PgRetrieval;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::vector_index::VectorIndexFixture;
 
@@ -278,7 +284,7 @@ fn replicas_commit_to_one_user_without_losing_updates() {
     use deermem_core::document::{ApplyOptions, ChangeSet};
     use deermem_core::ports::FactRepository;
     use deermem_core::{AgentName, UserId};
-    use deermem_store_postgres::{PgStorage, PgStore};
+    use deermem_storage_postgres::{PgDatabase, PgStorage};
     use serde_json::json;
 
     let cluster = PgCluster::start().unwrap_or_else(|e| panic!("{e}"));
@@ -293,7 +299,7 @@ fn replicas_commit_to_one_user_without_losing_updates() {
         c.schema = schema.clone();
         c.pool_size = 4;
         rt.block_on(async {
-            let store = PgStore::connect(&c).await.unwrap();
+            let store = PgDatabase::connect(&c).await.unwrap();
             store.migrate().await.unwrap();
             Arc::new(PgStorage::new(store, clock(), 30.0, 200))
         })
@@ -364,7 +370,7 @@ fn replicas_commit_to_one_user_without_losing_updates() {
 /// The remote backends' cursor-store port, on the `remote_cursors` table: the behaviour the
 /// cursor files also pass, with the two handles on one database as two replicas (two pools).
 mod cursors {
-    use deermem_store_postgres::PgCursors;
+    use deermem_storage_postgres::PgCursors;
     use deermem_testkit::pgcluster::PgCluster;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,12 +410,12 @@ mod replica_cache {
 
     use deermem_core::ports::{FactRepository, MemoryStorageExt as _};
     use deermem_core::{AgentName, UserId};
-    use deermem_store_postgres::{PgStorage, PgStore};
+    use deermem_storage_postgres::{PgDatabase, PgStorage};
     use deermem_testkit::clock::ManualClock;
     use deermem_testkit::pgcluster::PgCluster;
     use deermem_testkit::storage::START;
 
-    async fn replica(url: &str, schema: &str) -> (PgStore, PgStorage) {
+    async fn replica(url: &str, schema: &str) -> (PgDatabase, PgStorage) {
         let store = super::migrated(url, schema, 2).await;
         let storage = PgStorage::new(store.clone(), Arc::new(ManualClock::at(START)), 30.0, 200);
         (store, storage)
