@@ -212,7 +212,7 @@ const GATHER_MAX: usize = 256;
 
 /// Decoded facts kept in memory.
 const DECODED_CACHE: usize = 4096;
-/// Bytes of decoded scope vectors kept in memory ([`VectorCache`]): about 20,000 vectors of
+/// Bytes of decoded scope vectors kept in memory (`fts5.scope_vectors`): about 20,000 vectors of
 /// 384 dimensions.
 pub const VECTOR_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// The name the decoded scope vectors are reported under (bytes).
