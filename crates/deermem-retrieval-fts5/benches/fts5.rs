@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the FTS5 adapter on a generated corpus of 20,000 facts over 200
-//! scopes (fixed seed): full rebuild, and top-10 search within one scope. Under `cargo bench`
-//! it also prints the index size, the rebuild time and search p50/p99 over 5,000 queries.
+//! scopes (fixed seed; `DEERMEM_BENCH_FACTS` sets another size, 100 facts a scope): full
+//! rebuild, and top-10 search within one scope. Under `cargo bench` it also prints the index
+//! size, the rebuild time and search p50/p99 over 5,000 queries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,9 +17,16 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, json};
 
-const FACTS: usize = 20_000;
-const USERS: usize = 40;
+/// Facts in the corpus: 20,000, or `DEERMEM_BENCH_FACTS` (scopes grow with it, 100 facts each).
+fn facts_wanted() -> usize {
+    std::env::var("DEERMEM_BENCH_FACTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
 const AGENTS: usize = 5;
+/// Facts per scope.
+const SCOPE_FACTS: usize = 100;
 const VOCAB: usize = 4_000;
 const SEED: u64 = 0x00de_e3e3;
 
@@ -72,8 +80,9 @@ fn zipf(rng: &mut StdRng) -> usize {
 }
 
 fn scopes() -> Vec<Scope> {
-    let mut v = Vec::with_capacity(USERS * AGENTS);
-    for u in 0..USERS {
+    let users = (facts_wanted() / SCOPE_FACTS / AGENTS).max(1);
+    let mut v = Vec::with_capacity(users * AGENTS);
+    for u in 0..users {
         for a in 0..AGENTS {
             v.push(Scope::new(
                 Some(UserId::new(format!("user{u}@example.com")).expect("user")),
@@ -89,8 +98,9 @@ fn corpus() -> (Vec<(Scope, Fact)>, Vec<String>, Vec<Scope>) {
     let vocab = vocabulary(&mut rng);
     let scopes = scopes();
     let now = Timestamp::parse_iso("2026-12-01T00:00:00Z").expect("time");
-    let mut facts = Vec::with_capacity(FACTS);
-    for i in 0..FACTS {
+    let wanted = facts_wanted();
+    let mut facts = Vec::with_capacity(wanted);
+    for i in 0..wanted {
         let s = &scopes[i % scopes.len()];
         let words = rng.random_range(8..24);
         let mut content: Vec<&str> = (0..words).map(|_| vocab[zipf(&mut rng)].as_str()).collect();

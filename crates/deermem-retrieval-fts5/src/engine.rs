@@ -213,6 +213,7 @@ pub const MMAP_BYTES: u64 = 16 * 1024 * 1024;
 pub(crate) fn configure(conn: &Connection, writer: bool, busy_ms: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_millis(busy_ms))?;
     conn.set_prepared_statement_cache_capacity(256);
+    crate::tf::register(conn)?;
     // Searches touch postings all over the file: a page cache and memory-mapped reads avoid a
     // read syscall and a copy per page. Both are bounded per connection (and the pool keeps at
     // most `max_idle_readers` readers besides the writer), so the memory the index takes in a
@@ -831,70 +832,175 @@ pub(crate) struct Candidate {
     pub(crate) scope_index: usize,
 }
 
+/// How one scope search ranks its matches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScopeSearch<'a> {
+    /// The FTS5 expression.
+    pub(crate) expr: &'a str,
+    /// Whether `expr` is the plain-words OR (its matches are every scope document holding a
+    /// term, so BM25's statistics can be taken from them, see [`crate::tf`]).
+    pub(crate) plain: bool,
+    /// Only this category.
+    pub(crate) category: Option<&'a str>,
+    /// How many candidates to keep.
+    pub(crate) per_scope: usize,
+    /// Whether the query holds CJK letters.
+    pub(crate) has_cjk: bool,
+    /// The time decay's "now".
+    pub(crate) now: Timestamp,
+}
+
 /// Runs one MATCH expression within one scope: the reference's engine search with
-/// `top_k_e = per_scope` (SQL limit `2 * per_scope`), scored and cut to `per_scope`.
-#[allow(clippy::too_many_arguments)]
+/// `top_k_e = per_scope` (the `2 * per_scope` best by BM25), scored and cut to `per_scope`.
+///
+/// A plain expression is ranked by BM25 over the scope ([`crate::tf`]); any other by FTS5's
+/// `bm25()`, whose statistics are the shard's.
 pub(crate) fn search_scope(
     conn: &Connection,
     key: i64,
-    expr: &str,
-    category: Option<&str>,
-    per_scope: usize,
-    has_cjk: bool,
-    now: Timestamp,
+    q: &ScopeSearch<'_>,
     scope_index: usize,
 ) -> rusqlite::Result<Vec<Candidate>> {
+    let limit = q.per_scope.saturating_mul(2);
+    let mut ranked = if q.plain {
+        scope_bm25_matches(conn, key, q)?
+    } else {
+        shard_bm25_matches(conn, key, q, limit)?
+    };
+    ranked.truncate(limit);
+    let mut out: Vec<Candidate> = ranked
+        .into_iter()
+        .map(|m| Candidate {
+            id: m.id,
+            rel: m.rel,
+            score: score::final_score(m.rel, score::decay(q.now, m.created), m.confidence),
+            cjk_only: m.cjk_only,
+            scope_index,
+        })
+        .collect();
+    // Stable: ties keep BM25 order.
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out.truncate(q.per_scope);
+    Ok(out)
+}
+
+/// One match before the final score.
+struct Match {
+    id: i64,
+    rel: f64,
+    created: Option<i64>,
+    confidence: f64,
+    cjk_only: bool,
+}
+
+/// The matches ranked by FTS5's `bm25()`, best first (ties by rowid), at most `limit`.
+fn shard_bm25_matches(
+    conn: &Connection,
+    key: i64,
+    q: &ScopeSearch<'_>,
+    limit: usize,
+) -> rusqlite::Result<Vec<Match>> {
     let (lo, hi) = scope_range(key);
-    let limit = i64::try_from(per_scope.saturating_mul(2)).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let t = format!("fts_{}", shard_of_key(key));
     let sql = format!(
         "SELECT {t}.rowid, bm25({t}), docs.created_us, docs.confidence{extra}
          FROM {t} JOIN docs ON docs.id = {t}.rowid
          WHERE {t} MATCH ?1 AND {t}.rowid BETWEEN ?2 AND ?3{cat}
          ORDER BY 2, 1 LIMIT ?4",
-        extra = if has_cjk {
+        extra = if q.has_cjk {
             format!(", bm25({t}, 1.0, 0.0)")
         } else {
             String::new()
         },
-        cat = if category.is_some() {
+        cat = if q.category.is_some() {
             " AND docs.category = ?5"
         } else {
             ""
         },
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let map_row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<Candidate> {
-        let id: i64 = r.get(0)?;
+    let has_cjk = q.has_cjk;
+    let map_row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<Match> {
         let bm25: f64 = r.get(1)?;
-        let created: Option<i64> = r.get(2)?;
-        let confidence: f64 = r.get(3)?;
         let cjk_only = if has_cjk {
             let body: f64 = r.get(4)?;
             body == 0.0
         } else {
             false
         };
-        let rel = -bm25;
-        Ok(Candidate {
-            id,
-            rel,
-            score: score::final_score(rel, score::decay(now, created), confidence),
+        Ok(Match {
+            id: r.get(0)?,
+            rel: -bm25,
+            created: r.get(2)?,
+            confidence: r.get(3)?,
             cjk_only,
-            scope_index,
         })
     };
-    let mut out: Vec<Candidate> = match category {
+    match q.category {
         Some(c) => stmt
-            .query_map(params![expr, lo, hi, limit, c], map_row)?
-            .collect::<rusqlite::Result<_>>()?,
+            .query_map(params![q.expr, lo, hi, limit, c], map_row)?
+            .collect(),
         None => stmt
-            .query_map(params![expr, lo, hi, limit], map_row)?
-            .collect::<rusqlite::Result<_>>()?,
-    };
-    // Stable: ties keep BM25 order.
-    out.sort_by(|a, b| b.score.total_cmp(&a.score));
-    out.truncate(per_scope);
+            .query_map(params![q.expr, lo, hi, limit], map_row)?
+            .collect(),
+    }
+}
+
+/// Every match of a plain expression in the scope, ranked by BM25 with the scope's document
+/// count and document frequencies (all categories count towards them; the category filter
+/// applies after), best first, ties by rowid (the order of `ORDER BY bm25, rowid`).
+fn scope_bm25_matches(
+    conn: &Connection,
+    key: i64,
+    q: &ScopeSearch<'_>,
+) -> rusqlite::Result<Vec<Match>> {
+    let (lo, hi) = scope_range(key);
+    let t = format!("fts_{}", shard_of_key(key));
+    let sql = format!(
+        "SELECT {t}.rowid, {f}({t}), docs.created_us, docs.confidence, docs.category
+         FROM {t} JOIN docs ON docs.id = {t}.rowid
+         WHERE {t} MATCH ?1 AND {t}.rowid BETWEEN ?2 AND ?3",
+        f = crate::tf::NAME,
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params![q.expr, lo, hi], |r| {
+            let blob = r.get_ref(1)?.as_blob()?;
+            let tf = crate::tf::RowTf::decode(blob).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    1,
+                    rusqlite::types::Type::Blob,
+                    "not a term-frequency record".into(),
+                )
+            })?;
+            let in_category = match q.category {
+                Some(c) => r.get_ref(4)?.as_str()? == c,
+                None => true,
+            };
+            Ok((r.get::<_, i64>(0)?, tf, r.get(2)?, r.get(3)?, in_category))
+        })?
+        .collect::<rusqlite::Result<Vec<(i64, crate::tf::RowTf, Option<i64>, f64, bool)>>>()?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let docs: i64 = conn
+        .prepare_cached("SELECT count(*) FROM docs WHERE scope_key = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    let tfs: Vec<&crate::tf::RowTf> = rows.iter().map(|r| &r.1).collect();
+    let bm25 = crate::tf::ScopeBm25::new(docs, &tfs);
+    let mut out: Vec<Match> = rows
+        .iter()
+        .filter(|r| r.4)
+        .map(|(id, tf, created, confidence, _)| Match {
+            id: *id,
+            rel: bm25.relevance(tf),
+            created: *created,
+            confidence: *confidence,
+            cjk_only: q.has_cjk && tf.body_missed(),
+        })
+        .collect();
+    out.sort_by(|a, b| b.rel.total_cmp(&a.rel).then(a.id.cmp(&b.id)));
     Ok(out)
 }
 

@@ -34,6 +34,10 @@
 
 mod engine;
 pub mod query;
+// The FTS5 auxiliary-function interface has no safe wrapper in rusqlite: the one module that
+// calls SQLite's C API directly.
+#[allow(unsafe_code)]
+mod tf;
 mod vector_cache;
 #[cfg(feature = "zh")]
 pub mod zh;
@@ -757,6 +761,7 @@ impl Inner {
             // seen entirely or not at all).
             let _snapshot = ReadTx::begin(conn)?;
             let mut expr = plan.first.as_str();
+            let mut plain = plan.first_is_plain;
             let mut retry = plan.retry.as_deref();
             let mut all: Vec<engine::Candidate> = Vec::new();
             for (i, key_text) in keys.iter().enumerate() {
@@ -764,16 +769,15 @@ impl Inner {
                     continue;
                 };
                 loop {
-                    let found = engine::search_scope(
-                        conn,
-                        key,
+                    let q = engine::ScopeSearch {
                         expr,
+                        plain,
                         category,
                         per_scope,
-                        plan.has_cjk,
+                        has_cjk: plan.has_cjk,
                         now,
-                        i,
-                    );
+                    };
+                    let found = engine::search_scope(conn, key, &q, i);
                     match found {
                         Ok(c) => {
                             all.extend(c);
@@ -782,7 +786,10 @@ impl Inner {
                         Err(e) if engine::classify(&e) == FailureKind::Syntax => {
                             tracing::debug!(error = %e, expression = expr, "FTS5 query rejected");
                             match retry.take() {
-                                Some(r) => expr = r,
+                                Some(r) => {
+                                    expr = r;
+                                    plain = true;
+                                }
                                 // Neither expression is valid: no results, as the reference.
                                 None => return Ok(Vec::new()),
                             }

@@ -168,6 +168,9 @@ pub struct QueryPlan {
     pub retry: Option<String>,
     /// Whether the query holds CJK letters (hits may come from the `cjk` column alone).
     pub has_cjk: bool,
+    /// Whether `first` is the plain-words expression (an OR of terms: every document holding
+    /// a term matches it), not the query's own FTS5 syntax.
+    pub first_is_plain: bool,
 }
 
 /// Plans a query: `None` when nothing in it can match (blank, or punctuation only).
@@ -191,11 +194,13 @@ pub fn plan(text: &str, seg: &dyn Segmenter) -> Option<QueryPlan> {
         } else {
             q.to_owned()
         };
+        let first_is_plain = !plain.is_empty() && plain == first;
         let retry = (!plain.is_empty() && plain != first).then_some(plain);
         return Some(QueryPlan {
             first,
             retry,
             has_cjk,
+            first_is_plain,
         });
     }
     if plain.is_empty() {
@@ -205,6 +210,7 @@ pub fn plan(text: &str, seg: &dyn Segmenter) -> Option<QueryPlan> {
         first: plain,
         retry: None,
         has_cjk,
+        first_is_plain: true,
     })
 }
 
