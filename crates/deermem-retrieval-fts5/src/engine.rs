@@ -87,6 +87,44 @@ fn existing_shards(conn: &Connection) -> rusqlite::Result<Vec<i64>> {
         .collect())
 }
 
+/// Merges the segments of each shard a rebuild refilled (all of them after a full rebuild)
+/// into one, FTS5's `optimize`, each shard in its own transaction after the rebuild's commit.
+///
+/// A bulk load leaves a shard in several segments, and a search seeks every query term in
+/// every segment: at 1,000,000 facts that made the term seeks most of a search's time. The
+/// merge rewrites a shard (about 6 MiB at that size; all shards took 3.7 s). It changes no
+/// document, so a failure is only logged: the index stays as the rebuild committed it.
+pub(crate) fn merge_segments(conn: &Connection, scopes: Option<&[ScopeKeyText]>) {
+    let shards = existing_shards(conn).and_then(|existing| match scopes {
+        None => Ok(existing),
+        Some(keys) => {
+            let mut wanted = Vec::new();
+            for k in keys {
+                if let Some(key) = scope_key(conn, k)? {
+                    let shard = shard_of_key(key);
+                    if existing.contains(&shard) && !wanted.contains(&shard) {
+                        wanted.push(shard);
+                    }
+                }
+            }
+            Ok(wanted)
+        }
+    });
+    let shards = match shards {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the FTS5 shards to merge their segments");
+            return;
+        }
+    };
+    for shard in shards {
+        let sql = format!("INSERT INTO fts_{shard}(fts_{shard}) VALUES('optimize');");
+        if let Err(e) = conn.execute_batch(&sql) {
+            tracing::warn!(shard, error = %e, "cannot merge an FTS5 shard's segments");
+        }
+    }
+}
+
 /// Drops every table of ours, whatever shard count the old schema used.
 fn drop_sql(conn: &Connection) -> rusqlite::Result<String> {
     let mut sql = String::from("DROP TABLE IF EXISTS fts;\n");

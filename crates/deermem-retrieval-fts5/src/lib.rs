@@ -737,6 +737,7 @@ impl Inner {
             // SQLite's automatic checkpoint copies the WAL back at commit; the next write trims
             // the WAL file to `journal_size_limit`.
             w.finish()?;
+            engine::merge_segments(conn, scopes);
             Ok(rows.len())
         })
     }
