@@ -354,16 +354,6 @@ impl Default for ServerConfig {
     }
 }
 
-impl ServerConfig {
-    /// Parses the `gateway.server` mapping; absent keys keep their defaults.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the key: unknown keys, non-numbers, values out of range.
-    pub fn parse(v: &Value) -> Result<Self, ConfigError> {
-        lax::deserialize(v, "gateway.server").map(|(c, _)| c)
-    }
-}
-
 // The `gateway:` section is read strictly: no lax coercion (a quoted number or `yes` is an
 // error), and an unknown key is an error, not a warning.
 
