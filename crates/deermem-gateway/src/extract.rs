@@ -246,16 +246,10 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let pairs = parts
-            .uri
-            .query()
-            .map(|q| {
-                url::form_urlencoded::parse(q.as_bytes())
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Self(pairs))
+        let query = parts.uri.query().unwrap_or_default().as_bytes();
+        Ok(Self(
+            url::form_urlencoded::parse(query).into_owned().collect(),
+        ))
     }
 }
 

@@ -52,12 +52,6 @@ impl RouteLabels {
 /// A host-fed label (`outcome`, `gate`) and its value.
 type HostLabel = [(&'static str, String); 1];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PreflightLabels {
-    origin: String,
-    verdict: &'static str,
-}
-
 type Gauge64 = Gauge<i64, AtomicI64>;
 
 struct Inner {
@@ -68,7 +62,7 @@ struct Inner {
     queue_depth: Gauge64,
     extraction: Family<HostLabel, Counter>,
     gate_rejections: Family<HostLabel, Counter>,
-    preflights: Family<PreflightLabels, Counter>,
+    preflights: Family<[(&'static str, String); 2], Counter>,
     ready: Gauge64,
     /// The turn journal's gauges, in a registry of their own: encoded only when a scrape could
     /// read the journal.
@@ -257,10 +251,12 @@ impl Metrics {
     }
 }
 
-fn preflight_labels(origin: &str, allowed: bool) -> PreflightLabels {
+fn preflight_labels(origin: &str, allowed: bool) -> [(&'static str, String); 2] {
     let verdict = if allowed { "allowed" } else { "refused" };
-    let origin = origin.to_owned();
-    PreflightLabels { origin, verdict }
+    [
+        ("origin", origin.to_owned()),
+        ("verdict", verdict.to_owned()),
+    ]
 }
 
 /// Counts a host-fed label value; past [`MAX_HOST_LABEL_VALUES`] distinct values, a new one

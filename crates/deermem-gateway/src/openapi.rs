@@ -68,21 +68,19 @@ impl OperationOutput for GatewayError {
     type Inner = ();
 }
 
+/// Documented as aide documents `Json<PublicMemoryDocument>`.
 impl OperationOutput for JsonDocument {
     type Inner = PublicMemoryDocument;
 
-    fn operation_response(ctx: &mut GenContext, _: &mut Operation) -> Option<Response> {
-        Some(json_response(ctx, "OK", ctx_schema::<PublicMemoryDocument>))
+    fn operation_response(ctx: &mut GenContext, op: &mut Operation) -> Option<Response> {
+        axum::Json::<PublicMemoryDocument>::operation_response(ctx, op)
     }
 
     fn inferred_responses(
         ctx: &mut GenContext,
-        operation: &mut Operation,
+        op: &mut Operation,
     ) -> Vec<(Option<StatusCode>, Response)> {
-        Self::operation_response(ctx, operation)
-            .map(|r| (Some(StatusCode::Code(200)), r))
-            .into_iter()
-            .collect()
+        axum::Json::<PublicMemoryDocument>::inferred_responses(ctx, op)
     }
 }
 
