@@ -156,11 +156,6 @@ impl ValidationItem {
         self.ctx = Some(ctx);
         self
     }
-
-    fn to_json(&self) -> Value {
-        // Strings and JSON values: serialising cannot fail.
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
 }
 
 impl From<Issue> for ValidationItem {
@@ -284,9 +279,10 @@ impl GatewayError {
         match self {
             Self::Manager { op, backend, error } => manager_status(*op, backend, error),
             Self::CapacityEvicted => s(StatusCode::CONFLICT, CAPACITY_EVICTED_DETAIL),
+            // Strings and JSON values: serialising cannot fail.
             Self::Validation(items) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                Value::Array(items.iter().map(ValidationItem::to_json).collect()),
+                serde_json::to_value(items).unwrap_or_default(),
             ),
             Self::BadRequest(m) => s(StatusCode::BAD_REQUEST, m),
             Self::NotAuthenticated => s(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),

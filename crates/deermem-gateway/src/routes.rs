@@ -47,24 +47,13 @@ pub(crate) async fn spawned<T: Send + 'static>(
         .map_err(|join| GatewayError::Internal(format!("{} task failed: {join}", what())))
 }
 
-/// Runs a manager call on its own task, in the request's span, and maps its error.
-async fn run<T, F>(state: &GatewayState, op: Operation, fut: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T, ManagerError>> + Send + 'static,
-{
-    spawned(|| format!("memory backend ('{}')", op.label()), fut)
-        .await?
-        .map_err(|e| GatewayError::manager(op, state.manager().name(), e))
-}
-
 impl Call {
     /// The caller's bucket: its user and the `agent` query parameter.
     fn scope(&self) -> Result<MemoryScope> {
         Ok(scope(&self.caller, self.q.agent()?))
     }
 
-    /// Runs `call` on the manager, on its own task, and maps its error.
+    /// Runs `call` on the manager, on its own task in the request's span, and maps its error.
     async fn run<T, Fut>(
         &self,
         op: Operation,
@@ -74,7 +63,13 @@ impl Call {
         T: Send + 'static,
         Fut: Future<Output = Result<T, ManagerError>> + Send + 'static,
     {
-        run(&self.state, op, call(Arc::clone(self.state.manager()))).await
+        let manager = self.state.manager();
+        spawned(
+            || format!("memory backend ('{}')", op.label()),
+            call(Arc::clone(manager)),
+        )
+        .await?
+        .map_err(|e| GatewayError::manager(op, manager.name(), e))
     }
 
     /// A manager call on the caller's bucket that answers the document.
