@@ -80,7 +80,7 @@ fn latency_histogram() -> Histogram {
 
 impl Default for Inner {
     fn default() -> Self {
-        let inner = Self {
+        let mut inner = Self {
             registry: Registry::default(),
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -95,12 +95,11 @@ impl Default for Inner {
             turns_dead: Gauge::default(),
             host_labels: Mutex::new((0, 0)),
         };
-        let (mut registry, mut turns_registry) = (Registry::default(), Registry::default());
         // Each metric: its registry, name, help text (without its final period: the encoder
         // adds it) and field.
         macro_rules! register {
             ($($registry:ident $name:literal $help:literal $field:ident;)*) => {
-                $($registry.register($name, $help, inner.$field.clone());)*
+                $(inner.$registry.register($name, $help, inner.$field.clone());)*
             };
         }
         register! {
@@ -126,11 +125,7 @@ impl Default for Inner {
                 "Turns in the turn journal whose attempts are spent (dead-lettered), kept until an operator retries or drops them"
                 turns_dead;
         }
-        Self {
-            registry,
-            turns_registry,
-            ..inner
-        }
+        inner
     }
 }
 

@@ -109,10 +109,7 @@ fn schema_name(schema: &Value) -> String {
     }
     match schema.get("type") {
         Some(Value::String(t)) if t == "array" => {
-            format!(
-                "array of {}",
-                schema_name(schema.get("items").unwrap_or(&Value::Null))
-            )
+            format!("array of {}", schema_name(&schema["items"]))
         }
         Some(Value::String(t)) => t.clone(),
         _ => "JSON".to_owned(),
