@@ -96,25 +96,24 @@ impl TokenTable {
     /// The user of a bearer token; every configured token is compared, no early exit.
     fn lookup(&self, token: &str) -> Option<UserId> {
         let given = digest(token);
-        let mut found = None;
-        for (d, user) in &self.tokens {
-            if digest_eq(d, &given) {
-                found = Some(user.clone());
-            }
-        }
-        found
+        let found = self.tokens.iter().filter(|(d, _)| digest_eq(d, &given));
+        found.fold(None, |_, (_, user)| Some(user.clone()))
+    }
+
+    /// The user of an `Authorization: Bearer <token>` header value.
+    fn bearer_user(&self, value: &HeaderValue) -> Option<UserId> {
+        value
+            .to_str()
+            .ok()
+            .and_then(bearer_token)
+            .and_then(|t| self.lookup(t))
     }
 
     fn internal_matches(&self, token: &str) -> bool {
         let given = digest(token);
-        match &self.internal {
-            Some(d) => digest_eq(d, &given),
-            None => {
-                // Same work either way.
-                let _ = digest_eq(&given, &given);
-                false
-            }
-        }
+        // The same work with or without a configured token.
+        let equal = digest_eq(self.internal.as_ref().unwrap_or(&given), &given);
+        equal && self.internal.is_some()
     }
 }
 
@@ -135,60 +134,47 @@ pub(crate) fn authenticate(
     if cfg.loopback_only() {
         check_loopback_request(cfg, headers)?;
     }
-    if let Some(raw) = headers.get(INTERNAL_TOKEN_HEADER) {
-        let ok = raw.to_str().is_ok_and(|t| table.internal_matches(t));
-        if !ok {
-            return Err(GatewayError::InvalidInternalToken);
-        }
-        let user = match headers.get(OWNER_HEADER) {
-            None => UserId::default_user(),
-            Some(v) => {
-                let owner = v.to_str().map_err(|_| {
-                    GatewayError::BadRequest(
-                        "The X-DeerFlow-Owner-User-Id header must be visible ASCII text.".into(),
-                    )
-                })?;
-                let owner = owner.trim();
-                if owner.is_empty() {
-                    UserId::default_user()
-                } else {
-                    refuse_derived_bucket(owner).map_err(|m| {
-                        GatewayError::Forbidden(format!(
-                            "Refused X-DeerFlow-Owner-User-Id header: {m}."
-                        ))
-                    })?;
-                    safe_user(owner).map_err(|m| {
-                        GatewayError::BadRequest(format!(
-                            "Invalid X-DeerFlow-Owner-User-Id header: {m}"
-                        ))
-                    })?
-                }
+    let (user, kind) = match (headers.get(INTERNAL_TOKEN_HEADER), cfg.auth.mode) {
+        (Some(raw), _) => {
+            if !raw.to_str().is_ok_and(|t| table.internal_matches(t)) {
+                return Err(GatewayError::InvalidInternalToken);
             }
-        };
-        return Ok(Caller {
-            user,
-            kind: CallerKind::Internal,
-        });
-    }
-    match cfg.auth.mode {
-        AuthMode::None => Ok(Caller {
-            user: UserId::default_user(),
-            kind: CallerKind::Anonymous,
-        }),
-        AuthMode::Token => {
-            let token = headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(bearer_token)
-                .ok_or(GatewayError::NotAuthenticated)?;
-            let user = table.lookup(token).ok_or(GatewayError::NotAuthenticated)?;
-            Ok(Caller {
-                user,
-                kind: CallerKind::Token,
-            })
+            (owner(headers)?, CallerKind::Internal)
         }
-        AuthMode::DeerflowSession => session_caller(table, method, headers),
+        (None, AuthMode::None) => (UserId::default_user(), CallerKind::Anonymous),
+        (None, AuthMode::Token) => {
+            let bearer = headers.get(axum::http::header::AUTHORIZATION);
+            let user = bearer.and_then(|v| table.bearer_user(v));
+            (
+                user.ok_or(GatewayError::NotAuthenticated)?,
+                CallerKind::Token,
+            )
+        }
+        (None, AuthMode::DeerflowSession) => session_caller(table, method, headers)?,
+    };
+    Ok(Caller { user, kind })
+}
+
+/// The user an internal caller acts for: the owner header's, or `default` without one.
+fn owner(headers: &HeaderMap) -> Result<UserId, GatewayError> {
+    let Some(value) = headers.get(OWNER_HEADER) else {
+        return Ok(UserId::default_user());
+    };
+    let owner = value.to_str().map_err(|_| {
+        GatewayError::BadRequest(
+            "The X-DeerFlow-Owner-User-Id header must be visible ASCII text.".into(),
+        )
+    })?;
+    let owner = owner.trim();
+    if owner.is_empty() {
+        return Ok(UserId::default_user());
     }
+    refuse_derived_bucket(owner).map_err(|m| {
+        GatewayError::Forbidden(format!("Refused X-DeerFlow-Owner-User-Id header: {m}."))
+    })?;
+    safe_user(owner).map_err(|m| {
+        GatewayError::BadRequest(format!("Invalid X-DeerFlow-Owner-User-Id header: {m}"))
+    })
 }
 
 /// `deerflow_session` mode, after the internal token: a present `Authorization` header is a
@@ -199,18 +185,11 @@ fn session_caller(
     table: &TokenTable,
     method: &Method,
     headers: &HeaderMap,
-) -> Result<Caller, GatewayError> {
+) -> Result<(UserId, CallerKind), GatewayError> {
     if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
-        let user = value
-            .to_str()
-            .ok()
-            .and_then(bearer_token)
-            .and_then(|t| table.lookup(t))
-            .ok_or(GatewayError::Session(SessionRejection::BadBearer))?;
-        return Ok(Caller {
-            user,
-            kind: CallerKind::Token,
-        });
+        let user = table.bearer_user(value);
+        let user = user.ok_or(GatewayError::Session(SessionRejection::BadBearer))?;
+        return Ok((user, CallerKind::Token));
     }
     if is_write(method) {
         check_csrf(headers)?;
@@ -223,11 +202,7 @@ fn session_caller(
     let token = cookie(headers, SESSION_COOKIE)
         .filter(|t| !t.is_empty())
         .ok_or(GatewayError::Session(SessionRejection::Missing))?;
-    let user = verifier.verify(&token)?;
-    Ok(Caller {
-        user,
-        kind: CallerKind::Session,
-    })
+    Ok((verifier.verify(&token)?, CallerKind::Session))
 }
 
 /// The token of an `Authorization: Bearer <token>` header value (scheme case-insensitive).

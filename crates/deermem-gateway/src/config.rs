@@ -284,10 +284,7 @@ impl GatewayConfig {
     /// # Errors
     /// [`UnauthenticatedRemote`], whose message explains how to enable authentication.
     pub fn check_bind_allowed(&self, addr: &SocketAddr) -> Result<(), UnauthenticatedRemote> {
-        if self.auth.mode == AuthMode::None
-            && !self.auth.allow_unauthenticated_remote
-            && !addr.ip().is_loopback()
-        {
+        if self.loopback_only() && !addr.ip().is_loopback() {
             return Err(UnauthenticatedRemote { addr: *addr });
         }
         Ok(())
@@ -354,16 +351,6 @@ impl Default for ServerConfig {
     }
 }
 
-impl ServerConfig {
-    /// Parses the `gateway.server` mapping; absent keys keep their defaults.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the key: unknown keys, non-numbers, values out of range.
-    pub fn parse(v: &Value) -> Result<Self, ConfigError> {
-        lax::deserialize(v, "gateway.server").map(|(c, _)| c)
-    }
-}
-
 // The `gateway:` section is read strictly: no lax coercion (a quoted number or `yes` is an
 // error), and an unknown key is an error, not a warning.
 
@@ -423,12 +410,24 @@ pub struct UnauthenticatedRemote {
     pub addr: SocketAddr,
 }
 
+/// A listen address; `localhost:PORT` means `127.0.0.1:PORT`.
 fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     let v = Value::deserialize(d)?;
     let s = v
         .as_str()
-        .ok_or_else(|| D::Error::custom("must be a string like 127.0.0.1:8765"))?;
-    parse_bind(s).map(Some)
+        .ok_or_else(|| D::Error::custom("must be a string like 127.0.0.1:8765"))?
+        .trim();
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    if let Some(port) = s.strip_prefix("localhost:")
+        && let Ok(p) = port.parse::<u16>()
+    {
+        return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p)));
+    }
+    Err(D::Error::custom(format!(
+        "must be an IP address and port such as 127.0.0.1:8765 (got {s:?})"
+    )))
 }
 
 /// A strictly typed number of seconds, greater than 0 and at most `max`.
@@ -495,22 +494,6 @@ fn tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::E
                 .ok_or_else(|| D::Error::custom("every token must map to a user id string"))
         })
         .collect()
-}
-
-/// Parses a listen address; `localhost:PORT` means `127.0.0.1:PORT`.
-fn parse_bind<E: serde::de::Error>(s: &str) -> Result<SocketAddr, E> {
-    let s = s.trim();
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    if let Some(port) = s.strip_prefix("localhost:")
-        && let Ok(p) = port.parse::<u16>()
-    {
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p));
-    }
-    Err(E::custom(format!(
-        "must be an IP address and port such as 127.0.0.1:8765 (got {s:?})"
-    )))
 }
 
 impl AuthSection {
@@ -759,22 +742,14 @@ fn insert_token(
     let user_id = safe_user(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.
     let raw = UserId::new(user.trim()).unwrap_or_else(|_| user_id.clone());
-    let tokens = &mut auth.tokens;
-    match tokens.get(tok) {
-        Some(existing) if existing != &user_id => Err(ConfigError::new(
-            key,
-            format!(
-                "one token is mapped to two users ({} and {})",
-                existing.as_str(),
-                user_id.as_str()
-            ),
-        )),
-        _ => {
-            tokens.insert(tok.to_owned(), user_id);
-            auth.token_users.insert(tok.to_owned(), raw);
-            Ok(())
-        }
+    if let Some(existing) = auth.tokens.get(tok).filter(|e| **e != user_id) {
+        let (a, b) = (existing.as_str(), user_id.as_str());
+        let message = format!("one token is mapped to two users ({a} and {b})");
+        return Err(ConfigError::new(key, message));
     }
+    auth.tokens.insert(tok.to_owned(), user_id);
+    auth.token_users.insert(tok.to_owned(), raw);
+    Ok(())
 }
 
 /// A user id made safe exactly like the owner header: `safe_user_id`, then validated.
@@ -790,20 +765,14 @@ fn parse_tokens_file(text: &str, path: &Path, auth: &mut AuthConfig) -> Result<(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
+        let at = format!("{}:{}", path.display(), n + 1);
         let mut parts = line.split_whitespace();
         let (Some(tok), Some(user), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(ConfigError::new(
-                key,
-                format!(
-                    "{}:{}: expected `token user` (two fields separated by spaces)",
-                    path.display(),
-                    n + 1
-                ),
-            ));
+            let message = format!("{at}: expected `token user` (two fields separated by spaces)");
+            return Err(ConfigError::new(key, message));
         };
-        insert_token(auth, tok, user, key).map_err(|e| {
-            ConfigError::new(key, format!("{}:{}: {}", path.display(), n + 1, e.message))
-        })?;
+        insert_token(auth, tok, user, key)
+            .map_err(|e| ConfigError::new(key, format!("{at}: {}", e.message)))?;
     }
     Ok(())
 }

@@ -156,11 +156,6 @@ impl ValidationItem {
         self.ctx = Some(ctx);
         self
     }
-
-    fn to_json(&self) -> Value {
-        // Strings and JSON values: serialising cannot fail.
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
 }
 
 impl From<Issue> for ValidationItem {
@@ -216,15 +211,9 @@ pub enum GatewayError {
     Conflict(String),
     /// The gateway was built without the feature the route needs (501).
     NotImplemented(String),
-    /// The run journal failed (500); `detail` is shown, `message` only logged.
-    RunJournal {
-        /// The public detail.
-        detail: &'static str,
-        /// The private cause.
-        message: String,
-    },
-    /// The turn journal failed (500); `detail` is shown, `message` only logged.
-    TurnJournal {
+    /// The run journal or the turn journal failed (500); `detail` is shown, `message` only
+    /// logged.
+    Journal {
         /// The public detail.
         detail: &'static str,
         /// The private cause.
@@ -290,9 +279,10 @@ impl GatewayError {
         match self {
             Self::Manager { op, backend, error } => manager_status(*op, backend, error),
             Self::CapacityEvicted => s(StatusCode::CONFLICT, CAPACITY_EVICTED_DETAIL),
+            // Strings and JSON values: serialising cannot fail.
             Self::Validation(items) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                Value::Array(items.iter().map(ValidationItem::to_json).collect()),
+                serde_json::to_value(items).unwrap_or_default(),
             ),
             Self::BadRequest(m) => s(StatusCode::BAD_REQUEST, m),
             Self::NotAuthenticated => s(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),
@@ -322,9 +312,7 @@ impl GatewayError {
             Self::NotFound(m) => s(StatusCode::NOT_FOUND, m),
             Self::Conflict(m) => s(StatusCode::CONFLICT, m),
             Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
-            Self::RunJournal { detail, .. } | Self::TurnJournal { detail, .. } => {
-                s(StatusCode::INTERNAL_SERVER_ERROR, detail)
-            }
+            Self::Journal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
             Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
             Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
@@ -438,11 +426,8 @@ impl IntoResponse for GatewayError {
                     tracing::error!(operation = op.label(), error = %error, "memory operation failed");
                 }
                 Self::Internal(d) => tracing::error!(error = %d, "internal error"),
-                Self::RunJournal { message, .. } => {
-                    tracing::error!(error = %message, "run journal failed");
-                }
-                Self::TurnJournal { message, .. } => {
-                    tracing::error!(error = %message, "turn journal failed");
+                Self::Journal { detail, message } => {
+                    tracing::error!(error = %message, detail, "journal failed");
                 }
                 other => tracing::error!(error = ?other, "request failed"),
             }

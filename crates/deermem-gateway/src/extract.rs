@@ -28,15 +28,10 @@ pub(crate) const BODY_PARSE_ERROR_DETAIL: &str = "There was an error parsing the
 #[derive(Debug)]
 pub(crate) struct JsonBody(pub(crate) Value);
 
+/// Whether `err` or one of its sources is the body limit's error.
 fn is_length_limit(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
+    std::iter::successors(Some(err), |e| e.source())
+        .any(|e| e.is::<http_body_util::LengthLimitError>())
 }
 
 /// Whether FastAPI would decode the body as JSON: no content type, or `application/json` /
@@ -251,16 +246,10 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let pairs = parts
-            .uri
-            .query()
-            .map(|q| {
-                url::form_urlencoded::parse(q.as_bytes())
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Self(pairs))
+        let query = parts.uri.query().unwrap_or_default().as_bytes();
+        Ok(Self(
+            url::form_urlencoded::parse(query).into_owned().collect(),
+        ))
     }
 }
 

@@ -185,8 +185,6 @@ pub(crate) async fn json_errors(
         return resp;
     }
     let detail = match status {
-        StatusCode::NOT_FOUND => "Not Found".to_owned(),
-        StatusCode::METHOD_NOT_ALLOWED => "Method Not Allowed".to_owned(),
         StatusCode::PAYLOAD_TOO_LARGE => {
             let limit = state.gateway_config().max_body_bytes;
             return GatewayError::PayloadTooLarge { limit }.into_response();

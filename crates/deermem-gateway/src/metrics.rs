@@ -31,8 +31,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    route: String,
-    method: String,
+    #[prometheus(flatten)]
+    route: RouteLabels,
     status: u16,
 }
 
@@ -42,21 +42,15 @@ struct RouteLabels {
     method: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: String,
+impl RouteLabels {
+    fn new(route: &str, method: &str) -> Self {
+        let (route, method) = (route.to_owned(), method.to_owned());
+        Self { route, method }
+    }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GateLabel {
-    gate: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PreflightLabels {
-    origin: String,
-    verdict: &'static str,
-}
+/// A host-fed label (`outcome`, `gate`) and its value.
+type HostLabel = [(&'static str, String); 1];
 
 type Gauge64 = Gauge<i64, AtomicI64>;
 
@@ -66,9 +60,9 @@ struct Inner {
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
     in_flight: Gauge64,
     queue_depth: Gauge64,
-    extraction: Family<OutcomeLabel, Counter>,
-    gate_rejections: Family<GateLabel, Counter>,
-    preflights: Family<PreflightLabels, Counter>,
+    extraction: Family<HostLabel, Counter>,
+    gate_rejections: Family<HostLabel, Counter>,
+    preflights: Family<[(&'static str, String); 2], Counter>,
     ready: Gauge64,
     /// The turn journal's gauges, in a registry of their own: encoded only when a scrape could
     /// read the journal.
@@ -86,7 +80,7 @@ fn latency_histogram() -> Histogram {
 
 impl Default for Inner {
     fn default() -> Self {
-        let inner = Self {
+        let mut inner = Self {
             registry: Registry::default(),
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -101,12 +95,11 @@ impl Default for Inner {
             turns_dead: Gauge::default(),
             host_labels: Mutex::new((0, 0)),
         };
-        let (mut registry, mut turns_registry) = (Registry::default(), Registry::default());
         // Each metric: its registry, name, help text (without its final period: the encoder
         // adds it) and field.
         macro_rules! register {
             ($($registry:ident $name:literal $help:literal $field:ident;)*) => {
-                $($registry.register($name, $help, inner.$field.clone());)*
+                $(inner.$registry.register($name, $help, inner.$field.clone());)*
             };
         }
         register! {
@@ -132,11 +125,7 @@ impl Default for Inner {
                 "Turns in the turn journal whose attempts are spent (dead-lettered), kept until an operator retries or drops them"
                 turns_dead;
         }
-        Self {
-            registry,
-            turns_registry,
-            ..inner
-        }
+        inner
     }
 }
 
@@ -180,18 +169,14 @@ impl Metrics {
 
     /// Counts one extraction outcome (e.g. `committed`, `no_change`, `llm_error`).
     pub fn inc_extraction_outcome(&self, outcome: &str) {
-        let mut admitted = self.inner.host_labels.lock();
-        let family = &self.inner.extraction;
-        bump(family, &mut admitted.0, outcome, |outcome| OutcomeLabel {
-            outcome,
-        });
+        let admitted = &mut self.inner.host_labels.lock().0;
+        bump(&self.inner.extraction, admitted, "outcome", outcome);
     }
 
     /// Counts one proposal rejected by a gate (e.g. `scope`, `confidence`, `duplicate`).
     pub fn inc_gate_rejection(&self, gate: &str) {
-        let mut admitted = self.inner.host_labels.lock();
-        let family = &self.inner.gate_rejections;
-        bump(family, &mut admitted.1, gate, |gate| GateLabel { gate });
+        let admitted = &mut self.inner.host_labels.lock().1;
+        bump(&self.inner.gate_rejections, admitted, "gate", gate);
     }
 
     /// The number of requests being served now.
@@ -201,11 +186,8 @@ impl Metrics {
 
     /// The number of finished requests with this route template, method and status.
     pub fn request_count(&self, route: &str, method: &str, status: u16) -> u64 {
-        let labels = RequestLabels {
-            route: route.to_owned(),
-            method: method.to_owned(),
-            status,
-        };
+        let route = RouteLabels::new(route, method);
+        let labels = RequestLabels { route, status };
         self.inner.requests.get(&labels).map_or(0, |c| c.get())
     }
 
@@ -230,23 +212,12 @@ impl Metrics {
     }
 
     pub(crate) fn record_request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        let labels = RouteLabels {
-            route: route.to_owned(),
-            method: method.to_owned(),
-        };
-        self.inner
-            .latency
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        let RouteLabels { route, method } = labels;
-        self.inner
-            .requests
-            .get_or_create(&RequestLabels {
-                route,
-                method,
-                status,
-            })
-            .inc();
+        let route = RouteLabels::new(route, method);
+        let latency = self.inner.latency.get_or_create(&route);
+        latency.observe(elapsed.as_secs_f64());
+        drop(latency);
+        let labels = RequestLabels { route, status };
+        self.inner.requests.get_or_create(&labels).inc();
     }
 
     /// The exposition text (OpenMetrics, ending with `# EOF`). `ready` feeds the
@@ -275,26 +246,25 @@ impl Metrics {
     }
 }
 
-fn preflight_labels(origin: &str, allowed: bool) -> PreflightLabels {
+fn preflight_labels(origin: &str, allowed: bool) -> [(&'static str, String); 2] {
     let verdict = if allowed { "allowed" } else { "refused" };
-    let origin = origin.to_owned();
-    PreflightLabels { origin, verdict }
+    [
+        ("origin", origin.to_owned()),
+        ("verdict", verdict.to_owned()),
+    ]
 }
 
 /// Counts a host-fed label value; past [`MAX_HOST_LABEL_VALUES`] distinct values, a new one
 /// counts under `other`.
-fn bump<S>(family: &Family<S, Counter>, admitted: &mut usize, raw: &str, label: fn(String) -> S)
-where
-    S: Clone + std::hash::Hash + Eq,
-{
-    let value = label(label_value(raw));
+fn bump(family: &Family<HostLabel, Counter>, admitted: &mut usize, key: &'static str, raw: &str) {
+    let value = [(key, label_value(raw))];
     let value = if family.get(&value).is_some() {
         value
     } else if *admitted < MAX_HOST_LABEL_VALUES {
         *admitted += 1;
         value
     } else {
-        label("other".into())
+        [(key, "other".into())]
     };
     family.get_or_create(&value).inc();
 }

@@ -12,8 +12,9 @@
 //! The errors every `/api` route shares are added per group ([`data_errors`], [`api_errors`]),
 //! never over an operation's own.
 //!
-//! The document depends only on the build: the first router built stores it (with the `/docs`
-//! page and the route templates the fallback redirects to), and every later one serves it.
+//! Each [`crate::router`] call generates the document (with the `/docs` page and the route
+//! templates the fallback redirects to) once, in [`finish`], and hands it to its routes as an
+//! axum `Extension`.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -67,21 +68,19 @@ impl OperationOutput for GatewayError {
     type Inner = ();
 }
 
+/// Documented as aide documents `Json<PublicMemoryDocument>`.
 impl OperationOutput for JsonDocument {
     type Inner = PublicMemoryDocument;
 
-    fn operation_response(ctx: &mut GenContext, _: &mut Operation) -> Option<Response> {
-        Some(json_response(ctx, "OK", ctx_schema::<PublicMemoryDocument>))
+    fn operation_response(ctx: &mut GenContext, op: &mut Operation) -> Option<Response> {
+        axum::Json::<PublicMemoryDocument>::operation_response(ctx, op)
     }
 
     fn inferred_responses(
         ctx: &mut GenContext,
-        operation: &mut Operation,
+        op: &mut Operation,
     ) -> Vec<(Option<StatusCode>, Response)> {
-        Self::operation_response(ctx, operation)
-            .map(|r| (Some(StatusCode::Code(200)), r))
-            .into_iter()
-            .collect()
+        axum::Json::<PublicMemoryDocument>::inferred_responses(ctx, op)
     }
 }
 
@@ -341,53 +340,44 @@ fn document(api: &OpenApi) -> Value {
         .cloned()
         .unwrap_or_default();
     let mut inputs = Map::new();
-    for op in paths.values_mut().filter_map(Value::as_object_mut) {
-        for op in op.values_mut().filter_map(Value::as_object_mut) {
-            if let Some(Value::Object(defs)) = op.remove(INPUT_SCHEMAS) {
-                inputs.extend(defs);
-            }
-            // A parameter's description is its own, not its schema's too.
-            if let Some(Value::Array(params)) = op.get_mut("parameters") {
-                for p in params.iter_mut() {
-                    if let Some(Value::Object(schema)) = p.get_mut("schema") {
-                        schema.remove("description");
-                    }
-                }
-            }
-            if let Some(Value::Object(responses)) = op.get_mut("responses") {
-                // An inferred success body of a type without documentation.
-                for r in responses.values_mut() {
-                    if r["description"].as_str().is_some_and(str::is_empty) {
-                        r["description"] = json!("OK");
-                    }
-                }
-                let sorted: BTreeMap<u16, (String, Value)> = std::mem::take(responses)
-                    .into_iter()
-                    .map(|(k, v)| (k.parse().unwrap_or(u16::MAX), (k, v)))
-                    .collect();
-                responses.extend(sorted.into_values());
-            }
+    for op in json_operations(&mut paths) {
+        if let Some(Value::Object(defs)) = op.remove(INPUT_SCHEMAS) {
+            inputs.extend(defs);
         }
     }
     let (schemas, renamed) = merge_components(outputs, inputs);
-    for op in paths.values_mut().filter_map(Value::as_object_mut) {
-        for op in op.values_mut() {
-            if let Some(body) = op.get_mut("requestBody") {
-                visit_refs(body, &mut |name| renamed.get(name).cloned());
-            }
-            // aide describes an inferred response with its type's documentation, which is
-            // about the type; the response says "OK".
-            if let Some(Value::Object(responses)) = op.get_mut("responses") {
-                for r in responses.values_mut() {
-                    let component = r["content"]["application/json"]["schema"]["$ref"]
-                        .as_str()
-                        .and_then(|name| name.strip_prefix(SCHEMAS_PATH))
-                        .and_then(|name| schemas.get(name));
-                    if component.is_some_and(|c| c.get("description") == r.get("description")) {
-                        r["description"] = json!("OK");
-                    }
+    for op in json_operations(&mut paths) {
+        // A parameter's description is its own, not its schema's too.
+        if let Some(Value::Array(params)) = op.get_mut("parameters") {
+            for p in params.iter_mut() {
+                if let Some(Value::Object(schema)) = p.get_mut("schema") {
+                    schema.remove("description");
                 }
             }
+        }
+        if let Some(body) = op.get_mut("requestBody") {
+            visit_refs(body, &mut |name| renamed.get(name).cloned());
+        }
+        if let Some(Value::Object(responses)) = op.get_mut("responses") {
+            // An inferred success body says "OK": aide leaves the description of a type
+            // without documentation empty, and uses the documentation of any other, which is
+            // about the type.
+            for r in responses.values_mut() {
+                let component = r["content"]["application/json"]["schema"]["$ref"]
+                    .as_str()
+                    .and_then(|name| name.strip_prefix(SCHEMAS_PATH))
+                    .and_then(|name| schemas.get(name));
+                if r["description"].as_str().is_some_and(str::is_empty)
+                    || component.is_some_and(|c| c.get("description") == r.get("description"))
+                {
+                    r["description"] = json!("OK");
+                }
+            }
+            let sorted: BTreeMap<u16, (String, Value)> = std::mem::take(responses)
+                .into_iter()
+                .map(|(k, v)| (k.parse().unwrap_or(u16::MAX), (k, v)))
+                .collect();
+            responses.extend(sorted.into_values());
         }
     }
     json!({
@@ -408,6 +398,14 @@ fn document(api: &OpenApi) -> Value {
         },
         "security": [ {}, { "bearerAuth": [] }, { "internalToken": [] }, { "sessionCookie": [] } ]
     })
+}
+
+/// Every operation of the document's paths.
+fn json_operations(
+    paths: &mut Map<String, Value>,
+) -> impl Iterator<Item = &mut Map<String, Value>> {
+    let items = paths.values_mut().filter_map(Value::as_object_mut);
+    items.flat_map(|item| item.values_mut().filter_map(Value::as_object_mut))
 }
 
 /// Calls `f` with the component name of every `$ref` in `v`, and points the reference at the
@@ -439,34 +437,32 @@ fn merge_components(
     mut outputs: Map<String, Value>,
     inputs: Map<String, Value>,
 ) -> (Map<String, Value>, BTreeMap<String, String>) {
-    let mut renamed: BTreeMap<String, String> = BTreeMap::new();
-    for (name, schema) in &inputs {
-        if outputs.get(name).is_some_and(|o| o != schema) {
-            renamed.insert(name.clone(), format!("{name}-Input"));
-        }
-    }
     // A schema referring to a renamed one differs too, even if its text is equal.
+    let mut renamed: BTreeMap<String, String> = BTreeMap::new();
     loop {
-        let mut more = Vec::new();
-        for (name, schema) in &inputs {
-            if renamed.contains_key(name) || !outputs.contains_key(name) {
-                continue;
-            }
+        let differs = |name: &String, schema: &Value| {
             let mut refers_to_renamed = false;
             visit_refs(&mut schema.clone(), &mut |n| {
                 refers_to_renamed |= renamed.contains_key(n);
                 None
             });
-            if refers_to_renamed {
-                more.push(name.clone());
-            }
-        }
+            !renamed.contains_key(name)
+                && outputs
+                    .get(name)
+                    .is_some_and(|o| o != schema || refers_to_renamed)
+        };
+        let more: Vec<String> = inputs
+            .iter()
+            .filter(|(name, schema)| differs(name, schema))
+            .map(|(name, _)| name.clone())
+            .collect();
         if more.is_empty() {
             break;
         }
-        for name in more {
-            renamed.insert(name.clone(), format!("{name}-Input"));
-        }
+        renamed.extend(
+            more.into_iter()
+                .map(|name| (name.clone(), format!("{name}-Input"))),
+        );
     }
     for (name, mut schema) in inputs {
         visit_refs(&mut schema, &mut |n| renamed.get(n).cloned());

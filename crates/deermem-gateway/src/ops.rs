@@ -41,13 +41,9 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
     if status == HealthStatus::Ready
         && let Some(check) = state.readiness_check()
     {
-        let reached = match tokio::time::timeout(READINESS_TIMEOUT, check()).await {
-            Ok(r) => r,
-            Err(_) => Err(crate::state::StorageUnreachable(
-                "the storage did not answer in time".to_owned(),
-            )),
-        };
-        if let Err(reason) = reached {
+        let reached = tokio::time::timeout(READINESS_TIMEOUT, check()).await;
+        let late = || crate::state::StorageUnreachable("the storage did not answer in time".into());
+        if let Err(reason) = reached.unwrap_or_else(|_| Err(late())) {
             tracing::warn!(reason = %reason, "not ready: the memory storage cannot be reached");
             status = HealthStatus::Unavailable;
         }
@@ -113,10 +109,7 @@ fn schema_name(schema: &Value) -> String {
     }
     match schema.get("type") {
         Some(Value::String(t)) if t == "array" => {
-            format!(
-                "array of {}",
-                schema_name(schema.get("items").unwrap_or(&Value::Null))
-            )
+            format!("array of {}", schema_name(&schema["items"]))
         }
         Some(Value::String(t)) => t.clone(),
         _ => "JSON".to_owned(),

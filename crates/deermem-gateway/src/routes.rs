@@ -47,101 +47,86 @@ pub(crate) async fn spawned<T: Send + 'static>(
         .map_err(|join| GatewayError::Internal(format!("{} task failed: {join}", what())))
 }
 
-/// Runs a manager call on its own task, in the request's span, and maps its error.
-async fn run<T, F>(state: &GatewayState, op: Operation, fut: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T, ManagerError>> + Send + 'static,
-{
-    spawned(|| format!("memory backend ('{}')", op.label()), fut)
-        .await?
-        .map_err(|e| GatewayError::manager(op, state.manager().name(), e))
-}
+impl Call {
+    /// The caller's bucket: its user and the `agent` query parameter.
+    fn scope(&self) -> Result<MemoryScope> {
+        Ok(scope(&self.caller, self.q.agent()?))
+    }
 
-fn manager(state: &GatewayState) -> Arc<dyn MemoryManager> {
-    Arc::clone(state.manager())
+    /// Runs `call` on the manager, on its own task in the request's span, and maps its error.
+    async fn run<T, Fut>(
+        &self,
+        op: Operation,
+        call: impl FnOnce(Arc<dyn MemoryManager>) -> Fut,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, ManagerError>> + Send + 'static,
+    {
+        let manager = self.state.manager();
+        spawned(
+            || format!("memory backend ('{}')", op.label()),
+            call(Arc::clone(manager)),
+        )
+        .await?
+        .map_err(|e| GatewayError::manager(op, manager.name(), e))
+    }
+
+    /// A manager call on the caller's bucket that answers the document.
+    async fn document<Fut>(
+        &self,
+        op: Operation,
+        call: impl FnOnce(Arc<dyn MemoryManager>, MemoryScope) -> Fut,
+    ) -> Result<JsonDocument>
+    where
+        Fut: Future<Output = Result<PublicMemoryDocument, ManagerError>> + Send + 'static,
+    {
+        let scope = self.scope()?;
+        self.run(op, |m| call(m, scope)).await.map(JsonDocument)
+    }
 }
 
 fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
     MemoryScope::new(Some(caller.user.clone()), agent)
 }
 
-/// A manager call on the caller's bucket (`agent` from the query) that answers the document.
-async fn document<F, Fut>(
-    state: &GatewayState,
-    caller: &Caller,
-    q: &QueryParams,
-    op: Operation,
-    call: F,
-) -> Result<JsonDocument>
-where
-    F: FnOnce(Arc<dyn MemoryManager>, MemoryScope) -> Fut,
-    Fut: Future<Output = Result<PublicMemoryDocument, ManagerError>> + Send + 'static,
-{
-    let scope = scope(caller, q.agent()?);
-    let call = call(manager(state), scope);
-    run(state, op, call).await.map(JsonDocument)
-}
-
 /// `GET /api/memory`.
-pub(crate) async fn get_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
-    document(
-        &state,
-        &caller,
-        &q,
+pub(crate) async fn get_memory(call: Call) -> Result<JsonDocument> {
+    call.document(
         Operation::GetMemory,
-        |m, scope| async move { m.get_memory(scope).await },
+        |m, s| async move { m.get_memory(s).await },
     )
     .await
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
 /// bulk request (see [`BulkPermit`]).
-pub(crate) async fn export_memory(
-    Call { state, caller, q }: Call,
-    permit: BulkPermit,
-) -> Result<JsonDocument> {
-    document(
-        &state,
-        &caller,
-        &q,
-        Operation::ExportMemory,
-        |m, scope| async move {
-            let _permit = permit;
-            m.get_memory(scope).await
-        },
-    )
+pub(crate) async fn export_memory(call: Call, permit: BulkPermit) -> Result<JsonDocument> {
+    call.document(Operation::ExportMemory, |m, s| async move {
+        let _permit = permit;
+        m.get_memory(s).await
+    })
     .await
 }
 
 /// `POST /api/memory/reload`: re-reads storage; falls back to `get_memory` when the backend
 /// cannot reload (501 only when both are unsupported).
-pub(crate) async fn reload_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
-    document(
-        &state,
-        &caller,
-        &q,
-        Operation::ReloadMemory,
-        |m, scope| async move {
-            match m.reload_memory(scope.clone()).await {
-                Err(ManagerError::Unsupported { .. }) => m.get_memory(scope).await,
-                other => other,
-            }
-        },
-    )
+pub(crate) async fn reload_memory(call: Call) -> Result<JsonDocument> {
+    call.document(Operation::ReloadMemory, |m, s| async move {
+        match m.reload_memory(s.clone()).await {
+            Err(ManagerError::Unsupported { .. }) => m.get_memory(s).await,
+            other => other,
+        }
+    })
     .await
 }
 
 /// `DELETE /api/memory`: without `agent`, every agent's facts and the summaries; with
 /// `agent`, only that bucket's facts.
-pub(crate) async fn clear_memory(Call { state, caller, q }: Call) -> Result<JsonDocument> {
-    document(
-        &state,
-        &caller,
-        &q,
-        Operation::ClearMemory,
-        |m, scope| async move { m.clear_memory(scope).await },
-    )
+pub(crate) async fn clear_memory(call: Call) -> Result<JsonDocument> {
+    call.document(Operation::ClearMemory, |m, s| async move {
+        m.clear_memory(s).await
+    })
     .await
 }
 
@@ -169,23 +154,23 @@ fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>> {
 /// the new fact at once. With an `Idempotency-Key` header, a create repeated under the same
 /// key (a retry after a lost answer) returns the stored fact instead of creating another.
 pub(crate) async fn create_fact(
-    Call { state, caller, q }: Call,
+    call: Call,
     headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
     let input = schema::fact_create(&body)?;
     let key = idempotency_key(&headers)?;
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
+    let scope = call.scope()?;
     let fact = NewFact {
         content: input.content,
         category: input.category,
         confidence: input.confidence,
     };
-    let (doc, id) = run(&state, Operation::CreateFact, async move {
-        m.create_fact_once(fact, scope, key.as_deref()).await
-    })
-    .await?;
+    let (doc, id) = call
+        .run(Operation::CreateFact, |m| async move {
+            m.create_fact_once(fact, scope, key.as_deref()).await
+        })
+        .await?;
     match id {
         Some(_) => Ok(JsonDocument(doc)),
         None => Err(GatewayError::CapacityEvicted),
@@ -207,38 +192,36 @@ fn path_fact_id(path: Result<Path<String>, PathRejection>) -> Result<deermem_cor
 /// looked up before its new values are checked, so a patch of a missing fact is a 404 even
 /// when the new content or confidence would be refused.
 pub(crate) async fn update_fact(
-    Call { state, caller, q }: Call,
+    call: Call,
     path: Result<Path<String>, PathRejection>,
     JsonBody(body): JsonBody,
 ) -> Result<JsonDocument> {
     let input = schema::fact_patch(&body)?;
     let fact_id = path_fact_id(path)?;
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
     let patch = FactPatch {
         content: input.content,
         category: input.category,
         confidence: input.confidence,
         expected_revision: None,
     };
-    let (id, patch_scope) = (fact_id.clone(), scope.clone());
-    let updated = run(&state, Operation::UpdateFact, async move {
-        m.update_fact(id.as_str(), patch, patch_scope).await
-    })
-    .await;
+    let id = fact_id.clone();
+    let updated = call
+        .document(Operation::UpdateFact, |m, s| async move {
+            m.update_fact(id.as_str(), patch, s).await
+        })
+        .await;
     match updated {
-        Ok(doc) => Ok(JsonDocument(doc)),
         Err(e) if refuses_new_values(&e) => {
-            let m = manager(&state);
-            let found = run(&state, Operation::UpdateFact, async move {
-                m.get_memory(scope).await
-            })
-            .await
-            .map(|doc| doc.facts.iter().any(|f| f.id == fact_id.as_str()));
+            let found = call
+                .document(Operation::UpdateFact, |m, s| async move {
+                    m.get_memory(s).await
+                })
+                .await
+                .map(|doc| doc.0.facts.iter().any(|f| f.id == fact_id.as_str()));
             match found {
                 Ok(false) => Err(GatewayError::manager(
                     Operation::UpdateFact,
-                    state.manager().name(),
+                    call.state.manager().name(),
                     ManagerError::NotFound {
                         fact_id: fact_id.as_str().to_owned(),
                     },
@@ -246,7 +229,7 @@ pub(crate) async fn update_fact(
                 _ => Err(e),
             }
         }
-        Err(e) => Err(e),
+        other => other,
     }
 }
 
@@ -269,17 +252,13 @@ fn refuses_new_values(e: &GatewayError) -> bool {
 
 /// `DELETE /api/memory/facts/{fact_id}`.
 pub(crate) async fn delete_fact(
-    Call { state, caller, q }: Call,
+    call: Call,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<JsonDocument> {
     let fact_id = path_fact_id(path)?;
-    document(
-        &state,
-        &caller,
-        &q,
-        Operation::DeleteFact,
-        |m, scope| async move { m.delete_fact(fact_id.as_str(), None, scope).await },
-    )
+    call.document(Operation::DeleteFact, |m, s| async move {
+        m.delete_fact(fact_id.as_str(), None, s).await
+    })
     .await
 }
 
@@ -287,21 +266,15 @@ pub(crate) async fn delete_fact(
 /// [`ImportBody`]: the slot is taken before the body is read and held until the import ends);
 /// a document with more than `MAX_IMPORT_FACTS` facts is refused before they are built.
 pub(crate) async fn import_memory(
-    Call { state, caller, q }: Call,
+    call: Call,
     ImportBody { permit, body }: ImportBody,
 ) -> Result<JsonDocument> {
     let incoming = schema::import_document(&body)?;
     drop(body);
-    document(
-        &state,
-        &caller,
-        &q,
-        Operation::ImportMemory,
-        |m, scope| async move {
-            let _permit = permit;
-            m.import_memory(incoming, scope).await
-        },
-    )
+    call.document(Operation::ImportMemory, |m, s| async move {
+        let _permit = permit;
+        m.import_memory(incoming, s).await
+    })
     .await
 }
 
@@ -325,20 +298,18 @@ pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<Mem
 }
 
 /// `GET /api/memory/status`: the config plus the caller's document.
-pub(crate) async fn memory_status(
-    Call { state, caller, q }: Call,
-) -> Result<Json<MemoryStatusResponse>> {
-    let scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    let doc = run(&state, Operation::GetMemoryStatus, async move {
-        m.get_memory(scope).await
-    })
-    .await?;
+pub(crate) async fn memory_status(call: Call) -> Result<Json<MemoryStatusResponse>> {
+    let doc = call
+        .document(Operation::GetMemoryStatus, |m, s| async move {
+            m.get_memory(s).await
+        })
+        .await?;
+    let state = &call.state;
     Ok(Json(MemoryStatusResponse {
-        config: config_json(&state),
-        data: doc.for_http(),
+        config: config_json(state),
+        data: doc.0.for_http(),
         last_backend_failure: state.manager().last_backend_failure(),
-        caches: cache_bounds(&state),
+        caches: cache_bounds(state),
     }))
 }
 
@@ -352,15 +323,12 @@ fn cache_bounds(state: &GatewayState) -> Vec<deermem_core::CacheBound> {
 }
 
 /// `POST /api/memory/messages`: queues one conversation turn; 202 Accepted.
-pub(crate) async fn add_messages(
-    Call { state, caller, q }: Call,
-    JsonBody(body): JsonBody,
-) -> Result<Response> {
+pub(crate) async fn add_messages(call: Call, JsonBody(body): JsonBody) -> Result<Response> {
     let input = schema::messages_body(&body)?;
     // The turn now lives in `input`: a large one is not held twice while it is queued.
     drop(body);
     let from_body = parse_agent(input.agent.as_deref())?;
-    let from_query = q.agent()?;
+    let from_query = call.q.agent()?;
     let agent = match (from_body, from_query) {
         (Some(b), Some(qa)) if b != qa => {
             return Err(GatewayError::BadRequest(
@@ -372,13 +340,13 @@ pub(crate) async fn add_messages(
     let request = AddRequest {
         thread_id: input.thread_id,
         messages: input.messages,
-        scope: scope(&caller, agent),
+        scope: scope(&call.caller, agent),
         trace_id: input.trace_id,
     };
-    let m = manager(&state);
-    run(&state, Operation::AddMessages, async move {
-        m.add(request).await
-    })
+    call.run(
+        Operation::AddMessages,
+        |m| async move { m.add(request).await },
+    )
     .await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted::BODY)).into_response())
 }
@@ -386,12 +354,11 @@ pub(crate) async fn add_messages(
 /// `GET /api/memory/context`: the injection block with its `<memory>` wrapper and SHA-256.
 /// With `memory.injection_enabled: false` the block is empty, as the host would inject
 /// nothing.
-pub(crate) async fn memory_context(
-    Call { state, caller, q }: Call,
-) -> Result<Json<ContextResponse>> {
+pub(crate) async fn memory_context(call: Call) -> Result<Json<ContextResponse>> {
+    let Call { state, caller, q } = &call;
     let agent = q.agent()?;
-    let thread_id = schema::id_param(&q, "thread_id", MAX_THREAD_ID_CHARS)?;
-    let run_id = schema::id_param(&q, "run_id", MAX_TRACE_ID_CHARS)?;
+    let thread_id = schema::id_param(q, "thread_id", MAX_THREAD_ID_CHARS)?;
+    let run_id = schema::id_param(q, "run_id", MAX_TRACE_ID_CHARS)?;
     if run_id.is_some() && thread_id.is_none() {
         return Err(GatewayError::BadRequest(
             "run_id needs a thread_id: a run belongs to a thread.".into(),
@@ -409,14 +376,14 @@ pub(crate) async fn memory_context(
         }));
     }
     let request = ContextRequest {
-        scope: scope(&caller, agent.clone()),
+        scope: scope(caller, agent.clone()),
         thread_id: thread_id.clone(),
     };
-    let m = manager(&state);
-    let ctx = run(&state, Operation::GetContext, async move {
-        m.get_context_block(request).await
-    })
-    .await?;
+    let ctx = call
+        .run(Operation::GetContext, |m| async move {
+            m.get_context_block(request).await
+        })
+        .await?;
     if let (Some(thread_id), Some(run_id), Some(sha)) =
         (thread_id, run_id, ctx.content_sha256.clone())
         && !state.observers().is_empty()
@@ -428,7 +395,7 @@ pub(crate) async fn memory_context(
             run_id,
             content_sha256: sha,
         };
-        notify_observers(&state, served).await?;
+        notify_observers(state, served).await?;
     }
     Ok(Json(ContextResponse {
         context: ctx.block,
@@ -438,14 +405,14 @@ pub(crate) async fn memory_context(
 
 /// `GET /api/memory/search`: `{"results": [fact + score + matchType...], "count": n}`, ranked
 /// by `mode` (or the configured default).
-pub(crate) async fn search_memory(Call { state, caller, q }: Call) -> Result<Json<SearchResponse>> {
-    let mut request = schema::search_request(&q)?;
-    request.scope = scope(&caller, q.agent()?);
-    let m = manager(&state);
-    let hits = run(&state, Operation::Search, async move {
-        m.search_scored(request).await
-    })
-    .await?;
+pub(crate) async fn search_memory(call: Call) -> Result<Json<SearchResponse>> {
+    let mut request = schema::search_request(&call.q)?;
+    request.scope = call.scope()?;
+    let hits = call
+        .run(Operation::Search, |m| async move {
+            m.search_scored(request).await
+        })
+        .await?;
     let results: Vec<SearchHit> = hits
         .into_iter()
         .map(|hit| SearchHit {
@@ -485,7 +452,7 @@ async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result
             Ok(()) => {}
             Err(ObserverError::Conflict(detail)) => return Err(GatewayError::Conflict(detail)),
             Err(ObserverError::Failed(message)) => {
-                return Err(GatewayError::RunJournal {
+                return Err(GatewayError::Journal {
                     detail: "Failed to record the memory identity of the run.",
                     message,
                 });
@@ -554,7 +521,7 @@ pub(crate) async fn run_events(
     let found = journal
         .events(&caller.user, &thread_id, &run_id, &query)
         .await
-        .map_err(|e| GatewayError::RunJournal {
+        .map_err(|e| GatewayError::Journal {
             detail: "Failed to read the run journal.",
             message: e.to_string(),
         })?;

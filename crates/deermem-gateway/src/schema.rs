@@ -558,15 +558,11 @@ pub(crate) struct EventsQuery {
     after_seq: Option<i64>,
 }
 
-fn has_control(s: &str) -> bool {
-    s.chars().any(char::is_control)
-}
-
 /// An identifier of at most `max` characters (at least `min`) without control characters.
 fn id_text(c: &mut Checker, v: &Value, key: &str, min: usize, max: usize) -> Option<String> {
     let s = c.chars(v, min, max)?;
     let msg = format!("{key} must not contain control characters");
-    c.check(s, |s| !has_control(s), &msg)
+    c.check(s, |s| !s.chars().any(char::is_control), &msg)
 }
 
 pub(crate) fn messages_body(body: &Value) -> Result<MessagesBody, GatewayError> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::listen::{ServeOptions, serve_app};
 use crate::state::{GatewayState, spawn_warm};
@@ -82,12 +83,13 @@ where
     let (served, flushed) = tokio::join!(serve_app(listener, app, options, signal), flush);
     state.mark_stopping();
     let warm_running = match flushed {
-        Some(outcome) => {
+        Some((warm_running, deadline)) => {
             // Turns queued by requests that finished during the drain.
-            if let Some(left) = outcome.budget_left() {
+            let left = deadline.and_then(|d| d.checked_duration_since(Instant::now()));
+            if let Some(left) = left.filter(|left| !left.is_zero()) {
                 flush_once(&state, left).await;
             }
-            outcome.warm_running
+            warm_running
         }
         None => false,
     };
@@ -101,23 +103,12 @@ where
     })
 }
 
-/// What the first flush left behind.
-struct FlushOutcome {
-    warm_running: bool,
-    deadline: Option<tokio::time::Instant>,
-}
-
-impl FlushOutcome {
-    fn budget_left(&self) -> Option<Duration> {
-        let left = self
-            .deadline?
-            .checked_duration_since(tokio::time::Instant::now())?;
-        (!left.is_zero()).then_some(left)
-    }
-}
-
-/// The shutdown flush: bounded warm-up wait, then the flush within its budget.
-async fn flush(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) -> FlushOutcome {
+/// The shutdown flush: bounded warm-up wait, then the flush within its budget. Answers whether
+/// the warm-up still runs, and the flush budget's deadline (none when memory is disabled).
+async fn flush(
+    state: &GatewayState,
+    warm: Option<JoinHandle<Option<bool>>>,
+) -> (bool, Option<Instant>) {
     let mut warm_running = false;
     if let Some(mut handle) = warm
         && tokio::time::timeout(WARM_SHUTDOWN_WAIT, &mut handle)
@@ -128,18 +119,12 @@ async fn flush(state: &GatewayState, warm: Option<JoinHandle<Option<bool>>>) -> 
         tracing::warn!("memory warm-up still running at shutdown; not waiting for it");
     }
     if !state.memory_config().enabled {
-        return FlushOutcome {
-            warm_running,
-            deadline: None,
-        };
+        return (warm_running, None);
     }
     let budget = Duration::from_secs_f64(state.memory_config().shutdown_flush_timeout_seconds);
-    let deadline = tokio::time::Instant::now() + budget;
+    let deadline = Instant::now() + budget;
     flush_once(state, budget).await;
-    FlushOutcome {
-        warm_running,
-        deadline: Some(deadline),
-    }
+    (warm_running, Some(deadline))
 }
 
 /// One `shutdown_flush` within `budget` (plus [`FLUSH_GRACE`] for a backend that ignores it).

@@ -232,7 +232,7 @@ where
 {
     crate::routes::spawned(|| "turn journal".to_owned(), fut)
         .await?
-        .map_err(|e| GatewayError::TurnJournal {
+        .map_err(|e| GatewayError::Journal {
             detail,
             message: e.to_string(),
         })
@@ -242,17 +242,23 @@ fn not_found(id: &TurnId) -> GatewayError {
     GatewayError::NotFound(format!("Turn '{id}' not found."))
 }
 
-/// The caller's own item `id` (404 when the journal holds none for the caller's user).
-async fn own_item(admin: &Arc<dyn TurnAdmin>, caller: &Caller, id: &TurnId) -> Result<TurnItem> {
-    let filter = TurnFilter {
-        user: Some(caller.user.clone()),
-        state: None,
-    };
-    let a = Arc::clone(admin);
-    let items = journal_call("Failed to read the turn journal.", async move {
+/// The caller's own items (in `state`, or in both states), oldest accepted first.
+async fn own_items(
+    admin: &Arc<dyn TurnAdmin>,
+    caller: &Caller,
+    state: Option<TurnState>,
+) -> Result<Vec<TurnItem>> {
+    let user = Some(caller.user.clone());
+    let (a, filter) = (Arc::clone(admin), TurnFilter { user, state });
+    journal_call("Failed to read the turn journal.", async move {
         a.journal().list(&filter).await
     })
-    .await?;
+    .await
+}
+
+/// The caller's own item `id` (404 when the journal holds none for the caller's user).
+async fn own_item(admin: &Arc<dyn TurnAdmin>, caller: &Caller, id: &TurnId) -> Result<TurnItem> {
+    let items = own_items(admin, caller, None).await?;
     items
         .into_iter()
         .find(|i| i.id() == id)
@@ -263,15 +269,7 @@ async fn own_item(admin: &Arc<dyn TurnAdmin>, caller: &Caller, id: &TurnId) -> R
 pub(crate) async fn list_turns(Call { state, caller, q }: Call) -> Result<Json<JournalTurnList>> {
     let wanted = parse_state(q.get("state"))?;
     let limit = parse_limit(q.get("limit"))?;
-    let admin = admin(&state)?;
-    let filter = TurnFilter {
-        user: Some(caller.user.clone()),
-        state: wanted,
-    };
-    let items = journal_call("Failed to read the turn journal.", async move {
-        admin.journal().list(&filter).await
-    })
-    .await?;
+    let items = own_items(&admin(&state)?, &caller, wanted).await?;
     let total = items.len();
     let turns = items.into_iter().take(limit).map(JournalTurn::of).collect();
     Ok(Json(JournalTurnList { total, turns }))
