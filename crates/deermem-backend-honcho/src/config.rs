@@ -1,17 +1,19 @@
 //! `HonchoConfig`: the Honcho `backend_config` keys with the reference's defaults, validation
 //! and error order, read through core's config loader (`deermem_core::config::lax`). The API
-//! key is a [`Secret`], which never prints.
+//! key is a [`Secret`], which never prints. `Serialize` is the display form (the gateway's
+//! `/api/memory/config`): the key as `"***"` by its type, the base URL without credentials
+//! (`deermem_core::config::shown`), every other setting with its value or default.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_core::config::lax;
+use deermem_core::config::{lax, shown};
 use deermem_pycompat::py;
 use deermem_remote::base_url::{self, BaseUrlError, TransportRule};
 pub use deermem_remote::{FailurePolicy, Secret};
 use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::identity::is_honcho_id;
@@ -27,11 +29,11 @@ fn key(k: &str) -> String {
 
 /// The Honcho backend settings, with the reference's keys, defaults and validation. Its
 /// fields are the key list: any other key is warned about and ignored.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HonchoConfig {
     /// Server base URL without a trailing `/` (a path prefix is kept).
-    #[serde(deserialize_with = "base_url")]
+    #[serde(deserialize_with = "base_url", serialize_with = "shown::url")]
     pub base_url: String,
     /// Bearer token, sent only when set.
     #[serde(deserialize_with = "api_key")]
@@ -66,7 +68,11 @@ pub struct HonchoConfig {
     /// Read failure policy (`failure_policy.read`): under `fail_open` a failed read logs a
     /// warning and returns the empty value (`""`, `[]`, the empty document); under
     /// `fail_closed` it returns [`deermem_core::ManagerError::Unavailable`] / `Timeout`.
-    #[serde(rename = "failure_policy", deserialize_with = "failure_policy")]
+    #[serde(
+        rename = "failure_policy",
+        deserialize_with = "failure_policy",
+        serialize_with = "show_failure_policy"
+    )]
     pub read_policy: FailurePolicy,
     /// Injected by the host; not used by this backend.
     #[serde(deserialize_with = "lax::scalar_str")]
@@ -153,6 +159,19 @@ fn failure_policy<'de, D: Deserializer<'de>>(d: D) -> Result<FailurePolicy, D::E
         }
     }
     Section::deserialize(d).map(|s| s.read)
+}
+
+/// The `failure_policy` mapping as written: `{"read": "fail_open" | "fail_closed"}`.
+fn show_failure_policy<S: Serializer>(read: &FailurePolicy, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Section {
+        read: &'static str,
+    }
+    let read = match read {
+        FailurePolicy::FailOpen => "fail_open",
+        FailurePolicy::FailClosed => "fail_closed",
+    };
+    Section { read }.serialize(s)
 }
 
 impl HonchoConfig {
@@ -477,5 +496,41 @@ mod tests {
         assert!(!dbg.contains("sk-very-secret"));
         assert!(dbg.contains("<redacted>"));
         assert_eq!(Secret::new("x").to_string(), "<redacted>");
+    }
+
+    #[test]
+    fn the_display_never_shows_the_key_or_url_credentials() {
+        let (c, _) = parse(json!({
+            "api_key": "hk-DISTINCT-5e1d",
+            "base_url": "https://honcho.internal/pfx/",
+            "user_peer_overrides": {"alice@example.com": "alice"},
+            "failure_policy": {"read": "fail_closed"},
+            "my_llm_credential": "cred-DISTINCT",
+        }))
+        .unwrap();
+        let shown = serde_json::to_value(&c).unwrap();
+        assert!(!shown.to_string().contains("DISTINCT"), "{shown}");
+        assert_eq!(shown["api_key"], "***");
+        assert_eq!(shown["base_url"], "https://honcho.internal/pfx");
+        assert_eq!(shown["failure_policy"], json!({"read": "fail_closed"}));
+        assert_eq!(
+            shown["user_peer_overrides"],
+            json!({"alice@example.com": "alice"})
+        );
+        assert_eq!(shown["timeout_seconds"], 10.0, "defaults are shown");
+        assert!(shown.get("my_llm_credential").is_none());
+        let unset = serde_json::to_value(HonchoConfig::default()).unwrap();
+        assert_eq!(unset["api_key"], json!(null));
+        // The rule is the types', not validation's: a URL the loader would refuse still loses
+        // its credentials.
+        let built = HonchoConfig {
+            base_url: "https://svc:PW-DISTINCT@honcho.internal/pfx?token=Q-DISTINCT#f".into(),
+            api_key: Some(Secret::new("hk-DISTINCT-5e1d")),
+            ..HonchoConfig::default()
+        };
+        let text = serde_json::to_string(&built).unwrap();
+        for secret in ["DISTINCT", "svc"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
     }
 }

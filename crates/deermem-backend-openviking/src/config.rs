@@ -1,19 +1,23 @@
 //! The OpenViking `backend_config`: pre-checks that reject removed and unknown fields, every
 //! key's default and validation as the reference has them (read through core's config loader,
 //! `deermem_core::config::lax`), and the USER API key read from the environment variable
-//! `api_key_env` names (the lookup is injected, never ambient).
+//! `api_key_env` names (the lookup is injected, never ambient). `Serialize` is the display form
+//! (the gateway's `/api/memory/config`): the base URL without credentials
+//! (`deermem_core::config::shown`), every setting with its value or default; the key is not a
+//! `backend_config` key and is not shown (were it serialised, its [`Secret`] type writes
+//! `"***"`).
 
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_core::config::lax;
+use deermem_core::config::{lax, shown};
 use deermem_pycompat::py::strip;
 pub use deermem_remote::FailurePolicy;
 /// The OpenViking USER API key is a [`Secret`], which never prints.
 pub use deermem_remote::Secret;
 use deermem_remote::base_url::{self, TransportRule};
 use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// The server a fresh installation talks to.
@@ -47,7 +51,8 @@ const REMOVED_HTTP_KEYS: [&str; 7] = [
 ];
 
 /// What `warm` does when `/health` is not healthy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StartupPolicy {
     /// Startup fails (`startup_check` returns an error).
     #[default]
@@ -57,7 +62,8 @@ pub enum StartupPolicy {
 }
 
 /// Which text of a recalled memory is injected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ContentMode {
     /// Read the full content for level-2 hits with a uri, else overview, else abstract.
     Auto,
@@ -71,7 +77,7 @@ pub enum ContentMode {
 }
 
 /// The `retrieval` mapping.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RetrievalConfig {
     /// Hits requested for the injection block, 1–100.
@@ -107,11 +113,11 @@ impl Default for RetrievalConfig {
 ///
 /// Its fields are the key list (with `failure_policy`'s `read` and `write`): any other key is
 /// refused.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default = "OpenVikingConfig::unset")]
 pub struct OpenVikingConfig {
     /// Server root, without a trailing `/`.
-    #[serde(deserialize_with = "lax::scalar_str")]
+    #[serde(deserialize_with = "lax::scalar_str", serialize_with = "shown::url")]
     pub base_url: String,
     /// Allows plain `http` to hosts other than the loopback names.
     #[serde(deserialize_with = "lax::bool")]
@@ -122,7 +128,7 @@ pub struct OpenVikingConfig {
     /// The environment variable the key was read from.
     #[serde(deserialize_with = "stripped")]
     pub api_key_env: String,
-    /// The USER API key.
+    /// The USER API key, read from `api_key_env` (not a `backend_config` key, so not shown).
     #[serde(skip)]
     pub api_key: Secret,
     /// The actor peer of the default agent.
@@ -139,16 +145,10 @@ pub struct OpenVikingConfig {
     /// What `warm` does on an unhealthy server.
     #[serde(deserialize_with = "startup_policy")]
     pub startup_policy: StartupPolicy,
-    /// What reads (`get_context`, `search`) do on a backend failure: `fail_open` logs a
-    /// warning and returns nothing (`""` / `[]`), `raise` ([`FailurePolicy::FailClosed`])
-    /// returns the error.
-    #[serde(skip)]
-    pub read_failure_policy: FailurePolicy,
-    /// What captures do on a backend failure: `log_and_drop` ([`FailurePolicy::FailOpen`])
-    /// logs the error and the cursor keeps the unconfirmed messages for the next turn; `raise`
-    /// reports it (at once for a direct `capture`, on the next `add` for queued ones).
-    #[serde(skip)]
-    pub write_failure_policy: FailurePolicy,
+    /// What reads and captures do on a backend failure (`failure_policy`, read as its own
+    /// section).
+    #[serde(skip_deserializing)]
+    pub failure_policy: FailurePolicies,
     /// How many message hashes a cursor keeps, 16–10000.
     #[serde(deserialize_with = "lax::int_in::<_, _, 16, 10_000>")]
     pub max_seen_message_ids: usize,
@@ -156,7 +156,37 @@ pub struct OpenVikingConfig {
     pub retrieval: RetrievalConfig,
 }
 
-/// The `failure_policy` mapping.
+/// The `failure_policy` mapping, shown with its configuration spelling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FailurePolicies {
+    /// What reads (`get_context`, `search`) do on a backend failure: `fail_open` logs a
+    /// warning and returns nothing (`""` / `[]`), `raise` ([`FailurePolicy::FailClosed`])
+    /// returns the error.
+    #[serde(serialize_with = "show_read_policy")]
+    pub read: FailurePolicy,
+    /// What captures do on a backend failure: `log_and_drop` ([`FailurePolicy::FailOpen`])
+    /// logs the error and the cursor keeps the unconfirmed messages for the next turn; `raise`
+    /// reports it (at once for a direct `capture`, on the next `add` for queued ones).
+    #[serde(serialize_with = "show_write_policy")]
+    pub write: FailurePolicy,
+}
+
+fn show_policy<S: Serializer>(p: FailurePolicy, open: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match p {
+        FailurePolicy::FailOpen => open,
+        FailurePolicy::FailClosed => "raise",
+    })
+}
+
+fn show_read_policy<S: Serializer>(p: &FailurePolicy, s: S) -> Result<S::Ok, S::Error> {
+    show_policy(*p, "fail_open", s)
+}
+
+fn show_write_policy<S: Serializer>(p: &FailurePolicy, s: S) -> Result<S::Ok, S::Error> {
+    show_policy(*p, "log_and_drop", s)
+}
+
+/// The `failure_policy` mapping as read.
 #[derive(Default, Deserialize)]
 #[serde(default)]
 struct FailureSection {
@@ -232,8 +262,7 @@ impl OpenVikingConfig {
             timeout_seconds: 30.0,
             storage_path: String::new(),
             startup_policy: StartupPolicy::FailFast,
-            read_failure_policy: FailurePolicy::FailOpen,
-            write_failure_policy: FailurePolicy::FailOpen,
+            failure_policy: FailurePolicies::default(),
             max_seen_message_ids: 512,
             retrieval: RetrievalConfig::default(),
         }
@@ -254,6 +283,21 @@ impl OpenVikingConfig {
     pub fn from_backend_config(
         backend_config: &Map<String, Value>,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Self, Vec<String>), ConfigError> {
+        let (mut c, warnings) = Self::settings_from_backend_config(backend_config)?;
+        let key = env(&c.api_key_env).unwrap_or_default();
+        c.api_key = Secret::new(strip(&key));
+        c.check_api_key()?;
+        Ok((c, warnings))
+    }
+
+    /// [`OpenVikingConfig::from_backend_config`] without the key: every setting parsed and
+    /// checked, the environment not read and `api_key` left empty (for showing the settings).
+    ///
+    /// # Errors
+    /// As [`OpenVikingConfig::from_backend_config`], but for the key.
+    pub fn settings_from_backend_config(
+        backend_config: &Map<String, Value>,
     ) -> Result<(Self, Vec<String>), ConfigError> {
         if TRUSTED_MODE_KEYS
             .iter()
@@ -293,8 +337,10 @@ impl OpenVikingConfig {
             &Value::Object(failure),
             &format!("{PREFIX}.failure_policy"),
         )?;
-        c.read_failure_policy = policies.read;
-        c.write_failure_policy = policies.write;
+        c.failure_policy = FailurePolicies {
+            read: policies.read,
+            write: policies.write,
+        };
         unknown.extend(ignored.iter().map(|k| format!("failure_policy.{k}")));
         c.base_url = strip(&c.base_url).trim_end_matches('/').to_owned();
         let warnings = c.check_settings()?.into_iter().collect();
@@ -313,10 +359,6 @@ impl OpenVikingConfig {
                 ),
             ));
         }
-
-        let key = env(&c.api_key_env).unwrap_or_default();
-        c.api_key = Secret::new(strip(&key));
-        c.check_api_key()?;
         Ok((c, warnings))
     }
 
@@ -538,8 +580,8 @@ mod tests {
         assert_eq!(c.timeout_seconds, 30.0);
         assert_eq!(c.storage_path, "");
         assert_eq!(c.startup_policy, StartupPolicy::FailFast);
-        assert_eq!(c.read_failure_policy, FailurePolicy::FailOpen);
-        assert_eq!(c.write_failure_policy, FailurePolicy::FailOpen);
+        assert_eq!(c.failure_policy.read, FailurePolicy::FailOpen);
+        assert_eq!(c.failure_policy.write, FailurePolicy::FailOpen);
         assert_eq!(c.max_seen_message_ids, 512);
         assert_eq!(c.retrieval, RetrievalConfig::default());
         assert_eq!(c.retrieval.top_k, 8);
@@ -568,8 +610,8 @@ mod tests {
         assert_eq!(c.timeout_seconds, 12.5);
         assert_eq!(c.storage_path, "/tmp/x");
         assert_eq!(c.startup_policy, StartupPolicy::Warn);
-        assert_eq!(c.read_failure_policy, FailurePolicy::FailClosed);
-        assert_eq!(c.write_failure_policy, FailurePolicy::FailClosed);
+        assert_eq!(c.failure_policy.read, FailurePolicy::FailClosed);
+        assert_eq!(c.failure_policy.write, FailurePolicy::FailClosed);
         assert_eq!(c.max_seen_message_ids, 16);
         assert_eq!(c.retrieval.top_k, 3);
         assert_eq!(c.retrieval.score_threshold, Some(0.25));
@@ -610,7 +652,7 @@ mod tests {
         assert_eq!(e.message, "OpenViking failure_policy must be a mapping");
         let c = parse(json!({"owner_user_id": "a", "failure_policy": null, "retrieval": null}))
             .unwrap();
-        assert_eq!(c.read_failure_policy, FailurePolicy::FailOpen);
+        assert_eq!(c.failure_policy.read, FailurePolicy::FailOpen);
     }
 
     #[test]
@@ -823,5 +865,51 @@ mod tests {
         assert!(c.validate().is_ok());
         c.timeout_seconds = f64::NAN;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn the_display_never_shows_the_key_or_url_credentials() {
+        let env =
+            |name: &str| (name == "OPENVIKING_API_KEY").then(|| "ov-DISTINCT-4b7e".to_owned());
+        let (c, _) = OpenVikingConfig::from_backend_config(
+            json!({
+                "owner_user_id": "alice",
+                "base_url": "https://ov.internal:1933/",
+                "failure_policy": {"write": "raise"},
+                "retrieval": {"content_mode": "read"},
+            })
+            .as_object()
+            .unwrap(),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.api_key.expose(), "ov-DISTINCT-4b7e");
+        let shown = serde_json::to_value(&c).unwrap();
+        let text = shown.to_string();
+        assert!(!text.contains("DISTINCT"), "{text}");
+        assert_eq!(shown["base_url"], "https://ov.internal:1933");
+        assert!(shown.get("api_key").is_none(), "{text}");
+        assert_eq!(shown["api_key_env"], "OPENVIKING_API_KEY");
+        assert_eq!(
+            shown["failure_policy"],
+            json!({"read": "fail_open", "write": "raise"})
+        );
+        assert_eq!(shown["startup_policy"], "fail_fast");
+        assert_eq!(shown["retrieval"]["content_mode"], "read");
+        assert_eq!(shown["retrieval"]["top_k"], 8, "defaults are shown");
+        // The settings alone (for display) need no key and read no environment.
+        let (s, _) = OpenVikingConfig::settings_from_backend_config(
+            json!({"owner_user_id": "alice"}).as_object().unwrap(),
+        )
+        .unwrap();
+        assert!(s.api_key.is_empty());
+        // The rule is the types', not validation's: a URL the loader would refuse still loses
+        // its credentials.
+        let mut built = OpenVikingConfig::new("alice", "ov-DISTINCT-4b7e");
+        built.base_url = "https://svc:PW-DISTINCT@ov.internal:1933?token=Q-DISTINCT#f".into();
+        let text = serde_json::to_string(&built).unwrap();
+        for secret in ["DISTINCT", "svc"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
     }
 }

@@ -45,7 +45,8 @@ pub mod testserver {
 }
 
 pub use config::{
-    ContentMode, FailurePolicy, OpenVikingConfig, RetrievalConfig, Secret, StartupPolicy,
+    ContentMode, FailurePolicies, FailurePolicy, OpenVikingConfig, RetrievalConfig, Secret,
+    StartupPolicy,
 };
 pub use convert::{HiddenMessageFilter, is_human_clarification_response};
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

@@ -592,7 +592,7 @@ impl Inner {
                     "OpenViking capture failed"
                 );
                 if failure.always_raise
-                    || self.config.write_failure_policy == FailurePolicy::FailClosed
+                    || self.config.failure_policy.write == FailurePolicy::FailClosed
                 {
                     Err(failure.error)
                 } else {
@@ -908,7 +908,7 @@ impl Inner {
     ) -> Result<T, ManagerError> {
         let error = e.to_manager_error(&format!("OpenViking {op} failed"));
         self.note_failure(op, error.to_string());
-        self.config.read_failure_policy.apply(
+        self.config.failure_policy.read.apply(
             fallback,
             || tracing::warn!(target: FAIL_OPEN_LOG_TARGET, error = %e, "OpenViking {op} failed; returning no memory (failure_policy.read: fail_open)"),
             || error,

@@ -1,6 +1,7 @@
 //! Configuration shared by every backend and host: the host's `memory:` section
 //! ([`MemoryConfig`]), the LLM and embedding settings the adapters read ([`ModelConfig`],
-//! [`EmbeddingConfig`]), and the lax loader every config struct goes through. Reading config
+//! [`EmbeddingConfig`]), the lax loader every config struct goes through, and the display rules
+//! of [`shown`] (a [`ConfigSecret`] shows `"***"`, a URL loses its credentials). Reading config
 //! text, `$VAR` resolution and legacy key migration live in the facade (`deermem`); a backend's
 //! own `backend_config` keys live in its crate (DeerMem's: `deermem_updater::DeerMemConfig`).
 //!
@@ -14,8 +15,10 @@ use serde_json::{Map, Value};
 
 mod embedding;
 pub mod lax;
+pub mod shown;
 
 pub use embedding::{EmbeddingConfig, EmbeddingProvider, EmbeddingSides, MAX_EMBEDDING_BATCH};
+pub use shown::ConfigSecret;
 
 /// How memory reaches the agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -101,9 +104,15 @@ fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
     Ok(Some(String::deserialize(d)?).filter(|s| !s.is_empty()))
 }
 
+/// An optional secret; the empty string is `None`.
+fn non_empty_secret<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ConfigSecret>, D::Error> {
+    non_empty(d).map(|s| s.map(ConfigSecret::new))
+}
+
 /// The LLM used for extraction (`backend_config.model`). An empty `model` means the host's
-/// default model, or the offline rule-based proposer when there is none.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// default model, or the offline rule-based proposer when there is none. `Serialize` is its
+/// display form ([`shown`]): the key as `"***"`, the base URL without credentials.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ModelConfig {
     /// Provider name (only OpenAI-compatible endpoints are supported; default `openai`).
@@ -112,11 +121,12 @@ pub struct ModelConfig {
     /// Model name; `None` means no model is configured.
     #[serde(deserialize_with = "non_empty")]
     pub model: Option<String>,
-    /// API key (after `$VAR` resolution). Never printed by `Debug`.
-    #[serde(deserialize_with = "non_empty")]
-    pub api_key: Option<String>,
-    /// Base URL of the OpenAI-compatible API (default `https://api.openai.com/v1`).
-    #[serde(deserialize_with = "non_empty")]
+    /// API key (after `$VAR` resolution): never printed, shown as `"***"`.
+    #[serde(deserialize_with = "non_empty_secret")]
+    pub api_key: Option<ConfigSecret>,
+    /// Base URL of the OpenAI-compatible API (default `https://api.openai.com/v1`), shown
+    /// without credentials.
+    #[serde(deserialize_with = "non_empty", serialize_with = "shown::opt_url")]
     pub base_url: Option<String>,
     /// Sampling temperature, 0–2.
     #[serde(deserialize_with = "some_unit_to_2")]
@@ -149,22 +159,6 @@ fn provider<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error>
         Some(other) => Err(serde::de::Error::custom(format!(
             "{other:?} is not supported; use an OpenAI-compatible endpoint ('openai')"
         ))),
-    }
-}
-
-impl std::fmt::Debug for ModelConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelConfig")
-            .field("provider", &self.provider)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("base_url", &self.base_url)
-            .field("temperature", &self.temperature)
-            .field("timeout_seconds", &self.timeout_seconds)
-            .field("connect_timeout_seconds", &self.connect_timeout_seconds)
-            .field("max_retries", &self.max_retries)
-            .field("max_tokens", &self.max_tokens)
-            .finish()
     }
 }
 

@@ -288,7 +288,7 @@ fn config_json(state: &GatewayState) -> MemoryConfigResponse {
         injection_enabled: cfg.injection_enabled,
         shutdown_flush_timeout_seconds: cfg.shutdown_flush_timeout_seconds,
         manager_class: cfg.manager_class.clone(),
-        backend_config: shown_backend_config(&cfg.backend_config),
+        backend_config: shown_backend_config(&cfg.manager_class, &cfg.backend_config),
     }
 }
 

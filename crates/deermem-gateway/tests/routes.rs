@@ -405,7 +405,7 @@ async fn config_echoes_the_memory_section_with_secrets_redacted() {
 }
 
 #[tokio::test]
-async fn config_and_status_show_only_allowed_backend_keys() {
+async fn config_and_status_show_only_the_backends_own_settings() {
     let m = FakeManager::new();
     let backend_config = json!({
         "max_facts": 50,
@@ -417,6 +417,7 @@ async fn config_and_status_show_only_allowed_backend_keys() {
         "model": {"model": "gpt-x", "base_url": "http://svcuser:PASSWORD-SECRET@llm.internal/v1?key=q-SECRET",
                   "api_key": "sk-SECRET", "bearer": "nested-SECRET"},
         "base_url": "https://ov-user:ov-SECRET@openviking:1933",
+        "postgres": {"url": "postgres://pg-user:pg-SECRET@db.internal/mem", "pool_size": 4},
     });
     let memory = MemoryConfig {
         backend_config: backend_config.as_object().cloned().unwrap_or_default(),
@@ -425,22 +426,115 @@ async fn config_and_status_show_only_allowed_backend_keys() {
     let a = router(ready_state(m.clone(), memory, GatewayConfig::default()));
     let r = send(&a, empty(Method::GET, "/api/memory/config")).await;
     assert_eq!(r.status, StatusCode::OK);
+    let shown = &r.body["backend_config"];
+    // DeerMem's settings type: its keys with their values or defaults, nothing else.
+    assert_eq!(shown["max_facts"], 50);
+    assert_eq!(shown["debounce_seconds"], 30, "defaults are shown");
     assert_eq!(
-        r.body["backend_config"],
-        json!({
-            "max_facts": 50,
-            "model": {"model": "gpt-x", "base_url": "http://llm.internal/v1", "api_key": "***"},
-            "base_url": "https://openviking:1933",
-        })
+        (
+            &shown["model"]["model"],
+            &shown["model"]["api_key"],
+            &shown["model"]["base_url"]
+        ),
+        (
+            &json!("gpt-x"),
+            &json!("***"),
+            &json!("http://llm.internal/v1")
+        )
     );
+    for key in [
+        "api-key",
+        "access_key_id",
+        "bearer",
+        "my_llm_credential",
+        "apiKey",
+        "base_url",
+    ] {
+        assert!(shown.get(key).is_none(), "{key} shown: {shown}");
+    }
+    assert!(shown["model"].get("bearer").is_none(), "{shown}");
+    // The PostgreSQL section is its adapter's to show (the URL as "***"), or not shown at all
+    // in a build without that adapter.
+    let pg = &shown["postgres"];
+    assert!(pg["url"] == "***" || pg.get("not_shown").is_some(), "{pg}");
     let s = send(&a, empty(Method::GET, "/api/memory/status")).await;
     assert_eq!(s.status, StatusCode::OK);
     assert_eq!(s.body["config"], r.body);
     for text in [&r.text, &s.text] {
         assert!(
-            !text.contains("SECRET") && !text.contains("svcuser") && !text.contains("ov-user"),
+            !text.contains("SECRET")
+                && !text.contains("svcuser")
+                && !text.contains("ov-user")
+                && !text.contains("pg-user")
+                && !text.contains("db.internal"),
             "{text}"
         );
+    }
+}
+
+/// Each `manager_class` shows its own settings type, and one this build cannot show (not
+/// compiled in, unknown, or a configuration that does not parse, as the gateway may still
+/// answer `/api/memory/config` with memory disabled) shows only a fixed reason.
+#[tokio::test]
+async fn config_shows_each_manager_class_without_secrets() {
+    let secret_keys = json!({
+        "api_key": "sk-SECRET", "my_llm_credential": "cred-SECRET",
+        "base_url": "https://svcuser:PASSWORD-SECRET@remote.internal/v1?key=q-SECRET",
+        "owner_user_id": "alice",
+    });
+    for class in [
+        "deermem",
+        "honcho",
+        "openviking",
+        "noop",
+        "pkg.module:Manager",
+    ] {
+        for enabled in [true, false] {
+            let memory = MemoryConfig {
+                enabled,
+                manager_class: class.into(),
+                backend_config: secret_keys.as_object().cloned().unwrap_or_default(),
+                ..MemoryConfig::default()
+            };
+            let a = router(ready_state(
+                FakeManager::new(),
+                memory,
+                GatewayConfig::default(),
+            ));
+            let r = send(&a, empty(Method::GET, "/api/memory/config")).await;
+            assert_eq!(r.status, StatusCode::OK, "{class}");
+            assert!(
+                !r.text.contains("SECRET") && !r.text.contains("svcuser"),
+                "{class}: {}",
+                r.text
+            );
+            let shown = &r.body["backend_config"];
+            assert!(shown.get("my_llm_credential").is_none(), "{class}: {shown}");
+            match class {
+                "noop" => assert_eq!(shown, &json!({}), "noop reads no key"),
+                "pkg.module:Manager" => assert_eq!(
+                    shown,
+                    &json!({"not_shown": "memory.manager_class names no known backend"})
+                ),
+                // OpenViking refuses the unknown keys: nothing but the reason.
+                "openviking" => assert_eq!(
+                    shown
+                        .as_object()
+                        .map(|o| o.keys().cloned().collect::<Vec<_>>()),
+                    Some(vec!["not_shown".to_owned()]),
+                    "{shown}"
+                ),
+                // Shown by its type (`api_key` as "***", the URL without credentials), or,
+                // in a build without the adapter, not shown.
+                _ => assert!(
+                    shown.get("not_shown").is_some()
+                        || (shown["api_key"] == "***"
+                            && shown["base_url"] == "https://remote.internal/v1")
+                        || (class == "deermem" && shown.get("api_key").is_none()),
+                    "{class}: {shown}"
+                ),
+            }
+        }
     }
 }
 

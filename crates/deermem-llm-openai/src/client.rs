@@ -60,7 +60,10 @@ impl OpenAiChatModel {
             key: KEY,
             base_url: config.base_url.as_deref(),
             path: "chat/completions",
-            api_key: config.api_key.as_deref(),
+            api_key: config
+                .api_key
+                .as_ref()
+                .map(deermem_core::config::ConfigSecret::expose),
             timeout_seconds: config.timeout_seconds,
             connect_timeout_seconds: config.connect_timeout_seconds,
             max_retries: config.max_retries,

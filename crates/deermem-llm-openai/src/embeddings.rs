@@ -108,7 +108,10 @@ impl OpenAiEmbedder {
             key: KEY,
             base_url: config.base_url.as_deref(),
             path: "embeddings",
-            api_key: config.api_key.as_deref(),
+            api_key: config
+                .api_key
+                .as_ref()
+                .map(deermem_core::config::ConfigSecret::expose),
             timeout_seconds: config.timeout_seconds,
             connect_timeout_seconds: config.connect_timeout_seconds,
             max_retries: config.max_retries,

@@ -32,7 +32,7 @@ fn config(base_url: &str, api_key: Option<&str>, max_retries: u32) -> ModelConfi
     ModelConfig {
         provider: None,
         model: Some("gpt-test".into()),
-        api_key: api_key.map(str::to_owned),
+        api_key: api_key.map(Into::into),
         base_url: Some(base_url.to_owned()),
         temperature: Some(0.2),
         timeout_seconds: 5.0,

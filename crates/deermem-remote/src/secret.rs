@@ -1,6 +1,7 @@
 //! [`Secret`]: an API key or token on `secrecy`'s `SecretString`. `Debug` and `Display` print
-//! `<redacted>`, the memory is wiped on drop, and the value is reached only through
-//! [`Secret::expose`] where it is sent.
+//! `<redacted>`, `Serialize` (the display form of the settings holding it) writes
+//! [`deermem_core::config::shown::HIDDEN`], the memory is wiped on drop, and the value is
+//! reached only through [`Secret::expose`] where it is sent.
 
 use std::fmt;
 
@@ -65,6 +66,14 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Always `"***"`, the one display of a secret (`deermem_core::config::shown`): the type is
+/// the rule, so settings holding a `Secret` derive their display form.
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(deermem_core::config::shown::HIDDEN)
+    }
+}
+
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(REDACTED)
@@ -90,6 +99,8 @@ mod tests {
         assert_eq!(Secret::new("").scrub("as is"), "as is");
         assert_eq!(s, Secret::new("sk-very-secret"));
         assert_ne!(s, Secret::new("other"));
+        let shown = serde_json::to_string(&[Some(&s), None]).unwrap();
+        assert_eq!(shown, r#"["***",null]"#);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! core's lax loader like every other key (so a bad value is refused when the configuration is
 //! loaded, naming `memory.backend_config.postgres.<key>`), checked by `validate` when built in
 //! code, and built from a URL alone by `from_url` (libpq's TLS parameters read). The URL is a
-//! secret (it may hold a password): `Debug` and `Serialize` never show it.
+//! secret (it may hold a password, and names the database host): it is a
+//! [`ConfigSecret`], so `Debug` never prints it and `Serialize`, the block's display form (the
+//! gateway's `/api/memory/config`), writes `"***"` in its place by its type.
 
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_core::config::lax;
+use deermem_core::config::{ConfigSecret, lax};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -34,9 +36,8 @@ const MAX_IDENTIFIER_BYTES: usize = 63;
 pub struct PostgresConfig {
     /// `postgres://user:password@host:port/database` or a key=value connection string, after
     /// `$VAR` resolution by the loader (`${VAR}` is resolved by the host when it connects).
-    /// Never serialised, never printed.
-    #[serde(skip_serializing)]
-    pub url: String,
+    /// Never printed; serialised as `"***"`.
+    pub url: ConfigSecret,
     /// Connections in this process's pool, 1–256 (default 8).
     #[serde(deserialize_with = "lax::int_in::<_, _, 1, 256>")]
     pub pool_size: usize,
@@ -133,7 +134,7 @@ impl TlsMode {
 impl Default for PostgresConfig {
     fn default() -> Self {
         Self {
-            url: String::new(),
+            url: ConfigSecret::default(),
             pool_size: 8,
             schema: "deermem".into(),
             connect_timeout_seconds: 10.0,
@@ -227,7 +228,7 @@ impl PostgresConfig {
     /// Settings for `url` with every other key at its default.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            url: ConfigSecret::new(url),
             ..Self::default()
         }
     }
@@ -283,11 +284,11 @@ impl PostgresConfig {
                 _ => kept.push(pair),
             }
         }
-        settings.url = if kept.is_empty() {
+        settings.url = ConfigSecret::new(if kept.is_empty() {
             base.to_owned()
         } else {
             format!("{base}?{}", kept.join("&"))
-        };
+        });
         settings.validate()?;
         Ok(settings)
     }
@@ -325,7 +326,7 @@ impl PostgresConfig {
             Some(v) if !v.is_null() => Self::from_section(v)?,
             _ => Self::default(),
         };
-        if settings.url.trim().is_empty() {
+        if settings.url.expose().trim().is_empty() {
             return Err(ConfigError::new(
                 format!("{SECTION}.url"),
                 "is required with storage_class: postgres (a postgres:// URL, or $DATABASE_URL to read it from the environment)",
@@ -342,7 +343,7 @@ impl PostgresConfig {
     /// The offending key, e.g. `postgres.pool_size`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: String| ConfigError::new(format!("postgres.{key}"), message);
-        if self.url.trim().is_empty() {
+        if self.url.expose().trim().is_empty() {
             return Err(bad("url", "is empty".into()));
         }
         if !(1..=MAX_POOL_SIZE).contains(&self.pool_size) {
@@ -479,25 +480,25 @@ mod tests {
     #[test]
     fn from_url_reads_the_libpq_tls_parameters() {
         let c = PostgresConfig::from_url("postgres://u:pw@h:5433/db").unwrap();
-        assert_eq!(c.url, "postgres://u:pw@h:5433/db");
+        assert_eq!(c.url.expose(), "postgres://u:pw@h:5433/db");
         assert_eq!(c.tls, TlsConfig::default());
         assert_eq!(c.schema, "deermem");
         let c = PostgresConfig::from_url(
             "postgresql://u@h/db?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20x.pem",
         )
         .unwrap();
-        assert_eq!(c.url, "postgresql://u@h/db?application_name=x");
+        assert_eq!(c.url.expose(), "postgresql://u@h/db?application_name=x");
         assert_eq!(c.tls.mode, TlsMode::VerifyFull);
         assert_eq!(c.tls.ca_file, Some("/etc/ca x.pem".to_owned()));
         let c = PostgresConfig::from_url("postgres://u@h/db?sslmode=require").unwrap();
         assert_eq!(
-            (c.url.as_str(), c.tls.mode),
+            (c.url.expose(), c.tls.mode),
             ("postgres://u@h/db", TlsMode::Require)
         );
         let c = PostgresConfig::from_url("postgres://u@h/db?sslmode=prefer").unwrap();
         assert_eq!(c.tls.mode, TlsMode::Disable);
         let c = PostgresConfig::from_url("host=h user=u sslmode=disable").unwrap();
-        assert_eq!(c.url, "host=h user=u sslmode=disable");
+        assert_eq!(c.url.expose(), "host=h user=u sslmode=disable");
         for (url, key) in [
             ("postgres://h/db?sslmode=verify-ca", "postgres.tls.mode"),
             ("postgres://h/db?sslmode=sometimes", "postgres.tls.mode"),
@@ -535,6 +536,33 @@ mod tests {
                 !text.contains("hunter2") && !text.contains("db.internal"),
                 "{text}"
             );
+        }
+    }
+
+    /// The display form of a block as the loader reads it: the URL (a password in it, a
+    /// key=value string, a `$VAR` reference alike) is `"***"`, every other key its value or
+    /// default.
+    #[test]
+    fn the_display_never_shows_the_url() {
+        for url in [
+            "postgres://deermem:pw-DISTINCT-0c9d@db-DISTINCT.internal:5432/memory?sslpassword=DISTINCT",
+            "host=db-DISTINCT.internal user=u password=pw-DISTINCT-0c9d",
+        ] {
+            let c = PostgresConfig::from_selected_section(Some(&json!({
+                "url": url, "pool_size": "4",
+                "tls": {"mode": "verify-full", "ca_file": "/etc/ca.pem"},
+            })))
+            .unwrap();
+            let shown = serde_json::to_value(&c).unwrap();
+            let text = shown.to_string();
+            assert!(!text.contains("DISTINCT"), "{text}");
+            assert_eq!(shown["url"], "***");
+            assert_eq!(shown["pool_size"], 4);
+            assert_eq!(
+                shown["tls"],
+                json!({"mode": "verify-full", "ca_file": "/etc/ca.pem"})
+            );
+            assert_eq!(shown["coherence"], "lease", "defaults are shown");
         }
     }
 

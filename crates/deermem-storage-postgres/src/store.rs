@@ -73,9 +73,10 @@ impl PgDatabase {
     /// [`PgError::Connect`] when the server cannot be reached in time.
     pub async fn connect(config: &PostgresConfig) -> Result<Self, PgError> {
         config.validate()?;
-        let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|e| PgError::Url {
-            reason: e.to_string(),
-        })?;
+        let mut pg =
+            tokio_postgres::Config::from_str(config.url.expose()).map_err(|e| PgError::Url {
+                reason: e.to_string(),
+            })?;
         // `tls.mode` decides; a URL asking for TLS while the mode is `disable` is a mistake
         // better reported than silently downgraded.
         let connector = tls::connector(&config.tls)?;

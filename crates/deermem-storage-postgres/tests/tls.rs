@@ -163,7 +163,7 @@ async fn tls_modes_against_a_server_with_ssl_on() {
     assert!(encrypted(&store).await);
     // A URL asking for TLS while the mode says disable is refused, not downgraded.
     let mut c = config(&format!("{by_ip}?sslmode=require"), TlsMode::Disable, None);
-    c.url = format!("{by_ip}?sslmode=require");
+    c.url = format!("{by_ip}?sslmode=require").into();
     match PgDatabase::connect(&c).await {
         Err(PgError::Config { key, .. }) => assert_eq!(key, "postgres.tls.mode"),
         other => panic!("{other:?}"),

@@ -23,6 +23,11 @@ pub enum TokenCounting {
 
 /// The DeerMem `backend_config`: every key the reference accepts, with its default and range.
 /// Its fields are the key list: a key that is not a field is reported as unknown.
+///
+/// `Serialize` is its display form (the gateway's `/api/memory/config`, through the facade):
+/// every key with its value or default, the model's and the embedder's keys as `"***"` and
+/// their base URLs without credentials by their types (`deermem_core::config::shown`); the
+/// storage adapters' sections are not part of it (each adapter shows its own).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 #[allow(missing_docs)]
@@ -690,5 +695,34 @@ mod tests {
         assert_eq!(err.key, "memory.backend_config.embedding.provider");
         assert!(parse(json!({"search": {"mode": "semantic"}})).is_err());
         assert!(parse(json!({"search": {"mode": "bm25"}})).is_ok());
+    }
+
+    #[test]
+    fn the_display_never_shows_a_secret() {
+        let (c, _) = DeerMemConfig::from_backend_config_with_sections(
+            json!({
+                "max_facts": 50,
+                "model": {"model": "m", "api_key": "sk-DISTINCT-2a6f",
+                          "base_url": "http://svc:PW-DISTINCT@llm.internal/v1?key=Q-DISTINCT"},
+                "embedding": {"provider": "openai", "api_key": "ek-DISTINCT-2a6f"},
+                "postgres": {"url": "postgres://u:pw-DISTINCT@db/m"},
+                "my_llm_credential": "cred-DISTINCT",
+            })
+            .as_object()
+            .unwrap(),
+            &["postgres"],
+        )
+        .unwrap();
+        let shown = serde_json::to_value(&c).unwrap();
+        let text = shown.to_string();
+        for secret in ["DISTINCT", "svc"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(shown["max_facts"], 50);
+        assert_eq!(shown["model"]["api_key"], "***");
+        assert_eq!(shown["model"]["base_url"], "http://llm.internal/v1");
+        assert_eq!(shown["embedding"]["api_key"], "***");
+        assert_eq!(shown["debounce_seconds"], 30, "defaults are shown");
+        assert!(shown.get("postgres").is_none() && shown.get("my_llm_credential").is_none());
     }
 }

@@ -1,7 +1,8 @@
 //! Backend selection: `build_backend` reads `manager_class` and builds that backend from its
 //! `backend_config`, with every adapter behind a Cargo feature. A backend that is not compiled
 //! in fails naming the feature; an unknown `manager_class` fails naming the known ones. There
-//! is never a silent fallback: memory is persistent state.
+//! is never a silent fallback: memory is persistent state. The same table names each backend's
+//! display of its configuration (`crate::shown`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,12 +43,17 @@ fn refused(name: &'static str) -> impl Fn(ManagerError) -> BuildError {
 /// Builds one backend.
 type Constructor = fn(&Inputs<'_, '_>) -> Result<Backend, BuildError>;
 
+/// Shows one backend's `backend_config`: parsed with the adapter's own settings type and
+/// serialised (its display form, which writes no secret); `None` when it does not parse.
+pub(crate) type Show = fn(&serde_json::Map<String, serde_json::Value>) -> Option<serde_json::Value>;
+
 /// One backend: its `manager_class` name, the Cargo feature that compiles it in, and its
-/// constructor when it is compiled in.
+/// constructor and display when it is compiled in.
 struct BackendEntry {
     name: &'static str,
     feature: &'static str,
     build: Option<Constructor>,
+    show: Option<Show>,
 }
 
 /// Every backend, compiled in or not: the one place a backend is added.
@@ -63,6 +69,10 @@ const BACKENDS: [BackendEntry; 4] = [
         build: Some(build_deermem),
         #[cfg(not(all(feature = "engine", feature = "storage-file")))]
         build: None,
+        #[cfg(all(feature = "engine", feature = "storage-file"))]
+        show: Some(crate::embedded::shown_deermem_config),
+        #[cfg(not(all(feature = "engine", feature = "storage-file")))]
+        show: None,
     },
     BackendEntry {
         name: "honcho",
@@ -71,11 +81,20 @@ const BACKENDS: [BackendEntry; 4] = [
         build: Some(build_honcho),
         #[cfg(not(feature = "honcho"))]
         build: None,
+        #[cfg(feature = "honcho")]
+        show: Some(|bc| {
+            let (c, _) = deermem_backend_honcho::HonchoConfig::from_backend_config(bc).ok()?;
+            serde_json::to_value(c).ok()
+        }),
+        #[cfg(not(feature = "honcho"))]
+        show: None,
     },
     BackendEntry {
         name: "noop",
         feature: "",
         build: Some(|i| Ok(Backend::Noop(Arc::new(NoopManager::new(i.config.mode))))),
+        // It reads no key.
+        show: Some(|_| Some(serde_json::Value::Object(serde_json::Map::new()))),
     },
     BackendEntry {
         name: "openviking",
@@ -84,8 +103,39 @@ const BACKENDS: [BackendEntry; 4] = [
         build: Some(build_openviking),
         #[cfg(not(feature = "openviking"))]
         build: None,
+        // The settings without the key (which is read from the environment, and not shown).
+        #[cfg(feature = "openviking")]
+        show: Some(|bc| {
+            let (c, _) =
+                deermem_backend_openviking::OpenVikingConfig::settings_from_backend_config(bc)
+                    .ok()?;
+            serde_json::to_value(c).ok()
+        }),
+        #[cfg(not(feature = "openviking"))]
+        show: None,
     },
 ];
+
+/// How the backend `manager_class` names shows its configuration.
+pub(crate) enum Display {
+    /// Its display.
+    Shown(Show),
+    /// The backend is not compiled into this build.
+    NotCompiled,
+    /// No backend has that name.
+    Unknown,
+}
+
+/// The display of the backend `manager_class` names.
+pub(crate) fn display(manager_class: &str) -> Display {
+    match BACKENDS.iter().find(|b| b.name == manager_class.trim()) {
+        Some(BackendEntry {
+            show: Some(show), ..
+        }) => Display::Shown(*show),
+        Some(_) => Display::NotCompiled,
+        None => Display::Unknown,
+    }
+}
 
 /// The backends this build knows by name (compiled in or not).
 pub const KNOWN_BACKENDS: [&str; 4] = ["deermem", "honcho", "noop", "openviking"];

@@ -85,6 +85,27 @@ pub fn deermem_config(
     Ok(cfg)
 }
 
+/// DeerMem's `backend_config` as shown (the facade's table of backends names it): parsed and
+/// checked as [`deermem_config`] does (without logging its warnings again), serialised
+/// (`DeerMemConfig`'s display form), with each storage adapter's section shown by that adapter.
+/// `None` when it does not parse.
+pub(crate) fn shown_deermem_config(
+    backend_config: &serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Value> {
+    let (mut cfg, _warnings) =
+        DeerMemConfig::from_backend_config_with_sections(backend_config, STORAGE_SECTIONS).ok()?;
+    select::select(&mut cfg, backend_config).ok()?;
+    #[cfg(feature = "storage-postgres")]
+    postgres::check_section(&cfg).ok()?;
+    let serde_json::Value::Object(mut shown) = serde_json::to_value(&cfg).ok()? else {
+        return None;
+    };
+    for (key, section) in &cfg.storage_sections {
+        shown.insert(key.clone(), select::shown_section(key, section));
+    }
+    Some(serde_json::Value::Object(shown))
+}
+
 /// Opens the derived search index under `root`, or `None` when the configuration disables it
 /// (`retrieval_adapter: ""`; storage then always uses its substring scan).
 ///

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::lax;
+use super::{ConfigSecret, lax, shown};
 
 /// The largest number of texts one embedding request carries.
 pub const MAX_EMBEDDING_BATCH: usize = 128;
@@ -21,8 +21,9 @@ pub enum EmbeddingProvider {
     Local,
 }
 
-/// The embedding model (`backend_config.embedding`).
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// The embedding model (`backend_config.embedding`). `Serialize` is its display form
+/// ([`shown`]): the key as `"***"`, the base URL without credentials.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbeddingConfig {
     /// `openai`, `local` or `none` (default).
@@ -31,12 +32,16 @@ pub struct EmbeddingConfig {
     /// The model name sent to the server (`openai`; default `text-embedding-3-small`).
     #[serde(deserialize_with = "super::non_empty")]
     pub model: Option<String>,
-    /// Base URL of the OpenAI-compatible API (default `https://api.openai.com/v1`).
-    #[serde(deserialize_with = "super::non_empty")]
+    /// Base URL of the OpenAI-compatible API (default `https://api.openai.com/v1`), shown
+    /// without credentials.
+    #[serde(
+        deserialize_with = "super::non_empty",
+        serialize_with = "shown::opt_url"
+    )]
     pub base_url: Option<String>,
-    /// API key (after `$VAR` resolution). Never printed by `Debug`.
-    #[serde(deserialize_with = "super::non_empty")]
-    pub api_key: Option<String>,
+    /// API key (after `$VAR` resolution): never printed, shown as `"***"`.
+    #[serde(deserialize_with = "super::non_empty_secret")]
+    pub api_key: Option<ConfigSecret>,
     /// The vector dimension to ask for (models that can shorten their vectors); `None` takes
     /// the model's own.
     #[serde(deserialize_with = "dimensions")]
@@ -102,25 +107,6 @@ impl Default for EmbeddingConfig {
             input_type: EmbeddingSides::default(),
             prefix: EmbeddingSides::default(),
         }
-    }
-}
-
-impl std::fmt::Debug for EmbeddingConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddingConfig")
-            .field("provider", &self.provider)
-            .field("model", &self.model)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("dimensions", &self.dimensions)
-            .field("batch_size", &self.batch_size)
-            .field("timeout_seconds", &self.timeout_seconds)
-            .field("connect_timeout_seconds", &self.connect_timeout_seconds)
-            .field("max_retries", &self.max_retries)
-            .field("model_path", &self.model_path)
-            .field("input_type", &self.input_type)
-            .field("prefix", &self.prefix)
-            .finish()
     }
 }
 

@@ -85,14 +85,14 @@ pub fn postgres_config(
 ) -> Result<PostgresConfig, ConfigError> {
     let url_key = "memory.backend_config.postgres.url";
     let settings = &PostgresConfig::from_selected_section(cfg.storage_sections.get("postgres"))?;
-    let url = match crate::env_reference(settings.url.trim()) {
+    let url = match crate::env_reference(settings.url.expose().trim()) {
         Some(name) => env(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
             ConfigError::new(url_key, format!("environment variable {name} is not set"))
         })?,
-        None => settings.url.clone(),
+        None => settings.url.expose().to_owned(),
     };
     let config = PostgresConfig {
-        url,
+        url: url.into(),
         ..settings.clone()
     };
     config

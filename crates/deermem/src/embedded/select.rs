@@ -1,6 +1,6 @@
 //! `storage_class` and `retrieval_adapter`: the storage adapters the facade knows, in one table
-//! of (names, Cargo feature, opener) with the search index each pairs with. The core knows
-//! none of these names; a storage adapter is added here.
+//! of (names, Cargo feature, opener, own section and its display) with the search index each
+//! pairs with. The core knows none of these names; a storage adapter is added here.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +42,11 @@ type Opener = fn(
     &dyn Fn(&str) -> Option<String>,
 ) -> Result<EmbeddedStorage, EmbeddedError>;
 
+/// Shows a storage adapter's own section of `backend_config`: parsed with the adapter's
+/// settings type and serialised (its display form, which writes no secret); `None` when it
+/// does not parse.
+type ShowSection = fn(&Value) -> Option<Value>;
+
 /// One storage adapter.
 struct StorageEntry {
     class: StorageClass,
@@ -51,6 +56,9 @@ struct StorageEntry {
     feature: &'static str,
     /// Its opener, when it is compiled in.
     open: Option<Opener>,
+    /// The key of its own section in `backend_config`, if it has one (one of
+    /// [`super::STORAGE_SECTIONS`]), and its display when it is compiled in.
+    section: Option<(&'static str, Option<ShowSection>)>,
     /// The `retrieval_adapter` used when none is set.
     default_retrieval: &'static str,
     /// A `retrieval_adapter` it cannot work with, and why.
@@ -64,6 +72,8 @@ const STORAGES: [StorageEntry; 2] = [
         names: &["", "file"],
         feature: "storage-file",
         open: Some(open_file),
+        // Its keys are DeerMem's own.
+        section: None,
         default_retrieval: "fts5",
         refused_retrieval: (
             "postgres",
@@ -78,6 +88,10 @@ const STORAGES: [StorageEntry; 2] = [
         open: Some(open_postgres),
         #[cfg(not(feature = "storage-postgres"))]
         open: None,
+        #[cfg(feature = "storage-postgres")]
+        section: Some(("postgres", Some(show_postgres))),
+        #[cfg(not(feature = "storage-postgres"))]
+        section: Some(("postgres", None)),
         default_retrieval: "postgres",
         refused_retrieval: (
             "fts5",
@@ -141,6 +155,30 @@ pub(super) fn select(
         return Err(ConfigError::new(key, why));
     }
     Ok(e.class)
+}
+
+/// The storage adapter's section `key` of `backend_config` as shown: its display, `null` as
+/// written, or `{"not_shown": ...}` when its adapter is not compiled in or it does not parse.
+pub(super) fn shown_section(key: &str, section: &Value) -> Value {
+    use crate::shown::{Why, not_shown};
+    if section.is_null() {
+        return Value::Null;
+    }
+    let show = STORAGES
+        .iter()
+        .find_map(|e| e.section.filter(|(k, _)| *k == key));
+    match show {
+        Some((_, Some(show))) => show(section).unwrap_or_else(|| not_shown(Why::Invalid)),
+        Some((_, None)) => not_shown(Why::NotCompiled),
+        None => not_shown(Why::Invalid),
+    }
+}
+
+/// The `postgres` section's display: `PostgresConfig`'s, the URL `"***"`.
+#[cfg(feature = "storage-postgres")]
+fn show_postgres(section: &Value) -> Option<Value> {
+    let settings = deermem_storage_postgres::PostgresConfig::from_section(section).ok()?;
+    serde_json::to_value(settings).ok()
 }
 
 /// Opens the storage `cfg` selects, or fails naming the Cargo feature it needs.
@@ -229,6 +267,8 @@ mod tests {
             "the adapter's section is kept as written, for the adapter to read"
         );
         let shown = serde_json::to_string(&c).unwrap();
+        assert!(!shown.contains("pw@h"), "{shown}");
+        let shown = shown_section("postgres", &c.storage_sections["postgres"]).to_string();
         assert!(!shown.contains("pw@h"), "{shown}");
         // The substring scan may still be chosen explicitly.
         let c = parse(json!({"storage_class": "postgres", "retrieval_adapter": ""})).unwrap();
