@@ -337,6 +337,22 @@ fn summary(rec: Recorder, n: usize) -> Value {
     json!({"n": s.n, "p50_us": s.p50_us, "p99_us": s.p99_us, "ops_per_sec": s.ops_per_sec})
 }
 
+/// Runs every query once, timing each; returns the summary and the number of hits.
+async fn search_pass(
+    storage: &dyn MemoryStorage,
+    queries: &[SearchQuery],
+) -> Result<(Value, usize)> {
+    let mut rec = Recorder::start(queries.len());
+    let mut hits = 0usize;
+    for query in queries {
+        let started = Instant::now();
+        let found = storage.search_facts(query).await.context("search")?;
+        rec.push(started.elapsed());
+        hits += found.len();
+    }
+    Ok((summary(rec, queries.len()), hits))
+}
+
 /// The four latency workloads on one storage:
 /// - `search`: `ops` top-10 searches, each in the scope of a random user, for one to three
 ///   words of one of its facts, after the OS page cache was dropped (at a million facts most
@@ -359,37 +375,15 @@ async fn measure(t: &Target, ops: usize) -> Result<Value> {
         let facts = user_facts(&base, u);
         let f = &facts[rng.random_range(0..facts.len())];
         let q = corpus::query_from(&f.content, &mut rng);
-        queries.push((UserId::new(user_id(u))?, q));
+        let user = UserId::new(user_id(u))?;
+        let scope = Scope::new(Some(user), Some(agent.clone()));
+        queries.push(SearchQuery::new(q, scope, 10));
     }
-    let mut rec = Recorder::start(ops);
-    let mut hits = 0usize;
-    for (user, q) in &queries {
-        let query = SearchQuery::new(
-            q.clone(),
-            Scope::new(Some(user.clone()), Some(agent.clone())),
-            10,
-        );
-        let started = Instant::now();
-        let found = storage.search_facts(&query).await.context("search")?;
-        rec.push(started.elapsed());
-        hits += found.len();
-    }
+    let (search, hits) = search_pass(storage.as_ref(), &queries).await?;
     anyhow::ensure!(hits > 0, "no search found anything");
-    let search = summary(rec, ops);
     // The same searches again: their index pages are now in the OS cache (and, as far as
     // they fit, in SQLite's), as for users a serving process answers often.
-    let mut rec = Recorder::start(ops);
-    for (user, q) in &queries {
-        let query = SearchQuery::new(
-            q.clone(),
-            Scope::new(Some(user.clone()), Some(agent.clone())),
-            10,
-        );
-        let started = Instant::now();
-        storage.search_facts(&query).await.context("search")?;
-        rec.push(started.elapsed());
-    }
-    let search_warm = summary(rec, ops);
+    let (search_warm, _) = search_pass(storage.as_ref(), &queries).await?;
 
     // get_context
     let mgr = workloads::context_manager(Arc::clone(&storage))?;
