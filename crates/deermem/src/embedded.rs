@@ -61,10 +61,6 @@ pub enum EmbeddedError {
     },
 }
 
-/// The keys of `backend_config` that are storage adapters' own sections: each adapter reads and
-/// checks its section with its own settings type.
-pub const STORAGE_SECTIONS: &[&str] = &["postgres"];
-
 /// Parses DeerMem's `backend_config`, logging its warnings, and checks the storage adapters'
 /// sections (in a build with the adapter; without it, selecting the adapter fails when the
 /// storage is opened).
@@ -74,8 +70,10 @@ pub const STORAGE_SECTIONS: &[&str] = &["postgres"];
 pub fn deermem_config(
     backend_config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<DeerMemConfig, ConfigError> {
-    let (mut cfg, warnings) =
-        DeerMemConfig::from_backend_config_with_sections(backend_config, STORAGE_SECTIONS)?;
+    let (mut cfg, warnings) = DeerMemConfig::from_backend_config_with_sections(
+        backend_config,
+        &select::storage_sections(),
+    )?;
     select::select(&mut cfg, backend_config)?;
     for w in warnings {
         tracing::warn!("{w}");
@@ -92,8 +90,11 @@ pub fn deermem_config(
 pub(crate) fn shown_deermem_config(
     backend_config: &serde_json::Map<String, serde_json::Value>,
 ) -> Option<serde_json::Value> {
-    let (mut cfg, _warnings) =
-        DeerMemConfig::from_backend_config_with_sections(backend_config, STORAGE_SECTIONS).ok()?;
+    let (mut cfg, _warnings) = DeerMemConfig::from_backend_config_with_sections(
+        backend_config,
+        &select::storage_sections(),
+    )
+    .ok()?;
     select::select(&mut cfg, backend_config).ok()?;
     #[cfg(feature = "storage-postgres")]
     postgres::check_section(&cfg).ok()?;

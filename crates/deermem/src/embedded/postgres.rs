@@ -254,8 +254,10 @@ pub fn remote_cursors(
         .filter(|(k, _)| matches!(k.as_str(), "storage_class" | "postgres"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let (cfg, _) =
-        DeerMemConfig::from_backend_config_with_sections(&selection, super::STORAGE_SECTIONS)?;
+    let (cfg, _) = DeerMemConfig::from_backend_config_with_sections(
+        &selection,
+        &super::select::storage_sections(),
+    )?;
     let mut config = postgres_config(&cfg, env)?;
     // Cursors are read and written in transactions of their own: no read leases, no listener.
     config.coherence = deermem_storage_postgres::Coherence::RevisionCheck;

@@ -56,8 +56,8 @@ struct StorageEntry {
     feature: &'static str,
     /// Its opener, when it is compiled in.
     open: Option<Opener>,
-    /// The key of its own section in `backend_config`, if it has one (one of
-    /// [`super::STORAGE_SECTIONS`]), and its display when it is compiled in.
+    /// The key of its own section in `backend_config`, if it has one (read and checked by the
+    /// adapter's own settings type), and its display when it is compiled in.
     section: Option<(&'static str, Option<ShowSection>)>,
     /// The `retrieval_adapter` used when none is set.
     default_retrieval: &'static str,
@@ -99,6 +99,15 @@ const STORAGES: [StorageEntry; 2] = [
         ),
     },
 ];
+
+/// The keys of `backend_config` that are storage adapters' own sections, compiled in or not:
+/// DeerMem's own settings leave them to the adapters.
+pub(crate) fn storage_sections() -> Vec<&'static str> {
+    STORAGES
+        .iter()
+        .filter_map(|e| e.section.map(|(key, _)| key))
+        .collect()
+}
 
 /// The search indexes `retrieval_adapter` may name (`''`: none, substring scan).
 const RETRIEVALS: [&str; 3] = ["", "fts5", "postgres"];
