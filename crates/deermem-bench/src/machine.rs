@@ -14,6 +14,13 @@ pub fn peak_rss_kb() -> Option<u64> {
     parse_status_kb(&status, "VmHWM:")
 }
 
+/// Bytes this process has had read from the storage device so far (`read_bytes` of
+/// `/proc/self/io`: page-cache misses, not reads the cache answered).
+pub fn disk_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    parse_status_kb(&io, "read_bytes:")
+}
+
 /// CPU time (user + system) this process has used so far, from `/proc/self/stat`, in the
 /// kernel's fixed `USER_HZ` ticks of 10 ms.
 pub fn process_cpu_time() -> Option<std::time::Duration> {
@@ -124,6 +131,8 @@ mod tests {
         let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t  1234 kB\n";
         assert_eq!(parse_status_kb(status, "VmHWM:"), Some(1234));
         assert_eq!(parse_status_kb(status, "VmRSS:"), None);
+        let io = "rchar: 6976\nwchar: 0\nread_bytes: 8192\nwrite_bytes: 0\n";
+        assert_eq!(parse_status_kb(io, "read_bytes:"), Some(8192));
     }
 
     #[test]

@@ -337,11 +337,13 @@ fn summary(rec: Recorder, n: usize) -> Value {
     json!({"n": s.n, "p50_us": s.p50_us, "p99_us": s.p99_us, "ops_per_sec": s.ops_per_sec})
 }
 
-/// Runs every query once, timing each; returns the summary and the number of hits.
+/// Runs every query once, timing each; returns the summary (with the KiB read from the disk per
+/// search, when the kernel tells) and the number of hits.
 async fn search_pass(
     storage: &dyn MemoryStorage,
     queries: &[SearchQuery],
 ) -> Result<(Value, usize)> {
+    let read_before = machine::disk_read_bytes();
     let mut rec = Recorder::start(queries.len());
     let mut hits = 0usize;
     for query in queries {
@@ -350,7 +352,16 @@ async fn search_pass(
         rec.push(started.elapsed());
         hits += found.len();
     }
-    Ok((summary(rec, queries.len()), hits))
+    let mut shown = summary(rec, queries.len());
+    if let (Some(before), Some(after), Some(n)) = (
+        read_before,
+        machine::disk_read_bytes(),
+        std::num::NonZeroUsize::new(queries.len()),
+    ) {
+        let per_op = after.saturating_sub(before) as f64 / 1024.0 / n.get() as f64;
+        shown["disk_read_kib_per_op"] = json!(per_op);
+    }
+    Ok((shown, hits))
 }
 
 /// The four latency workloads on one storage:
