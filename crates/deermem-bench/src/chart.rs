@@ -13,7 +13,7 @@ const PANEL_W: f64 = 380.0;
 const PANEL_H: f64 = 270.0;
 const TOP: f64 = 60.0;
 const LEFT: [f64; 2] = [70.0, 560.0];
-const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+const COLORS: [&str; 5] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#17becf"];
 
 /// One plotted line: a label and its points (size in facts, value).
 struct Series {
@@ -187,7 +187,8 @@ pub fn svg(report: &Value) -> String {
     let empty = Vec::new();
     let entries = report["entries"].as_array().unwrap_or(&empty);
     let store = report["store"].as_str().unwrap_or("file");
-    let latency = [
+    // A workload the report does not hold (older reports have no `search_warm`) is left out.
+    let latency: Vec<Series> = [
         series(entries, "search", "p50_us", 1.0, "search p50"),
         series(entries, "get_context", "p50_us", 1.0, "get_context p50"),
         series(
@@ -198,7 +199,17 @@ pub fn svg(report: &Value) -> String {
             "load_scope_cold p50",
         ),
         series(entries, "write_fact", "p50_us", 1.0, "write_fact p50"),
-    ];
+        series(
+            entries,
+            "search_warm",
+            "p50_us",
+            1.0,
+            "search p50, pages cached",
+        ),
+    ]
+    .into_iter()
+    .filter(|s| !s.points.is_empty())
+    .collect();
     let mib = 1.0 / 1024.0;
     let memory = [
         series(
@@ -268,6 +279,24 @@ mod tests {
         // search (2 points), serve RSS and readiness (2 each): three polylines.
         assert_eq!(s.matches("<polyline").count(), 3, "{s}");
         assert!(s.contains(">10k<") && s.contains(">100k<"), "{s}");
+        // Latency workloads the report does not hold get no legend entry.
+        assert!(s.contains(">search p50<") && !s.contains("pages cached"), "{s}");
+    }
+
+    #[test]
+    fn the_warm_search_has_its_own_line() {
+        let report = json!({
+            "store": "file",
+            "entries": [
+                {"size": 20000, "workload": "search", "p50_us": 300.0},
+                {"size": 1000000, "workload": "search", "p50_us": 1100.0},
+                {"size": 20000, "workload": "search_warm", "p50_us": 290.0},
+                {"size": 1000000, "workload": "search_warm", "p50_us": 350.0},
+            ]
+        });
+        let s = svg(&report);
+        assert!(s.contains(">search p50, pages cached<"), "{s}");
+        assert_eq!(s.matches("<polyline").count(), 2, "{s}");
     }
 
     #[test]
