@@ -84,7 +84,7 @@ pub(crate) fn capture(messages: &[Message], char_limit: usize) -> Vec<Captured> 
             let side = match m.kind {
                 MessageKind::Human => {
                     if m.is_hidden()
-                        && !deermem_remote::is_clarification_response(&m.additional_kwargs)
+                        && !deermem_core::message::is_human_input_response(&m.additional_kwargs)
                     {
                         return None;
                     }

@@ -9,12 +9,10 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 /// The host hook deciding whether a `hide_from_ui` message is still captured; it receives the
-/// message's `additional_kwargs`.
+/// message's `additional_kwargs`. The default keeps a hidden message only when it is a
+/// human-input clarification answer ([`deermem_core::message::is_human_input_response`], the
+/// rule the updater's filter also applies).
 pub type HiddenMessageFilter = Arc<dyn Fn(&Map<String, Value>) -> bool + Send + Sync>;
-
-/// The host's default keep rule: a hidden message is kept only when it is a human-input
-/// clarification answer (see [`deermem_remote::is_clarification_response`]).
-pub use deermem_remote::is_clarification_response as is_human_clarification_response;
 
 /// The messages DeerFlow lets through to the recorder: everything but `hide_from_ui` messages
 /// the hook does not keep. Tool calls and tool results are kept.
@@ -366,7 +364,7 @@ mod tests {
 
     #[test]
     fn hidden_messages_are_dropped_unless_kept() {
-        let keep: HiddenMessageFilter = Arc::new(is_human_clarification_response);
+        let keep: HiddenMessageFilter = Arc::new(deermem_core::message::is_human_input_response);
         let hidden = msg(
             json!({"type": "human", "content": "<memory>x</memory>", "additional_kwargs": {"hide_from_ui": true}}),
         );

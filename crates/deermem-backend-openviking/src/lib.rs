@@ -48,5 +48,5 @@ pub use config::{
     ContentMode, FailurePolicies, FailurePolicy, OpenVikingConfig, RetrievalConfig, Secret,
     StartupPolicy,
 };
-pub use convert::{HiddenMessageFilter, is_human_clarification_response};
+pub use convert::HiddenMessageFilter;
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

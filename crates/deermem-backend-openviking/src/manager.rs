@@ -256,7 +256,7 @@ impl OpenVikingManager {
                 client,
                 locks: KeyedLocks::default(),
                 keep_hidden: parking_lot::RwLock::new(Arc::new(
-                    convert::is_human_clarification_response,
+                    deermem_core::message::is_human_input_response,
                 )),
                 clock,
                 closed: AtomicBool::new(false),

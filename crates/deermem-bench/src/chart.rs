@@ -280,7 +280,10 @@ mod tests {
         assert_eq!(s.matches("<polyline").count(), 3, "{s}");
         assert!(s.contains(">10k<") && s.contains(">100k<"), "{s}");
         // Latency workloads the report does not hold get no legend entry.
-        assert!(s.contains(">search p50<") && !s.contains("pages cached"), "{s}");
+        assert!(
+            s.contains(">search p50<") && !s.contains("pages cached"),
+            "{s}"
+        );
     }
 
     #[test]

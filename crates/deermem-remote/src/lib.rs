@@ -16,7 +16,6 @@
 //! - [`FailurePolicy`]: what a failed remote call does (fail open, or report the error);
 //!   [`FailureLog`]: the last failure reaching the server, for the status.
 //! - [`remote_fact`]: a remote search hit as the port's `PublicFact`.
-//! - [`is_clarification_response`]: DeerFlow's rule for the hidden messages still captured.
 //!
 //! It is adapter support: of the DeerMem crates it depends on the core only, and adapters use
 //! it without depending on each other.
@@ -27,7 +26,6 @@
 pub mod base_url;
 mod failures;
 pub mod files;
-mod hidden;
 mod hit;
 pub mod http;
 mod in_flight;
@@ -37,7 +35,6 @@ pub mod retry;
 mod secret;
 
 pub use failures::FailureLog;
-pub use hidden::is_clarification_response;
 pub use hit::{RemoteHit, own_ranking_only, remote_fact};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;

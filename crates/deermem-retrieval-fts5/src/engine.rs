@@ -37,12 +37,12 @@ use std::collections::{HashMap, HashSet};
 
 use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::language::{ScriptGroup, script_group};
+use deermem_core::policy::text::rank;
 use deermem_core::{AgentName, Fact, FactId, FactScope, RetrievalError, Scope, Timestamp, UserId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
 use crate::cjk;
-use crate::score;
 
 /// The schema version recorded in `meta`; a file with another version is rebuilt from empty.
 pub const SCHEMA_VERSION: &str = "3";
@@ -456,8 +456,8 @@ pub(crate) fn encode_row(scope: &Scope, fact: &Fact) -> Result<Row, RetrievalErr
         scope: ScopeKeyText::of(scope),
         fact_id: fact.id.as_str().to_owned(),
         category: fact.category_or_default().to_owned(),
-        created_us: score::created_micros(&fact.created_at),
-        confidence: score::index_confidence(fact),
+        created_us: rank::created_micros(&fact.created_at),
+        confidence: rank::index_confidence(fact),
         fact_json,
         body,
         grams,
@@ -911,7 +911,7 @@ pub(crate) fn search_scope(
         .map(|m| Candidate {
             id: m.id,
             rel: m.rel,
-            score: score::final_score(m.rel, score::decay(q.now, m.created), m.confidence),
+            score: rank::final_score(m.rel, rank::decay(q.now, m.created), m.confidence),
             cjk_only: m.cjk_only,
             scope_index,
         })

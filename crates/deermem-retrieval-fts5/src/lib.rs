@@ -44,8 +44,6 @@ pub mod zh;
 
 /// CJK runs and their bigrams: the core's shared text rule.
 pub use deermem_core::policy::text::cjk;
-/// The reference's ranking (decay, confidence): the core's shared text rule.
-pub use deermem_core::policy::text::rank as score;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
