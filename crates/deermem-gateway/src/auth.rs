@@ -93,20 +93,12 @@ impl TokenTable {
         }
     }
 
-    /// The user of a bearer token; every configured token is compared, no early exit.
-    fn lookup(&self, token: &str) -> Option<UserId> {
-        let given = digest(token);
+    /// The user of an `Authorization: Bearer <token>` header value; every configured token is
+    /// compared, no early exit.
+    fn bearer_user(&self, value: &HeaderValue) -> Option<UserId> {
+        let given = digest(bearer_token(value.to_str().ok()?)?);
         let found = self.tokens.iter().filter(|(d, _)| digest_eq(d, &given));
         found.fold(None, |_, (_, user)| Some(user.clone()))
-    }
-
-    /// The user of an `Authorization: Bearer <token>` header value.
-    fn bearer_user(&self, value: &HeaderValue) -> Option<UserId> {
-        value
-            .to_str()
-            .ok()
-            .and_then(bearer_token)
-            .and_then(|t| self.lookup(t))
     }
 
     fn internal_matches(&self, token: &str) -> bool {

@@ -64,27 +64,9 @@ impl AuthMode {
     }
 }
 
-/// A secret string that never prints itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    /// The secret itself (compare it with [`crate::auth::constant_time_eq`]).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+/// A secret string that never prints itself: the configuration's secret type (compare one with
+/// [`crate::auth::constant_time_eq`]).
+pub use deermem_core::config::ConfigSecret as Secret;
 
 /// The `gateway.auth` section.
 #[derive(Clone, Default, PartialEq)]
@@ -515,8 +497,7 @@ impl AuthSection {
             auth.tokens_file = Some(path);
         }
         if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
-            validate_token_text(&s)
-                .map_err(|e| ConfigError::new("gateway.auth.internal_token", e.to_string()))?;
+            validate_token_text(&s, "gateway.auth.internal_token")?;
             auth.internal_token = Some(Secret::new(s));
         }
         if let Some(s) = &self.jwt_secret {
@@ -707,28 +688,18 @@ pub(crate) enum OriginError {
 /// The longest token accepted.
 const MAX_TOKEN_BYTES: usize = 4096;
 
-/// A bearer or internal token that cannot be one.
-#[derive(Debug, thiserror::Error)]
-enum TokenTextError {
-    #[error("a token must not be empty")]
-    Empty,
-    #[error("a token must not contain whitespace or control characters")]
-    Unprintable,
-    #[error("a token must be at most {MAX_TOKEN_BYTES} bytes")]
-    TooLong,
-}
-
-fn validate_token_text(tok: &str) -> Result<(), TokenTextError> {
-    if tok.is_empty() {
-        return Err(TokenTextError::Empty);
-    }
-    if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(TokenTextError::Unprintable);
-    }
-    if tok.len() > MAX_TOKEN_BYTES {
-        return Err(TokenTextError::TooLong);
-    }
-    Ok(())
+/// Checks that a bearer or internal token (set at `key`) can be one.
+fn validate_token_text(tok: &str, key: &str) -> Result<(), ConfigError> {
+    let why = if tok.is_empty() {
+        "a token must not be empty".to_owned()
+    } else if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        "a token must not contain whitespace or control characters".to_owned()
+    } else if tok.len() > MAX_TOKEN_BYTES {
+        format!("a token must be at most {MAX_TOKEN_BYTES} bytes")
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::new(key, why))
 }
 
 fn insert_token(
@@ -737,7 +708,7 @@ fn insert_token(
     user: &str,
     key: &str,
 ) -> Result<(), ConfigError> {
-    validate_token_text(tok).map_err(|e| ConfigError::new(key, e.to_string()))?;
+    validate_token_text(tok, key)?;
     refuse_derived_bucket(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     let user_id = safe_user(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.
