@@ -314,28 +314,25 @@ pub(crate) struct CacheBoundView {
 }
 
 /// The one status of [`Accepted`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum AcceptedStatus {
     /// The turn was queued.
+    #[default]
     Accepted,
 }
 
 /// `POST /api/memory/messages` (202): the turn was queued for extraction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+// Its one value is the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct Accepted {
     /// Always `accepted`.
     pub(crate) status: AcceptedStatus,
 }
 
-impl Accepted {
-    pub(crate) const BODY: Self = Self {
-        status: AcceptedStatus::Accepted,
-    };
-}
-
 /// `GET /api/memory/context`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+// The default is the answer when nothing is injected.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct ContextResponse {
     /// The exact block, `<memory>` wrapper included; empty when nothing is injected.
     pub(crate) context: String,

@@ -107,9 +107,12 @@ impl ContextObserver for JournalObserver {
     }
 }
 
-#[derive(Debug)]
+/// The shared flags; their defaults (0, false) are a starting gateway with no rebuild running.
+#[derive(Debug, Default)]
 struct Flags {
+    /// The [`Lifecycle`]: 0 starting, 1 ready, 2 stopping.
     lifecycle: AtomicU8,
+    /// Whether an index rebuild (`warm`) is running.
     rebuild_running: AtomicBool,
 }
 
@@ -166,10 +169,7 @@ impl GatewayState {
             gateway: Arc::new(gateway),
             tokens: Arc::new(tokens),
             metrics: Metrics::new(),
-            flags: Arc::new(Flags {
-                lifecycle: AtomicU8::new(0),
-                rebuild_running: AtomicBool::new(false),
-            }),
+            flags: Arc::default(),
             observers: Vec::new(),
             journal: None,
             turns: None,
