@@ -289,7 +289,7 @@ pub(crate) async fn require_caller(
 ) -> Response {
     match authenticate(
         state.gateway_config(),
-        state.token_table(),
+        &state.tokens,
         req.method(),
         req.headers(),
     ) {

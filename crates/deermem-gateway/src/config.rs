@@ -218,10 +218,7 @@ impl GatewayConfig {
         let d = Self::default();
         Ok(Self {
             bind: s.bind.unwrap_or(d.bind),
-            auth: match s.auth {
-                Some(auth) => auth.build(base_dir)?,
-                None => d.auth,
-            },
+            auth: s.auth.build(base_dir)?,
             cors: s.cors.map(CorsSection::build).transpose()?,
             max_body_bytes: s.max_body_bytes.unwrap_or(d.max_body_bytes),
             request_timeout: s.request_timeout_seconds.unwrap_or(d.request_timeout),
@@ -342,7 +339,8 @@ impl Default for ServerConfig {
 struct Section {
     #[serde(deserialize_with = "bind")]
     bind: Option<SocketAddr>,
-    auth: Option<AuthSection>,
+    /// Absent, the default section: no authentication.
+    auth: AuthSection,
     cors: Option<CorsSection>,
     #[serde(deserialize_with = "max_body_bytes")]
     max_body_bytes: Option<usize>,
@@ -546,12 +544,8 @@ fn read_config_file(
     if raw.trim().is_empty() {
         return Err(ConfigError::new(key, "must be a non-empty path"));
     }
-    let mut path = PathBuf::from(raw);
-    if path.is_relative()
-        && let Some(base) = base_dir
-    {
-        path = base.join(path);
-    }
+    // Joining keeps an absolute path as it is.
+    let path = base_dir.map_or_else(|| PathBuf::from(raw), |base| base.join(raw));
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
     Ok((path, text))

@@ -39,7 +39,7 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
         Lifecycle::Stopping => HealthStatus::Stopping,
     };
     if status == HealthStatus::Ready
-        && let Some(check) = state.readiness_check()
+        && let Some(check) = &state.readiness
     {
         let reached = tokio::time::timeout(READINESS_TIMEOUT, check()).await;
         let late = || crate::state::StorageUnreachable("the storage did not answer in time".into());

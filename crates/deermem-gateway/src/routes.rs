@@ -379,7 +379,7 @@ pub(crate) async fn memory_context(call: Call) -> Result<Json<ContextResponse>> 
         .await?;
     if let (Some(thread_id), Some(run_id), Some(sha)) =
         (thread_id, run_id, ctx.content_sha256.clone())
-        && !state.observers().is_empty()
+        && !state.observers.is_empty()
     {
         let served = ContextServed {
             user: caller.user.clone(),
@@ -437,7 +437,7 @@ pub(crate) async fn rebuild_index(
 
 /// Tells every observer about a served block, in order; the first refusal answers.
 async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result<()> {
-    for observer in state.observers() {
+    for observer in &state.observers {
         match observer.context_served(&served).await {
             Ok(()) => {}
             Err(ObserverError::Conflict(detail)) => return Err(GatewayError::Conflict(detail)),
