@@ -210,11 +210,9 @@ pub fn bearer_token(value: &str) -> Option<&str> {
 /// Whether a host name (without port) is a loopback name: `localhost`, `127.0.0.0/8`, `::1`.
 fn is_loopback_host(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
-    if h.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    h.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The host part of a `Host` header value (`name[:port]`, `[v6][:port]`).
