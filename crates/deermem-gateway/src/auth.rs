@@ -93,20 +93,12 @@ impl TokenTable {
         }
     }
 
-    /// The user of a bearer token; every configured token is compared, no early exit.
-    fn lookup(&self, token: &str) -> Option<UserId> {
-        let given = digest(token);
+    /// The user of an `Authorization: Bearer <token>` header value; every configured token is
+    /// compared, no early exit.
+    fn bearer_user(&self, value: &HeaderValue) -> Option<UserId> {
+        let given = digest(bearer_token(value.to_str().ok()?)?);
         let found = self.tokens.iter().filter(|(d, _)| digest_eq(d, &given));
         found.fold(None, |_, (_, user)| Some(user.clone()))
-    }
-
-    /// The user of an `Authorization: Bearer <token>` header value.
-    fn bearer_user(&self, value: &HeaderValue) -> Option<UserId> {
-        value
-            .to_str()
-            .ok()
-            .and_then(bearer_token)
-            .and_then(|t| self.lookup(t))
     }
 
     fn internal_matches(&self, token: &str) -> bool {
@@ -218,11 +210,9 @@ pub fn bearer_token(value: &str) -> Option<&str> {
 /// Whether a host name (without port) is a loopback name: `localhost`, `127.0.0.0/8`, `::1`.
 fn is_loopback_host(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
-    if h.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    h.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The host part of a `Host` header value (`name[:port]`, `[v6][:port]`).
@@ -297,7 +287,7 @@ pub(crate) async fn require_caller(
 ) -> Response {
     match authenticate(
         state.gateway_config(),
-        state.token_table(),
+        &state.tokens,
         req.method(),
         req.headers(),
     ) {

@@ -1,8 +1,6 @@
 //! The memory document's HTTP body: `serde_json` of the document's HTTP shape
 //! ([`PublicMemoryDocument::for_http`]), written into a buffer sized once from the document.
 
-use axum::body::Body;
-use axum::http::HeaderValue;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use deermem_core::PublicMemoryDocument;
@@ -22,10 +20,7 @@ impl IntoResponse for JsonDocument {
             return GatewayError::Internal(format!("cannot serialise the document: {e}"))
                 .into_response();
         }
-        let mut resp = Response::new(Body::from(out));
-        resp.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        resp
+        ([(CONTENT_TYPE, "application/json")], out).into_response()
     }
 }
 

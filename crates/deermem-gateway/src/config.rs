@@ -64,27 +64,9 @@ impl AuthMode {
     }
 }
 
-/// A secret string that never prints itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    /// The secret itself (compare it with [`crate::auth::constant_time_eq`]).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+/// A secret string that never prints itself: the configuration's secret type (compare one with
+/// [`crate::auth::constant_time_eq`]).
+pub use deermem_core::config::ConfigSecret as Secret;
 
 /// The `gateway.auth` section.
 #[derive(Clone, Default, PartialEq)]
@@ -236,10 +218,7 @@ impl GatewayConfig {
         let d = Self::default();
         Ok(Self {
             bind: s.bind.unwrap_or(d.bind),
-            auth: match s.auth {
-                Some(auth) => auth.build(base_dir)?,
-                None => d.auth,
-            },
+            auth: s.auth.build(base_dir)?,
             cors: s.cors.map(CorsSection::build).transpose()?,
             max_body_bytes: s.max_body_bytes.unwrap_or(d.max_body_bytes),
             request_timeout: s.request_timeout_seconds.unwrap_or(d.request_timeout),
@@ -360,7 +339,8 @@ impl Default for ServerConfig {
 struct Section {
     #[serde(deserialize_with = "bind")]
     bind: Option<SocketAddr>,
-    auth: Option<AuthSection>,
+    /// Absent, the default section: no authentication.
+    auth: AuthSection,
     cors: Option<CorsSection>,
     #[serde(deserialize_with = "max_body_bytes")]
     max_body_bytes: Option<usize>,
@@ -515,8 +495,7 @@ impl AuthSection {
             auth.tokens_file = Some(path);
         }
         if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
-            validate_token_text(&s)
-                .map_err(|e| ConfigError::new("gateway.auth.internal_token", e.to_string()))?;
+            validate_token_text(&s, "gateway.auth.internal_token")?;
             auth.internal_token = Some(Secret::new(s));
         }
         if let Some(s) = &self.jwt_secret {
@@ -565,12 +544,8 @@ fn read_config_file(
     if raw.trim().is_empty() {
         return Err(ConfigError::new(key, "must be a non-empty path"));
     }
-    let mut path = PathBuf::from(raw);
-    if path.is_relative()
-        && let Some(base) = base_dir
-    {
-        path = base.join(path);
-    }
+    // Joining keeps an absolute path as it is.
+    let path = base_dir.map_or_else(|| PathBuf::from(raw), |base| base.join(raw));
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
     Ok((path, text))
@@ -707,28 +682,18 @@ pub(crate) enum OriginError {
 /// The longest token accepted.
 const MAX_TOKEN_BYTES: usize = 4096;
 
-/// A bearer or internal token that cannot be one.
-#[derive(Debug, thiserror::Error)]
-enum TokenTextError {
-    #[error("a token must not be empty")]
-    Empty,
-    #[error("a token must not contain whitespace or control characters")]
-    Unprintable,
-    #[error("a token must be at most {MAX_TOKEN_BYTES} bytes")]
-    TooLong,
-}
-
-fn validate_token_text(tok: &str) -> Result<(), TokenTextError> {
-    if tok.is_empty() {
-        return Err(TokenTextError::Empty);
-    }
-    if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(TokenTextError::Unprintable);
-    }
-    if tok.len() > MAX_TOKEN_BYTES {
-        return Err(TokenTextError::TooLong);
-    }
-    Ok(())
+/// Checks that a bearer or internal token (set at `key`) can be one.
+fn validate_token_text(tok: &str, key: &str) -> Result<(), ConfigError> {
+    let why = if tok.is_empty() {
+        "a token must not be empty".to_owned()
+    } else if tok.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        "a token must not contain whitespace or control characters".to_owned()
+    } else if tok.len() > MAX_TOKEN_BYTES {
+        format!("a token must be at most {MAX_TOKEN_BYTES} bytes")
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::new(key, why))
 }
 
 fn insert_token(
@@ -737,7 +702,7 @@ fn insert_token(
     user: &str,
     key: &str,
 ) -> Result<(), ConfigError> {
-    validate_token_text(tok).map_err(|e| ConfigError::new(key, e.to_string()))?;
+    validate_token_text(tok, key)?;
     refuse_derived_bucket(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     let user_id = safe_user(user).map_err(|e| ConfigError::new(key, e.to_string()))?;
     // The raw id lands in the same bucket; one too long to be its own id keeps the safe one.

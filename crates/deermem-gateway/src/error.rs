@@ -56,8 +56,6 @@ pub enum Operation {
     GetContext,
     /// `GET /api/memory/search`.
     Search,
-    /// `POST /api/memory/index/rebuild`.
-    RebuildIndex,
 }
 
 /// The 500 detail of a failed read.
@@ -83,7 +81,6 @@ impl Operation {
             ),
             Self::GetContext => ("get memory context", "Failed to build the memory context."),
             Self::Search => ("search memory", "Failed to search memory."),
-            Self::RebuildIndex => ("rebuild index", "Failed to rebuild the memory index."),
         }
     }
 
@@ -275,85 +272,86 @@ impl GatewayError {
 
     /// The status code and the `detail` value.
     pub fn status_and_detail(&self) -> (StatusCode, Value) {
-        let s = |code: StatusCode, d: &str| (code, Value::String(d.to_owned()));
         match self {
             Self::Manager { op, backend, error } => manager_status(*op, backend, error),
-            Self::CapacityEvicted => s(StatusCode::CONFLICT, CAPACITY_EVICTED_DETAIL),
+            Self::CapacityEvicted => plain(StatusCode::CONFLICT, CAPACITY_EVICTED_DETAIL),
             // Strings and JSON values: serialising cannot fail.
             Self::Validation(items) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 serde_json::to_value(items).unwrap_or_default(),
             ),
-            Self::BadRequest(m) => s(StatusCode::BAD_REQUEST, m),
-            Self::NotAuthenticated => s(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),
+            Self::BadRequest(m) => plain(StatusCode::BAD_REQUEST, m),
+            Self::NotAuthenticated => plain(StatusCode::UNAUTHORIZED, NOT_AUTHENTICATED_DETAIL),
             Self::Session(r) => (
                 StatusCode::UNAUTHORIZED,
                 json!({ "code": r.code(), "message": r.message() }),
             ),
             Self::InvalidInternalToken => {
-                s(StatusCode::UNAUTHORIZED, INVALID_INTERNAL_TOKEN_DETAIL)
+                plain(StatusCode::UNAUTHORIZED, INVALID_INTERNAL_TOKEN_DETAIL)
             }
-            Self::Forbidden(m) => s(StatusCode::FORBIDDEN, m),
-            Self::Disabled => s(StatusCode::SERVICE_UNAVAILABLE, DISABLED_DETAIL),
-            Self::PayloadTooLarge { limit } => (
+            Self::Forbidden(m) => plain(StatusCode::FORBIDDEN, m),
+            Self::Disabled => plain(StatusCode::SERVICE_UNAVAILABLE, DISABLED_DETAIL),
+            Self::PayloadTooLarge { limit } => plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                Value::String(format!(
-                    "Request body is larger than the limit of {limit} bytes."
-                )),
+                format!("Request body is larger than the limit of {limit} bytes."),
             ),
-            Self::RebuildRunning => s(
+            Self::RebuildRunning => plain(
                 StatusCode::CONFLICT,
                 "An index rebuild is already running; try again when it finishes.",
             ),
-            Self::RebuildFailed => s(
+            Self::RebuildFailed => plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Memory index rebuild failed; see the server log.",
             ),
-            Self::NotFound(m) => s(StatusCode::NOT_FOUND, m),
-            Self::Conflict(m) => s(StatusCode::CONFLICT, m),
-            Self::NotImplemented(m) => s(StatusCode::NOT_IMPLEMENTED, m),
-            Self::Journal { detail, .. } => s(StatusCode::INTERNAL_SERVER_ERROR, detail),
-            Self::Busy { scope, detail, .. } => s(busy_status(*scope), detail),
-            Self::Internal(_) => s(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+            Self::NotFound(m) => plain(StatusCode::NOT_FOUND, m),
+            Self::Conflict(m) => plain(StatusCode::CONFLICT, m),
+            Self::NotImplemented(m) => plain(StatusCode::NOT_IMPLEMENTED, m),
+            Self::Journal { detail, .. } => plain(StatusCode::INTERNAL_SERVER_ERROR, *detail),
+            Self::Busy { scope, detail, .. } => plain(busy_status(*scope), detail),
+            Self::Internal(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
     }
 }
 
 fn manager_status(op: Operation, backend: &str, error: &ManagerError) -> (StatusCode, Value) {
-    let s = |code: StatusCode, d: String| (code, Value::String(d));
     match error {
-        ManagerError::Unsupported { .. } => s(
+        ManagerError::Unsupported { .. } => plain(
             StatusCode::NOT_IMPLEMENTED,
             format!(
                 "Operation '{}' not supported by memory backend '{backend}'.",
                 op.label()
             ),
         ),
-        ManagerError::Conflict { .. } => s(StatusCode::CONFLICT, CONFLICT_DETAIL.into()),
+        ManagerError::Conflict { .. } => plain(StatusCode::CONFLICT, CONFLICT_DETAIL),
         ManagerError::Corruption { .. } => {
-            s(StatusCode::INTERNAL_SERVER_ERROR, CORRUPTED_DETAIL.into())
+            plain(StatusCode::INTERNAL_SERVER_ERROR, CORRUPTED_DETAIL)
         }
-        ManagerError::NotFound { fact_id } => s(
+        ManagerError::NotFound { fact_id } => plain(
             StatusCode::NOT_FOUND,
             format!("Memory fact '{fact_id}' not found."),
         ),
         ManagerError::InvalidInput { code, message } => invalid_input(*code, message),
         ManagerError::Unavailable { .. } => {
-            s(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_DETAIL.into())
+            plain(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_DETAIL)
         }
-        ManagerError::Timeout { .. } => s(
+        ManagerError::Timeout { .. } => plain(
             StatusCode::GATEWAY_TIMEOUT,
-            "Memory backend timed out; retry later.".into(),
+            "Memory backend timed out; retry later.",
         ),
         ManagerError::Overloaded { scope, message, .. } => {
-            s(busy_status(*scope), format!("Memory is busy: {message}."))
+            plain(busy_status(*scope), format!("Memory is busy: {message}."))
         }
         // `Storage`, and whatever a later version adds.
-        _ => s(
+        _ => plain(
             StatusCode::INTERNAL_SERVER_ERROR,
-            op.storage_failure_detail().into(),
+            op.storage_failure_detail(),
         ),
     }
+}
+
+/// A status code with a text `detail`.
+fn plain(code: StatusCode, detail: impl Into<String>) -> (StatusCode, Value) {
+    (code, Value::String(detail.into()))
 }
 
 /// 429 when the caller's own user reached a limit, 503 when everyone's did.
@@ -365,7 +363,7 @@ fn busy_status(scope: OverloadScope) -> StatusCode {
 }
 
 fn invalid_input(code: InvalidInputCode, message: &str) -> (StatusCode, Value) {
-    let bad = |d: String| (StatusCode::BAD_REQUEST, Value::String(d));
+    let bad = |d: String| plain(StatusCode::BAD_REQUEST, d);
     match code {
         InvalidInputCode::Confidence => {
             bad("Invalid confidence value; must be between 0 and 1.".into())
@@ -375,9 +373,9 @@ fn invalid_input(code: InvalidInputCode, message: &str) -> (StatusCode, Value) {
             "An agent name is required for fact operations; user-global memory stores summaries only."
                 .into(),
         ),
-        InvalidInputCode::DuplicateFact => (
+        InvalidInputCode::DuplicateFact => plain(
             StatusCode::CONFLICT,
-            Value::String("A fact with the same content already exists.".into()),
+            "A fact with the same content already exists.",
         ),
         InvalidInputCode::MemoryData => bad(format!("Invalid memory data: {message}")),
         InvalidInputCode::UserId => bad(format!("Invalid user id: {message}")),

@@ -114,7 +114,7 @@ async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, Gateway
         .get(CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or("application/octet-stream").to_owned());
     let limit = state.gateway_config().max_body_bytes;
-    let bytes = axum::body::to_bytes(req.into_body(), limit.saturating_add(1))
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
             if is_length_limit(&e) {
@@ -123,9 +123,6 @@ async fn json_bytes(req: Request, state: &GatewayState) -> Result<Bytes, Gateway
                 GatewayError::BadRequest("Failed to read the request body.".into())
             }
         })?;
-    if bytes.len() > limit {
-        return Err(GatewayError::PayloadTooLarge { limit });
-    }
     if bytes.is_empty() {
         return Err(body_missing());
     }

@@ -67,9 +67,10 @@ pub(crate) fn cors(cfg: &CorsConfig) -> CorsLayer {
         .max_age(PREFLIGHT_MAX_AGE)
 }
 
-/// Outside the CORS layer (only when `gateway.cors` is set): logs and counts every preflight
-/// with its origin and verdict, answers a refused one with 403 and a detail saying why, and
-/// drops `Access-Control-Allow-Credentials` from any answer that grants no origin.
+/// Outside the CORS layer, when `gateway.cors` is set (otherwise it passes every request
+/// through): logs and counts every preflight with its origin and verdict, answers a refused one
+/// with 403 and a detail saying why, and drops `Access-Control-Allow-Credentials` from any
+/// answer that grants no origin.
 pub(crate) async fn cors_guard(
     State(state): State<GatewayState>,
     req: Request,

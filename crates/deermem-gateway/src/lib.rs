@@ -52,6 +52,7 @@ use axum::http::StatusCode;
 use axum::middleware::{from_fn_with_state, map_request};
 use axum::{Extension, Router};
 use deermem_core::PublicMemoryDocument;
+use tower::util::option_layer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
@@ -230,7 +231,7 @@ pub fn router(state: GatewayState) -> Router {
                     .error::<501>(NO_TURN_JOURNAL)
             }),
         )
-        .with_path_items(openapi::data_errors)
+        .with_path_items(|item| openapi::api_errors(item, true))
         .route_layer(from_fn_with_state(state.clone(), layers::require_enabled));
     let api = ApiRouter::new()
         .api_route(
@@ -242,7 +243,7 @@ pub fn router(state: GatewayState) -> Router {
                 )
             }),
         )
-        .with_path_items(openapi::api_errors)
+        .with_path_items(|item| openapi::api_errors(item, false))
         .merge(data)
         .route_layer(from_fn_with_state(state.clone(), auth::require_caller));
     let ops = ApiRouter::new()
@@ -287,8 +288,7 @@ pub fn router(state: GatewayState) -> Router {
         .with_path_items(openapi::open);
     let cfg = state.gateway_config().clone();
     let (app, document) = openapi::finish(ApiRouter::new().merge(api).merge(ops));
-    let app = app
-        .fallback(ops::fallback)
+    app.fallback(ops::fallback)
         .layer(Extension(document))
         .layer(RequestBodyLimitLayer::new(cfg.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -306,14 +306,10 @@ pub fn router(state: GatewayState) -> Router {
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(map_request(layers::drop_unusable_request_id));
-    let app = match &cfg.cors {
-        Some(cors) => app
-            .layer(layers::cors(cors))
-            .layer(from_fn_with_state(state.clone(), layers::cors_guard)),
-        None => app,
-    };
-    app.with_state(state)
+        .layer(map_request(layers::drop_unusable_request_id))
+        .layer(option_layer(cfg.cors.as_ref().map(layers::cors)))
+        .layer(from_fn_with_state(state.clone(), layers::cors_guard))
+        .with_state(state)
 }
 
 const NO_TURN_JOURNAL: &str =

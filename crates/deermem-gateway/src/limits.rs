@@ -118,7 +118,7 @@ impl FromRequestParts<GatewayState> for BulkPermit {
         state: &GatewayState,
     ) -> Result<Self, Self::Rejection> {
         let caller = Caller::from_request_parts(parts, state).await?;
-        state.bulk_limiter().try_acquire(&caller.user)
+        state.bulk.try_acquire(&caller.user)
     }
 }
 

@@ -9,8 +9,8 @@
 //! `required`), request bodies with the *deserialize* contract (a field with a default is
 //! optional). When a type reads differently from how it is written (the import document, whose
 //! every field has a default), its request form is a separate component named `<Name>-Input`.
-//! The errors every `/api` route shares are added per group ([`data_errors`], [`api_errors`]),
-//! never over an operation's own.
+//! The errors every `/api` route shares are added per group ([`api_errors`], with or without
+//! the gate's), never over an operation's own.
 //!
 //! Each [`crate::router`] call generates the document (with the `/docs` page and the route
 //! templates the fallback redirects to) once, in [`finish`], and hands it to its routes as an
@@ -231,8 +231,10 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     .flatten()
 }
 
-/// The errors of an authenticated `/api` route (and the `memory` tag).
-fn shared_errors(item: &mut TransformPathItem<'_>, needs_enabled: bool) {
+/// The errors of an authenticated `/api` route (and the `memory` tag): authentication and
+/// validation, and with `gated` (the data routes, behind the `memory.enabled` gate) every
+/// other shared one.
+pub(crate) fn api_errors(mut item: TransformPathItem<'_>, gated: bool) -> TransformPathItem<'_> {
     in_context(|ctx| {
         for op in operations(item.inner_mut()) {
             op.tags = vec!["memory".into()];
@@ -251,7 +253,7 @@ fn shared_errors(item: &mut TransformPathItem<'_>, needs_enabled: bool) {
             if op.request_body.is_some() {
                 shared.push((413, "Body larger than gateway.max_body_bytes"));
             }
-            if needs_enabled {
+            if gated {
                 shared.extend([
                     (409, "Memory changed concurrently; reload and retry"),
                     (500, "Stored data corrupted, or persistence failed"),
@@ -270,17 +272,6 @@ fn shared_errors(item: &mut TransformPathItem<'_>, needs_enabled: bool) {
             }
         }
     });
-}
-
-/// For the data routes (behind the `memory.enabled` gate): every shared `/api` error.
-pub(crate) fn data_errors(mut item: TransformPathItem<'_>) -> TransformPathItem<'_> {
-    shared_errors(&mut item, true);
-    item
-}
-
-/// For the `/api` routes outside the gate: the authentication and validation errors.
-pub(crate) fn api_errors(mut item: TransformPathItem<'_>) -> TransformPathItem<'_> {
-    shared_errors(&mut item, false);
     item
 }
 
@@ -373,11 +364,8 @@ fn document(api: &OpenApi) -> Value {
                     r["description"] = json!("OK");
                 }
             }
-            let sorted: BTreeMap<u16, (String, Value)> = std::mem::take(responses)
-                .into_iter()
-                .map(|(k, v)| (k.parse().unwrap_or(u16::MAX), (k, v)))
-                .collect();
-            responses.extend(sorted.into_values());
+            // Three-digit codes: their text order is their numeric order.
+            responses.sort_keys();
         }
     }
     json!({

@@ -39,7 +39,7 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
         Lifecycle::Stopping => HealthStatus::Stopping,
     };
     if status == HealthStatus::Ready
-        && let Some(check) = state.readiness_check()
+        && let Some(check) = &state.readiness
     {
         let reached = tokio::time::timeout(READINESS_TIMEOUT, check()).await;
         let late = || crate::state::StorageUnreachable("the storage did not answer in time".into());
@@ -64,10 +64,7 @@ pub(crate) async fn readyz(State(state): State<GatewayState>) -> Response {
 /// `deermem_turns_dead`); a journal that fails or does not answer in time leaves the two gauges
 /// out of that scrape (and logs why) rather than failing it.
 pub(crate) async fn metrics(State(state): State<GatewayState>) -> Response {
-    let turns = match state.turn_journal() {
-        Some(admin) => crate::turns::counts_for_metrics(admin).await,
-        None => None,
-    };
+    let turns = crate::turns::counts_for_metrics(&state).await;
     let body = state
         .metrics()
         .render_with_turns(state.lifecycle() == Lifecycle::Ready, turns);

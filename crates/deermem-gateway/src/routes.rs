@@ -84,6 +84,12 @@ impl Call {
         let scope = self.scope()?;
         self.run(op, |m| call(m, scope)).await.map(JsonDocument)
     }
+
+    /// The caller's document (`get_memory`), read for `op`.
+    async fn read_document(&self, op: Operation) -> Result<JsonDocument> {
+        self.document(op, |m, s| async move { m.get_memory(s).await })
+            .await
+    }
 }
 
 fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
@@ -92,11 +98,7 @@ fn scope(caller: &Caller, agent: Option<AgentName>) -> MemoryScope {
 
 /// `GET /api/memory`.
 pub(crate) async fn get_memory(call: Call) -> Result<JsonDocument> {
-    call.document(
-        Operation::GetMemory,
-        |m, s| async move { m.get_memory(s).await },
-    )
-    .await
+    call.read_document(Operation::GetMemory).await
 }
 
 /// `GET /api/memory/export`: the same document as `GET /api/memory` (the backup format); a
@@ -213,9 +215,7 @@ pub(crate) async fn update_fact(
     match updated {
         Err(e) if refuses_new_values(&e) => {
             let found = call
-                .document(Operation::UpdateFact, |m, s| async move {
-                    m.get_memory(s).await
-                })
+                .read_document(Operation::UpdateFact)
                 .await
                 .map(|doc| doc.0.facts.iter().any(|f| f.id == fact_id.as_str()));
             match found {
@@ -299,11 +299,7 @@ pub(crate) async fn memory_config(State(state): State<GatewayState>) -> Json<Mem
 
 /// `GET /api/memory/status`: the config plus the caller's document.
 pub(crate) async fn memory_status(call: Call) -> Result<Json<MemoryStatusResponse>> {
-    let doc = call
-        .document(Operation::GetMemoryStatus, |m, s| async move {
-            m.get_memory(s).await
-        })
-        .await?;
+    let doc = call.read_document(Operation::GetMemoryStatus).await?;
     let state = &call.state;
     Ok(Json(MemoryStatusResponse {
         config: config_json(state),
@@ -348,7 +344,7 @@ pub(crate) async fn add_messages(call: Call, JsonBody(body): JsonBody) -> Result
         |m| async move { m.add(request).await },
     )
     .await?;
-    Ok((StatusCode::ACCEPTED, Json(Accepted::BODY)).into_response())
+    Ok((StatusCode::ACCEPTED, Json(Accepted::default())).into_response())
 }
 
 /// `GET /api/memory/context`: the injection block with its `<memory>` wrapper and SHA-256.
@@ -370,10 +366,7 @@ pub(crate) async fn memory_context(call: Call) -> Result<Json<ContextResponse>> 
         run_key(r, "run_id")?;
     }
     if !state.memory_config().injection_enabled {
-        return Ok(Json(ContextResponse {
-            context: String::new(),
-            content_sha256: None,
-        }));
+        return Ok(Json(ContextResponse::default()));
     }
     let request = ContextRequest {
         scope: scope(caller, agent.clone()),
@@ -386,7 +379,7 @@ pub(crate) async fn memory_context(call: Call) -> Result<Json<ContextResponse>> 
         .await?;
     if let (Some(thread_id), Some(run_id), Some(sha)) =
         (thread_id, run_id, ctx.content_sha256.clone())
-        && !state.observers().is_empty()
+        && !state.observers.is_empty()
     {
         let served = ContextServed {
             user: caller.user.clone(),
@@ -430,24 +423,21 @@ pub(crate) async fn search_memory(call: Call) -> Result<Json<SearchResponse>> {
 pub(crate) async fn rebuild_index(
     State(state): State<GatewayState>,
 ) -> Result<Json<RebuildResponse>> {
-    let Some(task) = spawn_warm(&state) else {
-        return Err(GatewayError::RebuildRunning);
-    };
-    let (status, warmed) = match task.await {
-        Ok(Some(true)) => (RebuildStatus::Ok, Some(true)),
-        Ok(None) => (RebuildStatus::NothingToWarm, None),
-        Ok(Some(false)) => return Err(GatewayError::RebuildFailed),
-        Err(join) => {
-            let detail = format!("index rebuild task failed: {join}");
-            return Err(GatewayError::Internal(detail));
-        }
+    let task = spawn_warm(&state).ok_or(GatewayError::RebuildRunning)?;
+    let outcome = task
+        .await
+        .map_err(|join| GatewayError::Internal(format!("index rebuild task failed: {join}")))?;
+    let (status, warmed) = match outcome {
+        Some(true) => (RebuildStatus::Ok, Some(true)),
+        None => (RebuildStatus::NothingToWarm, None),
+        Some(false) => return Err(GatewayError::RebuildFailed),
     };
     Ok(Json(RebuildResponse { status, warmed }))
 }
 
 /// Tells every observer about a served block, in order; the first refusal answers.
 async fn notify_observers(state: &GatewayState, served: ContextServed) -> Result<()> {
-    for observer in state.observers() {
+    for observer in &state.observers {
         match observer.context_served(&served).await {
             Ok(()) => {}
             Err(ObserverError::Conflict(detail)) => return Err(GatewayError::Conflict(detail)),

@@ -284,58 +284,26 @@ pub(crate) struct MemoryStatusResponse {
     pub(crate) caches: Vec<CacheBound>,
 }
 
-// The views below describe how `deermem_core`'s `CacheBound` and `BackendFailure` serialise
-// themselves, for the document only.
-
-/// What a cache's `bound` and `current` count.
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum CacheUnitView {
-    /// Entries (scopes, texts, users...).
-    Entries,
-    /// Bytes.
-    Bytes,
-}
-
-/// One in-memory cache of the serving process and its bound.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct CacheBoundView {
-    /// A stable name, `component.cache` (e.g. `file_storage.scopes`).
-    pub(crate) name: String,
-    /// The most it holds, in `unit`, from the configured value; `null` only when the operator
-    /// configured it unbounded (`watermark_max_keys: 0`).
-    pub(crate) bound: Option<u64>,
-    /// What `bound` and `current` count.
-    pub(crate) unit: CacheUnitView,
-    /// What it holds now, when cheaply known; `null` otherwise.
-    pub(crate) current: Option<u64>,
-}
-
 /// The one status of [`Accepted`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum AcceptedStatus {
     /// The turn was queued.
+    #[default]
     Accepted,
 }
 
 /// `POST /api/memory/messages` (202): the turn was queued for extraction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+// Its one value is the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct Accepted {
     /// Always `accepted`.
     pub(crate) status: AcceptedStatus,
 }
 
-impl Accepted {
-    pub(crate) const BODY: Self = Self {
-        status: AcceptedStatus::Accepted,
-    };
-}
-
 /// `GET /api/memory/context`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+// The default is the answer when nothing is injected.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct ContextResponse {
     /// The exact block, `<memory>` wrapper included; empty when nothing is injected.
     pub(crate) context: String,
@@ -412,150 +380,170 @@ pub(crate) struct Health {
     pub(crate) last_backend_failure: Option<BackendFailure>,
 }
 
-/// The last failure a remote memory backend had reaching its server (a read answered with
-/// empty memory under its fail-open policy, a capture that failed in the background...).
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct BackendFailureView {
-    /// What failed: `recall`, `search` or `capture`.
-    pub(crate) operation: String,
-    /// The backend's error, with the server's code and message (never a credential or a URL).
-    pub(crate) message: String,
-    /// When it happened (ISO 8601, UTC).
-    pub(crate) at: String,
-    /// How many failures the backend has had since it started.
-    pub(crate) count: u64,
-}
+pub(crate) use shapes::*;
 
-/// Every error body but validation: `{"detail": "<message>"}`.
-///
-/// Written by [`GatewayError`]'s response and by the router-error normaliser in `layers.rs`
-/// as `{"detail": ...}`; this type names the shape for the document, and the conformance
-/// tests check every error response against it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[schemars(rename = "HTTPError")]
+/// The types that exist only for the document and are never built: how `deermem_core`'s
+/// `CacheBound` and `BackendFailure` serialise themselves, the error bodies (written as
+/// `{"detail": ...}` by [`GatewayError`]'s response and by the layers), and the parameters (the
+/// handlers read them with [`QueryParams`] and check them by hand, with pydantic's error items;
+/// these types state the grammar those checks enforce).
 #[allow(dead_code)]
-pub(crate) struct HttpError {
-    /// The message (for 500s a fixed text; the private cause is only logged).
-    pub(crate) detail: String,
-}
+mod shapes {
+    use super::*;
 
-/// DeerFlow's 401 detail in `auth.mode: deerflow_session`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct SessionErrorDetail {
-    /// `not_authenticated`, `token_expired` or `token_invalid`.
-    pub(crate) code: String,
-    /// `Authentication required`, `Token error: expired`, `Token error: invalid_signature`,
-    /// `Token error: malformed` or `Invalid bearer token`.
-    pub(crate) message: String,
-}
+    /// What a cache's `bound` and `current` count.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub(crate) enum CacheUnitView {
+        /// Entries (scopes, texts, users...).
+        Entries,
+        /// Bytes.
+        Bytes,
+    }
 
-/// A 401 body in `auth.mode: deerflow_session`: `{"detail": {"code", "message"}}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct SessionError {
-    /// What was wrong with the session.
-    pub(crate) detail: SessionErrorDetail,
-}
+    /// One in-memory cache of the serving process and its bound.
+    #[derive(JsonSchema)]
+    pub(crate) struct CacheBoundView {
+        /// A stable name, `component.cache` (e.g. `file_storage.scopes`).
+        pub(crate) name: String,
+        /// The most it holds, in `unit`, from the configured value; `null` only when the operator
+        /// configured it unbounded (`watermark_max_keys: 0`).
+        pub(crate) bound: Option<u64>,
+        /// What `bound` and `current` count.
+        pub(crate) unit: CacheUnitView,
+        /// What it holds now, when cheaply known; `null` otherwise.
+        pub(crate) current: Option<u64>,
+    }
 
-/// A 401 body: `{"detail": "<message>"}`, or DeerFlow's object in `deerflow_session` mode.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(untagged)]
-#[schemars(rename = "HTTPUnauthorized")]
-#[allow(dead_code)]
-pub(crate) enum Unauthorized {
-    /// Bearer or internal tokens.
-    Message(HttpError),
-    /// DeerFlow's session cookie.
-    Session(SessionError),
-}
+    /// The last failure a remote memory backend had reaching its server (a read answered with
+    /// empty memory under its fail-open policy, a capture that failed in the background...).
+    #[derive(JsonSchema)]
+    pub(crate) struct BackendFailureView {
+        /// What failed: `recall`, `search` or `capture`.
+        pub(crate) operation: String,
+        /// The backend's error, with the server's code and message (never a credential or a URL).
+        pub(crate) message: String,
+        /// When it happened (ISO 8601, UTC).
+        pub(crate) at: String,
+        /// How many failures the backend has had since it started.
+        pub(crate) count: u64,
+    }
 
-/// A 422 body: `{"detail": [validation item, ...]}`, every problem at once.
-#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
-#[schemars(rename = "HTTPValidationError")]
-#[allow(dead_code)]
-pub(crate) struct HttpValidationError {
-    /// The problems.
-    pub(crate) detail: Vec<ValidationItem>,
-}
+    /// Every error body but validation: `{"detail": "<message>"}`.
+    ///
+    /// Written by [`GatewayError`]'s response and by the router-error normaliser in `layers.rs`
+    /// as `{"detail": ...}`; this type names the shape for the document, and the conformance
+    /// tests check every error response against it.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+    #[schemars(rename = "HTTPError")]
+    pub(crate) struct HttpError {
+        /// The message (for 500s a fixed text; the private cause is only logged).
+        pub(crate) detail: String,
+    }
 
-// ---------------------------------------------------------------------------------------------
-// Parameters, for the document only: the handlers read them with [`QueryParams`] and check
-// them by hand (pydantic's error items); these types state the grammar those checks enforce.
+    /// DeerFlow's 401 detail in `auth.mode: deerflow_session`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+    pub(crate) struct SessionErrorDetail {
+        /// `not_authenticated`, `token_expired` or `token_invalid`.
+        pub(crate) code: String,
+        /// `Authentication required`, `Token error: expired`, `Token error: invalid_signature`,
+        /// `Token error: malformed` or `Invalid bearer token`.
+        pub(crate) message: String,
+    }
 
-/// `agent`, the query parameter of every memory route.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct AgentQuery {
-    /// Agent bucket (^[A-Za-z0-9-]+$, case-insensitive, or __default__). Absent: the default bucket.
-    agent: Option<String>,
-}
+    /// A 401 body in `auth.mode: deerflow_session`: `{"detail": {"code", "message"}}`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+    pub(crate) struct SessionError {
+        /// What was wrong with the session.
+        pub(crate) detail: SessionErrorDetail,
+    }
 
-/// `{fact_id}`.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct FactIdPath {
-    /// Fact id: [A-Za-z0-9_-]+, at most 200 bytes.
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(max = 200))]
-    fact_id: String,
-}
+    /// A 401 body: `{"detail": "<message>"}`, or DeerFlow's object in `deerflow_session` mode.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+    #[serde(untagged)]
+    #[schemars(rename = "HTTPUnauthorized")]
+    pub(crate) enum Unauthorized {
+        /// Bearer or internal tokens.
+        Message(HttpError),
+        /// DeerFlow's session cookie.
+        Session(SessionError),
+    }
 
-/// The query of `GET /api/memory/context`.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct ContextQuery {
-    /// The thread the block is for.
-    #[schemars(length(max = MAX_THREAD_ID_CHARS))]
-    thread_id: Option<String>,
-    /// The run (needs thread_id).
-    #[schemars(length(max = MAX_TRACE_ID_CHARS))]
-    run_id: Option<String>,
-}
+    /// A 422 body: `{"detail": [validation item, ...]}`, every problem at once.
+    #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+    #[schemars(rename = "HTTPValidationError")]
+    pub(crate) struct HttpValidationError {
+        /// The problems.
+        pub(crate) detail: Vec<ValidationItem>,
+    }
 
-/// The query of `GET /api/memory/search`.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct SearchQuery {
-    /// Query text.
-    q: String,
-    /// Result cap.
-    #[schemars(range(min = 1, max = MAX_TOP_K), extend("default" = 5))]
-    top_k: Option<i64>,
-    /// Only this category (applied before the cap).
-    category: Option<String>,
-    /// How to rank: `bm25` (words), `vector` (meaning) or `hybrid` (both: reciprocal rank
-    /// fusion where a decisive word match stays first and words re-rank meaning's shortlist). Unset or empty takes the configured `search.mode`. The vector modes need
-    /// an embedder (`backend_config.embedding`, 400 otherwise); the remote backends rank on
-    /// their own server and accept only `hybrid`.
-    #[schemars(extend("enum" = ["bm25", "vector", "hybrid"]))]
-    mode: Option<String>,
-}
+    /// `agent`, the query parameter of every memory route.
+    #[derive(JsonSchema)]
+    pub(crate) struct AgentQuery {
+        /// Agent bucket (^[A-Za-z0-9-]+$, case-insensitive, or __default__). Absent: the default bucket.
+        agent: Option<String>,
+    }
 
-/// `{thread_id}` and `{run_id}` of the run-events route.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct RunPath {
-    /// The thread: 1-256 characters of [A-Za-z0-9._:@+=~-].
-    #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
-    thread_id: String,
-    /// The run: 1-256 characters of [A-Za-z0-9._:@+=~-].
-    #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
-    run_id: String,
-}
+    /// `{fact_id}`.
+    #[derive(JsonSchema)]
+    pub(crate) struct FactIdPath {
+        /// Fact id: [A-Za-z0-9_-]+, at most 200 bytes.
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(max = 200))]
+        fact_id: String,
+    }
 
-/// The query of the run-events route.
-#[derive(JsonSchema)]
-#[allow(dead_code)]
-pub(crate) struct EventsQuery {
-    /// Comma-separated event types to keep (e.g. context:memory).
-    event_types: Option<String>,
-    /// At most this many events, oldest first.
-    #[schemars(range(min = 1, max = 2000), extend("default" = 500))]
-    limit: Option<i64>,
-    /// Only events with a larger seq.
-    #[schemars(range(min = 1))]
-    after_seq: Option<i64>,
+    /// The query of `GET /api/memory/context`.
+    #[derive(JsonSchema)]
+    pub(crate) struct ContextQuery {
+        /// The thread the block is for.
+        #[schemars(length(max = MAX_THREAD_ID_CHARS))]
+        thread_id: Option<String>,
+        /// The run (needs thread_id).
+        #[schemars(length(max = MAX_TRACE_ID_CHARS))]
+        run_id: Option<String>,
+    }
+
+    /// The query of `GET /api/memory/search`.
+    #[derive(JsonSchema)]
+    pub(crate) struct SearchQuery {
+        /// Query text.
+        q: String,
+        /// Result cap.
+        #[schemars(range(min = 1, max = MAX_TOP_K), extend("default" = 5))]
+        top_k: Option<i64>,
+        /// Only this category (applied before the cap).
+        category: Option<String>,
+        /// How to rank: `bm25` (words), `vector` (meaning) or `hybrid` (both: reciprocal rank
+        /// fusion where a decisive word match stays first and words re-rank meaning's shortlist). Unset or empty takes the configured `search.mode`. The vector modes need
+        /// an embedder (`backend_config.embedding`, 400 otherwise); the remote backends rank on
+        /// their own server and accept only `hybrid`.
+        #[schemars(extend("enum" = ["bm25", "vector", "hybrid"]))]
+        mode: Option<String>,
+    }
+
+    /// `{thread_id}` and `{run_id}` of the run-events route.
+    #[derive(JsonSchema)]
+    pub(crate) struct RunPath {
+        /// The thread: 1-256 characters of [A-Za-z0-9._:@+=~-].
+        #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
+        thread_id: String,
+        /// The run: 1-256 characters of [A-Za-z0-9._:@+=~-].
+        #[schemars(regex(pattern = r"^[A-Za-z0-9._:@+=~-]+$"), length(max = 256))]
+        run_id: String,
+    }
+
+    /// The query of the run-events route.
+    #[derive(JsonSchema)]
+    pub(crate) struct EventsQuery {
+        /// Comma-separated event types to keep (e.g. context:memory).
+        event_types: Option<String>,
+        /// At most this many events, oldest first.
+        #[schemars(range(min = 1, max = 2000), extend("default" = 500))]
+        limit: Option<i64>,
+        /// Only events with a larger seq.
+        #[schemars(range(min = 1))]
+        after_seq: Option<i64>,
+    }
 }
 
 /// An identifier of at most `max` characters (at least `min`) without control characters.

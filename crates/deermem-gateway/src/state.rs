@@ -107,9 +107,12 @@ impl ContextObserver for JournalObserver {
     }
 }
 
-#[derive(Debug)]
+/// The shared flags; their defaults (0, false) are a starting gateway with no rebuild running.
+#[derive(Debug, Default)]
 struct Flags {
+    /// The [`Lifecycle`]: 0 starting, 1 ready, 2 stopping.
     lifecycle: AtomicU8,
+    /// Whether an index rebuild (`warm`) is running.
     rebuild_running: AtomicBool,
 }
 
@@ -119,14 +122,18 @@ pub struct GatewayState {
     manager: Arc<dyn MemoryManager>,
     memory: Arc<MemoryConfig>,
     gateway: Arc<GatewayConfig>,
-    tokens: Arc<TokenTable>,
+    /// The configured credentials, for the authentication layer.
+    pub(crate) tokens: Arc<TokenTable>,
     metrics: Metrics,
     flags: Arc<Flags>,
-    observers: Vec<Arc<dyn ContextObserver>>,
+    /// The observers of served context blocks, in the order they were added.
+    pub(crate) observers: Vec<Arc<dyn ContextObserver>>,
     journal: Option<Arc<dyn RunEventStore>>,
     turns: Option<Arc<dyn TurnAdmin>>,
-    bulk: Arc<BulkLimiter>,
-    readiness: Option<ReadinessCheck>,
+    /// The running bulk requests.
+    pub(crate) bulk: Arc<BulkLimiter>,
+    /// The storage reachability check, if one is installed.
+    pub(crate) readiness: Option<ReadinessCheck>,
 }
 
 impl std::fmt::Debug for GatewayState {
@@ -166,10 +173,7 @@ impl GatewayState {
             gateway: Arc::new(gateway),
             tokens: Arc::new(tokens),
             metrics: Metrics::new(),
-            flags: Arc::new(Flags {
-                lifecycle: AtomicU8::new(0),
-                rebuild_running: AtomicBool::new(false),
-            }),
+            flags: Arc::default(),
             observers: Vec::new(),
             journal: None,
             turns: None,
@@ -228,11 +232,6 @@ impl GatewayState {
         self
     }
 
-    /// The storage reachability check, if one is installed.
-    pub(crate) fn readiness_check(&self) -> Option<&ReadinessCheck> {
-        self.readiness.as_ref()
-    }
-
     /// The run journal, if one is installed.
     pub fn run_journal(&self) -> Option<&Arc<dyn RunEventStore>> {
         self.journal.as_ref()
@@ -256,18 +255,6 @@ impl GatewayState {
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    pub(crate) fn token_table(&self) -> &TokenTable {
-        &self.tokens
-    }
-
-    pub(crate) fn bulk_limiter(&self) -> &BulkLimiter {
-        &self.bulk
-    }
-
-    pub(crate) fn observers(&self) -> &[Arc<dyn ContextObserver>] {
-        &self.observers
     }
 
     /// The current lifecycle stage.
@@ -299,14 +286,11 @@ impl GatewayState {
 /// the background. Returns `None` when a warm-up is already running. Readiness never waits
 /// for it; the task logs its outcome.
 pub fn spawn_warm(state: &GatewayState) -> Option<JoinHandle<Option<bool>>> {
-    if state
-        .flags
-        .rebuild_running
+    let running = &state.flags.rebuild_running;
+    // Taking the flag fails while another warm-up holds it.
+    running
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return None;
-    }
+        .ok()?;
     let manager = Arc::clone(&state.manager);
     let flags = Arc::clone(&state.flags);
     let task = async move {

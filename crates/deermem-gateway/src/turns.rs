@@ -329,9 +329,10 @@ pub(crate) async fn drop_turn(
     Ok(Json(JournalTurn::of(item)))
 }
 
-/// The journal's counts for `/metrics`: `None` (and a warning in the log) when it cannot be
-/// read in time, so the scrape still answers, without the two gauges.
-pub(crate) async fn counts_for_metrics(admin: &Arc<dyn TurnAdmin>) -> Option<TurnCounts> {
+/// The journal's counts for `/metrics`: `None` without a journal, and (with a warning in the
+/// log) when it cannot be read in time, so the scrape still answers, without the two gauges.
+pub(crate) async fn counts_for_metrics(state: &GatewayState) -> Option<TurnCounts> {
+    let admin = state.turn_journal()?;
     match tokio::time::timeout(COUNTS_TIMEOUT, admin.journal().counts()).await {
         Ok(Ok(counts)) => Some(counts),
         Ok(Err(e)) => {
