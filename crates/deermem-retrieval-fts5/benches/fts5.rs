@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the FTS5 adapter on a generated corpus of 20,000 facts over 200
 //! scopes (fixed seed; `DEERMEM_BENCH_FACTS` sets another size, 100 facts a scope): full
-//! rebuild, and top-10 search within one scope. Under `cargo bench` it also prints the index
+//! rebuild, and top-10 search within one scope (`DEERMEM_BENCH_TOP_K` asks another count). Under `cargo bench` it also prints the index
 //! size, the rebuild time and search p50/p99 over 5,000 queries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,6 +23,13 @@ fn facts_wanted() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000)
+}
+/// Hits asked per search: 10, or `DEERMEM_BENCH_TOP_K` (hybrid search asks BM25 for 50).
+fn top_k() -> usize {
+    std::env::var("DEERMEM_BENCH_TOP_K")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
 }
 const AGENTS: usize = 5;
 /// Facts per scope.
@@ -145,7 +152,11 @@ fn queries(vocab: &[String], scopes: &[Scope], n: usize) -> Vec<SearchQuery> {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            SearchQuery::new(text, scopes[rng.random_range(0..scopes.len())].clone(), 10)
+            SearchQuery::new(
+                text,
+                scopes[rng.random_range(0..scopes.len())].clone(),
+                top_k(),
+            )
         })
         .collect()
 }
@@ -204,7 +215,8 @@ fn report(facts: &[(Scope, Fact)], vocab: &[String], scopes: &[Scope]) {
         }
         times.sort();
         println!(
-            "search top_k=10 one scope [{label}]: {} queries, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:.1} hits/query",
+            "search top_k={} one scope [{label}]: {} queries, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:.1} hits/query",
+            top_k(),
             times.len(),
             percentile(&times, 0.50).as_secs_f64() * 1e6,
             percentile(&times, 0.99).as_secs_f64() * 1e6,
