@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use deermem_core::config::ConfigSecret;
 use deermem_core::fact::{NormalizeContext, normalize_fact};
 use deermem_core::ports::{ContextRequest, MemoryManager, MemoryScope, MemoryStorage};
 use deermem_core::snapshot::{AgentSnapshot, UserSnapshot};
 use deermem_core::{
     AgentName, Fact, FactId, FactScope, MemoryConfig, Scope, SearchQuery, Timestamp, UserId,
 };
-use deermem_gateway::config::Secret;
 use deermem_gateway::{AuthMode, GatewayConfig, GatewayState, serve};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -474,7 +474,7 @@ async fn serve_child(t: &Target) -> Result<Value> {
     mgr.warm().await;
     let mut config = GatewayConfig::default();
     config.auth.mode = AuthMode::Token;
-    config.auth.internal_token = Some(Secret::new(INTERNAL_TOKEN));
+    config.auth.internal_token = Some(ConfigSecret::new(INTERNAL_TOKEN));
     let state = GatewayState::new(mgr, MemoryConfig::default(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("{PORT_MARKER}{}", listener.local_addr()?.port());

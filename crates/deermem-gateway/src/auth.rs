@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn owner_headers_naming_another_ids_bucket_are_refused() {
         let mut cfg = GatewayConfig::with_tokens([("tok-a", "alice")]).unwrap();
-        cfg.auth.internal_token = Some(crate::config::Secret::new("internal-secret"));
+        cfg.auth.internal_token = Some(deermem_core::config::ConfigSecret::new("internal-secret"));
         let table = TokenTable::new(&cfg);
         let as_owner = |owner: &str| {
             authenticate(

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use deermem_core::config::lax;
+use deermem_core::config::{ConfigSecret, lax};
 use deermem_core::ids::{refuse_derived_bucket, safe_user_id};
 use deermem_core::{ConfigError, IdError, UserId};
 use serde::de::Error as _;
@@ -64,10 +64,6 @@ impl AuthMode {
     }
 }
 
-/// A secret string that never prints itself: the configuration's secret type (compare one with
-/// [`crate::auth::constant_time_eq`]).
-pub use deermem_core::config::ConfigSecret as Secret;
-
 /// The `gateway.auth` section.
 #[derive(Clone, Default, PartialEq)]
 pub struct AuthConfig {
@@ -82,10 +78,10 @@ pub struct AuthConfig {
     pub tokens_file: Option<PathBuf>,
     /// The shared secret internal callers send in `X-DeerFlow-Internal-Token`; only then is
     /// `X-DeerFlow-Owner-User-Id` honoured.
-    pub internal_token: Option<Secret>,
+    pub internal_token: Option<ConfigSecret>,
     /// DeerFlow's `AUTH_JWT_SECRET` (`jwt_secret`, or the contents of `jwt_secret_file`): the
     /// key session cookies are verified with in `deerflow_session` mode.
-    pub jwt_secret: Option<Secret>,
+    pub jwt_secret: Option<ConfigSecret>,
     /// Where `jwt_secret` was read from, for messages.
     pub jwt_secret_file: Option<PathBuf>,
     /// Host names (lowercase, without scheme or port) that `none` mode answers besides the
@@ -496,7 +492,7 @@ impl AuthSection {
         }
         if let Some(s) = self.internal_token.filter(|s| !s.is_empty()) {
             validate_token_text(&s, "gateway.auth.internal_token")?;
-            auth.internal_token = Some(Secret::new(s));
+            auth.internal_token = Some(ConfigSecret::new(s));
         }
         if let Some(s) = &self.jwt_secret {
             auth.jwt_secret = Some(jwt_secret(s, None, "gateway.auth.jwt_secret")?);
@@ -552,7 +548,7 @@ fn read_config_file(
 }
 
 /// DeerFlow's JWT secret: surrounding whitespace (a file's final newline) is not part of it.
-fn jwt_secret(raw: &str, file: Option<&Path>, key: &str) -> Result<Secret, ConfigError> {
+fn jwt_secret(raw: &str, file: Option<&Path>, key: &str) -> Result<ConfigSecret, ConfigError> {
     let s = raw.trim();
     if s.is_empty() {
         return Err(ConfigError::new(
@@ -563,7 +559,7 @@ fn jwt_secret(raw: &str, file: Option<&Path>, key: &str) -> Result<Secret, Confi
             },
         ));
     }
-    Ok(Secret::new(s))
+    Ok(ConfigSecret::new(s))
 }
 
 /// `allowed_hosts`: bare host names, lowercased, without duplicates.

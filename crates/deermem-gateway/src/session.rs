@@ -15,8 +15,9 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
 use crate::auth::constant_time_eq;
-use crate::config::{Secret, safe_user};
+use crate::config::safe_user;
 use crate::error::GatewayError;
+use deermem_core::config::ConfigSecret;
 
 /// The cookie DeerFlow keeps its session JWT in.
 pub const SESSION_COOKIE: &str = "access_token";
@@ -87,7 +88,7 @@ impl std::fmt::Debug for SessionVerifier {
 
 impl SessionVerifier {
     /// A verifier for `secret`; `None` for an empty secret (the configuration refuses one).
-    pub(crate) fn new(secret: &Secret) -> Option<Self> {
+    pub(crate) fn new(secret: &ConfigSecret) -> Option<Self> {
         let key = DecodingKey::from_secret(secret.expose().as_bytes()).ok()?;
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 0;

@@ -21,8 +21,9 @@ use common::{
     Call, FakeManager, INTERNAL_TOKEN, Resp, empty, fact_ids, json_req, ready_state, send,
 };
 use deermem_core::MemoryConfig;
+use deermem_core::config::ConfigSecret;
 use deermem_core::ports::MemoryManager;
-use deermem_gateway::config::{CorsConfig, Secret};
+use deermem_gateway::config::CorsConfig;
 use deermem_gateway::{GatewayConfig, router};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -368,7 +369,7 @@ async fn cookie_authenticated_writes_follow_deerflows_csrf_rule() {
 async fn bearer_and_internal_tokens_keep_working_beside_the_cookie() {
     let m = FakeManager::new();
     let mut cfg = session_config();
-    cfg.auth.internal_token = Some(Secret::new(INTERNAL_TOKEN));
+    cfg.auth.internal_token = Some(ConfigSecret::new(INTERNAL_TOKEN));
     cfg.auth.tokens = GatewayConfig::with_tokens([("tok-carol", "carol")])
         .expect("tokens")
         .auth

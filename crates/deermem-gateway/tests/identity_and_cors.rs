@@ -13,7 +13,8 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use common::{FakeManager, INTERNAL_TOKEN, Resp, empty, ready_state, send, with_bearer};
 use deermem_core::MemoryConfig;
-use deermem_gateway::config::{CorsConfig, Secret};
+use deermem_core::config::ConfigSecret;
+use deermem_gateway::config::CorsConfig;
 use deermem_gateway::{GatewayConfig, Metrics, router};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
@@ -54,7 +55,7 @@ fn header<'a>(r: &'a Resp, name: &str) -> Option<&'a str> {
 async fn a_session_cookie_naming_another_users_bucket_is_refused_with_the_reason() {
     let m = FakeManager::new();
     let mut cfg = GatewayConfig::with_deerflow_session(SECRET).unwrap();
-    cfg.auth.internal_token = Some(Secret::new(INTERNAL_TOKEN));
+    cfg.auth.internal_token = Some(ConfigSecret::new(INTERNAL_TOKEN));
     let a = router(ready_state(m.clone(), MemoryConfig::default(), cfg));
 
     // The victim's own subject reads the victim's memory.

@@ -38,7 +38,7 @@ fn app(m: &Arc<FakeManager>, j: &Arc<RunJournal>) -> Router {
 fn token_gateway() -> GatewayConfig {
     let mut cfg =
         GatewayConfig::with_tokens([("tok-alice", "alice"), ("tok-bob", "bob")]).expect("tokens");
-    cfg.auth.internal_token = Some(deermem_gateway::config::Secret::new(INTERNAL_TOKEN));
+    cfg.auth.internal_token = Some(deermem_core::config::ConfigSecret::new(INTERNAL_TOKEN));
     cfg
 }
 

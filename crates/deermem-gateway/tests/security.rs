@@ -16,7 +16,7 @@ use common::{
     Call, FakeManager, INTERNAL_TOKEN, empty, json_req, ready_state, send, token_app, with_bearer,
 };
 use deermem_core::MemoryConfig;
-use deermem_gateway::config::Secret;
+use deermem_core::config::ConfigSecret;
 use deermem_gateway::{GatewayConfig, router};
 use serde_json::json;
 
@@ -282,7 +282,7 @@ async fn a_forged_internal_token_is_rejected_not_ignored() {
 async fn internal_token_works_in_no_auth_mode_when_configured() {
     let m = FakeManager::new();
     let mut cfg = GatewayConfig::default();
-    cfg.auth.internal_token = Some(Secret::new(INTERNAL_TOKEN));
+    cfg.auth.internal_token = Some(ConfigSecret::new(INTERNAL_TOKEN));
     let a = router(ready_state(m.clone(), MemoryConfig::default(), cfg));
     let r = send(
         &a,
@@ -598,7 +598,7 @@ async fn secrets_never_reach_the_logs() {
         ..MemoryConfig::default()
     };
     let mut cfg = GatewayConfig::with_tokens([("tok-LOGSECRET-alice", "alice")]).expect("tokens");
-    cfg.auth.internal_token = Some(Secret::new("internal-LOGSECRET"));
+    cfg.auth.internal_token = Some(ConfigSecret::new("internal-LOGSECRET"));
     let state = ready_state(m.clone(), memory, cfg);
     tracing::info!(state = ?state, "state built");
     let a = router(state);

@@ -667,7 +667,7 @@ pub fn app(manager: Arc<dyn MemoryManager>) -> Router {
 /// A ready app in token mode with these (token, user) pairs and an internal token.
 pub fn token_app(manager: Arc<dyn MemoryManager>, tokens: &[(&str, &str)]) -> Router {
     let mut cfg = GatewayConfig::with_tokens(tokens.iter().copied()).expect("tokens");
-    cfg.auth.internal_token = Some(deermem_gateway::config::Secret::new(INTERNAL_TOKEN));
+    cfg.auth.internal_token = Some(deermem_core::config::ConfigSecret::new(INTERNAL_TOKEN));
     router(ready_state(manager, MemoryConfig::default(), cfg))
 }
 

@@ -261,7 +261,7 @@ async fn gateway_routes_refuse_escapes_other_users_ids_and_bad_tokens() {
         ("bob-token-0123456789ab", "bob"),
     ])
     .unwrap();
-    cfg.auth.internal_token = Some(deermem_gateway::config::Secret::new(
+    cfg.auth.internal_token = Some(deermem_core::config::ConfigSecret::new(
         "internal-0123456789abcdef",
     ));
     let state = GatewayState::new(Arc::clone(&w.manager), MemoryConfig::default(), cfg);
