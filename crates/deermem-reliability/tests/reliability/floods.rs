@@ -45,6 +45,17 @@ fn deermem_binary() -> PathBuf {
     bin
 }
 
+/// The floods' HTTP client. It drops pooled connections idle for 5 s, under the server's 10 s
+/// keep-alive wait (`min(header_read_timeout, keep_alive_timeout)`), as DeerFlow's httpx does:
+/// a client that reuses a connection the server is closing at that moment is cut off while
+/// writing a large body (`BrokenPipe`), which is the client's race, not the server's answer.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(5))
+        .build()
+        .expect("HTTP client")
+}
+
 fn token(u: usize) -> String {
     format!("flood-token-{u}-0123456789")
 }
@@ -116,7 +127,7 @@ impl Server {
 
     async fn wait_ready(&mut self) {
         let started = Instant::now();
-        let http = reqwest::Client::new();
+        let http = client();
         loop {
             if let Ok(r) = http
                 .get(format!("http://{}/readyz", self.addr))
@@ -252,7 +263,7 @@ fn big_import(facts: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_flood_is_refused_before_it_is_built_and_rss_stays_bounded() {
     let server = Server::start().await;
-    let http = reqwest::Client::new();
+    let http = client();
     let baseline = server.status_kib("VmRSS:");
     let doc = Arc::new(big_import(60_000));
     assert!(
@@ -362,7 +373,7 @@ fn big_turn(i: usize) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_large_turns_is_bounded_by_pending_bytes() {
     let server = Server::start().await;
-    let http = reqwest::Client::new();
+    let http = client();
     let baseline = server.status_kib("VmRSS:");
     let turn_bytes = serde_json::to_vec(&big_turn(0)).unwrap().len();
     assert!(
@@ -397,16 +408,19 @@ async fn a_flood_of_large_turns_is_bounded_by_pending_bytes() {
                         1 + (i / 2) % (USERS - 1)
                     };
                     let body = serde_json::to_vec(&big_turn(i)).unwrap();
-                    let a = answer(
-                        http.post(&url)
-                            .bearer_auth(token(u))
-                            .header("content-type", "application/json")
-                            .body(body)
-                            .send()
-                            .await
-                            .expect("turn answered"),
-                    )
-                    .await;
+                    let sent = http
+                        .post(&url)
+                        .bearer_auth(token(u))
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await;
+                    // A failed exchange is kept, not panicked on here: the report below
+                    // shows it with the server's log, which says what the server did.
+                    let a = match sent {
+                        Ok(resp) => Ok(answer(resp).await),
+                        Err(e) => Err(format!("turn {i} of user {u}: {e:?}")),
+                    };
                     answers.lock().unwrap().push((u, a));
                 }
             })
@@ -417,6 +431,20 @@ async fn a_flood_of_large_turns_is_bounded_by_pending_bytes() {
     }
     let answers = std::mem::take(&mut *answers.lock().unwrap());
     assert_eq!(answers.len(), 400);
+    let failed: Vec<&String> = answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().err())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 400 turns got no answer: {failed:#?}\nserver log:\n{}",
+        failed.len(),
+        server.log_text()
+    );
+    let answers: Vec<(usize, Answer)> = answers
+        .into_iter()
+        .filter_map(|(u, a)| a.ok().map(|a| (u, a)))
+        .collect();
     let mut accepted_by_user = [0usize; USERS];
     for (u, a) in &answers {
         match a.status {
