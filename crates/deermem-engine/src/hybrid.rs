@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{LexicalHit, hybrid_fusion, term_coverage};
+use deermem_core::policy::fusion::{LexicalHit, coverage_of, coverage_terms, hybrid_fusion};
 use deermem_core::policy::language::script_group;
 use deermem_core::ports::{Embedder, MeaningHit, MeaningQuery, Retrieval, VectorIndex};
 use deermem_core::{
@@ -388,12 +388,13 @@ fn fuse(
             .map_or_else(|| h.scope.to_fact_scope(), |f| f.scope.clone());
         (scope, h.fact_id.clone())
     };
+    let terms = coverage_terms(query);
     let lexical_keys: Vec<LexicalHit<Key>> = lexical
         .iter()
         .map(|h| LexicalHit {
             id: (h.fact.scope.clone(), h.fact.id.as_str().to_owned()),
             bm25: h.bm25.unwrap_or(0.0),
-            coverage: term_coverage(query, &h.fact.content),
+            coverage: coverage_of(&terms, &h.fact.content),
         })
         .collect();
     let semantic_keys: Vec<Key> = semantic.iter().map(semantic_key).collect();

@@ -14,7 +14,26 @@ pub const RRF_K: f64 = 60.0;
 /// Dot product of two vectors of the same dimension (the cosine similarity of unit vectors);
 /// components past the shorter one are ignored.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    // Eight independent sums the compiler keeps in one vector register (a single running sum
+    // must add in order, which it cannot vectorise), then the few components left.
+    const LANES: usize = 8;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut lanes = [0.0f32; LANES];
+    let mut a_chunks = a.chunks_exact(LANES);
+    let mut b_chunks = b.chunks_exact(LANES);
+    for (x, y) in (&mut a_chunks).zip(&mut b_chunks) {
+        for i in 0..LANES {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// The `limit` nearest candidates to `query` by dot product, best first; ties keep the
@@ -84,15 +103,21 @@ pub fn nearest_calibrated_indexed(
     groups: &[ScriptGroup],
     limit: usize,
 ) -> Vec<(usize, f32)> {
-    let centroid = if vectors.len() >= HUB_MIN_FACTS {
-        centroid(vectors)
+    // `q·v - w (v·c)` is `v·(q - w c)`: one product per vector with the probe.
+    let probe: Vec<f32> = if vectors.len() >= HUB_MIN_FACTS {
+        let c = centroid(vectors);
+        query
+            .iter()
+            .enumerate()
+            .map(|(i, q)| q - HUB_WEIGHT * c.get(i).copied().unwrap_or(0.0))
+            .collect()
     } else {
-        Vec::new()
+        query.to_vec()
     };
     let mut scored: Vec<(f32, ScriptGroup)> = vectors
         .iter()
         .zip(groups)
-        .map(|(v, g)| (dot(query, v) - HUB_WEIGHT * dot(v, &centroid), *g))
+        .map(|(v, g)| (dot(&probe, v), *g))
         .collect();
     calibrate_by_script(&mut scored, query_group);
     best_indexes(scored.into_iter().map(|(s, _)| s).collect(), limit)
@@ -195,11 +220,17 @@ pub fn coverage_terms(text: &str) -> Vec<String> {
 /// terms. The strength of a word match, independent of BM25's scale: 1.0 for a fact holding
 /// every term, 0.25 for one sharing a single word of a four-word question.
 pub fn term_coverage(query: &str, content: &str) -> f64 {
-    let terms = coverage_terms(query);
+    coverage_of(&coverage_terms(query), content)
+}
+
+/// [`term_coverage`] with the query's terms ([`coverage_terms`]) worked out once, for a query
+/// weighed against many facts.
+pub fn coverage_of(terms: &[String], content: &str) -> f64 {
     if terms.is_empty() {
         return 0.0;
     }
-    let words: HashSet<String> = cjk::segments(content)
+    // A fact holds a few dozen words: a list is searched faster than a set is built.
+    let words: Vec<String> = cjk::segments(content)
         .into_iter()
         .filter_map(|seg| match seg {
             cjk::Segment::Other(s) => Some(tokens::words(s)),
@@ -213,7 +244,7 @@ pub fn term_coverage(query: &str, content: &str) -> f64 {
             if cjk::has_cjk(t) {
                 content.contains(t.as_str())
             } else {
-                words.contains(t.as_str())
+                words.iter().any(|w| w == *t)
             }
         })
         .count();
@@ -337,6 +368,24 @@ mod tests {
 
     fn ids<K: Copy>(fused: &[(K, f64)]) -> Vec<K> {
         fused.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// The lane-wise product equals the plain sum over every length (whole lanes, a remainder,
+    /// fewer components than one lane) and ignores the longer vector's extra components.
+    #[test]
+    fn dot_matches_the_plain_sum_at_every_length() {
+        for n in [0usize, 1, 7, 8, 9, 16, 19, 384] {
+            let a: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 10.0).collect();
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - plain).abs() < 1e-4, "length {n}");
+            let mut longer = b.clone();
+            longer.extend([100.0, 100.0, 100.0]);
+            assert!(
+                (dot(&a, &longer) - plain).abs() < 1e-4,
+                "length {n} against a longer one"
+            );
+        }
     }
 
     /// BM25 hits holding every query term.
