@@ -24,6 +24,9 @@ const CORE_ALLOWED_DEPS: &[&str] = &[
     // Optional, behind core's `schema` feature: derives JSON Schemas of the wire types
     // (compile-time code generation plus in-memory JSON values; no I/O).
     "schemars",
+    // `ConfigSecret` holds a `SecretString`: a boxed string zeroed on drop (over `zeroize`,
+    // memory writes only; no I/O).
+    "secrecy",
 ];
 
 /// Dependencies `deermem-pycompat` may use: pure, none does I/O, and no DeerMem crate (the

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use deermem_core::ManagerError;
-use deermem_remote::Secret;
+use deermem_core::config::ConfigSecret;
 use deermem_remote::http::{self, Profile, excerpt};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
@@ -89,7 +89,7 @@ pub(crate) struct HonchoClient {
     base_url: String,
     auth: Option<HeaderValue>,
     /// Kept only to scrub it from server messages that might echo it.
-    secret: Option<Secret>,
+    secret: Option<ConfigSecret>,
     timeout: Duration,
 }
 
@@ -106,7 +106,7 @@ impl fmt::Debug for HonchoClient {
 impl HonchoClient {
     /// Builds the client.
     pub(crate) fn new(config: &HonchoConfig) -> Result<Self, ManagerError> {
-        let auth = config.api_key.as_ref().map(Secret::bearer).transpose().map_err(|_| {
+        let auth = config.api_key.as_ref().map(http::bearer).transpose().map_err(|_| {
             ManagerError::backend("memory.backend_config.api_key contains characters that cannot be sent in an HTTP header")
         })?;
         let http = http::client(

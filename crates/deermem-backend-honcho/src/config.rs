@@ -1,6 +1,6 @@
 //! `HonchoConfig`: the Honcho `backend_config` keys with the reference's defaults, validation
 //! and error order, read through core's config loader (`deermem_core::config::lax`). The API
-//! key is a [`Secret`], which never prints. `Serialize` is the display form (the gateway's
+//! key is a [`ConfigSecret`], which never prints. `Serialize` is the display form (the gateway's
 //! `/api/memory/config`): the key as `"***"` by its type, the base URL without credentials
 //! (`deermem_core::config::shown`), every other setting with its value or default.
 
@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_core::config::{lax, shown};
+use deermem_core::config::{ConfigSecret, lax, shown};
 use deermem_pycompat::py;
+pub use deermem_remote::FailurePolicy;
 use deermem_remote::base_url::{self, BaseUrlError, TransportRule};
-pub use deermem_remote::{FailurePolicy, Secret};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -37,7 +37,7 @@ pub struct HonchoConfig {
     pub base_url: String,
     /// Bearer token, sent only when set.
     #[serde(deserialize_with = "api_key")]
-    pub api_key: Option<Secret>,
+    pub api_key: Option<ConfigSecret>,
     /// Allows an API key over plain `http://`.
     #[serde(deserialize_with = "lax::bool")]
     pub allow_insecure_http: bool,
@@ -110,10 +110,10 @@ fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         .ok_or_else(|| D::Error::custom(format!("must be a finite value > 0 (got {v})")))
 }
 
-fn api_key<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Secret>, D::Error> {
+fn api_key<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ConfigSecret>, D::Error> {
     Ok(Some(lax::scalar_str(d)?)
         .filter(|k| !k.is_empty())
-        .map(Secret::new))
+        .map(ConfigSecret::new))
 }
 
 /// A mapping of user id to a non-blank id.
@@ -457,7 +457,7 @@ mod tests {
             "memory.backend_config.max_injection_chars"
         );
         let c = HonchoConfig {
-            api_key: Some(Secret::new("k")),
+            api_key: Some(ConfigSecret::new("k")),
             ..HonchoConfig::default()
         };
         assert_eq!(
@@ -495,7 +495,7 @@ mod tests {
         let dbg = format!("{c:?}");
         assert!(!dbg.contains("sk-very-secret"));
         assert!(dbg.contains("<redacted>"));
-        assert_eq!(Secret::new("x").to_string(), "<redacted>");
+        assert_eq!(ConfigSecret::new("x").to_string(), "<redacted>");
     }
 
     #[test]
@@ -525,7 +525,7 @@ mod tests {
         // its credentials.
         let built = HonchoConfig {
             base_url: "https://svc:PW-DISTINCT@honcho.internal/pfx?token=Q-DISTINCT#f".into(),
-            api_key: Some(Secret::new("hk-DISTINCT-5e1d")),
+            api_key: Some(ConfigSecret::new("hk-DISTINCT-5e1d")),
             ..HonchoConfig::default()
         };
         let text = serde_json::to_string(&built).unwrap();

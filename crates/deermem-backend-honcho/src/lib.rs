@@ -32,7 +32,7 @@ pub mod fake {
 pub mod identity;
 mod manager;
 
-pub use config::{FailurePolicy, HONCHO_MAX_MESSAGE_CHARS, HonchoConfig, Secret};
+pub use config::{FailurePolicy, HONCHO_MAX_MESSAGE_CHARS, HonchoConfig};
 pub use manager::{
     BACKEND_NAME, HonchoManager, from_backend_config, from_backend_config_with_cursors,
 };

@@ -8,13 +8,12 @@
 //! JSON content type.
 
 use deermem_core::ManagerError;
+use deermem_core::config::ConfigSecret;
 use deermem_remote::http::{self, Profile};
 use deermem_remote::retry::{self, RetryPolicy};
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-
-use crate::config::Secret;
 
 /// The header carrying the USER API key.
 pub const API_KEY_HEADER: &str = "X-API-Key";
@@ -149,7 +148,7 @@ impl RetrievalRequest {
 pub struct OpenVikingClient {
     http: reqwest::Client,
     base_url: String,
-    api_key: Secret,
+    api_key: ConfigSecret,
 }
 
 impl OpenVikingClient {
@@ -160,7 +159,7 @@ impl OpenVikingClient {
     /// The HTTP stack cannot be initialised (no TLS roots...).
     pub fn new(
         base_url: &str,
-        api_key: Secret,
+        api_key: ConfigSecret,
         timeout: std::time::Duration,
     ) -> Result<Self, ManagerError> {
         let http = http::client(timeout, timeout, Profile::Bare).map_err(|e| {
@@ -621,7 +620,7 @@ mod tests {
     fn debug_hides_the_key() {
         let c = OpenVikingClient::new(
             "http://127.0.0.1:1",
-            Secret::new("sk-very-secret"),
+            ConfigSecret::new("sk-very-secret"),
             std::time::Duration::from_secs(1),
         )
         .unwrap();

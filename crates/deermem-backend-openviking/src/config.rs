@@ -4,17 +4,15 @@
 //! `api_key_env` names (the lookup is injected, never ambient). `Serialize` is the display form
 //! (the gateway's `/api/memory/config`): the base URL without credentials
 //! (`deermem_core::config::shown`), every setting with its value or default; the key is not a
-//! `backend_config` key and is not shown (were it serialised, its [`Secret`] type writes
+//! `backend_config` key and is not shown (were it serialised, its [`ConfigSecret`] type writes
 //! `"***"`).
 
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_core::config::{lax, shown};
+use deermem_core::config::{ConfigSecret, lax, shown};
 use deermem_pycompat::py::strip;
 pub use deermem_remote::FailurePolicy;
-/// The OpenViking USER API key is a [`Secret`], which never prints.
-pub use deermem_remote::Secret;
 use deermem_remote::base_url::{self, TransportRule};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -130,7 +128,7 @@ pub struct OpenVikingConfig {
     pub api_key_env: String,
     /// The USER API key, read from `api_key_env` (not a `backend_config` key, so not shown).
     #[serde(skip)]
-    pub api_key: Secret,
+    pub api_key: ConfigSecret,
     /// The actor peer of the default agent.
     #[serde(deserialize_with = "stripped")]
     pub default_peer_id: String,
@@ -257,7 +255,7 @@ impl OpenVikingConfig {
             allow_insecure_http: false,
             owner_user_id: owner_user_id.into(),
             api_key_env: DEFAULT_API_KEY_ENV.to_owned(),
-            api_key: Secret::new(api_key),
+            api_key: ConfigSecret::new(api_key),
             default_peer_id: DEFAULT_PEER_ID.to_owned(),
             timeout_seconds: 30.0,
             storage_path: String::new(),
@@ -286,7 +284,7 @@ impl OpenVikingConfig {
     ) -> Result<(Self, Vec<String>), ConfigError> {
         let (mut c, warnings) = Self::settings_from_backend_config(backend_config)?;
         let key = env(&c.api_key_env).unwrap_or_default();
-        c.api_key = Secret::new(strip(&key));
+        c.api_key = ConfigSecret::new(strip(&key));
         c.check_api_key()?;
         Ok((c, warnings))
     }

@@ -45,8 +45,7 @@ pub mod testserver {
 }
 
 pub use config::{
-    ContentMode, FailurePolicies, FailurePolicy, OpenVikingConfig, RetrievalConfig, Secret,
-    StartupPolicy,
+    ContentMode, FailurePolicies, FailurePolicy, OpenVikingConfig, RetrievalConfig, StartupPolicy,
 };
 pub use convert::HiddenMessageFilter;
 pub use manager::{BACKEND_NAME, CaptureReport, CaptureStats, OpenVikingManager};

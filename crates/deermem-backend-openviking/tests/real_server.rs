@@ -111,7 +111,7 @@ fn real_server_contract_and_capture_commit_recall() {
         // The reference's target uris: the server refuses them for a USER key.
         let client = OpenVikingClient::new(
             &server.url(),
-            deermem_backend_openviking::Secret::new(&key),
+            deermem_core::config::ConfigSecret::new(&key),
             Duration::from_secs(30),
         )
         .unwrap();

@@ -283,7 +283,7 @@ async fn the_fake_refuses_the_reference_uris_like_the_server() {
     let fake = FakeOv::start().await;
     let client = deermem_backend_openviking::client::OpenVikingClient::new(
         &fake.url(),
-        deermem_backend_openviking::Secret::new(support::API_KEY),
+        deermem_core::config::ConfigSecret::new(support::API_KEY),
         std::time::Duration::from_secs(5),
     )
     .unwrap();
@@ -395,7 +395,7 @@ async fn category_narrows_search_by_the_memory_type_tag() {
     // The reference's filter finds nothing on the server (and in the fake).
     let client = deermem_backend_openviking::client::OpenVikingClient::new(
         &fake.url(),
-        deermem_backend_openviking::Secret::new(support::API_KEY),
+        deermem_core::config::ConfigSecret::new(support::API_KEY),
         std::time::Duration::from_secs(5),
     )
     .unwrap();

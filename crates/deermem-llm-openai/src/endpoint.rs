@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use deermem_core::ConfigError;
-use deermem_remote::Secret;
+use deermem_core::config::ConfigSecret;
 use deermem_remote::http::{self, Profile, excerpt};
 use deermem_remote::retry::{self, RetryPolicy, Sleeper};
 use reqwest::Url;
@@ -123,7 +123,7 @@ pub(crate) struct Endpoint {
     display: String,
     auth: Option<HeaderValue>,
     /// The key, kept only to scrub it from server error bodies that echo it.
-    secret: Option<Secret>,
+    secret: Option<ConfigSecret>,
     pub(crate) timeout: Duration,
     pub(crate) max_retries: u32,
     pub(crate) policy: RetryPolicy,
@@ -199,17 +199,13 @@ impl Endpoint {
         let _ = shown.set_password(None);
         let _ = shown.set_username("");
         shown.set_query(None);
-        let secret = c.api_key.filter(|k| !k.is_empty()).map(Secret::new);
-        let auth = secret
-            .as_ref()
-            .map(Secret::bearer)
-            .transpose()
-            .map_err(|_| {
-                ConfigError::new(
-                    format!("{key}.api_key"),
-                    "contains characters that cannot be sent in an HTTP header",
-                )
-            })?;
+        let secret = c.api_key.filter(|k| !k.is_empty()).map(ConfigSecret::new);
+        let auth = secret.as_ref().map(http::bearer).transpose().map_err(|_| {
+            ConfigError::new(
+                format!("{key}.api_key"),
+                "contains characters that cannot be sent in an HTTP header",
+            )
+        })?;
         let timeout = seconds(key, "timeout_seconds", c.timeout_seconds)?;
         let connect = seconds(key, "connect_timeout_seconds", c.connect_timeout_seconds)?;
         let http = http::client(timeout, connect, Profile::Standard)

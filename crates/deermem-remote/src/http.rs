@@ -1,12 +1,14 @@
 //! The HTTP side every remote adapter shares: the reqwest client (no redirects, its timeouts),
 //! one exchange that reads at most a bounded body and the server's `Retry-After`, percent-
-//! encoded path segments, and error text that names neither the URL nor a secret.
+//! encoded path segments, a key as a sensitive `Bearer` header value, and error text that names
+//! neither the URL nor a secret.
 
 use std::time::Duration;
 
+use deermem_core::config::ConfigSecret;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::StatusCode;
-use reqwest::header::RETRY_AFTER;
+use reqwest::header::{HeaderValue, InvalidHeaderValue, RETRY_AFTER};
 
 /// The `User-Agent` of clients that identify themselves.
 pub const USER_AGENT: &str = concat!("deermem-rs/", env!("CARGO_PKG_VERSION"));
@@ -136,6 +138,16 @@ pub fn encode_segment(segment: &str) -> String {
     utf8_percent_encode(segment, SEGMENT).to_string()
 }
 
+/// `Bearer <secret>` as a header value marked sensitive (never logged by the HTTP stack).
+///
+/// # Errors
+/// The secret holds characters an HTTP header cannot carry.
+pub fn bearer(secret: &ConfigSecret) -> Result<HeaderValue, InvalidHeaderValue> {
+    let mut v = HeaderValue::from_str(&format!("Bearer {}", secret.expose()))?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,5 +245,13 @@ mod tests {
             .unwrap_err();
         assert!(e.is_connect());
         assert!(!error_chain(&e).is_empty());
+    }
+
+    #[test]
+    fn bearer_is_sensitive_and_refuses_newlines() {
+        let v = bearer(&ConfigSecret::new("k1")).unwrap();
+        assert!(v.is_sensitive());
+        assert_eq!(v.to_str().unwrap(), "Bearer k1");
+        assert!(bearer(&ConfigSecret::new("bad\nkey")).is_err());
     }
 }

@@ -2,10 +2,11 @@
 //! OpenAI-compatible model client), written once:
 //!
 //! - [`http`]: the reqwest client every adapter builds, one HTTP exchange with a bounded body
-//!   read and the server's `Retry-After`, path-segment encoding and secret-free error text.
+//!   read and the server's `Retry-After`, path-segment encoding, a key (the core's
+//!   `ConfigSecret`) as a sensitive `Bearer` header ([`http::bearer`]) and secret-free error
+//!   text.
 //! - [`retry`]: bounded retries on `backon`, exponential backoff with jitter, a server's
 //!   `Retry-After` honoured up to a cap, and an injectable [`Sleeper`].
-//! - [`Secret`]: an API key on `secrecy` that never prints and is wiped on drop.
 //! - [`base_url`]: the one base-URL and transport rule (an `http(s)` URL with a host, no
 //!   credentials, query or fragment; a secret over plain `http` only where allowed).
 //! - [`files`]: the cursor files, the file implementation of the core's cursor-store port
@@ -32,7 +33,6 @@ mod in_flight;
 mod locks;
 mod policy;
 pub mod retry;
-mod secret;
 
 pub use failures::FailureLog;
 pub use hit::{RemoteHit, own_ranking_only, remote_fact};
@@ -40,4 +40,3 @@ pub use in_flight::{InFlight, InFlightGuard};
 pub use locks::KeyedLocks;
 pub use policy::FailurePolicy;
 pub use retry::{RetryPolicy, Sleeper, TokioSleeper};
-pub use secret::{REDACTED, Secret};

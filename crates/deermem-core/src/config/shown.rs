@@ -2,57 +2,90 @@
 //! settings derive `Serialize` as their display form, and the two rules that keep a secret out
 //! of it live here, with the types they apply to, so no adapter writes them again:
 //!
-//! - a secret is a [`ConfigSecret`] (or the remote adapters' `deermem_remote::Secret`, which
-//!   serialises through the same [`HIDDEN`]): its `Serialize` writes `"***"`, whatever the
-//!   value, so a field of that type is never written in clear (an unset `Option` shows `null`);
+//! - a secret is a [`ConfigSecret`] (the core's settings, the gateway's and the remote
+//!   adapters' alike): its `Serialize` writes [`HIDDEN`] (`"***"`), whatever the value, so a
+//!   field of that type is never written in clear (an unset `Option` shows `null`), and its
+//!   `Debug` and `Display` print [`REDACTED`];
 //! - a URL field is serialised with [`url`] or [`opt_url`]: without user-info, query string or
 //!   fragment ([`url_without_credentials`]).
 //!
 //! A key a settings type does not read is not one of its fields, so it is never shown.
 
+use std::fmt;
+
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What a secret is shown as.
 pub const HIDDEN: &str = "***";
 
+/// What a secret prints as (`Debug`, `Display`), and what [`ConfigSecret::scrub`] puts in its
+/// place.
+pub const REDACTED: &str = "<redacted>";
+
 /// A secret setting (an API key, a connection URL that may hold a password), after `$VAR`
-/// resolution. `Debug` prints `<redacted>` and `Serialize` writes [`HIDDEN`]: the value is
-/// reached only through [`ConfigSecret::expose`], where it is used.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ConfigSecret(String);
+/// resolution, on `secrecy`'s `SecretString` (its memory is wiped on drop). `Debug` and
+/// `Display` print [`REDACTED`] and `Serialize` writes [`HIDDEN`]: the value is reached only
+/// through [`ConfigSecret::expose`], where it is used. Equality compares the values.
+#[derive(Clone, Default)]
+pub struct ConfigSecret(SecretString);
 
 impl ConfigSecret {
     /// Wraps a secret.
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(SecretString::from(value.into()))
     }
 
     /// The secret itself; call only where it is used.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 
     /// Whether the secret is empty.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.expose().is_empty()
+    }
+
+    /// `text` with every occurrence of the secret replaced by [`REDACTED`] (for server
+    /// messages that echo a request). An empty secret leaves `text` as it is.
+    pub fn scrub(&self, text: &str) -> String {
+        if self.is_empty() {
+            text.to_owned()
+        } else {
+            text.replace(self.expose(), REDACTED)
+        }
     }
 }
 
+impl PartialEq for ConfigSecret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for ConfigSecret {}
+
 impl From<String> for ConfigSecret {
     fn from(value: String) -> Self {
-        Self(value)
+        Self::new(value)
     }
 }
 
 impl From<&str> for ConfigSecret {
     fn from(value: &str) -> Self {
-        Self(value.to_owned())
+        Self::new(value)
     }
 }
 
-impl std::fmt::Debug for ConfigSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
+impl fmt::Debug for ConfigSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Display for ConfigSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
     }
 }
 
@@ -66,7 +99,7 @@ impl Serialize for ConfigSecret {
 /// Read as a plain string (the configuration's own text).
 impl<'de> Deserialize<'de> for ConfigSecret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Self)
+        String::deserialize(d).map(Self::new)
     }
 }
 
@@ -182,6 +215,28 @@ mod tests {
             (&unset["api_key"], &unset["base_url"]),
             (&json!(null), &json!(null))
         );
+    }
+
+    #[test]
+    fn a_secret_never_prints_and_scrubs() {
+        let s = ConfigSecret::new("sk-very-secret");
+        assert_eq!(
+            format!("{s} {s:?} {:?}", Some(&s)),
+            "<redacted> <redacted> Some(<redacted>)"
+        );
+        assert_eq!(s.expose(), "sk-very-secret");
+        assert_eq!(
+            s.scrub("key sk-very-secret echoed"),
+            "key <redacted> echoed"
+        );
+        assert_eq!(ConfigSecret::new("").scrub("as is"), "as is");
+        assert_eq!(s, ConfigSecret::new("sk-very-secret"));
+        assert_eq!(s, ConfigSecret::from("sk-very-secret"));
+        assert_eq!(s, ConfigSecret::from(String::from("sk-very-secret")));
+        assert_ne!(s, ConfigSecret::new("other"));
+        assert!(ConfigSecret::default().is_empty() && !s.is_empty());
+        let shown = serde_json::to_string(&[Some(&s), None]).unwrap();
+        assert_eq!(shown, r#"["***",null]"#);
     }
 
     #[test]
