@@ -25,7 +25,10 @@
 //!   (`policy::fusion::hybrid_fusion`: reciprocal rank fusion, k = 60, where a BM25 hit counts
 //!   only when it holds most of the query's terms, a decisive word match stays first and other
 //!   strong word matches vote only among meaning's first five), `matchType` `hybrid` for a fact
-//!   both lists found and the list's own type otherwise.
+//!   both lists found and the list's own type otherwise. Both lists come without facts where
+//!   the index can (`VectorIndex::nearest`, `VectorIndex::word_ranking`); the fusion weighs
+//!   numbered slots, and only the facts it weighs by their words and those the answer keeps are
+//!   read (`VectorIndex::read_hits`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,12 +36,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::policy::fusion::{LexicalHit, coverage_of, coverage_terms, hybrid_fusion};
+use deermem_core::policy::fusion::{
+    LexicalHit, coverage_matters, coverage_of, coverage_terms, hybrid_fusion,
+};
 use deermem_core::policy::language::script_group;
 use deermem_core::ports::{Embedder, MeaningHit, MeaningQuery, Retrieval, VectorIndex};
 use deermem_core::{
-    CacheBound, Fact, FactScope, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope,
-    SearchHit, SearchMode, SearchQuery, VectorCoverage,
+    CacheBound, Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
+    SearchMode, SearchQuery, VectorCoverage,
 };
 use tokio::sync::Notify;
 
@@ -302,46 +307,48 @@ impl Shared {
         let wide = top_k.max(HYBRID_CANDIDATES);
         let mut lexical_query = query.clone();
         lexical_query.top_k = wide;
+        lexical_query.mode = Some(SearchMode::Bm25);
         // Both rankings at once: each waits on its own blocking-pool task.
         let (semantic, lexical) =
-            tokio::join!(self.by_meaning(query, wide), self.bm25(&lexical_query));
+            tokio::join!(self.by_meaning(query, wide), self.words(&lexical_query));
         let Some(semantic) = semantic? else {
             // The embedder failed: BM25 alone, with the `top_k` asked (its candidates differ).
             return self.bm25(query).await;
         };
-        let lexical = lexical?;
-        let fused = fuse(&query.text, lexical, semantic, top_k);
-        // Only the facts found by meaning alone that the answer keeps are read.
-        let mut unread: Vec<MeaningHit> = Vec::new();
-        let slots: Vec<Result<SearchHit, (Scope, String, f64)>> = fused
+        fuse(self.vectors.as_ref(), query, lexical?, semantic).await
+    }
+
+    /// The BM25 candidates of a hybrid search: ranked without their facts when the index can
+    /// ([`VectorIndex::word_ranking`]), else searched with them.
+    async fn words(&self, query: &SearchQuery) -> Result<Vec<Lexical>, RetrievalError> {
+        if let Some(hits) = self.vectors.word_ranking(query).await? {
+            return Ok(hits
+                .into_iter()
+                .map(|h| Lexical {
+                    place: place_of(&query.scopes, &h.scope),
+                    fact_id: h.fact_id,
+                    scope: Some(h.scope),
+                    fact: None,
+                    bm25: Some(h.bm25),
+                    match_type: h.match_type,
+                })
+                .collect());
+        }
+        Ok(self
+            .bm25(query)
+            .await?
             .into_iter()
-            .map(|f| match f {
-                Fused::Hit(hit) => Ok(hit),
-                Fused::Unread(hit, score) => {
-                    let slot = Err((hit.scope.clone(), hit.fact_id.clone(), score));
-                    unread.push(hit);
-                    slot
-                }
-            })
-            .collect();
-        self.vectors.read_hits(&mut unread).await?;
-        Ok(slots
-            .into_iter()
-            .filter_map(|slot| match slot {
-                Ok(hit) => Some(hit),
-                Err((scope, fact_id, score)) => {
-                    let fact = unread
-                        .iter_mut()
-                        .find(|r| r.scope == scope && r.fact_id == fact_id)?
-                        .fact
-                        .take()?;
-                    Some(SearchHit {
-                        fact,
-                        score,
-                        match_type: MatchType::Vector,
-                        bm25: None,
-                    })
-                }
+            .map(|h| Lexical {
+                place: place(
+                    &query.scopes,
+                    h.fact.scope.user_id.as_deref(),
+                    h.fact.scope.agent_name.as_deref(),
+                ),
+                fact_id: h.fact.id.as_str().to_owned(),
+                scope: None,
+                bm25: h.bm25,
+                match_type: h.match_type,
+                fact: Some(h.fact),
             })
             .collect())
     }
@@ -364,64 +371,194 @@ impl Shared {
     }
 }
 
-/// A fused hit: found by words (or by both, with its fact from the BM25 side), or found by
-/// meaning alone with its fused score, its fact possibly not read yet.
+/// A BM25 candidate of a hybrid search: where its scope sits among the query's ([`place`]), its
+/// id, where to read its fact (when the index ranked without reading it) or the fact, its BM25
+/// relevance and how it matched.
 #[derive(Debug)]
-enum Fused {
-    Hit(SearchHit),
-    Unread(MeaningHit, f64),
+struct Lexical {
+    place: usize,
+    fact_id: String,
+    scope: Option<Scope>,
+    fact: Option<Fact>,
+    bm25: Option<f64>,
+    match_type: MatchType,
 }
 
-/// Fuses the BM25 hits of `query` (with their raw BM25 relevance and their coverage of the
-/// query's terms) and the ranking by meaning by the core's hybrid policy, cut to `top_k`.
-fn fuse(
-    query: &str,
-    lexical: Vec<SearchHit>,
+/// The position of the scope `(user, agent)` among `scopes` (`usize::MAX` outside them): with
+/// the fact id, a fact's identity in both rankings, found without allocating.
+fn place(scopes: &[Scope], user: Option<&str>, agent: Option<&str>) -> usize {
+    scopes
+        .iter()
+        .position(|s| {
+            s.user.as_ref().map(|u| u.as_str()) == user
+                && s.agent.as_ref().map(|a| a.as_str()) == agent
+        })
+        .unwrap_or(usize::MAX)
+}
+
+/// [`place`] of an index scope.
+fn place_of(scopes: &[Scope], scope: &Scope) -> usize {
+    scopes.iter().position(|s| s == scope).unwrap_or(usize::MAX)
+}
+
+/// One fact of either ranking. The fusion weighs facts by their number (their slot's index),
+/// so it compares and hashes numbers rather than scopes and ids.
+#[derive(Debug, Default)]
+struct Slot {
+    place: usize,
+    fact_id: String,
+    /// Where to read the fact, while it is unread.
+    scope: Option<Scope>,
+    fact: Option<Fact>,
+    /// BM25's relevance and match type, when BM25 found it.
+    words: Option<(Option<f64>, MatchType)>,
+    /// Whether the ranking by meaning found it.
+    meaning: bool,
+}
+
+impl Slot {
+    fn fill(&mut self, place: usize, fact_id: String, scope: Option<Scope>, fact: Option<Fact>) {
+        if self.fact_id.is_empty() {
+            self.place = place;
+            self.fact_id = fact_id;
+        }
+        if self.fact.is_none() {
+            self.fact = fact;
+        }
+        if self.scope.is_none() {
+            self.scope = scope;
+        }
+    }
+}
+
+/// Fuses the BM25 candidates and the ranking by meaning by the core's hybrid policy
+/// (`policy::fusion::hybrid_fusion`, each BM25 hit weighed by its coverage of the query's
+/// terms), cut to `top_k`. Only the facts the policy weighs by their words
+/// (`coverage_matters`) and those the answer keeps are read.
+async fn fuse(
+    vectors: &dyn VectorIndex,
+    query: &SearchQuery,
+    lexical: Vec<Lexical>,
     semantic: Vec<MeaningHit>,
-    top_k: usize,
-) -> Vec<Fused> {
-    type Key = (FactScope, String);
-    let semantic_key = |h: &MeaningHit| -> Key {
-        let scope = h
-            .fact
-            .as_ref()
-            .map_or_else(|| h.scope.to_fact_scope(), |f| f.scope.clone());
-        (scope, h.fact_id.clone())
+) -> Result<Vec<SearchHit>, RetrievalError> {
+    let scopes = &query.scopes;
+    // Number each fact once, by its place and id.
+    let (lexical_numbers, semantic_numbers, count) = {
+        let mut numbers: HashMap<(usize, &str), usize> =
+            HashMap::with_capacity(lexical.len() + semantic.len());
+        let keys = (semantic.iter())
+            .map(|h| (place_of(scopes, &h.scope), h.fact_id.as_str()))
+            .chain(lexical.iter().map(|l| (l.place, l.fact_id.as_str())));
+        let mut all: Vec<usize> = Vec::with_capacity(lexical.len() + semantic.len());
+        for key in keys {
+            let next = numbers.len();
+            all.push(*numbers.entry(key).or_insert(next));
+        }
+        let by_words = all.split_off(semantic.len());
+        let by_meaning = all;
+        (by_words, by_meaning, numbers.len())
     };
-    let terms = coverage_terms(query);
-    let lexical_keys: Vec<LexicalHit<Key>> = lexical
-        .iter()
-        .map(|h| LexicalHit {
-            id: (h.fact.scope.clone(), h.fact.id.as_str().to_owned()),
-            bm25: h.bm25.unwrap_or(0.0),
-            coverage: coverage_of(&terms, &h.fact.content),
+    let mut slots: Vec<Slot> = (0..count).map(|_| Slot::default()).collect();
+    for (&n, h) in semantic_numbers.iter().zip(semantic) {
+        let place = place_of(scopes, &h.scope);
+        slots[n].fill(place, h.fact_id, Some(h.scope), h.fact);
+        slots[n].meaning = true;
+    }
+    for (&n, l) in lexical_numbers.iter().zip(lexical) {
+        slots[n].fill(l.place, l.fact_id, l.scope, l.fact);
+        slots[n].words = Some((l.bm25, l.match_type));
+    }
+    // The facts weighed by their words, and meaning's first `top_k` (which the answer keeps
+    // unless a decisive word match displaces one), in one read.
+    let weighed: Vec<bool> = (lexical_numbers.iter().enumerate())
+        .map(|(rank, n)| coverage_matters(rank, n, &semantic_numbers))
+        .collect();
+    let first: Vec<usize> = (lexical_numbers.iter().zip(&weighed))
+        .filter_map(|(n, w)| w.then_some(*n))
+        .chain(semantic_numbers.iter().take(query.top_k).copied())
+        .collect();
+    read(vectors, scopes, &mut slots, first).await?;
+    let terms = coverage_terms(&query.text);
+    let lexical_hits: Vec<LexicalHit<usize>> = (lexical_numbers.iter().zip(&weighed))
+        .map(|(&n, &w)| LexicalHit {
+            id: n,
+            bm25: slots[n].words.and_then(|(bm25, _)| bm25).unwrap_or(0.0),
+            coverage: match &slots[n].fact {
+                Some(f) if w => coverage_of(&terms, &f.content),
+                _ => 0.0,
+            },
         })
         .collect();
-    let semantic_keys: Vec<Key> = semantic.iter().map(semantic_key).collect();
-    let mut by_lexical: HashMap<Key, SearchHit> = lexical_keys
-        .iter()
-        .map(|h| h.id.clone())
-        .zip(lexical)
-        .collect();
-    let mut by_semantic: HashMap<Key, MeaningHit> =
-        semantic_keys.iter().cloned().zip(semantic).collect();
-    hybrid_fusion(&lexical_keys, &semantic_keys)
+    let fused: Vec<(usize, f64)> = hybrid_fusion(&lexical_hits, &semantic_numbers)
         .into_iter()
-        .take(top_k)
-        .filter_map(|(k, score)| {
-            let from_meaning = by_semantic.remove(&k);
-            match (by_lexical.remove(&k), from_meaning) {
-                (Some(hit), Some(_)) => Some(Fused::Hit(SearchHit {
-                    score,
-                    match_type: MatchType::Hybrid,
-                    ..hit
-                })),
-                (Some(hit), None) => Some(Fused::Hit(SearchHit { score, ..hit })),
-                (None, Some(hit)) => Some(Fused::Unread(hit, score)),
-                (None, None) => None,
-            }
+        .take(query.top_k)
+        .collect();
+    read(
+        vectors,
+        scopes,
+        &mut slots,
+        fused.iter().map(|(n, _)| *n).collect(),
+    )
+    .await?;
+    Ok(fused
+        .into_iter()
+        .filter_map(|(n, score)| {
+            let slot = &mut slots[n];
+            let (match_type, bm25) = match slot.words {
+                Some((bm25, _)) if slot.meaning => (MatchType::Hybrid, bm25),
+                Some((bm25, found_as)) => (found_as, bm25),
+                None => (MatchType::Vector, None),
+            };
+            Some(SearchHit {
+                fact: slot.fact.take()?,
+                score,
+                match_type,
+                bm25,
+            })
         })
-        .collect()
+        .collect())
+}
+
+/// Reads the facts of the slots `numbers` not read yet, in one [`VectorIndex::read_hits`]; a
+/// fact whose document is gone meanwhile stays unread (the answer drops it).
+async fn read(
+    vectors: &dyn VectorIndex,
+    scopes: &[Scope],
+    slots: &mut [Slot],
+    numbers: Vec<usize>,
+) -> Result<(), RetrievalError> {
+    let mut wanted = Vec::new();
+    let mut hits = Vec::new();
+    for n in numbers {
+        let slot = &mut slots[n];
+        if slot.fact.is_some() {
+            continue;
+        }
+        // Taken, so a slot asked twice is read once.
+        if let Some(scope) = slot.scope.take() {
+            hits.push(MeaningHit {
+                scope,
+                fact_id: slot.fact_id.clone(),
+                score: 0.0,
+                fact: None,
+            });
+            wanted.push(n);
+        }
+    }
+    if hits.is_empty() {
+        return Ok(());
+    }
+    vectors.read_hits(&mut hits).await?;
+    // `read_hits` keeps the order and drops the hits whose document is gone.
+    let mut next = wanted.into_iter();
+    for hit in hits {
+        let place = place_of(scopes, &hit.scope);
+        if let Some(n) = next.find(|&n| slots[n].fact_id == hit.fact_id && slots[n].place == place)
+        {
+            slots[n].fact = hit.fact;
+        }
+    }
+    Ok(())
 }
 
 /// The embedding worker: a pass at start (backfill, model change), then one per wake-up (a
@@ -680,25 +817,89 @@ mod tests {
         ids.iter().map(|id| meaning(id, 0.5)).collect()
     }
 
-    /// [`fuse`]'s answer as search hits (the facts found by meaning alone are already read).
+    /// [`fuse`]'s answer when every fact is already read (nothing is read from the index).
     fn fuse_hits(
         query: &str,
         lexical: Vec<SearchHit>,
         semantic: Vec<MeaningHit>,
         top_k: usize,
     ) -> Vec<SearchHit> {
-        fuse(query, lexical, semantic, top_k)
+        let clock = Arc::new(deermem_testkit::clock::ManualClock::at(
+            "2026-01-01T00:00:00Z",
+        ));
+        let index = deermem_retrieval_fts5::Fts5Retrieval::in_memory(clock).unwrap();
+        let s = deermem_testkit::retrieval::scope(Some("alice"), "coder");
+        let lexical = lexical
             .into_iter()
-            .map(|f| match f {
-                Fused::Hit(hit) => hit,
-                Fused::Unread(hit, score) => SearchHit {
-                    fact: hit.fact.unwrap(),
-                    score,
-                    match_type: MatchType::Vector,
-                    bm25: None,
-                },
+            .map(|h| Lexical {
+                place: 0,
+                fact_id: h.fact.id.as_str().to_owned(),
+                scope: None,
+                bm25: h.bm25,
+                match_type: h.match_type,
+                fact: Some(h.fact),
             })
-            .collect()
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(fuse(
+            &index,
+            &SearchQuery::new(query, s, top_k),
+            lexical,
+            semantic,
+        ))
+        .unwrap()
+    }
+
+    /// Hits ranked without their facts are read: those the fusion weighs by their words before
+    /// it, those the answer keeps after it (`b` here, a word match filling a short list by
+    /// meaning); a kept hit whose document is gone is dropped.
+    #[test]
+    fn unread_hits_the_answer_keeps_are_read() {
+        let clock = Arc::new(deermem_testkit::clock::ManualClock::at(
+            "2026-01-01T00:00:00Z",
+        ));
+        let index = deermem_retrieval_fts5::Fts5Retrieval::in_memory(clock).unwrap();
+        let s = deermem_testkit::retrieval::scope(Some("alice"), "coder");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for id in ["a", "b", "d"] {
+            rt.block_on(index.upsert(&s, &fact(id))).unwrap();
+        }
+        let unread = |id: &str, bm25: f64| Lexical {
+            place: 0,
+            fact_id: id.to_owned(),
+            scope: Some(s.clone()),
+            fact: None,
+            bm25: Some(bm25),
+            match_type: MatchType::Fts5,
+        };
+        // `c` is not in the index: it is dropped when read.
+        let lexical = vec![unread("a", 3.0), unread("c", 2.5), unread("b", 2.0)];
+        let semantic = vec![MeaningHit {
+            fact: None,
+            ..meaning("d", 0.5)
+        }];
+        let q = SearchQuery::new("zzz", s.clone(), 3);
+        let got = rt.block_on(fuse(&index, &q, lexical, semantic)).unwrap();
+        let seen: Vec<(&str, MatchType, &str)> = got
+            .iter()
+            .map(|h| (h.fact.id.as_str(), h.match_type, h.fact.content.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("d", MatchType::Vector, "fact d"),
+                ("a", MatchType::Fts5, "fact a"),
+            ]
+        );
+        let q = SearchQuery::new("zzz", s.clone(), 4);
+        let lexical = vec![unread("a", 3.0), unread("c", 2.5), unread("b", 2.0)];
+        let got = rt.block_on(fuse(&index, &q, lexical, Vec::new())).unwrap();
+        let ids: Vec<&str> = got.iter().map(|h| h.fact.id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "b"]);
     }
 
     fn hit(id: &str, match_type: MatchType) -> SearchHit {

@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deermem_core::ports::{Embedder, Retrieval, VectorIndex};
-use deermem_core::{EmbedError, MatchType, Scope, SearchHit, SearchMode, SearchQuery};
+use deermem_core::ports::{
+    EmbedTask, Embedder, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex,
+};
+use deermem_core::{
+    EmbedError, Fact, MatchType, RetrievalError, Scope, SearchHit, SearchMode, SearchQuery,
+};
 use deermem_engine::hybrid::HybridRetrieval;
 use deermem_retrieval_fts5::Fts5Retrieval;
 use deermem_testkit::clock::ManualClock;
@@ -455,4 +459,150 @@ fn a_repeated_query_is_answered_from_the_query_embedding_cache() {
         assert_eq!(embedder.calls(), calls + 1);
         assert_eq!(embedder.texts_embedded(), 6);
     });
+}
+
+/// The FTS5 index as a vector store without its own `word_ranking` (the port's default), so
+/// the hybrid search reads every BM25 candidate's fact.
+#[derive(Debug)]
+struct NoWordRanking(Fts5Retrieval);
+
+#[async_trait]
+impl VectorIndex for NoWordRanking {
+    async fn missing_vectors(
+        &self,
+        model_id: &str,
+        scopes: Option<&[Scope]>,
+        limit: usize,
+    ) -> Result<Vec<EmbedTask>, RetrievalError> {
+        self.0.missing_vectors(model_id, scopes, limit).await
+    }
+    async fn put_vectors(
+        &self,
+        model_id: &str,
+        tasks: &[EmbedTask],
+        vectors: &[Vec<f32>],
+    ) -> Result<usize, RetrievalError> {
+        self.0.put_vectors(model_id, tasks, vectors).await
+    }
+    async fn scope_vectors(
+        &self,
+        scopes: &[Scope],
+        model_id: &str,
+    ) -> Result<Vec<(Fact, Vec<f32>)>, RetrievalError> {
+        self.0.scope_vectors(scopes, model_id).await
+    }
+    async fn nearest(&self, query: &MeaningQuery<'_>) -> Result<MeaningRanking, RetrievalError> {
+        self.0.nearest(query).await
+    }
+    async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
+        self.0.read_hits(hits).await
+    }
+    async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
+        self.0.vector_coverage(model_id).await
+    }
+}
+
+/// An embedder whose vectors depend on the whole text and not on its words: meaning's list is
+/// unrelated to BM25's, so word matches outside it (decisive, or filling a short list) occur.
+#[derive(Debug)]
+struct Scattered;
+
+#[async_trait]
+impl Embedder for Scattered {
+    fn model_id(&self) -> &str {
+        "test:scattered@16"
+    }
+    fn dimension(&self) -> usize {
+        16
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        use std::hash::{Hash, Hasher};
+        Ok(texts
+            .iter()
+            .map(|t| {
+                (0..16u8)
+                    .map(|i| {
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        (i, t).hash(&mut h);
+                        (h.finish() % 2001) as f32 / 1000.0 - 1.0
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// The hybrid search that ranks words without reading the facts (reading only those the
+/// fusion weighs and keeps) answers exactly what the one reading every BM25 candidate answers:
+/// the same facts, order, scores, match types and BM25 relevance, for every `top_k`, with and
+/// without a category, for questions, names and CJK text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lean_word_ranking_answers_what_reading_every_candidate_answers() {
+    let idx = index();
+    let lean = hybrid(&idx, Arc::new(Scattered), SearchMode::Hybrid);
+    let full = HybridRetrieval::new(
+        Arc::new(idx.clone()),
+        Arc::new(NoWordRanking(idx.clone())),
+        Arc::new(Scattered),
+        SearchMode::Hybrid,
+    );
+    let s = alice();
+    seed(&lean, &s).await;
+    lean.upsert(&s, &fact(&s, "zh", "会弹古典吉他", "preference", 0.8))
+        .await
+        .unwrap();
+    let subjects = ["tea", "coffee", "work", "Lisbon", "吉他课", "the morning"];
+    for i in 0..200usize {
+        let text = format!(
+            "{} and {} note {i}",
+            subjects[i % subjects.len()],
+            subjects[(i / 3) % subjects.len()]
+        );
+        let category = if i % 4 == 0 { "preference" } else { "context" };
+        lean.upsert(&s, &fact(&s, &format!("n{i}"), &text, category, 0.5))
+            .await
+            .unwrap();
+    }
+    let mut compared = 0;
+    let mut kinds = std::collections::HashSet::new();
+    for text in [
+        QUERY,
+        "oolong tea",
+        "Lisbon",
+        "古典吉他",
+        "what about work",
+        "note 7",
+    ] {
+        for top_k in [1, 3, 10, 60] {
+            for category in [None, Some("preference")] {
+                let mut q = query(text, &s, top_k, None);
+                q.category = category.map(str::to_owned);
+                let a = lean.search(&q).await.unwrap();
+                let b = full.search(&q).await.unwrap();
+                let seen = |hits: &[SearchHit]| -> Vec<(String, MatchType, Option<f64>, f64)> {
+                    hits.iter()
+                        .map(|h| (h.fact.id.as_str().to_owned(), h.match_type, h.bm25, h.score))
+                        .collect()
+                };
+                assert_eq!(seen(&a), seen(&b), "{text:?}, top_k {top_k}, {category:?}");
+                assert_eq!(
+                    a.iter().map(|h| &h.fact).collect::<Vec<_>>(),
+                    b.iter().map(|h| &h.fact).collect::<Vec<_>>()
+                );
+                compared += a.len();
+                kinds.extend(a.iter().map(|h| h.match_type));
+            }
+        }
+    }
+    assert!(compared > 100, "{compared}");
+    for kind in [
+        MatchType::Hybrid,
+        MatchType::Vector,
+        MatchType::Fts5,
+        MatchType::Cjk,
+    ] {
+        assert!(kinds.contains(&kind), "no {kind:?} hit compared: {kinds:?}");
+    }
+    lean.close().await;
+    full.close().await;
 }

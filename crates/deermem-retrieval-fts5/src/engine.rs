@@ -38,7 +38,9 @@ use std::collections::{HashMap, HashSet};
 use deermem_core::fact::{FactDraft, NormalizeContext, normalize_fact};
 use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::policy::text::rank;
-use deermem_core::{AgentName, Fact, FactId, FactScope, RetrievalError, Scope, Timestamp, UserId};
+use deermem_core::{
+    AgentName, Fact, FactId, FactScope, MatchType, RetrievalError, Scope, Timestamp, UserId,
+};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
@@ -870,6 +872,17 @@ pub(crate) struct Candidate {
     pub(crate) scope_index: usize,
 }
 
+impl Candidate {
+    /// `Cjk` when only the CJK column matched, else `Fts5`.
+    pub(crate) fn match_type(&self) -> MatchType {
+        if self.cjk_only {
+            MatchType::Cjk
+        } else {
+            MatchType::Fts5
+        }
+    }
+}
+
 /// How one scope search ranks its matches.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ScopeSearch<'a> {
@@ -1046,6 +1059,13 @@ fn scope_bm25_matches(
 pub(crate) fn load_doc(conn: &Connection, id: i64) -> rusqlite::Result<Option<(String, String)>> {
     conn.prepare_cached("SELECT fact_id, fact_json FROM docs WHERE id=?1")?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+}
+
+/// The fact id of document `id`, if it is there.
+pub(crate) fn doc_fact_id(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT fact_id FROM docs WHERE id=?1")?
+        .query_row([id], |r| r.get(0))
         .optional()
 }
 

@@ -54,11 +54,10 @@ use async_trait::async_trait;
 use deermem_core::policy::fusion::nearest_calibrated_indexed;
 use deermem_core::policy::language::{ScriptGroup, script_group};
 use deermem_core::ports::{
-    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex,
+    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex, WordHit,
 };
 use deermem_core::{
-    CacheBound, Fact, IndexedDoc, MatchType, RetrievalError, RetrievalStats, Scope, SearchHit,
-    SearchQuery,
+    CacheBound, Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
 };
 use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
@@ -741,23 +740,85 @@ impl Inner {
     }
 
     fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RetrievalError> {
+        let now = self.clock.now();
+        let fact_scopes: Vec<_> = fact_scopes(&query.scopes)
+            .iter()
+            .map(|s| s.to_fact_scope())
+            .collect();
+        self.ranked(query, |conn, all| {
+            let mut hits = Vec::with_capacity(query.top_k.min(all.len()));
+            for c in all {
+                if hits.len() >= query.top_k {
+                    break;
+                }
+                let Some((fact_id, json)) = engine::load_doc(conn, c.id)? else {
+                    continue;
+                };
+                let Some(scope) = fact_scopes.get(c.scope_index) else {
+                    continue;
+                };
+                match self.decode_cached(c.id, &fact_id, json, scope, now) {
+                    Ok(fact) => hits.push(SearchHit {
+                        fact,
+                        score: c.score,
+                        match_type: c.match_type(),
+                        bm25: Some(c.rel),
+                    }),
+                    Err(msg) => {
+                        tracing::warn!(doc = c.id, fact_id = %fact_id, error = %msg,
+                            "skipping an index row that does not decode");
+                    }
+                }
+            }
+            Ok(hits)
+        })
+    }
+
+    /// [`VectorIndex::word_ranking`]: the hits of [`Inner::search`] without decoding their facts
+    /// (a document that does not decode is dropped when its fact is read).
+    fn word_ranking(&self, query: &SearchQuery) -> Result<Vec<WordHit>, RetrievalError> {
+        let scopes = fact_scopes(&query.scopes);
+        self.ranked(query, |conn, all| {
+            let mut hits = Vec::with_capacity(query.top_k.min(all.len()));
+            for c in all.into_iter().take(query.top_k) {
+                let (Some(fact_id), Some(scope)) =
+                    (engine::doc_fact_id(conn, c.id)?, scopes.get(c.scope_index))
+                else {
+                    continue;
+                };
+                hits.push(WordHit {
+                    scope: (*scope).clone(),
+                    fact_id,
+                    bm25: c.rel,
+                    match_type: c.match_type(),
+                });
+            }
+            Ok(hits)
+        })
+    }
+
+    /// The BM25 candidates of `query`'s scopes, best final score first, handed to `take` in the
+    /// same read snapshot (a concurrent rebuild is seen entirely or not at all).
+    fn ranked<T: Default>(
+        &self,
+        query: &SearchQuery,
+        take: impl FnOnce(&Connection, Vec<engine::Candidate>) -> rusqlite::Result<T>,
+    ) -> Result<T, RetrievalError> {
         if query.is_trivially_empty() {
-            return Ok(Vec::new());
+            return Ok(T::default());
         }
         self.ensure_open()?;
         let Some(plan) = query::plan(&query.text, self.segmenter.as_ref()) else {
-            return Ok(Vec::new());
+            return Ok(T::default());
         };
-        let scopes = fact_scopes(&query.scopes);
-        let keys: Vec<ScopeKeyText> = scopes.iter().map(|s| ScopeKeyText::of(s)).collect();
-        let fact_scopes: Vec<_> = scopes.iter().map(|s| s.to_fact_scope()).collect();
-        let top_k = query.top_k;
-        let per_scope = top_k.saturating_mul(4);
+        let keys: Vec<ScopeKeyText> = fact_scopes(&query.scopes)
+            .iter()
+            .map(|s| ScopeKeyText::of(s))
+            .collect();
+        let per_scope = query.top_k.saturating_mul(4);
         let category = query.category.as_deref();
         let now = self.clock.now();
         self.with_reader(|conn| {
-            // One read snapshot for the candidates and their facts (a concurrent rebuild is
-            // seen entirely or not at all).
             let _snapshot = ReadTx::begin(conn)?;
             let mut expr = plan.first.as_str();
             let mut plain = plan.first_is_plain;
@@ -790,7 +851,7 @@ impl Inner {
                                     plain = true;
                                 }
                                 // Neither expression is valid: no results, as the reference.
-                                None => return Ok(Vec::new()),
+                                None => return Ok(T::default()),
                             }
                         }
                         Err(e) => return Err(e),
@@ -798,35 +859,7 @@ impl Inner {
                 }
             }
             all.sort_by(|a, b| b.score.total_cmp(&a.score));
-            let mut hits = Vec::with_capacity(top_k.min(all.len()));
-            for c in all {
-                if hits.len() >= top_k {
-                    break;
-                }
-                let Some((fact_id, json)) = engine::load_doc(conn, c.id)? else {
-                    continue;
-                };
-                let Some(scope) = fact_scopes.get(c.scope_index) else {
-                    continue;
-                };
-                match self.decode_cached(c.id, &fact_id, json, scope, now) {
-                    Ok(fact) => hits.push(SearchHit {
-                        fact,
-                        score: c.score,
-                        match_type: if c.cjk_only {
-                            MatchType::Cjk
-                        } else {
-                            MatchType::Fts5
-                        },
-                        bm25: Some(c.rel),
-                    }),
-                    Err(msg) => {
-                        tracing::warn!(doc = c.id, fact_id = %fact_id, error = %msg,
-                            "skipping an index row that does not decode");
-                    }
-                }
-            }
-            Ok(hits)
+            take(conn, all)
         })
     }
 
@@ -1416,6 +1449,18 @@ impl VectorIndex for Fts5Retrieval {
             })
         })
         .await
+    }
+
+    async fn word_ranking(
+        &self,
+        query: &SearchQuery,
+    ) -> Result<Option<Vec<WordHit>>, RetrievalError> {
+        if query.is_trivially_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let query = query.clone();
+        self.blocking(move |inner| inner.word_ranking(&query).map(Some))
+            .await
     }
 
     async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use deermem_core::policy::fusion::nearest_calibrated;
 use deermem_core::policy::language::ScriptGroup;
-use deermem_core::ports::{EmbedTask, MeaningQuery, Retrieval, VectorIndex};
-use deermem_core::{RetrievalError, Scope};
+use deermem_core::ports::{EmbedTask, MeaningHit, MeaningQuery, Retrieval, VectorIndex};
+use deermem_core::{MatchType, RetrievalError, Scope, SearchMode, SearchQuery};
 use serde_json::json;
 
 use crate::retrieval::{fact, fact_with, scope};
@@ -74,6 +74,7 @@ macro_rules! vector_index_contract {
             scopes_and_limits_are_respected,
             mismatched_or_invalid_vectors_are_refused,
             nearest_ranks_by_the_policy_and_reads_only_the_kept_facts,
+            word_ranking_is_the_bm25_search_unread,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -594,4 +595,89 @@ pub async fn nearest_ranks_by_the_policy_and_reads_only_the_kept_facts(f: &Vecto
         .await
         .unwrap();
     assert!(f.vectors.nearest(&asked).await.unwrap().missing);
+}
+
+/// `word_ranking`, when an index answers it, lists what `search` answers in `bm25` mode: the
+/// same facts of the same scopes in the same order, with the same BM25 relevance and match type
+/// (across scopes, with a category, for CJK text, for no match at all); `read_hits` then reads
+/// the same facts. The default answers `None` (the caller searches).
+pub async fn word_ranking_is_the_bm25_search_unread(f: &VectorIndexFixture) {
+    let a = scope(Some("alice"), "coder");
+    let b = scope(Some("bob"), "coder");
+    let scopes = vec![a.clone(), b.clone()];
+    for i in 0..12u32 {
+        let sc = if i % 3 == 0 { &b } else { &a };
+        let category = if i % 2 == 0 { "preference" } else { "context" };
+        let content = match i % 4 {
+            0 => format!("会弹古典吉他 guitar {i}"),
+            1 => format!("plays basketball every Sunday {i}"),
+            2 => format!("basketball and guitar lessons {i}"),
+            _ => format!("drinks oolong tea {i}"),
+        };
+        let confidence = 0.3 + 0.05 * f64::from(i);
+        let written = fact(sc, &format!("w{i}"), &content, category, confidence);
+        f.index.upsert(sc, &written).await.unwrap();
+    }
+    let cases = [
+        ("basketball guitar", None, 10, true),
+        ("guitar", Some("preference"), 3, true),
+        ("古典吉他", None, 10, true),
+        ("nothing here matches", None, 5, false),
+    ];
+    for (text, category, top_k, finds) in cases {
+        let q = SearchQuery {
+            text: text.into(),
+            scopes: scopes.clone(),
+            top_k,
+            category: category.map(str::to_owned),
+            mode: Some(SearchMode::Bm25),
+        };
+        let Some(words) = f.vectors.word_ranking(&q).await.unwrap() else {
+            return;
+        };
+        let searched = f.index.search(&q).await.unwrap();
+        assert_eq!(!searched.is_empty(), finds, "{text}: {searched:?}");
+        let listed: Vec<_> = words
+            .iter()
+            .map(|w| (w.scope.to_fact_scope(), w.fact_id.clone(), w.match_type))
+            .collect();
+        let expected: Vec<_> = searched
+            .iter()
+            .map(|h| {
+                (
+                    h.fact.scope.clone(),
+                    h.fact.id.as_str().to_owned(),
+                    h.match_type,
+                )
+            })
+            .collect();
+        assert_eq!(listed, expected, "{text}");
+        for (w, h) in words.iter().zip(&searched) {
+            let bm25 = h.bm25.expect("a BM25 hit carries its relevance");
+            assert!(
+                (w.bm25 - bm25).abs() < 1e-9,
+                "{text}: {} against {bm25}",
+                w.bm25
+            );
+        }
+        if text == "古典吉他" {
+            assert!(
+                words.iter().all(|w| w.match_type == MatchType::Cjk),
+                "{words:?}"
+            );
+        }
+        let mut hits: Vec<MeaningHit> = words
+            .into_iter()
+            .map(|w| MeaningHit {
+                scope: w.scope,
+                fact_id: w.fact_id,
+                score: 0.0,
+                fact: None,
+            })
+            .collect();
+        f.vectors.read_hits(&mut hits).await.unwrap();
+        let read: Vec<_> = hits.into_iter().map(|h| h.fact.expect("read")).collect();
+        let facts: Vec<_> = searched.into_iter().map(|h| h.fact).collect();
+        assert_eq!(read, facts, "{text}");
+    }
 }

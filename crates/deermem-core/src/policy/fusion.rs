@@ -36,20 +36,6 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// The `limit` nearest candidates to `query` by dot product, best first; ties keep the
-/// candidates' order, so the result is deterministic.
-pub fn nearest<'a, K>(
-    query: &[f32],
-    candidates: &'a [(K, Vec<f32>)],
-    limit: usize,
-) -> Vec<(&'a K, f32)> {
-    best_first(
-        candidates,
-        candidates.iter().map(|(_, v)| dot(query, v)).collect(),
-        limit,
-    )
-}
-
 /// How much of a fact's similarity to its own scope's centroid is taken off its similarity to
 /// the query (see [`nearest_calibrated`]).
 ///
@@ -141,31 +127,12 @@ fn centroid(vectors: &[&[f32]]) -> Vec<f32> {
     sum
 }
 
-/// The `limit` best of `candidates` by `scores` (one per candidate), ties in candidate order.
-fn best_first<K>(candidates: &[(K, Vec<f32>)], scores: Vec<f32>, limit: usize) -> Vec<(&K, f32)> {
-    best_indexes(scores, limit)
-        .into_iter()
-        .map(|(i, s)| (&candidates[i].0, s))
-        .collect()
-}
-
 /// The positions of the `limit` best `scores`, best first, ties in input order.
 fn best_indexes(scores: Vec<f32>, limit: usize) -> Vec<(usize, f32)> {
     let mut scored: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.truncate(limit);
     scored
-}
-
-/// Fuses ranked lists (each best first, ids unique within a list) by reciprocal rank fusion
-/// with [`RRF_K`]: the fused score of an id is the sum of `1 / (k + rank)` over the lists it
-/// appears in. Best first; ties are broken by the best single rank, then by first appearance,
-/// so the order is deterministic.
-pub fn reciprocal_rank_fusion<K>(lists: &[&[K]]) -> Vec<(K, f64)>
-where
-    K: Clone + Eq + std::hash::Hash,
-{
-    fuse_ranks(lists.iter().flat_map(|list| list.iter().enumerate()))
 }
 
 /// A BM25 hit votes in a hybrid fusion only when its BM25 relevance is at least this share of
@@ -182,7 +149,7 @@ pub const MEANING_AGREEMENT: usize = 5;
 pub const DECISIVE_RATIO: f64 = 2.0;
 
 /// A BM25 hit is lexical evidence only when it holds more than this share of the query's
-/// terms ([`term_coverage`]); a hit sharing a minority of them (typically function words such
+/// terms ([`coverage_of`]); a hit sharing a minority of them (typically function words such
 /// as "does", "her", "what", or one bigram of a Chinese question) is a weak hit and never
 /// decides or votes, whatever its BM25 relevance. The rule is a share, not a BM25 level, so it
 /// does not depend on the index's size or on the query's length.
@@ -215,16 +182,10 @@ pub fn coverage_terms(text: &str) -> Vec<String> {
     out
 }
 
-/// The share of the query's terms ([`coverage_terms`]) that `content` holds: a word when it is
-/// one of the content's words, a CJK term when the content contains it. 0 for a query without
-/// terms. The strength of a word match, independent of BM25's scale: 1.0 for a fact holding
-/// every term, 0.25 for one sharing a single word of a four-word question.
-pub fn term_coverage(query: &str, content: &str) -> f64 {
-    coverage_of(&coverage_terms(query), content)
-}
-
-/// [`term_coverage`] with the query's terms ([`coverage_terms`]) worked out once, for a query
-/// weighed against many facts.
+/// The share of the query's `terms` ([`coverage_terms`], worked out once per query) that
+/// `content` holds: a word when it is one of the content's words, a CJK term when the content
+/// contains it; 0 without terms. The strength of a word match, independent of BM25's scale:
+/// 1.0 for a fact holding every term, 0.25 for one sharing one word of a four-word question.
 pub fn coverage_of(terms: &[String], content: &str) -> f64 {
     if terms.is_empty() {
         return 0.0;
@@ -258,7 +219,7 @@ pub struct LexicalHit<K> {
     pub id: K,
     /// Its raw BM25 relevance (positive, higher is better).
     pub bm25: f64,
-    /// The share of the query's terms it holds ([`term_coverage`]).
+    /// The share of the query's terms it holds ([`coverage_of`]).
     pub coverage: f64,
 }
 
@@ -268,6 +229,13 @@ impl<K> LexicalHit<K> {
     pub fn is_strong(&self) -> bool {
         self.coverage > WORD_MAJORITY
     }
+}
+
+/// Whether [`hybrid_fusion`] weighs the coverage of the BM25 hit at `rank` (0-based) with
+/// `id`: only BM25's first hit (it may decide) and hits inside meaning's shortlist (they may
+/// vote) are weighed by their words, so a caller may leave the others' coverage at 0.
+pub fn coverage_matters<K: PartialEq>(rank: usize, id: &K, semantic: &[K]) -> bool {
+    rank == 0 || semantic[..semantic.len().min(MEANING_AGREEMENT)].contains(id)
 }
 
 /// The hybrid search's fusion of a BM25 list and a list by meaning, both best first with ids
@@ -290,7 +258,8 @@ impl<K> LexicalHit<K> {
 ///
 /// Every id of the list by meaning keeps its own `1 / (k + rank)`. BM25 hits that neither
 /// voted nor appear in the list by meaning are not lost: they follow the fused list, in BM25
-/// order, with score 0. Best first; ties are broken as [`reciprocal_rank_fusion`] breaks them.
+/// order, with score 0. Best first; ties are broken by the best single rank, then by first
+/// appearance.
 pub fn hybrid_fusion<K>(lexical: &[LexicalHit<K>], semantic: &[K]) -> Vec<(K, f64)>
 where
     K: Clone + Eq + std::hash::Hash,
@@ -333,8 +302,9 @@ where
     fused
 }
 
-/// Reciprocal rank fusion of `(rank, id)` entries (0-based ranks, several lists chained), with
-/// the tie-breaking of [`reciprocal_rank_fusion`].
+/// Reciprocal rank fusion of `(rank, id)` entries (0-based ranks, several lists chained): the
+/// fused score of an id is the sum of its `1 / (k + rank + 1)`; best first, ties broken by the
+/// best single rank, then by first appearance, so the order is deterministic.
 fn fuse_ranks<'a, K>(entries: impl Iterator<Item = (usize, &'a K)>) -> Vec<(K, f64)>
 where
     K: Clone + Eq + std::hash::Hash + 'a,
@@ -366,6 +336,43 @@ where
 mod tests {
     use super::*;
 
+    /// The `limit` nearest candidates to `query` by dot product, best first; ties keep the
+    /// candidates' order, so the result is deterministic.
+    fn nearest<'a, K>(
+        query: &[f32],
+        candidates: &'a [(K, Vec<f32>)],
+        limit: usize,
+    ) -> Vec<(&'a K, f32)> {
+        best_first(
+            candidates,
+            candidates.iter().map(|(_, v)| dot(query, v)).collect(),
+            limit,
+        )
+    }
+
+    /// Fuses ranked lists (each best first, ids unique within a list) by reciprocal rank fusion
+    /// with [`RRF_K`]: the fused score of an id is the sum of `1 / (k + rank)` over the lists it
+    /// appears in. Best first; ties are broken by the best single rank, then by first appearance,
+    /// so the order is deterministic.
+    fn reciprocal_rank_fusion<K>(lists: &[&[K]]) -> Vec<(K, f64)>
+    where
+        K: Clone + Eq + std::hash::Hash,
+    {
+        fuse_ranks(lists.iter().flat_map(|list| list.iter().enumerate()))
+    }
+
+    /// The `limit` best of `candidates` by `scores` (one per candidate), ties in candidate order.
+    fn best_first<K>(
+        candidates: &[(K, Vec<f32>)],
+        scores: Vec<f32>,
+        limit: usize,
+    ) -> Vec<(&K, f32)> {
+        best_indexes(scores, limit)
+            .into_iter()
+            .map(|(i, s)| (&candidates[i].0, s))
+            .collect()
+    }
+
     fn ids<K: Copy>(fused: &[(K, f64)]) -> Vec<K> {
         fused.iter().map(|(k, _)| *k).collect()
     }
@@ -384,6 +391,46 @@ mod tests {
             assert!(
                 (dot(&a, &longer) - plain).abs() < 1e-4,
                 "length {n} against a longer one"
+            );
+        }
+    }
+
+    /// The fusion reads no coverage that `coverage_matters` says it does not: setting every
+    /// such hit's coverage to 0 or 1 gives the same list.
+    #[test]
+    fn only_the_coverage_that_matters_is_weighed() {
+        let semantic = ["s0", "w3", "s1", "w5", "s2", "w1", "s3"];
+        for first in [1.0, 0.2] {
+            let lexical: Vec<LexicalHit<&str>> = (0..8)
+                .map(|i| {
+                    let id = ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"][i];
+                    hit(id, 10.0 - i as f64, if i == 0 { first } else { 0.9 })
+                })
+                .collect();
+            let base = hybrid_fusion(&lexical, &semantic);
+            for other in [0.0, 1.0] {
+                let changed: Vec<LexicalHit<&str>> = lexical
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, h)| LexicalHit {
+                        coverage: if coverage_matters(rank, &h.id, &semantic) {
+                            h.coverage
+                        } else {
+                            other
+                        },
+                        ..h.clone()
+                    })
+                    .collect();
+                assert_eq!(
+                    hybrid_fusion(&changed, &semantic),
+                    base,
+                    "first {first}, other {other}"
+                );
+            }
+            assert!(coverage_matters(0, &"w0", &semantic) && coverage_matters(3, &"w3", &semantic));
+            assert!(
+                !coverage_matters(1, &"w1", &semantic),
+                "w1 is meaning's 6th"
             );
         }
     }
@@ -492,7 +539,7 @@ mod tests {
         );
         assert_eq!(coverage_terms("猫"), vec!["猫"]);
         assert!(coverage_terms(" ,. ").is_empty());
-        let c = |q: &str, f: &str| (term_coverage(q, f) * 100.0).round() / 100.0;
+        let c = |q: &str, f: &str| (coverage_of(&coverage_terms(q), f) * 100.0).round() / 100.0;
         assert_eq!(c("does he drink alcohol", "Does yoga every morning"), 0.25);
         assert_eq!(c("Neovim editor", "Uses neovim as her editor"), 1.0);
         assert_eq!(

@@ -29,5 +29,5 @@ pub use storage::{
 };
 pub use turn_journal::{TurnAdmin, TurnJournal};
 pub use vector_index::{
-    EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, VectorIndex, check_put_vectors,
+    EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, VectorIndex, WordHit, check_put_vectors,
 };

@@ -10,6 +10,7 @@ use crate::fact::Fact;
 use crate::ids::Scope;
 use crate::policy::fusion::nearest_calibrated;
 use crate::policy::language::{ScriptGroup, script_group};
+use crate::search::{MatchType, SearchQuery};
 
 /// An indexed document that has no vector of the current model for its current text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +52,19 @@ pub struct MeaningHit {
     /// The fact as indexed; `None` until [`VectorIndex::read_hits`] reads it (an index may
     /// rank without reading the facts, so only the hits a search keeps are read).
     pub fact: Option<Fact>,
+}
+
+/// A BM25 hit of [`VectorIndex::word_ranking`]: where it is, how it matched, its fact unread.
+#[derive(Clone, Debug)]
+pub struct WordHit {
+    /// The scope the fact is indexed under.
+    pub scope: Scope,
+    /// The fact id.
+    pub fact_id: String,
+    /// Its raw BM25 relevance (positive, higher is better).
+    pub bm25: f64,
+    /// How it matched (`Fts5`, or `Cjk` when only the CJK side did).
+    pub match_type: MatchType,
 }
 
 /// What [`VectorIndex::nearest`] answers.
@@ -187,6 +201,20 @@ pub trait VectorIndex: Send + Sync + Debug {
             hits,
             missing: true,
         })
+    }
+
+    /// The BM25 hits [`crate::ports::Retrieval::search`] answers `query` in `bm25` mode, in the
+    /// same order, without reading their facts: for a caller that keeps a few of them and reads
+    /// those with [`VectorIndex::read_hits`] (the hybrid search). `None`, the default: the index
+    /// cannot, and the caller searches.
+    ///
+    /// # Errors
+    /// As `search`.
+    async fn word_ranking(
+        &self,
+        _query: &SearchQuery,
+    ) -> Result<Option<Vec<WordHit>>, RetrievalError> {
+        Ok(None)
     }
 
     /// Reads the fact of every hit that has none; a hit whose document is gone meanwhile is

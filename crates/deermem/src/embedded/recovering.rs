@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use deermem_core::policy::language::ScriptGroup;
 use deermem_core::ports::{
-    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex,
+    Clock, EmbedTask, MeaningHit, MeaningQuery, MeaningRanking, Retrieval, VectorIndex, WordHit,
 };
 use deermem_core::{
     Fact, IndexedDoc, RetrievalError, RetrievalStats, Scope, SearchHit, SearchQuery,
@@ -277,11 +277,44 @@ impl VectorIndex for RecoveringFts5 {
         self.index().await?.nearest(query).await
     }
 
+    async fn word_ranking(
+        &self,
+        query: &SearchQuery,
+    ) -> Result<Option<Vec<WordHit>>, RetrievalError> {
+        self.index().await?.word_ranking(query).await
+    }
+
     async fn read_hits(&self, hits: &mut Vec<MeaningHit>) -> Result<(), RetrievalError> {
         self.index().await?.read_hits(hits).await
     }
 
     async fn vector_coverage(&self, model_id: &str) -> Result<(u64, u64), RetrievalError> {
         self.index().await?.vector_coverage(model_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deermem_core::{SearchMode, SearchQuery};
+    use deermem_testkit::clock::ManualClock;
+    use deermem_testkit::retrieval::{fact, scope};
+
+    /// The hybrid search ranks words without reading facts only when every layer forwards
+    /// `word_ranking`: the port's default would answer `None` here.
+    #[tokio::test]
+    async fn the_lean_word_ranking_is_forwarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::at("2026-01-01T00:00:00Z"));
+        let index = RecoveringFts5::open(dir.path(), clock);
+        let s = scope(Some("alice"), "coder");
+        let f = fact(&s, "f1", "plays basketball every Sunday", "context", 0.9);
+        index.upsert(&s, &f).await.unwrap();
+        let mut q = SearchQuery::new("basketball", s, 5);
+        q.mode = Some(SearchMode::Bm25);
+        let words = index.word_ranking(&q).await.unwrap().expect("forwarded");
+        assert_eq!(words.len(), 1);
+        assert_eq!(words[0].fact_id, "f1");
+        index.close().await;
     }
 }
