@@ -50,8 +50,9 @@ pub const HUB_WEIGHT: f32 = 0.5;
 /// hold 24 to 30 facts each).
 pub const HUB_MIN_FACTS: usize = 10;
 
-/// [`nearest`] for a memory that may hold several languages, with two corrections before
-/// ranking, in this order:
+/// The `limit` candidates nearest to `query` by dot product (best first, ties in candidate
+/// order) for a memory that may hold several languages, with two corrections before ranking,
+/// in this order:
 ///
 /// 1. **Hubs**: a fact close to the scope's centroid (the mean of the candidates' vectors) is
 ///    near every query ("Has a pacemaker" answering "honey", "pet" and "joint pain"); each
