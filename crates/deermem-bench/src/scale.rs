@@ -374,7 +374,10 @@ async fn search_pass(
 /// - `search_warm`: the same searches again, their pages now cached;
 /// - `get_context`: the DeerMem manager's block for 100 users spread over the store, warm
 ///   (each asked once before), `ops` calls round robin;
-/// - `load_scope_cold`: `ops / 10` loads of random users, each with a fresh storage instance;
+/// - `load_scope_cold`: `ops / 10` loads of random users, each with a fresh storage instance,
+///   after the OS page cache was dropped again (the `get_context` pass read 100 users' files:
+///   half the users at 20,000 facts, 1% at a million, so without it the small store's loads
+///   were half warm and the sizes did not measure the same thing);
 /// - `write_fact`: `ops / 10` single-fact creates, one after another, into a new user's scope.
 async fn measure(t: &Target, ops: usize) -> Result<Value> {
     let base = Generator::new(corpus::SEED);
@@ -426,6 +429,7 @@ async fn measure(t: &Target, ops: usize) -> Result<Value> {
     let get_context = summary(rec, ops);
 
     // load_scope_cold
+    workloads::fresh_disk_state();
     let cold_n = (ops / 10).max(1);
     let mut rec = Recorder::start(cold_n);
     for u in spread(t.users, cold_n, &mut rng) {
