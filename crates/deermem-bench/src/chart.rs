@@ -13,7 +13,9 @@ const PANEL_W: f64 = 380.0;
 const PANEL_H: f64 = 270.0;
 const TOP: f64 = 60.0;
 const LEFT: [f64; 2] = [70.0, 560.0];
-const COLORS: [&str; 5] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#17becf"];
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#17becf", "#ff7f0e",
+];
 
 /// One plotted line: a label and its points (size in facts, value).
 struct Series {
@@ -206,6 +208,13 @@ pub fn svg(report: &Value) -> String {
             1.0,
             "search p50, pages cached",
         ),
+        series(
+            entries,
+            "search_from_disk",
+            "p50_us",
+            1.0,
+            "search p50, pages read from the disk",
+        ),
     ]
     .into_iter()
     .filter(|s| !s.points.is_empty())
@@ -295,11 +304,40 @@ mod tests {
                 {"size": 1000000, "workload": "search", "p50_us": 1100.0},
                 {"size": 20000, "workload": "search_warm", "p50_us": 290.0},
                 {"size": 1000000, "workload": "search_warm", "p50_us": 350.0},
+                {"size": 20000, "workload": "search_from_disk", "p50_us": 900.0},
+                {"size": 1000000, "workload": "search_from_disk", "p50_us": 1200.0},
             ]
         });
         let s = svg(&report);
         assert!(s.contains(">search p50, pages cached<"), "{s}");
-        assert_eq!(s.matches("<polyline").count(), 2, "{s}");
+        assert!(s.contains(">search p50, pages read from the disk<"), "{s}");
+        assert_eq!(s.matches("<polyline").count(), 3, "{s}");
+    }
+
+    #[test]
+    fn every_line_of_a_panel_has_its_own_colour() {
+        let workloads = [
+            "search",
+            "get_context",
+            "load_scope_cold",
+            "write_fact",
+            "search_warm",
+            "search_from_disk",
+        ];
+        let entries: Vec<Value> = workloads
+            .iter()
+            .flat_map(|w| {
+                [20_000, 1_000_000]
+                    .map(|size| json!({"size": size, "workload": w, "p50_us": 100.0}))
+            })
+            .collect();
+        let s = svg(&json!({"store": "file", "entries": entries}));
+        let strokes: std::collections::BTreeSet<&str> = s
+            .split("<polyline")
+            .skip(1)
+            .filter_map(|l| l.split("stroke=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(strokes.len(), workloads.len(), "{s}");
     }
 
     #[test]

@@ -304,3 +304,45 @@ fn postgres_workloads_run_at_smoke_size() {
         w["gateway_post"]
     );
 }
+
+/// The scale run end to end at its smallest size on the file store: every phase gives its
+/// entry, in the order the chart and the table read them, with sane figures.
+#[test]
+fn the_scale_run_measures_every_phase_of_a_small_file_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = bench(
+        &["scale", "--store", "file", "--sizes", "200", "--ops", "20"],
+        tmp.path(),
+    );
+    assert_eq!(report["store"], "file");
+    let entries = report["entries"].as_array().expect("entries");
+    let of = |w: &str| entries.iter().find(|e| e["workload"] == w);
+    for w in [
+        "seed",
+        "rebuild_index",
+        "search",
+        "search_warm",
+        "get_context",
+        "load_scope_cold",
+        "write_fact",
+        "serve",
+    ] {
+        let e = of(w).unwrap_or_else(|| panic!("no {w} entry: {report}"));
+        assert_eq!(e["size"], 200, "{e}");
+        assert_eq!(e["users"], 2, "{e}");
+    }
+    assert_eq!(of("rebuild_index").unwrap()["indexed"], 200);
+    let search = of("search").unwrap();
+    assert_eq!(search["n"], 20);
+    assert!(search["p50_us"].as_f64().unwrap() > 0.0, "{search}");
+    assert_eq!(of("serve").unwrap()["users_served"], 2);
+    // Whether any search read from the disk depends on the machine (the page cache is dropped
+    // only as root); when one did, the split is a subset of the pass that read something.
+    if let Some(disk) = of("search_from_disk") {
+        let n = disk["n"].as_u64().unwrap();
+        assert!((1..=20).contains(&n), "{disk}");
+        assert!(disk["disk_read_kib_per_op"].as_f64().unwrap() > 0.0, "{disk}");
+        let share = disk["share_of_searches"].as_f64().unwrap();
+        assert!((share - n as f64 / 20.0).abs() < 1e-9, "{disk}");
+    }
+}
