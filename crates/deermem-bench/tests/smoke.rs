@@ -341,7 +341,10 @@ fn the_scale_run_measures_every_phase_of_a_small_file_store() {
     if let Some(disk) = of("search_from_disk") {
         let n = disk["n"].as_u64().unwrap();
         assert!((1..=20).contains(&n), "{disk}");
-        assert!(disk["disk_read_kib_per_op"].as_f64().unwrap() > 0.0, "{disk}");
+        assert!(
+            disk["disk_read_kib_per_op"].as_f64().unwrap() > 0.0,
+            "{disk}"
+        );
         let share = disk["share_of_searches"].as_f64().unwrap();
         assert!((share - n as f64 / 20.0).abs() < 1e-9, "{disk}");
     }
