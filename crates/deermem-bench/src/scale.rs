@@ -395,7 +395,7 @@ async fn search_pass(
     Ok((shown, hits, disk))
 }
 
-/// The four latency workloads on one storage:
+/// The latency workloads on one storage:
 /// - `search`: `ops` top-10 searches, each in the scope of a random user, for one to three
 ///   words of one of its facts, after the OS page cache was dropped (at a million facts most
 ///   of them read their pages from the disk);

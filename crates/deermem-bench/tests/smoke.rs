@@ -306,7 +306,7 @@ fn postgres_workloads_run_at_smoke_size() {
 }
 
 /// The scale run end to end at its smallest size on the file store: every phase gives its
-/// entry, in the order the chart and the table read them, with sane figures.
+/// entry for the size, with sane figures.
 #[test]
 fn the_scale_run_measures_every_phase_of_a_small_file_store() {
     let tmp = tempfile::tempdir().unwrap();
