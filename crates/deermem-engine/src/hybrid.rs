@@ -442,12 +442,17 @@ async fn fuse(
     semantic: Vec<MeaningHit>,
 ) -> Result<Vec<SearchHit>, RetrievalError> {
     let scopes = &query.scopes;
+    // Each hit by meaning's place among the query's scopes, worked out once.
+    let semantic_places: Vec<usize> = semantic
+        .iter()
+        .map(|h| place_of(scopes, &h.scope))
+        .collect();
     // Number each fact once, by its place and id.
     let (lexical_numbers, semantic_numbers, count) = {
         let mut numbers: HashMap<(usize, &str), usize> =
             HashMap::with_capacity(lexical.len() + semantic.len());
-        let keys = (semantic.iter())
-            .map(|h| (place_of(scopes, &h.scope), h.fact_id.as_str()))
+        let keys = (semantic_places.iter().zip(&semantic))
+            .map(|(&place, h)| (place, h.fact_id.as_str()))
             .chain(lexical.iter().map(|l| (l.place, l.fact_id.as_str())));
         let mut all: Vec<usize> = Vec::with_capacity(lexical.len() + semantic.len());
         for key in keys {
@@ -459,8 +464,7 @@ async fn fuse(
         (by_words, by_meaning, numbers.len())
     };
     let mut slots: Vec<Slot> = (0..count).map(|_| Slot::default()).collect();
-    for (&n, h) in semantic_numbers.iter().zip(semantic) {
-        let place = place_of(scopes, &h.scope);
+    for ((&n, place), h) in semantic_numbers.iter().zip(semantic_places).zip(semantic) {
         slots[n].fill(place, h.fact_id, Some(h.scope), h.fact);
         slots[n].meaning = true;
     }
